@@ -1,0 +1,398 @@
+//! Owns the process configuration: every `SECKILL_*` environment variable,
+//! its default, and the pure parser that turns a map of strings into a
+//! typed [`Config`].
+
+use std::collections::HashMap;
+use std::fmt;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::time::Duration;
+
+/// Every setting of every seckill binary, read from `SECKILL_*` variables.
+///
+/// All defaults live in [`Config::default`]. Each timeout is its own field;
+/// durations are written in the environment with a unit (`500ms`, `60s`,
+/// `24h`), parsed by `humantime`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Config {
+    /// `SECKILL_REDIS_URL`: where the hot stock, flow records and queues live.
+    pub redis_url: String,
+    /// `SECKILL_MYSQL_URL`: the system of record (sales, orders, stock ledger).
+    /// The path names the database; `migrate` creates it when missing.
+    pub mysql_url: String,
+    /// `SECKILL_LISTEN`: the gateway's HTTP listen address.
+    pub listen: SocketAddr,
+    /// `SECKILL_GATEWAY_THREADS`: HTTP handler threads; `0` means
+    /// "twice the number of cores" (handlers mostly wait on Redis).
+    pub gateway_threads: usize,
+    /// `SECKILL_BODY_LIMIT`: largest accepted request body, in bytes
+    /// (default 4096, per the gateway issue). Larger bodies get 413.
+    pub body_limit_bytes: usize,
+    /// `SECKILL_REDIS_TIMEOUT`: connect, read and write timeout of
+    /// non-blocking Redis calls (gateway, reconciler, worker bookkeeping).
+    pub redis_timeout: Duration,
+    /// `SECKILL_MYSQL_TIMEOUT`: connect, read and write timeout of MySQL
+    /// connections.
+    pub mysql_timeout: Duration,
+    /// `SECKILL_REVIEW_DB`: path of the reconciler's SQLite review file.
+    pub review_db: PathBuf,
+    /// `SECKILL_WORKER_ID`: this worker's stable id (the systemd template
+    /// instance name); it names the worker's processing lists and heartbeat.
+    /// 1-64 characters of `A-Z a-z 0-9 _ . -`.
+    pub worker_id: String,
+    /// `SECKILL_WORKER_BATCH`: most order messages applied in one MySQL
+    /// transaction (1-10,000; default 256, per the worker issue).
+    pub worker_batch: usize,
+    /// `SECKILL_WORKER_MAX_ATTEMPTS`: failed applications of one message
+    /// before it goes to the dead-letter list (default 5).
+    pub worker_max_attempts: u32,
+    /// `SECKILL_WORKER_BLOCK`: how long one blocking `BLMOVE` waits on the
+    /// server for a message. The client read timeout is this plus
+    /// [`Config::redis_timeout`], so the client never gives up first.
+    pub worker_block: Duration,
+    /// `SECKILL_WORKER_HEARTBEAT_TTL`: lifetime of a worker's heartbeat key;
+    /// after it expires other workers reclaim its processing lists.
+    pub worker_heartbeat_ttl: Duration,
+    /// `SECKILL_WORKER_METRICS_LISTEN`: the worker's `/metrics` listener.
+    pub worker_metrics_listen: SocketAddr,
+    /// `SECKILL_RECONCILE_LOOKBACK`: sales that ended longer ago than this are
+    /// no longer reconciled (default 24h).
+    pub reconcile_lookback: Duration,
+    /// `SECKILL_RECONCILE_GRACE`: reservations younger than this are skipped,
+    /// so messages still on their way are not reported (default 60s).
+    pub reconcile_grace: Duration,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Config {
+            redis_url: "redis://127.0.0.1:6379/".to_string(),
+            mysql_url: "mysql://root@127.0.0.1:3306/seckill".to_string(),
+            listen: SocketAddr::from(([127, 0, 0, 1], 8080)),
+            gateway_threads: 0,
+            body_limit_bytes: 4096,
+            redis_timeout: Duration::from_millis(1000),
+            mysql_timeout: Duration::from_secs(10),
+            review_db: PathBuf::from("./seckill-review.sqlite3"),
+            worker_id: "worker-1".to_string(),
+            worker_batch: 256,
+            worker_max_attempts: 5,
+            worker_block: Duration::from_secs(1),
+            worker_heartbeat_ttl: Duration::from_secs(15),
+            worker_metrics_listen: SocketAddr::from(([127, 0, 0, 1], 9101)),
+            reconcile_lookback: Duration::from_secs(24 * 3600),
+            reconcile_grace: Duration::from_secs(60),
+        }
+    }
+}
+
+/// A setting that could not be used; the program stops at start with it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct ConfigError {
+    /// The variable, e.g. `SECKILL_WORKER_BATCH`.
+    pub variable: &'static str,
+    /// The value as given.
+    pub value: String,
+    /// What would have been accepted, e.g. `an integer from 1 to 10000`.
+    pub expected: &'static str,
+}
+
+impl fmt::Display for ConfigError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "invalid configuration: {}={:?}: expected {}",
+            self.variable, self.value, self.expected
+        )
+    }
+}
+
+impl std::error::Error for ConfigError {}
+
+impl Config {
+    /// Reads the process environment and parses it with [`Config::from_map`].
+    ///
+    /// Variables that are not valid Unicode are reported as invalid values.
+    pub fn from_env() -> Result<Config, ConfigError> {
+        let mut map = HashMap::new();
+        for (k, v) in std::env::vars_os() {
+            let Some(k) = k.to_str() else { continue };
+            if !k.starts_with("SECKILL_") {
+                continue;
+            }
+            let v = v.to_string_lossy().into_owned();
+            map.insert(k.to_string(), v);
+        }
+        Config::from_map(&map)
+    }
+
+    /// Parses settings from a map of variable name to value; missing or empty
+    /// variables keep their default. Pure: touches neither the environment
+    /// nor the network.
+    ///
+    /// Errors: the first variable whose value cannot be used.
+    pub fn from_map(vars: &HashMap<String, String>) -> Result<Config, ConfigError> {
+        let mut c = Config::default();
+        let get = |name: &str| vars.get(name).map(|s| s.trim()).filter(|s| !s.is_empty());
+
+        if let Some(v) = get("SECKILL_REDIS_URL") {
+            c.redis_url = parse_url("SECKILL_REDIS_URL", v, &["redis://"])?;
+        }
+        if let Some(v) = get("SECKILL_MYSQL_URL") {
+            c.mysql_url = parse_url("SECKILL_MYSQL_URL", v, &["mysql://"])?;
+        }
+        if let Some(v) = get("SECKILL_LISTEN") {
+            c.listen = parse_addr("SECKILL_LISTEN", v)?;
+        }
+        if let Some(v) = get("SECKILL_GATEWAY_THREADS") {
+            c.gateway_threads = parse_int("SECKILL_GATEWAY_THREADS", v, 0, 1024, INT_0_1024)?;
+        }
+        if let Some(v) = get("SECKILL_BODY_LIMIT") {
+            c.body_limit_bytes = parse_int("SECKILL_BODY_LIMIT", v, 64, 1 << 20, INT_BODY)?;
+        }
+        if let Some(v) = get("SECKILL_REDIS_TIMEOUT") {
+            c.redis_timeout = parse_duration("SECKILL_REDIS_TIMEOUT", v)?;
+        }
+        if let Some(v) = get("SECKILL_MYSQL_TIMEOUT") {
+            c.mysql_timeout = parse_duration("SECKILL_MYSQL_TIMEOUT", v)?;
+        }
+        if let Some(v) = get("SECKILL_REVIEW_DB") {
+            c.review_db = PathBuf::from(v);
+        }
+        if let Some(v) = get("SECKILL_WORKER_ID") {
+            if !crate::is_valid_token(v) {
+                return Err(ConfigError {
+                    variable: "SECKILL_WORKER_ID",
+                    value: v.to_string(),
+                    expected: "1-64 characters of A-Z a-z 0-9 _ . -",
+                });
+            }
+            c.worker_id = v.to_string();
+        }
+        if let Some(v) = get("SECKILL_WORKER_BATCH") {
+            c.worker_batch = parse_int("SECKILL_WORKER_BATCH", v, 1, 10_000, INT_BATCH)?;
+        }
+        if let Some(v) = get("SECKILL_WORKER_MAX_ATTEMPTS") {
+            c.worker_max_attempts =
+                parse_int("SECKILL_WORKER_MAX_ATTEMPTS", v, 1, 1000, INT_ATTEMPTS)? as u32;
+        }
+        if let Some(v) = get("SECKILL_WORKER_BLOCK") {
+            c.worker_block = parse_duration("SECKILL_WORKER_BLOCK", v)?;
+        }
+        if let Some(v) = get("SECKILL_WORKER_HEARTBEAT_TTL") {
+            c.worker_heartbeat_ttl = parse_duration("SECKILL_WORKER_HEARTBEAT_TTL", v)?;
+        }
+        if let Some(v) = get("SECKILL_WORKER_METRICS_LISTEN") {
+            c.worker_metrics_listen = parse_addr("SECKILL_WORKER_METRICS_LISTEN", v)?;
+        }
+        if let Some(v) = get("SECKILL_RECONCILE_LOOKBACK") {
+            c.reconcile_lookback = parse_duration("SECKILL_RECONCILE_LOOKBACK", v)?;
+        }
+        if let Some(v) = get("SECKILL_RECONCILE_GRACE") {
+            c.reconcile_grace = parse_duration_or_zero("SECKILL_RECONCILE_GRACE", v)?;
+        }
+        Ok(c)
+    }
+
+    /// The number of gateway handler threads to start: the configured number,
+    /// or twice the available cores when it is `0`.
+    pub fn effective_gateway_threads(&self) -> usize {
+        if self.gateway_threads > 0 {
+            return self.gateway_threads;
+        }
+        std::thread::available_parallelism()
+            .map(|n| n.get() * 2)
+            .unwrap_or(4)
+    }
+}
+
+const INT_0_1024: &str = "an integer from 0 (auto) to 1024";
+const INT_BODY: &str = "a byte count from 64 to 1048576";
+const INT_BATCH: &str = "an integer from 1 to 10000";
+const INT_ATTEMPTS: &str = "an integer from 1 to 1000";
+const DURATION: &str = "a duration with a unit between 1ms and 30 days, such as 500ms, 60s or 24h";
+
+fn parse_url(variable: &'static str, v: &str, schemes: &[&str]) -> Result<String, ConfigError> {
+    if schemes.iter().any(|s| v.starts_with(s)) && v.len() > 8 {
+        Ok(v.to_string())
+    } else {
+        Err(ConfigError {
+            variable,
+            value: v.to_string(),
+            expected: if schemes[0] == "redis://" {
+                "a URL such as redis://127.0.0.1:6379/"
+            } else {
+                "a URL such as mysql://user:password@127.0.0.1:3306/seckill"
+            },
+        })
+    }
+}
+
+fn parse_addr(variable: &'static str, v: &str) -> Result<SocketAddr, ConfigError> {
+    v.parse().map_err(|_| ConfigError {
+        variable,
+        value: v.to_string(),
+        expected: "an IP address and port such as 127.0.0.1:8080",
+    })
+}
+
+fn parse_int(
+    variable: &'static str,
+    v: &str,
+    min: usize,
+    max: usize,
+    expected: &'static str,
+) -> Result<usize, ConfigError> {
+    match v.parse::<usize>() {
+        Ok(n) if (min..=max).contains(&n) => Ok(n),
+        _ => Err(ConfigError {
+            variable,
+            value: v.to_string(),
+            expected,
+        }),
+    }
+}
+
+fn parse_duration(variable: &'static str, v: &str) -> Result<Duration, ConfigError> {
+    let d = parse_duration_or_zero(variable, v)?;
+    if d.is_zero() {
+        return Err(ConfigError {
+            variable,
+            value: v.to_string(),
+            expected: DURATION,
+        });
+    }
+    Ok(d)
+}
+
+fn parse_duration_or_zero(variable: &'static str, v: &str) -> Result<Duration, ConfigError> {
+    let err = || ConfigError {
+        variable,
+        value: v.to_string(),
+        expected: DURATION,
+    };
+    // A bare number is refused on purpose: "60" could mean seconds or ms.
+    if v.chars().all(|c| c.is_ascii_digit()) && v != "0" {
+        return Err(err());
+    }
+    let d = humantime::parse_duration(v).map_err(|_| err())?;
+    if d > Duration::from_secs(30 * 24 * 3600) {
+        return Err(err());
+    }
+    Ok(d)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn map(pairs: &[(&str, &str)]) -> HashMap<String, String> {
+        pairs
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect()
+    }
+
+    #[test]
+    fn empty_environment_gives_documented_defaults() {
+        let c = Config::from_map(&HashMap::new()).unwrap();
+        assert_eq!(c.redis_url, "redis://127.0.0.1:6379/");
+        assert_eq!(c.mysql_url, "mysql://root@127.0.0.1:3306/seckill");
+        assert_eq!(c.listen.to_string(), "127.0.0.1:8080");
+        assert_eq!(c.review_db, PathBuf::from("./seckill-review.sqlite3"));
+        assert_eq!(c.worker_id, "worker-1");
+        assert_eq!(c.worker_batch, 256);
+        assert_eq!(c.worker_max_attempts, 5);
+        assert_eq!(c.body_limit_bytes, 4096);
+        assert_eq!(c.gateway_threads, 0);
+        assert_eq!(c.redis_timeout, Duration::from_millis(1000));
+        assert_eq!(c.mysql_timeout, Duration::from_secs(10));
+        assert_eq!(c.worker_block, Duration::from_secs(1));
+        assert_eq!(c.worker_heartbeat_ttl, Duration::from_secs(15));
+        assert_eq!(c.worker_metrics_listen.to_string(), "127.0.0.1:9101");
+        assert_eq!(c.reconcile_lookback, Duration::from_secs(86_400));
+        assert_eq!(c.reconcile_grace, Duration::from_secs(60));
+    }
+
+    #[test]
+    fn valid_overrides_are_applied() {
+        let c = Config::from_map(&map(&[
+            ("SECKILL_REDIS_URL", "redis://10.0.0.1:7000/2"),
+            ("SECKILL_MYSQL_URL", "mysql://app:pw@db:3306/shop"),
+            ("SECKILL_LISTEN", "0.0.0.0:9000"),
+            ("SECKILL_GATEWAY_THREADS", "16"),
+            ("SECKILL_BODY_LIMIT", "8192"),
+            ("SECKILL_REDIS_TIMEOUT", "250ms"),
+            ("SECKILL_MYSQL_TIMEOUT", "3s"),
+            ("SECKILL_REVIEW_DB", "/var/lib/seckill/review.sqlite3"),
+            ("SECKILL_WORKER_ID", "w-7"),
+            ("SECKILL_WORKER_BATCH", "16"),
+            ("SECKILL_WORKER_MAX_ATTEMPTS", "3"),
+            ("SECKILL_WORKER_BLOCK", "2s"),
+            ("SECKILL_WORKER_HEARTBEAT_TTL", "30s"),
+            ("SECKILL_WORKER_METRICS_LISTEN", "127.0.0.1:9200"),
+            ("SECKILL_RECONCILE_LOOKBACK", "48h"),
+            ("SECKILL_RECONCILE_GRACE", "0s"),
+        ]))
+        .unwrap();
+        assert_eq!(c.redis_url, "redis://10.0.0.1:7000/2");
+        assert_eq!(c.mysql_url, "mysql://app:pw@db:3306/shop");
+        assert_eq!(c.listen.to_string(), "0.0.0.0:9000");
+        assert_eq!(c.gateway_threads, 16);
+        assert_eq!(c.effective_gateway_threads(), 16);
+        assert_eq!(c.body_limit_bytes, 8192);
+        assert_eq!(c.redis_timeout, Duration::from_millis(250));
+        assert_eq!(c.mysql_timeout, Duration::from_secs(3));
+        assert_eq!(
+            c.review_db,
+            PathBuf::from("/var/lib/seckill/review.sqlite3")
+        );
+        assert_eq!(c.worker_id, "w-7");
+        assert_eq!(c.worker_batch, 16);
+        assert_eq!(c.worker_max_attempts, 3);
+        assert_eq!(c.worker_block, Duration::from_secs(2));
+        assert_eq!(c.worker_heartbeat_ttl, Duration::from_secs(30));
+        assert_eq!(c.worker_metrics_listen.to_string(), "127.0.0.1:9200");
+        assert_eq!(c.reconcile_lookback, Duration::from_secs(48 * 3600));
+        assert_eq!(c.reconcile_grace, Duration::ZERO);
+    }
+
+    #[test]
+    fn bad_values_name_variable_value_and_expectation() {
+        let cases = [
+            ("SECKILL_REDIS_URL", "localhost:6379"),
+            ("SECKILL_MYSQL_URL", "postgres://x"),
+            ("SECKILL_LISTEN", "8080"),
+            ("SECKILL_GATEWAY_THREADS", "-1"),
+            ("SECKILL_BODY_LIMIT", "10"),
+            ("SECKILL_REDIS_TIMEOUT", "500"),
+            ("SECKILL_MYSQL_TIMEOUT", "0s"),
+            ("SECKILL_WORKER_ID", "bad id"),
+            ("SECKILL_WORKER_BATCH", "0"),
+            ("SECKILL_WORKER_BATCH", "many"),
+            ("SECKILL_WORKER_MAX_ATTEMPTS", "0"),
+            ("SECKILL_WORKER_BLOCK", "1 fortnight"),
+            ("SECKILL_WORKER_HEARTBEAT_TTL", "90d"),
+            ("SECKILL_WORKER_METRICS_LISTEN", "nowhere"),
+            ("SECKILL_RECONCILE_LOOKBACK", "yesterday"),
+            ("SECKILL_RECONCILE_GRACE", "60"),
+        ];
+        for (var, val) in cases {
+            let err = Config::from_map(&map(&[(var, val)])).unwrap_err();
+            assert_eq!(err.variable, var);
+            assert_eq!(err.value, val);
+            let msg = err.to_string();
+            assert!(
+                msg.contains(var) && msg.contains(val) && msg.contains("expected"),
+                "{msg}"
+            );
+        }
+    }
+
+    #[test]
+    fn empty_values_keep_defaults() {
+        let c = Config::from_map(&map(&[("SECKILL_WORKER_BATCH", "  ")])).unwrap();
+        assert_eq!(c.worker_batch, 256);
+    }
+}

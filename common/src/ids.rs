@@ -1,0 +1,66 @@
+//! Owns reservation ids: unique across processes and restarts without a
+//! coordinator, and the idempotency key from Redis all the way into MySQL.
+//!
+//! An id is 32 lowercase hex digits: 64 bits read from the operating system's
+//! random source once per process, then a 64-bit per-process counter. Two
+//! processes collide only if their random halves are equal (probability
+//! 2^-64 per pair), and a restart draws a new random half, so ids never depend
+//! on Redis keeping a counter across a data loss.
+
+use std::fs::File;
+use std::io::Read;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::OnceLock;
+
+static PREFIX: OnceLock<u64> = OnceLock::new();
+static COUNTER: AtomicU64 = AtomicU64::new(0);
+
+fn process_prefix() -> u64 {
+    *PREFIX.get_or_init(|| {
+        let mut buf = [0u8; 8];
+        let from_os = File::open("/dev/urandom").and_then(|mut f| f.read_exact(&mut buf));
+        if from_os.is_err() {
+            // No /dev/urandom (a chroot): fall back to std's randomly keyed
+            // SipHash, which is seeded from the OS in another way, mixed
+            // with the pid and the time.
+            use std::hash::{BuildHasher, Hasher};
+            let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+            h.write_u32(std::process::id());
+            h.write_u128(
+                std::time::SystemTime::now()
+                    .duration_since(std::time::UNIX_EPOCH)
+                    .map(|d| d.as_nanos())
+                    .unwrap_or(0),
+            );
+            return h.finish();
+        }
+        u64::from_le_bytes(buf)
+    })
+}
+
+/// A new reservation id, e.g. `"9f86d081884c7d65000000000000002a"`.
+pub fn new_reservation_id() -> String {
+    let n = COUNTER.fetch_add(1, Ordering::Relaxed);
+    format!("{:016x}{:016x}", process_prefix(), n)
+}
+
+/// Whether `s` has the shape of a reservation id (32 lowercase hex digits).
+pub fn is_valid_reservation_id(s: &str) -> bool {
+    s.len() == 32
+        && s.bytes()
+            .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::HashSet;
+
+    #[test]
+    fn ids_are_well_formed_and_distinct() {
+        let ids: HashSet<String> = (0..10_000).map(|_| new_reservation_id()).collect();
+        assert_eq!(ids.len(), 10_000);
+        assert!(ids.iter().all(|i| is_valid_reservation_id(i)));
+        assert!(!is_valid_reservation_id("ABCDEF0123456789abcdef0123456789"));
+    }
+}

@@ -1,0 +1,115 @@
+//! Owns the Redis key schema: the one place that spells every key name.
+//!
+//! Every key that one purchase touches carries the hash tag `{sale:ID}`, so
+//! all of them live in one Redis Cluster slot and the reservation stays one
+//! atomic script there too. Per-sale keys:
+//!
+//! | key | type | content |
+//! |---|---|---|
+//! | `seckill:{sale:ID}:meta` | hash | `total_stock`, `starts_at_ms`, `ends_at_ms` (Unix ms, UTC) |
+//! | `seckill:{sale:ID}:stock` | string | units left to reserve, never below 0 |
+//! | `seckill:{sale:ID}:buyers` | hash | user id -> reservation id (one purchase per user) |
+//! | `seckill:{sale:ID}:flow` | hash | reservation id -> order message JSON: the flow record |
+//! | `seckill:{sale:ID}:status` | hash | reservation id -> `queued` / `confirmed` / `failed` |
+//! | `seckill:{sale:ID}:queue` | list | order messages; `LPUSH` in, `BLMOVE RIGHT LEFT` out |
+//! | `seckill:{sale:ID}:processing:WORKER` | list | messages a worker has taken and not yet finished |
+//! | `seckill:{sale:ID}:dlq` | list | dead-letter entries (JSON: message, reason, attempts) |
+//! | `seckill:{sale:ID}:attempts` | hash | reservation id -> failed applications so far |
+//!
+//! Global keys: `seckill:sales` (set of sale ids loaded into Redis, for
+//! discovery), `seckill:workers` (set of worker ids that ever consumed) and
+//! `seckill:worker:WORKER:heartbeat` (string with a TTL).
+
+/// The set of every sale id loaded into Redis (`SSCAN` it; never `KEYS`).
+pub const SALES: &str = "seckill:sales";
+
+/// The set of worker ids that have registered (to find stale processing lists).
+pub const WORKERS: &str = "seckill:workers";
+
+/// The reconciler's run lock (`SET NX PX`), so two runs never overlap.
+pub const RECONCILE_LOCK: &str = "seckill:reconcile:lock";
+
+/// A worker's heartbeat key; it expires when the worker stops refreshing it.
+pub fn worker_heartbeat(worker_id: &str) -> String {
+    format!("seckill:worker:{worker_id}:heartbeat")
+}
+
+/// The keys of one sale. Cheap to build; holds only the sale id.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct SaleKeys {
+    /// The sale id, as in MySQL's `sales.id`.
+    pub sale_id: u64,
+}
+
+impl SaleKeys {
+    /// The keys of sale `sale_id`.
+    pub fn new(sale_id: u64) -> Self {
+        SaleKeys { sale_id }
+    }
+
+    fn key(&self, suffix: &str) -> String {
+        format!("seckill:{{sale:{}}}:{suffix}", self.sale_id)
+    }
+
+    /// Hash of `total_stock`, `starts_at_ms`, `ends_at_ms`.
+    pub fn meta(&self) -> String {
+        self.key("meta")
+    }
+    /// Units left to reserve.
+    pub fn stock(&self) -> String {
+        self.key("stock")
+    }
+    /// Hash user id -> reservation id.
+    pub fn buyers(&self) -> String {
+        self.key("buyers")
+    }
+    /// Hash reservation id -> order message JSON (the flow records).
+    pub fn flow(&self) -> String {
+        self.key("flow")
+    }
+    /// Hash reservation id -> purchase status.
+    pub fn status(&self) -> String {
+        self.key("status")
+    }
+    /// The sale's reliable queue of order messages.
+    pub fn queue(&self) -> String {
+        self.key("queue")
+    }
+    /// The processing list of worker `worker_id` for this sale.
+    pub fn processing(&self, worker_id: &str) -> String {
+        self.key(&format!("processing:{worker_id}"))
+    }
+    /// The sale's dead-letter list.
+    pub fn dead_letter(&self) -> String {
+        self.key("dlq")
+    }
+    /// Hash reservation id -> failed applications so far.
+    pub fn attempts(&self) -> String {
+        self.key("attempts")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_purchase_key_shares_one_hash_tag() {
+        let k = SaleKeys::new(42);
+        for key in [
+            k.meta(),
+            k.stock(),
+            k.buyers(),
+            k.flow(),
+            k.status(),
+            k.queue(),
+            k.processing("w1"),
+            k.dead_letter(),
+            k.attempts(),
+        ] {
+            assert!(key.starts_with("seckill:{sale:42}:"), "{key}");
+        }
+        assert_eq!(k.stock(), "seckill:{sale:42}:stock");
+        assert_eq!(k.processing("w1"), "seckill:{sale:42}:processing:w1");
+    }
+}

@@ -1,0 +1,56 @@
+//! Shared pieces of the seckill flash-sale backend; every binary links this.
+//!
+//! # Data flow
+//!
+//! ```text
+//! HTTP client -> seckill-gateway -> Redis: reservation script (reservation.rs)
+//!     takes a unit, writes the flow record, LPUSHes the order message
+//!   -> sale queue -> seckill-worker (BLMOVE into its processing list)
+//!     -> MySQL: orders + stock ledger + sales.available_stock (schema.rs)
+//!   -> seckill-reconciler: flow records vs stock ledger vs orders
+//!     -> SQLite review file (findings for a person, audit log)
+//! ```
+//!
+//! # Layout
+//!
+//! - [`config`]: every `SECKILL_*` variable, its default, the pure parser.
+//! - [`keys`]: the Redis key schema (one hash tag per sale).
+//! - [`reservation`]: the atomic reservation script and its typed outcome.
+//! - [`ids`]: reservation ids, the idempotency key into MySQL.
+//! - [`message`]: the versioned JSON order message.
+//! - [`schema`]: MySQL tables, migrations, connection options.
+//! - [`sale`]: a sale and the load script that never overwrites live stock.
+//! - [`shutdown`]: the SIGINT/SIGTERM flag and logging set-up.
+//! - [`timefmt`]: RFC 3339 / `now+30s` parsing and formatting of Unix ms.
+#![forbid(unsafe_code)]
+#![deny(missing_docs)]
+
+pub mod config;
+pub mod ids;
+pub mod keys;
+pub mod message;
+pub mod reservation;
+pub mod sale;
+pub mod schema;
+pub mod shutdown;
+pub mod timefmt;
+
+pub use config::{Config, ConfigError};
+pub use shutdown::Shutdown;
+
+/// Whether `s` is a valid user or worker id: 1-64 characters of
+/// `A-Z a-z 0-9 _ . -` (the gateway API's rule for `user_id`).
+pub fn is_valid_token(s: &str) -> bool {
+    (1..=64).contains(&s.len())
+        && s.bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'.' || b == b'-')
+}
+
+/// Current Unix time in ms from this machine's clock (used only for
+/// bookkeeping such as heartbeats and reports, never for the sale window).
+pub fn now_ms() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_millis() as u64)
+        .unwrap_or(0)
+}

@@ -1,0 +1,73 @@
+//! Owns a sale's shape and how it is put into Redis: the load script that
+//! never overwrites a live stock counter.
+//!
+//! Loading is the one place where stock enters Redis. Existing systems
+//! reload stock from the database on every restart and so put sold units
+//! back on sale; here a load writes only when the sale's stock key is absent,
+//! and then sets it to `total_stock - units already ordered in MySQL`.
+
+use crate::keys::{SaleKeys, SALES};
+use redis::{ConnectionLike, Script};
+use std::sync::OnceLock;
+
+/// A sale as stored in MySQL's `sales` table (times as Unix ms, UTC).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Sale {
+    /// `sales.id`.
+    pub id: u64,
+    /// Stock-keeping unit of the item on sale.
+    pub sku: String,
+    /// Human-readable title.
+    pub title: String,
+    /// Price in integer cents.
+    pub price_cents: u64,
+    /// Units offered in total.
+    pub total_stock: u64,
+    /// Units not yet deducted in MySQL.
+    pub available_stock: i64,
+    /// Window start, Unix ms (inclusive).
+    pub starts_at_ms: u64,
+    /// Window end, Unix ms (exclusive).
+    pub ends_at_ms: u64,
+}
+
+/// `KEYS`: meta, stock, the sales set; `ARGV`: sale id, total stock,
+/// starts ms, ends ms, stock to put on sale. Replies 1 when loaded, 0 when
+/// the stock key already existed (nothing changed).
+pub const LOAD_LUA: &str = r#"
+if redis.call('EXISTS', KEYS[2]) == 1 then return 0 end
+redis.call('HSET', KEYS[1], 'total_stock', ARGV[2], 'starts_at_ms', ARGV[3], 'ends_at_ms', ARGV[4])
+redis.call('SET', KEYS[2], ARGV[5])
+redis.call('SADD', KEYS[3], ARGV[1])
+return 1
+"#;
+
+fn load_script() -> &'static Script {
+    static S: OnceLock<Script> = OnceLock::new();
+    S.get_or_init(|| Script::new(LOAD_LUA))
+}
+
+/// Puts `sale` on sale in Redis unless Redis already holds its stock counter.
+/// `already_ordered` is the number of MySQL orders for the sale; the loaded
+/// stock is `total_stock - already_ordered` (never below 0).
+///
+/// Returns `true` when loaded, `false` when live state was left untouched.
+pub fn load_into_redis<C: ConnectionLike>(
+    con: &mut C,
+    sale: &Sale,
+    already_ordered: u64,
+) -> redis::RedisResult<bool> {
+    let k = SaleKeys::new(sale.id);
+    let stock = sale.total_stock.saturating_sub(already_ordered);
+    let loaded: i64 = load_script()
+        .key(k.meta())
+        .key(k.stock())
+        .key(SALES)
+        .arg(sale.id)
+        .arg(sale.total_stock)
+        .arg(sale.starts_at_ms)
+        .arg(sale.ends_at_ms)
+        .arg(stock)
+        .invoke(con)?;
+    Ok(loaded == 1)
+}

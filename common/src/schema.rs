@@ -1,0 +1,158 @@
+//! Owns the MySQL schema (sales, orders, stock ledger) and its idempotent
+//! migrations, plus the one way every binary opens a MySQL connection.
+//!
+//! Times are `DATETIME(3)` in UTC: every connection sets `time_zone` to
+//! `+00:00`, so `UNIX_TIMESTAMP`, `FROM_UNIXTIME` and `UTC_TIMESTAMP(3)` agree.
+
+use mysql::prelude::Queryable;
+use mysql::{Conn, Opts, OptsBuilder};
+use std::fmt;
+use std::time::Duration;
+
+/// The migrations, in order. Each is applied once and recorded by version in
+/// `schema_migrations`; never edit a released one, append a new one.
+pub const MIGRATIONS: &[(u32, &str, &str)] = &[(
+    1,
+    "sales, orders, stock ledger",
+    r#"
+CREATE TABLE IF NOT EXISTS sales (
+  id BIGINT UNSIGNED NOT NULL AUTO_INCREMENT PRIMARY KEY,
+  sku VARCHAR(64) NOT NULL,
+  title VARCHAR(255) NOT NULL DEFAULT '',
+  price_cents BIGINT UNSIGNED NOT NULL DEFAULT 0,
+  total_stock INT UNSIGNED NOT NULL,
+  available_stock INT NOT NULL,
+  per_user_limit INT UNSIGNED NOT NULL DEFAULT 1,
+  starts_at DATETIME(3) NOT NULL,
+  ends_at DATETIME(3) NOT NULL,
+  created_at DATETIME(3) NOT NULL DEFAULT (UTC_TIMESTAMP(3)),
+  CONSTRAINT sales_stock_nonneg CHECK (available_stock >= 0),
+  CONSTRAINT sales_stock_le_total CHECK (available_stock <= total_stock),
+  CONSTRAINT sales_limit_one CHECK (per_user_limit = 1),
+  CONSTRAINT sales_window CHECK (ends_at > starts_at),
+  KEY sales_ends_at (ends_at)
+) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_bin;
+CREATE TABLE IF NOT EXISTS orders (
+  id BIGINT UNSIGNED NOT NULL AUTO_INCREMENT PRIMARY KEY,
+  reservation_id CHAR(32) NOT NULL,
+  sale_id BIGINT UNSIGNED NOT NULL,
+  user_id VARCHAR(64) NOT NULL,
+  quantity INT UNSIGNED NOT NULL DEFAULT 1,
+  status VARCHAR(16) NOT NULL DEFAULT 'created',
+  reserved_at DATETIME(3) NULL,
+  created_at DATETIME(3) NOT NULL DEFAULT (UTC_TIMESTAMP(3)),
+  UNIQUE KEY orders_reservation (reservation_id),
+  UNIQUE KEY orders_sale_user (sale_id, user_id),
+  KEY orders_sale_id (sale_id, id)
+) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_bin;
+CREATE TABLE IF NOT EXISTS stock_ledger (
+  id BIGINT UNSIGNED NOT NULL AUTO_INCREMENT PRIMARY KEY,
+  reservation_id CHAR(32) NOT NULL,
+  sale_id BIGINT UNSIGNED NOT NULL,
+  user_id VARCHAR(64) NOT NULL,
+  delta INT NOT NULL,
+  reason VARCHAR(16) NOT NULL,
+  created_at DATETIME(3) NOT NULL DEFAULT (UTC_TIMESTAMP(3)),
+  UNIQUE KEY ledger_reservation_reason (reservation_id, reason),
+  KEY ledger_sale_id (sale_id, id)
+) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_bin;
+"#,
+)];
+
+/// Why the schema could not be applied or a connection opened.
+#[derive(Debug)]
+#[non_exhaustive]
+pub enum SchemaError {
+    /// The URL is not a usable `mysql://` URL.
+    BadUrl(String),
+    /// The server refused or failed a statement.
+    Mysql(mysql::Error),
+}
+
+impl fmt::Display for SchemaError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            SchemaError::BadUrl(d) => write!(f, "bad mysql url: {d}"),
+            SchemaError::Mysql(e) => write!(f, "mysql: {e}"),
+        }
+    }
+}
+
+impl std::error::Error for SchemaError {}
+
+impl From<mysql::Error> for SchemaError {
+    fn from(e: mysql::Error) -> Self {
+        SchemaError::Mysql(e)
+    }
+}
+
+/// Connection options for `url` with every session in UTC and the given
+/// connect/read/write timeout.
+///
+/// Errors: [`SchemaError::BadUrl`].
+pub fn mysql_opts(url: &str, timeout: Duration) -> Result<OptsBuilder, SchemaError> {
+    let opts = Opts::from_url(url).map_err(|e| SchemaError::BadUrl(e.to_string()))?;
+    Ok(OptsBuilder::from_opts(opts)
+        .tcp_connect_timeout(Some(timeout))
+        .read_timeout(Some(timeout))
+        .write_timeout(Some(timeout))
+        .init(vec!["SET time_zone = '+00:00'"]))
+}
+
+/// Opens one MySQL connection (see [`mysql_opts`]).
+pub fn connect(url: &str, timeout: Duration) -> Result<Conn, SchemaError> {
+    Ok(Conn::new(mysql_opts(url, timeout)?)?)
+}
+
+/// The database named by `url`, if it names one.
+pub fn database_name(url: &str) -> Option<String> {
+    Opts::from_url(url).ok()?.get_db_name().map(str::to_string)
+}
+
+/// Creates the database named in `url` when it does not exist, then applies
+/// every migration not yet recorded. Returns the versions applied now (empty
+/// when the schema was already current). Safe to run twice or concurrently
+/// with itself: `CREATE ... IF NOT EXISTS` and the version table's key.
+pub fn migrate(url: &str, timeout: Duration) -> Result<Vec<u32>, SchemaError> {
+    if let Some(db) = database_name(url) {
+        if !db
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'$')
+        {
+            return Err(SchemaError::BadUrl(format!(
+                "database name {db:?}: use A-Z a-z 0-9 _ $"
+            )));
+        }
+        let server = mysql_opts(url, timeout)?.db_name(None::<String>);
+        let mut c = Conn::new(server)?;
+        c.query_drop(format!(
+            "CREATE DATABASE IF NOT EXISTS `{db}` CHARACTER SET utf8mb4 COLLATE utf8mb4_bin"
+        ))?;
+    }
+    let mut c = connect(url, timeout)?;
+    c.query_drop(
+        "CREATE TABLE IF NOT EXISTS schema_migrations (
+           version INT UNSIGNED NOT NULL PRIMARY KEY,
+           description VARCHAR(255) NOT NULL,
+           applied_at DATETIME(3) NOT NULL DEFAULT (UTC_TIMESTAMP(3))
+         ) ENGINE=InnoDB",
+    )?;
+    let done: Vec<u32> = c.query("SELECT version FROM schema_migrations")?;
+    let mut applied = Vec::new();
+    for (version, description, sql) in MIGRATIONS {
+        if done.contains(version) {
+            continue;
+        }
+        // DDL commits implicitly in MySQL, so each statement must be
+        // idempotent on its own (IF NOT EXISTS) for a crash half-way.
+        for stmt in sql.split(';').map(str::trim).filter(|s| !s.is_empty()) {
+            c.query_drop(stmt)?;
+        }
+        c.exec_drop(
+            "INSERT IGNORE INTO schema_migrations (version, description) VALUES (?, ?)",
+            (version, description),
+        )?;
+        applied.push(*version);
+    }
+    Ok(applied)
+}

@@ -1,0 +1,2 @@
+//! placeholder: the binary arrives with its issue.
+fn main() {}

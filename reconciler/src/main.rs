@@ -1,0 +1,62 @@
+//! `seckill-reconciler`: the operator's command. `main` only dispatches:
+//! parse the command line (cli.rs), read the configuration, run the command,
+//! map its result to an exit code.
+//!
+//! Exit codes: 0 success (for `run`: no open findings), 1 `run` found open
+//! findings, 2 could not run (Redis, MySQL or SQLite error, bad
+//! configuration), 64 bad command line.
+#![forbid(unsafe_code)]
+
+mod cli;
+mod sale_cmd;
+
+use seckill_common::Config;
+use std::process::ExitCode;
+
+fn main() -> ExitCode {
+    seckill_common::shutdown::init_logging();
+    let cmd = match cli::parse(std::env::args_os().skip(1)) {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!("seckill-reconciler: {e}\n\n{}", cli::USAGE);
+            return ExitCode::from(64);
+        }
+    };
+    if let cli::Command::Help = cmd {
+        println!("{}", cli::USAGE);
+        return ExitCode::SUCCESS;
+    }
+    let config = match Config::from_env() {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!("seckill-reconciler: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    match run(&config, cmd) {
+        Ok(code) => ExitCode::from(code),
+        Err(e) => {
+            eprintln!("seckill-reconciler: {e}");
+            ExitCode::from(2)
+        }
+    }
+}
+
+/// Runs one command; `Ok(code)` is the exit code of a command that ran.
+fn run(config: &Config, cmd: cli::Command) -> Result<u8, Box<dyn std::error::Error>> {
+    match cmd {
+        cli::Command::Help => Ok(0),
+        cli::Command::Migrate => {
+            let applied = seckill_common::schema::migrate(&config.mysql_url, config.mysql_timeout)?;
+            if applied.is_empty() {
+                println!("schema is current; nothing to apply");
+            } else {
+                println!("applied migrations {applied:?}");
+            }
+            Ok(0)
+        }
+        cli::Command::SaleCreate(args) => sale_cmd::create(config, &args),
+        cli::Command::SaleLoad(id) => sale_cmd::load(config, id),
+        cli::Command::SaleShow(id) => sale_cmd::show(config, id),
+    }
+}

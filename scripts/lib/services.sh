@@ -1,0 +1,90 @@
+# Shared shell functions of scripts/*.sh: find or install and start the
+# services the project needs. Sourced, not run.
+
+apt_updated=0
+# ensure_package COMMAND PACKAGE...: installs PACKAGEs with apt-get when
+# COMMAND is not on the PATH (Debian/Ubuntu; as root or with sudo).
+ensure_package() {
+  local cmd=$1; shift
+  if command -v "$cmd" >/dev/null 2>&1 || [ -x "/usr/sbin/$cmd" ]; then return 0; fi
+  if ! command -v apt-get >/dev/null 2>&1; then
+    echo "missing $cmd and no apt-get to install $*: install it by hand" >&2
+    return 1
+  fi
+  local sudo=""
+  [ "$(id -u)" -eq 0 ] || sudo="sudo"
+  if [ "$apt_updated" -eq 0 ]; then
+    $sudo env DEBIAN_FRONTEND=noninteractive apt-get update -qq >&2
+    apt_updated=1
+  fi
+  echo "installing $* (for $cmd)" >&2
+  $sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "$@" >&2
+}
+
+ensure_redis_server() {
+  ensure_package redis-server redis-server
+}
+
+# port_open HOST PORT: whether something accepts TCP connections there.
+port_open() {
+  (exec 3<>"/dev/tcp/$1/$2") 2>/dev/null
+}
+
+# ensure_mariadb_running: installs mariadb-server when missing and starts the
+# system instance when nothing listens on 127.0.0.1:3306.
+ensure_mariadb_running() {
+  if port_open 127.0.0.1 3306; then return 0; fi
+  ensure_package mariadbd mariadb-server mariadb-client
+  local sudo=""
+  [ "$(id -u)" -eq 0 ] || sudo="sudo"
+  $sudo mkdir -p /run/mysqld
+  $sudo chown mysql:mysql /run/mysqld 2>/dev/null || true
+  if [ ! -d /var/lib/mysql/mysql ]; then
+    $sudo mariadb-install-db --user=mysql --datadir=/var/lib/mysql >/dev/null
+  fi
+  echo "starting MariaDB (nothing listened on 127.0.0.1:3306)" >&2
+  $sudo start-stop-daemon --start --oknodo --background \
+    --exec /usr/sbin/mariadbd -- --user=mysql --bind-address=127.0.0.1 --port=3306
+  local i
+  for i in $(seq 1 100); do
+    port_open 127.0.0.1 3306 && return 0
+    sleep 0.2
+  done
+  echo "MariaDB did not start on 127.0.0.1:3306" >&2
+  return 1
+}
+
+# mysql_tcp_ok USER PASSWORD: whether USER can log in over TCP to 127.0.0.1.
+mysql_tcp_ok() {
+  mariadb --protocol=TCP -h127.0.0.1 -P3306 -u"$1" ${2:+-p"$2"} -e 'SELECT 1' >/dev/null 2>&1
+}
+
+# ensure_mysql_test_account: exports SECKILL_TEST_MYSQL_URL for an account
+# that can create and drop databases over TCP. Uses the variable when set,
+# else root with an empty password when that works over TCP, else creates
+# (through the root Unix socket) the account seckill_test/seckill_test with
+# rights on databases named seckill_test_* only. Root is never changed.
+ensure_mysql_test_account() {
+  if [ -n "${SECKILL_TEST_MYSQL_URL:-}" ]; then return 0; fi
+  ensure_mariadb_running
+  ensure_package mariadb mariadb-client
+  if mysql_tcp_ok root ""; then
+    export SECKILL_TEST_MYSQL_URL="mysql://root@127.0.0.1:3306/"
+    return 0
+  fi
+  if ! mysql_tcp_ok seckill_test seckill_test; then
+    echo "root cannot log in over TCP (Debian's unix_socket default): creating account seckill_test" >&2
+    local sudo=""
+    [ "$(id -u)" -eq 0 ] || sudo="sudo"
+    $sudo mariadb -uroot <<'SQL'
+CREATE USER IF NOT EXISTS 'seckill_test'@'localhost' IDENTIFIED BY 'seckill_test';
+CREATE USER IF NOT EXISTS 'seckill_test'@'127.0.0.1' IDENTIFIED BY 'seckill_test';
+GRANT ALL PRIVILEGES ON `seckill\_test\_%`.* TO 'seckill_test'@'localhost';
+GRANT ALL PRIVILEGES ON `seckill\_test\_%`.* TO 'seckill_test'@'127.0.0.1';
+GRANT ALL PRIVILEGES ON `seckill\_demo\_%`.* TO 'seckill_test'@'localhost';
+GRANT ALL PRIVILEGES ON `seckill\_demo\_%`.* TO 'seckill_test'@'127.0.0.1';
+FLUSH PRIVILEGES;
+SQL
+  fi
+  export SECKILL_TEST_MYSQL_URL="mysql://seckill_test:seckill_test@127.0.0.1:3306/"
+}

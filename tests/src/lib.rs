@@ -1,0 +1,277 @@
+//! Owns the test harness every integration test uses: a private
+//! `redis-server` per test on a free loopback port, a fresh MySQL database per
+//! test (dropped afterwards), paths to the workspace's binaries, and a few
+//! helpers to read Redis and MySQL state. Tests run in parallel safely: they
+//! share nothing but the MariaDB server, and there each has its own database.
+//!
+//! MySQL server: `SECKILL_TEST_MYSQL_URL` (default `mysql://root@127.0.0.1:3306/`).
+#![forbid(unsafe_code)]
+#![allow(clippy::missing_panics_doc)] // test support: panicking is the failure report
+
+use mysql::prelude::Queryable;
+use std::net::TcpListener;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+pub use seckill_common as common;
+
+static SEQ: AtomicU64 = AtomicU64::new(0);
+
+/// A free TCP port on 127.0.0.1 (bound, read, released).
+pub fn free_port() -> u16 {
+    let l = TcpListener::bind("127.0.0.1:0").expect("bind an ephemeral port");
+    l.local_addr().expect("local addr").port()
+}
+
+/// A unique name for this process and call, e.g. `12345_7_1764400000123`.
+pub fn unique_suffix() -> String {
+    format!(
+        "{}_{}_{}",
+        std::process::id(),
+        SEQ.fetch_add(1, Ordering::SeqCst),
+        seckill_common::now_ms() % 1_000_000_000
+    )
+}
+
+/// A directory removed on drop.
+pub struct TempDir(PathBuf);
+
+impl TempDir {
+    /// Creates `$TMPDIR/seckill-test-<unique>`.
+    pub fn new() -> TempDir {
+        let p = std::env::temp_dir().join(format!("seckill-test-{}", unique_suffix()));
+        std::fs::create_dir_all(&p).expect("create temp dir");
+        TempDir(p)
+    }
+    /// The directory.
+    pub fn path(&self) -> &Path {
+        &self.0
+    }
+}
+
+impl Default for TempDir {
+    fn default() -> Self {
+        TempDir::new()
+    }
+}
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+/// A private `redis-server` on a free loopback port, killed on drop. It can be
+/// stopped and started again on the same port (with AOF on, data survives).
+pub struct RedisServer {
+    /// The port it listens on.
+    pub port: u16,
+    dir: TempDir,
+    child: Option<Child>,
+}
+
+impl RedisServer {
+    /// Starts a server with append-only persistence on (`appendfsync always`),
+    /// so a stop and start keeps every acknowledged write.
+    pub fn start() -> RedisServer {
+        let mut s = RedisServer {
+            port: free_port(),
+            dir: TempDir::new(),
+            child: None,
+        };
+        s.restart();
+        s
+    }
+
+    /// `redis://127.0.0.1:PORT/`.
+    pub fn url(&self) -> String {
+        format!("redis://127.0.0.1:{}/", self.port)
+    }
+
+    /// A new synchronous connection.
+    pub fn con(&self) -> redis::Connection {
+        redis::Client::open(self.url())
+            .expect("redis url")
+            .get_connection()
+            .expect("connect to test redis")
+    }
+
+    /// The server's pid while it runs.
+    pub fn pid(&self) -> Option<u32> {
+        self.child.as_ref().map(Child::id)
+    }
+
+    /// Kills the server (SIGKILL) and waits for it to exit.
+    pub fn stop(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+
+    /// Starts the server again (after [`RedisServer::stop`]) on the same port
+    /// and data directory, and waits until it answers PING.
+    pub fn restart(&mut self) {
+        self.stop();
+        let child = Command::new(redis_server_bin())
+            .args(["--port", &self.port.to_string()])
+            .args(["--bind", "127.0.0.1"])
+            .arg("--dir")
+            .arg(self.dir.path())
+            .args(["--save", ""])
+            .args(["--appendonly", "yes", "--appendfsync", "always"])
+            .args(["--daemonize", "no", "--loglevel", "warning"])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("start redis-server (is it installed? scripts/test.sh installs it)");
+        self.child = Some(child);
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            if let Ok(c) = redis::Client::open(self.url()) {
+                if let Ok(mut con) = c.get_connection() {
+                    if redis::cmd("PING").query::<String>(&mut con).is_ok() {
+                        return;
+                    }
+                }
+            }
+            assert!(
+                Instant::now() < deadline,
+                "redis-server did not start on {}",
+                self.port
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+}
+
+impl Drop for RedisServer {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
+
+fn redis_server_bin() -> String {
+    std::env::var("SECKILL_TEST_REDIS_SERVER").unwrap_or_else(|_| "redis-server".to_string())
+}
+
+/// A fresh MySQL database, migrated, dropped on drop.
+pub struct TestDb {
+    /// The database's name, `seckill_test_<unique>`.
+    pub name: String,
+    server_url: String,
+}
+
+impl TestDb {
+    /// Creates and migrates `seckill_test_<unique>` on `SECKILL_TEST_MYSQL_URL`.
+    pub fn create() -> TestDb {
+        let server_url = std::env::var("SECKILL_TEST_MYSQL_URL")
+            .unwrap_or_else(|_| "mysql://root@127.0.0.1:3306/".to_string());
+        let server_url = server_url.trim_end_matches('/').to_string() + "/";
+        let db = TestDb {
+            name: format!("seckill_test_{}", unique_suffix()),
+            server_url,
+        };
+        seckill_common::schema::migrate(&db.url(), Duration::from_secs(10)).expect(
+            "create and migrate the test database (is MariaDB running? see scripts/test.sh)",
+        );
+        db
+    }
+
+    /// `mysql://.../seckill_test_<unique>`.
+    pub fn url(&self) -> String {
+        format!("{}{}", self.server_url, self.name)
+    }
+
+    /// A new connection to this database.
+    pub fn conn(&self) -> mysql::Conn {
+        seckill_common::schema::connect(&self.url(), Duration::from_secs(10)).expect("connect")
+    }
+
+    /// Runs a query that returns one integer, e.g. `SELECT COUNT(*) FROM orders`.
+    pub fn count(&self, sql: &str) -> i64 {
+        let v: Option<i64> = self.conn().query_first(sql).expect("query");
+        v.unwrap_or(0)
+    }
+}
+
+impl Drop for TestDb {
+    fn drop(&mut self) {
+        if std::env::var_os("SECKILL_TEST_KEEP_DB").is_some() {
+            return;
+        }
+        if let Ok(mut c) =
+            seckill_common::schema::connect(&self.server_url, Duration::from_secs(10))
+        {
+            let _ = c.query_drop(format!("DROP DATABASE IF EXISTS `{}`", self.name));
+        }
+    }
+}
+
+/// Path of a workspace binary (`seckill-gateway`, ...), built by
+/// `cargo test --workspace` next to the test executables.
+pub fn bin(name: &str) -> PathBuf {
+    let exe = std::env::current_exe().expect("current exe");
+    // target/debug/deps/test-xxxx -> target/debug/NAME
+    let dir = exe
+        .parent()
+        .and_then(Path::parent)
+        .expect("target dir")
+        .to_path_buf();
+    let p = dir.join(name);
+    assert!(
+        p.exists(),
+        "{} is missing: run `cargo build --workspace` (scripts/test.sh does)",
+        p.display()
+    );
+    p
+}
+
+/// Inserts a sale into MySQL and loads it into Redis; returns its id.
+/// `starts_in_ms` may be negative (already open); the window lasts `len_ms`.
+pub fn create_sale(
+    db: &TestDb,
+    redis: &RedisServer,
+    stock: u64,
+    starts_in_ms: i64,
+    len_ms: u64,
+) -> u64 {
+    let now = seckill_common::now_ms() as i64;
+    let starts = (now + starts_in_ms) as u64;
+    let ends = starts + len_ms;
+    let mut c = db.conn();
+    c.exec_drop(
+        "INSERT INTO sales (sku, title, price_cents, total_stock, available_stock, starts_at, ends_at)
+         VALUES ('SKU-TEST', 'test sale', 1999, ?, ?, FROM_UNIXTIME(? / 1000), FROM_UNIXTIME(? / 1000))",
+        (stock, stock, starts, ends),
+    )
+    .expect("insert sale");
+    let id = c.last_insert_id();
+    let sale = seckill_common::sale::Sale {
+        id,
+        sku: "SKU-TEST".into(),
+        title: "test sale".into(),
+        price_cents: 1999,
+        total_stock: stock,
+        available_stock: stock as i64,
+        starts_at_ms: starts,
+        ends_at_ms: ends,
+    };
+    assert!(seckill_common::sale::load_into_redis(&mut redis.con(), &sale, 0).expect("load"));
+    id
+}
+
+/// Waits until `f` returns true, polling every 20 ms; panics after `timeout`
+/// with `what` in the message.
+pub fn wait_until(timeout: Duration, what: &str, mut f: impl FnMut() -> bool) {
+    let deadline = Instant::now() + timeout;
+    while !f() {
+        assert!(
+            Instant::now() < deadline,
+            "timed out after {timeout:?} waiting for {what}"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}

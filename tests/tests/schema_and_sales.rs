@@ -1,0 +1,280 @@
+//! Specifies migrations and the `sale` operator commands on real MariaDB and
+//! Redis, through the real `seckill-reconciler` binary.
+
+use mysql::prelude::Queryable;
+use redis::Commands;
+use seckill_common::keys::SaleKeys;
+use seckill_common::reservation::{reserve, ReserveOutcome};
+use seckill_tests::{bin, RedisServer, TestDb};
+use std::process::{Command, Output};
+use std::time::Duration;
+
+fn reconciler(db: &TestDb, redis: &RedisServer, args: &[&str]) -> Output {
+    Command::new(bin("seckill-reconciler"))
+        .args(args)
+        .env("SECKILL_MYSQL_URL", db.url())
+        .env("SECKILL_REDIS_URL", redis.url())
+        .env("RUST_LOG", "warn")
+        .output()
+        .expect("run seckill-reconciler")
+}
+
+fn schema_fingerprint(db: &TestDb) -> Vec<(String, String)> {
+    let mut c = db.conn();
+    let mut out = Vec::new();
+    for t in ["schema_migrations", "sales", "orders", "stock_ledger"] {
+        let row: Option<(String, String)> =
+            c.query_first(format!("SHOW CREATE TABLE {t}")).unwrap();
+        out.push(row.unwrap());
+    }
+    let versions: Vec<(u32, String)> = c
+        .query("SELECT version, CAST(applied_at AS CHAR) FROM schema_migrations ORDER BY version")
+        .unwrap();
+    out.push(("versions".into(), format!("{versions:?}")));
+    out
+}
+
+#[test]
+fn migrating_twice_changes_nothing() {
+    let db = TestDb::create(); // migrated once here
+    let redis = RedisServer::start();
+    let before = schema_fingerprint(&db);
+    let applied = seckill_common::schema::migrate(&db.url(), Duration::from_secs(5)).unwrap();
+    assert!(applied.is_empty());
+    let out = reconciler(&db, &redis, &["migrate"]);
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout).trim(),
+        "schema is current; nothing to apply"
+    );
+    assert_eq!(before, schema_fingerprint(&db));
+    assert_eq!(db.count("SELECT COUNT(*) FROM schema_migrations"), 1);
+}
+
+#[test]
+fn migrate_creates_a_missing_database() {
+    let db = TestDb::create();
+    let fresh = format!("{}_new", db.url());
+    let name = format!("{}_new", db.name);
+    let applied = seckill_common::schema::migrate(&fresh, Duration::from_secs(5)).unwrap();
+    assert_eq!(applied, vec![1]);
+    let mut c = db.conn();
+    let n: Option<i64> = c
+        .exec_first(
+            "SELECT COUNT(*) FROM information_schema.tables WHERE table_schema = ?",
+            (&name,),
+        )
+        .unwrap();
+    c.query_drop(format!("DROP DATABASE `{name}`")).unwrap();
+    assert_eq!(n, Some(4));
+}
+
+#[test]
+fn sale_create_writes_mysql_and_redis_and_sells() {
+    let db = TestDb::create();
+    let redis = RedisServer::start();
+    let out = reconciler(
+        &db,
+        &redis,
+        &[
+            "sale",
+            "create",
+            "--sku",
+            "PHONE-1",
+            "--stock",
+            "3",
+            "--starts-at",
+            "now",
+            "--ends-at",
+            "now+1h",
+            "--price-cents",
+            "49900",
+            "--title",
+            "Phone",
+        ],
+    );
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let id: u64 = String::from_utf8_lossy(&out.stdout).trim().parse().unwrap();
+    assert_eq!(
+        db.count(&format!("SELECT total_stock FROM sales WHERE id = {id}")),
+        3
+    );
+    assert_eq!(
+        db.count(&format!(
+            "SELECT available_stock FROM sales WHERE id = {id}"
+        )),
+        3
+    );
+    assert_eq!(
+        db.count(&format!("SELECT price_cents FROM sales WHERE id = {id}")),
+        49900
+    );
+    let mut con = redis.con();
+    let stock: i64 = con.get(SaleKeys::new(id).stock()).unwrap();
+    assert_eq!(stock, 3);
+    let member: bool = con.sismember(seckill_common::keys::SALES, id).unwrap();
+    assert!(member);
+    assert!(matches!(
+        reserve(&mut con, id, "u1").unwrap(),
+        ReserveOutcome::Reserved(_)
+    ));
+}
+
+#[test]
+fn sale_create_rejects_bad_input_and_writes_nothing() {
+    let db = TestDb::create();
+    let redis = RedisServer::start();
+    for args in [
+        vec![
+            "sale",
+            "create",
+            "--sku",
+            "X",
+            "--stock",
+            "0",
+            "--starts-at",
+            "now",
+            "--ends-at",
+            "now+1h",
+        ],
+        vec![
+            "sale",
+            "create",
+            "--sku",
+            "X",
+            "--stock",
+            "5",
+            "--starts-at",
+            "now+2h",
+            "--ends-at",
+            "now+1h",
+        ],
+        vec![
+            "sale",
+            "create",
+            "--sku",
+            "X",
+            "--stock",
+            "99999999999",
+            "--starts-at",
+            "now",
+            "--ends-at",
+            "now+1h",
+        ],
+        vec![
+            "sale",
+            "create",
+            "--sku",
+            "X",
+            "--stock",
+            "5",
+            "--starts-at",
+            "soon",
+            "--ends-at",
+            "now+1h",
+        ],
+    ] {
+        let out = reconciler(&db, &redis, &args);
+        assert_eq!(out.status.code(), Some(64), "{args:?}");
+        assert!(!out.stderr.is_empty());
+    }
+    assert_eq!(db.count("SELECT COUNT(*) FROM sales"), 0);
+    let keys: Vec<String> = redis::cmd("KEYS").arg("*").query(&mut redis.con()).unwrap();
+    assert!(keys.is_empty(), "{keys:?}");
+}
+
+#[test]
+fn sale_load_never_overwrites_live_stock() {
+    let db = TestDb::create();
+    let redis = RedisServer::start();
+    let id = seckill_tests::create_sale(&db, &redis, 10, -1000, 3_600_000);
+    let mut con = redis.con();
+    for u in ["a", "b", "c"] {
+        assert!(matches!(
+            reserve(&mut con, id, u).unwrap(),
+            ReserveOutcome::Reserved(_)
+        ));
+    }
+    for _ in 0..2 {
+        let out = reconciler(&db, &redis, &["sale", "load", &id.to_string()]);
+        assert_eq!(
+            out.status.code(),
+            Some(0),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let stock: i64 = con.get(SaleKeys::new(id).stock()).unwrap();
+        assert_eq!(stock, 7, "a load put sold stock back on sale");
+    }
+}
+
+#[test]
+fn sale_load_after_redis_data_loss_keeps_ordered_units_sold() {
+    let db = TestDb::create();
+    let redis = RedisServer::start();
+    let id = seckill_tests::create_sale(&db, &redis, 10, -1000, 3_600_000);
+    // Two orders already in MySQL, then Redis loses everything.
+    db.conn()
+        .exec_drop(
+            "INSERT INTO orders (reservation_id, sale_id, user_id) VALUES
+             ('0000000000000000000000000000000a', ?, 'x'), ('0000000000000000000000000000000b', ?, 'y')",
+            (id, id),
+        )
+        .unwrap();
+    let _: () = redis::cmd("FLUSHALL").query(&mut redis.con()).unwrap();
+    let out = reconciler(&db, &redis, &["sale", "load", &id.to_string()]);
+    assert_eq!(out.status.code(), Some(0));
+    let stock: i64 = redis.con().get(SaleKeys::new(id).stock()).unwrap();
+    assert_eq!(stock, 8);
+}
+
+#[test]
+fn sale_show_prints_both_sides_and_unknown_sale_fails() {
+    let db = TestDb::create();
+    let redis = RedisServer::start();
+    let id = seckill_tests::create_sale(&db, &redis, 10, -1000, 3_600_000);
+    reserve(&mut redis.con(), id, "a").unwrap();
+    let out = reconciler(&db, &redis, &["sale", "show", &id.to_string()]);
+    assert_eq!(out.status.code(), Some(0));
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains("available/stock   10           9"), "{text}");
+    assert!(text.contains("reservations      -            1"), "{text}");
+    let out = reconciler(&db, &redis, &["sale", "show", "999999"]);
+    assert_eq!(out.status.code(), Some(2));
+}
+
+#[test]
+fn unreachable_services_exit_2_with_a_message() {
+    let db = TestDb::create();
+    let mut redis = RedisServer::start();
+    redis.stop();
+    let out = reconciler(
+        &db,
+        &redis,
+        &[
+            "sale",
+            "create",
+            "--sku",
+            "X",
+            "--stock",
+            "5",
+            "--starts-at",
+            "now",
+            "--ends-at",
+            "now+1h",
+        ],
+    );
+    assert_eq!(out.status.code(), Some(2));
+    assert!(!out.stderr.is_empty());
+    assert_eq!(db.count("SELECT COUNT(*) FROM sales"), 0);
+}
