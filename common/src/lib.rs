@@ -18,6 +18,8 @@
 //! - [`reservation`]: the atomic reservation script and its typed outcome.
 //! - [`ids`]: reservation ids, the idempotency key into MySQL.
 //! - [`message`]: the versioned JSON order message.
+//! - [`dead_letter`]: the entry the worker writes to a dead-letter list.
+//! - [`metrics`]: counters, gauges, histograms and the Prometheus text format.
 //! - [`schema`]: MySQL tables, migrations, connection options.
 //! - [`sale`]: a sale and the load script that never overwrites live stock.
 //! - [`shutdown`]: the SIGINT/SIGTERM flag and logging set-up.
@@ -26,9 +28,11 @@
 #![deny(missing_docs)]
 
 pub mod config;
+pub mod dead_letter;
 pub mod ids;
 pub mod keys;
 pub mod message;
+pub mod metrics;
 pub mod reservation;
 pub mod sale;
 pub mod schema;
