@@ -1,0 +1,228 @@
+//! Owns the crowd: one thread per keep-alive connection takes the next step of
+//! the plan, sends it (at the arrival rate, or as fast as possible), and
+//! records every answer; a progress line goes to stderr once a second.
+
+use super::http::{self, Connection};
+use super::plan::Step;
+use std::io::{IsTerminal, Write};
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::thread;
+use std::time::{Duration, Instant};
+
+/// The answer to one planned request.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Record {
+    /// Index into the plan.
+    pub step: usize,
+    /// HTTP status; 0 when no answer came (see [`Outcome::errors`]).
+    pub status: u16,
+    /// From the first byte written to the last byte read, in µs.
+    pub latency_us: u32,
+    /// `reservation_id` of a 202 or 409 answer.
+    pub reservation_id: Option<String>,
+    /// `error` of a 403 answer (`sale_not_started` or `sale_ended`).
+    pub error_code: Option<String>,
+}
+
+/// Everything the crowd saw.
+#[derive(Debug, Default)]
+pub struct Outcome {
+    /// One record per planned request, in plan order.
+    pub records: Vec<Record>,
+    /// From the first request sent to the last answer read.
+    pub elapsed: Duration,
+    /// Unix ms when the first request was sent.
+    pub started_at_ms: u64,
+    /// The first few transport errors, for the report.
+    pub errors: Vec<String>,
+    /// TCP connections opened in total.
+    pub connects: u64,
+    /// Requests sent again because a kept-alive connection had been closed.
+    pub resent: u64,
+}
+
+/// How to send.
+pub struct DriveSpec<'a> {
+    /// The gateway.
+    pub addr: SocketAddr,
+    /// For the `Host` header.
+    pub host: &'a str,
+    /// The sale bought from.
+    pub sale_id: u64,
+    /// User ids are `PREFIX-n`.
+    pub user_prefix: &'a str,
+    /// Connections, one thread each.
+    pub connections: u32,
+    /// Requests per second in total; 0 = as fast as possible.
+    pub rate: f64,
+    /// Per-request timeout.
+    pub timeout: Duration,
+}
+
+#[derive(Default)]
+struct Counters {
+    done: AtomicU64,
+    accepted: AtomicU64,
+    already: AtomicU64,
+    sold_out: AtomicU64,
+    other: AtomicU64,
+    failed: AtomicU64,
+}
+
+/// The bytes of step `s`.
+fn request_bytes(spec: &DriveSpec<'_>, s: Step) -> Vec<u8> {
+    match s {
+        Step::Purchase(u) => {
+            let body = format!(r#"{{"user_id":"{}-{u}"}}"#, spec.user_prefix);
+            http::post_json(
+                spec.host,
+                &format!("/v1/sales/{}/purchases", spec.sale_id),
+                body.as_bytes(),
+            )
+        }
+        Step::Hostile(h) => {
+            let (path, body) = h.path_and_body(spec.sale_id);
+            http::post_json(spec.host, &path, &body)
+        }
+    }
+}
+
+/// Sends every step of `plan` and returns what came back. Never fails: a
+/// request without an answer is recorded with status 0.
+pub fn run(spec: &DriveSpec<'_>, plan: &[Step]) -> Outcome {
+    let next = AtomicUsize::new(0);
+    let counters = Counters::default();
+    let finished = Arc::new(AtomicBool::new(false));
+    let start = Instant::now();
+    let started_at_ms = seckill_common::now_ms();
+    let total = plan.len() as u64;
+    let mut outcome = Outcome {
+        started_at_ms,
+        ..Outcome::default()
+    };
+    thread::scope(|scope| {
+        let progress = scope.spawn(|| progress_loop(&counters, &finished, total, start));
+        let mut handles = Vec::new();
+        for _ in 0..spec.connections {
+            handles.push(scope.spawn(|| {
+                let mut con = Connection::new(spec.addr, spec.timeout);
+                let mut recs = Vec::new();
+                let mut errs = Vec::new();
+                loop {
+                    let i = next.fetch_add(1, Ordering::Relaxed);
+                    let Some(&step) = plan.get(i) else { break };
+                    if spec.rate > 0.0 {
+                        let due = start + Duration::from_secs_f64(i as f64 / spec.rate);
+                        let now = Instant::now();
+                        if due > now {
+                            thread::sleep(due - now);
+                        }
+                    }
+                    let req = request_bytes(spec, step);
+                    let t0 = Instant::now();
+                    let answer = con.send(&req);
+                    let latency_us = t0.elapsed().as_micros().min(u32::MAX as u128) as u32;
+                    let rec = match answer {
+                        Ok(r) => {
+                            let c = match r.status {
+                                202 => &counters.accepted,
+                                409 => &counters.already,
+                                410 => &counters.sold_out,
+                                _ => &counters.other,
+                            };
+                            c.fetch_add(1, Ordering::Relaxed);
+                            let rid = matches!(r.status, 202 | 409)
+                                .then(|| http::json_str(&r.body, "reservation_id"))
+                                .flatten();
+                            let code = (r.status == 403)
+                                .then(|| http::json_str(&r.body, "error"))
+                                .flatten();
+                            Record {
+                                step: i,
+                                status: r.status,
+                                latency_us,
+                                reservation_id: rid,
+                                error_code: code,
+                            }
+                        }
+                        Err(e) => {
+                            counters.failed.fetch_add(1, Ordering::Relaxed);
+                            if errs.len() < 5 {
+                                errs.push(format!("request {i}: {e}"));
+                            }
+                            Record {
+                                step: i,
+                                status: 0,
+                                latency_us,
+                                reservation_id: None,
+                                error_code: None,
+                            }
+                        }
+                    };
+                    recs.push(rec);
+                    counters.done.fetch_add(1, Ordering::Relaxed);
+                }
+                (recs, errs, con.connects, con.resent)
+            }));
+        }
+        for h in handles {
+            if let Ok((recs, errs, connects, resent)) = h.join() {
+                outcome.records.extend(recs);
+                if outcome.errors.len() < 10 {
+                    outcome.errors.extend(errs);
+                }
+                outcome.connects += connects;
+                outcome.resent += resent;
+            }
+        }
+        outcome.elapsed = start.elapsed();
+        finished.store(true, Ordering::SeqCst);
+        let _ = progress.join();
+    });
+    outcome.records.sort_by_key(|r| r.step);
+    outcome
+}
+
+/// Prints `sent/total, answers by kind, req/s` once a second (in place on a
+/// terminal, one line per 5 s otherwise), and a last line at the end.
+fn progress_loop(c: &Counters, finished: &AtomicBool, total: u64, start: Instant) {
+    let tty = std::io::stderr().is_terminal();
+    let every = if tty {
+        Duration::from_secs(1)
+    } else {
+        Duration::from_secs(5)
+    };
+    let mut last = Instant::now();
+    loop {
+        let done = finished.load(Ordering::SeqCst);
+        if done || last.elapsed() >= every {
+            last = Instant::now();
+            let n = c.done.load(Ordering::Relaxed);
+            let secs = start.elapsed().as_secs_f64().max(1e-3);
+            let line = format!(
+                "load: {n}/{total} sent | 202 {} | 409 {} | 410 {} | other {} | no answer {} | {:.0} req/s",
+                c.accepted.load(Ordering::Relaxed),
+                c.already.load(Ordering::Relaxed),
+                c.sold_out.load(Ordering::Relaxed),
+                c.other.load(Ordering::Relaxed),
+                c.failed.load(Ordering::Relaxed),
+                n as f64 / secs
+            );
+            let mut err = std::io::stderr().lock();
+            if tty {
+                let _ = write!(err, "\r{line}\x1b[K");
+                if done {
+                    let _ = writeln!(err);
+                }
+            } else {
+                let _ = writeln!(err, "{line}");
+            }
+        }
+        if done {
+            return;
+        }
+        thread::sleep(Duration::from_millis(50));
+    }
+}

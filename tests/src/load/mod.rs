@@ -1,0 +1,155 @@
+//! The load simulator behind `seckill-load`: a flash-sale crowd over
+//! keep-alive HTTP/1.1, then the invariants checked against the gateway's
+//! answers, Redis and MySQL.
+//!
+//! # Layout
+//!
+//! - [`cli`]: the command line, parsed and validated into options.
+//! - [`plan`]: who clicks when (seeded shuffle, double clicks, hostile requests).
+//! - [`http`]: the keep-alive HTTP/1.1 client over `TcpStream`.
+//! - [`drive`]: one thread per connection sends the plan and records every answer.
+//! - [`state`]: what is read from Redis and MySQL, and the wait for the workers.
+//! - [`invariants`]: the answers counted and every invariant checked (pure).
+//! - [`report`]: the report as text or JSON.
+
+pub mod cli;
+pub mod drive;
+pub mod http;
+pub mod invariants;
+pub mod plan;
+pub mod report;
+pub mod state;
+
+use std::fmt;
+use std::time::Duration;
+
+/// Why a run could not be made (distinct from "an invariant failed").
+#[derive(Debug)]
+#[non_exhaustive]
+pub enum LoadError {
+    /// Redis or MySQL could not be read.
+    State(state::StateError),
+}
+
+impl fmt::Display for LoadError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            LoadError::State(e) => write!(f, "cannot check the sale: {e}"),
+        }
+    }
+}
+
+impl std::error::Error for LoadError {}
+
+impl From<state::StateError> for LoadError {
+    fn from(e: state::StateError) -> Self {
+        LoadError::State(e)
+    }
+}
+
+/// Runs the crowd described by `o` against the gateway, verifies (unless
+/// `--no-verify`) and prints the report on stdout. Returns whether every
+/// invariant held.
+///
+/// Errors: [`LoadError`] when Redis or MySQL cannot be read.
+pub fn run(o: &cli::Options, config: &seckill_common::Config) -> Result<bool, LoadError> {
+    let needs_store = o.verify || o.wait_open;
+    let redis_url = (!o.baseline).then_some(config.redis_url.as_str());
+    let mut store = if needs_store {
+        Some(state::Store::open(
+            o.sale_id,
+            redis_url,
+            &config.mysql_url,
+            o.timeout,
+        )?)
+    } else {
+        None
+    };
+    let mut sale = None;
+    let mut reserved_before = 0;
+    if let Some(st) = store.as_mut() {
+        let row = st.sale()?;
+        reserved_before = st.reserved_so_far()?;
+        if o.wait_open {
+            // A small margin so Redis's clock (the one that decides) agrees.
+            let wait_ms = row.starts_at_ms - row.mysql_now_ms + 30;
+            if wait_ms > 0 {
+                eprintln!("load: waiting {wait_ms} ms for sale {} to open", o.sale_id);
+                std::thread::sleep(Duration::from_millis(wait_ms as u64));
+            }
+        }
+        sale = Some(row);
+    }
+
+    let spec = plan::PlanSpec {
+        users: o.users,
+        duplicates: o.duplicates,
+        hostile: o.hostile,
+        spread: o.connections,
+        seed: o.seed,
+    };
+    let steps = plan::build(&spec);
+    let drive_spec = drive::DriveSpec {
+        addr: o.addr,
+        host: &o.host,
+        sale_id: o.sale_id,
+        user_prefix: &o.user_prefix,
+        connections: o.connections,
+        rate: o.rate,
+        timeout: o.timeout,
+    };
+    let outcome = drive::run(&drive_spec, &steps);
+    let tally = invariants::tally(&steps, &outcome.records);
+
+    let mut drain_ms = None;
+    let mut drained = true;
+    let mut redis_state = None;
+    let mut mysql_state = None;
+    let mut checks = Vec::new();
+    if let (true, Some(st)) = (o.verify, store.as_mut()) {
+        if !o.baseline {
+            eprintln!("load: waiting for the workers to drain the queue");
+            let (ok, waited) = st.wait_drained(o.drain_timeout)?;
+            drained = ok;
+            drain_ms = Some(waited.as_millis() as u64);
+        }
+        redis_state = st.redis_state()?;
+        mysql_state = Some(st.mysql_state()?);
+        let facts = invariants::Facts {
+            total_stock: sale.map_or(0, |s| s.total_stock),
+            reserved_before,
+            user_prefix: &o.user_prefix,
+            drained,
+            redis: redis_state.as_ref(),
+            mysql: mysql_state.as_ref(),
+        };
+        checks = invariants::checks(&tally, &facts);
+    }
+    let starts = sale.map(|s| s.starts_at_ms);
+    let rep = report::Report {
+        sale_id: o.sale_id,
+        users: o.users,
+        second_clicks: plan::duplicate_count(&spec),
+        connections: o.connections,
+        seed: o.seed,
+        total_stock: sale.map_or(0, |s| s.total_stock),
+        tally: &tally,
+        elapsed_s: outcome.elapsed.as_secs_f64(),
+        errors: &outcome.errors,
+        connects: outcome.connects,
+        redis: redis_state.as_ref(),
+        mysql: mysql_state.as_ref(),
+        drain_ms,
+        open_to_first_request_ms: starts.map(|s| outcome.started_at_ms as i64 - s),
+        open_to_last_order_ms: starts
+            .zip(mysql_state.as_ref().and_then(|m| m.last_order_ms))
+            .map(|(s, last)| last - s),
+        checks: &checks,
+    };
+    if o.json {
+        println!("{}", rep.to_json());
+    } else {
+        print!("{}", rep.to_text());
+    }
+    Ok(rep.ok())
+}

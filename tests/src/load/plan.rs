@@ -1,0 +1,206 @@
+//! Owns the request plan: which user clicks when, who clicks twice, and
+//! where the hostile requests go. Pure and seeded, so a run can be repeated
+//! exactly with `--seed`.
+
+/// A hostile request mixed into the crowd, with the answers it may get.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Hostile {
+    /// Truncated JSON `{"user_id":` -> 400.
+    TruncatedJson,
+    /// `{"user_id":42}` -> 400.
+    NumericUser,
+    /// A user id of 65 characters -> 400.
+    LongUser,
+    /// A user id with a space and a control character -> 400.
+    BadCharacters,
+    /// A purchase on a sale id that does not exist -> 404.
+    UnknownSale,
+    /// A 5,000-byte body, over the 4 KiB limit -> 413 (or a closed connection).
+    Oversized,
+    /// `/v1/sales/abc/purchases` -> 400 or 404.
+    NonNumericSale,
+}
+
+impl Hostile {
+    /// Every kind, in the order they are mixed in.
+    pub const ALL: [Hostile; 7] = [
+        Hostile::TruncatedJson,
+        Hostile::NumericUser,
+        Hostile::LongUser,
+        Hostile::BadCharacters,
+        Hostile::UnknownSale,
+        Hostile::Oversized,
+        Hostile::NonNumericSale,
+    ];
+
+    /// A short stable name for reports.
+    pub fn name(self) -> &'static str {
+        match self {
+            Hostile::TruncatedJson => "truncated_json",
+            Hostile::NumericUser => "numeric_user_id",
+            Hostile::LongUser => "user_id_65_chars",
+            Hostile::BadCharacters => "user_id_bad_characters",
+            Hostile::UnknownSale => "unknown_sale",
+            Hostile::Oversized => "body_over_limit",
+            Hostile::NonNumericSale => "non_numeric_sale_id",
+        }
+    }
+
+    /// The statuses the gateway API (issue 3) documents for this request.
+    /// `0` stands for "the server closed the connection", allowed only where
+    /// the API allows it (an oversized body may be cut off).
+    pub fn allowed(self) -> &'static [u16] {
+        match self {
+            Hostile::UnknownSale => &[404],
+            Hostile::Oversized => &[413, 0],
+            Hostile::NonNumericSale => &[400, 404],
+            _ => &[400],
+        }
+    }
+
+    /// The request's path and body for `sale_id`.
+    pub fn path_and_body(self, sale_id: u64) -> (String, Vec<u8>) {
+        let purchases = format!("/v1/sales/{sale_id}/purchases");
+        match self {
+            Hostile::TruncatedJson => (purchases, br#"{"user_id":"#.to_vec()),
+            Hostile::NumericUser => (purchases, br#"{"user_id":42}"#.to_vec()),
+            Hostile::LongUser => (
+                purchases,
+                format!(r#"{{"user_id":"{}"}}"#, "x".repeat(65)).into_bytes(),
+            ),
+            Hostile::BadCharacters => (purchases, b"{\"user_id\":\"a b\\u0001\"}".to_vec()),
+            Hostile::UnknownSale => (
+                format!(
+                    "/v1/sales/{}/purchases",
+                    sale_id.saturating_add(1_000_000_000)
+                ),
+                br#"{"user_id":"hostile-unknown-sale"}"#.to_vec(),
+            ),
+            Hostile::Oversized => (
+                purchases,
+                format!(r#"{{"user_id":"big","pad":"{}"}}"#, "p".repeat(5000)).into_bytes(),
+            ),
+            Hostile::NonNumericSale => (
+                "/v1/sales/abc/purchases".to_string(),
+                br#"{"user_id":"hostile-abc"}"#.to_vec(),
+            ),
+        }
+    }
+}
+
+/// One planned request.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Step {
+    /// A purchase by user number `n` (its id is `PREFIX-n`).
+    Purchase(u32),
+    /// A hostile request.
+    Hostile(Hostile),
+}
+
+/// What to plan.
+#[derive(Debug, Clone, PartialEq)]
+pub struct PlanSpec {
+    /// Distinct users, each clicking once.
+    pub users: u32,
+    /// Share of users who click twice, 0.0 to 1.0.
+    pub duplicates: f64,
+    /// Hostile requests mixed in (the kinds in turn).
+    pub hostile: u32,
+    /// How far (in requests) a second click may trail the first: about the
+    /// number of connections, so both are in flight together.
+    pub spread: u32,
+    /// Seed of the shuffle.
+    pub seed: u64,
+}
+
+/// splitmix64: a tiny, well-mixed generator; the plan needs repeatability,
+/// not cryptographic strength.
+pub struct Rng(u64);
+
+impl Rng {
+    /// A generator from `seed`.
+    pub fn new(seed: u64) -> Rng {
+        Rng(seed)
+    }
+    /// The next 64 random bits.
+    pub fn next_u64(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^ (z >> 31)
+    }
+    /// A number in `0..n` (`n` > 0).
+    pub fn below(&mut self, n: u64) -> u64 {
+        self.next_u64() % n.max(1)
+    }
+}
+
+/// The number of users who click twice: `users × duplicates`, rounded.
+pub fn duplicate_count(spec: &PlanSpec) -> u32 {
+    ((spec.users as f64) * spec.duplicates.clamp(0.0, 1.0)).round() as u32
+}
+
+/// Builds the plan: users in random order, a second click for
+/// [`duplicate_count`] of them at most `spread` requests after their first,
+/// and the hostile requests at random places.
+pub fn build(spec: &PlanSpec) -> Vec<Step> {
+    let mut rng = Rng::new(spec.seed);
+    let mut order: Vec<u32> = (0..spec.users).collect();
+    for i in (1..order.len()).rev() {
+        let j = rng.below(i as u64 + 1) as usize;
+        order.swap(i, j);
+    }
+    let dups = duplicate_count(spec) as u64;
+    // Sort keys: first clicks at 4i, a second click a little later, hostile
+    // requests anywhere; the low bits keep kinds apart on equal positions.
+    let mut keyed: Vec<(u64, Step)> = Vec::with_capacity(order.len() + dups as usize + 8);
+    for (i, &user) in order.iter().enumerate() {
+        let i = i as u64;
+        keyed.push((i * 4, Step::Purchase(user)));
+        // Users are already shuffled, so "the first `dups` by user number"
+        // is a random choice of positions.
+        if (user as u64) < dups {
+            let later = i + 1 + rng.below(spec.spread.max(1) as u64);
+            keyed.push((later * 4 + 1, Step::Purchase(user)));
+        }
+    }
+    let n = order.len().max(1) as u64;
+    for h in 0..spec.hostile {
+        let kind = Hostile::ALL[h as usize % Hostile::ALL.len()];
+        keyed.push((rng.below(n) * 4 + 2, Step::Hostile(kind)));
+    }
+    keyed.sort_by_key(|(k, _)| *k);
+    keyed.into_iter().map(|(_, s)| s).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::HashMap;
+
+    #[test]
+    fn plan_has_every_user_the_duplicates_and_the_hostile_requests() {
+        let spec = PlanSpec {
+            users: 1000,
+            duplicates: 0.1,
+            hostile: 9,
+            spread: 64,
+            seed: 7,
+        };
+        let plan = build(&spec);
+        assert_eq!(plan.len(), 1000 + 100 + 9);
+        let mut clicks: HashMap<u32, u32> = HashMap::new();
+        let mut hostile = 0;
+        for s in &plan {
+            match s {
+                Step::Purchase(u) => *clicks.entry(*u).or_default() += 1,
+                Step::Hostile(_) => hostile += 1,
+            }
+        }
+        assert_eq!(clicks.len(), 1000);
+        assert_eq!(clicks.values().filter(|&&c| c == 2).count(), 100);
+        assert_eq!(hostile, 9);
+        assert_eq!(build(&spec), plan, "same seed, same plan");
+    }
+}

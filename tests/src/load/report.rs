@@ -1,0 +1,201 @@
+//! Owns the load simulator's report: the figures of one run and the
+//! invariants, as human text or as JSON (`--json`).
+
+use super::invariants::{Check, Tally};
+use super::state::{MysqlState, RedisState};
+use serde_json::{json, Value};
+use std::fmt::Write;
+
+/// Everything one run found out.
+pub struct Report<'a> {
+    /// The sale.
+    pub sale_id: u64,
+    /// Distinct users.
+    pub users: u32,
+    /// Second clicks planned.
+    pub second_clicks: u32,
+    /// Connections.
+    pub connections: u32,
+    /// The plan's seed.
+    pub seed: u64,
+    /// `sales.total_stock` (0 when not verified).
+    pub total_stock: u64,
+    /// The answers, counted.
+    pub tally: &'a Tally,
+    /// Load phase length in seconds.
+    pub elapsed_s: f64,
+    /// First few transport errors.
+    pub errors: &'a [String],
+    /// TCP connections opened.
+    pub connects: u64,
+    /// Redis figures.
+    pub redis: Option<&'a RedisState>,
+    /// MySQL figures.
+    pub mysql: Option<&'a MysqlState>,
+    /// From the last answer until the queue was drained, in ms.
+    pub drain_ms: Option<u64>,
+    /// From the sale's opening to the first request sent, in ms.
+    pub open_to_first_request_ms: Option<i64>,
+    /// From the sale's opening to the last order's `created_at`, in ms.
+    pub open_to_last_order_ms: Option<i64>,
+    /// The invariants (empty with `--no-verify`).
+    pub checks: &'a [Check],
+}
+
+impl Report<'_> {
+    /// Whether every invariant held.
+    pub fn ok(&self) -> bool {
+        self.checks.iter().all(|c| c.ok)
+    }
+
+    fn requests(&self) -> u64 {
+        self.tally.by_status.values().sum()
+    }
+
+    fn rate(&self) -> f64 {
+        self.requests() as f64 / self.elapsed_s.max(1e-6)
+    }
+
+    /// The report as JSON (one object; figures in ms and counts).
+    pub fn to_json(&self) -> Value {
+        let t = self.tally;
+        let ms = |us: u32| us as f64 / 1000.0;
+        let statuses: serde_json::Map<String, Value> = t
+            .by_status
+            .iter()
+            .map(|(s, n)| {
+                let key = if *s == 0 {
+                    "no_answer".to_string()
+                } else {
+                    s.to_string()
+                };
+                (key, json!(n))
+            })
+            .collect();
+        json!({
+            "ok": self.ok(),
+            "sale_id": self.sale_id,
+            "total_stock": self.total_stock,
+            "users": self.users,
+            "second_clicks": self.second_clicks,
+            "hostile": t.hostile,
+            "connections": self.connections,
+            "seed": self.seed,
+            "requests": self.requests(),
+            "elapsed_s": self.elapsed_s,
+            "requests_per_s": self.rate(),
+            "latency_ms": {"p50": ms(t.latency_us[0]), "p90": ms(t.latency_us[1]),
+                           "p99": ms(t.latency_us[2]), "max": ms(t.latency_us[3])},
+            "answers": statuses,
+            "accepted": t.accepted,
+            "already_purchased": t.already_purchased,
+            "sold_out": t.sold_out,
+            "unexpected": t.unexpected,
+            "connects": self.connects,
+            "errors": self.errors,
+            "redis": self.redis.map(|r| json!({
+                "stock": r.stock, "buyers": r.buyers.len(), "flow_records": r.flow_records,
+                "queued": r.queued, "processing": r.processing, "dead_letters": r.dead_letters,
+            })),
+            "mysql": self.mysql.map(|m| json!({
+                "orders": m.orders.len(), "ledger_order_rows": m.ledger_order_rows,
+                "available_stock": m.available_stock,
+                "users_with_two_orders": m.users_with_two_orders,
+            })),
+            "drain_ms": self.drain_ms,
+            "open_to_first_request_ms": self.open_to_first_request_ms,
+            "open_to_last_order_ms": self.open_to_last_order_ms,
+            "invariants": self.checks.iter().map(|c| json!({
+                "name": c.name, "ok": c.ok, "detail": c.detail,
+            })).collect::<Vec<_>>(),
+        })
+    }
+
+    /// The report as text for a person.
+    pub fn to_text(&self) -> String {
+        let t = self.tally;
+        let ms = |us: u32| us as f64 / 1000.0;
+        let mut s = String::new();
+        let _ = writeln!(s, "seckill-load report: sale {}", self.sale_id);
+        let _ = writeln!(
+            s,
+            "  crowd       {} users ({} clicking twice), {} hostile requests, {} connections, seed {}",
+            self.users, self.second_clicks, t.hostile, self.connections, self.seed
+        );
+        let _ = writeln!(
+            s,
+            "  requests    {} in {:.2} s = {:.0} req/s; latency p50 {:.2} ms, p90 {:.2} ms, p99 {:.2} ms, max {:.2} ms",
+            self.requests(),
+            self.elapsed_s,
+            self.rate(),
+            ms(t.latency_us[0]),
+            ms(t.latency_us[1]),
+            ms(t.latency_us[2]),
+            ms(t.latency_us[3])
+        );
+        let answers: Vec<String> = t
+            .by_status
+            .iter()
+            .map(|(st, n)| {
+                if *st == 0 {
+                    format!("no answer: {n}")
+                } else {
+                    format!("{st}: {n}")
+                }
+            })
+            .collect();
+        let _ = writeln!(s, "  answers     {}", answers.join("  "));
+        if let Some(r) = self.redis {
+            let _ = writeln!(
+                s,
+                "  redis       stock {}, {} buyers, {} flow records, queue {}, processing {}, dead letters {}",
+                r.stock,
+                r.buyers.len(),
+                r.flow_records,
+                r.queued,
+                r.processing,
+                r.dead_letters
+            );
+        }
+        if let Some(m) = self.mysql {
+            let _ = writeln!(
+                s,
+                "  mysql       {} orders, {} ledger rows, available_stock {} of {}, {} users with two orders",
+                m.orders.len(),
+                m.ledger_order_rows,
+                m.available_stock,
+                self.total_stock,
+                m.users_with_two_orders
+            );
+        }
+        let mut timing = Vec::new();
+        if let Some(d) = self.drain_ms {
+            timing.push(format!("queue drained {d} ms after the last answer"));
+        }
+        if let Some(d) = self.open_to_last_order_ms {
+            timing.push(format!("sale open -> last order committed {d} ms"));
+        }
+        if !timing.is_empty() {
+            let _ = writeln!(s, "  timing      {}", timing.join("; "));
+        }
+        for e in self.errors {
+            let _ = writeln!(s, "  error       {e}");
+        }
+        if !self.checks.is_empty() {
+            let _ = writeln!(s, "  invariants");
+            for c in self.checks {
+                let mark = if c.ok { "ok  " } else { "FAIL" };
+                let _ = writeln!(s, "    {mark} {}: {}", c.name, c.detail);
+            }
+        }
+        let verdict = if self.checks.is_empty() {
+            "not verified (--no-verify)"
+        } else if self.ok() {
+            "every invariant holds"
+        } else {
+            "INVARIANT VIOLATED"
+        };
+        let _ = writeln!(s, "  verdict     {verdict}");
+        s
+    }
+}
