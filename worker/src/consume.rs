@@ -1,0 +1,279 @@
+//! Owns the consuming loop: which sale's queue to take from next, when to
+//! block, and what to do after a Redis error.
+//!
+//! Fairness across sales: one blocking call can watch only one queue, so the
+//! loop makes a pass over every known sale, taking up to
+//! `SECKILL_WORKER_BATCH` messages from each without blocking (a busy sale
+//! cannot starve a quiet one: each gets at most one batch per pass). Only
+//! when a whole pass found every queue empty does it block, for at most
+//! `SECKILL_WORKER_BLOCK`, on one sale's queue, a different sale each idle
+//! pass. A message for a quiet sale thus waits at most about one block time
+//! plus one pass. Sales are rediscovered from `seckill:sales` every 2 s.
+
+use crate::apply::Db;
+use crate::batch::BatchEnd;
+use crate::metrics::Metrics;
+use crate::queue::Consumer;
+use seckill_common::{Config, Shutdown};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// How often the set of sales is read again (a new sale is consumed within
+/// this time plus one block).
+pub const SALES_REFRESH: Duration = Duration::from_secs(2);
+
+/// First and largest pause between retries of a failed MySQL or Redis call.
+const BACKOFF_FIRST: Duration = Duration::from_millis(20);
+const BACKOFF_MAX: Duration = Duration::from_secs(1);
+
+/// Capped exponential backoff that wakes early on shutdown.
+pub struct Backoff {
+    next: Duration,
+}
+
+impl Backoff {
+    /// Starts at 20 ms, doubling up to 1 s.
+    pub fn new() -> Backoff {
+        Backoff {
+            next: BACKOFF_FIRST,
+        }
+    }
+
+    /// Sleeps the next pause in slices of at most 50 ms; `false` when the
+    /// shutdown flag was set before or during it.
+    pub fn sleep(&mut self, shutdown: &Shutdown) -> bool {
+        let until = Instant::now() + self.next;
+        self.next = (self.next * 2).min(BACKOFF_MAX);
+        while !shutdown.is_triggered() {
+            let now = Instant::now();
+            if now >= until {
+                return true;
+            }
+            std::thread::sleep((until - now).min(Duration::from_millis(50)));
+        }
+        false
+    }
+}
+
+impl Default for Backoff {
+    fn default() -> Self {
+        Backoff::new()
+    }
+}
+
+/// Test-only crash points (`SECKILL_WORKER_CRASH_AT`, for the crash tests;
+/// never set it in production): the process aborts, as under `kill -9`, the
+/// first time it reaches the point.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CrashPoint {
+    /// A batch was moved into the processing list; MySQL not touched yet.
+    AfterMove,
+    /// MySQL committed the batch; Redis not settled yet.
+    AfterCommit,
+    /// Like `AfterMove`, but the process stops itself (`SIGSTOP`) instead,
+    /// to test a paused worker that resumes after being reclaimed.
+    StopAfterMove,
+}
+
+impl CrashPoint {
+    /// Reads `SECKILL_WORKER_CRASH_AT` (`after_move`, `after_commit`,
+    /// `stop_after_move`); anything else means none.
+    pub fn from_env() -> Option<CrashPoint> {
+        match std::env::var("SECKILL_WORKER_CRASH_AT").ok()?.as_str() {
+            "after_move" => Some(CrashPoint::AfterMove),
+            "after_commit" => Some(CrashPoint::AfterCommit),
+            "stop_after_move" => Some(CrashPoint::StopAfterMove),
+            _ => None,
+        }
+    }
+}
+
+/// The consuming side of one worker process.
+pub struct Worker {
+    pub(crate) config: Config,
+    pub(crate) db: Db,
+    pub(crate) consumer: Consumer,
+    pub(crate) metrics: Arc<Metrics>,
+    pub(crate) shutdown: Shutdown,
+    crash: Option<CrashPoint>,
+    sales: Vec<u64>,
+    sales_read: Option<Instant>,
+    /// Index into `sales` of the queue to block on in the next idle pass.
+    idle_turn: usize,
+    /// A Redis error happened: reconnect and reclaim our own processing lists
+    /// before taking anything new (a move may have happened unseen).
+    must_reclaim: bool,
+}
+
+impl Worker {
+    /// A worker over already-configured clients; nothing is contacted yet.
+    pub fn new(
+        config: Config,
+        db: Db,
+        consumer: Consumer,
+        metrics: Arc<Metrics>,
+        shutdown: Shutdown,
+    ) -> Worker {
+        Worker {
+            config,
+            db,
+            consumer,
+            metrics,
+            shutdown,
+            crash: CrashPoint::from_env(),
+            sales: Vec::new(),
+            sales_read: None,
+            idle_turn: 0,
+            must_reclaim: true,
+        }
+    }
+
+    pub(crate) fn crash_if(&mut self, point: CrashPoint) {
+        let armed = self.crash;
+        match (armed, point) {
+            (Some(CrashPoint::AfterMove), CrashPoint::AfterMove)
+            | (Some(CrashPoint::AfterCommit), CrashPoint::AfterCommit) => {
+                log::error!("test crash point {point:?} reached: aborting");
+                std::process::abort();
+            }
+            (Some(CrashPoint::StopAfterMove), CrashPoint::AfterMove) => {
+                self.crash = None;
+                log::warn!("test crash point {point:?} reached: stopping myself");
+                let pid = std::process::id().to_string();
+                let _ = std::process::Command::new("kill")
+                    .args(["-STOP", &pid])
+                    .status();
+            }
+            _ => {}
+        }
+    }
+
+    /// Waits until Redis and MySQL both answer (retrying with backoff);
+    /// `false` when shutdown came first.
+    pub fn wait_for_dependencies(&mut self) -> bool {
+        let mut backoff = Backoff::new();
+        loop {
+            let redis = self.consumer.con().map(|_| ());
+            let mysql = self.db.ping();
+            match (redis, mysql) {
+                (Ok(()), Ok(())) => return true,
+                (r, m) => {
+                    if let Err(e) = r {
+                        log::warn!("waiting for redis: {e}");
+                        self.consumer.reset();
+                    }
+                    if let Err(e) = m {
+                        log::warn!("waiting for mysql: {e}");
+                    }
+                }
+            }
+            if !backoff.sleep(&self.shutdown) {
+                return false;
+            }
+        }
+    }
+
+    fn refresh_sales(&mut self) -> redis::RedisResult<()> {
+        if self.sales_read.is_some_and(|t| t.elapsed() < SALES_REFRESH) {
+            return Ok(());
+        }
+        let sales = crate::queue::sales(self.consumer.con()?)?;
+        if sales != self.sales {
+            log::info!("consuming {} sales", sales.len());
+        }
+        self.sales = sales;
+        self.sales_read = Some(Instant::now());
+        Ok(())
+    }
+
+    fn redis_failed(&mut self, e: &redis::RedisError) {
+        log::warn!("redis: {e}");
+        self.metrics.redis_errors.inc();
+        self.consumer.reset();
+        self.must_reclaim = true;
+    }
+
+    /// Runs until the shutdown flag is set; the batch in hand is always
+    /// finished (or, when MySQL is unreachable, left in the processing list)
+    /// before returning.
+    pub fn run(&mut self) {
+        let mut backoff = Backoff::new();
+        while !self.shutdown.is_triggered() {
+            match self.pass() {
+                Ok(()) => backoff = Backoff::new(),
+                Err(e) => {
+                    self.redis_failed(&e);
+                    if !backoff.sleep(&self.shutdown) {
+                        break;
+                    }
+                }
+            }
+        }
+    }
+
+    /// One pass over every sale; blocks on one queue when all were empty.
+    fn pass(&mut self) -> redis::RedisResult<()> {
+        if self.must_reclaim {
+            // Read the sales again: a lost move may be in any of them.
+            self.sales_read = None;
+            self.refresh_sales()?;
+            let sales = self.sales.clone();
+            let n = self.consumer.reclaim_own(&sales)?;
+            if n > 0 {
+                log::warn!("moved {n} messages of my previous run back to their queues");
+            }
+            self.metrics.reclaimed.add(n);
+            self.must_reclaim = false;
+        }
+        self.refresh_sales()?;
+        if self.sales.is_empty() {
+            let mut idle = Backoff {
+                next: self.config.worker_block,
+            };
+            idle.sleep(&self.shutdown);
+            return Ok(());
+        }
+        let sales = self.sales.clone();
+        let mut took_any = false;
+        for sale in sales {
+            if self.shutdown.is_triggered() {
+                return Ok(());
+            }
+            let batch = self.consumer.take(sale, self.config.worker_batch)?;
+            if !batch.is_empty() {
+                took_any = true;
+                self.finish(sale, batch);
+                if self.must_reclaim {
+                    return Ok(());
+                }
+            }
+        }
+        if took_any {
+            return Ok(());
+        }
+        self.idle_turn = (self.idle_turn + 1) % self.sales.len();
+        let sale = self.sales[self.idle_turn];
+        if let Some(first) = self.consumer.wait_one(sale)? {
+            let mut batch = vec![first];
+            if self.config.worker_batch > 1 {
+                batch.extend(self.consumer.take(sale, self.config.worker_batch - 1)?);
+            }
+            self.finish(sale, batch);
+        }
+        Ok(())
+    }
+
+    fn finish(&mut self, sale: u64, batch: Vec<Vec<u8>>) {
+        match self.handle_batch(sale, batch) {
+            BatchEnd::Settled => {}
+            BatchEnd::Interrupted => {
+                log::warn!("sale {sale}: stopping with a batch unapplied in my processing list")
+            }
+            BatchEnd::RedisFailed => {
+                self.metrics.redis_errors.inc();
+                self.consumer.reset();
+                self.must_reclaim = true;
+            }
+        }
+    }
+}

@@ -1,0 +1,137 @@
+//! Owns the worker's error types: why [`crate::run`] stopped, and how one
+//! failed MySQL application is classified (retry in place, reconnect, or count
+//! a failed attempt against the messages).
+
+use std::fmt;
+
+/// Why the worker could not run. Redis or MySQL being unreachable is not one
+/// of these: the worker waits and retries until they answer or it is stopped.
+#[derive(Debug)]
+#[non_exhaustive]
+pub enum WorkerError {
+    /// `SECKILL_REDIS_URL` could not be turned into a client.
+    BadRedisUrl(String),
+    /// `SECKILL_MYSQL_URL` could not be turned into connection options.
+    BadMysqlUrl(String),
+    /// The `/metrics` listener could not bind its address.
+    MetricsListen(String),
+    /// A background thread could not be started.
+    Thread(String),
+}
+
+impl fmt::Display for WorkerError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            WorkerError::BadRedisUrl(d) => write!(f, "bad redis url: {d}"),
+            WorkerError::BadMysqlUrl(d) => write!(f, "bad mysql url: {d}"),
+            WorkerError::MetricsListen(d) => write!(f, "metrics listener: {d}"),
+            WorkerError::Thread(d) => write!(f, "thread start: {d}"),
+        }
+    }
+}
+
+impl std::error::Error for WorkerError {}
+
+impl WorkerError {
+    /// Whether the error is a configuration problem (exit code 2) rather than
+    /// a runtime one (exit code 1).
+    pub fn is_config(&self) -> bool {
+        matches!(
+            self,
+            WorkerError::BadRedisUrl(_) | WorkerError::BadMysqlUrl(_)
+        )
+    }
+}
+
+/// Why one MySQL application of a batch failed, by what the worker does next.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum ApplyError {
+    /// Deadlock (1213), lock-wait timeout (1205) or a lost insert race: the
+    /// transaction was rolled back; retry it with backoff on the same
+    /// connection. Never counted against the messages.
+    Transient(String),
+    /// The connection is gone or could not be opened (refused, killed,
+    /// server shutdown, timeout): reconnect and retry, keeping the messages in
+    /// the processing list. Never counted against the messages.
+    Connection(String),
+    /// Any other server error: counted as one failed application of each
+    /// message involved (see `SECKILL_WORKER_MAX_ATTEMPTS`).
+    Permanent(String),
+}
+
+impl fmt::Display for ApplyError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            ApplyError::Transient(d) => write!(f, "transient mysql error: {d}"),
+            ApplyError::Connection(d) => write!(f, "mysql connection: {d}"),
+            ApplyError::Permanent(d) => write!(f, "mysql: {d}"),
+        }
+    }
+}
+
+impl std::error::Error for ApplyError {}
+
+/// MySQL/MariaDB server error codes after which the transaction is retried.
+/// 1213 `ER_LOCK_DEADLOCK`, 1205 `ER_LOCK_WAIT_TIMEOUT` (MySQL reference
+/// manual, "Server Error Message Reference").
+const TRANSIENT_CODES: &[u16] = &[1205, 1213];
+
+/// Server error codes that mean the session is gone: 1053 server shutdown,
+/// 1040 too many connections, 1317 query interrupted (`KILL`), 1927
+/// connection killed (MariaDB), 2006 server gone away, 2013 lost connection.
+const CONNECTION_CODES: &[u16] = &[1040, 1053, 1317, 1927, 2006, 2013];
+
+impl From<mysql::Error> for ApplyError {
+    fn from(e: mysql::Error) -> Self {
+        match &e {
+            mysql::Error::MySqlError(se) if TRANSIENT_CODES.contains(&se.code) => {
+                ApplyError::Transient(e.to_string())
+            }
+            mysql::Error::MySqlError(se) if CONNECTION_CODES.contains(&se.code) => {
+                ApplyError::Connection(e.to_string())
+            }
+            mysql::Error::MySqlError(_)
+            | mysql::Error::FromValueError(_)
+            | mysql::Error::FromRowError(_) => ApplyError::Permanent(e.to_string()),
+            // I/O, codec and driver errors (closed socket, timeout, bad
+            // handshake) all mean "this connection is unusable".
+            _ => ApplyError::Connection(e.to_string()),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn server_error(code: u16) -> mysql::Error {
+        mysql::Error::MySqlError(mysql::MySqlError {
+            state: "HY000".into(),
+            message: "x".into(),
+            code,
+        })
+    }
+
+    #[test]
+    fn classifies_server_codes() {
+        assert!(matches!(
+            ApplyError::from(server_error(1213)),
+            ApplyError::Transient(_)
+        ));
+        assert!(matches!(
+            ApplyError::from(server_error(1205)),
+            ApplyError::Transient(_)
+        ));
+        assert!(matches!(
+            ApplyError::from(server_error(1927)),
+            ApplyError::Connection(_)
+        ));
+        assert!(matches!(
+            ApplyError::from(server_error(1146)),
+            ApplyError::Permanent(_)
+        ));
+        let io = mysql::Error::IoError(std::io::Error::from(std::io::ErrorKind::BrokenPipe));
+        assert!(matches!(ApplyError::from(io), ApplyError::Connection(_)));
+    }
+}

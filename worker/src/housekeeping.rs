@@ -1,0 +1,200 @@
+//! Owns the worker's housekeeping thread: the heartbeat key, the reclaim of
+//! dead workers' processing lists, and the per-sale queue gauges.
+//!
+//! A worker registers its id in `seckill:workers` and refreshes
+//! `seckill:worker:ID:heartbeat` (TTL `SECKILL_WORKER_HEARTBEAT_TTL`) every
+//! third of the TTL. Every half TTL it looks at each registered worker whose
+//! heartbeat has expired and moves that worker's processing lists back to
+//! their queues (one atomic script per list, see `queue.rs`). A worker that
+//! was only paused (SIGSTOP) and resumes finishes its batch anyway; the
+//! idempotent MySQL apply makes that second application harmless.
+
+use crate::metrics::{Metrics, SaleGauges};
+use crate::queue;
+use redis::{Client, Commands, Connection};
+use seckill_common::keys::{self, SaleKeys};
+use seckill_common::message::OrderMessage;
+use seckill_common::Shutdown;
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+/// What the housekeeping thread needs.
+pub struct Housekeeping {
+    /// Redis client (the thread opens its own connection).
+    pub client: Client,
+    /// This worker's id.
+    pub worker_id: String,
+    /// `SECKILL_WORKER_HEARTBEAT_TTL`.
+    pub ttl: Duration,
+    /// `SECKILL_REDIS_TIMEOUT`.
+    pub timeout: Duration,
+    /// Where the gauges and the reclaim counter go.
+    pub metrics: Arc<Metrics>,
+    /// Stops the thread (it also deletes the heartbeat on its way out).
+    pub shutdown: Shutdown,
+}
+
+/// Registers worker `worker_id` and writes its first heartbeat.
+///
+/// Errors: Redis failures.
+pub fn register(con: &mut Connection, worker_id: &str, ttl: Duration) -> redis::RedisResult<()> {
+    con.sadd::<_, _, ()>(keys::WORKERS, worker_id)?;
+    beat(con, worker_id, ttl)
+}
+
+fn beat(con: &mut Connection, worker_id: &str, ttl: Duration) -> redis::RedisResult<()> {
+    redis::cmd("SET")
+        .arg(keys::worker_heartbeat(worker_id))
+        .arg(seckill_common::now_ms())
+        .arg("PX")
+        .arg(ttl.as_millis().max(1) as u64)
+        .query(con)
+}
+
+/// Moves the processing lists of every registered worker other than `me`
+/// whose heartbeat has expired back to their queues; returns the number of
+/// messages moved.
+///
+/// Errors: Redis failures.
+pub fn reclaim_dead(con: &mut Connection, me: &str, sales: &[u64]) -> redis::RedisResult<u64> {
+    let workers: Vec<String> = con.smembers(keys::WORKERS)?;
+    let mut moved = 0;
+    for w in workers.iter().filter(|w| w.as_str() != me) {
+        let alive: bool = con.exists(keys::worker_heartbeat(w))?;
+        if alive {
+            continue;
+        }
+        for s in sales {
+            let n = queue::reclaim(con, *s, w)?;
+            if n > 0 {
+                log::warn!("reclaimed {n} messages of sale {s} from dead worker {w}");
+            }
+            moved += n;
+        }
+    }
+    Ok(moved)
+}
+
+/// The current figures of each sale's queue (lengths over all registered
+/// workers' processing lists, age of the oldest queued message).
+///
+/// Errors: Redis failures.
+pub fn gauges(con: &mut Connection, sales: &[u64]) -> redis::RedisResult<Vec<SaleGauges>> {
+    let workers: Vec<String> = con.smembers(keys::WORKERS)?;
+    let now = seckill_common::now_ms() as i64;
+    let mut out = Vec::with_capacity(sales.len());
+    for s in sales {
+        let k = SaleKeys::new(*s);
+        let mut p = redis::pipe();
+        p.llen(k.queue()).lindex(k.queue(), -1);
+        for w in &workers {
+            p.llen(k.processing(w));
+        }
+        let (queued, oldest, rest): (i64, Option<Vec<u8>>, Vec<i64>) = {
+            let v: Vec<redis::Value> = p.query(con)?;
+            let mut it = v.into_iter();
+            let queued: i64 = it
+                .next()
+                .map(|v| redis::from_redis_value(v).unwrap_or(0))
+                .unwrap_or(0);
+            let oldest: Option<Vec<u8>> = it
+                .next()
+                .and_then(|v| redis::from_redis_value(v).ok())
+                .flatten();
+            let rest = it
+                .map(|v| redis::from_redis_value(v).unwrap_or(0))
+                .collect();
+            (queued, oldest, rest)
+        };
+        let oldest_age_ms = oldest
+            .and_then(|raw| OrderMessage::parse(&raw).ok())
+            .map(|m| (now - m.reserved_at_ms as i64).max(0))
+            .unwrap_or(0);
+        out.push(SaleGauges {
+            sale_id: *s,
+            queued,
+            processing: rest.iter().sum(),
+            oldest_age_ms,
+        });
+    }
+    Ok(out)
+}
+
+impl Housekeeping {
+    /// Starts the thread. It runs until the shutdown flag is set, then
+    /// deletes this worker's heartbeat so others may reclaim at once whatever
+    /// it leaves behind.
+    ///
+    /// Errors: the thread cannot be started.
+    pub fn start(self) -> std::io::Result<JoinHandle<()>> {
+        std::thread::Builder::new()
+            .name("housekeeping".into())
+            .spawn(move || self.run())
+    }
+
+    fn run(self) {
+        let beat_every = (self.ttl / 3).max(Duration::from_millis(50));
+        let reclaim_every = (self.ttl / 2).max(Duration::from_millis(100));
+        let gauge_every = Duration::from_secs(1);
+        let tick = beat_every.min(Duration::from_millis(200));
+        let mut con: Option<Connection> = None;
+        let (mut last_beat, mut last_reclaim, mut last_gauge) = (None, None, None::<Instant>);
+        while !self.shutdown.is_triggered() {
+            if con.is_none() {
+                con = queue::open(&self.client, self.timeout, self.timeout).ok();
+            }
+            if let Some(c) = con.as_mut() {
+                if let Err(e) = self.tick(
+                    c,
+                    &mut last_beat,
+                    &mut last_reclaim,
+                    &mut last_gauge,
+                    (beat_every, reclaim_every, gauge_every),
+                ) {
+                    log::warn!("housekeeping: redis: {e}");
+                    con = None;
+                }
+            }
+            std::thread::sleep(tick);
+        }
+        if let Some(c) = con.as_mut() {
+            let _ = c.del::<_, ()>(keys::worker_heartbeat(&self.worker_id));
+        }
+    }
+
+    fn tick(
+        &self,
+        con: &mut Connection,
+        last_beat: &mut Option<Instant>,
+        last_reclaim: &mut Option<Instant>,
+        last_gauge: &mut Option<Instant>,
+        every: (Duration, Duration, Duration),
+    ) -> redis::RedisResult<()> {
+        let due =
+            |last: &Option<Instant>, every: Duration| last.is_none_or(|t| t.elapsed() >= every);
+        if due(last_beat, every.0) {
+            beat(con, &self.worker_id, self.ttl)?;
+            *last_beat = Some(Instant::now());
+        }
+        let reclaim_due = due(last_reclaim, every.1);
+        let gauge_due = due(last_gauge, every.2);
+        if !reclaim_due && !gauge_due {
+            return Ok(());
+        }
+        let sales = queue::sales(con)?;
+        if reclaim_due {
+            let n = reclaim_dead(con, &self.worker_id, &sales)?;
+            self.metrics.reclaimed.add(n);
+            *last_reclaim = Some(Instant::now());
+        }
+        if gauge_due {
+            let g = gauges(con, &sales)?;
+            if let Ok(mut m) = self.metrics.sales.lock() {
+                *m = g;
+            }
+            *last_gauge = Some(Instant::now());
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,114 @@
+//! `seckill-worker`: turns the reservations queued in Redis into MySQL
+//! orders, in batches, idempotently, losing and doubling nothing whatever
+//! process dies.
+//!
+//! # Layout
+//!
+//! - [`consume`]: the consuming loop (fair passes over every sale's queue,
+//!   blocking only when all are empty), backoff, test crash points.
+//! - [`batch`]: one batch from taking to settling: parse, apply, dead-letter,
+//!   requeue, one `MULTI` to finish it in Redis.
+//! - [`apply`]: the MySQL transaction (orders, stock ledger, guarded stock
+//!   decrement), idempotent by reservation id.
+//! - [`queue`]: the Redis side of the reliable queue (take, block, reclaim).
+//! - [`housekeeping`]: heartbeat, reclaim of dead workers' processing lists,
+//!   queue gauges.
+//! - [`metrics`]: counters and the `/metrics` listener.
+//! - [`error`]: why `run` stops, and how MySQL failures are classified.
+#![forbid(unsafe_code)]
+#![deny(missing_docs)]
+
+pub mod apply;
+pub mod batch;
+pub mod consume;
+pub mod error;
+pub mod housekeeping;
+pub mod metrics;
+pub mod queue;
+
+pub use error::WorkerError;
+
+use seckill_common::{Config, Shutdown};
+use std::sync::Arc;
+
+/// Runs the worker until `shutdown` is set: serves `/metrics`, waits for
+/// Redis and MySQL, registers, reclaims its own processing lists of a
+/// previous run, tells systemd it is ready, and consumes. On shutdown it
+/// finishes the batch in hand, tells systemd it is stopping, deletes its
+/// heartbeat and returns `Ok`.
+///
+/// Errors: [`WorkerError`] for what cannot be retried (bad URLs, metrics
+/// address in use). Unreachable Redis or MySQL is waited for, not an error.
+pub fn run(config: Config, shutdown: Shutdown) -> Result<(), WorkerError> {
+    let client = redis::Client::open(config.redis_url.as_str())
+        .map_err(|e| WorkerError::BadRedisUrl(e.to_string()))?;
+    let consumer = queue::Consumer::new(
+        &config.redis_url,
+        &config.worker_id,
+        config.redis_timeout,
+        config.worker_block,
+    )
+    .map_err(|e| WorkerError::BadRedisUrl(e.to_string()))?;
+    let db = apply::Db::new(&config.mysql_url, config.mysql_timeout)
+        .map_err(WorkerError::BadMysqlUrl)?;
+    let metrics = Arc::new(metrics::Metrics::default());
+    let (addr, _http) = metrics::serve(
+        config.worker_metrics_listen,
+        metrics.clone(),
+        config.worker_id.clone(),
+    )
+    .map_err(WorkerError::MetricsListen)?;
+    log::info!(
+        "worker {}: metrics on http://{addr}/metrics",
+        config.worker_id
+    );
+
+    let mut worker = consume::Worker::new(
+        config.clone(),
+        db,
+        consumer,
+        metrics.clone(),
+        shutdown.clone(),
+    );
+    if !worker.wait_for_dependencies() {
+        seckill_common::notify::stopping();
+        return Ok(());
+    }
+    // Register before consuming so others know whose lists these are.
+    let mut backoff = consume::Backoff::new();
+    loop {
+        let r =
+            queue::open(&client, config.redis_timeout, config.redis_timeout).and_then(|mut c| {
+                housekeeping::register(&mut c, &config.worker_id, config.worker_heartbeat_ttl)
+            });
+        match r {
+            Ok(()) => break,
+            Err(e) => log::warn!("registering worker: {e}"),
+        }
+        if !backoff.sleep(&shutdown) {
+            return Ok(());
+        }
+    }
+    let house = housekeeping::Housekeeping {
+        client,
+        worker_id: config.worker_id.clone(),
+        ttl: config.worker_heartbeat_ttl,
+        timeout: config.redis_timeout,
+        metrics,
+        shutdown: shutdown.clone(),
+    }
+    .start()
+    .map_err(|e| WorkerError::Thread(e.to_string()))?;
+    seckill_common::notify::ready();
+    log::info!(
+        "worker {}: consuming (batch {}, max attempts {})",
+        config.worker_id,
+        config.worker_batch,
+        config.worker_max_attempts
+    );
+    worker.run();
+    seckill_common::notify::stopping();
+    log::info!("worker {}: stopping", config.worker_id);
+    let _ = house.join();
+    Ok(())
+}

@@ -1,0 +1,273 @@
+//! Owns the worker's side of the reliable queue in Redis: taking a batch from
+//! a sale's queue into this worker's processing list, settling a finished
+//! batch (statuses, dead letters, requeues, removal from the processing list
+//! in one `MULTI`), and moving a processing list back to its queue.
+//!
+//! Protocol (keys in `seckill_common::keys`): the gateway `LPUSH`es onto
+//! `queue`; a worker moves from its right end (oldest first) onto the left
+//! end of `processing:WORKER`, so a message is always in exactly one list
+//! and a crash anywhere leaves it recoverable from the processing list.
+
+use redis::{Client, Connection, Script};
+use seckill_common::keys::{SaleKeys, SALES};
+use std::sync::OnceLock;
+use std::time::Duration;
+
+/// Moves up to `ARGV[1]` messages from the queue (`KEYS[1]`, right end) to
+/// the processing list (`KEYS[2]`, left end) without blocking, one `LMOVE`
+/// (or `RPOPLPUSH` when `ARGV[2]` says the server predates 6.2) each, and
+/// returns them oldest first. Atomic, one round trip.
+const TAKE_LUA: &str = r#"
+local out = {}
+for i = 1, tonumber(ARGV[1]) do
+  local v
+  if ARGV[2] == 'LMOVE' then
+    v = redis.call('LMOVE', KEYS[1], KEYS[2], 'RIGHT', 'LEFT')
+  else
+    v = redis.call('RPOPLPUSH', KEYS[1], KEYS[2])
+  end
+  if not v then break end
+  out[#out + 1] = v
+end
+return out
+"#;
+
+/// Moves every message of a processing list (`KEYS[1]`) back to the
+/// consuming (right) end of its queue (`KEYS[2]`), the oldest ending
+/// rightmost so it is taken first again; returns how many. Atomic: a message
+/// is never in both lists or in neither. Works on every Redis version.
+const RECLAIM_LUA: &str = r#"
+local n = 0
+while true do
+  local v = redis.call('LPOP', KEYS[1])
+  if not v then return n end
+  redis.call('RPUSH', KEYS[2], v)
+  n = n + 1
+end
+"#;
+
+fn take_script() -> &'static Script {
+    static S: OnceLock<Script> = OnceLock::new();
+    S.get_or_init(|| Script::new(TAKE_LUA))
+}
+
+fn reclaim_script() -> &'static Script {
+    static S: OnceLock<Script> = OnceLock::new();
+    S.get_or_init(|| Script::new(RECLAIM_LUA))
+}
+
+/// Moves sale `sale_id`'s processing list of worker `worker_id` back to the
+/// sale's queue; returns the number of messages moved.
+///
+/// Errors: Redis failures (then nothing or everything was moved).
+pub fn reclaim(con: &mut Connection, sale_id: u64, worker_id: &str) -> redis::RedisResult<u64> {
+    let k = SaleKeys::new(sale_id);
+    reclaim_script()
+        .key(k.processing(worker_id))
+        .key(k.queue())
+        .invoke(con)
+}
+
+/// Every sale id in `seckill:sales`, ascending, read with `SSCAN` (never
+/// `SMEMBERS` on an unbounded set). Members that are not ids are skipped.
+///
+/// Errors: Redis failures.
+pub fn sales(con: &mut Connection) -> redis::RedisResult<Vec<u64>> {
+    let mut ids = Vec::new();
+    let mut cursor: u64 = 0;
+    loop {
+        let (next, page): (u64, Vec<String>) = redis::cmd("SSCAN")
+            .arg(SALES)
+            .arg(cursor)
+            .arg("COUNT")
+            .arg(1000)
+            .query(con)?;
+        ids.extend(page.iter().filter_map(|s| s.parse::<u64>().ok()));
+        if next == 0 {
+            break;
+        }
+        cursor = next;
+    }
+    ids.sort_unstable();
+    ids.dedup();
+    Ok(ids)
+}
+
+/// Whether the server at the other end of `con` has `LMOVE`/`BLMOVE`
+/// (Redis 6.2 or newer), from `INFO server`.
+///
+/// Errors: Redis failures.
+pub fn has_lmove(con: &mut Connection) -> redis::RedisResult<bool> {
+    let info: String = redis::cmd("INFO").arg("server").query(con)?;
+    Ok(version_has_lmove(&info))
+}
+
+fn version_has_lmove(info: &str) -> bool {
+    let Some(v) = info.lines().find_map(|l| l.strip_prefix("redis_version:")) else {
+        return true;
+    };
+    let mut parts = v.trim().split('.').map(|p| p.parse::<u32>().unwrap_or(0));
+    let major = parts.next().unwrap_or(0);
+    let minor = parts.next().unwrap_or(0);
+    (major, minor) >= (6, 2)
+}
+
+/// This worker's two Redis connections: an ordinary one (timeouts
+/// `SECKILL_REDIS_TIMEOUT`) and one for the blocking move, whose read timeout
+/// is the block time plus that timeout. A client-side timeout shorter than
+/// the server's block would let the server move a message after the client
+/// gave up; so after any error on the blocking call that connection is
+/// dropped, and the caller reclaims its processing list.
+pub struct Consumer {
+    client: Client,
+    worker_id: String,
+    timeout: Duration,
+    block: Duration,
+    lmove: bool,
+    con: Option<Connection>,
+    blocking: Option<Connection>,
+}
+
+impl Consumer {
+    /// A consumer for `worker_id` (connections open lazily).
+    ///
+    /// Errors: the URL cannot be parsed.
+    pub fn new(
+        url: &str,
+        worker_id: &str,
+        timeout: Duration,
+        block: Duration,
+    ) -> redis::RedisResult<Consumer> {
+        Ok(Consumer {
+            client: Client::open(url)?,
+            worker_id: worker_id.to_string(),
+            timeout,
+            block,
+            lmove: true,
+            con: None,
+            blocking: None,
+        })
+    }
+
+    /// The ordinary connection, opened (and the server version read) on
+    /// first use.
+    ///
+    /// Errors: Redis failures.
+    pub fn con(&mut self) -> redis::RedisResult<&mut Connection> {
+        if self.con.is_none() {
+            let mut c = open(&self.client, self.timeout, self.timeout)?;
+            self.lmove = has_lmove(&mut c)?;
+            self.con = Some(c);
+        }
+        match self.con.as_mut() {
+            Some(c) => Ok(c),
+            None => Err(redis::RedisError::from((
+                redis::ErrorKind::Io,
+                "not connected",
+            ))),
+        }
+    }
+
+    /// Drops both connections (after any error: their state is unknown).
+    pub fn reset(&mut self) {
+        self.con = None;
+        self.blocking = None;
+    }
+
+    /// Takes up to `max` messages of sale `sale_id` without blocking; oldest
+    /// first. Empty when the queue is empty.
+    ///
+    /// Errors: Redis failures (the caller reclaims its processing list).
+    pub fn take(&mut self, sale_id: u64, max: usize) -> redis::RedisResult<Vec<Vec<u8>>> {
+        let k = SaleKeys::new(sale_id);
+        let cmd = if self.lmove { "LMOVE" } else { "RPOPLPUSH" };
+        let mut inv = take_script().key(k.queue());
+        inv.key(k.processing(&self.worker_id)).arg(max).arg(cmd);
+        let con = self.con()?;
+        inv.invoke(con)
+    }
+
+    /// Waits up to the block time for one message of sale `sale_id`
+    /// (`BLMOVE queue processing RIGHT LEFT`, or `BRPOPLPUSH` before Redis
+    /// 6.2). `None` when none arrived.
+    ///
+    /// Errors: Redis failures; the blocking connection is then dropped.
+    pub fn wait_one(&mut self, sale_id: u64) -> redis::RedisResult<Option<Vec<u8>>> {
+        // Read the server version first (it decides the command).
+        self.con()?;
+        if self.blocking.is_none() {
+            self.blocking = Some(open(&self.client, self.timeout, self.block + self.timeout)?);
+        }
+        let k = SaleKeys::new(sale_id);
+        let secs = self.block.as_secs_f64();
+        let cmd = if self.lmove {
+            let mut c = redis::cmd("BLMOVE");
+            c.arg(k.queue())
+                .arg(k.processing(&self.worker_id))
+                .arg("RIGHT")
+                .arg("LEFT")
+                .arg(secs);
+            c
+        } else {
+            let mut c = redis::cmd("BRPOPLPUSH");
+            c.arg(k.queue())
+                .arg(k.processing(&self.worker_id))
+                .arg(secs);
+            c
+        };
+        let r = match self.blocking.as_mut() {
+            Some(b) => cmd.query(b),
+            None => return Ok(None),
+        };
+        if r.is_err() {
+            self.blocking = None;
+        }
+        r
+    }
+
+    /// Moves every processing list of this worker back to its queue (at start,
+    /// and after any Redis error, when this worker holds no batch).
+    ///
+    /// Errors: Redis failures.
+    pub fn reclaim_own(&mut self, sales: &[u64]) -> redis::RedisResult<u64> {
+        let id = self.worker_id.clone();
+        let con = self.con()?;
+        let mut n = 0;
+        for s in sales {
+            n += reclaim(con, *s, &id)?;
+        }
+        Ok(n)
+    }
+
+    /// Runs `pipe` (built by [`crate::settle`]) on the ordinary connection.
+    ///
+    /// Errors: Redis failures.
+    pub fn run_pipe(&mut self, pipe: &redis::Pipeline) -> redis::RedisResult<()> {
+        let con = self.con()?;
+        pipe.query::<()>(con)
+    }
+}
+
+/// Opens a connection with the given connect and read timeout (the write
+/// timeout is the connect timeout).
+///
+/// Errors: Redis failures.
+pub fn open(client: &Client, timeout: Duration, read: Duration) -> redis::RedisResult<Connection> {
+    let c = client.get_connection_with_timeout(timeout)?;
+    c.set_read_timeout(Some(read))?;
+    c.set_write_timeout(Some(timeout))?;
+    Ok(c)
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn reads_the_server_version() {
+        assert!(super::version_has_lmove(
+            "# Server\r\nredis_version:7.0.15\r\n"
+        ));
+        assert!(super::version_has_lmove("redis_version:6.2.0\r\n"));
+        assert!(!super::version_has_lmove("redis_version:6.0.9\r\n"));
+        assert!(!super::version_has_lmove("redis_version:5.0.14\r\n"));
+    }
+}
