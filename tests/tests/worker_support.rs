@@ -1,0 +1,226 @@
+//! Shared by the worker tests (`#[path]`-included by each `worker_*.rs`):
+//! starting and signalling real `seckill-worker` processes, filling queues
+//! through the real reservation script, and the exactly-once checks.
+#![allow(dead_code)] // each test file uses a different part
+
+use mysql::prelude::Queryable;
+use redis::Commands;
+use seckill_common::dead_letter::DeadLetter;
+use seckill_common::keys::{self, SaleKeys};
+use seckill_common::reservation::{reserve, ReserveOutcome};
+use seckill_tests::{RedisServer, TempDir, TestDb};
+use std::collections::HashMap;
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::time::Duration;
+
+/// One running `seckill-worker`, killed (SIGKILL) on drop.
+pub struct WorkerProc {
+    /// The worker id.
+    pub id: String,
+    /// Its `/metrics` port.
+    pub metrics_port: u16,
+    child: Option<Child>,
+    _logs: TempDir,
+}
+
+/// Options of a worker start beyond the test's Redis and database.
+#[derive(Clone)]
+pub struct Opts {
+    pub batch: usize,
+    pub max_attempts: u32,
+    pub heartbeat_ttl: &'static str,
+    pub crash_at: Option<&'static str>,
+}
+
+impl Default for Opts {
+    fn default() -> Self {
+        Opts {
+            batch: 256,
+            max_attempts: 5,
+            heartbeat_ttl: "3s",
+            crash_at: None,
+        }
+    }
+}
+
+impl WorkerProc {
+    /// Starts worker `id` against `redis` and `db`.
+    pub fn start(redis: &RedisServer, db: &TestDb, id: &str, opts: &Opts) -> WorkerProc {
+        let logs = TempDir::new();
+        let port = seckill_tests::free_port();
+        let mut cmd = Command::new(seckill_tests::bin("seckill-worker"));
+        cmd.env_clear()
+            .env("PATH", std::env::var_os("PATH").unwrap_or_default())
+            .env("RUST_LOG", "info")
+            .env("SECKILL_REDIS_URL", redis.url())
+            .env("SECKILL_MYSQL_URL", db.url())
+            .env("SECKILL_WORKER_ID", id)
+            .env("SECKILL_WORKER_BATCH", opts.batch.to_string())
+            .env("SECKILL_WORKER_MAX_ATTEMPTS", opts.max_attempts.to_string())
+            .env("SECKILL_WORKER_BLOCK", "200ms")
+            .env("SECKILL_WORKER_HEARTBEAT_TTL", opts.heartbeat_ttl)
+            .env("SECKILL_MYSQL_TIMEOUT", "5s")
+            .env("SECKILL_WORKER_METRICS_LISTEN", format!("127.0.0.1:{port}"))
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(
+                std::fs::File::create(logs.path().join("stderr.log"))
+                    .map(Stdio::from)
+                    .unwrap_or_else(|_| Stdio::null()),
+            );
+        if let Some(p) = opts.crash_at {
+            cmd.env("SECKILL_WORKER_CRASH_AT", p);
+        }
+        let child = cmd.spawn().expect("start seckill-worker");
+        WorkerProc {
+            id: id.to_string(),
+            metrics_port: port,
+            child: Some(child),
+            _logs: logs,
+        }
+    }
+
+    /// The process id.
+    pub fn pid(&self) -> u32 {
+        self.child.as_ref().expect("running").id()
+    }
+
+    /// Sends `signal` (e.g. `-TERM`, `-STOP`, `-CONT`, `-KILL`) with `kill`.
+    pub fn signal(&self, signal: &str) {
+        let ok = Command::new("kill")
+            .arg(signal)
+            .arg(self.pid().to_string())
+            .status()
+            .expect("run kill")
+            .success();
+        assert!(ok, "kill {signal} failed");
+    }
+
+    /// Waits (bounded) for the process to exit and returns its status.
+    pub fn wait_exit(&mut self, timeout: Duration) -> ExitStatus {
+        let mut child = self.child.take().expect("running");
+        let mut status = None;
+        seckill_tests::wait_until(timeout, "the worker to exit", || {
+            status = child.try_wait().expect("try_wait");
+            status.is_some()
+        });
+        status.expect("exited")
+    }
+
+    /// The worker's `/metrics` page (plain HTTP/1.0 GET over a socket).
+    pub fn metrics(&self) -> String {
+        use std::io::{Read, Write};
+        let mut s = std::net::TcpStream::connect(("127.0.0.1", self.metrics_port))
+            .expect("connect to /metrics");
+        s.write_all(b"GET /metrics HTTP/1.0\r\nHost: x\r\n\r\n")
+            .expect("send");
+        let mut out = String::new();
+        s.read_to_string(&mut out).expect("read");
+        out
+    }
+}
+
+impl Drop for WorkerProc {
+    fn drop(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = Command::new("kill")
+                .args(["-CONT", &c.id().to_string()])
+                .status();
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+}
+
+/// Reserves one unit for each of `n` users `PREFIX-i` through the real
+/// reservation script; every one must succeed.
+pub fn reserve_users(redis: &RedisServer, sale: u64, prefix: &str, n: usize) {
+    let mut con = redis.con();
+    for i in 0..n {
+        let r = reserve(&mut con, sale, &format!("{prefix}-{i}")).expect("reserve");
+        assert!(matches!(r, ReserveOutcome::Reserved(_)), "{r:?}");
+    }
+}
+
+/// Waits until the sale's queue and every processing list are empty.
+pub fn wait_drained(redis: &RedisServer, sale: u64, timeout: Duration) {
+    let k = SaleKeys::new(sale);
+    let mut con = redis.con();
+    seckill_tests::wait_until(timeout, "the queue and processing lists to drain", || {
+        let q: usize = con.llen(k.queue()).unwrap();
+        q == 0 && processing_total(&mut con, sale) == 0
+    });
+}
+
+/// Messages in every registered worker's processing list of `sale`.
+pub fn processing_total(con: &mut redis::Connection, sale: u64) -> usize {
+    let k = SaleKeys::new(sale);
+    let workers: Vec<String> = con.smembers(keys::WORKERS).unwrap();
+    workers
+        .iter()
+        .map(|w| con.llen::<_, usize>(k.processing(w)).unwrap())
+        .sum()
+}
+
+/// Waits until MySQL holds `n` orders for `sale`.
+pub fn wait_orders(db: &TestDb, sale: u64, n: i64, timeout: Duration) {
+    seckill_tests::wait_until(timeout, &format!("{n} orders of sale {sale}"), || {
+        db.count(&format!("SELECT COUNT(*) FROM orders WHERE sale_id = {sale}")) >= n
+    });
+}
+
+/// The dead-letter entries of `sale`, oldest first.
+pub fn dead_letters(redis: &RedisServer, sale: u64) -> Vec<DeadLetter> {
+    let raw: Vec<Vec<u8>> = redis
+        .con()
+        .lrange(SaleKeys::new(sale).dead_letter(), 0, -1)
+        .unwrap();
+    raw.iter()
+        .rev()
+        .map(|r| DeadLetter::parse(r).expect("a dead-letter entry"))
+        .collect()
+}
+
+/// Asserts that every flow record of `sale` became exactly one order and one
+/// ledger row (`delta -1`, reason `order`), that MySQL stock went down by
+/// exactly that many from `stock`, that every status is `confirmed`, and
+/// that nothing is queued, in flight or dead-lettered.
+pub fn assert_exactly_once(db: &TestDb, redis: &RedisServer, sale: u64, stock: i64) {
+    let k = SaleKeys::new(sale);
+    let mut con = redis.con();
+    let flow: HashMap<String, String> = con.hgetall(k.flow()).unwrap();
+    let n = flow.len() as i64;
+    let mut c = db.conn();
+    let orders: Vec<(String, String, u32, String)> = c
+        .exec(
+            "SELECT reservation_id, user_id, quantity, status FROM orders WHERE sale_id = ?",
+            (sale,),
+        )
+        .unwrap();
+    assert_eq!(orders.len() as i64, n, "orders of sale {sale}");
+    for (rid, user, qty, status) in &orders {
+        let msg = flow.get(rid).expect("every order has a flow record");
+        assert!(msg.contains(&format!("\"user_id\":\"{user}\"")));
+        assert_eq!((*qty, status.as_str()), (1, "confirmed"));
+    }
+    let ledger = db.count(&format!(
+        "SELECT COUNT(*) FROM stock_ledger WHERE sale_id = {sale} AND delta = -1 AND reason = 'order'"
+    ));
+    let ledger_all = db.count(&format!(
+        "SELECT COUNT(*) FROM stock_ledger WHERE sale_id = {sale}"
+    ));
+    assert_eq!((ledger, ledger_all), (n, n), "ledger rows of sale {sale}");
+    let available = db.count(&format!(
+        "SELECT available_stock FROM sales WHERE id = {sale}"
+    ));
+    assert_eq!(available, stock - n, "available_stock of sale {sale}");
+    let statuses: HashMap<String, String> = con.hgetall(k.status()).unwrap();
+    assert_eq!(statuses.len() as i64, n);
+    assert!(
+        statuses.values().all(|s| s == "confirmed"),
+        "every status confirmed"
+    );
+    let q: usize = con.llen(k.queue()).unwrap();
+    let dlq: usize = con.llen(k.dead_letter()).unwrap();
+    assert_eq!((q, processing_total(&mut con, sale), dlq), (0, 0, 0));
+}
