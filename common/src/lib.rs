@@ -22,6 +22,7 @@
 //! - [`metrics`]: counters, gauges, histograms and the Prometheus text format.
 //! - [`schema`]: MySQL tables, migrations, connection options.
 //! - [`sale`]: a sale and the load script that never overwrites live stock.
+//! - [`release`]: the release (rollback) script that puts a reserved unit back on sale.
 //! - [`notify`]: systemd readiness (`sd_notify`) for `Type=notify` units.
 //! - [`shutdown`]: the SIGINT/SIGTERM flag and logging set-up.
 //! - [`timefmt`]: RFC 3339 / `now+30s` parsing and formatting of Unix ms.
@@ -35,6 +36,7 @@ pub mod keys;
 pub mod message;
 pub mod metrics;
 pub mod notify;
+pub mod release;
 pub mod reservation;
 pub mod sale;
 pub mod schema;

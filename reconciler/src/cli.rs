@@ -17,6 +17,15 @@ commands:
                                    now, now+30s, now+2h
   sale load ID                  put a MySQL sale into Redis unless Redis holds live state
   sale show ID                  MySQL and Redis figures side by side
+  run                           reconcile every active or recent sale (exit 1: open findings)
+  findings [--state open|auto_fixed|resolved|all] [--sale ID] [--json]
+                                list findings from the review store (default: open)
+  resolve FINDING_ID (--reorder | --rollback | --dismiss) --by NAME [--note TEXT] [--dry-run]
+                                --reorder   queue the order message again
+                                --rollback  release the reservation in Redis (stock +1)
+                                --dismiss   close the finding with the note
+  bench-read ID                 time the bare reads of a sale's flow records, ledger
+                                and orders (the benchmark's baseline); changes nothing
 
 configuration comes from SECKILL_* environment variables (see README).
 exit codes: 0 ok, 1 open findings (run), 2 could not run, 64 bad command line";
@@ -34,7 +43,69 @@ pub enum Command {
     SaleLoad(u64),
     /// Show sale ID.
     SaleShow(u64),
+    /// One reconciliation pass.
+    Run,
+    /// List findings.
+    Findings(FindingsArgs),
+    /// Act on a finding.
+    Resolve(ResolveArgs),
+    /// Time the bare reads of sale ID.
+    BenchRead(u64),
 }
+
+/// Arguments of `findings`, validated.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FindingsArgs {
+    /// `open`, `auto_fixed`, `resolved`; `None` for all.
+    pub state: Option<String>,
+    /// Only this sale.
+    pub sale: Option<u64>,
+    /// JSON (an array of findings) instead of a table.
+    pub json: bool,
+}
+
+/// What `resolve` does to the reservation of a finding.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ResolveAction {
+    /// Queue the order message again.
+    Reorder,
+    /// Release the reservation in Redis.
+    Rollback,
+    /// Close the finding, changing nothing else.
+    Dismiss,
+}
+
+impl ResolveAction {
+    /// The action's name as logged in `actions`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ResolveAction::Reorder => "reorder",
+            ResolveAction::Rollback => "rollback",
+            ResolveAction::Dismiss => "dismiss",
+        }
+    }
+}
+
+/// Arguments of `resolve`, validated.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ResolveArgs {
+    /// The finding's id.
+    pub finding_id: i64,
+    /// Exactly one of the three actions.
+    pub action: ResolveAction,
+    /// Who acts: 1-64 characters of `A-Z a-z 0-9 _ . - @`.
+    pub by: String,
+    /// Why; at most [`MAX_NOTE`] characters.
+    pub note: Option<String>,
+    /// Print what would change and change nothing.
+    pub dry_run: bool,
+}
+
+/// Longest `--note`, in characters.
+pub const MAX_NOTE: usize = 1000;
+
+/// Flags (options without a value) that the commands accept.
+const FLAGS: &[&str] = &["json", "reorder", "rollback", "dismiss", "dry-run"];
 
 /// Arguments of `sale create`, validated.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -106,6 +177,13 @@ pub fn parse_at(
     while let Some(arg) = p.next()? {
         match arg {
             Short('h') | Long("help") => return Ok(Command::Help),
+            Long(name) if FLAGS.contains(&name) => {
+                let name = name.to_string();
+                if p.optional_value().is_some() {
+                    return err(format!("--{name} takes no value"));
+                }
+                opts.push((name, String::new()));
+            }
             Long(name) => {
                 let name = name.to_string();
                 let v = string(p.value()?, &name)?;
@@ -125,6 +203,71 @@ pub fn parse_at(
         ["migrate"] => Command::Migrate,
         ["sale", "load", id] => Command::SaleLoad(parse_u64(id, "sale id")?),
         ["sale", "show", id] => Command::SaleShow(parse_u64(id, "sale id")?),
+        ["run"] => Command::Run,
+        ["bench-read", id] => Command::BenchRead(parse_u64(id, "sale id")?),
+        ["findings"] => {
+            let state = match take(&mut opts, "state").as_deref() {
+                None | Some("open") => Some("open".to_string()),
+                Some("all") => None,
+                Some(s @ ("auto_fixed" | "resolved")) => Some(s.to_string()),
+                Some(other) => {
+                    return err(format!(
+                        "--state {other:?}: expected open, auto_fixed, resolved or all"
+                    ))
+                }
+            };
+            let sale = match take(&mut opts, "sale") {
+                Some(s) => Some(parse_u64(&s, "--sale")?),
+                None => None,
+            };
+            let json = take(&mut opts, "json").is_some();
+            Command::Findings(FindingsArgs { state, sale, json })
+        }
+        ["resolve", id] => {
+            let finding_id: i64 = id.parse().ok().filter(|n| *n > 0).ok_or_else(|| {
+                UsageError(format!("finding id: {id:?} is not a positive integer"))
+            })?;
+            let mut actions = Vec::new();
+            for (flag, action) in [
+                ("reorder", ResolveAction::Reorder),
+                ("rollback", ResolveAction::Rollback),
+                ("dismiss", ResolveAction::Dismiss),
+            ] {
+                while take(&mut opts, flag).is_some() {
+                    actions.push(action);
+                }
+            }
+            let [action] = actions.as_slice() else {
+                return err("resolve needs exactly one of --reorder, --rollback, --dismiss");
+            };
+            let by =
+                take(&mut opts, "by").ok_or_else(|| UsageError("--by NAME is required".into()))?;
+            if !(1..=64).contains(&by.len())
+                || !by
+                    .bytes()
+                    .all(|b| b.is_ascii_alphanumeric() || b"_.-@".contains(&b))
+            {
+                return err(format!(
+                    "--by {by:?}: expected 1-64 characters of A-Z a-z 0-9 _ . - @"
+                ));
+            }
+            let note = take(&mut opts, "note");
+            if let Some(n) = &note {
+                if n.chars().count() > MAX_NOTE || n.chars().any(|c| c.is_control() && c != '\n') {
+                    return err(format!(
+                        "--note: at most {MAX_NOTE} characters, no control characters"
+                    ));
+                }
+            }
+            let dry_run = take(&mut opts, "dry-run").is_some();
+            Command::Resolve(ResolveArgs {
+                finding_id,
+                action: *action,
+                by,
+                note,
+                dry_run,
+            })
+        }
         ["sale", "create"] => {
             let sku =
                 take(&mut opts, "sku").ok_or_else(|| UsageError("--sku is required".into()))?;
@@ -238,5 +381,49 @@ mod tests {
         assert_eq!(p("sale load 42").unwrap(), Command::SaleLoad(42));
         assert_eq!(p("sale show 7").unwrap(), Command::SaleShow(7));
         assert_eq!(p("--help").unwrap(), Command::Help);
+        assert_eq!(p("run").unwrap(), Command::Run);
+        assert_eq!(p("bench-read 3").unwrap(), Command::BenchRead(3));
+    }
+
+    #[test]
+    fn findings_and_resolve_parse_and_validate() {
+        assert_eq!(
+            p("findings").unwrap(),
+            Command::Findings(FindingsArgs {
+                state: Some("open".into()),
+                sale: None,
+                json: false
+            })
+        );
+        assert_eq!(
+            p("findings --state all --sale 4 --json").unwrap(),
+            Command::Findings(FindingsArgs {
+                state: None,
+                sale: Some(4),
+                json: true
+            })
+        );
+        assert_eq!(
+            p("resolve 12 --rollback --by alice --dry-run").unwrap(),
+            Command::Resolve(ResolveArgs {
+                finding_id: 12,
+                action: ResolveAction::Rollback,
+                by: "alice".into(),
+                note: None,
+                dry_run: true,
+            })
+        );
+        for bad in [
+            "findings --state closed",
+            "resolve 1 --by alice",
+            "resolve 1 --reorder --rollback --by alice",
+            "resolve 1 --dismiss",
+            "resolve 0 --dismiss --by alice",
+            "resolve 1 --dismiss --by a/b",
+            "resolve 1 --dismiss=yes --by alice",
+            "run --json",
+        ] {
+            assert!(p(bad).is_err(), "accepted: {bad}");
+        }
     }
 }

@@ -7,7 +7,19 @@
 //! configuration), 64 bad command line.
 #![forbid(unsafe_code)]
 
+mod bench_read;
 mod cli;
+mod compensate;
+mod error;
+mod findings_cmd;
+mod lock;
+mod mysql_read;
+mod reconcile;
+mod redis_read;
+mod resolve_cmd;
+mod review;
+mod review_findings;
+mod run_cmd;
 mod sale_cmd;
 
 use seckill_common::Config;
@@ -33,7 +45,14 @@ fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     };
-    match run(&config, cmd) {
+    let shutdown = match seckill_common::Shutdown::install(|| {}) {
+        Ok(s) => s,
+        Err(e) => {
+            eprintln!("seckill-reconciler: signal handler: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    match run(&config, &shutdown, cmd) {
         Ok(code) => ExitCode::from(code),
         Err(e) => {
             eprintln!("seckill-reconciler: {e}");
@@ -43,7 +62,11 @@ fn main() -> ExitCode {
 }
 
 /// Runs one command; `Ok(code)` is the exit code of a command that ran.
-fn run(config: &Config, cmd: cli::Command) -> Result<u8, Box<dyn std::error::Error>> {
+fn run(
+    config: &Config,
+    shutdown: &seckill_common::Shutdown,
+    cmd: cli::Command,
+) -> Result<u8, Box<dyn std::error::Error>> {
     match cmd {
         cli::Command::Help => Ok(0),
         cli::Command::Migrate => {
@@ -58,5 +81,9 @@ fn run(config: &Config, cmd: cli::Command) -> Result<u8, Box<dyn std::error::Err
         cli::Command::SaleCreate(args) => sale_cmd::create(config, &args),
         cli::Command::SaleLoad(id) => sale_cmd::load(config, id),
         cli::Command::SaleShow(id) => sale_cmd::show(config, id),
+        cli::Command::Run => Ok(run_cmd::run(config, shutdown)?),
+        cli::Command::Findings(args) => Ok(findings_cmd::findings(config, &args)?),
+        cli::Command::Resolve(args) => Ok(resolve_cmd::resolve(config, &args)?),
+        cli::Command::BenchRead(id) => Ok(bench_read::bench_read(config, id)?),
     }
 }

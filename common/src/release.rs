@@ -1,0 +1,145 @@
+//! Owns the release of a reservation (the operator's "rollback"): one atomic
+//! Lua script that puts a reserved unit back on sale in Redis.
+//!
+//! A release is the exact inverse of the reservation script
+//! (`reservation.rs`): the flow record and the user's purchase mark are
+//! removed, the stock counter goes up by one, the status becomes `failed`,
+//! and a copy of the order message still waiting in the sale's queue is
+//! removed so no worker turns it into an order afterwards. It refuses, and
+//! changes nothing, while the unit may already be an order: when the status
+//! is `confirmed` (the worker marks it after its MySQL commit, before it
+//! removes the message from its processing list) or when the message sits in
+//! a processing list. Repeating a release finds no flow record and changes
+//! nothing, so stock goes up exactly once however often it is run.
+//!
+//! A release writes nothing to MySQL: the caller checks first that MySQL holds
+//! no order for the reservation.
+
+use crate::keys::SaleKeys;
+use redis::{ConnectionLike, FromRedisValue, Script, Value};
+use std::fmt;
+use std::sync::OnceLock;
+
+/// The release script. `KEYS`: flow, buyers, stock, status, queue, then the
+/// sale's processing list of every known worker (any number, may be none);
+/// `ARGV`: the reservation id. Replies `{'released', stock_after}`,
+/// `{'not_found'}`, `{'confirmed'}` or `{'in_flight', processing_key}`.
+pub const RELEASE_LUA: &str = r#"
+local msg = redis.call('HGET', KEYS[1], ARGV[1])
+if not msg then return {'not_found'} end
+if redis.call('HGET', KEYS[4], ARGV[1]) == 'confirmed' then return {'confirmed'} end
+for i = 6, #KEYS do
+  if redis.call('LPOS', KEYS[i], msg) then return {'in_flight', KEYS[i]} end
+end
+local user = string.match(msg, '"user_id":"([^"]*)"')
+redis.call('LREM', KEYS[5], 0, msg)
+redis.call('HDEL', KEYS[1], ARGV[1])
+if user and redis.call('HGET', KEYS[2], user) == ARGV[1] then
+  redis.call('HDEL', KEYS[2], user)
+end
+local stock = redis.call('INCR', KEYS[3])
+redis.call('HSET', KEYS[4], ARGV[1], 'failed')
+return {'released', tostring(stock)}
+"#;
+
+fn release_script() -> &'static Script {
+    static S: OnceLock<Script> = OnceLock::new();
+    S.get_or_init(|| Script::new(RELEASE_LUA))
+}
+
+/// What a release came to.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ReleaseOutcome {
+    /// The unit is back on sale; holds the stock counter after the increment.
+    Released {
+        /// Units left to reserve after the release.
+        stock_after: i64,
+    },
+    /// No flow record for the reservation: never reserved, or already
+    /// released. Nothing changed.
+    NotFound,
+    /// The worker has confirmed the reservation (an order exists or is being
+    /// committed). Nothing changed.
+    Confirmed,
+    /// The order message sits in this processing list: a worker is applying
+    /// it right now. Nothing changed; try again later.
+    InFlight(String),
+}
+
+/// Why a release could not be attempted or understood.
+#[derive(Debug)]
+#[non_exhaustive]
+pub enum ReleaseError {
+    /// The reservation id is not 32 lowercase hex digits; checked before any
+    /// Redis call.
+    InvalidReservationId,
+    /// Redis could not be reached or answered with an error.
+    Redis(redis::RedisError),
+    /// Redis answered with a reply this build does not understand.
+    UnexpectedReply(String),
+}
+
+impl fmt::Display for ReleaseError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            ReleaseError::InvalidReservationId => write!(f, "release: invalid reservation id"),
+            ReleaseError::Redis(e) => write!(f, "release: redis: {e}"),
+            ReleaseError::UnexpectedReply(r) => write!(f, "release: unexpected reply: {r}"),
+        }
+    }
+}
+
+impl std::error::Error for ReleaseError {}
+
+impl From<redis::RedisError> for ReleaseError {
+    fn from(e: redis::RedisError) -> Self {
+        ReleaseError::Redis(e)
+    }
+}
+
+/// Releases reservation `reservation_id` of sale `sale_id` in one atomic
+/// script. `worker_ids` are the members of [`crate::keys::WORKERS`]: their
+/// processing lists for this sale are checked for the message.
+///
+/// Errors: [`ReleaseError::InvalidReservationId`] before any call, Redis
+/// failures, or a reply of another shape.
+pub fn release<C: ConnectionLike>(
+    con: &mut C,
+    sale_id: u64,
+    reservation_id: &str,
+    worker_ids: &[String],
+) -> Result<ReleaseOutcome, ReleaseError> {
+    if !crate::ids::is_valid_reservation_id(reservation_id) {
+        return Err(ReleaseError::InvalidReservationId);
+    }
+    let k = SaleKeys::new(sale_id);
+    let mut inv = release_script().prepare_invoke();
+    inv.key(k.flow())
+        .key(k.buyers())
+        .key(k.stock())
+        .key(k.status())
+        .key(k.queue());
+    for w in worker_ids {
+        inv.key(k.processing(w));
+    }
+    inv.arg(reservation_id);
+    let reply: Value = inv.invoke(con)?;
+    let parts: Vec<String> = Vec::<String>::from_redis_value(reply.clone())
+        .map_err(|_| ReleaseError::UnexpectedReply(format!("{reply:?}")))?;
+    let unexpected = || ReleaseError::UnexpectedReply(format!("{parts:?}"));
+    match parts.first().map(String::as_str) {
+        Some("released") => {
+            let stock_after = parts
+                .get(1)
+                .and_then(|s| s.parse().ok())
+                .ok_or_else(unexpected)?;
+            Ok(ReleaseOutcome::Released { stock_after })
+        }
+        Some("not_found") => Ok(ReleaseOutcome::NotFound),
+        Some("confirmed") => Ok(ReleaseOutcome::Confirmed),
+        Some("in_flight") => Ok(ReleaseOutcome::InFlight(
+            parts.get(1).cloned().ok_or_else(unexpected)?,
+        )),
+        _ => Err(unexpected()),
+    }
+}

@@ -1,0 +1,87 @@
+//! Owns the reconciler's error type: every way a command can fail to run,
+//! each mapped by `main` to exit code 2.
+
+use crate::lock::LockError;
+use crate::review::ReviewError;
+use std::fmt;
+
+/// Why a command could not run (exit code 2).
+#[derive(Debug)]
+#[non_exhaustive]
+pub enum RunError {
+    /// Redis could not be reached or failed a command.
+    Redis(redis::RedisError),
+    /// MySQL could not be reached or failed a statement.
+    Mysql(mysql::Error),
+    /// The SQLite review store failed.
+    Review(ReviewError),
+    /// The run lock could not be taken or was lost.
+    Lock(LockError),
+    /// The release script failed.
+    Release(seckill_common::release::ReleaseError),
+    /// SIGINT or SIGTERM arrived; the run stopped between two chunks.
+    Interrupted,
+    /// The operator asked for something this finding does not allow.
+    Refused(String),
+}
+
+impl fmt::Display for RunError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            RunError::Redis(e) => write!(f, "redis: {e}"),
+            RunError::Mysql(e) => write!(f, "mysql: {e}"),
+            RunError::Review(e) => write!(f, "{e}"),
+            RunError::Lock(e) => write!(f, "{e}"),
+            RunError::Release(e) => write!(f, "{e}"),
+            RunError::Interrupted => write!(f, "interrupted: stopped by a signal"),
+            RunError::Refused(why) => write!(f, "refused: {why}"),
+        }
+    }
+}
+
+impl std::error::Error for RunError {}
+
+impl From<redis::RedisError> for RunError {
+    fn from(e: redis::RedisError) -> Self {
+        RunError::Redis(e)
+    }
+}
+
+impl From<mysql::Error> for RunError {
+    fn from(e: mysql::Error) -> Self {
+        RunError::Mysql(e)
+    }
+}
+
+impl From<ReviewError> for RunError {
+    fn from(e: ReviewError) -> Self {
+        RunError::Review(e)
+    }
+}
+
+impl From<rusqlite::Error> for RunError {
+    fn from(e: rusqlite::Error) -> Self {
+        RunError::Review(ReviewError::Sqlite(e))
+    }
+}
+
+impl From<LockError> for RunError {
+    fn from(e: LockError) -> Self {
+        RunError::Lock(e)
+    }
+}
+
+impl From<seckill_common::release::ReleaseError> for RunError {
+    fn from(e: seckill_common::release::ReleaseError) -> Self {
+        RunError::Release(e)
+    }
+}
+
+impl From<seckill_common::schema::SchemaError> for RunError {
+    fn from(e: seckill_common::schema::SchemaError) -> Self {
+        match e {
+            seckill_common::schema::SchemaError::Mysql(e) => RunError::Mysql(e),
+            other => RunError::Refused(other.to_string()),
+        }
+    }
+}

@@ -1,0 +1,197 @@
+//! Owns what the reconciler reads from MySQL: the sales to check, a sale's
+//! books (totals in one consistent snapshot), the stock ledger and the orders
+//! streamed row by row (never loaded whole), and point look-ups for the few
+//! reservations that need a closer look.
+//!
+//! Reservation ids travel as `u128` (32 hex digits decoded): 16 bytes per
+//! order instead of a 56-byte `String`, and they sort and binary-search fast.
+
+use mysql::prelude::Queryable;
+use mysql::Conn;
+use std::time::Duration;
+
+/// Most ids in one `IN (...)` look-up.
+pub const LOOKUP_CHUNK: usize = 500;
+
+/// Decodes a reservation id (32 lowercase hex digits) into a `u128`;
+/// `None` for anything else.
+pub fn rid_to_u128(s: &[u8]) -> Option<u128> {
+    if s.len() != 32 {
+        return None;
+    }
+    let mut v: u128 = 0;
+    for &b in s {
+        let d = match b {
+            b'0'..=b'9' => b - b'0',
+            b'a'..=b'f' => b - b'a' + 10,
+            _ => return None,
+        };
+        v = (v << 4) | u128::from(d);
+    }
+    Some(v)
+}
+
+/// The reservation id text of `v` (inverse of [`rid_to_u128`]).
+pub fn u128_to_rid(v: u128) -> String {
+    format!("{v:032x}")
+}
+
+/// A sale's MySQL totals, read in one consistent snapshot.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Books {
+    /// `sales.total_stock`.
+    pub total_stock: i64,
+    /// `sales.available_stock`.
+    pub available_stock: i64,
+    /// Units deducted by the ledger: `-SUM(delta)` over every row of the sale.
+    pub ledger_deductions: i64,
+    /// Orders of the sale.
+    pub orders: i64,
+}
+
+impl Books {
+    /// Whether `total_stock − ledger deductions = available_stock`.
+    pub fn balanced(&self) -> bool {
+        self.total_stock - self.ledger_deductions == self.available_stock
+    }
+}
+
+/// One order, for the evidence of a finding.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct OrderDetail {
+    /// `orders.id`.
+    pub id: u64,
+    /// `orders.reservation_id`.
+    pub reservation_id: String,
+    /// `orders.user_id`.
+    pub user_id: String,
+    /// `orders.reserved_at` as Unix ms (0 when NULL).
+    pub reserved_at_ms: u64,
+}
+
+/// Ids of the sales to reconcile: those that end after `now − lookback`
+/// (active, upcoming, or ended within the lookback), by MySQL's clock.
+pub fn sales_to_check(db: &mut Conn, lookback: Duration) -> mysql::Result<Vec<u64>> {
+    db.exec(
+        "SELECT id FROM sales WHERE ends_at >= UTC_TIMESTAMP(3) - INTERVAL ? SECOND ORDER BY id",
+        (lookback.as_secs(),),
+    )
+}
+
+/// The books of sale `sale_id`; `None` when MySQL has no such sale. The
+/// three reads share one snapshot, so a worker's commit is either wholly in
+/// them or wholly out.
+pub fn books(db: &mut Conn, sale_id: u64) -> mysql::Result<Option<Books>> {
+    db.query_drop("START TRANSACTION WITH CONSISTENT SNAPSHOT, READ ONLY")?;
+    let result = (|| {
+        let sale: Option<(i64, i64)> = db.exec_first(
+            "SELECT total_stock, available_stock FROM sales WHERE id = ?",
+            (sale_id,),
+        )?;
+        let Some((total_stock, available_stock)) = sale else {
+            return Ok(None);
+        };
+        let ledger: Option<i64> = db.exec_first(
+            "SELECT CAST(COALESCE(-SUM(delta), 0) AS SIGNED) FROM stock_ledger WHERE sale_id = ?",
+            (sale_id,),
+        )?;
+        let orders: Option<i64> =
+            db.exec_first("SELECT COUNT(*) FROM orders WHERE sale_id = ?", (sale_id,))?;
+        Ok(Some(Books {
+            total_stock,
+            available_stock,
+            ledger_deductions: ledger.unwrap_or(0),
+            orders: orders.unwrap_or(0),
+        }))
+    })();
+    db.query_drop("COMMIT")?;
+    result
+}
+
+/// Streams the reservation ids of the sale's stock deductions (ledger rows
+/// with reason `order` or `compensation`) and returns them sorted; ids that
+/// are not 32 hex digits are skipped (no order can match them either).
+pub fn deducted_ids(db: &mut Conn, sale_id: u64) -> mysql::Result<Vec<u128>> {
+    let mut out = Vec::new();
+    let rows = db.exec_iter(
+        "SELECT reservation_id FROM stock_ledger
+         WHERE sale_id = ? AND reason IN ('order', 'compensation')",
+        (sale_id,),
+    )?;
+    for row in rows {
+        let mut row = row?;
+        if let Some(Ok(id)) = row.take_opt::<Vec<u8>, _>(0) {
+            if let Some(v) = rid_to_u128(&id) {
+                out.push(v);
+            }
+        }
+    }
+    out.sort_unstable();
+    Ok(out)
+}
+
+/// Streams the reservation ids of the sale's orders into `f`, one at a time
+/// (the raw bytes of `orders.reservation_id`).
+pub fn for_each_order_id(
+    db: &mut Conn,
+    sale_id: u64,
+    mut f: impl FnMut(&[u8]),
+) -> mysql::Result<()> {
+    let rows = db.exec_iter(
+        "SELECT reservation_id FROM orders WHERE sale_id = ?",
+        (sale_id,),
+    )?;
+    for row in rows {
+        let mut row = row?;
+        if let Some(Ok(id)) = row.take_opt::<Vec<u8>, _>(0) {
+            f(&id);
+        }
+    }
+    Ok(())
+}
+
+fn placeholders(n: usize) -> String {
+    vec!["?"; n].join(",")
+}
+
+/// The orders among `rids` (any number; looked up [`LOOKUP_CHUNK`] at a time).
+pub fn order_details(db: &mut Conn, rids: &[String]) -> mysql::Result<Vec<OrderDetail>> {
+    let mut out = Vec::new();
+    for chunk in rids.chunks(LOOKUP_CHUNK) {
+        let sql = format!(
+            "SELECT id, reservation_id, user_id,
+                    CAST(COALESCE(UNIX_TIMESTAMP(reserved_at) * 1000, 0) AS SIGNED)
+             FROM orders WHERE reservation_id IN ({})",
+            placeholders(chunk.len())
+        );
+        let rows: Vec<(u64, String, String, i64)> = db.exec(sql, chunk.to_vec())?;
+        out.extend(rows.into_iter().map(|(id, r, u, at)| OrderDetail {
+            id,
+            reservation_id: r,
+            user_id: u,
+            reserved_at_ms: at.max(0) as u64,
+        }));
+    }
+    Ok(out)
+}
+
+/// The order of reservation `rid`, if MySQL holds one.
+pub fn order_of(db: &mut Conn, rid: &str) -> mysql::Result<Option<OrderDetail>> {
+    Ok(order_details(db, &[rid.to_string()])?.into_iter().next())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn reservation_ids_round_trip_through_u128() {
+        let id = "0123456789abcdef0123456789abcdef";
+        let v = rid_to_u128(id.as_bytes()).unwrap();
+        assert_eq!(u128_to_rid(v), id);
+        assert_eq!(rid_to_u128(b"0123456789ABCDEF0123456789abcdef"), None);
+        assert_eq!(rid_to_u128(b"short"), None);
+        let zero = "0".repeat(32);
+        assert_eq!(rid_to_u128(zero.as_bytes()), Some(0));
+    }
+}

@@ -1,0 +1,189 @@
+//! Owns what the reconciler reads from Redis: the sales and workers Redis
+//! knows (`SSCAN`), a sale's totals in one atomic `MULTI` (stock counter,
+//! number of flow records, Redis's clock), the flow records by `HSCAN` in
+//! chunks, and lists (queue, processing lists, dead-letter list) by `LRANGE`
+//! in chunks. Never `KEYS`, never a whole hash or list in one reply.
+
+use redis::{Connection, Value};
+use seckill_common::keys::SaleKeys;
+
+/// Fields asked for per `HSCAN` call (a hint to Redis, not a limit).
+pub const HSCAN_COUNT: usize = 2000;
+/// Elements per `LRANGE` call.
+pub const LIST_CHUNK: isize = 1000;
+
+/// A sale's Redis totals at one instant.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RedisTotals {
+    /// The stock counter; `None` when the sale is not loaded.
+    pub stock: Option<i64>,
+    /// `HLEN` of the flow records: units reserved and not released.
+    pub reservations: i64,
+    /// Redis's clock (`TIME`), Unix ms: the clock of `reserved_at_ms`.
+    pub now_ms: u64,
+}
+
+/// Every member of a set, by `SSCAN`.
+pub fn set_members(con: &mut Connection, key: &str) -> redis::RedisResult<Vec<String>> {
+    let mut out = Vec::new();
+    let mut cursor: u64 = 0;
+    loop {
+        let (next, chunk): (u64, Vec<String>) = redis::cmd("SSCAN")
+            .arg(key)
+            .arg(cursor)
+            .arg("COUNT")
+            .arg(500)
+            .query(con)?;
+        out.extend(chunk);
+        if next == 0 {
+            break;
+        }
+        cursor = next;
+    }
+    out.sort();
+    out.dedup();
+    Ok(out)
+}
+
+/// The stock counter, the number of flow records and the time, read in one
+/// `MULTI` so that `stock + reservations` is exact even while buyers reserve.
+pub fn totals(con: &mut Connection, sale_id: u64) -> redis::RedisResult<RedisTotals> {
+    let k = SaleKeys::new(sale_id);
+    let (stock, reservations, time): (Option<i64>, i64, (u64, u64)) = redis::pipe()
+        .atomic()
+        .get(k.stock())
+        .hlen(k.flow())
+        .cmd("TIME")
+        .query(con)?;
+    Ok(RedisTotals {
+        stock,
+        reservations,
+        now_ms: time.0 * 1000 + time.1 / 1000,
+    })
+}
+
+/// Calls `f(field, value)` for every entry of hash `key`, `HSCAN`ning
+/// [`HSCAN_COUNT`] at a time, and `tick()` after every chunk (to keep the run
+/// lock and to stop on a signal; an error from it ends the scan). An entry
+/// may be seen twice (Redis's `HSCAN` guarantee); every entry present for the
+/// whole scan is seen at least once.
+pub fn scan_hash<E: From<redis::RedisError>>(
+    con: &mut Connection,
+    key: &str,
+    mut f: impl FnMut(&[u8], &[u8]),
+    mut tick: impl FnMut() -> Result<(), E>,
+) -> Result<(), E> {
+    let mut cursor: u64 = 0;
+    loop {
+        let reply: Value = redis::cmd("HSCAN")
+            .arg(key)
+            .arg(cursor)
+            .arg("COUNT")
+            .arg(HSCAN_COUNT)
+            .query(con)?;
+        let (next, items) = split_scan_reply(reply)?;
+        let mut it = items.iter();
+        while let (Some(field), Some(value)) = (it.next(), it.next()) {
+            if let (Value::BulkString(k), Value::BulkString(v)) = (field, value) {
+                f(k, v);
+            }
+        }
+        tick()?;
+        if next == 0 {
+            return Ok(());
+        }
+        cursor = next;
+    }
+}
+
+fn split_scan_reply(reply: Value) -> redis::RedisResult<(u64, Vec<Value>)> {
+    let bad = || {
+        redis::RedisError::from((
+            redis::ErrorKind::UnexpectedReturnType,
+            "unexpected HSCAN reply",
+        ))
+    };
+    let Value::Array(mut parts) = reply else {
+        return Err(bad());
+    };
+    if parts.len() != 2 {
+        return Err(bad());
+    }
+    let items = match parts.pop() {
+        Some(Value::Array(items)) => items,
+        _ => return Err(bad()),
+    };
+    let next: u64 = match parts.pop() {
+        Some(Value::BulkString(c)) => std::str::from_utf8(&c)
+            .ok()
+            .and_then(|s| s.parse().ok())
+            .ok_or_else(bad)?,
+        _ => return Err(bad()),
+    };
+    Ok((next, items))
+}
+
+/// Calls `f(element)` for every element of list `key`, [`LIST_CHUNK`] at a
+/// time from the head. Elements pushed meanwhile may be seen twice; an
+/// element moved to another list meanwhile may be missed here (read the
+/// queue before the processing lists, so a moving message is seen in one).
+pub fn for_each_in_list(
+    con: &mut Connection,
+    key: &str,
+    mut f: impl FnMut(&[u8]),
+) -> redis::RedisResult<()> {
+    let mut start: isize = 0;
+    loop {
+        let chunk: Vec<Vec<u8>> = redis::cmd("LRANGE")
+            .arg(key)
+            .arg(start)
+            .arg(start + LIST_CHUNK - 1)
+            .query(con)?;
+        for e in &chunk {
+            f(e);
+        }
+        if (chunk.len() as isize) < LIST_CHUNK {
+            return Ok(());
+        }
+        start += LIST_CHUNK;
+    }
+}
+
+/// For each of `fields`, the value of hash `key` (`None` when absent), by
+/// `HMGET` in chunks.
+pub fn hash_values(
+    con: &mut Connection,
+    key: &str,
+    fields: &[String],
+) -> redis::RedisResult<Vec<Option<String>>> {
+    let mut out = Vec::with_capacity(fields.len());
+    for chunk in fields.chunks(500) {
+        let vals: Vec<Option<String>> = redis::cmd("HMGET").arg(key).arg(chunk).query(con)?;
+        out.extend(vals);
+    }
+    Ok(out)
+}
+
+/// The reservation id inside a queued order message, without a full parse
+/// (the reservation script writes it first after the version).
+pub fn message_rid(raw: &[u8]) -> Option<&[u8]> {
+    const TAG: &[u8] = b"\"reservation_id\":\"";
+    let at = raw.windows(TAG.len()).position(|w| w == TAG)? + TAG.len();
+    raw.get(at..at + 32)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn message_rid_finds_the_id() {
+        let m = br#"{"v":1,"reservation_id":"0123456789abcdef0123456789abcdef","sale_id":4}"#;
+        assert_eq!(
+            message_rid(m),
+            Some(&b"0123456789abcdef0123456789abcdef"[..])
+        );
+        assert_eq!(message_rid(b"garbage"), None);
+        assert_eq!(message_rid(br#"{"reservation_id":"abc"}"#), None);
+    }
+}

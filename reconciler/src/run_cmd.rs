@@ -1,0 +1,170 @@
+//! Owns `seckill-reconciler run`: one pass over every sale that is active or
+//! ended within `SECKILL_RECONCILE_LOOKBACK` and that Redis knows, under the
+//! run lock, recording findings, compensations and the run itself in the
+//! review store, and one summary line on stderr for the journal.
+//!
+//! Exit codes: 0 no open findings, 1 open findings exist (in any sale, old
+//! ones included: they wait for a person), 2 could not run.
+
+use crate::error::RunError;
+use crate::lock::{RunLock, LOCK_WAIT};
+use crate::reconcile::{reconcile_sale, Ctx};
+use crate::redis_read;
+use crate::review::{Review, RunCounts};
+use crate::review_findings::KINDS;
+use seckill_common::keys::SALES;
+use seckill_common::timefmt::format_ms;
+use seckill_common::{now_ms, Config, Shutdown};
+use std::collections::HashSet;
+use std::time::Instant;
+
+/// Opens a Redis connection with the configured timeouts.
+pub fn redis_connect(config: &Config) -> Result<redis::Connection, RunError> {
+    let client = redis::Client::open(config.redis_url.as_str())?;
+    let con = client.get_connection_with_timeout(config.redis_timeout)?;
+    con.set_read_timeout(Some(config.redis_timeout))?;
+    con.set_write_timeout(Some(config.redis_timeout))?;
+    Ok(con)
+}
+
+/// Runs one reconciliation pass; returns the exit code (0 or 1).
+///
+/// Errors: anything that stopped the pass (recorded in `runs` when the review
+/// store could be opened).
+pub fn run(config: &Config, shutdown: &Shutdown) -> Result<u8, RunError> {
+    let started = Instant::now();
+    let review = Review::open(&config.review_db)?;
+    let run_id = review.start_run(&format_ms(now_ms()))?;
+    let mut counts = RunCounts::default();
+    let result = pass(config, shutdown, &review, run_id, &mut counts);
+    let open_after = match &result {
+        Ok(()) => Some(review.open_count()?),
+        Err(_) => None,
+    };
+    let error = result.as_ref().err().map(|e| e.to_string());
+    review.finish_run(
+        run_id,
+        &format_ms(now_ms()),
+        &counts,
+        open_after,
+        error.as_deref(),
+    )?;
+    let by_kind: Vec<String> = KINDS
+        .iter()
+        .zip(counts.by_kind)
+        .filter(|(_, n)| *n > 0)
+        .map(|(k, n)| format!("{k} {n}"))
+        .collect();
+    let summary = format!(
+        "run {run_id}: {} sales checked, observed [{}], {} new, {} auto-fixed, {} open, {:.2}s",
+        counts.sales_checked,
+        by_kind.join(", "),
+        counts.new_findings,
+        counts.auto_fixed,
+        open_after.map_or_else(|| "?".to_string(), |n| n.to_string()),
+        started.elapsed().as_secs_f64()
+    );
+    match result {
+        Ok(()) => {
+            eprintln!("seckill-reconciler: {summary}");
+            Ok(if open_after == Some(0) { 0 } else { 1 })
+        }
+        Err(e) => {
+            eprintln!("seckill-reconciler: {summary}: failed: {e}");
+            Err(e)
+        }
+    }
+}
+
+fn pass(
+    config: &Config,
+    shutdown: &Shutdown,
+    review: &Review,
+    run_id: i64,
+    counts: &mut RunCounts,
+) -> Result<(), RunError> {
+    let mut redis = redis_connect(config)?;
+    let mut mysql = seckill_common::schema::connect(&config.mysql_url, config.mysql_timeout)?;
+    let mut lock = RunLock::acquire(redis_connect(config)?, LOCK_WAIT)?;
+    let in_redis: HashSet<u64> = redis_read::set_members(&mut redis, SALES)?
+        .iter()
+        .filter_map(|s| s.parse().ok())
+        .collect();
+    let sales: Vec<u64> = crate::mysql_read::sales_to_check(&mut mysql, config.reconcile_lookback)?
+        .into_iter()
+        .filter(|id| in_redis.contains(id))
+        .collect();
+    let outcome = (|| -> Result<(), RunError> {
+        for sale_id in sales {
+            let mut tick = || -> Result<(), RunError> {
+                if shutdown.is_triggered() {
+                    return Err(RunError::Interrupted);
+                }
+                lock.keep()?;
+                Ok(())
+            };
+            tick()?;
+            let mut ctx = Ctx {
+                redis: &mut redis,
+                mysql: &mut mysql,
+                grace: config.reconcile_grace,
+                tick: &mut tick,
+            };
+            let Some(report) = reconcile_sale(&mut ctx, sale_id)? else {
+                continue;
+            };
+            log::debug!(
+                "sale {sale_id}: {} flow records, {} orders, {} young, {} observations",
+                report.flow_records,
+                report.orders,
+                report.young,
+                report.observations.len()
+            );
+            record(review, run_id, sale_id, &report.observations, counts)?;
+            counts.sales_checked += 1;
+        }
+        Ok(())
+    })();
+    let released = lock.release();
+    outcome?;
+    released?;
+    Ok(())
+}
+
+/// Records one sale's observations in one SQLite transaction, logs each
+/// compensation in `actions`, and closes the sale's findings no longer seen.
+fn record(
+    review: &Review,
+    run_id: i64,
+    sale_id: u64,
+    observations: &[crate::review_findings::Observation],
+    counts: &mut RunCounts,
+) -> Result<(), RunError> {
+    let now = format_ms(now_ms());
+    review.db.execute_batch("BEGIN IMMEDIATE")?;
+    let result = (|| -> Result<(), RunError> {
+        for o in observations {
+            let rec = review.record_observation(o, run_id, &now)?;
+            counts.by_kind[o.kind.index()] += 1;
+            if rec.is_new {
+                counts.new_findings += 1;
+            }
+            if let Some(fix) = &o.fixed {
+                counts.auto_fixed += 1;
+                review.record_action(&now, "reconciler", rec.id, "compensate", fix, "done")?;
+            }
+        }
+        review.close_unobserved(sale_id, run_id, &now)?;
+        Ok(())
+    })();
+    match result {
+        Ok(()) => {
+            review.db.execute_batch("COMMIT")?;
+            Ok(())
+        }
+        Err(e) => {
+            let _ = review.db.execute_batch("ROLLBACK");
+            Err(e)
+        }
+    }
+}
