@@ -77,7 +77,10 @@ fn the_same_message_pushed_twice_makes_one_order_one_ledger_row_one_decrement() 
     assert_exactly_once(&db, &redis, sale, 10);
     let page = w.metrics();
     assert_eq!(metric(&page, "seckill_worker_orders_applied_total"), 3);
-    assert_eq!(metric(&page, "seckill_worker_messages_already_done_total"), 1);
+    assert_eq!(
+        metric(&page, "seckill_worker_messages_already_done_total"),
+        1
+    );
 
     // And again, after the first copy was applied and settled.
     let _: () = con.lpush(k.queue(), &first).unwrap();
@@ -129,7 +132,11 @@ fn bad_messages_are_dead_lettered_with_reasons_and_the_worker_keeps_consuming() 
     let d = dead_letters(&redis, sale);
     assert_eq!(d.len(), 1);
     assert_eq!(d[0].message, "this is not json");
-    assert!(d[0].reason.starts_with("malformed order message"), "{:?}", d[0]);
+    assert!(
+        d[0].reason.starts_with("malformed order message"),
+        "{:?}",
+        d[0]
+    );
     assert_eq!((d[0].attempts, d[0].reservation_id.clone()), (0, None));
     assert_eq!(d[0].worker, "w1");
 
@@ -138,14 +145,19 @@ fn bad_messages_are_dead_lettered_with_reasons_and_the_worker_keeps_consuming() 
     assert_eq!(d[0].message, bad.to_json());
     assert_eq!(d[0].reason, format!("unknown sale {unknown}"));
     assert!((1..=3).contains(&d[0].attempts), "{:?}", d[0]);
-    assert_eq!(d[0].reservation_id.as_deref(), Some(bad.reservation_id.as_str()));
+    assert_eq!(
+        d[0].reservation_id.as_deref(),
+        Some(bad.reservation_id.as_str())
+    );
     let status: String = con.hget(ku.status(), &bad.reservation_id).unwrap();
     assert_eq!(status, "failed");
 
     assert_eq!(db.count("SELECT COUNT(*) FROM orders"), 10);
     assert_eq!(db.count("SELECT COUNT(*) FROM stock_ledger"), 10);
     assert_eq!(
-        db.count(&format!("SELECT available_stock FROM sales WHERE id = {sale}")),
+        db.count(&format!(
+            "SELECT available_stock FROM sales WHERE id = {sale}"
+        )),
         0
     );
 
@@ -155,7 +167,10 @@ fn bad_messages_are_dead_lettered_with_reasons_and_the_worker_keeps_consuming() 
     wait_orders(&db, later, 5, LONG);
     wait_drained(&redis, later, LONG);
     assert_exactly_once(&db, &redis, later, 5);
-    assert_eq!(metric(&w.metrics(), "seckill_worker_dead_lettered_total"), 2);
+    assert_eq!(
+        metric(&w.metrics(), "seckill_worker_dead_lettered_total"),
+        2
+    );
 }
 
 #[test]
@@ -166,10 +181,7 @@ fn mysql_stock_below_redis_stock_dead_letters_the_excess_as_failed() {
     // Someone took 7 units in MySQL behind Redis's back: only 3 remain.
     use mysql::prelude::Queryable;
     db.conn()
-        .exec_drop(
-            "UPDATE sales SET available_stock = 3 WHERE id = ?",
-            (sale,),
-        )
+        .exec_drop("UPDATE sales SET available_stock = 3 WHERE id = ?", (sale,))
         .unwrap();
     reserve_users(&redis, sale, "u", 5);
     let _w = WorkerProc::start(&redis, &db, "w1", &Opts::default());
@@ -180,11 +192,16 @@ fn mysql_stock_below_redis_stock_dead_letters_the_excess_as_failed() {
     assert_eq!(db.count("SELECT COUNT(*) FROM orders"), 3);
     assert_eq!(db.count("SELECT COUNT(*) FROM stock_ledger"), 3);
     assert_eq!(
-        db.count(&format!("SELECT available_stock FROM sales WHERE id = {sale}")),
+        db.count(&format!(
+            "SELECT available_stock FROM sales WHERE id = {sale}"
+        )),
         0
     );
     let d = dead_letters(&redis, sale);
-    assert!(d.iter().all(|d| d.reason == "stock exhausted in MySQL"), "{d:?}");
+    assert!(
+        d.iter().all(|d| d.reason == "stock exhausted in MySQL"),
+        "{d:?}"
+    );
     let statuses: std::collections::HashMap<String, String> =
         redis.con().hgetall(SaleKeys::new(sale).status()).unwrap();
     let failed = statuses.values().filter(|s| *s == "failed").count();
@@ -213,10 +230,12 @@ fn sigterm_exits_0_with_every_taken_message_applied_and_settled() {
     let mut con = redis.con();
     let k = SaleKeys::new(sale);
     let orders = db.count("SELECT COUNT(*) FROM orders");
-    assert!(orders >= 100 && orders <= 2000);
+    assert!((100..=2000).contains(&orders));
     assert_eq!(db.count("SELECT COUNT(*) FROM stock_ledger"), orders);
     assert_eq!(
-        db.count(&format!("SELECT available_stock FROM sales WHERE id = {sale}")),
+        db.count(&format!(
+            "SELECT available_stock FROM sales WHERE id = {sale}"
+        )),
         2000 - orders
     );
     let queued: i64 = con.llen(k.queue()).unwrap();

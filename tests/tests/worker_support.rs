@@ -165,7 +165,9 @@ pub fn processing_total(con: &mut redis::Connection, sale: u64) -> usize {
 /// Waits until MySQL holds `n` orders for `sale`.
 pub fn wait_orders(db: &TestDb, sale: u64, n: i64, timeout: Duration) {
     seckill_tests::wait_until(timeout, &format!("{n} orders of sale {sale}"), || {
-        db.count(&format!("SELECT COUNT(*) FROM orders WHERE sale_id = {sale}")) >= n
+        db.count(&format!(
+            "SELECT COUNT(*) FROM orders WHERE sale_id = {sale}"
+        )) >= n
     });
 }
 

@@ -1,0 +1,138 @@
+//! Specifies the worker's crash safety with real processes and signals: a
+//! worker killed right after it moved a batch (before MySQL) or right after
+//! the MySQL commit (before the Redis clean-up), and a worker paused with
+//! SIGSTOP past its heartbeat whose batch another worker reclaimed, all end
+//! with every order exactly once.
+//!
+//! The exact crash points use the test-only `SECKILL_WORKER_CRASH_AT`
+//! (`after_move`, `after_commit`: `abort()`, no clean-up, like `kill -9`;
+//! `stop_after_move`: the worker sends itself SIGSTOP).
+
+#[path = "worker_support.rs"]
+mod support;
+
+use redis::Commands;
+use seckill_common::keys::{self, SaleKeys};
+use seckill_tests::{create_sale, RedisServer, TestDb};
+use std::time::Duration;
+use support::{assert_exactly_once, reserve_users, wait_drained, wait_orders, Opts, WorkerProc};
+
+const LONG: Duration = Duration::from_secs(120);
+
+fn metric(w: &WorkerProc, name: &str) -> u64 {
+    let page = w.metrics();
+    page.lines()
+        .find(|l| l.starts_with(name))
+        .and_then(|l| l.rsplit(' ').next())
+        .and_then(|v| v.parse().ok())
+        .unwrap_or_else(|| panic!("{name} missing from:\n{page}"))
+}
+
+fn processing_len(redis: &RedisServer, sale: u64, worker: &str) -> usize {
+    redis
+        .con()
+        .llen(SaleKeys::new(sale).processing(worker))
+        .unwrap()
+}
+
+#[test]
+fn killed_after_the_move_and_after_the_commit_then_restarted_every_order_exactly_once() {
+    let redis = RedisServer::start();
+    let db = TestDb::create();
+    let sale = create_sale(&db, &redis, 500, -1000, 600_000);
+    reserve_users(&redis, sale, "u", 500);
+    let crash = |at| Opts {
+        batch: 16,
+        crash_at: Some(at),
+        ..Opts::default()
+    };
+
+    // w1 dies holding a batch MySQL never saw.
+    let mut w1 = WorkerProc::start(&redis, &db, "w1", &crash("after_move"));
+    let st = w1.wait_exit(LONG);
+    assert!(!st.success(), "{st:?}");
+    assert_eq!(processing_len(&redis, sale, "w1"), 16);
+    assert_eq!(db.count("SELECT COUNT(*) FROM orders"), 0);
+
+    // w2 dies after committing its batch, before settling it in Redis.
+    let mut w2 = WorkerProc::start(&redis, &db, "w2", &crash("after_commit"));
+    let st = w2.wait_exit(LONG);
+    assert!(!st.success(), "{st:?}");
+    assert_eq!(processing_len(&redis, sale, "w2"), 16);
+    assert_eq!(db.count("SELECT COUNT(*) FROM orders"), 16);
+    assert_eq!(db.count("SELECT COUNT(*) FROM stock_ledger"), 16);
+    let confirmed: Vec<String> = redis.con().hvals(SaleKeys::new(sale).status()).unwrap();
+    assert_eq!(confirmed.iter().filter(|s| *s == "confirmed").count(), 0);
+
+    // Both come back: their lists are reclaimed and re-applied harmlessly.
+    let opts = Opts {
+        batch: 16,
+        ..Opts::default()
+    };
+    let w1 = WorkerProc::start(&redis, &db, "w1", &opts);
+    let w2 = WorkerProc::start(&redis, &db, "w2", &opts);
+    wait_orders(&db, sale, 500, LONG);
+    wait_drained(&redis, sale, LONG);
+    assert_exactly_once(&db, &redis, sale, 500);
+    let applied = metric(&w1, "seckill_worker_orders_applied_total")
+        + metric(&w2, "seckill_worker_orders_applied_total");
+    let again = metric(&w1, "seckill_worker_messages_already_done_total")
+        + metric(&w2, "seckill_worker_messages_already_done_total");
+    assert_eq!((applied, again), (500 - 16, 16));
+}
+
+fn is_stopped(pid: u32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat"))
+        .ok()
+        .and_then(|s| {
+            s.rsplit(')')
+                .next()
+                .map(|r| r.trim_start().starts_with('T'))
+        })
+        .unwrap_or(false)
+}
+
+#[test]
+fn a_paused_worker_whose_batch_was_reclaimed_resumes_without_a_double_effect() {
+    let redis = RedisServer::start();
+    let db = TestDb::create();
+    let sale = create_sale(&db, &redis, 200, -1000, 600_000);
+    reserve_users(&redis, sale, "u", 200);
+    let opts = Opts {
+        batch: 50,
+        heartbeat_ttl: "1s",
+        ..Opts::default()
+    };
+
+    let w1 = WorkerProc::start(
+        &redis,
+        &db,
+        "w1",
+        &Opts {
+            crash_at: Some("stop_after_move"),
+            ..opts.clone()
+        },
+    );
+    seckill_tests::wait_until(LONG, "w1 to stop itself", || is_stopped(w1.pid()));
+    assert_eq!(processing_len(&redis, sale, "w1"), 50);
+    let mut con = redis.con();
+    seckill_tests::wait_until(LONG, "w1's heartbeat to expire", || {
+        !con.exists::<_, bool>(keys::worker_heartbeat("w1")).unwrap()
+    });
+
+    // w2 reclaims w1's batch and applies everything.
+    let w2 = WorkerProc::start(&redis, &db, "w2", &opts);
+    wait_orders(&db, sale, 200, LONG);
+    wait_drained(&redis, sale, LONG);
+    assert_exactly_once(&db, &redis, sale, 200);
+    assert_eq!(metric(&w2, "seckill_worker_reclaimed_total"), 50);
+    assert_eq!(metric(&w2, "seckill_worker_orders_applied_total"), 200);
+
+    // w1 resumes mid-batch: it applies the same 50 again, changing nothing.
+    w1.signal("-CONT");
+    seckill_tests::wait_until(LONG, "w1 to finish its batch", || {
+        metric(&w1, "seckill_worker_messages_already_done_total") == 50
+    });
+    assert_eq!(metric(&w1, "seckill_worker_orders_applied_total"), 0);
+    assert_exactly_once(&db, &redis, sale, 200);
+}
