@@ -28,6 +28,15 @@ pub struct Config {
     /// `SECKILL_BODY_LIMIT`: largest accepted request body, in bytes
     /// (default 4096, per the gateway issue). Larger bodies get 413.
     pub body_limit_bytes: usize,
+    /// `SECKILL_GATEWAY_REDIS_THREADS`: gateway threads that pipeline queued
+    /// purchases to Redis (group commit); `0` means one Redis connection per
+    /// handler thread and one round trip per purchase. Default 2 (measured in
+    /// the README's "Performance: gateway").
+    pub gateway_redis_threads: usize,
+    /// `SECKILL_GATEWAY_WRITE_TIMEOUT`: send timeout of every HTTP client
+    /// socket (each `write` call): a client that stops reading its responses
+    /// holds a handler thread at most this long. Default 5s.
+    pub gateway_write_timeout: Duration,
     /// `SECKILL_REDIS_TIMEOUT`: connect, read and write timeout of
     /// non-blocking Redis calls (gateway, reconciler, worker bookkeeping).
     pub redis_timeout: Duration,
@@ -71,6 +80,8 @@ impl Default for Config {
             listen: SocketAddr::from(([127, 0, 0, 1], 8080)),
             gateway_threads: 0,
             body_limit_bytes: 4096,
+            gateway_redis_threads: 2,
+            gateway_write_timeout: Duration::from_secs(5),
             redis_timeout: Duration::from_millis(1000),
             mysql_timeout: Duration::from_secs(10),
             review_db: PathBuf::from("./seckill-review.sqlite3"),
@@ -151,6 +162,13 @@ impl Config {
         if let Some(v) = get("SECKILL_BODY_LIMIT") {
             c.body_limit_bytes = parse_int("SECKILL_BODY_LIMIT", v, 64, 1 << 20, INT_BODY)?;
         }
+        if let Some(v) = get("SECKILL_GATEWAY_REDIS_THREADS") {
+            c.gateway_redis_threads =
+                parse_int("SECKILL_GATEWAY_REDIS_THREADS", v, 0, 64, INT_0_64)?;
+        }
+        if let Some(v) = get("SECKILL_GATEWAY_WRITE_TIMEOUT") {
+            c.gateway_write_timeout = parse_duration("SECKILL_GATEWAY_WRITE_TIMEOUT", v)?;
+        }
         if let Some(v) = get("SECKILL_REDIS_TIMEOUT") {
             c.redis_timeout = parse_duration("SECKILL_REDIS_TIMEOUT", v)?;
         }
@@ -208,6 +226,7 @@ impl Config {
 }
 
 const INT_0_1024: &str = "an integer from 0 (auto) to 1024";
+const INT_0_64: &str = "an integer from 0 (one connection per handler) to 64";
 const INT_BODY: &str = "a byte count from 64 to 1048576";
 const INT_BATCH: &str = "an integer from 1 to 10000";
 const INT_ATTEMPTS: &str = "an integer from 1 to 1000";
@@ -306,6 +325,8 @@ mod tests {
         assert_eq!(c.worker_max_attempts, 5);
         assert_eq!(c.body_limit_bytes, 4096);
         assert_eq!(c.gateway_threads, 0);
+        assert_eq!(c.gateway_redis_threads, 2);
+        assert_eq!(c.gateway_write_timeout, Duration::from_secs(5));
         assert_eq!(c.redis_timeout, Duration::from_millis(1000));
         assert_eq!(c.mysql_timeout, Duration::from_secs(10));
         assert_eq!(c.worker_block, Duration::from_secs(1));
@@ -323,6 +344,8 @@ mod tests {
             ("SECKILL_LISTEN", "0.0.0.0:9000"),
             ("SECKILL_GATEWAY_THREADS", "16"),
             ("SECKILL_BODY_LIMIT", "8192"),
+            ("SECKILL_GATEWAY_REDIS_THREADS", "0"),
+            ("SECKILL_GATEWAY_WRITE_TIMEOUT", "30s"),
             ("SECKILL_REDIS_TIMEOUT", "250ms"),
             ("SECKILL_MYSQL_TIMEOUT", "3s"),
             ("SECKILL_REVIEW_DB", "/var/lib/seckill/review.sqlite3"),
@@ -342,6 +365,8 @@ mod tests {
         assert_eq!(c.gateway_threads, 16);
         assert_eq!(c.effective_gateway_threads(), 16);
         assert_eq!(c.body_limit_bytes, 8192);
+        assert_eq!(c.gateway_redis_threads, 0);
+        assert_eq!(c.gateway_write_timeout, Duration::from_secs(30));
         assert_eq!(c.redis_timeout, Duration::from_millis(250));
         assert_eq!(c.mysql_timeout, Duration::from_secs(3));
         assert_eq!(
@@ -366,6 +391,8 @@ mod tests {
             ("SECKILL_LISTEN", "8080"),
             ("SECKILL_GATEWAY_THREADS", "-1"),
             ("SECKILL_BODY_LIMIT", "10"),
+            ("SECKILL_GATEWAY_REDIS_THREADS", "65"),
+            ("SECKILL_GATEWAY_WRITE_TIMEOUT", "5"),
             ("SECKILL_REDIS_TIMEOUT", "500"),
             ("SECKILL_MYSQL_TIMEOUT", "0s"),
             ("SECKILL_WORKER_ID", "bad id"),

@@ -1,2 +1,64 @@
-//! placeholder: the binary arrives with its issue.
-fn main() {}
+//! `seckill-gateway`: the purchase HTTP API (v1) on tiny_http with plain
+//! threads. Each purchase is one atomic Redis script (reserve a unit, write
+//! the flow record, queue the order message); the worker turns the queue
+//! into MySQL orders.
+//!
+//! # Layout
+//!
+//! - [`server`]: listener, threads, readiness, SIGTERM.
+//! - [`handler`]: one request's life: route, body, answer, count.
+//! - [`routes`]: the URL table and strict id parsing.
+//! - [`body`]: taking request bodies without letting tiny_http harm the
+//!   process (huge declared lengths, slow bodies).
+//! - [`purchase`], [`queries`]: the routes.
+//! - [`app`]: shared and per-thread state; reserving one unit.
+//! - [`group_commit`]: pipelining purchases to Redis from a few threads.
+//! - [`redis_link`]: one Redis connection with reconnect and backoff.
+//! - [`soldout`]: the sold-out fast path.
+//! - [`reply`], [`metrics`]: answers and `/metrics`.
+//!
+//! Exit codes: 0 after SIGTERM/SIGINT, 2 bad configuration or cannot
+//! listen, 1 any other failure.
+#![forbid(unsafe_code)]
+
+mod app;
+mod body;
+mod group_commit;
+mod handler;
+mod metrics;
+mod purchase;
+mod queries;
+mod redis_link;
+mod reply;
+mod routes;
+mod server;
+mod soldout;
+
+use std::process::ExitCode;
+
+fn main() -> ExitCode {
+    seckill_common::shutdown::init_logging();
+    let config = match seckill_common::Config::from_env() {
+        Ok(c) => c,
+        Err(e) => {
+            log::error!("{e}");
+            return ExitCode::from(2);
+        }
+    };
+    let unblocker = server::Unblocker::default();
+    let on_signal = unblocker.clone();
+    let shutdown = match seckill_common::Shutdown::install(move || on_signal.unblock_all()) {
+        Ok(s) => s,
+        Err(e) => {
+            log::error!("installing the signal handler: {e}");
+            return ExitCode::from(1);
+        }
+    };
+    match server::run(config, shutdown, unblocker) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            log::error!("{e}");
+            ExitCode::from(e.exit_code())
+        }
+    }
+}

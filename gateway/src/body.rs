@@ -1,0 +1,113 @@
+//! Owns how a request body is taken, and how a request with a body is let
+//! go without harming the process.
+//!
+//! tiny_http 0.12 reads bodies of up to [`BUFFERED_MAX`] bytes into memory
+//! before a handler sees the request. A larger declared body is read lazily,
+//! and when such a request is dropped tiny_http reads and discards the rest
+//! of the declared length with a buffer of that whole length, allocated in
+//! one piece (`util/equal_reader.rs`, its `Drop`). So:
+//!
+//! - a declared length above [`DRAIN_MAX`] is never dropped: the gateway
+//!   answers 413 through `Request::upgrade` (the only API that hands over
+//!   the connection without dropping the body reader) and keeps the
+//!   connection for good ("parked"). A `Content-Length: 1000000000000`
+//!   would otherwise abort the process (allocation failure). Each parked
+//!   connection holds one tiny_http thread and two file descriptors until
+//!   the process stops; the reverse proxy (`systemd/nginx-seckill.conf`)
+//!   caps bodies so none reaches the gateway;
+//! - a declared length between [`BUFFERED_MAX`] and [`DRAIN_MAX`] is read
+//!   (when within `SECKILL_BODY_LIMIT`) or drained off the handler threads,
+//!   in a "slow-lane" thread ([`SLOW_LANE_MAX`] at once), because a client
+//!   may send it as slowly as it likes and tiny_http has no read timeout;
+//! - `Transfer-Encoding` (with or without `Content-Length`), a repeated or
+//!   unparsable `Content-Length` are refused with 400 before any body is
+//!   read: tiny_http would otherwise let `Transfer-Encoding` win silently.
+
+use crate::app::App;
+use crate::reply::Reply;
+use std::io::Read;
+use tiny_http::Request;
+
+/// Bodies up to this many bytes are already in memory when a handler gets
+/// the request (tiny_http 0.12, `request.rs`, unless `Expect: 100-continue`).
+pub const BUFFERED_MAX: usize = 1024;
+
+/// Largest declared body the gateway lets tiny_http drain on drop (its
+/// drain buffer is this large at most): 1 MiB.
+pub const DRAIN_MAX: usize = 1 << 20;
+
+/// Most slow-lane threads at once; beyond it requests are parked.
+pub const SLOW_LANE_MAX: usize = 128;
+
+/// What to do with a request, decided from its headers alone.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Plan {
+    /// The body (possibly empty) is in memory; reading it cannot block.
+    Buffered,
+    /// Refuse now with this reply; dropping the request reads nothing.
+    Refuse(Reply),
+    /// The body must be read or drained off the handler threads.
+    SlowLane,
+    /// The declared body is too large to ever drop: answer and park.
+    Park,
+}
+
+/// Decides from the headers how the body of `rq` may be touched.
+pub fn plan(rq: &Request) -> Plan {
+    let mut lengths = 0;
+    let mut expect = false;
+    for h in rq.headers() {
+        if h.field.equiv("Transfer-Encoding") {
+            return Plan::Refuse(Reply::invalid(
+                "Transfer-Encoding is not accepted; send Content-Length",
+            ));
+        }
+        if h.field.equiv("Content-Length") {
+            lengths += 1;
+        }
+        if h.field.equiv("Expect") {
+            expect = true;
+        }
+    }
+    let declared = rq.body_length();
+    if lengths > 1 || (lengths == 1 && declared.is_none()) {
+        return Plan::Refuse(Reply::invalid("one valid Content-Length is required"));
+    }
+    match declared.unwrap_or(0) {
+        0 => Plan::Buffered,
+        n if n > DRAIN_MAX => Plan::Park,
+        n if n <= BUFFERED_MAX && !expect => Plan::Buffered,
+        _ => Plan::SlowLane,
+    }
+}
+
+/// Reads a body of at most `limit` bytes.
+///
+/// Errors: the 413 reply when it is longer; a 400 when the connection
+/// failed before the declared length arrived.
+pub fn read_limited(rq: &mut Request, limit: usize) -> Result<Vec<u8>, Reply> {
+    if rq.body_length().unwrap_or(0) > limit {
+        return Err(Reply::payload_too_large());
+    }
+    let mut body = Vec::with_capacity(rq.body_length().unwrap_or(0).min(limit));
+    match rq.as_reader().take(limit as u64 + 1).read_to_end(&mut body) {
+        Ok(_) if body.len() > limit => Err(Reply::payload_too_large()),
+        Ok(_) => Ok(body),
+        Err(_) => Err(Reply::invalid("the body ended before its Content-Length")),
+    }
+}
+
+/// Answers `reply` and keeps the connection for good, without ever dropping
+/// its body reader (see the file's top comment). The answer goes out with
+/// `Connection: upgrade` because `upgrade` is the only tiny_http call that
+/// writes a response and hands back the connection.
+pub fn park(app: &App, rq: Request, reply: Reply) {
+    app.metrics.parked.inc();
+    log::warn!(
+        "parking a connection from {:?}: declared body of {:?} bytes",
+        rq.remote_addr(),
+        rq.body_length()
+    );
+    let stream = rq.upgrade("seckill-refused", reply.into_response());
+    std::mem::forget(stream);
+}

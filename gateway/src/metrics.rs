@@ -1,0 +1,187 @@
+//! Owns the gateway's Prometheus metrics: requests by route and status,
+//! purchase outcomes, a latency histogram per route, Redis errors, requests
+//! in flight, and the counters of the body-handling paths (slow lane,
+//! parked connections). Lock-free atomics; rendered by `/metrics`.
+
+use crate::routes::{Label, LABELS};
+use seckill_common::metrics::{Counter, Exposition, Gauge, Histogram, LATENCY_BUCKETS_S};
+use std::time::Duration;
+
+/// Status codes counted one by one; any other code is counted as `other`.
+pub const STATUSES: [u16; 12] = [200, 202, 400, 403, 404, 405, 409, 410, 413, 500, 503, 0];
+
+/// What a purchase attempt came to (the `outcome` label).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Outcome {
+    /// 202: a unit was reserved.
+    Reserved = 0,
+    /// 409: the user already holds a reservation.
+    AlreadyPurchased,
+    /// 410 decided by Redis.
+    SoldOut,
+    /// 410 or 403 `sale_ended` answered from memory (the sold-out fast path).
+    ClosedFromMemory,
+    /// 403 `sale_not_started`.
+    NotStarted,
+    /// 403 `sale_ended` decided by Redis.
+    Ended,
+    /// 404 `sale_not_found`.
+    UnknownSale,
+    /// 400 or 413: the request was refused before Redis.
+    Invalid,
+    /// 503: Redis could not be reached.
+    Unavailable,
+}
+
+const OUTCOMES: [&str; 9] = [
+    "reserved",
+    "already_purchased",
+    "sold_out",
+    "closed_from_memory",
+    "not_started",
+    "ended",
+    "unknown_sale",
+    "invalid",
+    "unavailable",
+];
+
+/// Every gateway metric. One instance per process, shared by `Arc`.
+#[derive(Debug)]
+pub struct Metrics {
+    requests: Vec<[Counter; STATUSES.len()]>,
+    latency: Vec<Histogram>,
+    outcomes: [Counter; OUTCOMES.len()],
+    /// Failed Redis calls (connection refused, timeouts, error replies).
+    pub redis_errors: Counter,
+    /// Requests being handled right now.
+    pub in_flight: Gauge,
+    /// Requests whose body is read (or drained) by a slow-lane thread now.
+    pub slow_lane: Gauge,
+    /// Connections parked for good: a declared body too large to ever drop
+    /// safely (see `body.rs`). Each holds one tiny_http thread and socket.
+    pub parked: Counter,
+    /// Purchases sent in Redis pipelines (group commit) and the pipelines.
+    pub pipelined: Counter,
+    /// Redis pipelines sent by the group-commit threads.
+    pub pipelines: Counter,
+}
+
+impl Default for Metrics {
+    fn default() -> Self {
+        Metrics {
+            requests: LABELS
+                .iter()
+                .map(|_| std::array::from_fn(|_| Counter::default()))
+                .collect(),
+            latency: LABELS
+                .iter()
+                .map(|_| Histogram::new(LATENCY_BUCKETS_S))
+                .collect(),
+            outcomes: std::array::from_fn(|_| Counter::default()),
+            redis_errors: Counter::default(),
+            in_flight: Gauge::default(),
+            slow_lane: Gauge::default(),
+            parked: Counter::default(),
+            pipelined: Counter::default(),
+            pipelines: Counter::default(),
+        }
+    }
+}
+
+impl Metrics {
+    /// Counts one answered request.
+    pub fn request(&self, label: Label, status: u16, took: Duration) {
+        let s = STATUSES
+            .iter()
+            .position(|&c| c == status)
+            .unwrap_or(STATUSES.len() - 1);
+        if let Some(row) = self.requests.get(label as usize) {
+            row[s].inc();
+        }
+        if let Some(h) = self.latency.get(label as usize) {
+            h.observe_duration(took);
+        }
+    }
+
+    /// Counts one purchase outcome.
+    pub fn outcome(&self, o: Outcome) {
+        self.outcomes[o as usize].inc();
+    }
+
+    /// The `/metrics` page (Prometheus text format 0.0.4).
+    pub fn render(&self) -> String {
+        let mut e = Exposition::new();
+        for (i, (_, route)) in LABELS.iter().enumerate() {
+            for (j, code) in STATUSES.iter().enumerate() {
+                let v = self.requests[i][j].get();
+                if v == 0 {
+                    continue;
+                }
+                let status = if *code == 0 {
+                    "other".to_string()
+                } else {
+                    code.to_string()
+                };
+                e.counter(
+                    "seckill_gateway_requests_total",
+                    "HTTP requests answered, by route and status.",
+                    &[("route", route), ("status", &status)],
+                    v,
+                );
+            }
+        }
+        for (i, name) in OUTCOMES.iter().enumerate() {
+            e.counter(
+                "seckill_gateway_purchases_total",
+                "Purchase attempts by outcome.",
+                &[("outcome", name)],
+                self.outcomes[i].get(),
+            );
+        }
+        for (i, (_, route)) in LABELS.iter().enumerate() {
+            e.histogram(
+                "seckill_gateway_request_duration_seconds",
+                "Time from taking a request off the queue to its answer, by route.",
+                &[("route", route)],
+                &self.latency[i],
+            );
+        }
+        e.counter(
+            "seckill_gateway_redis_errors_total",
+            "Redis calls that failed (connection, timeout or error reply).",
+            &[],
+            self.redis_errors.get(),
+        );
+        e.gauge(
+            "seckill_gateway_requests_in_flight",
+            "Requests being handled now.",
+            &[],
+            self.in_flight.get(),
+        );
+        e.gauge(
+            "seckill_gateway_slow_lane_requests",
+            "Requests whose body is being read or drained off the handler threads.",
+            &[],
+            self.slow_lane.get(),
+        );
+        e.counter(
+            "seckill_gateway_parked_connections_total",
+            "Connections kept open for good after a declared body too large to drain.",
+            &[],
+            self.parked.get(),
+        );
+        e.counter(
+            "seckill_gateway_pipelined_purchases_total",
+            "Purchases sent to Redis in group-commit pipelines.",
+            &[],
+            self.pipelined.get(),
+        );
+        e.counter(
+            "seckill_gateway_redis_pipelines_total",
+            "Pipelines sent by the group-commit threads.",
+            &[],
+            self.pipelines.get(),
+        );
+        e.finish()
+    }
+}

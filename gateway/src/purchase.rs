@@ -1,0 +1,166 @@
+//! Owns `POST /v1/sales/{sale_id}/purchases`: the strict reading of the JSON
+//! body and the mapping of a reservation outcome to the API's answers
+//! (202, 409, 410, 403, 404, 503), with the sold-out fast path in front.
+//!
+//! Unknown fields in the body are refused (400): a client that sends, say,
+//! `"quantity": 2` must learn that it is not honoured rather than be
+//! silently sold one unit.
+
+use crate::app::Worker;
+use crate::metrics::Outcome;
+use crate::reply::Reply;
+use crate::soldout::Closed;
+use seckill_common::reservation::ReserveOutcome;
+use serde::Deserialize;
+use serde_json::json;
+use std::time::Instant;
+
+/// The request body, `{"user_id": "..."}` and nothing else.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct PurchaseBody {
+    user_id: String,
+}
+
+/// The rule for `user_id`, as told to clients.
+pub const USER_ID_RULE: &str = "user_id must be 1-64 characters of A-Z a-z 0-9 _ . -";
+
+const EXPECTED: &str = "expected {\"user_id\": \"...\"} with a string user_id and no other field";
+
+/// Reads the user id from a purchase body.
+///
+/// Errors: the 400 reply (`invalid_request` with a detail) for an empty,
+/// malformed, truncated, non-UTF-8 or too deeply nested body (serde_json
+/// stops at 128 levels), a missing, non-string or duplicate `user_id`, an
+/// unknown field, or a user id that breaks the rule.
+pub fn parse_body(body: &[u8]) -> Result<String, Reply> {
+    if body.iter().all(u8::is_ascii_whitespace) {
+        return Err(Reply::invalid("empty body"));
+    }
+    // serde would also take a struct from an array (`["alice"]`).
+    if body.iter().find(|b| !b.is_ascii_whitespace()) != Some(&b'{') {
+        return Err(Reply::invalid(EXPECTED));
+    }
+    let parsed: PurchaseBody = serde_json::from_slice(body).map_err(|e| {
+        use serde_json::error::Category;
+        Reply::invalid(match e.classify() {
+            Category::Eof => "truncated JSON",
+            Category::Syntax | Category::Io => "malformed JSON",
+            Category::Data => {
+                "expected {\"user_id\": \"...\"} with a string user_id and no other field"
+            }
+        })
+    })?;
+    if !seckill_common::is_valid_token(&parsed.user_id) {
+        return Err(Reply::invalid(USER_ID_RULE));
+    }
+    Ok(parsed.user_id)
+}
+
+/// Answers a purchase of one unit of `sale_id` with body `body`.
+pub fn purchase(w: &mut Worker, sale_id: u64, body: &[u8]) -> Reply {
+    let metrics = w.app.metrics.clone();
+    let user_id = match parse_body(body) {
+        Ok(u) => u,
+        Err(r) => {
+            metrics.outcome(Outcome::Invalid);
+            return r;
+        }
+    };
+    let now = Instant::now();
+    if let Some(closed) = w.app.soldout.get(sale_id, now) {
+        metrics.outcome(Outcome::ClosedFromMemory);
+        return closed_reply(closed);
+    }
+    let outcome = match w.reserve(sale_id, &user_id) {
+        Ok(o) => o,
+        Err(_) => {
+            metrics.outcome(Outcome::Unavailable);
+            return Reply::unavailable();
+        }
+    };
+    let closed = |c: Closed, o: Outcome| {
+        w.app.soldout.put(sale_id, c, now);
+        metrics.outcome(o);
+        closed_reply(c)
+    };
+    match outcome {
+        ReserveOutcome::Reserved(rid) => {
+            metrics.outcome(Outcome::Reserved);
+            Reply::json(202, json!({ "reservation_id": rid, "status": "queued" }))
+        }
+        ReserveOutcome::AlreadyPurchased(rid) => {
+            metrics.outcome(Outcome::AlreadyPurchased);
+            Reply::json(
+                409,
+                json!({ "error": "already_purchased", "reservation_id": rid }),
+            )
+        }
+        ReserveOutcome::NotStarted => {
+            metrics.outcome(Outcome::NotStarted);
+            Reply::error(403, "sale_not_started")
+        }
+        ReserveOutcome::SoldOut => closed(Closed::SoldOut, Outcome::SoldOut),
+        ReserveOutcome::Ended => closed(Closed::Ended, Outcome::Ended),
+        ReserveOutcome::UnknownSale => closed(Closed::Unknown, Outcome::UnknownSale),
+    }
+}
+
+fn closed_reply(c: Closed) -> Reply {
+    match c {
+        Closed::SoldOut => Reply::error(410, "sold_out"),
+        Closed::Ended => Reply::error(403, "sale_ended"),
+        Closed::Unknown => Reply::sale_not_found(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn detail(body: &[u8]) -> String {
+        let r = parse_body(body).unwrap_err();
+        assert_eq!(r.status, 400);
+        let v: serde_json::Value = serde_json::from_str(&r.body).unwrap();
+        assert_eq!(v["error"], "invalid_request");
+        v["detail"].as_str().unwrap().to_string()
+    }
+
+    #[test]
+    fn a_valid_body_gives_the_user_id() {
+        assert_eq!(
+            parse_body(br#"{"user_id":"alice-1.x_Y"}"#).unwrap(),
+            "alice-1.x_Y"
+        );
+        assert_eq!(parse_body(b" {\"user_id\" : \"a\"}\n").unwrap(), "a");
+    }
+
+    #[test]
+    fn every_hostile_body_is_a_400() {
+        assert_eq!(detail(b""), "empty body");
+        assert_eq!(detail(br#"{"user_id":"al"#), "truncated JSON");
+        assert_eq!(detail(b"{user_id: 1}"), "malformed JSON");
+        assert_eq!(detail(b"{\"user_id\":\"\xff\xfe\"}"), "malformed JSON");
+        detail(&vec![b'['; 100_000]);
+        for b in [
+            r#"{"user_id":5}"#,
+            r#"{"user_id":null}"#,
+            r#"{"user_id":["a"]}"#,
+            r#"{}"#,
+            r#"{"user_id":"a","quantity":2}"#,
+            r#"{"user_id":"a","user_id":"b"}"#,
+            r#"["a"]"#,
+        ] {
+            assert!(detail(b.as_bytes()).starts_with("expected"), "{b}");
+        }
+        let long = format!(r#"{{"user_id":"{}"}}"#, "a".repeat(65));
+        for b in [
+            long.as_str(),
+            r#"{"user_id":"a b"}"#,
+            "{\"user_id\":\"a\\u0001\"}",
+            r#"{"user_id":""}"#,
+        ] {
+            assert_eq!(detail(b.as_bytes()), USER_ID_RULE, "{b}");
+        }
+    }
+}

@@ -1,0 +1,95 @@
+//! Owns the read-only routes: `GET /v1/sales/{id}` (stock and window, the
+//! state by Redis's clock), `GET /v1/sales/{id}/purchases/{user}` (the
+//! buyer's reservation and its status as the worker last wrote it) and
+//! `GET /readyz` (Redis answers `PING`).
+
+use crate::app::Worker;
+use crate::reply::Reply;
+use redis::Value;
+use seckill_common::keys::SaleKeys;
+use serde_json::json;
+
+/// `GET /v1/sales/{sale_id}`: one pipeline of `HMGET meta`, `GET stock`,
+/// `TIME`. `state` is `upcoming` before the window, `ended` after it,
+/// `sold_out` when no stock is left, else `active`; times are RFC 3339 UTC.
+pub fn sale(w: &mut Worker, sale_id: u64) -> Reply {
+    let k = SaleKeys::new(sale_id);
+    let r = w.link.with(|con| {
+        redis::pipe()
+            .cmd("HMGET")
+            .arg(k.meta())
+            .arg("total_stock")
+            .arg("starts_at_ms")
+            .arg("ends_at_ms")
+            .cmd("GET")
+            .arg(k.stock())
+            .cmd("TIME")
+            .query::<(Vec<Option<u64>>, Option<i64>, (u64, u64))>(con)
+    });
+    let (meta, stock, (secs, micros)) = match r {
+        Ok(v) => v,
+        Err(_) => return Reply::unavailable(),
+    };
+    let (Some(starts), Some(ends)) = (
+        meta.get(1).copied().flatten(),
+        meta.get(2).copied().flatten(),
+    ) else {
+        return Reply::sale_not_found();
+    };
+    let now_ms = secs * 1000 + micros / 1000;
+    let stock = stock.unwrap_or(0).max(0);
+    let state = if now_ms < starts {
+        "upcoming"
+    } else if now_ms >= ends {
+        "ended"
+    } else if stock == 0 {
+        "sold_out"
+    } else {
+        "active"
+    };
+    Reply::json(
+        200,
+        json!({
+            "sale_id": sale_id,
+            "stock_remaining": stock,
+            "starts_at": seckill_common::timefmt::format_ms(starts),
+            "ends_at": seckill_common::timefmt::format_ms(ends),
+            "state": state,
+        }),
+    )
+}
+
+/// `GET /v1/sales/{sale_id}/purchases/{user_id}`: `HGET buyers user`, then
+/// `HGET status rid`. A reservation without a status reads as `queued`.
+pub fn purchase_status(w: &mut Worker, sale_id: u64, user_id: &str) -> Reply {
+    let k = SaleKeys::new(sale_id);
+    let rid = match w.link.with(|con| {
+        redis::cmd("HGET")
+            .arg(k.buyers())
+            .arg(user_id)
+            .query::<Option<String>>(con)
+    }) {
+        Ok(Some(rid)) => rid,
+        Ok(None) => return Reply::error(404, "purchase_not_found"),
+        Err(_) => return Reply::unavailable(),
+    };
+    let status = match w.link.with(|con| {
+        redis::cmd("HGET")
+            .arg(k.status())
+            .arg(&rid)
+            .query::<Option<String>>(con)
+    }) {
+        Ok(s) => s.unwrap_or_else(|| "queued".to_string()),
+        Err(_) => return Reply::unavailable(),
+    };
+    Reply::json(200, json!({ "reservation_id": rid, "status": status }))
+}
+
+/// `GET /readyz`: 200 `{"status": "ready"}` when Redis answers `PING`,
+/// else 503 `unavailable`.
+pub fn ready(w: &mut Worker) -> Reply {
+    match w.link.with(|con| redis::cmd("PING").query::<Value>(con)) {
+        Ok(_) => Reply::json(200, json!({ "status": "ready" })),
+        Err(_) => Reply::unavailable(),
+    }
+}

@@ -1,0 +1,107 @@
+//! Owns one Redis connection of one gateway thread, with reconnection and
+//! backoff: while Redis is down, callers get [`Unavailable`] at once (the
+//! client sees 503) instead of waiting on a connect per request, and the
+//! next attempt comes after 50 ms, doubling up to 1 s. Each (re)connect
+//! loads the reservation script (`SCRIPT LOAD`), so pipelined `EVALSHA`
+//! calls find it.
+
+use crate::metrics::Metrics;
+use redis::{Client, Connection, RedisError};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// First wait after a failed connect.
+pub const BACKOFF_MIN: Duration = Duration::from_millis(50);
+/// Longest wait between connects while Redis stays down.
+pub const BACKOFF_MAX: Duration = Duration::from_secs(1);
+
+/// Redis cannot be used right now (down, timing out, or in backoff).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Unavailable;
+
+/// A lazily (re)connected Redis connection owned by one thread.
+pub struct Link {
+    client: Client,
+    /// Connect, read and write timeout (`SECKILL_REDIS_TIMEOUT`).
+    timeout: Duration,
+    con: Option<Connection>,
+    next_try: Instant,
+    backoff: Duration,
+    metrics: Arc<Metrics>,
+}
+
+impl Link {
+    /// A link that connects on first use.
+    pub fn new(client: Client, timeout: Duration, metrics: Arc<Metrics>) -> Link {
+        Link {
+            client,
+            timeout,
+            con: None,
+            next_try: Instant::now(),
+            backoff: BACKOFF_MIN,
+            metrics,
+        }
+    }
+
+    fn connect(&self) -> Result<Connection, RedisError> {
+        let mut con = self.client.get_connection_with_timeout(self.timeout)?;
+        con.set_read_timeout(Some(self.timeout))?;
+        con.set_write_timeout(Some(self.timeout))?;
+        seckill_common::reservation::reserve_script().load(&mut con)?;
+        Ok(con)
+    }
+
+    /// The connection, connecting first if needed and due.
+    ///
+    /// Errors: [`Unavailable`] when the connect fails or the backoff since
+    /// the last failure has not passed yet.
+    pub fn get(&mut self) -> Result<&mut Connection, Unavailable> {
+        if self.con.is_none() {
+            let now = Instant::now();
+            if now < self.next_try {
+                return Err(Unavailable);
+            }
+            match self.connect() {
+                Ok(c) => {
+                    self.con = Some(c);
+                    self.backoff = BACKOFF_MIN;
+                }
+                Err(e) => {
+                    self.metrics.redis_errors.inc();
+                    log::warn!("redis: connect: {e}; next attempt in {:?}", self.backoff);
+                    self.next_try = now + self.backoff;
+                    self.backoff = (self.backoff * 2).min(BACKOFF_MAX);
+                    return Err(Unavailable);
+                }
+            }
+        }
+        self.con.as_mut().ok_or(Unavailable)
+    }
+
+    /// Reports a failed call. Anything but an error reply from the server
+    /// (a broken socket, a timeout with a reply possibly still in flight)
+    /// closes the connection, so no later call reads a stale reply.
+    pub fn failed(&mut self, e: &RedisError) -> Unavailable {
+        self.metrics.redis_errors.inc();
+        if !matches!(e.kind(), redis::ErrorKind::Server(_)) {
+            log::warn!("redis: {e}; reconnecting");
+            self.con = None;
+            self.next_try = Instant::now();
+        } else {
+            log::warn!("redis: error reply: {e}");
+        }
+        Unavailable
+    }
+
+    /// Runs `f` on the connection; a failure goes through [`Link::failed`].
+    pub fn with<T>(
+        &mut self,
+        f: impl FnOnce(&mut Connection) -> redis::RedisResult<T>,
+    ) -> Result<T, Unavailable> {
+        let con = self.get()?;
+        match f(con) {
+            Ok(v) => Ok(v),
+            Err(e) => Err(self.failed(&e)),
+        }
+    }
+}

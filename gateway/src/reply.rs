@@ -1,0 +1,121 @@
+//! Owns the gateway's answers: a status code, a JSON body whose errors are
+//! always `{"error": "<stable_code>", ...}`, and the few headers we send
+//! (`Content-Type`, `Retry-After`, `Allow`). Nothing internal is ever put in
+//! a body: Redis errors are logged, the client sees `unavailable`.
+
+use serde_json::json;
+use tiny_http::{Header, Response};
+
+/// Seconds a client should wait before retrying a 503 (`Retry-After`).
+pub const RETRY_AFTER_S: &str = "1";
+
+/// One HTTP answer, built by a route and written by the handler loop.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Reply {
+    /// HTTP status code.
+    pub status: u16,
+    /// The body (JSON, or the Prometheus text for `/metrics`).
+    pub body: String,
+    /// `Content-Type` of the body.
+    pub content_type: &'static str,
+    /// Extra header, e.g. `("Retry-After", "1")` or `("Allow", "POST")`.
+    pub extra: Option<(&'static str, &'static str)>,
+}
+
+const JSON: &str = "application/json";
+
+impl Reply {
+    /// A JSON reply.
+    pub fn json(status: u16, body: serde_json::Value) -> Reply {
+        Reply {
+            status,
+            body: body.to_string(),
+            content_type: JSON,
+            extra: None,
+        }
+    }
+
+    /// `{"error": code}` with `status`.
+    pub fn error(status: u16, code: &str) -> Reply {
+        Reply::json(status, json!({ "error": code }))
+    }
+
+    /// 400 `{"error": "invalid_request", "detail": detail}`.
+    pub fn invalid(detail: &str) -> Reply {
+        Reply::json(400, json!({ "error": "invalid_request", "detail": detail }))
+    }
+
+    /// 404 `{"error": "not_found"}`: no such route.
+    pub fn not_found() -> Reply {
+        Reply::error(404, "not_found")
+    }
+
+    /// 404 `{"error": "sale_not_found"}`.
+    pub fn sale_not_found() -> Reply {
+        Reply::error(404, "sale_not_found")
+    }
+
+    /// 405 `{"error": "method_not_allowed"}` with `Allow: allow`.
+    pub fn method_not_allowed(allow: &'static str) -> Reply {
+        let mut r = Reply::error(405, "method_not_allowed");
+        r.extra = Some(("Allow", allow));
+        r
+    }
+
+    /// 413 `{"error": "payload_too_large"}`.
+    pub fn payload_too_large() -> Reply {
+        Reply::error(413, "payload_too_large")
+    }
+
+    /// 503 `{"error": "unavailable"}` with `Retry-After: 1`: Redis cannot be
+    /// reached or the gateway is saturated.
+    pub fn unavailable() -> Reply {
+        let mut r = Reply::error(503, "unavailable");
+        r.extra = Some(("Retry-After", RETRY_AFTER_S));
+        r
+    }
+
+    /// 200 with a plain-text body (health checks, metrics).
+    pub fn text(status: u16, body: String, content_type: &'static str) -> Reply {
+        Reply {
+            status,
+            body,
+            content_type,
+            extra: None,
+        }
+    }
+
+    /// The tiny_http response for this reply.
+    pub fn into_response(self) -> Response<std::io::Cursor<Vec<u8>>> {
+        let mut r = Response::from_string(self.body).with_status_code(self.status);
+        if let Ok(h) = Header::from_bytes("Content-Type", self.content_type) {
+            r.add_header(h);
+        }
+        if let Some((name, value)) = self.extra {
+            if let Ok(h) = Header::from_bytes(name, value) {
+                r.add_header(h);
+            }
+        }
+        r
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn errors_have_a_stable_code_and_nothing_else() {
+        assert_eq!(
+            Reply::error(410, "sold_out").body,
+            r#"{"error":"sold_out"}"#
+        );
+        let u = Reply::unavailable();
+        assert_eq!((u.status, u.extra), (503, Some(("Retry-After", "1"))));
+        let i = Reply::invalid("empty body");
+        assert_eq!(
+            i.body,
+            r#"{"detail":"empty body","error":"invalid_request"}"#
+        );
+    }
+}

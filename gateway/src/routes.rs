@@ -1,0 +1,174 @@
+//! Owns the URL and method table of the v1 API: which handler a request goes
+//! to, and the strict parsing of sale ids and user ids in paths. Anything
+//! else (query strings, `..`, trailing slashes, ids that are not numbers)
+//! ends here as a 400 or 404, never in a handler.
+
+use tiny_http::Method;
+
+/// Where a request goes. Paths are matched segment by segment, as sent
+/// (no percent-decoding, no normalisation: `%31` is not `1`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Route {
+    /// `GET /healthz`.
+    Healthz,
+    /// `GET /readyz`.
+    Readyz,
+    /// `GET /metrics`.
+    Metrics,
+    /// `GET /v1/sales/{sale_id}`.
+    Sale(u64),
+    /// `POST /v1/sales/{sale_id}/purchases`.
+    Purchase(u64),
+    /// `GET /v1/sales/{sale_id}/purchases/{user_id}`.
+    PurchaseStatus(u64, String),
+    /// A known path with the wrong method; holds the `Allow` value.
+    WrongMethod(&'static str),
+    /// A sale path whose id is not a sale id (404 `sale_not_found`).
+    NoSuchSale,
+    /// A request we refuse to interpret (400 with this detail).
+    Invalid(&'static str),
+    /// No such path (404 `not_found`).
+    NotFound,
+}
+
+/// The metrics label of each route (a fixed set, so a hostile path cannot
+/// create new time series).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Label {
+    /// `POST /v1/sales/{id}/purchases`.
+    Purchase = 0,
+    /// `GET /v1/sales/{id}/purchases/{user}`.
+    PurchaseStatus,
+    /// `GET /v1/sales/{id}`.
+    Sale,
+    /// `/healthz`.
+    Healthz,
+    /// `/readyz`.
+    Readyz,
+    /// `/metrics`.
+    Metrics,
+    /// Anything else.
+    Other,
+}
+
+/// Every label, in index order.
+pub const LABELS: [(Label, &str); 7] = [
+    (Label::Purchase, "purchase"),
+    (Label::PurchaseStatus, "purchase_status"),
+    (Label::Sale, "sale"),
+    (Label::Healthz, "healthz"),
+    (Label::Readyz, "readyz"),
+    (Label::Metrics, "metrics"),
+    (Label::Other, "other"),
+];
+
+impl Route {
+    /// The metrics label of this route.
+    pub fn label(&self) -> Label {
+        match self {
+            Route::Healthz => Label::Healthz,
+            Route::Readyz => Label::Readyz,
+            Route::Metrics => Label::Metrics,
+            Route::Sale(_) => Label::Sale,
+            Route::Purchase(_) => Label::Purchase,
+            Route::PurchaseStatus(..) => Label::PurchaseStatus,
+            _ => Label::Other,
+        }
+    }
+}
+
+/// A sale id as written in a path: 1-20 ASCII digits, a positive `u64`.
+pub fn parse_sale_id(s: &str) -> Option<u64> {
+    if s.is_empty() || s.len() > 20 || !s.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    s.parse::<u64>().ok().filter(|&n| n > 0)
+}
+
+/// Routes `method url`.
+pub fn route(method: &Method, url: &str) -> Route {
+    if url.contains(['?', '#']) {
+        return Route::Invalid("query strings are not accepted");
+    }
+    let Some(path) = url.strip_prefix('/') else {
+        return Route::Invalid("the request target must be an absolute path");
+    };
+    let segs: Vec<&str> = path.split('/').collect();
+    let get = *method == Method::Get;
+    let want =
+        |ok: bool, allow: &'static str, r: Route| if ok { r } else { Route::WrongMethod(allow) };
+    match segs.as_slice() {
+        ["healthz"] => want(get, "GET", Route::Healthz),
+        ["readyz"] => want(get, "GET", Route::Readyz),
+        ["metrics"] => want(get, "GET", Route::Metrics),
+        ["v1", "sales", id, rest @ ..] if rest.len() <= 2 => {
+            let Some(sale) = parse_sale_id(id) else {
+                return Route::NoSuchSale;
+            };
+            match rest {
+                [] => want(get, "GET", Route::Sale(sale)),
+                ["purchases"] => want(*method == Method::Post, "POST", Route::Purchase(sale)),
+                ["purchases", user] => {
+                    if !get {
+                        Route::WrongMethod("GET")
+                    } else if seckill_common::is_valid_token(user) {
+                        Route::PurchaseStatus(sale, (*user).to_string())
+                    } else {
+                        Route::Invalid("user_id must be 1-64 characters of A-Z a-z 0-9 _ . -")
+                    }
+                }
+                _ => Route::NotFound,
+            }
+        }
+        _ => Route::NotFound,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_v1_table() {
+        let (g, p) = (Method::Get, Method::Post);
+        assert_eq!(route(&p, "/v1/sales/42/purchases"), Route::Purchase(42));
+        assert_eq!(route(&g, "/v1/sales/42"), Route::Sale(42));
+        assert_eq!(
+            route(&g, "/v1/sales/42/purchases/bob"),
+            Route::PurchaseStatus(42, "bob".into())
+        );
+        assert_eq!(
+            route(&g, "/v1/sales/42/purchases"),
+            Route::WrongMethod("POST")
+        );
+        assert_eq!(route(&p, "/healthz"), Route::WrongMethod("GET"));
+        assert_eq!(route(&g, "/metrics"), Route::Metrics);
+    }
+
+    #[test]
+    fn odd_paths_never_reach_a_handler() {
+        let p = Method::Post;
+        assert_eq!(route(&p, "/v1/sales/../../etc/passwd"), Route::NotFound);
+        assert_eq!(route(&p, "/v1/sales/abc/purchases"), Route::NoSuchSale);
+        assert_eq!(
+            route(&p, "/v1/sales/99999999999999999999999/purchases"),
+            Route::NoSuchSale
+        );
+        assert_eq!(route(&p, "/v1/sales/0/purchases"), Route::NoSuchSale);
+        assert_eq!(
+            route(&p, "/v1/sales/1/purchases/"),
+            Route::WrongMethod("GET")
+        );
+        assert_eq!(route(&p, "/v1/sales/1/purchases/x/y"), Route::NotFound);
+        assert!(matches!(
+            route(&p, "/v1/sales/1/purchases?x=1"),
+            Route::Invalid(_)
+        ));
+        assert!(matches!(
+            route(&Method::Get, "/v1/sales/1/purchases/a%20b"),
+            Route::Invalid(_)
+        ));
+        assert!(matches!(route(&p, "*"), Route::Invalid(_)));
+        assert_eq!(route(&Method::Get, "/healthz/"), Route::NotFound);
+    }
+}

@@ -1,0 +1,227 @@
+//! Owns the process: the listening socket (with the send timeout and TCP
+//! keep-alive every client connection inherits), the tiny_http server, the
+//! handler threads, the group-commit Redis threads, readiness, and the
+//! orderly stop on SIGTERM (every handler unblocked, queued requests
+//! answered, exit 0).
+
+use crate::app::{App, Worker};
+use crate::group_commit::{self, QUEUE_CAPACITY};
+use crate::handler::handle;
+use crate::metrics::Metrics;
+use crate::redis_link::{Link, BACKOFF_MAX};
+use crate::soldout::SoldOutCache;
+use seckill_common::{Config, Shutdown};
+use socket2::{Domain, Protocol, Socket, TcpKeepalive, Type};
+use std::fmt;
+use std::net::{SocketAddr, TcpListener};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+use tiny_http::Server;
+
+/// Pending connections the kernel keeps for the accept thread.
+pub const LISTEN_BACKLOG: i32 = 1024;
+
+/// Why the gateway could not run. [`GatewayError::exit_code`] maps each to
+/// the documented exit code (2: cannot start, 1: failed while running).
+#[derive(Debug)]
+#[non_exhaustive]
+pub enum GatewayError {
+    /// `SECKILL_REDIS_URL` is not a usable Redis URL.
+    RedisUrl(redis::RedisError),
+    /// The listen address cannot be bound.
+    Bind(SocketAddr, std::io::Error),
+    /// tiny_http refused the listener.
+    Server(String),
+    /// A thread could not be started.
+    Thread(std::io::Error),
+    /// The accept loop stopped (e.g. out of file descriptors).
+    Accept(String),
+}
+
+impl fmt::Display for GatewayError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            GatewayError::RedisUrl(e) => write!(f, "redis url: {e}"),
+            GatewayError::Bind(a, e) => write!(f, "cannot listen on {a}: {e}"),
+            GatewayError::Server(e) => write!(f, "http server: {e}"),
+            GatewayError::Thread(e) => write!(f, "starting a thread: {e}"),
+            GatewayError::Accept(e) => write!(f, "accepting connections: {e}"),
+        }
+    }
+}
+
+impl std::error::Error for GatewayError {}
+
+impl GatewayError {
+    /// 2 when the gateway could not start (configuration, bind), else 1.
+    pub fn exit_code(&self) -> u8 {
+        match self {
+            GatewayError::RedisUrl(_) | GatewayError::Bind(..) | GatewayError::Server(_) => 2,
+            _ => 1,
+        }
+    }
+}
+
+/// Unblocks every handler thread's `recv` once the server exists; the
+/// signal handler calls [`Unblocker::unblock_all`].
+#[derive(Clone, Default)]
+pub struct Unblocker(Arc<Mutex<Option<(Arc<Server>, usize)>>>);
+
+impl Unblocker {
+    fn set(&self, server: Arc<Server>, threads: usize) {
+        if let Ok(mut s) = self.0.lock() {
+            *s = Some((server, threads));
+        }
+    }
+
+    /// Calls `unblock` once per handler thread (a no-op before `run` has
+    /// created the server: the handlers then see the flag at start).
+    pub fn unblock_all(&self) {
+        if let Ok(s) = self.0.lock() {
+            if let Some((server, n)) = s.as_ref() {
+                for _ in 0..*n {
+                    server.unblock();
+                }
+            }
+        }
+    }
+}
+
+/// Binds `addr` with the options every accepted connection inherits from
+/// the listening socket on Linux: `SO_SNDTIMEO` (`write_timeout`: a client
+/// that stops reading cannot hold a handler longer), TCP keep-alive (dead
+/// peers are noticed after about 90 s), `TCP_NODELAY`.
+///
+/// A receive timeout cannot be set this way: on the listening socket it
+/// also limits `accept`, which would stop tiny_http's accept loop.
+fn bind(addr: SocketAddr, write_timeout: Duration) -> std::io::Result<TcpListener> {
+    let s = Socket::new(Domain::for_address(addr), Type::STREAM, Some(Protocol::TCP))?;
+    s.set_reuse_address(true)?;
+    s.set_write_timeout(Some(write_timeout))?;
+    s.set_tcp_nodelay(true)?;
+    s.set_keepalive(true)?;
+    let ka = TcpKeepalive::new()
+        .with_time(Duration::from_secs(60))
+        .with_interval(Duration::from_secs(10))
+        .with_retries(3);
+    s.set_tcp_keepalive(&ka)?;
+    s.bind(&addr.into())?;
+    s.listen(LISTEN_BACKLOG)?;
+    Ok(s.into())
+}
+
+/// Serves the API until `shutdown` is triggered, then answers what is
+/// queued and returns.
+///
+/// Errors: see [`GatewayError`].
+pub fn run(config: Config, shutdown: Shutdown, unblocker: Unblocker) -> Result<(), GatewayError> {
+    let client = redis::Client::open(config.redis_url.as_str()).map_err(GatewayError::RedisUrl)?;
+    let listener = bind(config.listen, config.gateway_write_timeout)
+        .map_err(|e| GatewayError::Bind(config.listen, e))?;
+    let server = Arc::new(
+        Server::from_listener(listener, None).map_err(|e| GatewayError::Server(e.to_string()))?,
+    );
+    let metrics = Arc::new(Metrics::default());
+
+    let jobs = if config.gateway_redis_threads > 0 {
+        let (tx, rx) = crossbeam_channel::bounded(QUEUE_CAPACITY);
+        for i in 0..config.gateway_redis_threads {
+            let link = Link::new(client.clone(), config.redis_timeout, metrics.clone());
+            let (rx, m) = (rx.clone(), metrics.clone());
+            std::thread::Builder::new()
+                .name(format!("gw-redis-{i}"))
+                .spawn(move || group_commit::redis_thread(rx, link, m))
+                .map_err(GatewayError::Thread)?;
+        }
+        Some(tx)
+    } else {
+        None
+    };
+    let app = Arc::new(App {
+        metrics: metrics.clone(),
+        soldout: SoldOutCache::default(),
+        client: client.clone(),
+        redis_timeout: config.redis_timeout,
+        body_limit: config.body_limit_bytes,
+        jobs,
+        slow_lane: AtomicUsize::new(0),
+    });
+
+    let threads = config.effective_gateway_threads();
+    unblocker.set(server.clone(), threads);
+    log::info!(
+        "seckill-gateway listening on {} ({} handler threads, {})",
+        config.listen,
+        threads,
+        match config.gateway_redis_threads {
+            0 => "one Redis round trip per purchase".to_string(),
+            n => format!("group commit over {n} Redis threads"),
+        }
+    );
+    start_readiness(app.clone(), shutdown.clone())?;
+
+    let accept_failed = Arc::new(AtomicBool::new(false));
+    let mut handles = Vec::with_capacity(threads);
+    for i in 0..threads {
+        let (server, app, shutdown) = (server.clone(), app.clone(), shutdown.clone());
+        let (accept_failed, unblocker) = (accept_failed.clone(), unblocker.clone());
+        let h = std::thread::Builder::new()
+            .name(format!("gw-handler-{i}"))
+            .spawn(move || {
+                let mut w = Worker::new(app);
+                while !shutdown.is_triggered() {
+                    match server.recv() {
+                        Ok(rq) => handle(&mut w, rq),
+                        Err(e) if !shutdown.is_triggered() => {
+                            log::error!("http server stopped accepting: {e}");
+                            accept_failed.store(true, Ordering::SeqCst);
+                            shutdown.trigger();
+                            unblocker.unblock_all();
+                        }
+                        Err(_) => {}
+                    }
+                }
+                // Answer what was already queued before the stop.
+                while let Ok(Some(rq)) = server.try_recv() {
+                    handle(&mut w, rq);
+                }
+            })
+            .map_err(GatewayError::Thread)?;
+        handles.push(h);
+    }
+    for h in handles {
+        if h.join().is_err() {
+            log::error!("a handler thread panicked");
+        }
+    }
+    seckill_common::notify::stopping();
+    log::info!("seckill-gateway stopped");
+    if accept_failed.load(Ordering::SeqCst) {
+        return Err(GatewayError::Accept("see the log".into()));
+    }
+    Ok(())
+}
+
+/// Tells systemd `READY=1` once Redis first answers `PING` (retrying with
+/// the link's backoff), so `Type=notify` units order after a live gateway.
+fn start_readiness(app: Arc<App>, shutdown: Shutdown) -> Result<(), GatewayError> {
+    std::thread::Builder::new()
+        .name("gw-readiness".into())
+        .spawn(move || {
+            let mut link = Link::new(app.client.clone(), app.redis_timeout, app.metrics.clone());
+            while !shutdown.is_triggered() {
+                if link
+                    .with(|con| redis::cmd("PING").query::<redis::Value>(con))
+                    .is_ok()
+                {
+                    seckill_common::notify::ready();
+                    log::info!("redis answers; ready");
+                    return;
+                }
+                std::thread::sleep(BACKOFF_MAX / 4);
+            }
+        })
+        .map(|_| ())
+        .map_err(GatewayError::Thread)
+}
