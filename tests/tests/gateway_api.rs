@@ -1,0 +1,217 @@
+//! Specifies the gateway's v1 API over real HTTP against a real, private
+//! Redis: exact counts under concurrency, one purchase per user, the answer
+//! of every route, the sold-out fast path, and `/metrics`.
+
+mod gateway_support;
+
+use gateway_support::*;
+use redis::Commands;
+use seckill_common::keys::SaleKeys;
+use seckill_tests::{wait_until, RedisServer};
+use std::collections::HashSet;
+use std::sync::{Arc, Mutex};
+use std::thread;
+use std::time::{Duration, Instant};
+
+fn stock_100_for_1000_users_over_64_connections(env: &[(&str, &str)]) {
+    let redis = RedisServer::start();
+    open_sale(&redis, 1, 100);
+    let g = Gateway::start(&redis, env);
+    let next = Arc::new(Mutex::new(0..1000));
+    let handles: Vec<_> = (0..64)
+        .map(|_| {
+            let (next, port) = (next.clone(), g.port);
+            thread::spawn(move || {
+                let mut c = Client::connect(port);
+                let mut out = Vec::new();
+                loop {
+                    let Some(i) = next.lock().unwrap().next() else {
+                        break;
+                    };
+                    let r = c.buy(1, &format!("user-{i}"));
+                    out.push((
+                        r.status,
+                        r.json()["reservation_id"].as_str().map(String::from),
+                    ));
+                }
+                out
+            })
+        })
+        .collect();
+    let answers: Vec<_> = handles
+        .into_iter()
+        .flat_map(|h| h.join().unwrap())
+        .collect();
+    assert_eq!(answers.len(), 1000);
+    let reserved: HashSet<_> = answers
+        .iter()
+        .filter(|(s, _)| *s == 202)
+        .map(|(_, r)| r.clone().unwrap())
+        .collect();
+    assert_eq!(reserved.len(), 100);
+    assert_eq!(answers.iter().filter(|(s, _)| *s == 410).count(), 900);
+    assert_eq!(counts(&redis, 1), (0, 100, 100));
+    let flows: Vec<String> = redis.con().hkeys(SaleKeys::new(1).flow()).unwrap();
+    assert_eq!(flows.into_iter().collect::<HashSet<_>>(), reserved);
+}
+
+#[test]
+fn stock_100_and_1000_users_on_64_connections_give_exactly_100_reservations() {
+    stock_100_for_1000_users_over_64_connections(&[]);
+}
+
+#[test]
+fn the_same_counts_hold_with_one_redis_round_trip_per_purchase() {
+    stock_100_for_1000_users_over_64_connections(&[("SECKILL_GATEWAY_REDIS_THREADS", "0")]);
+}
+
+#[test]
+fn one_user_50_times_at_once_gets_one_202_and_49_409_with_the_same_id() {
+    let redis = RedisServer::start();
+    open_sale(&redis, 2, 10);
+    let g = Gateway::start(&redis, &[]);
+    let handles: Vec<_> = (0..50)
+        .map(|_| {
+            let port = g.port;
+            thread::spawn(move || buy(port, 2, "alice"))
+        })
+        .collect();
+    let answers: Vec<Resp> = handles.into_iter().map(|h| h.join().unwrap()).collect();
+    let ok: Vec<_> = answers.iter().filter(|r| r.status == 202).collect();
+    let again: Vec<_> = answers.iter().filter(|r| r.status == 409).collect();
+    assert_eq!((ok.len(), again.len()), (1, 49));
+    let rid = ok[0].json()["reservation_id"].clone();
+    assert_eq!(ok[0].json()["status"], "queued");
+    assert!(again
+        .iter()
+        .all(|r| r.error() == "already_purchased" && r.json()["reservation_id"] == rid));
+    assert_eq!(counts(&redis, 2), (9, 1, 1));
+}
+
+#[test]
+fn every_route_answers_as_specified() {
+    let redis = RedisServer::start();
+    open_sale(&redis, 3, 2);
+    load_sale(&redis, 4, 5, 3_600_000, 60_000); // opens in an hour
+    load_sale(&redis, 5, 5, -120_000, 60_000); // ended a minute ago
+    let g = Gateway::start(&redis, &[]);
+    let p = g.port;
+
+    let r = buy(p, 3, "bob");
+    assert_eq!(r.status, 202);
+    assert_eq!(r.header("Content-Type"), Some("application/json"));
+    let rid = r.json()["reservation_id"].as_str().unwrap().to_string();
+    assert!(seckill_common::ids::is_valid_reservation_id(&rid));
+
+    let s = get(p, "/v1/sales/3/purchases/bob");
+    assert_eq!(s.status, 200);
+    assert_eq!(
+        s.json(),
+        serde_json::json!({"reservation_id": rid, "status": "queued"})
+    );
+    // The worker writes the final status; the gateway reports it.
+    let _: () = redis
+        .con()
+        .hset(SaleKeys::new(3).status(), &rid, "confirmed")
+        .unwrap();
+    assert_eq!(
+        get(p, "/v1/sales/3/purchases/bob").json()["status"],
+        "confirmed"
+    );
+    let nf = get(p, "/v1/sales/3/purchases/carol");
+    assert_eq!((nf.status, nf.error()), (404, "purchase_not_found".into()));
+
+    let sale = get(p, "/v1/sales/3");
+    assert_eq!(sale.status, 200);
+    let v = sale.json();
+    assert_eq!(
+        (v["sale_id"].as_u64(), v["stock_remaining"].as_i64()),
+        (Some(3), Some(1))
+    );
+    assert_eq!(v["state"], "active");
+    assert!(v["starts_at"].as_str().unwrap().ends_with('Z'));
+    assert_eq!(get(p, "/v1/sales/4").json()["state"], "upcoming");
+    assert_eq!(get(p, "/v1/sales/5").json()["state"], "ended");
+    assert_eq!(buy(p, 3, "dave").status, 202);
+    assert_eq!(get(p, "/v1/sales/3").json()["state"], "sold_out");
+    let missing = get(p, "/v1/sales/999");
+    assert_eq!(
+        (missing.status, missing.error()),
+        (404, "sale_not_found".into())
+    );
+
+    let cases = [
+        (buy(p, 3, "erin"), 410, "sold_out"),
+        (buy(p, 4, "erin"), 403, "sale_not_started"),
+        (buy(p, 5, "erin"), 403, "sale_ended"),
+        (buy(p, 999, "erin"), 404, "sale_not_found"),
+        (get(p, "/v1/sales/3/purchases"), 405, "method_not_allowed"),
+        (
+            request(p, "DELETE", "/v1/sales/3", None),
+            405,
+            "method_not_allowed",
+        ),
+        (get(p, "/nope"), 404, "not_found"),
+    ];
+    for (r, status, code) in cases {
+        assert_eq!((r.status, r.error()), (status, code.to_string()), "{r:?}");
+    }
+    assert_eq!(
+        get(p, "/v1/sales/3/purchases").header("Allow"),
+        Some("POST")
+    );
+    assert_eq!(get(p, "/healthz").status, 200);
+    assert_eq!(get(p, "/readyz").status, 200);
+
+    let m = get(p, "/metrics");
+    assert_eq!(m.status, 200);
+    for line in [
+        "seckill_gateway_requests_total{route=\"purchase\",status=\"202\"} 2",
+        "seckill_gateway_requests_total{route=\"purchase\",status=\"410\"} 1",
+        "seckill_gateway_purchases_total{outcome=\"reserved\"} 2",
+        "seckill_gateway_purchases_total{outcome=\"not_started\"} 1",
+        "seckill_gateway_request_duration_seconds_count{route=\"purchase\"} 6",
+        "seckill_gateway_redis_errors_total 0",
+        "seckill_gateway_requests_in_flight 1",
+    ] {
+        assert!(m.body.contains(line), "missing {line:?} in\n{}", m.body);
+    }
+}
+
+#[test]
+fn sold_out_is_answered_from_memory_and_restored_stock_is_seen_within_a_second() {
+    let redis = RedisServer::start();
+    open_sale(&redis, 6, 1);
+    let g = Gateway::start(&redis, &[]);
+    let mut c = Client::connect(g.port);
+    assert_eq!(c.buy(6, "u0").status, 202);
+    assert_eq!(c.buy(6, "u1").status, 410);
+    // From memory now: the script is not run again (no Redis call).
+    let calls = || -> u64 {
+        let info: String = redis::cmd("INFO")
+            .arg("commandstats")
+            .query(&mut redis.con())
+            .unwrap();
+        info.lines()
+            .find(|l| l.starts_with("cmdstat_evalsha:"))
+            .and_then(|l| l.split("calls=").nth(1))
+            .and_then(|s| s.split(',').next())
+            .and_then(|n| n.parse().ok())
+            .unwrap_or(0)
+    };
+    let before = calls();
+    for i in 2..50 {
+        assert_eq!(c.buy(6, &format!("u{i}")).status, 410);
+    }
+    assert!(calls() - before < 5, "the fast path called Redis");
+    // An operator puts a unit back.
+    let _: () = redis.con().incr(SaleKeys::new(6).stock(), 1).unwrap();
+    let restored = Instant::now();
+    let mut n = 100;
+    wait_until(Duration::from_secs(2), "restored stock to be sold", || {
+        n += 1;
+        c.buy(6, &format!("u{n}")).status == 202
+    });
+    eprintln!("restored stock sold after {:?}", restored.elapsed());
+    assert_eq!(counts(&redis, 6), (0, 2, 2));
+}

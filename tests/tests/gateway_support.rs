@@ -1,0 +1,281 @@
+//! Shared by the `gateway_*` tests: start the real `seckill-gateway` binary
+//! on a free port against a private Redis, a minimal HTTP/1.1 client over
+//! `TcpStream` (able to send byte-exact hostile requests), sales loaded
+//! straight into Redis, and a snapshot of a sale's keys to prove "Redis is
+//! unchanged". Included by the test files with `mod gateway_support;`.
+#![allow(dead_code)] // each test file uses a different part
+
+use redis::Commands;
+use seckill_common::keys::SaleKeys;
+use seckill_common::sale::{load_into_redis, Sale};
+use seckill_tests::{bin, free_port, wait_until, RedisServer};
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::TcpStream;
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::time::{Duration, Instant};
+
+/// A running gateway, killed (SIGKILL) on drop if still running.
+pub struct Gateway {
+    pub port: u16,
+    pub child: Child,
+}
+
+impl Gateway {
+    /// Starts the gateway on a free port against `redis`; extra env vars
+    /// override the defaults. Waits until `/healthz` answers.
+    pub fn start(redis: &RedisServer, env: &[(&str, &str)]) -> Gateway {
+        let port = free_port();
+        let mut cmd = Command::new(bin("seckill-gateway"));
+        cmd.env_clear()
+            .env("SECKILL_LISTEN", format!("127.0.0.1:{port}"))
+            .env("SECKILL_REDIS_URL", redis.url())
+            .env("SECKILL_GATEWAY_THREADS", "8")
+            .env("RUST_LOG", "warn")
+            .stdout(Stdio::null())
+            .stderr(Stdio::inherit());
+        for (k, v) in env {
+            cmd.env(k, v);
+        }
+        let child = cmd.spawn().expect("start seckill-gateway");
+        let mut g = Gateway { port, child };
+        wait_until(
+            Duration::from_secs(10),
+            "the gateway to answer /healthz",
+            || {
+                assert!(
+                    g.child.try_wait().unwrap().is_none(),
+                    "gateway exited early"
+                );
+                TcpStream::connect(("127.0.0.1", port)).is_ok()
+                    && get(port, "/healthz").status == 200
+            },
+        );
+        g
+    }
+
+    /// Sends SIGTERM and waits (at most `within`) for the exit.
+    pub fn terminate(&mut self, within: Duration) -> Option<ExitStatus> {
+        signal(self.child.id(), "TERM");
+        let deadline = Instant::now() + within;
+        while Instant::now() < deadline {
+            if let Some(s) = self.child.try_wait().unwrap() {
+                return Some(s);
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        None
+    }
+
+    /// Whether the process still runs.
+    pub fn alive(&mut self) -> bool {
+        self.child.try_wait().unwrap().is_none()
+    }
+}
+
+impl Drop for Gateway {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Sends `kill -SIG pid`.
+pub fn signal(pid: u32, sig: &str) {
+    let ok = Command::new("kill")
+        .arg(format!("-{sig}"))
+        .arg(pid.to_string())
+        .status()
+        .unwrap()
+        .success();
+    assert!(ok, "kill -{sig} {pid}");
+}
+
+/// An HTTP answer.
+#[derive(Debug, Clone)]
+pub struct Resp {
+    pub status: u16,
+    pub headers: Vec<(String, String)>,
+    pub body: String,
+}
+
+impl Resp {
+    /// A header's value (case-insensitive name).
+    pub fn header(&self, name: &str) -> Option<&str> {
+        self.headers
+            .iter()
+            .find(|(k, _)| k.eq_ignore_ascii_case(name))
+            .map(|(_, v)| v.as_str())
+    }
+    /// The body as JSON.
+    pub fn json(&self) -> serde_json::Value {
+        serde_json::from_str(&self.body)
+            .unwrap_or_else(|e| panic!("not JSON ({e}): {:?}", self.body))
+    }
+    /// The body's `error` field.
+    pub fn error(&self) -> String {
+        self.json()["error"].as_str().unwrap_or("").to_string()
+    }
+}
+
+/// Reads one response; `None` when the connection closed first.
+pub fn read_resp(r: &mut impl BufRead) -> Option<Resp> {
+    let mut line = String::new();
+    if r.read_line(&mut line).ok()? == 0 {
+        return None;
+    }
+    let status: u16 = line.split(' ').nth(1)?.parse().ok()?;
+    let mut headers = Vec::new();
+    loop {
+        let mut h = String::new();
+        if r.read_line(&mut h).ok()? == 0 {
+            return None;
+        }
+        let h = h.trim_end();
+        if h.is_empty() {
+            break;
+        }
+        let (k, v) = h.split_once(':')?;
+        headers.push((k.trim().to_string(), v.trim().to_string()));
+    }
+    let len: usize = headers
+        .iter()
+        .find(|(k, _)| k.eq_ignore_ascii_case("Content-Length"))
+        .and_then(|(_, v)| v.parse().ok())
+        .unwrap_or(0);
+    let mut body = vec![0; len];
+    r.read_exact(&mut body).ok()?;
+    Some(Resp {
+        status,
+        headers,
+        body: String::from_utf8_lossy(&body).into_owned(),
+    })
+}
+
+/// A keep-alive connection.
+pub struct Client {
+    port: u16,
+    reader: BufReader<TcpStream>,
+}
+
+impl Client {
+    /// Connects to the gateway.
+    pub fn connect(port: u16) -> Client {
+        let s = TcpStream::connect(("127.0.0.1", port)).expect("connect to gateway");
+        s.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+        s.set_nodelay(true).unwrap();
+        Client {
+            port,
+            reader: BufReader::new(s),
+        }
+    }
+
+    /// Sends one request and reads its answer.
+    pub fn send(&mut self, method: &str, path: &str, body: Option<&str>) -> Resp {
+        let req = format_request(method, path, body, false);
+        self.reader.get_mut().write_all(req.as_bytes()).unwrap();
+        read_resp(&mut self.reader).expect("an answer")
+    }
+
+    /// `POST /v1/sales/{sale}/purchases` for `user`.
+    pub fn buy(&mut self, sale: u64, user: &str) -> Resp {
+        let body = format!(r#"{{"user_id":"{user}"}}"#);
+        self.send("POST", &format!("/v1/sales/{sale}/purchases"), Some(&body))
+    }
+}
+
+fn format_request(method: &str, path: &str, body: Option<&str>, close: bool) -> String {
+    let mut r = format!("{method} {path} HTTP/1.1\r\nHost: 127.0.0.1\r\n");
+    if close {
+        r.push_str("Connection: close\r\n");
+    }
+    if let Some(b) = body {
+        r.push_str(&format!(
+            "Content-Type: application/json\r\nContent-Length: {}\r\n\r\n{b}",
+            b.len()
+        ));
+    } else {
+        r.push_str("\r\n");
+    }
+    r
+}
+
+/// One request on a new connection.
+pub fn request(port: u16, method: &str, path: &str, body: Option<&str>) -> Resp {
+    raw(port, format_request(method, path, body, true).as_bytes()).expect("an answer")
+}
+
+/// `GET path` on a new connection.
+pub fn get(port: u16, path: &str) -> Resp {
+    request(port, "GET", path, None)
+}
+
+/// A purchase on a new connection.
+pub fn buy(port: u16, sale: u64, user: &str) -> Resp {
+    let body = format!(r#"{{"user_id":"{user}"}}"#);
+    request(
+        port,
+        "POST",
+        &format!("/v1/sales/{sale}/purchases"),
+        Some(&body),
+    )
+}
+
+/// Sends `bytes` on a new connection and reads one answer (`None` when the
+/// server closed without one).
+pub fn raw(port: u16, bytes: &[u8]) -> Option<Resp> {
+    let mut s = TcpStream::connect(("127.0.0.1", port)).expect("connect");
+    s.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+    // The server may answer and close before taking every byte.
+    let _ = s.write_all(bytes);
+    read_resp(&mut BufReader::new(s))
+}
+
+/// A sale loaded into Redis (no MySQL needed), open for 10 minutes from
+/// 1 s ago unless `starts_in_ms`/`len_ms` say otherwise.
+pub fn load_sale(redis: &RedisServer, id: u64, stock: u64, starts_in_ms: i64, len_ms: u64) {
+    let starts = (seckill_common::now_ms() as i64 + starts_in_ms) as u64;
+    let sale = Sale {
+        id,
+        sku: "SKU".into(),
+        title: "t".into(),
+        price_cents: 100,
+        total_stock: stock,
+        available_stock: stock as i64,
+        starts_at_ms: starts,
+        ends_at_ms: starts + len_ms,
+    };
+    assert!(load_into_redis(&mut redis.con(), &sale, 0).unwrap());
+}
+
+/// An open sale with `stock` units.
+pub fn open_sale(redis: &RedisServer, id: u64, stock: u64) {
+    load_sale(redis, id, stock, -1000, 600_000);
+}
+
+/// Every key of the sale with its full content.
+pub fn snapshot(redis: &RedisServer, id: u64) -> Vec<(String, String)> {
+    let mut con = redis.con();
+    let k = SaleKeys::new(id);
+    let mut out = Vec::new();
+    let stock: Option<String> = con.get(k.stock()).unwrap();
+    out.push(("stock".into(), format!("{stock:?}")));
+    for h in [k.meta(), k.buyers(), k.flow(), k.status()] {
+        let mut v: Vec<(String, String)> = con.hgetall(&h).unwrap();
+        v.sort();
+        out.push((h, format!("{v:?}")));
+    }
+    let q: Vec<String> = con.lrange(k.queue(), 0, -1).unwrap();
+    out.push((k.queue(), format!("{q:?}")));
+    out
+}
+
+/// The sale's stock, flow records and queue length.
+pub fn counts(redis: &RedisServer, id: u64) -> (i64, usize, usize) {
+    let mut con = redis.con();
+    let k = SaleKeys::new(id);
+    (
+        con.get(k.stock()).unwrap(),
+        con.hlen(k.flow()).unwrap(),
+        con.llen(k.queue()).unwrap(),
+    )
+}
