@@ -147,6 +147,23 @@ impl Review {
     /// [`ReviewError::TooNew`].
     pub fn open(path: &Path) -> Result<Review, ReviewError> {
         create_private(path).map_err(ReviewError::File)?;
+        // Switching a fresh file to WAL takes an exclusive lock and SQLite
+        // does not always call the busy handler for it: two processes opening
+        // a new file at once get SQLITE_BUSY, so retry within BUSY_TIMEOUT.
+        let deadline = std::time::Instant::now() + BUSY_TIMEOUT;
+        loop {
+            match Review::open_once(path) {
+                Err(ReviewError::Sqlite(e))
+                    if is_busy(&e) && std::time::Instant::now() < deadline =>
+                {
+                    std::thread::sleep(Duration::from_millis(20));
+                }
+                other => return other,
+            }
+        }
+    }
+
+    fn open_once(path: &Path) -> Result<Review, ReviewError> {
         let flags = OpenFlags::SQLITE_OPEN_READ_WRITE | OpenFlags::SQLITE_OPEN_NO_MUTEX;
         let db = Connection::open_with_flags(path, flags)?;
         db.busy_timeout(BUSY_TIMEOUT)?;
@@ -253,6 +270,13 @@ impl Review {
         )?;
         Ok(n.max(0) as u64)
     }
+}
+
+fn is_busy(e: &rusqlite::Error) -> bool {
+    matches!(
+        e.sqlite_error_code(),
+        Some(rusqlite::ErrorCode::DatabaseBusy | rusqlite::ErrorCode::DatabaseLocked)
+    )
 }
 
 /// Creates `path` with mode 0600 when it does not exist; an existing file is
