@@ -1,0 +1,207 @@
+//! Specifies the operator's `resolve` actions and the reconciler working with
+//! a real `seckill-worker`, on real Redis, MariaDB and SQLite: a rollback puts
+//! exactly one unit back and repeating it changes nothing; a reorder becomes
+//! exactly one order; a dry run changes nothing; every action is logged.
+
+#[path = "reconciler_support.rs"]
+mod support;
+#[path = "worker_support.rs"]
+mod worker;
+
+use redis::Commands;
+use seckill_common::keys::SaleKeys;
+use seckill_tests::RedisServer;
+use std::time::Duration;
+use support::World;
+
+/// A sale of 10 with 3 reservations: 2 ordered, the third's message lost.
+/// Returns the world, the reservation ids and the finding id of the loss.
+fn one_lost_message() -> (World, Vec<String>, String) {
+    let w = World::new(10);
+    let rids = w.reserve(&["u1", "u2", "u3"]);
+    w.apply(&rids[..2]);
+    w.lose_message(&rids[2]);
+    assert_eq!(w.run(), 1);
+    let f = w.findings();
+    assert_eq!(f.len(), 1);
+    assert_eq!(f[0]["kind"], "flow_without_order");
+    let id = f[0]["id"].as_i64().unwrap().to_string();
+    (w, rids, id)
+}
+
+fn ok(out: &std::process::Output) -> String {
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+#[test]
+fn rollback_puts_exactly_one_unit_back_and_repeating_it_changes_nothing() {
+    let (w, rids, id) = one_lost_message();
+    let k = SaleKeys::new(w.sale);
+    assert_eq!(w.redis_stock(), 7);
+
+    let dry = ok(&w.cmd(
+        "0s",
+        &["resolve", &id, "--rollback", "--by", "alice", "--dry-run"],
+    ));
+    assert!(dry.contains("stock 7 -> 8"), "{dry}");
+    assert_eq!(w.redis_stock(), 7);
+    assert_eq!(w.review_count("SELECT COUNT(*) FROM actions"), 0);
+
+    ok(&w.cmd(
+        "0s",
+        &[
+            "resolve",
+            &id,
+            "--rollback",
+            "--by",
+            "alice",
+            "--note",
+            "lost",
+        ],
+    ));
+    assert_eq!(w.redis_stock(), 8);
+    let mut con = w.redis.con();
+    assert!(!con.hexists::<_, _, bool>(k.flow(), &rids[2]).unwrap());
+    assert!(!con.hexists::<_, _, bool>(k.buyers(), "u3").unwrap());
+    let status: String = con.hget(k.status(), &rids[2]).unwrap();
+    assert_eq!(status, "failed");
+
+    assert_eq!(w.run(), 0);
+    assert_eq!(w.redis_stock(), 8);
+    let f = &w.findings()[0];
+    assert_eq!(f["state"], "resolved");
+    assert_eq!(f["resolved_by"], "alice");
+    assert_eq!(f["note"], "lost");
+
+    let again = ok(&w.cmd("0s", &["resolve", &id, "--rollback", "--by", "bob"]));
+    assert!(again.contains("already released"), "{again}");
+    assert_eq!(w.redis_stock(), 8);
+    assert_eq!(
+        w.review_count("SELECT COUNT(*) FROM actions WHERE action = 'rollback'"),
+        2
+    );
+    assert_eq!(
+        w.review_count("SELECT COUNT(*) FROM actions WHERE result = 'no_change'"),
+        1
+    );
+    // The unit can be sold again.
+    assert_eq!(w.reserve(&["u9"]).len(), 1);
+    assert_eq!(w.redis_stock(), 7);
+}
+
+#[test]
+fn rollback_is_refused_while_mysql_holds_the_order() {
+    let (w, rids, id) = one_lost_message();
+    w.apply(&rids[2..]); // the order arrives after all
+    let out = w.cmd("0s", &["resolve", &id, "--rollback", "--by", "alice"]);
+    assert_eq!(out.status.code(), Some(2));
+    assert_eq!(w.redis_stock(), 7);
+    assert_eq!(
+        w.review_count("SELECT COUNT(*) FROM actions WHERE result = 'refused'"),
+        1
+    );
+    assert_eq!(w.findings()[0]["state"], "open");
+}
+
+#[test]
+fn dismiss_closes_with_the_note_and_actions_are_append_only() {
+    let (w, _, id) = one_lost_message();
+    ok(&w.cmd(
+        "0s",
+        &[
+            "resolve",
+            &id,
+            "--dismiss",
+            "--by",
+            "carol",
+            "--note",
+            "test unit",
+        ],
+    ));
+    let f = &w.findings()[0];
+    assert_eq!(
+        (f["state"].as_str(), f["resolution"].as_str()),
+        (Some("resolved"), Some("dismiss"))
+    );
+    assert_eq!(w.run(), 0);
+    assert_eq!(w.findings()[0]["state"], "resolved");
+    let c = rusqlite::Connection::open(w.review_path()).unwrap();
+    assert!(c.execute("DELETE FROM actions", []).is_err());
+    assert!(c.execute("UPDATE actions SET actor = 'x'", []).is_err());
+}
+
+#[test]
+fn reorder_then_the_worker_makes_exactly_one_order() {
+    let (w, rids, id) = one_lost_message();
+    let k = SaleKeys::new(w.sale);
+    ok(&w.cmd("0s", &["resolve", &id, "--reorder", "--by", "alice"]));
+    let again = ok(&w.cmd("0s", &["resolve", &id, "--reorder", "--by", "bob"]));
+    assert!(again.contains("already queued"), "{again}");
+    let queued: i64 = w.redis.con().llen(k.queue()).unwrap();
+    assert_eq!(queued, 1);
+
+    let _worker = worker::WorkerProc::start(&w.redis, &w.db, "w1", &worker::Opts::default());
+    worker::wait_orders(&w.db, w.sale, 3, Duration::from_secs(60));
+    worker::wait_drained(&w.redis, w.sale, Duration::from_secs(60));
+    assert_eq!(
+        w.sql(&format!(
+            "SELECT COUNT(*) FROM orders WHERE reservation_id = '{}'",
+            rids[2]
+        )),
+        1
+    );
+    assert_eq!(
+        w.sql("SELECT COUNT(*) FROM stock_ledger WHERE sale_id = {sale}"),
+        3
+    );
+    assert_eq!(
+        w.sql("SELECT available_stock FROM sales WHERE id = {sale}"),
+        7
+    );
+    // A reorder after the order exists changes nothing.
+    let late = ok(&w.cmd("0s", &["resolve", &id, "--reorder", "--by", "bob"]));
+    assert!(late.contains("already holds order"), "{late}");
+    assert_eq!(w.run(), 0);
+    assert_eq!(
+        w.sql("SELECT COUNT(*) FROM orders WHERE sale_id = {sale}"),
+        3
+    );
+}
+
+#[test]
+fn a_clean_sale_after_the_worker_has_drained_gives_no_finding() {
+    let w = World::new(50);
+    let _worker = worker::WorkerProc::start(&w.redis, &w.db, "w1", &worker::Opts::default());
+    worker::reserve_users(&w.redis, w.sale, "buyer", 30);
+    worker::wait_orders(&w.db, w.sale, 30, Duration::from_secs(60));
+    worker::wait_drained(&w.redis, w.sale, Duration::from_secs(60));
+    assert_eq!(w.run(), 0);
+    assert!(w.findings().is_empty());
+    let table = ok(&w.cmd("0s", &["findings"]));
+    assert_eq!(table.trim(), "no findings");
+}
+
+#[test]
+fn an_unreachable_redis_exits_2_and_records_a_failed_run() {
+    let w = World::new(5);
+    let mut dead = RedisServer::start();
+    dead.stop();
+    let out = std::process::Command::new(seckill_tests::bin("seckill-reconciler"))
+        .arg("run")
+        .env("SECKILL_MYSQL_URL", w.db.url())
+        .env("SECKILL_REDIS_URL", dead.url())
+        .env("SECKILL_REVIEW_DB", w.review_path())
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert_eq!(
+        w.review_count("SELECT COUNT(*) FROM runs WHERE outcome = 'failed'"),
+        1
+    );
+}
