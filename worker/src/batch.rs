@@ -278,8 +278,9 @@ impl Worker {
             p.lpush(k.queue(), &raw[*i]).ignore();
         }
         let processing = k.processing(&self.config.worker_id);
+        // The oldest message sits at the right end: search from there.
         for r in raw {
-            p.lrem(&processing, 1, r).ignore();
+            p.lrem(&processing, -1, r).ignore();
         }
         self.consumer.run_pipe(&p)
     }

@@ -201,6 +201,14 @@ impl Worker {
         while !self.shutdown.is_triggered() {
             match self.pass() {
                 Ok(()) => backoff = Backoff::new(),
+                Err(e) if self.shutdown.is_triggered() => {
+                    // Typically the signal interrupted the blocking call
+                    // (EINTR); the server may still have moved a message,
+                    // which the reclaim below puts back.
+                    log::info!("redis call ended by shutdown: {e}");
+                    self.consumer.reset();
+                    self.must_reclaim = true;
+                }
                 Err(e) => {
                     self.redis_failed(&e);
                     if !backoff.sleep(&self.shutdown) {
@@ -208,6 +216,20 @@ impl Worker {
                     }
                 }
             }
+        }
+        // Holding no batch now: put back anything left in this worker's
+        // processing lists (a batch MySQL could not take, a move the signal
+        // interrupted) so other workers take it at once. Best effort: a
+        // restart or the other workers' reclaim covers a failure here.
+        self.consumer.reset();
+        let sales = self.sales.clone();
+        match self.consumer.reclaim_own(&sales) {
+            Ok(0) => {}
+            Ok(n) => {
+                log::info!("put {n} untouched messages back on their queues");
+                self.metrics.reclaimed.add(n);
+            }
+            Err(e) => log::warn!("putting my processing lists back on exit: {e}"),
         }
     }
 

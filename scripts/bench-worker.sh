@@ -1,0 +1,37 @@
+#!/usr/bin/env bash
+# Benchmark of the worker (prints figures; not a test): preloads
+# BENCH_MESSAGES order messages (default 100000) into one sale's queue on a
+# private redis-server, then times one release-built seckill-worker draining
+# them into MariaDB with batch sizes BENCH_BATCHES (default "1 16 256"),
+# printing orders/s and the ratio to batch size 1 (one transaction per order).
+#
+# MySQL: SECKILL_TEST_MYSQL_URL (server URL, no database) when set, else the
+# account scripts/test.sh sets up. The database seckill_demo_bench_worker is
+# dropped and recreated for each batch size. Target (issue 4): batch 256 at
+# least 20 x batch 1 on the same machine.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+. scripts/lib/services.sh
+
+ensure_redis_server
+ensure_mysql_test_account   # exports SECKILL_TEST_MYSQL_URL
+
+messages=${BENCH_MESSAGES:-100000}
+batches=${BENCH_BATCHES:-1 16 256}
+
+cargo build --release -p seckill-worker --bin seckill-worker --example bench_worker
+
+tmp=$(mktemp -d)
+port=$(( 20000 + RANDOM % 20000 ))
+redis-server --port "$port" --bind 127.0.0.1 --dir "$tmp" --save "" \
+  --appendonly yes --appendfsync everysec --daemonize no --loglevel warning \
+  >/dev/null 2>&1 &
+redis_pid=$!
+trap 'kill "$redis_pid" 2>/dev/null; wait "$redis_pid" 2>/dev/null; rm -rf "$tmp"' EXIT
+for _ in $(seq 1 100); do port_open 127.0.0.1 "$port" && break; sleep 0.1; done
+
+echo "bench-worker: $messages messages, batch sizes: $batches; $(nproc) cores;" \
+  "MariaDB $(mariadb --protocol=TCP -h127.0.0.1 -P3306 -uroot -N -e 'SELECT VERSION()' 2>/dev/null || echo '?')"
+# shellcheck disable=SC2086 # batch sizes are separate arguments
+target/release/examples/bench_worker target/release/seckill-worker \
+  "redis://127.0.0.1:$port/" "$SECKILL_TEST_MYSQL_URL" "$messages" $batches
