@@ -25,7 +25,7 @@
 
 use crate::app::App;
 use crate::reply::Reply;
-use std::io::Read;
+use std::io::{Read, Write};
 use tiny_http::Request;
 
 /// Bodies up to this many bytes are already in memory when a handler gets
@@ -98,9 +98,14 @@ pub fn read_limited(rq: &mut Request, limit: usize) -> Result<Vec<u8>, Reply> {
 }
 
 /// Answers `reply` and keeps the connection for good, without ever dropping
-/// its body reader (see the file's top comment). The answer goes out with
-/// `Connection: upgrade` because `upgrade` is the only tiny_http call that
-/// writes a response and hands back the connection.
+/// its body reader (see the file's top comment).
+///
+/// `Request::upgrade` is the only tiny_http call that hands back the
+/// connection without dropping the body reader, and the response it writes
+/// carries no body. So it writes an interim `100 Continue` (which HTTP/1.1
+/// clients skip), and the real answer follows on the handed-back stream with
+/// its own `Content-Length` and `Connection: close`. A write error is
+/// ignored: the client may be gone.
 pub fn park(app: &App, rq: Request, reply: Reply) {
     app.metrics.parked.inc();
     log::warn!(
@@ -108,6 +113,31 @@ pub fn park(app: &App, rq: Request, reply: Reply) {
         rq.remote_addr(),
         rq.body_length()
     );
-    let stream = rq.upgrade("seckill-refused", reply.into_response());
+    let interim = tiny_http::Response::empty(100);
+    let mut stream = rq.upgrade("seckill-refused", interim);
+    let mut head = format!(
+        "HTTP/1.1 {} {}\r\nContent-Type: {}\r\nContent-Length: {}\r\nConnection: close\r\n",
+        reply.status,
+        reason(reply.status),
+        reply.content_type,
+        reply.body.len()
+    );
+    if let Some((name, value)) = reply.extra {
+        head.push_str(&format!("{name}: {value}\r\n"));
+    }
+    head.push_str("\r\n");
+    head.push_str(&reply.body);
+    let _ = stream
+        .write_all(head.as_bytes())
+        .and_then(|_| stream.flush());
+    // Dropping the stream would drop the body reader: keep it for good.
     std::mem::forget(stream);
+}
+
+fn reason(status: u16) -> &'static str {
+    match status {
+        413 => "Payload Too Large",
+        503 => "Service Unavailable",
+        _ => "Refused",
+    }
 }

@@ -117,8 +117,18 @@ impl Resp {
     }
 }
 
-/// Reads one response; `None` when the connection closed first.
+/// Reads one final response (skipping interim 1xx ones, as HTTP/1.1
+/// clients must); `None` when the connection closed first.
 pub fn read_resp(r: &mut impl BufRead) -> Option<Resp> {
+    loop {
+        let resp = read_one(r)?;
+        if resp.status >= 200 {
+            return Some(resp);
+        }
+    }
+}
+
+fn read_one(r: &mut impl BufRead) -> Option<Resp> {
     let mut line = String::new();
     if r.read_line(&mut line).ok()? == 0 {
         return None;

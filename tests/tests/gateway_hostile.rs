@@ -1,0 +1,311 @@
+//! Specifies the gateway against hostile clients, one test per input: each
+//! gets the stated answer (or a closed connection where the issue allows
+//! it), Redis is unchanged, the process keeps serving, and a valid purchase
+//! right after succeeds.
+
+mod gateway_support;
+
+use gateway_support::*;
+use seckill_tests::RedisServer;
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::time::{Duration, Instant};
+
+const SALE: u64 = 9;
+
+/// Starts Redis and the gateway (with `env`), runs `hostile` against the
+/// port, then checks: Redis unchanged, the gateway alive, a valid purchase
+/// answered 202.
+fn survives(env: &[(&str, &str)], hostile: impl FnOnce(u16)) {
+    let redis = RedisServer::start();
+    open_sale(&redis, SALE, 10);
+    let mut g = Gateway::start(&redis, env);
+    let before = snapshot(&redis, SALE);
+    hostile(g.port);
+    assert_eq!(before, snapshot(&redis, SALE), "Redis changed");
+    assert!(g.alive(), "the gateway died");
+    let r = buy(g.port, SALE, "valid-after");
+    assert_eq!(r.status, 202, "{r:?}");
+    assert_eq!(counts(&redis, SALE), (9, 1, 1));
+}
+
+fn post_bytes(port: u16, body: &[u8]) -> Option<Resp> {
+    let mut req = format!(
+        "POST /v1/sales/{SALE}/purchases HTTP/1.1\r\nHost: x\r\nConnection: close\r\nContent-Length: {}\r\n\r\n",
+        body.len()
+    )
+    .into_bytes();
+    req.extend_from_slice(body);
+    raw(port, &req)
+}
+
+fn assert_400(port: u16, body: &[u8]) {
+    let r = post_bytes(port, body).expect("an answer");
+    assert_eq!(
+        (r.status, r.error()),
+        (400, "invalid_request".into()),
+        "{r:?}"
+    );
+    assert!(r.json()["detail"].is_string());
+}
+
+#[test]
+fn malformed_json_is_400() {
+    survives(&[], |p| assert_400(p, b"{user_id: \"a\"}"));
+}
+
+#[test]
+fn empty_body_is_400() {
+    survives(&[], |p| assert_400(p, b""));
+}
+
+#[test]
+fn truncated_json_is_400() {
+    survives(&[], |p| assert_400(p, br#"{"user_id": "ali"#));
+}
+
+#[test]
+fn non_utf8_bytes_are_400() {
+    survives(&[], |p| assert_400(p, b"{\"user_id\": \"\xff\xfe\xc0\"}"));
+}
+
+#[test]
+fn one_hundred_thousand_nested_brackets_are_400() {
+    // The default 4 KiB limit would answer 413; raise it so the parser sees them.
+    survives(&[("SECKILL_BODY_LIMIT", "200000")], |p| {
+        assert_400(p, &vec![b'['; 100_000]);
+        let mut nested = br#"{"user_id":"#.to_vec();
+        nested.extend(vec![b'['; 100_000]);
+        assert_400(p, &nested);
+    });
+}
+
+#[test]
+fn user_id_as_number_is_400() {
+    survives(&[], |p| assert_400(p, br#"{"user_id": 42}"#));
+}
+
+#[test]
+fn user_id_as_null_is_400() {
+    survives(&[], |p| assert_400(p, br#"{"user_id": null}"#));
+}
+
+#[test]
+fn user_id_as_array_is_400() {
+    survives(&[], |p| assert_400(p, br#"{"user_id": ["a"]}"#));
+}
+
+#[test]
+fn missing_user_id_is_400() {
+    survives(&[], |p| assert_400(p, br#"{"name": "a"}"#));
+}
+
+#[test]
+fn user_id_of_65_characters_is_400() {
+    let body = format!(r#"{{"user_id": "{}"}}"#, "a".repeat(65));
+    survives(&[], |p| assert_400(p, body.as_bytes()));
+}
+
+#[test]
+fn user_id_with_a_space_is_400() {
+    survives(&[], |p| assert_400(p, br#"{"user_id": "a b"}"#));
+}
+
+#[test]
+fn user_id_with_control_characters_is_400() {
+    survives(&[], |p| {
+        assert_400(p, b"{\"user_id\": \"a\\u0000b\"}");
+        assert_400(p, b"{\"user_id\": \"a\\nb\"}");
+    });
+}
+
+#[test]
+fn unknown_fields_are_refused_with_400() {
+    survives(&[], |p| {
+        assert_400(p, br#"{"user_id": "a", "quantity": 2}"#)
+    });
+}
+
+#[test]
+fn a_body_over_the_limit_is_413_before_it_is_read() {
+    survives(&[], |p| {
+        // Declare 8,000 bytes, send 100: the answer comes without the rest.
+        let mut s = TcpStream::connect(("127.0.0.1", p)).unwrap();
+        s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+        let head = format!(
+            "POST /v1/sales/{SALE}/purchases HTTP/1.1\r\nHost: x\r\nContent-Length: 8000\r\n\r\n"
+        );
+        s.write_all(head.as_bytes()).unwrap();
+        s.write_all(&[b' '; 100]).unwrap();
+        let r = read_resp(&mut std::io::BufReader::new(s)).expect("an answer");
+        assert_eq!((r.status, r.error()), (413, "payload_too_large".into()));
+    });
+}
+
+#[test]
+fn a_body_just_over_the_limit_sent_whole_is_413() {
+    let mut body = br#"{"user_id":"big"}"#.to_vec();
+    body.extend(vec![b' '; 5000]);
+    survives(&[], |p| {
+        let r = post_bytes(p, &body).expect("an answer");
+        assert_eq!(r.status, 413);
+    });
+}
+
+#[test]
+fn a_valid_body_of_2000_bytes_is_read_off_the_handler_threads() {
+    // Above tiny_http's 1 KiB in-memory bodies, within the 4 KiB limit.
+    let redis = RedisServer::start();
+    open_sale(&redis, SALE, 10);
+    let g = Gateway::start(&redis, &[]);
+    let mut body = br#"{"user_id":"padded"}"#.to_vec();
+    body.extend(vec![b' '; 2000]);
+    assert_eq!(post_bytes(g.port, &body).unwrap().status, 202);
+    assert_eq!(counts(&redis, SALE), (9, 1, 1));
+}
+
+#[test]
+fn a_declared_terabyte_with_10_bytes_is_413_and_the_process_survives() {
+    survives(&[], |p| {
+        for _ in 0..3 {
+            let mut s = TcpStream::connect(("127.0.0.1", p)).unwrap();
+            s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+            let head = format!(
+                "POST /v1/sales/{SALE}/purchases HTTP/1.1\r\nHost: x\r\nContent-Length: 1000000000000\r\n\r\n0123456789"
+            );
+            s.write_all(head.as_bytes()).unwrap();
+            let r = read_resp(&mut std::io::BufReader::new(s)).expect("an answer");
+            assert_eq!((r.status, r.error()), (413, "payload_too_large".into()));
+            // The client goes away; the connection stays parked (documented).
+        }
+        let m = get(p, "/metrics");
+        assert!(
+            m.body
+                .contains("seckill_gateway_parked_connections_total 3"),
+            "{}",
+            m.body
+        );
+    });
+}
+
+/// Runs `hold` (which keeps hostile connections open while it runs
+/// `during`), where `during` is a valid purchase by another client: it must
+/// be answered 202 while the hostile clients hang on. Then the gateway is
+/// alive and another purchase succeeds; only the two purchases changed Redis.
+fn purchases_go_on_beside(hold: impl FnOnce(u16, &dyn Fn())) {
+    let redis = RedisServer::start();
+    open_sale(&redis, SALE, 10);
+    let mut g = Gateway::start(&redis, &[]);
+    let p = g.port;
+    let during = move || {
+        let t = Instant::now();
+        let r = buy(p, SALE, "during");
+        eprintln!(
+            "purchase beside hostile clients: {} in {:?}",
+            r.status,
+            t.elapsed()
+        );
+        assert_eq!(r.status, 202, "{r:?}");
+    };
+    hold(p, &during);
+    assert_eq!(counts(&redis, SALE), (9, 1, 1));
+    assert!(g.alive(), "the gateway died");
+    assert_eq!(buy(p, SALE, "after").status, 202);
+    assert_eq!(counts(&redis, SALE), (8, 2, 2));
+}
+
+#[test]
+fn an_endless_header_line_does_not_stop_other_purchases() {
+    purchases_go_on_beside(|p, during| {
+        let mut s = TcpStream::connect(("127.0.0.1", p)).unwrap();
+        s.write_all(b"POST /v1/sales/9/purchases HTTP/1.1\r\nX-Endless: ")
+            .unwrap();
+        let chunk = vec![b'a'; 1 << 20];
+        for i in 0..64 {
+            s.write_all(&chunk).unwrap();
+            if i == 32 {
+                during();
+            }
+        }
+        eprintln!("64 MiB of one header line sent");
+        drop(s);
+    });
+}
+
+#[test]
+fn three_hundred_slow_clients_do_not_stop_other_purchases() {
+    purchases_go_on_beside(|p, during| {
+        // Each sends a byte, waits, sends another: a request line that never ends.
+        let mut slow: Vec<TcpStream> = (0..300)
+            .map(|_| {
+                let mut s = TcpStream::connect(("127.0.0.1", p)).unwrap();
+                s.write_all(b"P").unwrap();
+                s
+            })
+            .collect();
+        std::thread::sleep(Duration::from_millis(500));
+        for s in &mut slow {
+            s.write_all(b"O").unwrap();
+        }
+        during();
+        drop(slow);
+    });
+}
+
+#[test]
+fn odd_paths_are_404_or_400_never_500() {
+    survives(&[], |p| {
+        let body = Some(r#"{"user_id":"odd"}"#);
+        for path in [
+            "/v1/sales/../../etc/passwd",
+            "/v1/sales/abc/purchases",
+            "/v1/sales/99999999999999999999999/purchases",
+            "/v1/sales/9/purchases/",
+            "/v1/sales/9/purchases?user_id=x",
+            "/v1/sales/9/",
+            "/v1/sales/%39/purchases",
+            "//v1/sales/9/purchases",
+        ] {
+            let r = request(p, "POST", path, body);
+            assert!(matches!(r.status, 400 | 404 | 405), "{path}: {r:?}");
+            assert!(r.json()["error"].is_string(), "{path}: {r:?}");
+        }
+    });
+}
+
+#[test]
+fn content_length_with_chunked_transfer_encoding_is_refused() {
+    survives(&[], |p| {
+        let req = format!(
+            "POST /v1/sales/{SALE}/purchases HTTP/1.1\r\nHost: x\r\nContent-Length: 17\r\nTransfer-Encoding: chunked\r\n\r\n11\r\n{{\"user_id\":\"te\"}}\r\n0\r\n\r\n"
+        );
+        if let Some(r) = raw(p, req.as_bytes()) {
+            assert_eq!(r.status, 400, "{r:?}");
+        }
+    });
+}
+
+#[test]
+fn a_space_before_a_header_colon_is_refused() {
+    survives(&[], |p| {
+        let req = format!(
+            "POST /v1/sales/{SALE}/purchases HTTP/1.1\r\nHost: x\r\nContent-Length : 17\r\n\r\n{{\"user_id\":\"sp\"}}"
+        );
+        if let Some(r) = raw(p, req.as_bytes()) {
+            assert_eq!(r.status, 400, "{r:?}");
+        }
+    });
+}
+
+#[test]
+fn a_request_line_of_garbage_is_refused() {
+    survives(&[], |p| {
+        let mut s = TcpStream::connect(("127.0.0.1", p)).unwrap();
+        s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+        s.write_all(b"\x16\x03\x01\x02\x00\x01\x00\x01\xfc\x03\x03\r\n\r\n")
+            .unwrap();
+        let mut buf = Vec::new();
+        let _ = s.read_to_end(&mut buf);
+        assert!(!String::from_utf8_lossy(&buf).contains("202"));
+    });
+}
