@@ -8,7 +8,7 @@ use crate::metrics::Metrics;
 use crate::redis_link::{Link, Unavailable};
 use crate::soldout::SoldOutCache;
 use crossbeam_channel::{Receiver, Sender};
-use seckill_common::reservation::{self, ReserveError, ReserveOutcome};
+use seckill_common::reservation::{self, ReserveOutcome};
 use std::sync::atomic::AtomicUsize;
 use std::sync::Arc;
 use std::time::Duration;
@@ -59,11 +59,12 @@ impl Worker {
     /// reservation may still have been made (the script ran, the answer was
     /// lost); a retry by the client is answered 409 with its id.
     pub fn reserve(&mut self, sale_id: u64, user_id: &str) -> Result<ReserveOutcome, Unavailable> {
+        let rid = seckill_common::ids::new_reservation_id();
         let Some(jobs) = &self.app.jobs else {
-            let con = self.link.get()?;
-            return match reservation::reserve(con, sale_id, user_id) {
-                Ok(o) => Ok(o),
-                Err(ReserveError::Redis(e)) => Err(self.link.failed(&e)),
+            let inv = reservation::prepare(sale_id, user_id, &rid);
+            let reply = self.link.with(|con| inv.invoke::<redis::Value>(con))?;
+            return match reservation::parse_reply(&reply) {
+                Ok(o) => Ok(own(o, &rid)),
                 Err(e) => {
                     self.app.metrics.redis_errors.inc();
                     log::error!("reservation: {e}");
@@ -71,7 +72,6 @@ impl Worker {
                 }
             };
         };
-        let rid = seckill_common::ids::new_reservation_id();
         let job = Job {
             sale_id,
             user_id: user_id.to_string(),
@@ -90,5 +90,14 @@ impl Worker {
                 Err(_) => return Err(Unavailable),
             }
         }
+    }
+}
+
+/// A reservation sent twice with the same id (a retry after a broken
+/// connection) finds its own first attempt: that is a success, not a 409.
+pub fn own(outcome: ReserveOutcome, rid: &str) -> ReserveOutcome {
+    match outcome {
+        ReserveOutcome::AlreadyPurchased(r) if r == rid => ReserveOutcome::Reserved(r),
+        o => o,
     }
 }

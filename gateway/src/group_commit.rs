@@ -5,6 +5,7 @@
 //! only saves round trips. A `NOSCRIPT` reply means that script did not run:
 //! the thread loads the script and sends those purchases again.
 
+use crate::app::own;
 use crate::metrics::Metrics;
 use crate::redis_link::{Link, Unavailable};
 use crossbeam_channel::{Receiver, Sender};
@@ -93,7 +94,8 @@ fn run_batch(
                     continue;
                 }
             }
-            results[i] = parse_reply(v).map_err(|e| {
+            let rid = &batch[i].reservation_id;
+            results[i] = parse_reply(v).map(|o| own(o, rid)).map_err(|e| {
                 metrics.redis_errors.inc();
                 log::error!("redis: reservation: {e}");
                 Unavailable

@@ -94,14 +94,27 @@ impl Link {
     }
 
     /// Runs `f` on the connection; a failure goes through [`Link::failed`].
+    /// When a connection that had already been in use fails with anything
+    /// but an error reply (typically: Redis restarted since), `f` runs once
+    /// more on a fresh connection, so a restart costs no 503. Callers make
+    /// `f` safe to repeat (reads, or a reservation with the same id).
     pub fn with<T>(
         &mut self,
-        f: impl FnOnce(&mut Connection) -> redis::RedisResult<T>,
+        mut f: impl FnMut(&mut Connection) -> redis::RedisResult<T>,
     ) -> Result<T, Unavailable> {
+        let was_open = self.con.is_some();
         let con = self.get()?;
         match f(con) {
             Ok(v) => Ok(v),
-            Err(e) => Err(self.failed(&e)),
+            Err(e) => {
+                let server_reply = matches!(e.kind(), redis::ErrorKind::Server(_));
+                let u = self.failed(&e);
+                if !was_open || server_reply {
+                    return Err(u);
+                }
+                let con = self.get()?;
+                f(con).map_err(|e| self.failed(&e))
+            }
         }
     }
 }
