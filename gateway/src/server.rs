@@ -66,7 +66,10 @@ impl GatewayError {
 /// Unblocks every handler thread's `recv` once the server exists; the
 /// signal handler calls [`Unblocker::unblock_all`].
 #[derive(Clone, Default)]
-pub struct Unblocker(Arc<Mutex<Option<(Arc<Server>, usize)>>>);
+pub struct Unblocker(Arc<Mutex<Option<ServerAndThreads>>>);
+
+/// The server and how many handler threads block in its `recv`.
+type ServerAndThreads = (Arc<Server>, usize);
 
 impl Unblocker {
     fn set(&self, server: Arc<Server>, threads: usize) {

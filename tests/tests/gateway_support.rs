@@ -9,7 +9,7 @@ use redis::Commands;
 use seckill_common::keys::SaleKeys;
 use seckill_common::sale::{load_into_redis, Sale};
 use seckill_tests::{bin, free_port, wait_until, RedisServer};
-use std::io::{BufRead, BufReader, Read, Write};
+use std::io::{BufRead, BufReader, Write};
 use std::net::TcpStream;
 use std::process::{Child, Command, ExitStatus, Stdio};
 use std::time::{Duration, Instant};
