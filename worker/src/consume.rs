@@ -88,6 +88,13 @@ impl CrashPoint {
     }
 }
 
+/// Whether `e` is an interrupted system call (`EINTR`).
+fn interrupted(e: &redis::RedisError) -> bool {
+    std::error::Error::source(e)
+        .and_then(|s| s.downcast_ref::<std::io::Error>())
+        .is_some_and(|io| io.kind() == std::io::ErrorKind::Interrupted)
+}
+
 /// The consuming side of one worker process.
 pub struct Worker {
     pub(crate) config: Config,
@@ -187,7 +194,13 @@ impl Worker {
     }
 
     fn redis_failed(&mut self, e: &redis::RedisError) {
-        log::warn!("redis: {e}");
+        if interrupted(e) {
+            // SIGTERM arrives before the flag is set (ctrlc sets it from its
+            // own thread); not a Redis problem.
+            log::info!("redis call interrupted by a signal");
+        } else {
+            log::warn!("redis: {e}");
+        }
         self.metrics.redis_errors.inc();
         self.consumer.reset();
         self.must_reclaim = true;
