@@ -261,3 +261,58 @@ fn a_bad_setting_exits_2() {
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("SECKILL_WORKER_BATCH"), "{err}");
 }
+
+#[test]
+fn a_message_mysql_keeps_refusing_is_dead_lettered_after_max_attempts_and_the_rest_applied() {
+    use mysql::prelude::Queryable;
+    let redis = RedisServer::start();
+    let db = TestDb::create();
+    let sale = create_sale(&db, &redis, 10, -1000, 600_000);
+    // A server error that no retry fixes, for one buyer only.
+    db.conn()
+        .query_drop(
+            "CREATE TRIGGER poison BEFORE INSERT ON orders FOR EACH ROW \
+             IF NEW.user_id = 'poison' THEN \
+             SIGNAL SQLSTATE '45000' SET MESSAGE_TEXT = 'poisoned order'; END IF",
+        )
+        .unwrap();
+    reserve_users(&redis, sale, "u", 2);
+    let mut con = redis.con();
+    let r = seckill_common::reservation::reserve(&mut con, sale, "poison").unwrap();
+    assert!(matches!(
+        r,
+        seckill_common::reservation::ReserveOutcome::Reserved(_)
+    ));
+    reserve_users(&redis, sale, "v", 2);
+
+    let w = WorkerProc::start(
+        &redis,
+        &db,
+        "w1",
+        &Opts {
+            max_attempts: 3,
+            ..Opts::default()
+        },
+    );
+    wait_orders(&db, sale, 4, LONG);
+    seckill_tests::wait_until(LONG, "one dead letter", || {
+        dead_letters(&redis, sale).len() == 1
+    });
+    wait_drained(&redis, sale, LONG);
+    let d = dead_letters(&redis, sale);
+    assert_eq!(d[0].attempts, 3);
+    assert!(d[0].reason.starts_with("max attempts: "), "{:?}", d[0]);
+    assert!(d[0].reason.contains("poisoned order"), "{:?}", d[0]);
+    assert!(d[0].message.contains("\"user_id\":\"poison\""));
+    assert_eq!(db.count("SELECT COUNT(*) FROM orders"), 4);
+    assert_eq!(db.count("SELECT COUNT(*) FROM stock_ledger"), 4);
+    assert_eq!(
+        db.count(&format!(
+            "SELECT available_stock FROM sales WHERE id = {sale}"
+        )),
+        6
+    );
+    let page = w.metrics();
+    assert_eq!(metric(&page, "seckill_worker_requeued_total"), 2);
+    assert_eq!(metric(&page, "seckill_worker_dead_lettered_total"), 1);
+}
