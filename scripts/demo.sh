@@ -1,0 +1,214 @@
+#!/usr/bin/env bash
+# A whole flash sale end to end on this machine, with real Redis, MariaDB and
+# SQLite:
+#   1. builds the release binaries;
+#   2. uses Redis and MySQL from SECKILL_REDIS_URL / SECKILL_MYSQL_URL when
+#      set, else the ones reachable at the defaults (Redis 127.0.0.1:6379 in
+#      an empty logical database; MariaDB 127.0.0.1:3306 as root without
+#      password or as the seckill_test account of scripts/test.sh), else
+#      starts private ones on free loopback ports (redis-server with AOF on,
+#      mariadbd set up by mariadb-install-db), installing Debian packages
+#      when missing;
+#   3. migrates a new database seckill_demo_<time>_<pid> and creates a sale
+#      (a new sale id every run) that opens 5 s later;
+#   4. starts the gateway and two workers;
+#   5. runs the load simulator (seckill-load): distinct users as fast as
+#      they can, 5 % clicking twice, 7 hostile requests mixed in;
+#   6. waits for the queue to drain, runs the reconciler;
+#   7. prints the report and exits 0 only if every invariant holds;
+#   8. stops everything it started and tells where the logs and the review
+#      file are (.demo/run-<time>/).
+# The machine's existing data are never touched: the demo database is new
+# (and dropped at the end unless --keep-db), the Redis keys live in an empty
+# logical database or a private server.
+#
+# usage: scripts/demo.sh [--stock N] [--users N] [--connections N] [--keep-db]
+# (or SECKILL_DEMO_STOCK, SECKILL_DEMO_USERS, SECKILL_DEMO_CONNECTIONS)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+ROOT=$(pwd)
+. scripts/lib/services.sh
+. scripts/lib/private.sh
+
+STOCK=${SECKILL_DEMO_STOCK:-1000}
+USERS=${SECKILL_DEMO_USERS:-50000}
+CONNECTIONS=${SECKILL_DEMO_CONNECTIONS:-64}
+KEEP_DB=0
+usage() { sed -n '2,29p' "$0" | sed 's/^# \{0,1\}//'; }
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --stock) STOCK=${2:?--stock N}; shift 2 ;;
+    --users) USERS=${2:?--users N}; shift 2 ;;
+    --connections) CONNECTIONS=${2:?--connections N}; shift 2 ;;
+    --keep-db) KEEP_DB=1; shift ;;
+    -h|--help) usage; exit 0 ;;
+    *) echo "demo.sh: unknown argument $1" >&2; usage >&2; exit 64 ;;
+  esac
+done
+for v in "$STOCK" "$USERS" "$CONNECTIONS"; do
+  [[ "$v" =~ ^[1-9][0-9]*$ ]] || { echo "demo.sh: $v is not a positive integer" >&2; exit 64; }
+done
+
+STAMP=$(date -u +%Y%m%d-%H%M%S)
+RUN=$ROOT/.demo/run-$STAMP-$$
+mkdir -p "$RUN"
+say() { echo "demo: $*"; }
+PIDS=()            # gateway and workers, our children
+PRIVATE_MYSQL=""   # directory of a private mariadbd, if started
+PRIVATE_REDIS=""   # directory of a private redis-server, if started
+DB_ADMIN_URL=""    # server URL to drop the demo database with
+DB_NAME=""
+STOPPED=0
+
+# mysql_args URL: client arguments for mysql://USER[:PASS]@HOST[:PORT]/...
+mysql_args() {
+  local re='^mysql://([^:@/]+)(:([^@/]*))?@([^:/]+)(:([0-9]+))?'
+  [[ "$1" =~ $re ]] || return 1
+  echo "--protocol=TCP -h${BASH_REMATCH[4]} -P${BASH_REMATCH[6]:-3306} -u${BASH_REMATCH[1]} ${BASH_REMATCH[3]:+-p${BASH_REMATCH[3]}}"
+}
+
+stop_services() {
+  [ "$STOPPED" = 1 ] && return 0
+  STOPPED=1
+  local pid
+  for pid in "${PIDS[@]}"; do kill -TERM "$pid" 2>/dev/null || true; done
+  STOP_CODES=""
+  for pid in "${PIDS[@]}"; do
+    local code=0
+    wait "$pid" || code=$?
+    STOP_CODES="$STOP_CODES $code"
+  done
+  if [ -n "$DB_NAME" ] && [ -n "$DB_ADMIN_URL" ] && [ "$KEEP_DB" = 0 ] && [ -z "$PRIVATE_MYSQL" ]; then
+    # shellcheck disable=SC2046
+    mariadb $(mysql_args "$DB_ADMIN_URL") -e "DROP DATABASE IF EXISTS \`$DB_NAME\`" 2>/dev/null \
+      && say "dropped database $DB_NAME" || say "could not drop database $DB_NAME"
+  fi
+  [ -n "$PRIVATE_REDIS" ] && stop_pidfile "$PRIVATE_REDIS/redis.pid"
+  if [ -n "$PRIVATE_MYSQL" ]; then
+    stop_pidfile "$PRIVATE_MYSQL/mariadb.pid" 60
+    [ "$KEEP_DB" = 0 ] && rm -rf "$PRIVATE_MYSQL/data"
+  fi
+  return 0
+}
+trap 'stop_services; say "logs and review file: $RUN"' EXIT
+trap 'exit 130' INT TERM
+
+say "step 1/8: building the release binaries (log: $RUN/build.log)"
+if ! command -v cargo >/dev/null 2>&1; then
+  echo "demo.sh: needs a Rust toolchain (1.85 or newer): https://rustup.rs" >&2
+  exit 2
+fi
+cargo build --release -p seckill-gateway -p seckill-worker -p seckill-reconciler \
+  -p seckill-tests --bins >"$RUN/build.log" 2>&1 \
+  || { tail -20 "$RUN/build.log" >&2; exit 2; }
+BIN=$ROOT/target/release
+
+say "step 2/8: finding Redis and MySQL"
+if [ -n "${SECKILL_REDIS_URL:-}" ]; then
+  REDIS_URL=$SECKILL_REDIS_URL
+  REDIS_FROM="SECKILL_REDIS_URL"
+elif redis_answers redis://127.0.0.1:6379/ && REDIS_DB=$(empty_redis_db 6379); then
+  REDIS_URL="redis://127.0.0.1:6379/$REDIS_DB"
+  REDIS_FROM="the machine's Redis, empty logical database $REDIS_DB"
+else
+  PRIVATE_REDIS=$RUN/redis
+  port=$(free_port)
+  start_private_redis "$PRIVATE_REDIS" "$port"
+  REDIS_URL="redis://127.0.0.1:$port/"
+  REDIS_FROM="a private redis-server (AOF on) in $PRIVATE_REDIS"
+fi
+say "  redis: $REDIS_URL ($REDIS_FROM)"
+
+DB_NAME="seckill_demo_$(date +%s)_$$"
+# migrate_on SERVER_URL: creates and migrates the demo database there.
+migrate_on() {
+  SECKILL_MYSQL_URL="$1/$DB_NAME" SECKILL_REDIS_URL="$REDIS_URL" RUST_LOG=warn \
+    "$BIN/seckill-reconciler" migrate >>"$RUN/reconciler.log" 2>&1
+}
+MYSQL_SERVER=""
+if [ -n "${SECKILL_MYSQL_URL:-}" ]; then
+  server=${SECKILL_MYSQL_URL%/*}
+  [ "$server" = "mysql:/" ] && server=$SECKILL_MYSQL_URL
+  migrate_on "$server" && MYSQL_SERVER=$server MYSQL_FROM="SECKILL_MYSQL_URL's server"
+elif port_open 127.0.0.1 3306; then
+  for server in "mysql://root@127.0.0.1:3306" "mysql://seckill_test:seckill_test@127.0.0.1:3306"; do
+    if migrate_on "$server"; then
+      MYSQL_SERVER=$server MYSQL_FROM="the machine's MariaDB as ${server#mysql://}"
+      break
+    fi
+  done
+fi
+if [ -z "$MYSQL_SERVER" ]; then
+  PRIVATE_MYSQL=$RUN/mariadb
+  port=$(free_port)
+  say "  starting a private mariadbd on port $port (mariadb-install-db in $PRIVATE_MYSQL)"
+  start_private_mariadb "$PRIVATE_MYSQL" "$port"
+  MYSQL_SERVER="mysql://root@127.0.0.1:$port"
+  MYSQL_FROM="a private mariadbd in $PRIVATE_MYSQL"
+  migrate_on "$MYSQL_SERVER" || { tail -5 "$RUN/reconciler.log" >&2; exit 2; }
+fi
+DB_ADMIN_URL=$MYSQL_SERVER
+MYSQL_URL="$MYSQL_SERVER/$DB_NAME"
+say "  mysql: database $DB_NAME ($MYSQL_FROM)"
+export SECKILL_REDIS_URL=$REDIS_URL SECKILL_MYSQL_URL=$MYSQL_URL
+
+say "step 3/8: creating a sale of $STOCK units opening in 5 s"
+ensure_package mariadb mariadb-client
+# A new sale id every run (not 1 again), so Redis keys of an earlier run can
+# never be mistaken for this sale's.
+# shellcheck disable=SC2046
+mariadb $(mysql_args "$MYSQL_SERVER") "$DB_NAME" \
+  -e "ALTER TABLE sales AUTO_INCREMENT = $(( $(date +%s) * 1000 + $$ % 1000 ))"
+SALE=$(RUST_LOG=warn "$BIN/seckill-reconciler" sale create --sku "DEMO-$STAMP" \
+  --title "Demo phone" --price-cents 49900 --stock "$STOCK" \
+  --starts-at now+5s --ends-at now+1h 2>>"$RUN/reconciler.log")
+say "  sale $SALE"
+
+say "step 4/8: starting the gateway and two workers"
+GW_PORT=$(free_port)
+SECKILL_LISTEN=127.0.0.1:$GW_PORT "$BIN/seckill-gateway" >"$RUN/gateway.log" 2>&1 &
+PIDS+=($!)
+for w in 1 2; do
+  SECKILL_WORKER_ID="demo-w$w" SECKILL_WORKER_METRICS_LISTEN="127.0.0.1:$(free_port)" \
+    "$BIN/seckill-worker" >"$RUN/worker-$w.log" 2>&1 &
+  PIDS+=($!)
+done
+wait_port "$GW_PORT" 15 || { echo "the gateway did not start: see $RUN/gateway.log" >&2; exit 2; }
+say "  gateway http://127.0.0.1:$GW_PORT, workers demo-w1 and demo-w2"
+
+say "step 5/8: $USERS users over $CONNECTIONS connections (5 % click twice, 7 hostile requests)"
+say "step 6/8: the simulator then waits for the queue to drain"
+set +e
+"$BIN/seckill-load" --sale "$SALE" --url "http://127.0.0.1:$GW_PORT" \
+  --users "$USERS" --connections "$CONNECTIONS" --duplicates 0.05 --hostile 7 \
+  --user-prefix demo --wait-open --drain-timeout 300s | tee "$RUN/load-report.txt"
+LOAD_RC=${PIPESTATUS[0]}
+say "  running the reconciler (grace 0 s; review file $RUN/review.sqlite3)"
+SECKILL_RECONCILE_GRACE=0s SECKILL_REVIEW_DB="$RUN/review.sqlite3" RUST_LOG=warn \
+  "$BIN/seckill-reconciler" run >"$RUN/reconcile.txt" 2>>"$RUN/reconciler.log"
+REC_RC=$?
+set -e
+sed 's/^/  reconciler  /' "$RUN/reconcile.txt"
+
+say "step 7/8: report"
+case "$REC_RC" in
+  0) FINDINGS="0 open findings" ;;
+  1) FINDINGS="OPEN FINDINGS (seckill-reconciler findings; review file below)" ;;
+  *) FINDINGS="the reconciler could not run (exit $REC_RC, see $RUN/reconciler.log)" ;;
+esac
+say "  invariants: $([ "$LOAD_RC" = 0 ] && echo "every one holds" || echo "VIOLATED (seckill-load exit $LOAD_RC)")"
+say "  reconciliation: $FINDINGS"
+
+say "step 8/8: stopping the gateway and the workers (SIGTERM)"
+stop_services
+say "  exit codes after SIGTERM (gateway, worker 1, worker 2):$STOP_CODES"
+say "  logs: $RUN/{gateway,worker-1,worker-2,reconciler}.log; report: $RUN/load-report.txt"
+say "  review file: $RUN/review.sqlite3"
+CLEAN_STOP=1
+for c in $STOP_CODES; do [ "$c" = 0 ] || CLEAN_STOP=0; done
+if [ "$LOAD_RC" = 0 ] && [ "$REC_RC" = 0 ] && [ "$CLEAN_STOP" = 1 ]; then
+  say "PASS: sale $SALE sold exactly what it reserved, nothing lost, nothing doubled"
+  exit 0
+fi
+say "FAIL"
+exit 1

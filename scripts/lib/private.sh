@@ -1,0 +1,96 @@
+# Shared shell functions of scripts/demo.sh and scripts/bench.sh: pick free
+# loopback ports, start a private redis-server or mariadbd in a directory of
+# our own, stop what was started. Sourced after scripts/lib/services.sh, not
+# run. Nothing here touches the machine's own Redis or MariaDB data.
+
+# free_port: prints a TCP port on 127.0.0.1 that nothing listens on.
+free_port() {
+  local p i
+  for i in $(seq 1 200); do
+    p=$(( 20000 + (RANDOM * 32768 + RANDOM) % 40000 ))
+    if ! port_open 127.0.0.1 "$p"; then echo "$p"; return 0; fi
+  done
+  echo "no free port found" >&2
+  return 1
+}
+
+# wait_port PORT SECONDS: waits until 127.0.0.1:PORT accepts connections.
+wait_port() {
+  local i
+  for i in $(seq 1 $(( $2 * 10 ))); do
+    port_open 127.0.0.1 "$1" && return 0
+    sleep 0.1
+  done
+  return 1
+}
+
+# redis_answers URL: whether a Redis server answers PING at redis://HOST:PORT/.
+redis_answers() {
+  local hostport=${1#redis://}
+  hostport=${hostport%%/*}
+  hostport=${hostport##*@}
+  local host=${hostport%:*} port=${hostport##*:}
+  [ "$host" = "$hostport" ] && port=6379
+  command -v redis-cli >/dev/null 2>&1 || return 1
+  [ "$(redis-cli -h "$host" -p "$port" ping 2>/dev/null)" = "PONG" ]
+}
+
+# empty_redis_db PORT: prints the highest logical database (15..1) of the
+# Redis server on 127.0.0.1:PORT that holds no key, so a demo never shares
+# keys (sale discovery, worker lists) with whatever uses the server.
+empty_redis_db() {
+  local n size
+  for n in $(seq 15 -1 1); do
+    size=$(redis-cli -p "$1" -n "$n" dbsize 2>/dev/null) || continue
+    if [ "$size" = "0" ]; then echo "$n"; return 0; fi
+  done
+  return 1
+}
+
+# start_private_redis DIR PORT: redis-server with AOF on (fsync every
+# second) on 127.0.0.1:PORT, data and log in DIR; pid in DIR/redis.pid.
+start_private_redis() {
+  ensure_redis_server
+  mkdir -p "$1"
+  redis-server --port "$2" --bind 127.0.0.1 --dir "$1" --save '' \
+    --appendonly yes --appendfsync everysec --daemonize no \
+    --logfile "$1/redis.log" >/dev/null 2>&1 &
+  echo $! > "$1/redis.pid"
+  wait_port "$2" 10 || { echo "private redis-server did not start: see $1/redis.log" >&2; return 1; }
+}
+
+# start_private_mariadb DIR PORT: a throw-away MariaDB (mariadb-install-db,
+# root without password over TCP) on 127.0.0.1:PORT; pid in DIR/mariadb.pid.
+start_private_mariadb() {
+  ensure_package mariadbd mariadb-server mariadb-client
+  local user
+  user=$(id -un)
+  mkdir -p "$1/data"
+  mariadb-install-db --no-defaults --datadir="$1/data" --user="$user" \
+    --auth-root-authentication-method=normal --skip-test-db >"$1/install.log" 2>&1 \
+    || { echo "mariadb-install-db failed: see $1/install.log" >&2; return 1; }
+  local mariadbd=mariadbd
+  command -v mariadbd >/dev/null 2>&1 || mariadbd=/usr/sbin/mariadbd
+  "$mariadbd" --no-defaults --datadir="$1/data" --user="$user" \
+    --bind-address=127.0.0.1 --port="$2" --socket="$1/mysqld.sock" \
+    --pid-file="$1/mariadbd.pid" --log-error="$1/mariadb.err" \
+    --innodb-buffer-pool-size=128M --innodb-flush-log-at-trx-commit=1 \
+    --skip-name-resolve >/dev/null 2>&1 &
+  echo $! > "$1/mariadb.pid"
+  wait_port "$2" 60 || { echo "private mariadbd did not start: see $1/mariadb.err" >&2; return 1; }
+}
+
+# stop_pidfile FILE [SECONDS]: SIGTERM to the pid in FILE, SIGKILL when it
+# still runs after SECONDS (default 20); removes FILE.
+stop_pidfile() {
+  [ -f "$1" ] || return 0
+  local pid i
+  pid=$(cat "$1")
+  rm -f "$1"
+  kill -TERM "$pid" 2>/dev/null || return 0
+  for i in $(seq 1 $(( ${2:-20} * 10 ))); do
+    kill -0 "$pid" 2>/dev/null || return 0
+    sleep 0.1
+  done
+  kill -KILL "$pid" 2>/dev/null || true
+}
