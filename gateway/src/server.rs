@@ -189,6 +189,9 @@ pub fn run(config: Config, shutdown: Shutdown, unblocker: Unblocker) -> Result<(
                 while let Ok(Some(rq)) = server.try_recv() {
                     handle(&mut w, rq);
                 }
+                // `try_recv` may have eaten another handler's unblock (it
+                // reads as "empty"): leave one for it; a spare one is harmless.
+                server.unblock();
             })
             .map_err(GatewayError::Thread)?;
         handles.push(h);

@@ -75,7 +75,8 @@ fn a_flushed_script_cache_is_reloaded_inside_the_pipeline() {
 fn sigterm_under_load_exits_0_within_5s_and_every_202_has_its_records() {
     let redis = RedisServer::start();
     open_sale(&redis, 3, 100_000);
-    let mut g = Gateway::start(&redis, &[]);
+    // The default thread count (2 x cores), as systemd would start it.
+    let mut g = Gateway::start(&redis, &[("SECKILL_GATEWAY_THREADS", "0")]);
     let stop = Arc::new(AtomicBool::new(false));
     let clients: Vec<_> = (0..16)
         .map(|t| {

@@ -1,0 +1,143 @@
+#!/usr/bin/env bash
+# Benchmarks the gateway on this machine and prints figures and ratios (not a
+# test: nothing here passes or fails on a number).
+#
+# One run prints, with wrk (-t2 -c64, BENCH_SECONDS each, default 10):
+#   1. GET /healthz                         the tiny_http ceiling here;
+#   2. POST purchase, plentiful stock       a distinct user id per request (Lua);
+#   3. POST purchase after the sell-out     the in-memory fast path;
+# 2 is run for each Redis mode in BENCH_MODES (default "2 1 0": group commit
+# over 2 or 1 pipelining Redis threads, and 0 = one connection per handler);
+#   4. redis-benchmark, 50 clients, EVALSHA of the same reservation script
+#      with distinct users, unpipelined: the one-round-trip Redis ceiling;
+# then the ratios against the issue's targets.
+#
+# A private redis-server (AOF on, appendfsync everysec) on a free port; the
+# machine's Redis is never touched. Needs wrk and redis-server (installed
+# with apt-get when missing). Usage: scripts/bench-gateway.sh
+set -euo pipefail
+cd "$(dirname "$0")/.."
+. scripts/lib/services.sh
+
+ensure_redis_server
+ensure_package wrk wrk
+ensure_package redis-benchmark redis-tools
+
+SECONDS_EACH=${BENCH_SECONDS:-10}
+MODES=${BENCH_MODES:-"2 1 0"}
+CONNS=64
+cargo build --release -q -p seckill-gateway
+GW=target/release/seckill-gateway
+
+free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+WORK=$(mktemp -d)
+RPORT=$(free_port)
+GPORT=$(free_port)
+GW_PID=""
+cleanup() {
+  [ -n "$GW_PID" ] && kill "$GW_PID" 2>/dev/null || true
+  [ -n "${R_PID:-}" ] && kill "$R_PID" 2>/dev/null || true
+  rm -rf "$WORK"
+}
+trap cleanup EXIT
+
+redis-server --port "$RPORT" --bind 127.0.0.1 --dir "$WORK" --save "" \
+  --appendonly yes --appendfsync everysec --daemonize no --loglevel warning >/dev/null &
+R_PID=$!
+rc() { redis-cli -p "$RPORT" "$@"; }
+for _ in $(seq 100); do rc PING >/dev/null 2>&1 && break; sleep 0.05; done
+
+# Sale 1: plentiful stock; sale 2: sold out. Open for an hour.
+now_ms=$(( $(date +%s%3N) - 1000 )); end_ms=$(( now_ms + 3600000 ))
+load_sale() { # ID STOCK
+  rc HSET "seckill:{sale:$1}:meta" total_stock "$2" starts_at_ms "$now_ms" ends_at_ms "$end_ms" >/dev/null
+  rc SET "seckill:{sale:$1}:stock" "$2" >/dev/null
+  rc SADD seckill:sales "$1" >/dev/null
+}
+load_sale 1 1000000000
+load_sale 2 0
+
+start_gateway() { # REDIS_THREADS
+  SECKILL_LISTEN=127.0.0.1:$GPORT SECKILL_REDIS_URL=redis://127.0.0.1:$RPORT/ \
+    SECKILL_GATEWAY_REDIS_THREADS=$1 RUST_LOG=warn "$GW" &
+  GW_PID=$!
+  for _ in $(seq 100); do port_open 127.0.0.1 "$GPORT" && break; sleep 0.05; done
+}
+stop_gateway() {
+  kill -TERM "$GW_PID"
+  for _ in $(seq 100); do kill -0 "$GW_PID" 2>/dev/null || break; sleep 0.05; done
+  if kill -0 "$GW_PID" 2>/dev/null; then echo "gateway did not stop within 5 s" >&2; kill -9 "$GW_PID"; fi
+  wait "$GW_PID" || true
+  GW_PID=""
+}
+
+cat >"$WORK/buy.lua" <<'LUA'
+-- A distinct user id per request: run prefix, wrk thread, counter.
+local n = 0
+local threads = 0
+local run = tostring(os.time())
+function setup(thread) thread:set("tid", threads); threads = threads + 1 end
+function request()
+  n = n + 1
+  local body = '{"user_id":"b' .. run .. '-' .. tid .. '-' .. n .. '"}'
+  return wrk.format("POST", nil, {["Content-Type"] = "application/json"}, body)
+end
+LUA
+
+# run_wrk NAME URL [LUA]: prints "NAME rps p99_ms" and keeps them in $WORK/NAME.
+run_wrk() {
+  local name=$1 url=$2 lua=${3:-}
+  local out
+  if [ -n "$lua" ]; then
+    out=$(wrk -t2 -c$CONNS -d"${SECONDS_EACH}s" --latency -s "$lua" "$url")
+  else
+    out=$(wrk -t2 -c$CONNS -d"${SECONDS_EACH}s" --latency "$url")
+  fi
+  local rps p99 non2xx
+  rps=$(awk '/^Requests\/sec:/ {print $2}' <<<"$out")
+  p99=$(awk '$1=="99%" {v=$2; if (v ~ /us$/) {sub("us","",v); v=v/1000} else if (v ~ /ms$/) {sub("ms","",v)} else if (v ~ /s$/) {sub("s","",v); v=v*1000}; print v}' <<<"$out")
+  non2xx=$(awk '/Non-2xx/ {print $5}' <<<"$out")
+  printf '%-34s %10.0f req/s   p99 %7.2f ms   non-2xx/3xx %s\n' "$name" "$rps" "$p99" "${non2xx:-0}"
+  echo "$rps $p99" >"$WORK/$name"
+}
+
+echo "bench-gateway: $(nproc) cores, wrk -t2 -c$CONNS -d${SECONDS_EACH}s, Redis $(redis-server --version | awk '{print $3}')"
+first_mode=${MODES%% *}
+start_gateway "$first_mode"
+run_wrk healthz "http://127.0.0.1:$GPORT/healthz"
+run_wrk sold_out "http://127.0.0.1:$GPORT/v1/sales/2/purchases" "$WORK/buy.lua"
+stop_gateway
+for m in $MODES; do
+  start_gateway "$m"
+  run_wrk "purchase_redis_threads_$m" "http://127.0.0.1:$GPORT/v1/sales/1/purchases" "$WORK/buy.lua"
+  stop_gateway
+done
+echo "sale 1 units reserved: $(( 1000000000 - $(rc GET 'seckill:{sale:1}:stock') ))"
+
+# The reservation script, loaded as the gateway loads it.
+lua_src=$(awk '/^pub const RESERVE_LUA: &str = r#"/{f=1; next} /^"#;/{f=0} f' common/src/reservation.rs)
+sha=$(rc SCRIPT LOAD "$lua_src")
+rb_out=$(redis-benchmark -p "$RPORT" -c 50 -n $(( 20000 * SECONDS_EACH )) -r 1000000000 -q \
+  EVALSHA "$sha" 6 "seckill:{sale:1}:meta" "seckill:{sale:1}:stock" "seckill:{sale:1}:buyers" \
+  "seckill:{sale:1}:flow" "seckill:{sale:1}:status" "seckill:{sale:1}:queue" \
+  "rb-__rand_int__" "rid__rand_int__" 1 | tr '\r' '\n' | grep -v '^$' | tail -1)
+rb_rps=$(grep -oE '[0-9.]+ requests per second' <<<"$rb_out" | awk '{print $1}')
+rb_p99=$(grep -oE 'p50=[0-9.]+ msec' <<<"$rb_out" | head -1 || true)
+printf '%-34s %10.0f req/s   (%s)\n' "redis-benchmark EVALSHA -c50" "$rb_rps" "$rb_out"
+
+best=""; best_rps=0
+for m in $MODES; do
+  r=$(awk '{print $1}' "$WORK/purchase_redis_threads_$m")
+  if awk -v a="$r" -v b="$best_rps" 'BEGIN{exit !(a>b)}'; then best=$m; best_rps=$r; fi
+done
+hz=$(awk '{print $1}' "$WORK/healthz")
+so=$(awk '{print $1}' "$WORK/sold_out")
+p99=$(awk '{print $2}' "$WORK/purchase_redis_threads_$best")
+echo
+echo "ratios (best purchase mode: SECKILL_GATEWAY_REDIS_THREADS=$best):"
+awk -v p="$best_rps" -v h="$hz" -v s="$so" -v r="$rb_rps" -v q="$p99" 'BEGIN {
+  printf "  purchase / healthz ceiling        %.2f  (target >= 0.8)\n", p/h
+  printf "  purchase / redis-benchmark EVALSHA %.2f  (target >= 1.0)\n", p/r
+  printf "  sold-out / healthz ceiling        %.2f  (target >= 0.9)\n", s/h
+  printf "  purchase p99 at 64 connections    %.2f ms (target <= 5)\n", q
+}'
