@@ -1,6 +1,6 @@
 //! Owns `seckill-reconciler run`: one pass over every sale that is active or
-//! ended within `SECKILL_RECONCILE_LOOKBACK` and that Redis knows, under the
-//! run lock, recording findings, compensations and the run itself in the
+//! ended within `SECKILL_RECONCILE_LOOKBACK` (by MySQL, whether or not Redis
+//! still holds it), under the run lock, recording findings, compensations and the run itself in the
 //! review store, and one summary line on stderr for the journal.
 //!
 //! Exit codes: 0 no open findings, 1 open findings exist (in any sale, old
@@ -9,13 +9,10 @@
 use crate::error::RunError;
 use crate::lock::{RunLock, LOCK_WAIT};
 use crate::reconcile::{reconcile_sale, Ctx};
-use crate::redis_read;
 use crate::review::{Review, RunCounts};
 use crate::review_findings::KINDS;
-use seckill_common::keys::SALES;
 use seckill_common::timefmt::format_ms;
 use seckill_common::{now_ms, Config, Shutdown};
-use std::collections::HashSet;
 use std::time::Instant;
 
 /// Opens a Redis connection with the configured timeouts.
@@ -86,14 +83,9 @@ fn pass(
     let mut redis = redis_connect(config)?;
     let mut mysql = seckill_common::schema::connect(&config.mysql_url, config.mysql_timeout)?;
     let mut lock = RunLock::acquire(redis_connect(config)?, LOCK_WAIT)?;
-    let in_redis: HashSet<u64> = redis_read::set_members(&mut redis, SALES)?
-        .iter()
-        .filter_map(|s| s.parse().ok())
-        .collect();
-    let sales: Vec<u64> = crate::mysql_read::sales_to_check(&mut mysql, config.reconcile_lookback)?
-        .into_iter()
-        .filter(|id| in_redis.contains(id))
-        .collect();
+    // Every sale MySQL says is in play, whether or not Redis still knows it:
+    // a Redis that lost its data must show up as findings, not as silence.
+    let sales: Vec<u64> = crate::mysql_read::sales_to_check(&mut mysql, config.reconcile_lookback)?;
     let outcome = (|| -> Result<(), RunError> {
         for sale_id in sales {
             let mut tick = || -> Result<(), RunError> {

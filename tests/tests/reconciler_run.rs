@@ -256,3 +256,19 @@ fn more_orders_than_stock_is_a_critical_oversell() {
     let oversell = f.iter().find(|f| f["subject"] == "oversell").unwrap();
     assert_eq!(oversell["severity"], "critical");
 }
+
+#[test]
+fn redis_losing_all_its_data_shows_every_order_without_flow_and_a_mismatch() {
+    let (w, rids) = four_orders();
+    let _: () = redis::cmd("FLUSHALL").query(&mut w.redis.con()).unwrap();
+    assert_eq!(w.run(), 1);
+    let mut expected: Vec<_> = rids
+        .iter()
+        .map(|r| key("order_without_flow", r, "open"))
+        .collect();
+    expected.push(key("stock_mismatch", "redis_stock", "open"));
+    let mut got = w.finding_keys();
+    got.sort();
+    expected.sort();
+    assert_eq!(got, expected);
+}
