@@ -1,13 +1,13 @@
 //! Owns the state shared by every gateway thread ([`App`]: settings,
-//! metrics, the sold-out memory, the way purchases reach Redis) and the
-//! per-thread state of a handler ([`Worker`]: its own Redis link and answer
-//! channel), and the one function that reserves a unit either way.
+//! metrics, the sold-out memory, the way purchases reach Redis), the
+//! per-thread state of a handler ([`Worker`]: its own Redis link), and the
+//! one-round-trip reservation used without group commit.
 
-use crate::group_commit::{answer_wait, Answer, Job};
+use crate::group_commit::Job;
 use crate::metrics::Metrics;
 use crate::redis_link::{Link, Unavailable};
 use crate::soldout::SoldOutCache;
-use crossbeam_channel::{Receiver, Sender};
+use crossbeam_channel::Sender;
 use seckill_common::reservation::{self, ReserveOutcome};
 use std::sync::atomic::AtomicUsize;
 use std::sync::Arc;
@@ -30,6 +30,9 @@ pub struct App {
     pub jobs: Option<Sender<Job>>,
     /// Slow-lane threads running now (see `body.rs`).
     pub slow_lane: AtomicUsize,
+    /// Purchases handed to the group-commit threads and not yet answered
+    /// (the stop waits for them).
+    pub pending: AtomicUsize,
 }
 
 /// What one handler thread owns.
@@ -39,55 +42,31 @@ pub struct Worker {
     /// This thread's Redis connection (queries, and purchases when there is
     /// no group commit).
     pub link: Link,
-    answers: (Sender<Answer>, Receiver<Answer>),
 }
 
 impl Worker {
     /// A worker with a not-yet-connected link.
     pub fn new(app: Arc<App>) -> Worker {
         let link = Link::new(app.client.clone(), app.redis_timeout, app.metrics.clone());
-        Worker {
-            app,
-            link,
-            answers: crossbeam_channel::bounded(64),
-        }
+        Worker { app, link }
     }
 
-    /// Tries to reserve one unit of `sale_id` for the valid `user_id`.
+    /// Reserves one unit of `sale_id` for the valid `user_id` in one round
+    /// trip on this thread's connection (no group commit).
     ///
     /// Errors: [`Unavailable`] when Redis cannot be reached in time. Then a
     /// reservation may still have been made (the script ran, the answer was
     /// lost); a retry by the client is answered 409 with its id.
     pub fn reserve(&mut self, sale_id: u64, user_id: &str) -> Result<ReserveOutcome, Unavailable> {
         let rid = seckill_common::ids::new_reservation_id();
-        let Some(jobs) = &self.app.jobs else {
-            let inv = reservation::prepare(sale_id, user_id, &rid);
-            let reply = self.link.with(|con| inv.invoke::<redis::Value>(con))?;
-            return match reservation::parse_reply(&reply) {
-                Ok(o) => Ok(own(o, &rid)),
-                Err(e) => {
-                    self.app.metrics.redis_errors.inc();
-                    log::error!("reservation: {e}");
-                    Err(Unavailable)
-                }
-            };
-        };
-        let job = Job {
-            sale_id,
-            user_id: user_id.to_string(),
-            reservation_id: rid.clone(),
-            answer: self.answers.0.clone(),
-        };
-        let wait = answer_wait(self.app.redis_timeout);
-        if jobs.send_timeout(job, wait).is_err() {
-            return Err(Unavailable);
-        }
-        let deadline = std::time::Instant::now() + wait;
-        loop {
-            match self.answers.1.recv_deadline(deadline) {
-                Ok((id, r)) if id == rid => return r,
-                Ok(_) => continue, // a late answer to an earlier, timed-out purchase
-                Err(_) => return Err(Unavailable),
+        let inv = reservation::prepare(sale_id, user_id, &rid);
+        let reply = self.link.with(|con| inv.invoke::<redis::Value>(con))?;
+        match reservation::parse_reply(&reply) {
+            Ok(o) => Ok(own(o, &rid)),
+            Err(e) => {
+                self.app.metrics.redis_errors.inc();
+                log::error!("reservation: {e}");
+                Err(Unavailable)
             }
         }
     }

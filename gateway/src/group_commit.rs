@@ -1,30 +1,33 @@
-//! Owns the group commit: handler threads hand purchases over a bounded
-//! crossbeam channel to a few Redis threads, and each Redis thread sends
-//! whatever has queued up meanwhile as one pipeline of `EVALSHA` calls (up
-//! to [`MAX_BATCH`]). Each script call stays atomic on its own; the pipeline
+//! Owns the group commit: handler threads hand purchases (with their
+//! requests) over a bounded crossbeam channel to a few Redis threads, and
+//! each Redis thread sends whatever has queued up meanwhile as one pipeline
+//! of `EVALSHA` calls (up to [`MAX_BATCH`]) and answers the requests. Each script call stays atomic on its own; the pipeline
 //! only saves round trips. A `NOSCRIPT` reply means that script did not run:
 //! the thread loads the script and sends those purchases again.
 
-use crate::app::own;
+use crate::app::{own, App};
+use crate::handler::finish;
 use crate::metrics::Metrics;
+use crate::purchase;
 use crate::redis_link::{Link, Unavailable};
-use crossbeam_channel::{Receiver, Sender};
+use crate::routes::Label;
+use crossbeam_channel::Receiver;
 use redis::Value;
 use seckill_common::reservation::{parse_reply, prepare, reserve_script, ReserveOutcome};
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::Instant;
+use tiny_http::Request;
 
 /// Most purchases in one pipeline.
 pub const MAX_BATCH: usize = 256;
 
-/// Purchases waiting for a Redis thread before handlers get 503.
+/// Purchases waiting for a Redis thread before handlers answer 503.
 pub const QUEUE_CAPACITY: usize = 8192;
 
-/// The answer to one purchase: its reservation id (to match it) and outcome.
-pub type Answer = (String, Result<ReserveOutcome, Unavailable>);
-
-/// One purchase waiting for a pipeline.
-#[derive(Debug)]
+/// One purchase waiting for a pipeline: the request itself travels with it
+/// and the Redis thread answers it, so a handler never waits on Redis and
+/// the number of purchases in flight is not bounded by the handler count.
 pub struct Job {
     /// The sale.
     pub sale_id: u64,
@@ -32,12 +35,16 @@ pub struct Job {
     pub user_id: String,
     /// A fresh id from `ids::new_reservation_id`.
     pub reservation_id: String,
-    /// Where the answer goes (the handler thread's own channel).
-    pub answer: Sender<Answer>,
+    /// The request to answer; its body has been read completely.
+    pub request: Request,
+    /// When the handler took it (for the latency histogram).
+    pub start: Instant,
 }
 
-/// Runs one Redis thread until every job sender is dropped.
-pub fn redis_thread(jobs: Receiver<Job>, mut link: Link, metrics: Arc<Metrics>) {
+/// Runs one Redis thread: takes the first waiting job, then whatever else
+/// has queued up (at most [`MAX_BATCH`]), sends them as one pipeline, and
+/// answers each request. Runs until every job sender is dropped.
+pub fn redis_thread(jobs: Receiver<Job>, mut link: Link, app: Arc<App>) {
     let mut batch: Vec<Job> = Vec::with_capacity(MAX_BATCH);
     while let Ok(first) = jobs.recv() {
         batch.push(first);
@@ -47,9 +54,11 @@ pub fn redis_thread(jobs: Receiver<Job>, mut link: Link, metrics: Arc<Metrics>) 
                 Err(_) => break,
             }
         }
-        let results = run_batch(&mut link, &batch, &metrics);
+        let results = run_batch(&mut link, &batch, &app.metrics);
         for (job, r) in batch.drain(..).zip(results) {
-            let _ = job.answer.send((job.reservation_id, r));
+            let reply = purchase::conclude(&app, job.sale_id, r);
+            finish(&app, job.request, Label::Purchase, reply, job.start);
+            app.pending.fetch_sub(1, Ordering::SeqCst);
         }
     }
 }
@@ -113,10 +122,4 @@ fn run_batch(
         todo = again;
     }
     results
-}
-
-/// How long a handler waits for its answer: the Redis timeout twice (a
-/// pipeline ahead of ours, then ours) plus slack.
-pub fn answer_wait(redis_timeout: Duration) -> Duration {
-    redis_timeout * 2 + Duration::from_millis(100)
 }

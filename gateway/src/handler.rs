@@ -5,16 +5,20 @@
 
 use crate::app::{App, Worker};
 use crate::body::{self, Plan, SLOW_LANE_MAX};
+use crate::group_commit::Job;
+use crate::metrics::Outcome;
+use crate::redis_link::Unavailable;
 use crate::reply::Reply;
 use crate::routes::{self, Label, Route};
 use crate::{purchase, queries};
+use crossbeam_channel::Sender;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Instant;
 use tiny_http::Request;
 
 /// Handles one request from start to answer.
-pub fn handle(w: &mut Worker, mut rq: Request) {
+pub fn handle(w: &mut Worker, rq: Request) {
     let start = Instant::now();
     w.app.metrics.in_flight.inc();
     let route = routes::route(rq.method(), rq.url());
@@ -27,24 +31,31 @@ pub fn handle(w: &mut Worker, mut rq: Request) {
             body::park(&app, rq, Reply::payload_too_large());
         }
         Plan::SlowLane => to_slow_lane(&w.app, rq, route, start),
-        Plan::Buffered => {
-            let reply = answer(w, &mut rq, route);
-            finish(&w.app, rq, label, reply, start);
-        }
+        Plan::Buffered => serve(w, rq, route, start),
     }
 }
 
-/// Calls the route. For a purchase the body is read here: it is either in
-/// memory already or this runs on a slow-lane thread.
-fn answer(w: &mut Worker, rq: &mut Request, route: Route) -> Reply {
-    match route {
-        Route::Purchase(sale_id) => match body::read_limited(rq, w.app.body_limit) {
-            Ok(b) => purchase::purchase(w, sale_id, &b),
-            Err(r) => {
-                w.app.metrics.outcome(crate::metrics::Outcome::Invalid);
-                r
+/// Calls the route and answers. For a purchase the body is read here: it
+/// is either in memory already or this runs on a slow-lane thread. With
+/// group commit the purchase is answered later by a Redis thread.
+fn serve(w: &mut Worker, mut rq: Request, route: Route, start: Instant) {
+    let label = route.label();
+    let reply = match route {
+        Route::Purchase(sale_id) => {
+            let admitted = body::read_limited(&mut rq, w.app.body_limit)
+                .inspect_err(|_| w.app.metrics.outcome(Outcome::Invalid))
+                .and_then(|b| purchase::admit(&w.app, sale_id, &b));
+            match admitted {
+                Err(reply) => reply,
+                Ok(user_id) => match &w.app.jobs {
+                    Some(jobs) => return submit(&w.app, jobs, rq, sale_id, user_id, start),
+                    None => {
+                        let r = w.reserve(sale_id, &user_id);
+                        purchase::conclude(&w.app, sale_id, r)
+                    }
+                },
             }
-        },
+        }
         Route::PurchaseStatus(sale_id, user) => queries::purchase_status(w, sale_id, &user),
         Route::Sale(sale_id) => queries::sale(w, sale_id),
         Route::Healthz => Reply::json(200, serde_json::json!({ "status": "ok" })),
@@ -54,6 +65,33 @@ fn answer(w: &mut Worker, rq: &mut Request, route: Route) -> Reply {
         Route::NoSuchSale => Reply::sale_not_found(),
         Route::Invalid(detail) => Reply::invalid(detail),
         Route::NotFound => Reply::not_found(),
+    };
+    finish(&w.app, rq, label, reply, start);
+}
+
+/// Hands a purchase to the group-commit threads; answers 503 at once when
+/// their queue is full.
+fn submit(
+    app: &App,
+    jobs: &Sender<Job>,
+    rq: Request,
+    sale_id: u64,
+    user_id: String,
+    start: Instant,
+) {
+    app.pending.fetch_add(1, Ordering::SeqCst);
+    let job = Job {
+        sale_id,
+        user_id,
+        reservation_id: seckill_common::ids::new_reservation_id(),
+        request: rq,
+        start,
+    };
+    if let Err(e) = jobs.try_send(job) {
+        app.pending.fetch_sub(1, Ordering::SeqCst);
+        let job = e.into_inner();
+        let reply = purchase::conclude(app, sale_id, Err(Unavailable));
+        finish(app, job.request, Label::Purchase, reply, job.start);
     }
 }
 
@@ -64,7 +102,7 @@ fn count(app: &App, label: Label, status: u16, start: Instant) {
 
 /// Writes `reply` and counts the request. Dropping `rq` afterwards is safe:
 /// its body was read, is in memory, or is at most `body::DRAIN_MAX` bytes.
-fn finish(app: &App, rq: Request, label: Label, reply: Reply, start: Instant) {
+pub fn finish(app: &App, rq: Request, label: Label, reply: Reply, start: Instant) {
     let status = reply.status;
     if let Err(e) = rq.respond(reply.into_response()) {
         log::debug!("writing a response: {e}");
@@ -95,15 +133,14 @@ fn to_slow_lane(app: &Arc<App>, rq: Request, route: Route, start: Instant) {
     let spawned = std::thread::Builder::new()
         .name("gw-slow-lane".into())
         .spawn(move || {
-            if let Ok(mut rq) = rx.recv() {
+            if let Ok(rq) = rx.recv() {
                 let mut w = Worker::new(shared.clone());
                 let too_large = rq.body_length().unwrap_or(0) > shared.body_limit;
-                let reply = if too_large && !matches!(route, Route::Purchase(_)) {
-                    Reply::payload_too_large()
+                if too_large && !matches!(route, Route::Purchase(_)) {
+                    finish(&shared, rq, label, Reply::payload_too_large(), start);
                 } else {
-                    answer(&mut w, &mut rq, route)
-                };
-                finish(&shared, rq, label, reply, start);
+                    serve(&mut w, rq, route, start);
+                }
             }
             shared.metrics.slow_lane.dec();
             shared.slow_lane.fetch_sub(1, Ordering::SeqCst);

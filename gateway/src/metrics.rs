@@ -53,6 +53,8 @@ pub struct Metrics {
     outcomes: [Counter; OUTCOMES.len()],
     /// Failed Redis calls (connection refused, timeouts, error replies).
     pub redis_errors: Counter,
+    /// Successful Redis (re)connects of every thread.
+    pub redis_connects: Counter,
     /// Requests being handled right now.
     pub in_flight: Gauge,
     /// Requests whose body is read (or drained) by a slow-lane thread now.
@@ -79,6 +81,7 @@ impl Default for Metrics {
                 .collect(),
             outcomes: std::array::from_fn(|_| Counter::default()),
             redis_errors: Counter::default(),
+            redis_connects: Counter::default(),
             in_flight: Gauge::default(),
             slow_lane: Gauge::default(),
             parked: Counter::default(),
@@ -151,6 +154,12 @@ impl Metrics {
             "Redis calls that failed (connection, timeout or error reply).",
             &[],
             self.redis_errors.get(),
+        );
+        e.counter(
+            "seckill_gateway_redis_connects_total",
+            "Successful Redis connects and reconnects.",
+            &[],
+            self.redis_connects.get(),
         );
         e.gauge(
             "seckill_gateway_requests_in_flight",

@@ -1,13 +1,16 @@
 //! Owns `POST /v1/sales/{sale_id}/purchases`: the strict reading of the JSON
-//! body and the mapping of a reservation outcome to the API's answers
-//! (202, 409, 410, 403, 404, 503), with the sold-out fast path in front.
+//! body, the sold-out fast path in front of Redis ([`admit`]) and the
+//! mapping of a reservation outcome to the API's answers (202, 409, 410,
+//! 403, 404, 503: [`conclude`]). The Redis call between them is made by the
+//! handler (one round trip) or a group-commit thread (`group_commit.rs`).
 //!
 //! Unknown fields in the body are refused (400): a client that sends, say,
 //! `"quantity": 2` must learn that it is not honoured rather than be
 //! silently sold one unit.
 
-use crate::app::Worker;
+use crate::app::App;
 use crate::metrics::Outcome;
+use crate::redis_link::Unavailable;
 use crate::reply::Reply;
 use crate::soldout::Closed;
 use seckill_common::reservation::ReserveOutcome;
@@ -57,52 +60,52 @@ pub fn parse_body(body: &[u8]) -> Result<String, Reply> {
     Ok(parsed.user_id)
 }
 
-/// Answers a purchase of one unit of `sale_id` with body `body`.
-pub fn purchase(w: &mut Worker, sale_id: u64, body: &[u8]) -> Reply {
-    let metrics = w.app.metrics.clone();
-    let user_id = match parse_body(body) {
-        Ok(u) => u,
-        Err(r) => {
-            metrics.outcome(Outcome::Invalid);
-            return r;
-        }
-    };
-    let now = Instant::now();
-    if let Some(closed) = w.app.soldout.get(sale_id, now) {
-        metrics.outcome(Outcome::ClosedFromMemory);
-        return closed_reply(closed);
+/// The first half of a purchase, before Redis: reads the user id from
+/// `body` and tries the sold-out fast path.
+///
+/// Errors: the final reply when no Redis call is needed (400, or 410/403/404
+/// from memory).
+pub fn admit(app: &App, sale_id: u64, body: &[u8]) -> Result<String, Reply> {
+    let user_id = parse_body(body).inspect_err(|_| app.metrics.outcome(Outcome::Invalid))?;
+    if let Some(closed) = app.soldout.get(sale_id, Instant::now()) {
+        app.metrics.outcome(Outcome::ClosedFromMemory);
+        return Err(closed_reply(closed));
     }
-    let outcome = match w.reserve(sale_id, &user_id) {
-        Ok(o) => o,
-        Err(_) => {
-            metrics.outcome(Outcome::Unavailable);
-            return Reply::unavailable();
-        }
-    };
+    Ok(user_id)
+}
+
+/// The second half: the reply to what Redis said (or could not say), with
+/// the sold-out memory and the outcome counter updated.
+pub fn conclude(app: &App, sale_id: u64, outcome: Result<ReserveOutcome, Unavailable>) -> Reply {
+    let metrics = &app.metrics;
     let closed = |c: Closed, o: Outcome| {
-        w.app.soldout.put(sale_id, c, now);
+        app.soldout.put(sale_id, c, Instant::now());
         metrics.outcome(o);
         closed_reply(c)
     };
     match outcome {
-        ReserveOutcome::Reserved(rid) => {
+        Err(Unavailable) => {
+            metrics.outcome(Outcome::Unavailable);
+            Reply::unavailable()
+        }
+        Ok(ReserveOutcome::Reserved(rid)) => {
             metrics.outcome(Outcome::Reserved);
             Reply::json(202, json!({ "reservation_id": rid, "status": "queued" }))
         }
-        ReserveOutcome::AlreadyPurchased(rid) => {
+        Ok(ReserveOutcome::AlreadyPurchased(rid)) => {
             metrics.outcome(Outcome::AlreadyPurchased);
             Reply::json(
                 409,
                 json!({ "error": "already_purchased", "reservation_id": rid }),
             )
         }
-        ReserveOutcome::NotStarted => {
+        Ok(ReserveOutcome::NotStarted) => {
             metrics.outcome(Outcome::NotStarted);
             Reply::error(403, "sale_not_started")
         }
-        ReserveOutcome::SoldOut => closed(Closed::SoldOut, Outcome::SoldOut),
-        ReserveOutcome::Ended => closed(Closed::Ended, Outcome::Ended),
-        ReserveOutcome::UnknownSale => closed(Closed::Unknown, Outcome::UnknownSale),
+        Ok(ReserveOutcome::SoldOut) => closed(Closed::SoldOut, Outcome::SoldOut),
+        Ok(ReserveOutcome::Ended) => closed(Closed::Ended, Outcome::Ended),
+        Ok(ReserveOutcome::UnknownSale) => closed(Closed::Unknown, Outcome::UnknownSale),
     }
 }
 

@@ -27,6 +27,9 @@ pub struct Link {
     con: Option<Connection>,
     next_try: Instant,
     backoff: Duration,
+    /// `metrics.redis_connects` when the last connect failed: once another
+    /// thread has connected since, the backoff is cut short.
+    connects_seen: u64,
     metrics: Arc<Metrics>,
 }
 
@@ -39,6 +42,7 @@ impl Link {
             con: None,
             next_try: Instant::now(),
             backoff: BACKOFF_MIN,
+            connects_seen: 0,
             metrics,
         }
     }
@@ -58,15 +62,18 @@ impl Link {
     pub fn get(&mut self) -> Result<&mut Connection, Unavailable> {
         if self.con.is_none() {
             let now = Instant::now();
-            if now < self.next_try {
+            let others_connected = self.metrics.redis_connects.get() > self.connects_seen;
+            if now < self.next_try && !others_connected {
                 return Err(Unavailable);
             }
             match self.connect() {
                 Ok(c) => {
                     self.con = Some(c);
                     self.backoff = BACKOFF_MIN;
+                    self.metrics.redis_connects.inc();
                 }
                 Err(e) => {
+                    self.connects_seen = self.metrics.redis_connects.get();
                     self.metrics.redis_errors.inc();
                     log::warn!("redis: connect: {e}; next attempt in {:?}", self.backoff);
                     self.next_try = now + self.backoff;

@@ -19,6 +19,9 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use tiny_http::Server;
 
+/// Longest wait at stop for purchases still in a Redis pipeline.
+pub const STOP_WAIT: Duration = Duration::from_secs(3);
+
 /// Pending connections the kernel keeps for the accept thread.
 pub const LISTEN_BACKLOG: i32 = 1024;
 
@@ -127,19 +130,12 @@ pub fn run(config: Config, shutdown: Shutdown, unblocker: Unblocker) -> Result<(
     );
     let metrics = Arc::new(Metrics::default());
 
-    let jobs = if config.gateway_redis_threads > 0 {
-        let (tx, rx) = crossbeam_channel::bounded(QUEUE_CAPACITY);
-        for i in 0..config.gateway_redis_threads {
-            let link = Link::new(client.clone(), config.redis_timeout, metrics.clone());
-            let (rx, m) = (rx.clone(), metrics.clone());
-            std::thread::Builder::new()
-                .name(format!("gw-redis-{i}"))
-                .spawn(move || group_commit::redis_thread(rx, link, m))
-                .map_err(GatewayError::Thread)?;
+    let (jobs, job_rx) = match config.gateway_redis_threads {
+        0 => (None, None),
+        _ => {
+            let (tx, rx) = crossbeam_channel::bounded(QUEUE_CAPACITY);
+            (Some(tx), Some(rx))
         }
-        Some(tx)
-    } else {
-        None
     };
     let app = Arc::new(App {
         metrics: metrics.clone(),
@@ -149,7 +145,18 @@ pub fn run(config: Config, shutdown: Shutdown, unblocker: Unblocker) -> Result<(
         body_limit: config.body_limit_bytes,
         jobs,
         slow_lane: AtomicUsize::new(0),
+        pending: AtomicUsize::new(0),
     });
+    if let Some(rx) = job_rx {
+        for i in 0..config.gateway_redis_threads {
+            let link = Link::new(client.clone(), config.redis_timeout, metrics.clone());
+            let (rx, app) = (rx.clone(), app.clone());
+            std::thread::Builder::new()
+                .name(format!("gw-redis-{i}"))
+                .spawn(move || group_commit::redis_thread(rx, link, app))
+                .map_err(GatewayError::Thread)?;
+        }
+    }
 
     let threads = config.effective_gateway_threads();
     unblocker.set(server.clone(), threads);
@@ -200,6 +207,11 @@ pub fn run(config: Config, shutdown: Shutdown, unblocker: Unblocker) -> Result<(
         if h.join().is_err() {
             log::error!("a handler thread panicked");
         }
+    }
+    // Purchases handed to the Redis threads are answered before the exit.
+    let deadline = std::time::Instant::now() + STOP_WAIT;
+    while app.pending.load(Ordering::SeqCst) > 0 && std::time::Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(5));
     }
     seckill_common::notify::stopping();
     log::info!("seckill-gateway stopped");
