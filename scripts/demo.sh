@@ -60,13 +60,6 @@ DB_ADMIN_URL=""    # server URL to drop the demo database with
 DB_NAME=""
 STOPPED=0
 
-# mysql_args URL: client arguments for mysql://USER[:PASS]@HOST[:PORT]/...
-mysql_args() {
-  local re='^mysql://([^:@/]+)(:([^@/]*))?@([^:/]+)(:([0-9]+))?'
-  [[ "$1" =~ $re ]] || return 1
-  echo "--protocol=TCP -h${BASH_REMATCH[4]} -P${BASH_REMATCH[6]:-3306} -u${BASH_REMATCH[1]} ${BASH_REMATCH[3]:+-p${BASH_REMATCH[3]}}"
-}
-
 stop_services() {
   [ "$STOPPED" = 1 ] && return 0
   STOPPED=1
@@ -80,7 +73,7 @@ stop_services() {
   done
   if [ -n "$DB_NAME" ] && [ -n "$DB_ADMIN_URL" ] && [ "$KEEP_DB" = 0 ] && [ -z "$PRIVATE_MYSQL" ]; then
     # shellcheck disable=SC2046
-    mariadb $(mysql_args "$DB_ADMIN_URL") -e "DROP DATABASE IF EXISTS \`$DB_NAME\`" 2>/dev/null \
+    mariadb $(mysql_client_args "$DB_ADMIN_URL") -e "DROP DATABASE IF EXISTS \`$DB_NAME\`" 2>/dev/null \
       && say "dropped database $DB_NAME" || say "could not drop database $DB_NAME"
   fi
   [ -n "$PRIVATE_REDIS" ] && stop_pidfile "$PRIVATE_REDIS/redis.pid"
@@ -157,7 +150,7 @@ ensure_package mariadb mariadb-client
 # A new sale id every run (not 1 again), so Redis keys of an earlier run can
 # never be mistaken for this sale's.
 # shellcheck disable=SC2046
-mariadb $(mysql_args "$MYSQL_SERVER") "$DB_NAME" \
+mariadb $(mysql_client_args "$MYSQL_SERVER") "$DB_NAME" \
   -e "ALTER TABLE sales AUTO_INCREMENT = $(( $(date +%s) * 1000 + $$ % 1000 ))"
 SALE=$(RUST_LOG=warn "$BIN/seckill-reconciler" sale create --sku "DEMO-$STAMP" \
   --title "Demo phone" --price-cents 49900 --stock "$STOCK" \

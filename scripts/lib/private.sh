@@ -94,3 +94,11 @@ stop_pidfile() {
   done
   kill -KILL "$pid" 2>/dev/null || true
 }
+
+# mysql_client_args URL: `mariadb` client arguments for
+# mysql://USER[:PASSWORD]@HOST[:PORT][/DB] (TCP, never the root socket).
+mysql_client_args() {
+  local re='^mysql://([^:@/]+)(:([^@/]*))?@([^:/]+)(:([0-9]+))?'
+  [[ "$1" =~ $re ]] || return 1
+  echo "--protocol=TCP -h${BASH_REMATCH[4]} -P${BASH_REMATCH[6]:-3306} -u${BASH_REMATCH[1]} ${BASH_REMATCH[3]:+-p${BASH_REMATCH[3]}}"
+}

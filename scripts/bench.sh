@@ -1,0 +1,147 @@
+#!/usr/bin/env bash
+# Every benchmark in one run, then one table (prints figures and ratios; not
+# a test: nothing passes or fails on a number).
+#   1. scripts/bench-gateway.sh, scripts/bench-worker.sh,
+#      scripts/bench-reconciler.sh when present (their own figures);
+#   2. the end-to-end race: a sale of BENCH_E2E_STOCK units (default 10,000)
+#      opening in a few seconds, BENCH_E2E_USERS distinct users (default
+#      200,000) over BENCH_E2E_CONNECTIONS (default 64) as fast as they can;
+#      measured: time from the sale's opening to the last order committed in
+#      MySQL (MAX(orders.created_at) - starts_at), for
+#        - this system: seckill-gateway + 2 seckill-worker, Redis + MySQL;
+#        - the baseline: seckill-baseline, the same HTTP API where each
+#          purchase is one MySQL transaction (UPDATE ... available_stock > 0
+#          + order insert + ledger row), BENCH_BASELINE_THREADS handler
+#          threads with a connection each (default 16);
+#      both runs verified by seckill-load's invariants.
+# Private redis-server (AOF on, fsync every second) on a free port; MySQL:
+# SECKILL_TEST_MYSQL_URL or the account scripts/test.sh sets up, in a new
+# database seckill_demo_bench_<time> dropped at the end.
+#
+# usage: scripts/bench.sh [--e2e-only]     (logs: .demo/bench-<time>/)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+ROOT=$(pwd)
+. scripts/lib/services.sh
+. scripts/lib/private.sh
+
+E2E_ONLY=0
+[ "${1:-}" = "--e2e-only" ] && E2E_ONLY=1
+STOCK=${BENCH_E2E_STOCK:-10000}
+USERS=${BENCH_E2E_USERS:-200000}
+CONNECTIONS=${BENCH_E2E_CONNECTIONS:-64}
+BASELINE_THREADS=${BENCH_BASELINE_THREADS:-16}
+STAMP=$(date -u +%Y%m%d-%H%M%S)
+OUT=$ROOT/.demo/bench-$STAMP
+mkdir -p "$OUT"
+ROWS=()   # "component|figure|ratio"
+row() { ROWS+=("$1|$2|$3"); }
+
+ensure_redis_server
+ensure_mysql_test_account   # exports SECKILL_TEST_MYSQL_URL
+ensure_package mariadb mariadb-client
+
+echo "bench: $(nproc) cores, $(awk '/MemTotal/ {printf "%.0f GiB", $2/1048576}' /proc/meminfo) RAM," \
+  "$(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //')"
+echo "bench: logs in $OUT"
+
+if [ "$E2E_ONLY" = 0 ]; then
+  for b in gateway worker reconciler; do
+    s=scripts/bench-$b.sh
+    if [ -x "$s" ] || [ -f "$s" ]; then
+      echo "=== $s"
+      if bash "$s" 2>&1 | tee "$OUT/bench-$b.txt"; then :; else
+        row "$b" "bench-$b.sh failed (see $OUT/bench-$b.txt)" "-"
+      fi
+    else
+      row "$b" "scripts/bench-$b.sh missing" "-"
+    fi
+  done
+  # Their headline lines, as they print them.
+  while IFS= read -r l; do row gateway "$(echo "$l" | sed 's/^ *//')" ""; done \
+    < <(grep -E 'req/s|/ healthz|/ redis-benchmark|p99 at' "$OUT/bench-gateway.txt" 2>/dev/null || true)
+  while IFS= read -r l; do row worker "$(echo "$l" | sed 's/^ *//')" ""; done \
+    < <(grep -E 'orders/s' "$OUT/bench-worker.txt" 2>/dev/null || true)
+  while IFS= read -r l; do row reconciler "$(echo "$l" | sed 's/^ *//')" ""; done \
+    < <(grep -E '^round' "$OUT/bench-reconciler.txt" 2>/dev/null || true)
+fi
+
+echo "=== end-to-end race: $STOCK units, $USERS users, $CONNECTIONS connections"
+cargo build --release -p seckill-gateway -p seckill-worker -p seckill-reconciler \
+  -p seckill-tests --bins >"$OUT/build.log" 2>&1 || { tail -20 "$OUT/build.log"; exit 2; }
+BIN=$ROOT/target/release
+
+PIDS=()
+REDIS_DIR=$OUT/redis
+DB=seckill_demo_bench_$(date +%s)_$$
+SERVER=${SECKILL_TEST_MYSQL_URL%/}
+cleanup() {
+  local p
+  for p in "${PIDS[@]}"; do kill -TERM "$p" 2>/dev/null || true; done
+  for p in "${PIDS[@]}"; do wait "$p" 2>/dev/null || true; done
+  stop_pidfile "$REDIS_DIR/redis.pid"
+  # shellcheck disable=SC2046
+  mariadb $(mysql_client_args "$SERVER") -e "DROP DATABASE IF EXISTS \`$DB\`" 2>/dev/null || true
+}
+trap cleanup EXIT
+
+RPORT=$(free_port)
+start_private_redis "$REDIS_DIR" "$RPORT"
+export SECKILL_REDIS_URL="redis://127.0.0.1:$RPORT/" SECKILL_MYSQL_URL="$SERVER/$DB" RUST_LOG=warn
+"$BIN/seckill-reconciler" migrate >/dev/null
+
+# json_field NAME FILE: a number from seckill-load's compact JSON report.
+json_field() { grep -oE "\"$1\":-?[0-9.]+" "$2" | head -1 | cut -d: -f2; }
+
+# race NAME URL [--baseline]: a new sale opening in 4 s, the crowd, the report.
+race() {
+  local name=$1 url=$2; shift 2
+  local sale
+  sale=$("$BIN/seckill-reconciler" sale create --sku "BENCH-$name" --stock "$STOCK" \
+    --starts-at now+4s --ends-at now+1h)
+  "$BIN/seckill-load" --sale "$sale" --url "$url" --users "$USERS" \
+    --connections "$CONNECTIONS" --duplicates 0 --hostile 0 --user-prefix "$name" \
+    --wait-open --drain-timeout 600s --json "$@" >"$OUT/race-$name.json" \
+    2>"$OUT/race-$name.progress" || echo "bench: $name: seckill-load exit $? (see $OUT/race-$name.json)"
+}
+
+GW_PORT=$(free_port)
+SECKILL_LISTEN=127.0.0.1:$GW_PORT "$BIN/seckill-gateway" 2>"$OUT/gateway.log" &
+PIDS+=($!)
+for w in 1 2; do
+  SECKILL_WORKER_ID="bench-w$w" SECKILL_WORKER_METRICS_LISTEN="127.0.0.1:$(free_port)" \
+    "$BIN/seckill-worker" 2>"$OUT/worker-$w.log" &
+  PIDS+=($!)
+done
+wait_port "$GW_PORT" 15
+race system "http://127.0.0.1:$GW_PORT"
+for p in "${PIDS[@]}"; do kill -TERM "$p" 2>/dev/null || true; done
+for p in "${PIDS[@]}"; do wait "$p" 2>/dev/null || true; done
+PIDS=()
+
+BL_PORT=$(free_port)
+SECKILL_LISTEN=127.0.0.1:$BL_PORT SECKILL_GATEWAY_THREADS=$BASELINE_THREADS \
+  "$BIN/seckill-baseline" 2>"$OUT/baseline.log" &
+PIDS+=($!)
+wait_port "$BL_PORT" 15
+race baseline "http://127.0.0.1:$BL_PORT" --baseline
+
+sys_ms=$(json_field open_to_last_order_ms "$OUT/race-system.json")
+bl_ms=$(json_field open_to_last_order_ms "$OUT/race-baseline.json")
+sys_rps=$(json_field requests_per_s "$OUT/race-system.json")
+bl_rps=$(json_field requests_per_s "$OUT/race-baseline.json")
+sys_p99=$(grep -oE '"p99":[0-9.]+' "$OUT/race-system.json" | cut -d: -f2)
+bl_p99=$(grep -oE '"p99":[0-9.]+' "$OUT/race-baseline.json" | cut -d: -f2)
+sys_ok=$(grep -oE '"ok":(true|false)' "$OUT/race-system.json" | head -1 | cut -d: -f2)
+bl_ok=$(grep -oE '"ok":(true|false)' "$OUT/race-baseline.json" | head -1 | cut -d: -f2)
+ratio=$(awk -v a="${bl_ms:-0}" -v b="${sys_ms:-0}" 'BEGIN { if (b > 0) printf "%.1f x faster", a / b; else print "-" }')
+row "e2e race (this system)" "open -> last order ${sys_ms:-?} ms; $(printf '%.0f' "${sys_rps:-0}") req/s, p99 ${sys_p99:-?} ms; invariants ok: ${sys_ok:-?}" "$ratio"
+row "e2e race (MySQL-only baseline)" "open -> last order ${bl_ms:-?} ms; $(printf '%.0f' "${bl_rps:-0}") req/s, p99 ${bl_p99:-?} ms; invariants ok: ${bl_ok:-?}" "1.0"
+
+echo
+echo "| component | figure | ratio |"
+echo "|---|---|---|"
+for r in "${ROWS[@]}"; do
+  IFS='|' read -r c f x <<<"$r"
+  echo "| $c | $f | $x |"
+done
