@@ -23,7 +23,9 @@
 # logical database or a private server.
 #
 # usage: scripts/demo.sh [--stock N] [--users N] [--connections N] [--keep-db]
-# (or SECKILL_DEMO_STOCK, SECKILL_DEMO_USERS, SECKILL_DEMO_CONNECTIONS)
+#                        [--private]
+# (or SECKILL_DEMO_STOCK, SECKILL_DEMO_USERS, SECKILL_DEMO_CONNECTIONS);
+# --private (or SECKILL_DEMO_PRIVATE=1): always start private servers.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$(pwd)
@@ -34,13 +36,15 @@ STOCK=${SECKILL_DEMO_STOCK:-1000}
 USERS=${SECKILL_DEMO_USERS:-50000}
 CONNECTIONS=${SECKILL_DEMO_CONNECTIONS:-64}
 KEEP_DB=0
-usage() { sed -n '2,29p' "$0" | sed 's/^# \{0,1\}//'; }
+PRIVATE=${SECKILL_DEMO_PRIVATE:-0}
+usage() { awk 'NR > 1 && /^#/ { sub(/^# ?/, ""); print; next } NR > 1 { exit }' "$0"; }
 while [ $# -gt 0 ]; do
   case "$1" in
     --stock) STOCK=${2:?--stock N}; shift 2 ;;
     --users) USERS=${2:?--users N}; shift 2 ;;
     --connections) CONNECTIONS=${2:?--connections N}; shift 2 ;;
     --keep-db) KEEP_DB=1; shift ;;
+    --private) PRIVATE=1; shift ;;
     -h|--help) usage; exit 0 ;;
     *) echo "demo.sh: unknown argument $1" >&2; usage >&2; exit 64 ;;
   esac
@@ -97,10 +101,13 @@ cargo build --release -p seckill-gateway -p seckill-worker -p seckill-reconciler
 BIN=$ROOT/target/release
 
 say "step 2/8: finding Redis and MySQL"
+if [ "$PRIVATE" = 1 ]; then
+  unset SECKILL_REDIS_URL SECKILL_MYSQL_URL
+fi
 if [ -n "${SECKILL_REDIS_URL:-}" ]; then
   REDIS_URL=$SECKILL_REDIS_URL
   REDIS_FROM="SECKILL_REDIS_URL"
-elif redis_answers redis://127.0.0.1:6379/ && REDIS_DB=$(empty_redis_db 6379); then
+elif [ "$PRIVATE" = 0 ] && redis_answers redis://127.0.0.1:6379/ && REDIS_DB=$(empty_redis_db 6379); then
   REDIS_URL="redis://127.0.0.1:6379/$REDIS_DB"
   REDIS_FROM="the machine's Redis, empty logical database $REDIS_DB"
 else
@@ -123,7 +130,7 @@ if [ -n "${SECKILL_MYSQL_URL:-}" ]; then
   server=${SECKILL_MYSQL_URL%/*}
   [ "$server" = "mysql:/" ] && server=$SECKILL_MYSQL_URL
   migrate_on "$server" && MYSQL_SERVER=$server MYSQL_FROM="SECKILL_MYSQL_URL's server"
-elif port_open 127.0.0.1 3306; then
+elif [ "$PRIVATE" = 0 ] && port_open 127.0.0.1 3306; then
   for server in "mysql://root@127.0.0.1:3306" "mysql://seckill_test:seckill_test@127.0.0.1:3306"; do
     if migrate_on "$server"; then
       MYSQL_SERVER=$server MYSQL_FROM="the machine's MariaDB as ${server#mysql://}"
