@@ -20,6 +20,8 @@ pub struct Record {
     pub status: u16,
     /// From the first byte written to the last byte read, in µs.
     pub latency_us: u32,
+    /// When the answer was read, in ms since the first request was sent.
+    pub done_ms: u32,
     /// `reservation_id` of a 202 or 409 answer.
     pub reservation_id: Option<String>,
     /// `error` of a 403 answer (`sale_not_started` or `sale_ended`).
@@ -124,6 +126,7 @@ pub fn run(spec: &DriveSpec<'_>, plan: &[Step]) -> Outcome {
                     let t0 = Instant::now();
                     let answer = con.send(&req);
                     let latency_us = t0.elapsed().as_micros().min(u32::MAX as u128) as u32;
+                    let done_ms = start.elapsed().as_millis().min(u32::MAX as u128) as u32;
                     let rec = match answer {
                         Ok(r) => {
                             let c = match r.status {
@@ -143,6 +146,7 @@ pub fn run(spec: &DriveSpec<'_>, plan: &[Step]) -> Outcome {
                                 step: i,
                                 status: r.status,
                                 latency_us,
+                                done_ms,
                                 reservation_id: rid,
                                 error_code: code,
                             }
@@ -156,6 +160,7 @@ pub fn run(spec: &DriveSpec<'_>, plan: &[Step]) -> Outcome {
                                 step: i,
                                 status: 0,
                                 latency_us,
+                                done_ms,
                                 reservation_id: None,
                                 error_code: None,
                             }

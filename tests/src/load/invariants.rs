@@ -35,6 +35,8 @@ pub struct Tally {
     pub reserved: HashMap<u32, String>,
     /// Latency percentiles p50, p90, p99 and max, in µs.
     pub latency_us: [u32; 4],
+    /// When the last 202 was read, in ms since the first request was sent.
+    pub last_202_ms: Option<u32>,
 }
 
 /// Counts `records` against `plan`.
@@ -51,6 +53,7 @@ pub fn tally(plan: &[Step], records: &[Record]) -> Tally {
                 match (r.status, &r.reservation_id) {
                     (202, Some(rid)) => {
                         t.accepted += 1;
+                        t.last_202_ms = t.last_202_ms.max(Some(r.done_ms));
                         if t.reserved.insert(*u, rid.clone()).is_some() {
                             t.users_with_two_202 += 1;
                         }
@@ -258,6 +261,7 @@ mod tests {
             step,
             status,
             latency_us: 100 * (step as u32 + 1),
+            done_ms: step as u32,
             reservation_id: rid.map(str::to_string),
             error_code: None,
         }

@@ -141,6 +141,9 @@ pub fn run(o: &cli::Options, config: &seckill_common::Config) -> Result<bool, Lo
         mysql: mysql_state.as_ref(),
         drain_ms,
         open_to_first_request_ms: starts.map(|s| outcome.started_at_ms as i64 - s),
+        open_to_last_202_ms: starts
+            .zip(tally.last_202_ms)
+            .map(|(s, d)| outcome.started_at_ms as i64 + d as i64 - s),
         open_to_last_order_ms: starts
             .zip(mysql_state.as_ref().and_then(|m| m.last_order_ms))
             .map(|(s, last)| last - s),

@@ -36,6 +36,8 @@ pub struct Report<'a> {
     pub drain_ms: Option<u64>,
     /// From the sale's opening to the first request sent, in ms.
     pub open_to_first_request_ms: Option<i64>,
+    /// From the sale's opening to the last 202 answer read, in ms.
+    pub open_to_last_202_ms: Option<i64>,
     /// From the sale's opening to the last order's `created_at`, in ms.
     pub open_to_last_order_ms: Option<i64>,
     /// The invariants (empty with `--no-verify`).
@@ -104,6 +106,7 @@ impl Report<'_> {
             })),
             "drain_ms": self.drain_ms,
             "open_to_first_request_ms": self.open_to_first_request_ms,
+            "open_to_last_202_ms": self.open_to_last_202_ms,
             "open_to_last_order_ms": self.open_to_last_order_ms,
             "invariants": self.checks.iter().map(|c| json!({
                 "name": c.name, "ok": c.ok, "detail": c.detail,
@@ -171,6 +174,9 @@ impl Report<'_> {
         let mut timing = Vec::new();
         if let Some(d) = self.drain_ms {
             timing.push(format!("queue drained {d} ms after the last answer"));
+        }
+        if let Some(d) = self.open_to_last_202_ms {
+            timing.push(format!("sale open -> last 202 {d} ms"));
         }
         if let Some(d) = self.open_to_last_order_ms {
             timing.push(format!("sale open -> last order committed {d} ms"));
