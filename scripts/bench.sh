@@ -18,6 +18,9 @@
 # SECKILL_TEST_MYSQL_URL or the account scripts/test.sh sets up, in a new
 # database seckill_demo_bench_<time> dropped at the end.
 #
+# Sizes of the others: BENCH_SECONDS (gateway), BENCH_MESSAGES (worker),
+# BENCH_RECONCILER_N (reconciler, passed as its argument).
+#
 # usage: scripts/bench.sh [--e2e-only]     (logs: .demo/bench-<time>/)
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -50,7 +53,9 @@ if [ "$E2E_ONLY" = 0 ]; then
     s=scripts/bench-$b.sh
     if [ -x "$s" ] || [ -f "$s" ]; then
       echo "=== $s"
-      if bash "$s" 2>&1 | tee "$OUT/bench-$b.txt"; then :; else
+      args=()
+      [ "$b" = reconciler ] && [ -n "${BENCH_RECONCILER_N:-}" ] && args=("$BENCH_RECONCILER_N")
+      if bash "$s" "${args[@]}" 2>&1 | tee "$OUT/bench-$b.txt"; then :; else
         row "$b" "bench-$b.sh failed (see $OUT/bench-$b.txt)" "-"
       fi
     else
@@ -61,7 +66,7 @@ if [ "$E2E_ONLY" = 0 ]; then
   while IFS= read -r l; do row gateway "$(echo "$l" | sed 's/^ *//')" ""; done \
     < <(grep -E 'req/s|/ healthz|/ redis-benchmark|p99 at' "$OUT/bench-gateway.txt" 2>/dev/null || true)
   while IFS= read -r l; do row worker "$(echo "$l" | sed 's/^ *//')" ""; done \
-    < <(grep -E 'orders/s' "$OUT/bench-worker.txt" 2>/dev/null || true)
+    < <(grep -E 'orders in .* orders/s' "$OUT/bench-worker.txt" 2>/dev/null || true)
   while IFS= read -r l; do row reconciler "$(echo "$l" | sed 's/^ *//')" ""; done \
     < <(grep -E '^round' "$OUT/bench-reconciler.txt" 2>/dev/null || true)
 fi
