@@ -62,6 +62,7 @@ PRIVATE_MYSQL=""   # directory of a private mariadbd, if started
 PRIVATE_REDIS=""   # directory of a private redis-server, if started
 DB_ADMIN_URL=""    # server URL to drop the demo database with
 DB_NAME=""
+REDIS_DB=""        # logical database chosen on the machine's Redis, if any
 STOPPED=0
 
 stop_services() {
@@ -79,6 +80,13 @@ stop_services() {
     # shellcheck disable=SC2046
     mariadb $(mysql_client_args "$DB_ADMIN_URL") -e "DROP DATABASE IF EXISTS \`$DB_NAME\`" 2>/dev/null \
       && say "dropped database $DB_NAME" || say "could not drop database $DB_NAME"
+  fi
+  if [ -n "${REDIS_DB:-}" ]; then
+    # The logical database was empty when the demo chose it: remove the
+    # demo's keys so the next run finds it empty again.
+    redis-cli -n "$REDIS_DB" --scan --pattern 'seckill:*' \
+      | xargs -r redis-cli -n "$REDIS_DB" del >/dev/null 2>&1 \
+      && say "removed the demo's keys from Redis database $REDIS_DB" || true
   fi
   [ -n "$PRIVATE_REDIS" ] && stop_pidfile "$PRIVATE_REDIS/redis.pid"
   if [ -n "$PRIVATE_MYSQL" ]; then
