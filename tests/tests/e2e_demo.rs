@@ -22,9 +22,15 @@ fn the_demo_sells_50_units_to_2000_users_and_exits_0() {
     let stdout = String::from_utf8_lossy(&out.stdout);
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(0), "{stdout}\n{stderr}");
-    assert!(stdout.contains("verdict     every invariant holds"), "{stdout}");
+    assert!(
+        stdout.contains("verdict     every invariant holds"),
+        "{stdout}"
+    );
     assert!(stdout.contains("202: 50 "), "{stdout}");
-    assert!(stdout.contains("reconciliation: 0 open findings"), "{stdout}");
+    assert!(
+        stdout.contains("reconciliation: 0 open findings"),
+        "{stdout}"
+    );
     assert!(
         stdout.contains("exit codes after SIGTERM (gateway, worker 1, worker 2): 0 0 0"),
         "{stdout}"
