@@ -35,6 +35,12 @@ fn processing_len(redis: &RedisServer, sale: u64, worker: &str) -> usize {
         .unwrap()
 }
 
+fn registered(redis: &RedisServer) -> Vec<String> {
+    let mut ids: Vec<String> = redis.con().smembers(keys::WORKERS).unwrap();
+    ids.sort();
+    ids
+}
+
 #[test]
 fn killed_after_the_move_and_after_the_commit_then_restarted_every_order_exactly_once() {
     let redis = RedisServer::start();
@@ -53,6 +59,8 @@ fn killed_after_the_move_and_after_the_commit_then_restarted_every_order_exactly
     assert!(!st.success(), "{st:?}");
     assert_eq!(processing_len(&redis, sale, "w1"), 16);
     assert_eq!(db.count("SELECT COUNT(*) FROM orders"), 0);
+    // A crash leaves it registered, so the others find and reclaim its list.
+    assert_eq!(registered(&redis), ["w1"]);
 
     // w2 dies after committing its batch, before settling it in Redis.
     let mut w2 = WorkerProc::start(&redis, &db, "w2", &crash("after_commit"));
@@ -60,6 +68,7 @@ fn killed_after_the_move_and_after_the_commit_then_restarted_every_order_exactly
     assert!(!st.success(), "{st:?}");
     assert_eq!(processing_len(&redis, sale, "w2"), 16);
     assert_eq!(db.count("SELECT COUNT(*) FROM orders"), 16);
+    assert_eq!(registered(&redis), ["w1", "w2"]);
     assert_eq!(db.count("SELECT COUNT(*) FROM stock_ledger"), 16);
     let confirmed: Vec<String> = redis.con().hvals(SaleKeys::new(sale).status()).unwrap();
     assert_eq!(confirmed.iter().filter(|s| *s == "confirmed").count(), 0);

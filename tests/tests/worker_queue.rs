@@ -1,7 +1,8 @@
 //! Specifies the worker's normal operation on real Redis and MariaDB with
 //! real `seckill-worker` processes: every reservation becomes exactly one
 //! order, duplicates change nothing, bad messages are dead-lettered without
-//! stopping the worker, SIGTERM exits 0 with nothing half-applied.
+//! stopping the worker, SIGTERM exits 0 with nothing half-applied and the
+//! worker deregistered.
 
 #[path = "worker_support.rs"]
 mod support;
@@ -240,15 +241,26 @@ fn sigterm_exits_0_with_every_taken_message_applied_and_settled() {
     );
     let queued: i64 = con.llen(k.queue()).unwrap();
     assert_eq!(queued, 2000 - orders);
-    assert_eq!(support::processing_total(&mut con, sale), 0);
+    let held: i64 = con.llen(k.processing("w1")).unwrap();
+    assert_eq!(held, 0);
     let hb: bool = con.exists(keys::worker_heartbeat("w1")).unwrap();
     assert!(!hb, "heartbeat deleted on exit");
+    // Its processing lists empty, the stopped worker left the registry: no
+    // reclaim scan or reconciliation visits it any more.
+    let registered: Vec<String> = con.smembers(keys::WORKERS).unwrap();
+    assert!(registered.is_empty(), "{registered:?}");
 
-    // A restart finishes the rest.
-    let _w = WorkerProc::start(&redis, &db, "w1", &opts);
+    // A restart registers again and finishes the rest.
+    let mut w = WorkerProc::start(&redis, &db, "w1", &opts);
     wait_orders(&db, sale, 2000, LONG);
     wait_drained(&redis, sale, LONG);
     assert_exactly_once(&db, &redis, sale, 2000);
+    let registered: Vec<String> = con.smembers(keys::WORKERS).unwrap();
+    assert_eq!(registered, vec!["w1".to_string()]);
+    w.signal("-TERM");
+    assert_eq!(w.wait_exit(LONG).code(), Some(0));
+    let registered: Vec<String> = con.smembers(keys::WORKERS).unwrap();
+    assert!(registered.is_empty(), "{registered:?}");
 }
 
 #[test]

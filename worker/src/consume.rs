@@ -155,6 +155,12 @@ impl Worker {
         }
     }
 
+    /// The sales this worker last read from `seckill:sales` (ascending):
+    /// the ones it may have processing lists for.
+    pub fn sales(&self) -> &[u64] {
+        &self.sales
+    }
+
     /// Waits until Redis and MySQL both answer (retrying with backoff);
     /// `false` when shutdown came first.
     pub fn wait_for_dependencies(&mut self) -> bool {

@@ -3,7 +3,8 @@
 //!
 //! A worker registers its id in `seckill:workers` and refreshes
 //! `seckill:worker:ID:heartbeat` (TTL `SECKILL_WORKER_HEARTBEAT_TTL`) every
-//! third of the TTL. Every half TTL it looks at each registered worker whose
+//! third of the TTL. On a clean exit with all its processing lists empty it
+//! removes both ([`deregister`]); a crashed worker stays registered. Every half TTL it looks at each registered worker whose
 //! heartbeat has expired and moves that worker's processing lists back to
 //! their queues (one atomic script per list, see `queue.rs`). A worker that
 //! was only paused (SIGSTOP) and resumes finishes its batch anyway; the
@@ -50,6 +51,74 @@ fn beat(con: &mut Connection, worker_id: &str, ttl: Duration) -> redis::RedisRes
         .arg("PX")
         .arg(ttl.as_millis().max(1) as u64)
         .query(con)
+}
+
+/// How often [`deregister`] retries when a watched key changed under it.
+const DEREGISTER_TRIES: usize = 5;
+
+/// What [`deregister`] did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Deregistered {
+    /// Removed from `seckill:workers`, heartbeat deleted.
+    Removed,
+    /// Still registered: this many messages sit in its processing lists
+    /// (others reclaim them once the heartbeat is gone).
+    Holding(u64),
+    /// Still registered: the sales set or a processing list kept changing
+    /// during every try (another process with the same worker id?).
+    Contended,
+}
+
+/// Removes worker `worker_id` from `seckill:workers` and deletes its
+/// heartbeat, on a clean exit, but only when every processing list it has
+/// (for each sale in `seckill:sales` and in `known_sales`, the sales it
+/// consumed) is empty: a worker holding a message must stay registered, or
+/// no other worker would ever reclaim that message. The check and the
+/// removal are one `WATCH`/`MULTI` transaction: a change to the sales set or
+/// to one of the lists between them aborts it, and it is tried again, at
+/// most 5 times.
+///
+/// Errors: Redis failures (the worker then stays registered, which is safe:
+/// it only costs others a look at its empty lists).
+pub fn deregister(
+    con: &mut Connection,
+    worker_id: &str,
+    known_sales: &[u64],
+) -> redis::RedisResult<Deregistered> {
+    for _ in 0..DEREGISTER_TRIES {
+        redis::cmd("WATCH").arg(keys::SALES).exec(con)?;
+        let mut sales = queue::sales(con)?;
+        sales.extend_from_slice(known_sales);
+        sales.sort_unstable();
+        sales.dedup();
+        let lists: Vec<String> = sales
+            .iter()
+            .map(|s| SaleKeys::new(*s).processing(worker_id))
+            .collect();
+        let mut held = 0u64;
+        if !lists.is_empty() {
+            redis::cmd("WATCH").arg(&lists).exec(con)?;
+            let mut p = redis::pipe();
+            for l in &lists {
+                p.llen(l);
+            }
+            let lens: Vec<u64> = p.query(con)?;
+            held = lens.iter().sum();
+        }
+        if held > 0 {
+            redis::cmd("UNWATCH").exec(con)?;
+            return Ok(Deregistered::Holding(held));
+        }
+        let done: Option<(u64, u64)> = redis::pipe()
+            .atomic()
+            .srem(keys::WORKERS, worker_id)
+            .del(keys::worker_heartbeat(worker_id))
+            .query(con)?;
+        if done.is_some() {
+            return Ok(Deregistered::Removed);
+        }
+    }
+    Ok(Deregistered::Contended)
 }
 
 /// Moves the processing lists of every registered worker other than `me`

@@ -34,8 +34,10 @@ use std::sync::Arc;
 /// Runs the worker until `shutdown` is set: serves `/metrics`, waits for
 /// Redis and MySQL, registers, reclaims its own processing lists of a
 /// previous run, tells systemd it is ready, and consumes. On shutdown it
-/// finishes the batch in hand, tells systemd it is stopping, deletes its
-/// heartbeat and returns `Ok`.
+/// finishes the batch in hand, puts back what is left in its processing
+/// lists, tells systemd it is stopping, deletes its heartbeat and, when
+/// every processing list of it is empty, removes itself from
+/// `seckill:workers`; then returns `Ok`.
 ///
 /// Errors: [`WorkerError`] for what cannot be retried (bad URLs, metrics
 /// address in use). Unreachable Redis or MySQL is waited for, not an error.
@@ -90,7 +92,7 @@ pub fn run(config: Config, shutdown: Shutdown) -> Result<(), WorkerError> {
         }
     }
     let house = housekeeping::Housekeeping {
-        client,
+        client: client.clone(),
         worker_id: config.worker_id.clone(),
         ttl: config.worker_heartbeat_ttl,
         timeout: config.redis_timeout,
@@ -109,6 +111,29 @@ pub fn run(config: Config, shutdown: Shutdown) -> Result<(), WorkerError> {
     worker.run();
     seckill_common::notify::stopping();
     log::info!("worker {}: stopping", config.worker_id);
+    // The heartbeat thread is gone now, so nothing beats after this.
     let _ = house.join();
+    leave(&client, &config, worker.sales());
     Ok(())
+}
+
+/// Deregisters this worker on a clean exit (see
+/// [`housekeeping::deregister`]); a failure only leaves it registered, which
+/// is logged and harmless.
+fn leave(client: &redis::Client, config: &Config, sales: &[u64]) {
+    let id = &config.worker_id;
+    let r = queue::open(client, config.redis_timeout, config.redis_timeout)
+        .and_then(|mut c| housekeeping::deregister(&mut c, id, sales));
+    match r {
+        Ok(housekeeping::Deregistered::Removed) => {
+            log::info!("worker {id}: processing lists empty, deregistered")
+        }
+        Ok(housekeeping::Deregistered::Holding(n)) => log::warn!(
+            "worker {id}: {n} messages left in my processing lists: staying registered so others reclaim them"
+        ),
+        Ok(housekeeping::Deregistered::Contended) => {
+            log::warn!("worker {id}: my processing lists kept changing: staying registered")
+        }
+        Err(e) => log::warn!("worker {id}: deregistering: {e}; staying registered"),
+    }
 }
