@@ -24,7 +24,7 @@ pub fn bench_read(config: &Config, id: u64) -> Result<u8, RunError> {
     let ledger = crate::mysql_read::deducted_ids(&mut mysql, id)?.len();
     let mut orders = 0u64;
     crate::mysql_read::for_each_order_id(&mut mysql, id, |_| orders += 1)?;
-    println!(
+    crate::output::outln!(
         "flow_records={flows} ledger_rows={ledger} orders={orders} read_ms={}",
         started.elapsed().as_millis()
     );

@@ -6,7 +6,8 @@ use seckill_common::timefmt::parse_time_ms;
 use std::ffi::OsString;
 use std::fmt;
 
-/// The usage text printed by `--help` and after a command-line error.
+/// The usage text printed by `--help` (a command-line error prints only
+/// itself and a pointer to `--help`).
 pub const USAGE: &str = "\
 usage: seckill-reconciler COMMAND [OPTIONS]
 
@@ -131,7 +132,7 @@ pub const MAX_WINDOW_MS: u64 = 366 * 24 * 3600 * 1000;
 /// Highest price: one billion currency units, in cents.
 pub const MAX_PRICE_CENTS: u64 = 100_000_000_000;
 
-/// A command line that cannot be run; printed with the usage.
+/// A command line that cannot be run: one line saying what is wrong.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct UsageError(pub String);
 

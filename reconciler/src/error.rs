@@ -23,6 +23,9 @@ pub enum RunError {
     Interrupted,
     /// The operator asked for something this finding does not allow.
     Refused(String),
+    /// Writing the result to stdout failed (other than a closed pipe, which
+    /// ends the output quietly).
+    Output(std::io::Error),
 }
 
 impl fmt::Display for RunError {
@@ -35,6 +38,7 @@ impl fmt::Display for RunError {
             RunError::Release(e) => write!(f, "{e}"),
             RunError::Interrupted => write!(f, "interrupted: stopped by a signal"),
             RunError::Refused(why) => write!(f, "refused: {why}"),
+            RunError::Output(e) => write!(f, "stdout: {e}"),
         }
     }
 }

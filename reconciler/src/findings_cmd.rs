@@ -1,34 +1,50 @@
 //! Owns `seckill-reconciler findings`: the review store's findings as a
 //! readable table (default) or as JSON for scripts (`--json`: an array of
-//! objects with the fields of `review_findings::Finding`).
+//! objects with the fields of `review_findings::Finding`). It only reads an
+//! existing review file (see `Review::open_existing`), and a reader that
+//! closes the pipe early (`| head`) ends the output quietly.
 
 use crate::cli::FindingsArgs;
 use crate::error::RunError;
+use crate::output::write_stdout;
 use crate::review::Review;
+use crate::review_findings::Finding;
 use seckill_common::Config;
+use std::io::{self, Write};
 
 /// Widest evidence text shown in the table (the JSON has all of it).
 const EVIDENCE_WIDTH: usize = 100;
 
 /// Prints the findings selected by `args`; exit code 0.
+///
+/// Errors: no review file at `SECKILL_REVIEW_DB` ([`RunError::Review`]), a
+/// SQLite failure, or stdout failing other than by a closed pipe
+/// ([`RunError::Output`]).
 pub fn findings(config: &Config, args: &FindingsArgs) -> Result<u8, RunError> {
-    let review = Review::open(&config.review_db)?;
+    let review = Review::open_existing(&config.review_db)?;
     let rows = review.list_findings(args.state.as_deref(), args.sale)?;
-    if args.json {
-        let text = serde_json::to_string_pretty(&rows)
-            .map_err(|e| RunError::Refused(format!("json: {e}")))?;
-        println!("{text}");
-        return Ok(0);
-    }
+    let written = if args.json {
+        write_stdout(|w| {
+            serde_json::to_writer_pretty(&mut *w, &rows).map_err(io::Error::from)?;
+            writeln!(w)
+        })
+    } else {
+        write_stdout(|w| write_table(w, &rows))
+    };
+    written.map_err(RunError::Output)?;
+    Ok(0)
+}
+
+fn write_table(w: &mut dyn Write, rows: &[Finding]) -> io::Result<()> {
     if rows.is_empty() {
-        println!("no findings");
-        return Ok(0);
+        return writeln!(w, "no findings");
     }
-    println!(
+    writeln!(
+        w,
         "{:>5}  {:<10}  {:<20}  {:>6}  {:<32}  {:<12}  {:>6}  {:<24}  {:>5}  evidence",
         "id", "state", "kind", "sale", "subject", "user", "order", "last seen", "seen"
-    );
-    for f in &rows {
+    )?;
+    for f in rows {
         let mut evidence = f.fix.clone().unwrap_or_else(|| f.evidence.to_string());
         if f.severity == "critical" {
             evidence = format!("CRITICAL {evidence}");
@@ -36,7 +52,8 @@ pub fn findings(config: &Config, args: &FindingsArgs) -> Result<u8, RunError> {
         if evidence.chars().count() > EVIDENCE_WIDTH {
             evidence = evidence.chars().take(EVIDENCE_WIDTH).collect::<String>() + "...";
         }
-        println!(
+        writeln!(
+            w,
             "{:>5}  {:<10}  {:<20}  {:>6}  {:<32}  {:<12}  {:>6}  {:<24}  {:>5}  {}",
             f.id,
             f.state,
@@ -49,7 +66,7 @@ pub fn findings(config: &Config, args: &FindingsArgs) -> Result<u8, RunError> {
             f.last_seen,
             f.times_seen,
             evidence
-        );
+        )?;
     }
-    Ok(0)
+    Ok(())
 }

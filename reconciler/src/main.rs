@@ -4,7 +4,8 @@
 //!
 //! Exit codes: 0 success (for `run`: no open findings), 1 `run` found open
 //! findings, 2 could not run (Redis, MySQL or SQLite error, bad
-//! configuration), 64 bad command line.
+//! configuration), 64 bad command line (one line saying what is wrong, then
+//! a pointer to `--help`).
 #![forbid(unsafe_code)]
 
 mod bench_read;
@@ -14,6 +15,7 @@ mod error;
 mod findings_cmd;
 mod lock;
 mod mysql_read;
+mod output;
 mod reconcile;
 mod redis_read;
 mod resolve_cmd;
@@ -30,12 +32,12 @@ fn main() -> ExitCode {
     let cmd = match cli::parse(std::env::args_os().skip(1)) {
         Ok(c) => c,
         Err(e) => {
-            eprintln!("seckill-reconciler: {e}\n\n{}", cli::USAGE);
+            eprintln!("seckill-reconciler: {e}\nrun `seckill-reconciler --help` for usage");
             return ExitCode::from(64);
         }
     };
     if let cli::Command::Help = cmd {
-        println!("{}", cli::USAGE);
+        output::outln!("{}", cli::USAGE);
         return ExitCode::SUCCESS;
     }
     let config = match Config::from_env() {
@@ -72,9 +74,9 @@ fn run(
         cli::Command::Migrate => {
             let applied = seckill_common::schema::migrate(&config.mysql_url, config.mysql_timeout)?;
             if applied.is_empty() {
-                println!("schema is current; nothing to apply");
+                output::outln!("schema is current; nothing to apply");
             } else {
-                println!("applied migrations {applied:?}");
+                output::outln!("applied migrations {applied:?}");
             }
             Ok(0)
         }

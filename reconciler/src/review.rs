@@ -13,7 +13,7 @@
 
 use rusqlite::{params, Connection, OpenFlags};
 use std::fmt;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 /// How long a writer waits for another process's write lock on the file
@@ -95,6 +95,12 @@ pub enum ReviewError {
     TooNew(i64),
     /// No finding has this id.
     NoSuchFinding(i64),
+    /// `findings` or `resolve` found no review file at this path (only `run`
+    /// creates one).
+    Missing(PathBuf),
+    /// The file at this path exists but no `run` ever wrote a review store
+    /// into it (SQLite `user_version` 0, e.g. an empty file).
+    NeverRun(PathBuf),
 }
 
 impl fmt::Display for ReviewError {
@@ -108,6 +114,17 @@ impl fmt::Display for ReviewError {
                 MIGRATIONS.len()
             ),
             ReviewError::NoSuchFinding(id) => write!(f, "review store: no finding {id}"),
+            ReviewError::Missing(p) => write!(
+                f,
+                "no review file at {}: set SECKILL_REVIEW_DB (the reconciler's `run` creates it)",
+                p.display()
+            ),
+            ReviewError::NeverRun(p) => write!(
+                f,
+                "no review store in {} (no `run` has written it): set SECKILL_REVIEW_DB \
+                 to the file the reconciler's `run` writes",
+                p.display()
+            ),
         }
     }
 }
@@ -141,18 +158,44 @@ pub struct RunCounts {
 
 impl Review {
     /// Opens (creating with mode 0600 when missing) the review file at
-    /// `path`, switches it to WAL and applies missing migrations.
+    /// `path`, switches it to WAL and applies missing migrations. Only `run`
+    /// uses this: it is the command that writes the review store.
     ///
     /// Errors: [`ReviewError::File`], [`ReviewError::Sqlite`],
     /// [`ReviewError::TooNew`].
     pub fn open(path: &Path) -> Result<Review, ReviewError> {
         create_private(path).map_err(ReviewError::File)?;
+        Review::open_retrying(path, true)
+    }
+
+    /// Opens the review file a `run` wrote at `path`, never creating one:
+    /// `findings` and `resolve` use it, so an operator who forgot
+    /// `SECKILL_REVIEW_DB` is told so instead of seeing "no findings" in a
+    /// new empty file. Applies missing migrations to an older store.
+    ///
+    /// Errors: [`ReviewError::Missing`] when there is no file,
+    /// [`ReviewError::NeverRun`] when it holds no review store (schema
+    /// version 0), [`ReviewError::File`], [`ReviewError::Sqlite`],
+    /// [`ReviewError::TooNew`].
+    pub fn open_existing(path: &Path) -> Result<Review, ReviewError> {
+        match std::fs::metadata(path) {
+            Ok(_) => Review::open_retrying(path, false),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                Err(ReviewError::Missing(path.to_path_buf()))
+            }
+            Err(e) => Err(ReviewError::File(e)),
+        }
+    }
+
+    /// Opens the existing file at `path`; `fresh_ok`: a file without a
+    /// schema (just created by [`Review::open`]) is set up rather than refused.
+    fn open_retrying(path: &Path, fresh_ok: bool) -> Result<Review, ReviewError> {
         // Switching a fresh file to WAL takes an exclusive lock and SQLite
         // does not always call the busy handler for it: two processes opening
         // a new file at once get SQLITE_BUSY, so retry within BUSY_TIMEOUT.
         let deadline = std::time::Instant::now() + BUSY_TIMEOUT;
         loop {
-            match Review::open_once(path) {
+            match Review::open_once(path, fresh_ok) {
                 Err(ReviewError::Sqlite(e))
                     if is_busy(&e) && std::time::Instant::now() < deadline =>
                 {
@@ -163,10 +206,19 @@ impl Review {
         }
     }
 
-    fn open_once(path: &Path) -> Result<Review, ReviewError> {
+    fn open_once(path: &Path, fresh_ok: bool) -> Result<Review, ReviewError> {
+        // No SQLITE_OPEN_CREATE: the file exists (created by `open`, or
+        // checked by `open_existing`); if it vanished meanwhile this fails.
         let flags = OpenFlags::SQLITE_OPEN_READ_WRITE | OpenFlags::SQLITE_OPEN_NO_MUTEX;
         let db = Connection::open_with_flags(path, flags)?;
         db.busy_timeout(BUSY_TIMEOUT)?;
+        if !fresh_ok {
+            // Checked before the WAL switch below, which would write to it.
+            let version: i64 = db.query_row("PRAGMA user_version", [], |r| r.get(0))?;
+            if version == 0 {
+                return Err(ReviewError::NeverRun(path.to_path_buf()));
+            }
+        }
         let mode: String = db.query_row("PRAGMA journal_mode = WAL", [], |r| r.get(0))?;
         if !mode.eq_ignore_ascii_case("wal") {
             log::warn!("review store: journal_mode is {mode}, not wal");

@@ -1,14 +1,17 @@
 //! Owns the `sale` operator commands: create a sale in MySQL and load it into
 //! Redis, load an existing one without ever overwriting live stock, and show
-//! MySQL and Redis figures side by side.
+//! MySQL and Redis figures side by side. `create` refuses (and takes its
+//! MySQL row back) when Redis already holds a live sale with the new id.
 
 use crate::cli::SaleCreate;
+use crate::output::{outln, write_stdout};
 use mysql::prelude::Queryable;
 use redis::Commands;
 use seckill_common::keys::SaleKeys;
 use seckill_common::sale::{load_into_redis, Sale};
 use seckill_common::timefmt::format_ms;
 use seckill_common::Config;
+use std::collections::HashMap;
 use std::error::Error;
 
 type Res<T> = Result<T, Box<dyn Error>>;
@@ -54,6 +57,12 @@ fn order_count(db: &mut mysql::Conn, id: u64) -> Res<u64> {
 }
 
 /// `sale create`: inserts the sale, then loads it into Redis; prints the id.
+///
+/// Redis may already hold a live sale with the new id (another MySQL
+/// database sharing this Redis: both start at sale id 1). Then nothing is
+/// loaded, the new MySQL row is deleted again (nothing can reference it yet:
+/// no gateway sold it, so no worker has an order for it) and the exit code is
+/// 2. The row is deleted too when the load fails.
 pub fn create(config: &Config, a: &SaleCreate) -> Res<u8> {
     let mut db = seckill_common::schema::connect(&config.mysql_url, config.mysql_timeout)?;
     // Check Redis first, so an unreachable Redis leaves no orphan sale behind.
@@ -73,7 +82,22 @@ pub fn create(config: &Config, a: &SaleCreate) -> Res<u8> {
     )?;
     let id = db.last_insert_id();
     let sale = fetch_sale(&mut db, id)?.ok_or("the new sale vanished")?;
-    load_into_redis(&mut con, &sale, 0)?;
+    let loaded = match load_into_redis(&mut con, &sale, 0) {
+        Ok(loaded) => loaded,
+        Err(e) => {
+            let undo = delete_sale(&mut db, id);
+            return Err(format!("redis: {e}; {undo}").into());
+        }
+    };
+    if !loaded {
+        let live = describe_live(&mut con, id);
+        let undo = delete_sale(&mut db, id);
+        eprintln!(
+            "seckill-reconciler: Redis already holds a live sale {id} ({live}), probably \
+             from another database: sale ids must be unique per Redis; {undo}"
+        );
+        return Ok(2);
+    }
     eprintln!(
         "created sale {id}: {} units of {} from {} to {}",
         sale.total_stock,
@@ -81,8 +105,36 @@ pub fn create(config: &Config, a: &SaleCreate) -> Res<u8> {
         format_ms(sale.starts_at_ms),
         format_ms(sale.ends_at_ms)
     );
-    println!("{id}");
+    outln!("{id}");
     Ok(0)
+}
+
+/// Deletes sale row `id` that `create` just inserted; says what happened.
+fn delete_sale(db: &mut mysql::Conn, id: u64) -> String {
+    match db.exec_drop("DELETE FROM sales WHERE id = ?", (id,)) {
+        Ok(()) => format!("the new MySQL sale row {id} was removed again: nothing was created"),
+        Err(e) => format!("removing the new MySQL sale row {id} failed ({e}): delete it by hand"),
+    }
+}
+
+/// The stock and window of the sale Redis holds under `id`, as text.
+fn describe_live(con: &mut redis::Connection, id: u64) -> String {
+    let k = SaleKeys::new(id);
+    let stock: redis::RedisResult<Option<i64>> = con.get(k.stock());
+    let meta: redis::RedisResult<HashMap<String, u64>> = con.hgetall(k.meta());
+    match (stock, meta) {
+        (Ok(stock), Ok(meta)) => format!(
+            "stock {}, total {}, window {} .. {}",
+            stock.map_or_else(|| "?".to_string(), |s| s.to_string()),
+            meta.get("total_stock")
+                .map_or_else(|| "?".to_string(), u64::to_string),
+            meta.get("starts_at_ms")
+                .map_or_else(|| "?".to_string(), |ms| format_ms(*ms)),
+            meta.get("ends_at_ms")
+                .map_or_else(|| "?".to_string(), |ms| format_ms(*ms)),
+        ),
+        (Err(e), _) | (_, Err(e)) => format!("its figures could not be read: {e}"),
+    }
 }
 
 /// `sale load`: puts a MySQL sale into Redis unless Redis holds its stock.
@@ -95,7 +147,7 @@ pub fn load(config: &Config, id: u64) -> Res<u8> {
     let ordered = order_count(&mut db, id)?;
     let mut con = redis_con(config)?;
     if load_into_redis(&mut con, &sale, ordered)? {
-        println!(
+        outln!(
             "loaded sale {id} into Redis with stock {} ({} total, {} already ordered)",
             sale.total_stock.saturating_sub(ordered),
             sale.total_stock,
@@ -103,7 +155,7 @@ pub fn load(config: &Config, id: u64) -> Res<u8> {
         );
     } else {
         let live: Option<i64> = con.get(SaleKeys::new(id).stock())?;
-        println!(
+        outln!(
             "sale {id} already live in Redis (stock {}); left unchanged",
             live.unwrap_or(0)
         );
@@ -111,7 +163,9 @@ pub fn load(config: &Config, id: u64) -> Res<u8> {
     Ok(0)
 }
 
-/// `sale show`: MySQL and Redis figures side by side.
+/// `sale show`: MySQL and Redis figures side by side; the Redis column is
+/// read from Redis only (the meta hash and counters), so a sale id that Redis
+/// holds for another database shows as such.
 pub fn show(config: &Config, id: u64) -> Res<u8> {
     let mut db = seckill_common::schema::connect(&config.mysql_url, config.mysql_timeout)?;
     let Some(sale) = fetch_sale(&mut db, id)? else {
@@ -126,29 +180,47 @@ pub fn show(config: &Config, id: u64) -> Res<u8> {
     let mut con = redis_con(config)?;
     let k = SaleKeys::new(id);
     let stock: Option<i64> = con.get(k.stock())?;
+    let meta: HashMap<String, u64> = con.hgetall(k.meta())?;
     let flows: u64 = con.hlen(k.flow())?;
     let queued: u64 = con.llen(k.queue())?;
     let dead: u64 = con.llen(k.dead_letter())?;
-    println!("sale {id}  sku {}  {:?}", sale.sku, sale.title);
-    println!(
-        "window            {} .. {}",
-        format_ms(sale.starts_at_ms),
-        format_ms(sale.ends_at_ms)
-    );
-    println!("                  MySQL        Redis");
-    println!(
-        "total stock       {:<12} {}",
-        sale.total_stock, sale.total_stock
-    );
-    println!(
-        "available/stock   {:<12} {}",
-        sale.available_stock,
-        stock.map_or_else(|| "(not loaded)".to_string(), |s| s.to_string())
-    );
-    println!("ledger deductions {:<12} -", ledger.unwrap_or(0));
-    println!("orders            {:<12} -", orders);
-    println!("reservations      -            {flows}");
-    println!("queued messages   -            {queued}");
-    println!("dead letters      -            {dead}");
+    let not_loaded = || "(not loaded)".to_string();
+    let redis_window = match (meta.get("starts_at_ms"), meta.get("ends_at_ms")) {
+        (Some(&s), Some(&e)) if (s, e) != (sale.starts_at_ms, sale.ends_at_ms) => {
+            Some(format!("{} .. {}", format_ms(s), format_ms(e)))
+        }
+        _ => None,
+    };
+    write_stdout(|w| {
+        writeln!(w, "sale {id}  sku {}  {:?}", sale.sku, sale.title)?;
+        writeln!(
+            w,
+            "window            {} .. {}",
+            format_ms(sale.starts_at_ms),
+            format_ms(sale.ends_at_ms)
+        )?;
+        if let Some(rw) = &redis_window {
+            writeln!(w, "window in Redis   {rw}  (differs from MySQL)")?;
+        }
+        writeln!(w, "                  MySQL        Redis")?;
+        writeln!(
+            w,
+            "total stock       {:<12} {}",
+            sale.total_stock,
+            meta.get("total_stock")
+                .map_or_else(not_loaded, u64::to_string)
+        )?;
+        writeln!(
+            w,
+            "available/stock   {:<12} {}",
+            sale.available_stock,
+            stock.map_or_else(not_loaded, |s| s.to_string())
+        )?;
+        writeln!(w, "ledger deductions {:<12} -", ledger.unwrap_or(0))?;
+        writeln!(w, "orders            {:<12} -", orders)?;
+        writeln!(w, "reservations      -            {flows}")?;
+        writeln!(w, "queued messages   -            {queued}")?;
+        writeln!(w, "dead letters      -            {dead}")
+    })?;
     Ok(0)
 }

@@ -1,7 +1,8 @@
 //! Specifies the operator's `resolve` actions and the reconciler working with
 //! a real `seckill-worker`, on real Redis, MariaDB and SQLite: a rollback puts
 //! exactly one unit back and repeating it changes nothing; a reorder becomes
-//! exactly one order; a dry run changes nothing; every action is logged.
+//! exactly one order; a dry run changes nothing and refuses exactly what the
+//! real action refuses; every action is logged.
 
 #[path = "reconciler_support.rs"]
 mod support;
@@ -203,5 +204,133 @@ fn an_unreachable_redis_exits_2_and_records_a_failed_run() {
     assert_eq!(
         w.review_count("SELECT COUNT(*) FROM runs WHERE outcome = 'failed'"),
         1
+    );
+}
+
+/// Exit code and stderr of `out`.
+fn refused(out: &std::process::Output) -> (Option<i32>, String) {
+    (
+        out.status.code(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+#[test]
+fn a_confirmed_order_lost_in_mysql_is_refused_alike_by_dry_run_and_rollback_and_reorder_fixes_it() {
+    let w = World::new(10);
+    let rids = w.reserve(&["u1", "u2"]);
+    w.apply(&rids);
+    // MySQL loses u2's confirmed order and its ledger row; the unit is back in
+    // available_stock. Redis still says `confirmed`: the buyer was told so.
+    for q in [
+        format!("DELETE FROM orders WHERE reservation_id = '{}'", rids[1]),
+        format!(
+            "DELETE FROM stock_ledger WHERE reservation_id = '{}'",
+            rids[1]
+        ),
+        "UPDATE sales SET available_stock = available_stock + 1 WHERE id = {sale}".to_string(),
+    ] {
+        w.sql(&q);
+    }
+    assert_eq!(w.run(), 1);
+    let f = w.findings();
+    assert_eq!(f.len(), 1);
+    assert_eq!(
+        (f[0]["kind"].as_str(), f[0]["subject"].as_str()),
+        (Some("flow_without_order"), Some(rids[1].as_str()))
+    );
+    assert_eq!(f[0]["evidence"]["status"], "confirmed");
+    let id = f[0]["id"].as_i64().unwrap().to_string();
+
+    let why = format!(
+        "refused: {} is confirmed in Redis but MySQL holds no order for it: the order was \
+         confirmed and later lost in MySQL; use --reorder to create it again (a rollback \
+         would resell a unit the buyer was told is theirs)",
+        rids[1]
+    );
+    let dry = w.cmd(
+        "0s",
+        &["resolve", &id, "--rollback", "--by", "alice", "--dry-run"],
+    );
+    let (code, err) = refused(&dry);
+    assert_eq!(code, Some(2), "{err}");
+    assert!(err.contains(&why), "{err}");
+    assert!(dry.stdout.is_empty());
+    assert_eq!(w.review_count("SELECT COUNT(*) FROM actions"), 0);
+
+    let real = w.cmd("0s", &["resolve", &id, "--rollback", "--by", "alice"]);
+    let (code, err) = refused(&real);
+    assert_eq!(code, Some(2), "{err}");
+    assert!(err.contains(&why), "{err}");
+    assert_eq!(w.redis_stock(), 8);
+    assert_eq!(
+        w.review_count("SELECT COUNT(*) FROM actions WHERE result = 'refused'"),
+        1
+    );
+    assert_eq!(w.findings()[0]["state"], "open");
+
+    // What the refusal advises works: the worker creates the order again.
+    let dry = ok(&w.cmd(
+        "0s",
+        &["resolve", &id, "--reorder", "--by", "alice", "--dry-run"],
+    ));
+    assert!(dry.contains("would queue the order message"), "{dry}");
+    ok(&w.cmd("0s", &["resolve", &id, "--reorder", "--by", "alice"]));
+    let _worker = worker::WorkerProc::start(&w.redis, &w.db, "w1", &worker::Opts::default());
+    worker::wait_orders(&w.db, w.sale, 2, Duration::from_secs(60));
+    worker::wait_drained(&w.redis, w.sale, Duration::from_secs(60));
+    assert_eq!(
+        w.sql("SELECT COUNT(*) FROM stock_ledger WHERE sale_id = {sale}"),
+        2
+    );
+    assert_eq!(
+        w.sql("SELECT available_stock FROM sales WHERE id = {sale}"),
+        8
+    );
+    assert_eq!(w.redis_stock(), 8);
+    assert_eq!(w.run(), 0);
+}
+
+#[test]
+fn a_dry_run_refuses_exactly_what_the_real_action_refuses() {
+    let (w, rids, id) = one_lost_message();
+    let k = SaleKeys::new(w.sale);
+    // A worker has just taken the lost message: it sits in its processing list.
+    let mut con = w.redis.con();
+    let raw: String = con.hget(k.flow(), &rids[2]).unwrap();
+    let _: i64 = con.sadd(seckill_common::keys::WORKERS, "w9").unwrap();
+    let _: i64 = con.lpush(k.processing("w9"), &raw).unwrap();
+    let why = format!(
+        "refused: {} is in {}: a worker is applying it; try again later",
+        rids[2],
+        k.processing("w9")
+    );
+    for dry_run in [true, false] {
+        let mut args = vec!["resolve", id.as_str(), "--rollback", "--by", "alice"];
+        if dry_run {
+            args.push("--dry-run");
+        }
+        let (code, err) = refused(&w.cmd("0s", &args));
+        assert_eq!(code, Some(2), "dry run {dry_run}: {err}");
+        assert!(err.contains(&why), "dry run {dry_run}: {err}");
+        assert_eq!(w.redis_stock(), 7);
+    }
+    // Released for real once the worker gave the message back to the queue.
+    let _: i64 = con.del(k.processing("w9")).unwrap();
+    ok(&w.cmd("0s", &["resolve", &id, "--rollback", "--by", "alice"]));
+    assert_eq!(w.redis_stock(), 8);
+    // No flow record left: a reorder is refused, dry run or not.
+    for dry_run in [true, false] {
+        let mut args = vec!["resolve", id.as_str(), "--reorder", "--by", "bob"];
+        if dry_run {
+            args.push("--dry-run");
+        }
+        let (code, err) = refused(&w.cmd("0s", &args));
+        assert_eq!(code, Some(2), "dry run {dry_run}: {err}");
+        assert!(err.contains("nothing to queue"), "dry run {dry_run}: {err}");
+    }
+    assert_eq!(
+        w.review_count("SELECT COUNT(*) FROM actions WHERE result = 'refused'"),
+        2
     );
 }

@@ -244,9 +244,14 @@ fn sale_show_prints_both_sides_and_unknown_sale_fails() {
     let redis = RedisServer::start();
     let id = seckill_tests::create_sale(&db, &redis, 10, -1000, 3_600_000);
     reserve(&mut redis.con(), id, "a").unwrap();
+    // MySQL's total changed after the load: the Redis column shows Redis's own.
+    db.conn()
+        .exec_drop("UPDATE sales SET total_stock = 12 WHERE id = ?", (id,))
+        .unwrap();
     let out = reconciler(&db, &redis, &["sale", "show", &id.to_string()]);
     assert_eq!(out.status.code(), Some(0));
     let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains("total stock       12           10"), "{text}");
     assert!(text.contains("available/stock   10           9"), "{text}");
     assert!(text.contains("reservations      -            1"), "{text}");
     let out = reconciler(&db, &redis, &["sale", "show", "999999"]);
@@ -277,4 +282,68 @@ fn unreachable_services_exit_2_with_a_message() {
     assert_eq!(out.status.code(), Some(2));
     assert!(!out.stderr.is_empty());
     assert_eq!(db.count("SELECT COUNT(*) FROM sales"), 0);
+}
+
+fn create_args(stock: &str, starts: &'static str, ends: &'static str) -> Vec<String> {
+    [
+        "sale",
+        "create",
+        "--sku",
+        "PHONE-1",
+        "--stock",
+        stock,
+        "--starts-at",
+        starts,
+        "--ends-at",
+        ends,
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .collect()
+}
+
+#[test]
+fn sale_create_refuses_a_sale_id_redis_holds_for_another_database() {
+    let redis = RedisServer::start();
+    let (db1, db2) = (TestDb::create(), TestDb::create());
+    let args = create_args("5", "now", "now+1h");
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let out = reconciler(&db1, &redis, &args);
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "1");
+    let mut con = redis.con();
+    assert!(matches!(
+        reserve(&mut con, 1, "u1").unwrap(),
+        ReserveOutcome::Reserved(_)
+    ));
+
+    // A second fresh database on the same Redis also starts at sale id 1.
+    let args = create_args("50", "now+1h", "now+2h");
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let out = reconciler(&db2, &redis, &args);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(out.stdout.is_empty());
+    assert!(
+        err.contains("Redis already holds a live sale 1 (stock 4, total 5, window "),
+        "{err}"
+    );
+    assert!(
+        err.contains(
+            "probably from another database: sale ids must be unique per Redis; \
+             the new MySQL sale row 1 was removed again: nothing was created"
+        ),
+        "{err}"
+    );
+    assert_eq!(db2.count("SELECT COUNT(*) FROM sales"), 0);
+    // The first database's sale is untouched in Redis.
+    let stock: i64 = con.get(SaleKeys::new(1).stock()).unwrap();
+    assert_eq!(stock, 4);
+    let total: String = con.hget(SaleKeys::new(1).meta(), "total_stock").unwrap();
+    assert_eq!(total, "5");
 }

@@ -1,0 +1,142 @@
+//! Specifies `seckill-reconciler` as a command-line tool, through the real
+//! binary on real Redis, MariaDB and SQLite: `findings` and `resolve` never
+//! create a review file (a missing `SECKILL_REVIEW_DB` is reported, not
+//! shown as "no findings"), a reader closing the pipe early (`| head`) ends
+//! the output quietly, and a usage error is one line plus a pointer to
+//! `--help`.
+
+#[path = "reconciler_support.rs"]
+mod support;
+
+use std::io::Read;
+use std::process::{Command, Stdio};
+use support::World;
+
+fn stderr(out: &std::process::Output) -> String {
+    String::from_utf8_lossy(&out.stderr).into_owned()
+}
+
+#[test]
+fn findings_and_resolve_never_create_a_review_file() {
+    let w = World::new(3);
+    let path = w.review_path();
+    let missing = format!(
+        "seckill-reconciler: no review file at {}: set SECKILL_REVIEW_DB \
+         (the reconciler's `run` creates it)\n",
+        path.display()
+    );
+    for args in [
+        &["findings"][..],
+        &["findings", "--state", "all", "--json"],
+        &["resolve", "1", "--dismiss", "--by", "alice"],
+    ] {
+        let out = w.cmd("0s", args);
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {}", stderr(&out));
+        assert_eq!(stderr(&out), missing, "{args:?}");
+        assert!(out.stdout.is_empty(), "{args:?}");
+        assert!(!path.exists(), "{args:?} created {}", path.display());
+    }
+
+    // The variable forgotten: the default ./seckill-review.sqlite3 is not made.
+    let out = Command::new(seckill_tests::bin("seckill-reconciler"))
+        .arg("findings")
+        .current_dir(w.dir.path())
+        .env_remove("SECKILL_REVIEW_DB")
+        .env("SECKILL_MYSQL_URL", w.db.url())
+        .env("SECKILL_REDIS_URL", w.redis.url())
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert_eq!(
+        stderr(&out),
+        "seckill-reconciler: no review file at ./seckill-review.sqlite3: set \
+         SECKILL_REVIEW_DB (the reconciler's `run` creates it)\n"
+    );
+    assert!(!w.dir.path().join("seckill-review.sqlite3").exists());
+
+    // An empty file (no `run` ever wrote it) is no review store either.
+    std::fs::write(&path, b"").unwrap();
+    let out = w.cmd("0s", &["findings"]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        stderr(&out).contains("no review store in"),
+        "{}",
+        stderr(&out)
+    );
+    assert_eq!(std::fs::metadata(&path).unwrap().len(), 0);
+
+    // `run` creates (sets up) it; then `findings` reads it.
+    assert_eq!(w.run(), 0);
+    let out = w.cmd("0s", &["findings"]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "no findings\n");
+}
+
+#[test]
+fn a_reader_closing_the_pipe_early_ends_findings_quietly() {
+    let w = World::new(3);
+    assert_eq!(w.run(), 0);
+    // Far more findings than a pipe buffers (64 KiB), written straight into
+    // the review file: the command must hit the closed pipe.
+    let mut c = rusqlite::Connection::open(w.review_path()).unwrap();
+    let tx = c.transaction().unwrap();
+    for i in 0..1000 {
+        tx.execute(
+            "INSERT INTO findings (kind, sale_id, subject, severity, evidence, state,
+               first_seen, last_seen)
+             VALUES ('dead_letter', ?1, ?2, 'normal', ?3, 'open',
+               '2026-11-29T20:00:00.000Z', '2026-11-29T20:00:00.000Z')",
+            rusqlite::params![
+                w.sale as i64,
+                format!("entry:{i:032x}"),
+                format!("{{\"reason\":\"test entry {i}\"}}")
+            ],
+        )
+        .unwrap();
+    }
+    tx.commit().unwrap();
+    drop(c);
+
+    for args in [&["findings", "--json"][..], &["findings"]] {
+        let mut child = Command::new(seckill_tests::bin("seckill-reconciler"))
+            .args(args)
+            .env("SECKILL_MYSQL_URL", w.db.url())
+            .env("SECKILL_REDIS_URL", w.redis.url())
+            .env("SECKILL_REVIEW_DB", w.review_path())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        // `| head -c 600`: read 600 bytes, then close the pipe.
+        let mut stdout = child.stdout.take().unwrap();
+        let mut first = [0u8; 600];
+        stdout.read_exact(&mut first).unwrap();
+        drop(stdout);
+        let out = child.wait_with_output().unwrap();
+        assert_eq!(out.status.code(), Some(0), "{args:?}: {}", stderr(&out));
+        assert_eq!(stderr(&out), "", "{args:?}");
+    }
+}
+
+#[test]
+fn a_usage_error_is_one_line_and_a_pointer_to_help() {
+    let w = World::new(1);
+    let out = w.cmd("0s", &["findings", "--state", "closed"]);
+    assert_eq!(out.status.code(), Some(64));
+    assert!(out.stdout.is_empty());
+    assert_eq!(
+        stderr(&out),
+        "seckill-reconciler: --state \"closed\": expected open, auto_fixed, resolved or all\n\
+         run `seckill-reconciler --help` for usage\n"
+    );
+    let out = w.cmd("0s", &["frobnicate"]);
+    assert_eq!(out.status.code(), Some(64));
+    assert_eq!(stderr(&out).lines().count(), 2, "{}", stderr(&out));
+
+    let help = w.cmd("0s", &["--help"]);
+    assert_eq!(help.status.code(), Some(0));
+    let text = String::from_utf8_lossy(&help.stdout);
+    assert!(text.starts_with("usage: seckill-reconciler COMMAND [OPTIONS]\n"));
+    assert!(text.contains("  resolve FINDING_ID"), "{text}");
+    assert!(text.lines().count() > 15, "{text}");
+}
