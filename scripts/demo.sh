@@ -20,7 +20,12 @@
 #      file are (.demo/run-<time>/).
 # The machine's existing data are never touched: the demo database is new
 # (and dropped at the end unless --keep-db), the Redis keys live in an empty
-# logical database or a private server.
+# logical database, a private server or SECKILL_REDIS_URL's. On a Redis it
+# did not start, the run removes exactly what it created at the end (also
+# on failure or interrupt): its sale's keys seckill:{sale:ID}:* (SCAN MATCH),
+# the id in seckill:sales, demo-w1/demo-w2 in seckill:workers and their
+# heartbeats. With --keep-db it keeps them (and the database) and prints the
+# commands that remove them.
 #
 # usage: scripts/demo.sh [--stock N] [--users N] [--connections N] [--keep-db]
 #                        [--private]
@@ -31,6 +36,7 @@ cd "$(dirname "$0")/.."
 ROOT=$(pwd)
 . scripts/lib/services.sh
 . scripts/lib/private.sh
+. scripts/lib/redis_keys.sh
 
 STOCK=${SECKILL_DEMO_STOCK:-1000}
 USERS=${SECKILL_DEMO_USERS:-50000}
@@ -63,6 +69,9 @@ PRIVATE_REDIS=""   # directory of a private redis-server, if started
 DB_ADMIN_URL=""    # server URL to drop the demo database with
 DB_NAME=""
 REDIS_DB=""        # logical database chosen on the machine's Redis, if any
+REDIS_URL=""       # the Redis the run uses, once chosen
+SALE=""            # the demo's sale id, once created
+WORKER_IDS=()      # ids of the workers started (their registrations)
 STOPPED=0
 
 stop_services() {
@@ -81,19 +90,49 @@ stop_services() {
     mariadb $(mysql_client_args "$DB_ADMIN_URL") -e "DROP DATABASE IF EXISTS \`$DB_NAME\`" 2>/dev/null \
       && say "dropped database $DB_NAME" || say "could not drop database $DB_NAME"
   fi
-  if [ -n "${REDIS_DB:-}" ]; then
-    # The logical database was empty when the demo chose it: remove the
-    # demo's keys so the next run finds it empty again.
-    redis-cli -n "$REDIS_DB" --scan --pattern 'seckill:*' \
-      | xargs -r redis-cli -n "$REDIS_DB" del >/dev/null 2>&1 \
-      && say "removed the demo's keys from Redis database $REDIS_DB" || true
+  if [ -n "$REDIS_URL" ] && [ -z "$PRIVATE_REDIS" ]; then
+    if [ "$KEEP_DB" = 0 ]; then
+      # Exactly the run's keys, not a pattern sweep: another run or
+      # application may share this server (or even this logical database).
+      local out rc=0
+      out=$(remove_run_keys "$REDIS_URL" "$SALE" "${WORKER_IDS[@]}" 2>&1) || rc=$?
+      [ -z "$out" ] || sed 's/^/demo: redis: /' <<<"$out"
+      if [ "$rc" != 0 ]; then
+        say "could not remove the demo's Redis keys from $REDIS_URL; remove them with:"
+        print_run_keys_removal "$REDIS_URL" "$SALE" "${WORKER_IDS[@]}"
+      fi
+    fi
   fi
   [ -n "$PRIVATE_REDIS" ] && stop_pidfile "$PRIVATE_REDIS/redis.pid"
   if [ -n "$PRIVATE_MYSQL" ]; then
     stop_pidfile "$PRIVATE_MYSQL/mariadb.pid" 60
     [ "$KEEP_DB" = 0 ] && rm -rf "$PRIVATE_MYSQL/data"
   fi
+  [ "$KEEP_DB" = 1 ] && print_kept
   return 0
+}
+
+# print_kept: with --keep-db, what the run left in MySQL and Redis and the
+# commands that remove it.
+print_kept() {
+  if [ -n "$PRIVATE_MYSQL" ] && [ -n "$DB_NAME" ]; then
+    say "kept (--keep-db): database $DB_NAME in the private MariaDB data directory $PRIVATE_MYSQL/data (server stopped); remove with:"
+    echo "  rm -rf '$PRIVATE_MYSQL/data'"
+  elif [ -n "$DB_NAME" ] && [ -n "$DB_ADMIN_URL" ]; then
+    local args
+    # The password, if any, is asked for instead of printed.
+    args=$(mysql_client_args "$DB_ADMIN_URL" | sed -E 's/ -p[^ ]*/ -p/; s/ +$//')
+    say "kept (--keep-db): MySQL database $DB_NAME on ${DB_ADMIN_URL##*@}; remove with:"
+    echo "  mariadb $args -e 'DROP DATABASE \`$DB_NAME\`'"
+  fi
+  if [ -n "$PRIVATE_REDIS" ]; then
+    say "kept (--keep-db): the private Redis's append-only file in $PRIVATE_REDIS (server stopped)"
+  elif [ -n "$REDIS_URL" ] && { [ -n "$SALE" ] || [ ${#WORKER_IDS[@]} -gt 0 ]; }; then
+    local what=""
+    [ -z "$SALE" ] || what="the keys seckill:{sale:$SALE}:* and $SALE in seckill:sales; "
+    say "kept (--keep-db) on $REDIS_URL: ${what}workers ${WORKER_IDS[*]:-none} (a worker that stopped cleanly has already left seckill:workers and deleted its heartbeat); remove with:"
+    print_run_keys_removal "$REDIS_URL" "$SALE" "${WORKER_IDS[@]}"
+  fi
 }
 trap 'stop_services; say "logs and review file: $RUN"' EXIT
 trap 'exit 130' INT TERM
@@ -180,6 +219,7 @@ for w in 1 2; do
   SECKILL_WORKER_ID="demo-w$w" SECKILL_WORKER_METRICS_LISTEN="127.0.0.1:$(free_port)" \
     "$BIN/seckill-worker" >"$RUN/worker-$w.log" 2>&1 &
   PIDS+=($!)
+  WORKER_IDS+=("demo-w$w")
 done
 wait_port "$GW_PORT" 15 || { echo "the gateway did not start: see $RUN/gateway.log" >&2; exit 2; }
 say "  gateway http://127.0.0.1:$GW_PORT, workers demo-w1 and demo-w2"
