@@ -295,7 +295,7 @@ impl Server {
                 let new_client = match server.accept() {
                     Ok((sock, _)) => {
                         use util::RefinedTcpStream;
-                        let (read_closable, write_closable) = match ssl {
+                        let pair = match ssl {
                             None => RefinedTcpStream::new(sock),
                             #[cfg(any(feature = "ssl-openssl", feature = "ssl-rustls"))]
                             Some(ref ssl) => {
@@ -312,7 +312,9 @@ impl Server {
                             Some(ref _ssl) => unreachable!(),
                         };
 
-                        Ok(ClientConnection::new(write_closable, read_closable))
+                        pair.map(|(read_closable, write_closable)| {
+                            ClientConnection::new(write_closable, read_closable)
+                        })
                     }
                     Err(e) => Err(e),
                 };
@@ -339,6 +341,15 @@ impl Server {
                         }));
                     }
 
+                    // seckill patch: upstream ended the accept loop on any
+                    // error, so a client that used up the file descriptors
+                    // (EMFILE) stopped the whole server for good. Errors that
+                    // pass (out of descriptors or memory, an aborted
+                    // handshake, a signal) are waited out instead.
+                    Err(ref e) if accept_error_passes(e) => {
+                        log::warn!("Error accepting new client (retrying): {}", e);
+                        thread::sleep(std::time::Duration::from_millis(50));
+                    }
                     Err(e) => {
                         log::error!("Error accepting new client: {}", e);
                         inside_messages.push(e.into());
@@ -443,4 +454,21 @@ impl Drop for Server {
             }
         }
     }
+}
+
+/// seckill patch: whether an `accept` error is one the server can wait out
+/// (the listener itself is fine) rather than a reason to stop serving.
+fn accept_error_passes(e: &IoError) -> bool {
+    use std::io::ErrorKind;
+    // EMFILE 24, ENFILE 23, ENOBUFS 105, ENOMEM 12 (Linux numbering).
+    matches!(e.raw_os_error(), Some(24) | Some(23) | Some(105) | Some(12))
+        || matches!(
+            e.kind(),
+            ErrorKind::ConnectionAborted
+                | ErrorKind::ConnectionReset
+                | ErrorKind::Interrupted
+                | ErrorKind::WouldBlock
+                | ErrorKind::TimedOut
+                | ErrorKind::OutOfMemory
+        )
 }

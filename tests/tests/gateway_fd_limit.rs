@@ -1,0 +1,76 @@
+//! Specifies that running out of file descriptors is a passing condition,
+//! not the end of the gateway: clients that hold every descriptor get no
+//! service while they do, and once they close, purchases are answered again
+//! by the same process (tiny_http's accept loop used to stop for good on
+//! EMFILE; see gateway/vendor/tiny_http/PATCHES.md).
+
+mod gateway_support;
+
+use gateway_support::{buy, get, open_sale};
+use seckill_tests::{bin, free_port, wait_until, RedisServer};
+use std::net::TcpStream;
+use std::process::{Command, Stdio};
+use std::time::Duration;
+
+#[test]
+fn a_crowd_holding_every_file_descriptor_does_not_stop_the_gateway() {
+    let redis = RedisServer::start();
+    open_sale(&redis, 1, 10);
+    let port = free_port();
+    // 64 descriptors: a few for Redis, the listener and stdio, the rest
+    // for clients.
+    let mut child = Command::new("sh")
+        .arg("-c")
+        .arg("ulimit -n 64 && exec \"$0\"")
+        .arg(bin("seckill-gateway"))
+        .env_clear()
+        .env("SECKILL_LISTEN", format!("127.0.0.1:{port}"))
+        .env("SECKILL_REDIS_URL", redis.url())
+        .env("SECKILL_GATEWAY_THREADS", "4")
+        .env("RUST_LOG", "error")
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    wait_until(Duration::from_secs(10), "the gateway to listen", || {
+        TcpStream::connect(("127.0.0.1", port)).is_ok() && get(port, "/readyz").status == 200
+    });
+    assert_eq!(buy(port, 1, "before").status, 202);
+
+    // Up to 150 connections: more than the gateway's 64 descriptors, so
+    // accept fails with EMFILE while they stay (the kernel may refuse some
+    // once the listen backlog is full).
+    let addr = std::net::SocketAddr::from(([127, 0, 0, 1], port));
+    let crowd: Vec<TcpStream> = (0..150)
+        .filter_map(|_| TcpStream::connect_timeout(&addr, Duration::from_millis(500)).ok())
+        .collect();
+    assert!(crowd.len() > 64, "only {} connections", crowd.len());
+    std::thread::sleep(Duration::from_millis(500));
+    assert!(
+        child.try_wait().unwrap().is_none(),
+        "the gateway exited under the crowd"
+    );
+    drop(crowd);
+
+    // Bounded wait for the freed descriptors to be noticed.
+    let mut answered = None;
+    wait_until(
+        Duration::from_secs(15),
+        "a purchase after the crowd left",
+        || {
+            if child.try_wait().unwrap().is_some() {
+                return true;
+            }
+            let ok = TcpStream::connect(("127.0.0.1", port)).is_ok()
+                && get(port, "/healthz").status == 200;
+            if ok {
+                answered = Some(buy(port, 1, "after").status);
+            }
+            ok
+        },
+    );
+    assert!(child.try_wait().unwrap().is_none(), "the gateway exited");
+    assert_eq!(answered, Some(202));
+    let _ = child.kill();
+    let _ = child.wait();
+}
