@@ -154,6 +154,20 @@ fi
 if [ -n "${SECKILL_REDIS_URL:-}" ]; then
   REDIS_URL=$SECKILL_REDIS_URL
   REDIS_FROM="SECKILL_REDIS_URL"
+  # The demo's workers consume every sale in seckill:sales, and other
+  # workers would consume the demo's sale: refuse a Redis database that
+  # already holds sales or workers (say, a deployment's).
+  if command -v redis-cli >/dev/null 2>&1; then
+    held=$(redis-cli -u "$REDIS_URL" eval \
+      "return redis.call('SCARD', KEYS[1]) + redis.call('SCARD', KEYS[2])" \
+      2 seckill:sales seckill:workers 2>/dev/null || echo "?")
+    if [ "$held" != "0" ]; then
+      echo "demo.sh: $REDIS_URL already holds seckill sales or workers ($held):" \
+        "the demo's workers would consume them. Point SECKILL_REDIS_URL at an" \
+        "empty logical database (e.g. redis://host:6379/15), or use --private." >&2
+      exit 2
+    fi
+  fi
 elif [ "$PRIVATE" = 0 ] && redis_answers redis://127.0.0.1:6379/ && REDIS_DB=$(empty_redis_db 6379); then
   REDIS_URL="redis://127.0.0.1:6379/$REDIS_DB"
   REDIS_FROM="the machine's Redis, empty logical database $REDIS_DB"
