@@ -1,10 +1,11 @@
 //! Specifies `scripts/demo.sh` itself: on this machine, with a small sale
 //! (50 units, 2,000 users), the one-command flash sale builds, runs every
 //! service, verifies every invariant, finds nothing to reconcile, stops
-//! everything and exits 0. It uses the machine's Redis and MariaDB only
-//! through an empty logical Redis database and a new `seckill_demo_*`
-//! MySQL database (dropped at the end), or private servers.
+//! everything and exits 0. It runs against this test's private Redis and a
+//! new `seckill_demo_*` database on the test MySQL server (dropped at the
+//! end), and leaves no key behind in Redis.
 
+use seckill_tests::RedisServer;
 use std::path::Path;
 use std::process::Command;
 
@@ -13,11 +14,13 @@ fn the_demo_sells_50_units_to_2000_users_and_exits_0() {
     let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
     let mut cmd = Command::new(root.join("scripts/demo.sh"));
     cmd.args(["--stock", "50", "--users", "2000", "--connections", "32"]);
-    // The test account scripts/test.sh set up, when root cannot log in over
-    // TCP: the demo may create seckill_demo_* databases with it.
-    if let Ok(server) = std::env::var("SECKILL_TEST_MYSQL_URL") {
-        cmd.env("SECKILL_MYSQL_URL", server.trim_end_matches('/'));
-    }
+    let redis = RedisServer::start();
+    cmd.env("SECKILL_REDIS_URL", redis.url());
+    // The account scripts/test.sh set up (root, or seckill_test when root
+    // cannot log in over TCP): it may create seckill_demo_* databases.
+    let server = std::env::var("SECKILL_TEST_MYSQL_URL")
+        .unwrap_or_else(|_| "mysql://root@127.0.0.1:3306/".to_string());
+    cmd.env("SECKILL_MYSQL_URL", server.trim_end_matches('/'));
     let out = cmd.output().expect("run scripts/demo.sh");
     let stdout = String::from_utf8_lossy(&out.stdout);
     let stderr = String::from_utf8_lossy(&out.stderr);
@@ -36,4 +39,6 @@ fn the_demo_sells_50_units_to_2000_users_and_exits_0() {
         "{stdout}"
     );
     assert!(stdout.contains("PASS: sale "), "{stdout}");
+    let left: Vec<String> = redis::cmd("KEYS").arg("*").query(&mut redis.con()).unwrap();
+    assert!(left.is_empty(), "the demo left keys behind: {left:?}");
 }
