@@ -64,6 +64,12 @@ pub fn plan(rq: &Request) -> Plan {
         }
         if h.field.equiv("Content-Length") {
             lengths += 1;
+            // tiny_http parses with `str::parse`, which also takes `+17`:
+            // only plain digits are a length (RFC 9110, 8.6).
+            let v = h.value.as_str().trim();
+            if v.is_empty() || !v.bytes().all(|b| b.is_ascii_digit()) {
+                return Plan::Refuse(Reply::invalid("one valid Content-Length is required"));
+            }
         }
         if h.field.equiv("Expect") {
             expect = true;
@@ -84,14 +90,20 @@ pub fn plan(rq: &Request) -> Plan {
 /// Reads a body of at most `limit` bytes.
 ///
 /// Errors: the 413 reply when it is longer; a 400 when the connection
-/// failed before the declared length arrived.
+/// failed or ended before the declared length arrived (tiny_http's reader
+/// reports an early end of stream as a short, successful read: a truncated
+/// body must never become a purchase).
 pub fn read_limited(rq: &mut Request, limit: usize) -> Result<Vec<u8>, Reply> {
-    if rq.body_length().unwrap_or(0) > limit {
+    let declared = rq.body_length().unwrap_or(0);
+    if declared > limit {
         return Err(Reply::payload_too_large());
     }
-    let mut body = Vec::with_capacity(rq.body_length().unwrap_or(0).min(limit));
+    let mut body = Vec::with_capacity(declared);
     match rq.as_reader().take(limit as u64 + 1).read_to_end(&mut body) {
         Ok(_) if body.len() > limit => Err(Reply::payload_too_large()),
+        Ok(_) if body.len() != declared => {
+            Err(Reply::invalid("the body ended before its Content-Length"))
+        }
         Ok(_) => Ok(body),
         Err(_) => Err(Reply::invalid("the body ended before its Content-Length")),
     }

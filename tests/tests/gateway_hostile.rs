@@ -309,3 +309,42 @@ fn a_request_line_of_garbage_is_refused() {
         assert!(!String::from_utf8_lossy(&buf).contains("202"));
     });
 }
+
+/// Sends the head of a purchase declaring `declared` bytes, then only
+/// `{"user_id":"short"}`, then closes its sending side.
+fn truncated_purchase(port: u16, declared: usize) -> Option<Resp> {
+    let mut s = TcpStream::connect(("127.0.0.1", port)).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    let req = format!(
+        "POST /v1/sales/{SALE}/purchases HTTP/1.1\r\nHost: x\r\nContent-Length: {declared}\r\n\r\n{{\"user_id\":\"short\"}}"
+    );
+    s.write_all(req.as_bytes()).unwrap();
+    s.shutdown(std::net::Shutdown::Write).unwrap();
+    read_resp(&mut std::io::BufReader::new(s))
+}
+
+#[test]
+fn a_body_shorter_than_its_content_length_is_never_a_purchase() {
+    survives(&[], |p| {
+        // Read on the slow lane (declared over 1 KiB): a 400.
+        let r = truncated_purchase(p, 2000).expect("an answer");
+        assert_eq!(r.status, 400, "{r:?}");
+        assert_eq!(r.error(), "invalid_request");
+        // Read by tiny_http before the handler (declared up to 1 KiB): a 400
+        // or a closed connection, never a purchase.
+        if let Some(r) = truncated_purchase(p, 500) {
+            assert_eq!(r.status, 400, "{r:?}");
+        }
+    });
+}
+
+#[test]
+fn a_signed_content_length_is_refused() {
+    survives(&[], |p| {
+        let req = format!(
+            "POST /v1/sales/{SALE}/purchases HTTP/1.1\r\nHost: x\r\nConnection: close\r\nContent-Length: +17\r\n\r\n{{\"user_id\":\"ple\"}}"
+        );
+        let r = raw(p, req.as_bytes()).expect("an answer");
+        assert_eq!(r.status, 400, "{r:?}");
+    });
+}
