@@ -87,7 +87,10 @@ pub fn resolve(config: &Config, args: &ResolveArgs) -> Result<u8, RunError> {
                 Outcome::Done(format!("finding {} closed: {}", f.id, f.kind))
             }
         }
-        ResolveAction::Reorder | ResolveAction::Rollback => act_on_reservation(config, &f, args)?,
+        ResolveAction::Reorder | ResolveAction::Rollback => match settled_otherwise(&f, args) {
+            Some(refusal) => refusal,
+            None => act_on_reservation(config, &f, args)?,
+        },
     };
     let (result, text) = match &outcome {
         Outcome::Done(t) => ("done", t),
@@ -141,6 +144,28 @@ pub fn resolve(config: &Config, args: &ResolveArgs) -> Result<u8, RunError> {
             Ok(0)
         }
     }
+}
+
+/// A refusal when `f` is no longer open and was not closed by this same
+/// action: acting on it now could undo what closed it (a rollback after a
+/// reorder would release a unit a worker may be turning into an order; a
+/// reorder after a rollback would resell a released unit). Repeating the
+/// action that closed it goes on, and finds nothing left to do.
+fn settled_otherwise(f: &Finding, args: &ResolveArgs) -> Option<Outcome> {
+    let action = args.action.as_str();
+    if f.state == "open" || f.resolution.as_deref() == Some(action) {
+        return None;
+    }
+    Some(Outcome::Refused(format!(
+        "finding {} is already {} ({} by {}): --{action} now could undo that; nothing done",
+        f.id,
+        f.state,
+        f.resolution
+            .as_deref()
+            .or(f.fix.as_deref())
+            .unwrap_or("closed"),
+        f.resolved_by.as_deref().unwrap_or("the reconciler"),
+    )))
 }
 
 /// `--reorder` or `--rollback` of finding `f`; with `args.dry_run` the same

@@ -319,7 +319,7 @@ fn a_dry_run_refuses_exactly_what_the_real_action_refuses() {
     let _: i64 = con.del(k.processing("w9")).unwrap();
     ok(&w.cmd("0s", &["resolve", &id, "--rollback", "--by", "alice"]));
     assert_eq!(w.redis_stock(), 8);
-    // No flow record left: a reorder is refused, dry run or not.
+    // Rolled back: a reorder of the same finding is refused, dry run or not.
     for dry_run in [true, false] {
         let mut args = vec!["resolve", id.as_str(), "--reorder", "--by", "bob"];
         if dry_run {
@@ -327,10 +327,58 @@ fn a_dry_run_refuses_exactly_what_the_real_action_refuses() {
         }
         let (code, err) = refused(&w.cmd("0s", &args));
         assert_eq!(code, Some(2), "dry run {dry_run}: {err}");
-        assert!(err.contains("nothing to queue"), "dry run {dry_run}: {err}");
+        assert!(
+            err.contains("already resolved (rollback by alice)"),
+            "dry run {dry_run}: {err}"
+        );
     }
     assert_eq!(
         w.review_count("SELECT COUNT(*) FROM actions WHERE result = 'refused'"),
         2
+    );
+}
+
+#[test]
+fn a_finding_closed_one_way_is_not_acted_on_another_way() {
+    let (w, _rids, id) = one_lost_message();
+    let k = SaleKeys::new(w.sale);
+    ok(&w.cmd(
+        "0s",
+        &[
+            "resolve",
+            &id,
+            "--dismiss",
+            "--by",
+            "alice",
+            "--note",
+            "checked by hand",
+        ],
+    ));
+    let flows_before: usize = w.redis.con().hlen(k.flow()).unwrap();
+    for action in ["--rollback", "--reorder"] {
+        for dry in [false, true] {
+            let mut args = vec!["resolve", id.as_str(), action, "--by", "bob"];
+            if dry {
+                args.push("--dry-run");
+            }
+            let out = w.cmd("0s", &args);
+            assert_eq!(out.status.code(), Some(2), "{action} dry={dry}");
+            let err = String::from_utf8_lossy(&out.stderr);
+            assert!(err.contains("already resolved (dismiss by alice)"), "{err}");
+        }
+    }
+    assert_eq!(w.redis_stock(), 7);
+    let flows_after: usize = w.redis.con().hlen(k.flow()).unwrap();
+    assert_eq!(flows_after, flows_before);
+    let queued: usize = w.redis.con().llen(k.queue()).unwrap();
+    assert_eq!(queued, 0);
+    // The refusals are logged; the dismissal stays the resolution.
+    assert_eq!(
+        w.review_count("SELECT COUNT(*) FROM actions WHERE result = 'refused'"),
+        2
+    );
+    assert_eq!(
+        w.review_count("SELECT COUNT(*) FROM findings WHERE resolution = 'dismiss'"),
+        1
     );
 }
