@@ -179,6 +179,20 @@ pub fn reconcile_sale(ctx: &mut Ctx<'_>, sale_id: u64) -> Result<Option<SaleRepo
                 }
             })?;
         }
+        // The scans above read one list after another, so a message that a
+        // reclaim moved from a processing list back to the queue in between
+        // was in neither scan. The few candidates left are checked again in
+        // one atomic script over every list.
+        if !candidates.is_empty() {
+            let texts: Vec<(String, String)> = candidates
+                .iter()
+                .map(|(rid, text)| (rid.clone(), text.clone()))
+                .collect();
+            let in_flight = still_in_flight(ctx.redis, &lists, &texts)?;
+            for (rid, _) in texts.iter().zip(in_flight).filter(|(_, f)| *f) {
+                candidates.remove(&rid.0);
+            }
+        }
         let rids: Vec<String> = candidates.keys().cloned().collect();
         for o in mysql_read::order_details(ctx.mysql, &rids)? {
             candidates.remove(&o.reservation_id);
@@ -388,4 +402,41 @@ fn fnv1a(bytes: &[u8]) -> u64 {
     bytes.iter().fold(0xcbf2_9ce4_8422_2325, |h, &b| {
         (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3)
     })
+}
+
+/// For each `(rid, message)`, whether the message sits in any of `lists`
+/// (the queue and the processing lists), all checked in one atomic script,
+/// in chunks of 100 messages.
+fn still_in_flight(
+    con: &mut redis::Connection,
+    lists: &[String],
+    messages: &[(String, String)],
+) -> redis::RedisResult<Vec<bool>> {
+    static SCRIPT: std::sync::OnceLock<redis::Script> = std::sync::OnceLock::new();
+    let script = SCRIPT.get_or_init(|| {
+        redis::Script::new(
+            r"
+local found = {}
+for i, msg in ipairs(ARGV) do
+  found[i] = 0
+  for _, list in ipairs(KEYS) do
+    if redis.call('LPOS', list, msg) then found[i] = 1; break end
+  end
+end
+return found",
+        )
+    });
+    let mut out = Vec::with_capacity(messages.len());
+    for chunk in messages.chunks(100) {
+        let mut inv = script.prepare_invoke();
+        for l in lists {
+            inv.key(l);
+        }
+        for (_, m) in chunk {
+            inv.arg(m);
+        }
+        let flags: Vec<i64> = inv.invoke(con)?;
+        out.extend(flags.into_iter().map(|f| f == 1));
+    }
+    Ok(out)
 }

@@ -272,3 +272,19 @@ fn redis_losing_all_its_data_shows_every_order_without_flow_and_a_mismatch() {
     expected.sort();
     assert_eq!(got, expected);
 }
+
+#[test]
+fn a_reservation_in_a_workers_processing_list_is_not_a_finding() {
+    let w = World::new(10);
+    let rids = w.reserve(&["u1", "u2"]);
+    w.apply(&rids[..1]);
+    // A worker has taken the second message and not yet committed it.
+    let k = SaleKeys::new(w.sale);
+    let mut con = w.redis.con();
+    let raw: String = con.rpop(k.queue(), None).unwrap();
+    let _: i64 = con.sadd(seckill_common::keys::WORKERS, "w7").unwrap();
+    let _: i64 = con.lpush(k.processing("w7"), &raw).unwrap();
+    assert!(raw.contains(&rids[1]));
+    assert_eq!(w.run(), 0);
+    assert!(w.finding_keys().is_empty());
+}
