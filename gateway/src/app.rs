@@ -3,6 +3,7 @@
 //! per-thread state of a handler ([`Worker`]: its own Redis link), and the
 //! one-round-trip reservation used without group commit.
 
+use crate::buyers::Buyers;
 use crate::group_commit::Job;
 use crate::metrics::Metrics;
 use crate::redis_link::{Link, Unavailable};
@@ -19,6 +20,8 @@ pub struct App {
     pub metrics: Arc<Metrics>,
     /// The sold-out fast path.
     pub soldout: SoldOutCache,
+    /// Buyers this gateway has seen, so the fast path answers their retries 409.
+    pub buyers: Buyers,
     /// Opens Redis connections (`SECKILL_REDIS_URL`).
     pub client: redis::Client,
     /// `SECKILL_REDIS_TIMEOUT`.

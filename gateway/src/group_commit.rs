@@ -56,7 +56,7 @@ pub fn redis_thread(jobs: Receiver<Job>, mut link: Link, app: Arc<App>) {
         }
         let results = run_batch(&mut link, &batch, &app.metrics);
         for (job, r) in batch.drain(..).zip(results) {
-            let reply = purchase::conclude(&app, job.sale_id, r);
+            let reply = purchase::conclude(&app, job.sale_id, &job.user_id, r);
             finish(&app, job.request, Label::Purchase, reply, job.start);
             app.pending.fetch_sub(1, Ordering::SeqCst);
         }

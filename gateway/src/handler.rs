@@ -51,7 +51,7 @@ fn serve(w: &mut Worker, mut rq: Request, route: Route, start: Instant) {
                     Some(jobs) => return submit(&w.app, jobs, rq, sale_id, user_id, start),
                     None => {
                         let r = w.reserve(sale_id, &user_id);
-                        purchase::conclude(&w.app, sale_id, r)
+                        purchase::conclude(&w.app, sale_id, &user_id, r)
                     }
                 },
             }
@@ -90,7 +90,7 @@ fn submit(
     if let Err(e) = jobs.try_send(job) {
         app.pending.fetch_sub(1, Ordering::SeqCst);
         let job = e.into_inner();
-        let reply = purchase::conclude(app, sale_id, Err(Unavailable));
+        let reply = purchase::conclude(app, sale_id, &job.user_id, Err(Unavailable));
         finish(app, job.request, Label::Purchase, reply, job.start);
     }
 }

@@ -23,6 +23,7 @@
 
 mod app;
 mod body;
+mod buyers;
 mod group_commit;
 mod handler;
 mod metrics;

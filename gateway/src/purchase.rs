@@ -69,6 +69,10 @@ pub fn admit(app: &App, sale_id: u64, body: &[u8]) -> Result<String, Reply> {
     let user_id = parse_body(body).inspect_err(|_| app.metrics.outcome(Outcome::Invalid))?;
     if let Some(closed) = app.soldout.get(sale_id, Instant::now()) {
         app.metrics.outcome(Outcome::ClosedFromMemory);
+        // A buyer's retry is still a 409 with the reservation id.
+        if let Some(rid) = app.buyers.lookup(sale_id, &user_id) {
+            return Err(already_purchased(&rid));
+        }
         return Err(closed_reply(closed));
     }
     Ok(user_id)
@@ -76,7 +80,12 @@ pub fn admit(app: &App, sale_id: u64, body: &[u8]) -> Result<String, Reply> {
 
 /// The second half: the reply to what Redis said (or could not say), with
 /// the sold-out memory and the outcome counter updated.
-pub fn conclude(app: &App, sale_id: u64, outcome: Result<ReserveOutcome, Unavailable>) -> Reply {
+pub fn conclude(
+    app: &App,
+    sale_id: u64,
+    user_id: &str,
+    outcome: Result<ReserveOutcome, Unavailable>,
+) -> Reply {
     let metrics = &app.metrics;
     let closed = |c: Closed, o: Outcome| {
         app.soldout.put(sale_id, c, Instant::now());
@@ -90,14 +99,13 @@ pub fn conclude(app: &App, sale_id: u64, outcome: Result<ReserveOutcome, Unavail
         }
         Ok(ReserveOutcome::Reserved(rid)) => {
             metrics.outcome(Outcome::Reserved);
+            app.buyers.remember(sale_id, user_id, &rid);
             Reply::json(202, json!({ "reservation_id": rid, "status": "queued" }))
         }
         Ok(ReserveOutcome::AlreadyPurchased(rid)) => {
             metrics.outcome(Outcome::AlreadyPurchased);
-            Reply::json(
-                409,
-                json!({ "error": "already_purchased", "reservation_id": rid }),
-            )
+            app.buyers.remember(sale_id, user_id, &rid);
+            already_purchased(&rid)
         }
         Ok(ReserveOutcome::NotStarted) => {
             metrics.outcome(Outcome::NotStarted);
@@ -107,6 +115,13 @@ pub fn conclude(app: &App, sale_id: u64, outcome: Result<ReserveOutcome, Unavail
         Ok(ReserveOutcome::Ended) => closed(Closed::Ended, Outcome::Ended),
         Ok(ReserveOutcome::UnknownSale) => closed(Closed::Unknown, Outcome::UnknownSale),
     }
+}
+
+fn already_purchased(rid: &str) -> Reply {
+    Reply::json(
+        409,
+        json!({ "error": "already_purchased", "reservation_id": rid }),
+    )
 }
 
 fn closed_reply(c: Closed) -> Reply {

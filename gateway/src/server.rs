@@ -140,6 +140,7 @@ pub fn run(config: Config, shutdown: Shutdown, unblocker: Unblocker) -> Result<(
     let app = Arc::new(App {
         metrics: metrics.clone(),
         soldout: SoldOutCache::default(),
+        buyers: Default::default(),
         client: client.clone(),
         redis_timeout: config.redis_timeout,
         body_limit: config.body_limit_bytes,

@@ -184,7 +184,8 @@ fn sold_out_is_answered_from_memory_and_restored_stock_is_seen_within_a_second()
     open_sale(&redis, 6, 1);
     let g = Gateway::start(&redis, &[]);
     let mut c = Client::connect(g.port);
-    assert_eq!(c.buy(6, "u0").status, 202);
+    let bought = c.buy(6, "u0");
+    assert_eq!(bought.status, 202);
     assert_eq!(c.buy(6, "u1").status, 410);
     // From memory now: the script is not run again (no Redis call).
     let calls = || -> u64 {
@@ -199,9 +200,22 @@ fn sold_out_is_answered_from_memory_and_restored_stock_is_seen_within_a_second()
             .and_then(|n| n.parse().ok())
             .unwrap_or(0)
     };
+    let first = c.buy(6, "u0");
+    assert_eq!(first.status, 409);
+    assert_eq!(
+        first.json()["reservation_id"],
+        bought.json()["reservation_id"]
+    );
     let before = calls();
     for i in 2..50 {
         assert_eq!(c.buy(6, &format!("u{i}")).status, 410);
+        // The buyer's retry is still 409 with the same reservation id.
+        let again = c.buy(6, "u0");
+        assert_eq!(again.status, 409, "{again:?}");
+        assert_eq!(
+            again.json()["reservation_id"],
+            first.json()["reservation_id"]
+        );
     }
     assert!(calls() - before < 5, "the fast path called Redis");
     // An operator puts a unit back.
