@@ -129,6 +129,9 @@ pub struct SaleCreate {
 pub const MAX_STOCK: u64 = 100_000_000;
 /// Longest sale window: 366 days in ms.
 pub const MAX_WINDOW_MS: u64 = 366 * 24 * 3600 * 1000;
+/// Furthest a sale may start or end from now: 10 years in ms (further is a
+/// typo, or an overflow such as `now+99999999999999s`).
+pub const MAX_AHEAD_MS: u64 = 10 * 366 * 24 * 3600 * 1000;
 /// Highest price: one billion currency units, in cents.
 pub const MAX_PRICE_CENTS: u64 = 100_000_000_000;
 
@@ -298,6 +301,14 @@ pub fn parse_at(
                 .map_err(|e| UsageError(format!("--starts-at {starts:?}: {e}")))?;
             let ends_at_ms = parse_time_ms(&ends, now_ms)
                 .map_err(|e| UsageError(format!("--ends-at {ends:?}: {e}")))?;
+            for (name, given, ms) in [
+                ("--starts-at", &starts, starts_at_ms),
+                ("--ends-at", &ends, ends_at_ms),
+            ] {
+                if ms > now_ms.saturating_add(MAX_AHEAD_MS) {
+                    return err(format!("{name} {given:?}: more than 10 years ahead"));
+                }
+            }
             if ends_at_ms <= starts_at_ms {
                 return err("--ends-at must be after --starts-at");
             }
@@ -365,6 +376,7 @@ mod tests {
             "sale create --sku A --stock 5 --starts-at now --ends-at now",
             "sale create --sku A --stock 5 --starts-at yesterday --ends-at now+1h",
             "sale create --sku A --stock 5 --starts-at now --ends-at now+1000d",
+            "sale create --sku A --stock 5 --starts-at now+99999999999999s --ends-at now+1h",
             "sale create --sku a/b --stock 5 --starts-at now --ends-at now+1h",
             "sale create --stock 5 --starts-at now --ends-at now+1h",
             "sale create --sku A --stock 5 --starts-at now --ends-at now+1h --price-cents 1e9",
