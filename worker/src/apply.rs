@@ -10,7 +10,10 @@
 //!    everyone (the usual cause of deadlocks, duplicate-key S-locks taken in
 //!    different orders, cannot form a cycle). No row: unknown sale.
 //! 2. Read which reservation ids (or `(sale_id, user_id)` pairs) already have
-//!    an order: those messages are already done and are left alone.
+//!    an order. A message whose reservation id has one is already done and
+//!    left alone (idempotency). A message whose buyer holds an order of this
+//!    sale from ANOTHER reservation (in MySQL, or earlier in this batch) is a
+//!    [`Conflict`]: not applied, not done; the caller dead-letters it.
 //! 3. `INSERT IGNORE INTO orders` for the rest (`quantity = 1`,
 //!    `status = 'confirmed'`, `reserved_at = FROM_UNIXTIME(ms / 1000)`).
 //! 4. `INSERT IGNORE INTO stock_ledger` one row per new order
@@ -27,19 +30,36 @@ use crate::error::ApplyError;
 use mysql::prelude::Queryable;
 use mysql::{Conn, IsolationLevel, Params, TxOpts, Value};
 use seckill_common::message::OrderMessage;
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::time::Duration;
+
+/// A message whose buyer already holds an order of the sale made from a
+/// different reservation (`orders_sale_user` allows one per buyer): the
+/// message cannot become an order, and it is not "already done" either.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Conflict {
+    /// Position of the refused message in the slice given to [`Db::apply`].
+    pub index: usize,
+    /// `orders.id` of the buyer's existing order.
+    pub order_id: u64,
+    /// The reservation id that existing order was made from.
+    pub reservation_id: String,
+}
 
 /// What one application of a batch did. Every variant leaves MySQL consistent.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Applied {
     /// Committed: `inserted` new orders (with as many ledger rows and units
-    /// decremented); the other `already` messages had their order already.
+    /// decremented); `already` messages had their order already (same
+    /// reservation id); the `conflicts` were refused, nothing written for
+    /// them.
     Done {
         /// Orders created by this transaction.
         inserted: usize,
         /// Messages whose order existed (redelivery, duplicate push).
         already: usize,
+        /// Messages whose buyer holds an order from another reservation.
+        conflicts: Vec<Conflict>,
     },
     /// `sales` has no row for the sale: nothing written.
     UnknownSale,
@@ -92,6 +112,15 @@ impl Db {
         r
     }
 
+    /// Opens the connection if there is none (no round trip when there is),
+    /// so that the next [`Db::apply`] starts with `BEGIN` at once.
+    ///
+    /// Errors: as [`ApplyError`].
+    pub fn connect(&mut self) -> Result<(), ApplyError> {
+        let r = self.conn().map(|_| ());
+        self.keep_if_usable(r)
+    }
+
     /// Checks that MySQL answers (`SELECT 1`), connecting if needed.
     ///
     /// Errors: as [`ApplyError`].
@@ -141,12 +170,13 @@ fn apply_in_transaction(
         return Ok(Applied::Done {
             inserted: 0,
             already: 0,
+            conflicts: Vec::new(),
         });
     }
 
-    // Step 2: which of these are already orders.
+    // Step 2: which of these are already orders, and which buyers hold one.
     let sql = format!(
-        "SELECT reservation_id, sale_id, user_id FROM orders WHERE reservation_id IN ({}) \
+        "SELECT id, reservation_id, sale_id, user_id FROM orders WHERE reservation_id IN ({}) \
          OR (sale_id = ? AND user_id IN ({}))",
         placeholders(msgs.len()),
         placeholders(msgs.len())
@@ -157,27 +187,35 @@ fn apply_in_transaction(
         .collect();
     params.push(Value::from(sale_id));
     params.extend(msgs.iter().map(|m| Value::from(m.user_id.as_str())));
-    let existing: Vec<(String, u64, String)> = tx.exec(sql, Params::Positional(params))?;
-    let mut seen_rids: HashSet<&str> = existing.iter().map(|(r, _, _)| r.as_str()).collect();
-    let mut seen_users: HashSet<&str> = existing
+    let existing: Vec<(u64, String, u64, String)> = tx.exec(sql, Params::Positional(params))?;
+    let mut seen_rids: HashSet<&str> = existing.iter().map(|(_, r, _, _)| r.as_str()).collect();
+    // Buyer -> (order id, or None for an order of this batch; reservation id).
+    let mut holders: HashMap<&str, (Option<u64>, &str)> = existing
         .iter()
-        .filter(|(_, s, _)| *s == sale_id)
-        .map(|(_, _, u)| u.as_str())
+        .filter(|(_, _, s, _)| *s == sale_id)
+        .map(|(id, r, _, u)| (u.as_str(), (Some(*id), r.as_str())))
         .collect();
     let mut new: Vec<&OrderMessage> = Vec::with_capacity(msgs.len());
-    for m in msgs {
-        // insert() is false when present: already an order, or a repeat
-        // within this batch. Both sets are updated for every new order.
-        if seen_rids.insert(m.reservation_id.as_str()) & seen_users.insert(m.user_id.as_str()) {
+    let mut refused: Vec<(usize, Option<u64>, &str)> = Vec::new();
+    let mut already = 0;
+    for (i, m) in msgs.iter().enumerate() {
+        if seen_rids.contains(m.reservation_id.as_str()) {
+            // An order of this reservation exists, or a repeat in the batch.
+            already += 1;
+        } else if let Some((id, rid)) = holders.get(m.user_id.as_str()) {
+            refused.push((i, *id, rid));
+        } else {
+            seen_rids.insert(m.reservation_id.as_str());
+            holders.insert(m.user_id.as_str(), (None, m.reservation_id.as_str()));
             new.push(m);
         }
     }
-    let already = msgs.len() - new.len();
     if new.is_empty() {
         tx.commit()?;
         return Ok(Applied::Done {
             inserted: 0,
             already,
+            conflicts: conflicts(refused, &HashMap::new()),
         });
     }
     let n = new.len();
@@ -234,9 +272,44 @@ fn apply_in_transaction(
         tx.rollback()?;
         return Ok(Applied::StockExhausted);
     }
+    // Ids of this batch's orders that a conflict points at.
+    let mut ids: HashMap<String, u64> = HashMap::new();
+    let wanted: Vec<&str> = refused
+        .iter()
+        .filter(|(_, id, _)| id.is_none())
+        .map(|(_, _, rid)| *rid)
+        .collect();
+    if !wanted.is_empty() {
+        let sql = format!(
+            "SELECT reservation_id, id FROM orders WHERE reservation_id IN ({})",
+            placeholders(wanted.len())
+        );
+        let params: Vec<Value> = wanted.iter().map(|r| Value::from(*r)).collect();
+        let rows: Vec<(String, u64)> = tx.exec(sql, Params::Positional(params))?;
+        ids.extend(rows);
+    }
+    let conflicts = conflicts(refused, &ids);
     tx.commit()?;
     Ok(Applied::Done {
         inserted: n,
         already,
+        conflicts,
     })
+}
+
+/// Turns the refused messages into [`Conflict`]s; `ids` gives the order id of
+/// an order inserted by this transaction (0 if absent, which cannot happen
+/// after a successful insert).
+fn conflicts(
+    refused: Vec<(usize, Option<u64>, &str)>,
+    ids: &HashMap<String, u64>,
+) -> Vec<Conflict> {
+    refused
+        .into_iter()
+        .map(|(index, id, rid)| Conflict {
+            index,
+            order_id: id.or_else(|| ids.get(rid).copied()).unwrap_or(0),
+            reservation_id: rid.to_string(),
+        })
+        .collect()
 }

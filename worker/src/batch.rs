@@ -8,8 +8,28 @@
 //! first; Redis is settled after. A crash in between leaves the batch in the
 //! processing list; it is reclaimed and applied again, and the apply is
 //! idempotent (no second order, ledger row or decrement).
+//!
+//! The fence: a message is applied only while Redis still holds the
+//! reservation behind it. Right before each MySQL transaction (after any
+//! retry wait and the connect, immediately before `BEGIN`) one `HMGET` of
+//! the sale's flow hash reads the flow records of the messages; a message
+//! whose flow record is missing or differs byte for byte from it (pushed by
+//! hand, or released by `seckill-reconciler resolve --rollback` while a
+//! paused worker held it in memory) is dead-lettered with
+//! [`NO_FLOW_RECORD`] and removed from the processing list, never applied;
+//! its status and attempt count are left alone (a released reservation stays
+//! `failed`, a made-up one gets none). Remaining window: a release between
+//! that read and the `COMMIT` still becomes an order. The release script
+//! refuses while the message is in a processing list, so this needs a worker
+//! paused inside the window long enough for its list to be reclaimed; the
+//! reconciler then reports the order as `order_without_flow`.
+//!
+//! A message whose buyer already holds an order of the sale from another
+//! reservation is dead-lettered (`user already holds order N from
+//! reservation R`, status `failed`), not confirmed; the same reservation id
+//! again is "already done" (idempotency).
 
-use crate::apply::Applied;
+use crate::apply::{Applied, Conflict};
 use crate::consume::{CrashPoint, Worker};
 use crate::error::ApplyError;
 use seckill_common::dead_letter::DeadLetter;
@@ -42,8 +62,27 @@ struct Failure {
 #[derive(Default)]
 struct Settlement {
     confirmed: Vec<String>,
+    /// Dead letters whose reservation's status becomes `failed`.
     dead: Vec<DeadLetter>,
+    /// Dead letters the fence refused: status and attempts left alone (the
+    /// reservation was released, or never made).
+    fenced: Vec<DeadLetter>,
     requeue: Vec<usize>,
+}
+
+/// Dead-letter reason of a message the fence refused.
+pub const NO_FLOW_RECORD: &str =
+    "no matching flow record: the reservation was released or never made";
+
+/// How one fenced application came out.
+enum Attempt {
+    /// Shutdown came while MySQL could not be reached.
+    Interrupted,
+    /// Reading the flow records failed.
+    RedisFailed(redis::RedisError),
+    /// MySQL answered for these positions in `valid` (the ones the fence
+    /// passed; empty, with a `Done` of nothing, when it passed none).
+    Answer(Vec<usize>, Result<Applied, String>),
 }
 
 fn lossy(raw: &[u8]) -> String {
@@ -75,24 +114,31 @@ impl Worker {
         }
 
         let mut failures: Vec<Failure> = Vec::new();
+        // Positions in `valid` that the fence refused (dead-lettered below).
+        let mut fenced: Vec<usize> = Vec::new();
         if !valid.is_empty() {
-            let all: Vec<&OrderMessage> = valid.iter().map(|(_, m)| m).collect();
-            let whole = match self.apply_retrying(sale_id, &all) {
-                None => return BatchEnd::Interrupted,
-                Some(r) => r,
+            let all: Vec<usize> = (0..valid.len()).collect();
+            let (live, whole) = match self.apply_fenced(sale_id, &raw, &valid, &all, &mut fenced) {
+                Attempt::Interrupted => return BatchEnd::Interrupted,
+                Attempt::RedisFailed(e) => {
+                    log::warn!("sale {sale_id}: reading flow records: {e}");
+                    return BatchEnd::RedisFailed;
+                }
+                Attempt::Answer(live, r) => (live, r),
             };
-            self.metrics.batches.inc();
-            self.metrics.batch_size.observe(all.len() as f64);
             match whole {
-                Ok(Applied::Done { inserted, already }) => {
+                Ok(Applied::Done {
+                    inserted,
+                    already,
+                    conflicts,
+                }) => {
                     self.count_done(inserted, already);
-                    s.confirmed
-                        .extend(valid.iter().map(|(_, m)| m.reservation_id.clone()));
+                    self.settle_done(&valid, &live, conflicts, &mut s, &mut failures);
                 }
                 Ok(Applied::UnknownSale) => {
-                    for (i, _) in &valid {
+                    for p in &live {
                         failures.push(Failure {
-                            raw: *i,
+                            raw: valid[*p].0,
                             reason: format!("unknown sale {sale_id}"),
                             final_now: true,
                         });
@@ -100,32 +146,46 @@ impl Worker {
                 }
                 Ok(Applied::StockExhausted) | Err(_) => {
                     if let Err(e) = &whole {
-                        log::warn!("sale {sale_id}: batch of {}: {e}; one by one", all.len());
+                        log::warn!("sale {sale_id}: batch of {}: {e}; one by one", live.len());
                     } else {
                         log::warn!(
                             "sale {sale_id}: MySQL stock cannot cover a batch of {}; one by one",
-                            all.len()
+                            live.len()
                         );
                     }
-                    for (i, m) in &valid {
-                        match self.apply_retrying(sale_id, &[m]) {
-                            None => return BatchEnd::Interrupted,
-                            Some(Ok(Applied::Done { inserted, already })) => {
-                                self.count_done(inserted, already);
-                                s.confirmed.push(m.reservation_id.clone());
+                    for p in live {
+                        let i = valid[p].0;
+                        let one = match self.apply_fenced(sale_id, &raw, &valid, &[p], &mut fenced)
+                        {
+                            Attempt::Interrupted => return BatchEnd::Interrupted,
+                            Attempt::RedisFailed(e) => {
+                                log::warn!("sale {sale_id}: reading flow records: {e}");
+                                return BatchEnd::RedisFailed;
                             }
-                            Some(Ok(Applied::UnknownSale)) => failures.push(Failure {
-                                raw: *i,
+                            Attempt::Answer(l, _) if l.is_empty() => continue,
+                            Attempt::Answer(_, r) => r,
+                        };
+                        match one {
+                            Ok(Applied::Done {
+                                inserted,
+                                already,
+                                conflicts,
+                            }) => {
+                                self.count_done(inserted, already);
+                                self.settle_done(&valid, &[p], conflicts, &mut s, &mut failures);
+                            }
+                            Ok(Applied::UnknownSale) => failures.push(Failure {
+                                raw: i,
                                 reason: format!("unknown sale {sale_id}"),
                                 final_now: true,
                             }),
-                            Some(Ok(Applied::StockExhausted)) => failures.push(Failure {
-                                raw: *i,
+                            Ok(Applied::StockExhausted) => failures.push(Failure {
+                                raw: i,
                                 reason: "stock exhausted in MySQL".into(),
                                 final_now: true,
                             }),
-                            Some(Err(e)) => failures.push(Failure {
-                                raw: *i,
+                            Err(e) => failures.push(Failure {
+                                raw: i,
                                 reason: e,
                                 final_now: false,
                             }),
@@ -133,6 +193,15 @@ impl Worker {
                     }
                 }
             }
+        }
+        for p in fenced {
+            let (i, m) = &valid[p];
+            s.fenced.push(self.dead_letter(
+                &raw[*i],
+                NO_FLOW_RECORD.into(),
+                0,
+                Some(m.reservation_id.clone()),
+            ));
         }
         self.metrics
             .batch_seconds
@@ -147,7 +216,8 @@ impl Worker {
         }
         match self.settle(sale_id, &raw, &s) {
             Ok(()) => {
-                self.metrics.dead_lettered.add(s.dead.len() as u64);
+                let dead = s.dead.len() + s.fenced.len();
+                self.metrics.dead_lettered.add(dead as u64);
                 self.metrics.requeued.add(s.requeue.len() as u64);
                 BatchEnd::Settled
             }
@@ -181,21 +251,111 @@ impl Worker {
         }
     }
 
-    /// Applies `msgs` until MySQL gives an answer: deadlocks and lock-wait
-    /// timeouts are retried on the same connection, lost connections on a
-    /// new one, both with capped exponential backoff and never counted
-    /// against the messages. `None`: shutdown came first. `Some(Err)`: a
-    /// server error that counts as a failed application.
-    fn apply_retrying(
+    /// Records what a committed application did for the messages at
+    /// positions `live` of `valid`: confirmed, except the conflicts, which
+    /// are final failures (dead letter, status `failed`).
+    fn settle_done(
+        &self,
+        valid: &[(usize, OrderMessage)],
+        live: &[usize],
+        conflicts: Vec<Conflict>,
+        s: &mut Settlement,
+        failures: &mut Vec<Failure>,
+    ) {
+        let mut refused = vec![false; live.len()];
+        for c in conflicts {
+            if let Some(r) = refused.get_mut(c.index) {
+                *r = true;
+            }
+            failures.push(Failure {
+                raw: valid[live[c.index]].0,
+                reason: format!(
+                    "user already holds order {} from reservation {}",
+                    c.order_id, c.reservation_id
+                ),
+                final_now: true,
+            });
+        }
+        for (p, refused) in live.iter().zip(refused) {
+            if !refused {
+                s.confirmed.push(valid[*p].1.reservation_id.clone());
+            }
+        }
+    }
+
+    /// The fence: reads the flow records of the messages at positions
+    /// `which` of `valid` in one `HMGET` and returns the positions whose
+    /// flow record is missing or differs byte for byte from the queued
+    /// message.
+    ///
+    /// Errors: Redis failures.
+    fn stale(
         &mut self,
         sale_id: u64,
-        msgs: &[&OrderMessage],
-    ) -> Option<Result<Applied, String>> {
+        raw: &[Vec<u8>],
+        valid: &[(usize, OrderMessage)],
+        which: &[usize],
+    ) -> redis::RedisResult<Vec<usize>> {
+        let mut cmd = redis::cmd("HMGET");
+        cmd.arg(SaleKeys::new(sale_id).flow());
+        for p in which {
+            cmd.arg(valid[*p].1.reservation_id.as_str());
+        }
+        let flows: Vec<Option<Vec<u8>>> = cmd.query(self.consumer.con()?)?;
+        Ok(which
+            .iter()
+            .zip(flows)
+            .filter(|(p, f)| f.as_deref() != Some(raw[valid[**p].0].as_slice()))
+            .map(|(p, _)| *p)
+            .collect())
+    }
+
+    /// Applies the messages at positions `which` of `valid` until MySQL
+    /// gives an answer, each attempt fenced: right before it (after any
+    /// retry wait and the MySQL connect, immediately before `BEGIN`) the
+    /// flow records are read, and messages without a matching one are
+    /// moved to `fenced` and never applied. Deadlocks and lock-wait timeouts
+    /// are retried on the same connection, lost connections on a new one,
+    /// both with capped exponential backoff and never counted against the
+    /// messages. An `Err` answer is a server error that counts as a failed
+    /// application.
+    fn apply_fenced(
+        &mut self,
+        sale_id: u64,
+        raw: &[Vec<u8>],
+        valid: &[(usize, OrderMessage)],
+        which: &[usize],
+        fenced: &mut Vec<usize>,
+    ) -> Attempt {
+        let mut live = which.to_vec();
         let mut backoff = crate::consume::Backoff::new();
-        loop {
-            match self.db.apply(sale_id, msgs) {
-                Ok(a) => return Some(Ok(a)),
-                Err(ApplyError::Permanent(e)) => return Some(Err(e)),
+        let answer = loop {
+            // Connect first, so that nothing but BEGIN follows the fence.
+            let r = match self.db.connect() {
+                Err(e) => Err(e),
+                Ok(()) => {
+                    let stale = match self.stale(sale_id, raw, valid, &live) {
+                        Ok(stale) => stale,
+                        Err(e) => return Attempt::RedisFailed(e),
+                    };
+                    live.retain(|p| !stale.contains(p));
+                    self.metrics.fenced.add(stale.len() as u64);
+                    fenced.extend(stale);
+                    if live.is_empty() {
+                        let none = Applied::Done {
+                            inserted: 0,
+                            already: 0,
+                            conflicts: Vec::new(),
+                        };
+                        return Attempt::Answer(live, Ok(none));
+                    }
+                    let msgs: Vec<&OrderMessage> = live.iter().map(|p| &valid[*p].1).collect();
+                    self.db.apply(sale_id, &msgs)
+                }
+            };
+            match r {
+                Ok(a) => break Ok(a),
+                Err(ApplyError::Permanent(e)) => break Err(e),
                 Err(e @ ApplyError::Transient(_)) => {
                     self.metrics.retries_transient.inc();
                     log::info!("sale {sale_id}: {e}; retrying");
@@ -206,9 +366,12 @@ impl Worker {
                 }
             }
             if !backoff.sleep(&self.shutdown) {
-                return None;
+                return Attempt::Interrupted;
             }
-        }
+        };
+        self.metrics.batches.inc();
+        self.metrics.batch_size.observe(live.len() as f64);
+        Attempt::Answer(live, answer)
     }
 
     /// Adds one failed application per refused message in Redis, then
@@ -266,6 +429,9 @@ impl Worker {
         for rid in &s.confirmed {
             p.hset(k.status(), rid, "confirmed").ignore();
             p.hdel(k.attempts(), rid).ignore();
+        }
+        for d in &s.fenced {
+            p.lpush(k.dead_letter(), d.to_json()).ignore();
         }
         for d in &s.dead {
             p.lpush(k.dead_letter(), d.to_json()).ignore();

@@ -6,7 +6,8 @@
 //!
 //! - [`consume`]: the consuming loop (fair passes over every sale's queue,
 //!   blocking only when all are empty), backoff, test crash points.
-//! - [`batch`]: one batch from taking to settling: parse, apply, dead-letter,
+//! - [`batch`]: one batch from taking to settling: parse, fence (apply only
+//!   messages whose flow record Redis still holds), apply, dead-letter,
 //!   requeue, one `MULTI` to finish it in Redis.
 //! - [`apply`]: the MySQL transaction (orders, stock ledger, guarded stock
 //!   decrement), idempotent by reservation id.

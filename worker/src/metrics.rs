@@ -43,6 +43,9 @@ pub struct Metrics {
     pub retries_connection: Counter,
     /// Messages moved to a dead-letter list.
     pub dead_lettered: Counter,
+    /// Messages the fence refused (no matching flow record in Redis); also
+    /// counted in `dead_lettered`.
+    pub fenced: Counter,
     /// Messages put back on the queue after a failed application.
     pub requeued: Counter,
     /// Messages moved back from dead workers' (or this worker's previous
@@ -65,6 +68,7 @@ impl Default for Metrics {
             retries_transient: Counter::default(),
             retries_connection: Counter::default(),
             dead_lettered: Counter::default(),
+            fenced: Counter::default(),
             requeued: Counter::default(),
             reclaimed: Counter::default(),
             redis_errors: Counter::default(),
@@ -126,6 +130,12 @@ impl Metrics {
             "Messages moved to a dead-letter list.",
             &w,
             self.dead_lettered.get(),
+        );
+        e.counter(
+            "seckill_worker_fenced_total",
+            "Messages dead-lettered without applying: Redis held no matching flow record.",
+            &w,
+            self.fenced.get(),
         );
         e.counter(
             "seckill_worker_requeued_total",
