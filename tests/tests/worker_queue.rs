@@ -120,6 +120,10 @@ fn bad_messages_are_dead_lettered_with_reasons_and_the_worker_keeps_consuming() 
         reserved_at_ms: seckill_common::now_ms(),
     };
     let _: () = con.sadd(keys::SALES, unknown).unwrap();
+    // With its flow record, so the fence lets it through to MySQL.
+    let _: () = con
+        .hset(ku.flow(), &bad.reservation_id, bad.to_json())
+        .unwrap();
     let _: () = con.lpush(ku.queue(), bad.to_json()).unwrap();
     reserve_users(&redis, sale, "v", 5);
 
