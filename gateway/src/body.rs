@@ -4,17 +4,18 @@
 //! tiny_http 0.12 reads bodies of up to [`BUFFERED_MAX`] bytes into memory
 //! before a handler sees the request. A larger declared body is read lazily,
 //! and when such a request is dropped tiny_http reads and discards the rest
-//! of the declared length with a buffer of that whole length, allocated in
-//! one piece (`util/equal_reader.rs`, its `Drop`). So:
+//! of the declared length. Upstream did that with a buffer of the whole
+//! remaining length (`util/equal_reader.rs`, its `Drop`), so a
+//! `Content-Length: 1000000000000` aborted the process; the vendored copy
+//! drains with a fixed 8 KiB buffer. Draining still lasts as long as the
+//! client keeps the connection and has bytes left to send. So:
 //!
-//! - a declared length above [`DRAIN_MAX`] is never dropped: the gateway
-//!   answers 413 through `Request::upgrade` (the only API that hands over
-//!   the connection without dropping the body reader) and keeps the
-//!   connection for good ("parked"). A `Content-Length: 1000000000000`
-//!   would otherwise abort the process (allocation failure). Each parked
-//!   connection holds one tiny_http thread and two file descriptors until
-//!   the process stops; the reverse proxy (`systemd/nginx-seckill.conf`)
-//!   caps bodies so none reaches the gateway;
+//! - a declared length above [`DRAIN_MAX`] (or with the slow lane full): the
+//!   gateway answers 413 through `Request::upgrade` (so no handler waits for
+//!   the drain) and drops the connection on a drain thread of its own
+//!   ("parked"): it lasts until the client has sent the declared length or
+//!   goes away, then its thread and descriptors are freed. The reverse proxy
+//!   (`systemd/nginx-seckill.conf`) caps bodies so none reaches the gateway;
 //! - a declared length between [`BUFFERED_MAX`] and [`DRAIN_MAX`] is read
 //!   (when within `SECKILL_BODY_LIMIT`) or drained off the handler threads,
 //!   in a "slow-lane" thread ([`SLOW_LANE_MAX`] at once), because a client
@@ -32,8 +33,8 @@ use tiny_http::Request;
 /// the request (tiny_http 0.12, `request.rs`, unless `Expect: 100-continue`).
 pub const BUFFERED_MAX: usize = 1024;
 
-/// Largest declared body the gateway lets tiny_http drain on drop (its
-/// drain buffer is this large at most): 1 MiB.
+/// Largest declared body handled on a slow-lane thread: 1 MiB. Larger ones
+/// are answered 413 at once and drained on a thread of their own.
 pub const DRAIN_MAX: usize = 1 << 20;
 
 /// Most slow-lane threads at once; beyond it requests are parked.
@@ -109,8 +110,8 @@ pub fn read_limited(rq: &mut Request, limit: usize) -> Result<Vec<u8>, Reply> {
     }
 }
 
-/// Answers `reply` and keeps the connection for good, without ever dropping
-/// its body reader (see the file's top comment).
+/// Answers `reply`, then drains and closes the connection on a thread of its
+/// own (see the file's top comment).
 ///
 /// `Request::upgrade` is the only tiny_http call that hands back the
 /// connection without dropping the body reader, and the response it writes
@@ -142,8 +143,26 @@ pub fn park(app: &App, rq: Request, reply: Reply) {
     let _ = stream
         .write_all(head.as_bytes())
         .and_then(|_| stream.flush());
-    // Dropping the stream would drop the body reader: keep it for good.
-    std::mem::forget(stream);
+    // Dropping the stream drains the rest of the declared body (with a fixed
+    // buffer in the patched tiny_http), which lasts until the client has sent
+    // it or goes away: do it on a thread of its own, never on a handler.
+    // The stream moves to the thread only once it runs, so a failed start
+    // leaves it here: then it is kept for good rather than drained inline.
+    let (tx, rx) = crossbeam_channel::bounded(1);
+    let spawned = std::thread::Builder::new()
+        .name("gw-drain".into())
+        .spawn(move || drop(rx.recv()));
+    match spawned {
+        Ok(_) => {
+            if let Err(e) = tx.send(stream) {
+                std::mem::forget(e.into_inner());
+            }
+        }
+        Err(e) => {
+            log::error!("starting a drain thread: {e}; keeping the connection");
+            std::mem::forget(stream);
+        }
+    }
 }
 
 fn reason(status: u16) -> &'static str {

@@ -59,8 +59,9 @@ pub struct Metrics {
     pub in_flight: Gauge,
     /// Requests whose body is read (or drained) by a slow-lane thread now.
     pub slow_lane: Gauge,
-    /// Connections parked for good: a declared body too large to ever drop
-    /// safely (see `body.rs`). Each holds one tiny_http thread and socket.
+    /// Connections answered 413 at once and drained on a thread of their own
+    /// (a declared body over 1 MiB, or the slow lane full; see `body.rs`).
+    /// Each holds a thread and its socket until the client goes away.
     pub parked: Counter,
     /// Purchases sent in Redis pipelines (group commit) and the pipelines.
     pub pipelined: Counter,
@@ -175,7 +176,7 @@ impl Metrics {
         );
         e.counter(
             "seckill_gateway_parked_connections_total",
-            "Connections kept open for good after a declared body too large to drain.",
+            "Connections answered 413 and drained on their own thread (declared body too large).",
             &[],
             self.parked.get(),
         );

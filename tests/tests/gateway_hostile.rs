@@ -6,7 +6,7 @@
 mod gateway_support;
 
 use gateway_support::*;
-use seckill_tests::RedisServer;
+use seckill_tests::{wait_until, RedisServer};
 use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::time::{Duration, Instant};
@@ -176,7 +176,7 @@ fn a_declared_terabyte_with_10_bytes_is_413_and_the_process_survives() {
             s.write_all(head.as_bytes()).unwrap();
             let r = read_resp(&mut std::io::BufReader::new(s)).expect("an answer");
             assert_eq!((r.status, r.error()), (413, "payload_too_large".into()));
-            // The client goes away; the connection stays parked (documented).
+            // The client goes away: its drain ends and the connection closes.
         }
         let m = get(p, "/metrics");
         assert!(
@@ -186,6 +186,59 @@ fn a_declared_terabyte_with_10_bytes_is_413_and_the_process_survives() {
             m.body
         );
     });
+}
+
+/// The gateway's open TCP sockets (its own descriptors, from /proc).
+fn open_sockets(pid: u32) -> usize {
+    std::fs::read_dir(format!("/proc/{pid}/fd"))
+        .map(|d| {
+            d.filter_map(Result::ok)
+                .filter(|e| {
+                    std::fs::read_link(e.path())
+                        .map(|l| l.to_string_lossy().starts_with("socket:"))
+                        .unwrap_or(false)
+                })
+                .count()
+        })
+        .unwrap_or(0)
+}
+
+#[test]
+fn declared_terabytes_cost_nothing_once_their_clients_leave() {
+    let redis = RedisServer::start();
+    open_sale(&redis, SALE, 10);
+    let g = Gateway::start(&redis, &[]);
+    let pid = g.child.id();
+    assert_eq!(get(g.port, "/healthz").status, 200);
+    let idle = open_sockets(pid);
+    let mut clients = Vec::new();
+    for _ in 0..40 {
+        let mut s = TcpStream::connect(("127.0.0.1", g.port)).unwrap();
+        s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+        let head = format!(
+            "POST /v1/sales/{SALE}/purchases HTTP/1.1\r\nHost: x\r\nContent-Length: 1000000000000\r\n\r\n0123456789"
+        );
+        s.write_all(head.as_bytes()).unwrap();
+        let mut r = std::io::BufReader::new(s);
+        let resp = read_resp(&mut r).expect("an answer");
+        assert_eq!(resp.status, 413);
+        clients.push(r);
+    }
+    // While the clients hold on, each costs its connection.
+    assert!(
+        open_sockets(pid) >= idle + 40,
+        "{} vs {idle}",
+        open_sockets(pid)
+    );
+    drop(clients);
+    // Once they leave, every one of those connections is closed again
+    // (upstream tiny_http could only keep them for good, or abort).
+    wait_until(
+        Duration::from_secs(10),
+        "the drained connections to close",
+        || open_sockets(pid) <= idle + 1,
+    );
+    assert_eq!(buy(g.port, SALE, "after").status, 202);
 }
 
 /// Runs `hold` (which keeps hostile connections open while it runs

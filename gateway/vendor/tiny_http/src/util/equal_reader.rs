@@ -65,11 +65,15 @@ where
 {
     fn drop(&mut self) {
         let mut remaining_to_read = self.size;
+        // seckill patch: upstream allocated the whole remaining length in one
+        // piece (`vec![0; remaining_to_read]`, on every pass), so dropping a
+        // request that declared `Content-Length: 1000000000000` aborted the
+        // process. A fixed buffer drains any length.
+        let mut buf = vec![0; remaining_to_read.min(8 * 1024)];
 
         while remaining_to_read > 0 {
-            let mut buf = vec![0; remaining_to_read];
-
-            match self.reader.read(&mut buf) {
+            let want = remaining_to_read.min(buf.len());
+            match self.reader.read(&mut buf[..want]) {
                 Err(e) => {
                     self.last_read_signal.send(Err(e)).ok();
                     break;
