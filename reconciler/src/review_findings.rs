@@ -157,26 +157,50 @@ pub struct Recorded {
     pub is_new: bool,
     /// Its state after recording.
     pub state: String,
+    /// Whether a closed finding was opened again (see `record_observation`).
+    pub reopened: bool,
 }
 
 impl Review {
     /// Records `obs` as seen by run `run_id` at `now`: inserts it, or updates
     /// `last_seen` of the existing finding of the same kind, sale and subject.
-    /// An `open` finding may become `auto_fixed`; a closed one stays closed.
+    /// An `open` finding may become `auto_fixed`. A closed one stays closed,
+    /// with one exception: a finding closed by `reorder`, `rollback` or
+    /// `no_longer_observed` and observed again by a run that started after it
+    /// was closed is opened again (the action did not cure it, e.g. the
+    /// re-queued message was dead-lettered again), so a person sees it. A
+    /// dismissed or auto-fixed finding is never reopened.
     pub fn record_observation(
         &self,
         obs: &Observation,
         run_id: i64,
         now: &str,
     ) -> Result<Recorded, ReviewError> {
-        let existed: Option<i64> = self
+        let existed: Option<(i64, String, Option<String>, Option<String>)> = self
             .db
             .query_row(
-                "SELECT id FROM findings WHERE kind = ?1 AND sale_id = ?2 AND subject = ?3",
+                "SELECT id, state, resolution, resolved_at FROM findings
+                 WHERE kind = ?1 AND sale_id = ?2 AND subject = ?3",
                 params![obs.kind.as_str(), obs.sale_id as i64, obs.subject],
+                |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?)),
+            )
+            .optional()?;
+        let run_started: Option<String> = self
+            .db
+            .query_row(
+                "SELECT started_at FROM runs WHERE id = ?1",
+                params![run_id],
                 |r| r.get(0),
             )
             .optional()?;
+        let reopen = match (&existed, &run_started) {
+            (Some((_, state, Some(how), Some(at))), Some(started)) => {
+                state == "resolved"
+                    && matches!(how.as_str(), "reorder" | "rollback" | "no_longer_observed")
+                    && started.as_str() > at.as_str()
+            }
+            _ => false,
+        };
         let state = if obs.fixed.is_some() {
             "auto_fixed"
         } else {
@@ -190,10 +214,11 @@ impl Review {
                last_seen = excluded.last_seen,
                last_run_id = excluded.last_run_id,
                times_seen = findings.times_seen + 1,
-               evidence = CASE WHEN findings.state = 'open'
+               evidence = CASE WHEN findings.state = 'open' OR ?13
                                THEN excluded.evidence ELSE findings.evidence END,
-               fix = CASE WHEN findings.state = 'open' THEN excluded.fix ELSE findings.fix END,
-               state = CASE WHEN findings.state = 'open'
+               fix = CASE WHEN findings.state = 'open' OR ?13
+                          THEN excluded.fix ELSE findings.fix END,
+               state = CASE WHEN findings.state = 'open' OR ?13
                             THEN excluded.state ELSE findings.state END
              RETURNING id, state",
             params![
@@ -209,13 +234,15 @@ impl Review {
                 obs.fixed,
                 now,
                 run_id,
+                reopen,
             ],
             |r| Ok((r.get(0)?, r.get(1)?)),
         )?;
         Ok(Recorded {
             id,
-            is_new: existed.is_none(),
+            is_new: existed.is_none() || reopen,
             state: state_after,
+            reopened: reopen,
         })
     }
 

@@ -141,6 +141,12 @@ fn record(
             if rec.is_new {
                 counts.new_findings += 1;
             }
+            if rec.reopened {
+                log::warn!(
+                    "finding {} reopened: observed again after it was closed",
+                    rec.id
+                );
+            }
             if let Some(fix) = &o.fixed {
                 counts.auto_fixed += 1;
                 review.record_action(&now, "reconciler", rec.id, "compensate", fix, "done")?;

@@ -382,3 +382,29 @@ fn a_finding_closed_one_way_is_not_acted_on_another_way() {
         1
     );
 }
+
+#[test]
+fn a_reorder_that_fails_again_opens_its_finding_again_but_a_dismissal_stays() {
+    let (w, rids, id) = one_lost_message();
+    ok(&w.cmd("0s", &["resolve", &id, "--reorder", "--by", "alice"]));
+    // The re-queued message is lost again (say, dead-lettered once more).
+    w.lose_message(&rids[2]);
+    assert_eq!(w.run(), 1);
+    let f = w.findings();
+    assert_eq!(f.len(), 1, "{f:?}");
+    assert_eq!(f[0]["id"].as_i64().unwrap().to_string(), id);
+    assert_eq!(f[0]["state"], "open");
+    // Now a person can act on it again: a rollback is allowed.
+    ok(&w.cmd("0s", &["resolve", &id, "--rollback", "--by", "bob"]));
+    assert_eq!(w.redis_stock(), 8);
+    assert_eq!(w.run(), 0);
+
+    // A dismissed finding stays closed however often it is observed.
+    let (w, _rids, id) = one_lost_message();
+    ok(&w.cmd("0s", &["resolve", &id, "--dismiss", "--by", "alice"]));
+    assert_eq!(w.run(), 0);
+    assert_eq!(
+        w.review_count("SELECT COUNT(*) FROM findings WHERE state = 'open'"),
+        0
+    );
+}
