@@ -401,3 +401,35 @@ fn a_signed_content_length_is_refused() {
         assert_eq!(r.status, 400, "{r:?}");
     });
 }
+
+#[test]
+fn a_request_pipelined_after_a_huge_body_is_never_served() {
+    survives(&[], |p| {
+        let mut s = TcpStream::connect(("127.0.0.1", p)).unwrap();
+        s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+        let declared = (1 << 20) + 1;
+        let mut req = format!(
+            "POST /v1/sales/{SALE}/purchases HTTP/1.1\r\nHost: x\r\nContent-Length: {declared}\r\n\r\n"
+        )
+        .into_bytes();
+        req.extend(std::iter::repeat_n(b' ', declared));
+        let smuggled = format!(
+            "POST /v1/sales/{SALE}/purchases HTTP/1.1\r\nHost: x\r\nContent-Length: 19\r\n\r\n{{\"user_id\":\"smugA\"}}"
+        );
+        req.extend_from_slice(smuggled.as_bytes());
+        let mut writer = s.try_clone().unwrap();
+        let sender = std::thread::spawn(move || {
+            let _ = writer.write_all(&req);
+        });
+        let mut r = std::io::BufReader::new(s);
+        let first = read_resp(&mut r).expect("an answer");
+        assert_eq!(first.status, 413, "{first:?}");
+        // The connection ends after the 413: the pipelined purchase gets no
+        // answer and reserves nothing (`survives` checks Redis).
+        assert!(
+            read_resp(&mut r).is_none(),
+            "the pipelined request was served"
+        );
+        let _ = sender.join();
+    });
+}

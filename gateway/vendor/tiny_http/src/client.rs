@@ -34,6 +34,10 @@ pub struct ClientConnection {
 
     // true if the connection goes through SSL
     secure: bool,
+
+    // seckill patch: set when a request of this connection was upgraded; no
+    // request is read from the connection after that.
+    upgraded: std::sync::Arc<std::sync::atomic::AtomicBool>,
 }
 
 /// Error that can happen when reading a request.
@@ -65,6 +69,7 @@ impl ClientConnection {
             next_header_source: first_header,
             no_more_requests: false,
             secure,
+            upgraded: Default::default(),
         }
     }
 
@@ -108,6 +113,17 @@ impl ClientConnection {
             // reading the request line
             let (method, path, version) = {
                 let line = self.read_next_line().map_err(ReadError::ReadIoError)?;
+
+                // seckill patch: an earlier request of this connection was
+                // upgraded (the gateway answers a huge body that way and
+                // closes): bytes after it are no request to serve, and get
+                // no answer. The line is read first because that waits until
+                // the earlier request's reader is released.
+                if self.upgraded.load(std::sync::atomic::Ordering::SeqCst) {
+                    return Err(ReadError::ReadIoError(IoError::from(
+                        ErrorKind::ConnectionAborted,
+                    )));
+                }
 
                 parse_request_line(
                     line.as_str().trim(), // TODO: remove this conversion
@@ -224,6 +240,8 @@ impl Iterator for ClientConnection {
 
                 Ok(rq) => rq,
             };
+
+            let rq = rq.with_upgrade_flag(self.upgraded.clone());
 
             // checking HTTP version
             if *rq.http_version() > (1, 1) {

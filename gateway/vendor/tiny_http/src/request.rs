@@ -74,6 +74,10 @@ pub struct Request {
 
     // If Some, a message must be sent after responding
     notify_when_responded: Option<Sender<()>>,
+
+    // seckill patch: set by `upgrade`, read by the connection, so that no
+    // further request is read from a connection handed over by `upgrade`.
+    upgraded: Option<std::sync::Arc<std::sync::atomic::AtomicBool>>,
 }
 
 struct NotifyOnDrop<R> {
@@ -238,6 +242,7 @@ where
         body_length: content_length,
         must_send_continue: expects_continue,
         notify_when_responded: None,
+        upgraded: None,
     })
 }
 
@@ -321,6 +326,11 @@ impl Request {
 
         self.response_writer.as_mut().unwrap().flush().ok(); // TODO: unused result
 
+        // seckill patch: the connection belongs to the caller from now on,
+        // whatever the request's own `Connection` header said.
+        if let Some(flag) = self.upgraded.take() {
+            flag.store(true, std::sync::atomic::Ordering::SeqCst);
+        }
         let stream = CustomStream::new(self.extract_reader_impl(), self.extract_writer_impl());
         if let Some(sender) = self.notify_when_responded.take() {
             let stream = NotifyOnDrop {
@@ -471,6 +481,15 @@ impl Request {
 
     pub(crate) fn with_notify_sender(mut self, sender: Sender<()>) -> Self {
         self.notify_when_responded = Some(sender);
+        self
+    }
+
+    /// seckill patch: the flag `upgrade` sets (see the field).
+    pub(crate) fn with_upgrade_flag(
+        mut self,
+        flag: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    ) -> Self {
+        self.upgraded = Some(flag);
         self
     }
 }
