@@ -405,7 +405,7 @@ fn a_signed_content_length_is_refused() {
 #[test]
 fn a_request_pipelined_after_a_huge_body_is_never_served() {
     survives(&[], |p| {
-        let mut s = TcpStream::connect(("127.0.0.1", p)).unwrap();
+        let s = TcpStream::connect(("127.0.0.1", p)).unwrap();
         s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
         let declared = (1 << 20) + 1;
         let mut req = format!(
