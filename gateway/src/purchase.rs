@@ -99,6 +99,10 @@ pub fn conclude(
         }
         Ok(ReserveOutcome::Reserved(rid)) => {
             metrics.outcome(Outcome::Reserved);
+            if app.soldout.reopen(sale_id) {
+                // Sold out before, selling again: a reservation was released.
+                app.buyers.forget_sale(sale_id);
+            }
             app.buyers.remember(sale_id, user_id, &rid);
             Reply::json(202, json!({ "reservation_id": rid, "status": "queued" }))
         }
@@ -111,7 +115,10 @@ pub fn conclude(
             metrics.outcome(Outcome::NotStarted);
             Reply::error(403, "sale_not_started")
         }
-        Ok(ReserveOutcome::SoldOut) => closed(Closed::SoldOut, Outcome::SoldOut),
+        Ok(ReserveOutcome::SoldOut) => {
+            app.buyers.forget(sale_id, user_id);
+            closed(Closed::SoldOut, Outcome::SoldOut)
+        }
         Ok(ReserveOutcome::Ended) => closed(Closed::Ended, Outcome::Ended),
         Ok(ReserveOutcome::UnknownSale) => closed(Closed::Unknown, Outcome::UnknownSale),
     }

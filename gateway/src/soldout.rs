@@ -44,6 +44,23 @@ impl SoldOutCache {
         }
     }
 
+    /// Forgets `sale_id` once Redis has sold a unit of it again (stock came
+    /// back: an operator's rollback). Returns whether it had been closed, so
+    /// the caller can drop what it remembered from before.
+    pub fn reopen(&self, sale_id: u64) -> bool {
+        let known = self
+            .sales
+            .read()
+            .map(|s| s.contains_key(&sale_id))
+            .unwrap_or(false);
+        known
+            && self
+                .sales
+                .write()
+                .map(|mut s| s.remove(&sale_id).is_some())
+                .unwrap_or(false)
+    }
+
     /// Remembers that Redis said `closed` for `sale_id` at `now`.
     pub fn put(&self, sale_id: u64, closed: Closed, now: Instant) {
         if let Ok(mut sales) = self.sales.write() {

@@ -229,3 +229,40 @@ fn sold_out_is_answered_from_memory_and_restored_stock_is_seen_within_a_second()
     eprintln!("restored stock sold after {:?}", restored.elapsed());
     assert_eq!(counts(&redis, 6), (0, 2, 2));
 }
+
+#[test]
+fn a_rolled_back_buyer_is_not_told_409_after_the_unit_sells_again() {
+    let redis = RedisServer::start();
+    open_sale(&redis, 7, 1);
+    let g = Gateway::start(&redis, &[]);
+    let mut c = Client::connect(g.port);
+    let bought = c.buy(7, "b1");
+    assert_eq!(bought.status, 202);
+    assert_eq!(c.buy(7, "n1").status, 410);
+    assert_eq!(c.buy(7, "b1").status, 409);
+    // An operator rolls b1's reservation back: the unit is on sale again.
+    let rid = bought.json()["reservation_id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let released = seckill_common::release::release(&mut redis.con(), 7, &rid, &[]).unwrap();
+    assert_eq!(
+        released,
+        seckill_common::release::ReleaseOutcome::Released { stock_after: 1 }
+    );
+    let mut n = 0;
+    wait_until(
+        Duration::from_secs(2),
+        "the released unit to sell again",
+        || {
+            n += 1;
+            c.buy(7, &format!("n{}", n + 1)).status == 202
+        },
+    );
+    // Sold out again: b1 holds nothing now, so b1 gets 410, not a 409 naming
+    // the released reservation; the new buyer's retry is still 409.
+    let b1 = c.buy(7, "b1");
+    assert_eq!(b1.status, 410, "{b1:?}");
+    assert_eq!(c.buy(7, &format!("n{}", n + 1)).status, 409);
+    assert_eq!(counts(&redis, 7), (0, 1, 1));
+}
