@@ -275,3 +275,35 @@ pub fn wait_until(timeout: Duration, what: &str, mut f: impl FnMut() -> bool) {
         std::thread::sleep(Duration::from_millis(20));
     }
 }
+
+/// Every key one purchase touches for sale `id` (stock, meta, buyers, flow
+/// records, statuses, queue) with its full content, sorted: two equal
+/// snapshots prove that nothing changed in Redis.
+pub fn sale_snapshot(con: &mut redis::Connection, id: u64) -> Vec<(String, String)> {
+    use redis::Commands;
+    let k = seckill_common::keys::SaleKeys::new(id);
+    let mut out = Vec::new();
+    let stock: Option<String> = con.get(k.stock()).expect("GET stock");
+    out.push(("stock".into(), format!("{stock:?}")));
+    for h in [k.meta(), k.buyers(), k.flow(), k.status()] {
+        let mut v: Vec<(String, String)> = con.hgetall(&h).expect("HGETALL");
+        v.sort();
+        out.push((h, format!("{v:?}")));
+    }
+    let q: Vec<String> = con.lrange(k.queue(), 0, -1).expect("LRANGE queue");
+    out.push((k.queue(), format!("{q:?}")));
+    out
+}
+
+/// Whether process `pid` is stopped (state `T` in `/proc/PID/stat`), e.g.
+/// after SIGSTOP.
+pub fn is_stopped(pid: u32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat"))
+        .ok()
+        .and_then(|s| {
+            s.rsplit(')')
+                .next()
+                .map(|r| r.trim_start().starts_with('T'))
+        })
+        .unwrap_or(false)
+}

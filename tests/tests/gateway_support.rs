@@ -262,21 +262,9 @@ pub fn open_sale(redis: &RedisServer, id: u64, stock: u64) {
     load_sale(redis, id, stock, -1000, 600_000);
 }
 
-/// Every key of the sale with its full content.
+/// Every key of the sale with its full content (`seckill_tests::sale_snapshot`).
 pub fn snapshot(redis: &RedisServer, id: u64) -> Vec<(String, String)> {
-    let mut con = redis.con();
-    let k = SaleKeys::new(id);
-    let mut out = Vec::new();
-    let stock: Option<String> = con.get(k.stock()).unwrap();
-    out.push(("stock".into(), format!("{stock:?}")));
-    for h in [k.meta(), k.buyers(), k.flow(), k.status()] {
-        let mut v: Vec<(String, String)> = con.hgetall(&h).unwrap();
-        v.sort();
-        out.push((h, format!("{v:?}")));
-    }
-    let q: Vec<String> = con.lrange(k.queue(), 0, -1).unwrap();
-    out.push((k.queue(), format!("{q:?}")));
-    out
+    seckill_tests::sale_snapshot(&mut redis.con(), id)
 }
 
 /// The sale's stock, flow records and queue length.

@@ -5,7 +5,7 @@ use redis::Commands;
 use seckill_common::keys::SaleKeys;
 use seckill_common::reservation::{reserve, ReserveError, ReserveOutcome};
 use seckill_common::sale::{load_into_redis, Sale};
-use seckill_tests::RedisServer;
+use seckill_tests::{sale_snapshot, RedisServer};
 use std::collections::HashSet;
 use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
 use std::sync::Arc;
@@ -23,22 +23,6 @@ fn sale(id: u64, stock: u64, starts_in_ms: i64, len_ms: u64) -> Sale {
         starts_at_ms: starts,
         ends_at_ms: starts + len_ms,
     }
-}
-
-/// Every key of the sale with its full content, to prove "nothing changed".
-fn snapshot(con: &mut redis::Connection, id: u64) -> Vec<(String, String)> {
-    let k = SaleKeys::new(id);
-    let mut out = Vec::new();
-    let stock: Option<String> = con.get(k.stock()).unwrap();
-    out.push(("stock".into(), format!("{stock:?}")));
-    for h in [k.meta(), k.buyers(), k.flow(), k.status()] {
-        let mut v: Vec<(String, String)> = con.hgetall(&h).unwrap();
-        v.sort();
-        out.push((h, format!("{v:?}")));
-    }
-    let q: Vec<String> = con.lrange(k.queue(), 0, -1).unwrap();
-    out.push((k.queue(), format!("{q:?}")));
-    out
 }
 
 #[test]
@@ -165,7 +149,10 @@ fn window_and_unknown_sale_are_refused_without_any_change() {
     let mut con = redis.con();
     load_into_redis(&mut con, &sale(1, 5, 60_000, 60_000), 0).unwrap(); // opens in 60 s
     load_into_redis(&mut con, &sale(2, 5, -120_000, 60_000), 0).unwrap(); // ended 60 s ago
-    let before: Vec<_> = [1, 2, 3].iter().map(|&i| snapshot(&mut con, i)).collect();
+    let before: Vec<_> = [1, 2, 3]
+        .iter()
+        .map(|&i| sale_snapshot(&mut con, i))
+        .collect();
 
     assert_eq!(
         reserve(&mut con, 1, "bob").unwrap(),
@@ -185,7 +172,10 @@ fn window_and_unknown_sale_are_refused_without_any_change() {
         Err(ReserveError::InvalidUser)
     ));
 
-    let after: Vec<_> = [1, 2, 3].iter().map(|&i| snapshot(&mut con, i)).collect();
+    let after: Vec<_> = [1, 2, 3]
+        .iter()
+        .map(|&i| sale_snapshot(&mut con, i))
+        .collect();
     assert_eq!(before, after);
     let keys: Vec<String> = redis::cmd("KEYS")
         .arg("seckill:{sale:3}:*")
@@ -199,12 +189,12 @@ fn script_refuses_a_bad_user_id_even_when_called_directly() {
     let redis = RedisServer::start();
     let mut con = redis.con();
     load_into_redis(&mut con, &sale(4, 5, -1000, 60_000), 0).unwrap();
-    let before = snapshot(&mut con, 4);
+    let before = sale_snapshot(&mut con, 4);
     let rid = seckill_common::ids::new_reservation_id();
     let r: redis::RedisResult<redis::Value> =
         seckill_common::reservation::prepare(4, "a\"b", &rid).invoke(&mut con);
     assert!(r.is_err());
-    assert_eq!(before, snapshot(&mut con, 4));
+    assert_eq!(before, sale_snapshot(&mut con, 4));
 }
 
 #[test]

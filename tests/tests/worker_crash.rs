@@ -90,17 +90,6 @@ fn killed_after_the_move_and_after_the_commit_then_restarted_every_order_exactly
     assert_eq!((applied, again), (500 - 16, 16));
 }
 
-fn is_stopped(pid: u32) -> bool {
-    std::fs::read_to_string(format!("/proc/{pid}/stat"))
-        .ok()
-        .and_then(|s| {
-            s.rsplit(')')
-                .next()
-                .map(|r| r.trim_start().starts_with('T'))
-        })
-        .unwrap_or(false)
-}
-
 #[test]
 fn a_paused_worker_whose_batch_was_reclaimed_resumes_without_a_double_effect() {
     let redis = RedisServer::start();
@@ -122,7 +111,9 @@ fn a_paused_worker_whose_batch_was_reclaimed_resumes_without_a_double_effect() {
             ..opts.clone()
         },
     );
-    seckill_tests::wait_until(LONG, "w1 to stop itself", || is_stopped(w1.pid()));
+    seckill_tests::wait_until(LONG, "w1 to stop itself", || {
+        seckill_tests::is_stopped(w1.pid())
+    });
     assert_eq!(processing_len(&redis, sale, "w1"), 50);
     let mut con = redis.con();
     seckill_tests::wait_until(LONG, "w1's heartbeat to expire", || {

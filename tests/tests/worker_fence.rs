@@ -169,17 +169,6 @@ fn a_reservation_released_while_queued_never_becomes_an_order_even_from_a_late_c
     assert_eq!(metric(&w, "seckill_worker_fenced_total"), 1);
 }
 
-fn is_stopped(pid: u32) -> bool {
-    std::fs::read_to_string(format!("/proc/{pid}/stat"))
-        .ok()
-        .and_then(|s| {
-            s.rsplit(')')
-                .next()
-                .map(|r| r.trim_start().starts_with('T'))
-        })
-        .unwrap_or(false)
-}
-
 #[test]
 fn a_paused_worker_resuming_with_a_released_reservation_in_hand_does_not_apply_it() {
     let redis = RedisServer::start();
@@ -194,7 +183,9 @@ fn a_paused_worker_resuming_with_a_released_reservation_in_hand_does_not_apply_i
         ..Opts::default()
     };
     let w = WorkerProc::start(&redis, &db, "w1", &opts);
-    seckill_tests::wait_until(LONG, "w1 to stop itself", || is_stopped(w.pid()));
+    seckill_tests::wait_until(LONG, "w1 to stop itself", || {
+        seckill_tests::is_stopped(w.pid())
+    });
     let held: Vec<String> = con.lrange(k.processing("w1"), 0, -1).unwrap();
     assert_eq!(held.len(), 3);
 
