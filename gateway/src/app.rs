@@ -1,17 +1,18 @@
 //! Owns the state shared by every gateway thread ([`App`]: settings,
-//! metrics, the sold-out memory, the way purchases reach Redis), the
-//! per-thread state of a handler ([`Worker`]: its own Redis link), and the
-//! one-round-trip reservation used without group commit.
+//! metrics, the sold-out memory, the way purchases reach Redis), the pool
+//! of Redis links the reading routes borrow ([`LinkPool`]), the permits
+//! that bound how many connection threads work at once ([`Permits`]), and
+//! the one-round-trip reservation used without group commit ([`reserve`]).
 
 use crate::buyers::Buyers;
 use crate::group_commit::Job;
 use crate::metrics::Metrics;
 use crate::redis_link::{Link, Unavailable};
 use crate::soldout::SoldOutCache;
-use crossbeam_channel::Sender;
+use crossbeam_channel::{Receiver, Sender};
 use seckill_common::reservation::{self, ReserveOutcome};
-use std::sync::atomic::AtomicUsize;
-use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicUsize};
+use std::sync::{Arc, Condvar, Mutex};
 use std::time::Duration;
 
 /// What every thread shares.
@@ -28,53 +29,140 @@ pub struct App {
     pub redis_timeout: Duration,
     /// `SECKILL_BODY_LIMIT`, bytes.
     pub body_limit: usize,
-    /// Group commit: the queue to the Redis threads. `None`: every handler
-    /// calls Redis itself, one round trip per purchase.
+    /// Group commit: the queue to the Redis threads. `None`: each purchase
+    /// borrows a link from `links` for one round trip.
     pub jobs: Option<Sender<Job>>,
-    /// Slow-lane threads running now (see `body.rs`).
-    pub slow_lane: AtomicUsize,
-    /// Purchases handed to the group-commit threads and not yet answered
-    /// (the stop waits for them).
-    pub pending: AtomicUsize,
+    /// Redis links for the reading routes (and purchases without group
+    /// commit): `SECKILL_GATEWAY_THREADS` of them.
+    pub links: LinkPool,
+    /// Requests being handled now (the stop waits for them).
+    pub active: AtomicUsize,
+    /// Set at stop: requests that arrive afterwards get 503.
+    pub closing: AtomicBool,
+    /// How many connection threads run the gateway's own work at once.
+    pub permits: Permits,
 }
 
-/// What one handler thread owns.
-pub struct Worker {
-    /// The shared state.
-    pub app: Arc<App>,
-    /// This thread's Redis connection (queries, and purchases when there is
-    /// no group commit).
-    pub link: Link,
+/// A counting semaphore: how many connection threads may run the
+/// gateway's own work at once (`SECKILL_GATEWAY_THREADS`). Every connection
+/// has its own thread; under a flood of cheap requests (a sold-out sale)
+/// dozens of them would otherwise be runnable at once, and the threads that
+/// talk to Redis wait behind all of them for the CPU. Waiting on a client
+/// (its body, writing its answer) or on a group-commit pipeline is never
+/// done while holding a permit; the one Redis round trip of a reading
+/// route (or of a purchase without group commit) is, so at most this many
+/// of the pool's links are in use.
+pub struct Permits {
+    /// (free permits, threads waiting for one).
+    state: Mutex<(usize, usize)>,
+    freed: Condvar,
 }
 
-impl Worker {
-    /// A worker with a not-yet-connected link.
-    pub fn new(app: Arc<App>) -> Worker {
-        let link = Link::new(app.client.clone(), app.redis_timeout, app.metrics.clone());
-        Worker { app, link }
+/// A held permit; given back on drop.
+pub struct Permit<'a>(&'a Permits);
+
+impl Permits {
+    /// `n` permits (at least one).
+    pub fn new(n: usize) -> Permits {
+        Permits {
+            state: Mutex::new((n.max(1), 0)),
+            freed: Condvar::new(),
+        }
     }
 
-    /// Reserves one unit of `sale_id` for the valid `user_id` in one round
-    /// trip on this thread's connection (no group commit).
-    ///
-    /// Errors: [`Unavailable`] when Redis cannot be reached in time. Then a
-    /// reservation may still have been made (the script ran, the answer was
-    /// lost); a retry by the client is answered 409 with its id.
-    pub fn reserve(&mut self, sale_id: u64, user_id: &str) -> Result<ReserveOutcome, Unavailable> {
-        let rid = seckill_common::ids::new_reservation_id();
-        let inv = reservation::prepare(sale_id, user_id, &rid);
-        let reply = self.link.with(|con| inv.invoke::<redis::Value>(con))?;
-        match reservation::parse_reply(&reply) {
-            Ok(o) => Ok(own(o, &rid)),
-            Err(e) => {
-                self.app.metrics.redis_errors.inc();
-                log::error!("reservation: {e}");
-                Err(Unavailable)
-            }
+    /// Waits for a permit.
+    pub fn acquire(&self) -> Permit<'_> {
+        // A poisoned lock only means a thread panicked while counting.
+        let mut s = self.state.lock().unwrap_or_else(|p| p.into_inner());
+        while s.0 == 0 {
+            s.1 += 1;
+            s = self.freed.wait(s).unwrap_or_else(|p| p.into_inner());
+            s.1 -= 1;
+        }
+        s.0 -= 1;
+        Permit(self)
+    }
+}
+
+impl Drop for Permit<'_> {
+    fn drop(&mut self) {
+        let mut s = self.0.state.lock().unwrap_or_else(|p| p.into_inner());
+        s.0 += 1;
+        // Waking costs a system call: only when someone waits.
+        if s.1 > 0 {
+            self.0.freed.notify_one();
         }
     }
 }
 
+/// A fixed set of lazily connected Redis links that connection threads
+/// borrow one at a time, so the number of Redis connections stays
+/// `SECKILL_GATEWAY_THREADS` however many HTTP clients are connected.
+pub struct LinkPool {
+    free: Receiver<Link>,
+    back: Sender<Link>,
+    /// Longest wait for a free link (`SECKILL_REDIS_TIMEOUT`).
+    wait: Duration,
+}
+
+impl LinkPool {
+    /// `size` links (at least one), none connected yet.
+    pub fn new(
+        app_client: &redis::Client,
+        size: usize,
+        timeout: Duration,
+        metrics: &Arc<Metrics>,
+    ) -> LinkPool {
+        let size = size.max(1);
+        let (back, free) = crossbeam_channel::bounded(size);
+        for _ in 0..size {
+            // Cannot fail: the channel has room for every link.
+            let _ = back.send(Link::new(app_client.clone(), timeout, metrics.clone()));
+        }
+        LinkPool {
+            free,
+            back,
+            wait: timeout,
+        }
+    }
+
+    /// Runs `f` on a borrowed link and gives the link back.
+    ///
+    /// Errors: [`Unavailable`] when no link is free within the Redis
+    /// timeout, or what `f` returns.
+    pub fn with<T>(
+        &self,
+        f: impl FnOnce(&mut Link) -> Result<T, Unavailable>,
+    ) -> Result<T, Unavailable> {
+        let mut link = self.free.recv_timeout(self.wait).map_err(|_| Unavailable)?;
+        let r = f(&mut link);
+        // Cannot fail: this pool holds the receiver and there is room.
+        let _ = self.back.send(link);
+        r
+    }
+}
+
+/// Reserves one unit of `sale_id` for the valid `user_id` in one round trip
+/// on a borrowed link (no group commit).
+///
+/// Errors: [`Unavailable`] when Redis cannot be reached in time. Then a
+/// reservation may still have been made (the script ran, the answer was
+/// lost); a retry by the client is answered 409 with its id.
+pub fn reserve(app: &App, sale_id: u64, user_id: &str) -> Result<ReserveOutcome, Unavailable> {
+    let rid = seckill_common::ids::new_reservation_id();
+    let inv = reservation::prepare(sale_id, user_id, &rid);
+    let reply = app
+        .links
+        .with(|link| link.with(|con| inv.invoke::<redis::Value>(con)))?;
+    match reservation::parse_reply(&reply) {
+        Ok(o) => Ok(own(o, &rid)),
+        Err(e) => {
+            app.metrics.redis_errors.inc();
+            log::error!("reservation: {e}");
+            Err(Unavailable)
+        }
+    }
+}
 /// A reservation sent twice with the same id (a retry after a broken
 /// connection) finds its own first attempt: that is a success, not a 409.
 pub fn own(outcome: ReserveOutcome, rid: &str) -> ReserveOutcome {

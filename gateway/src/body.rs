@@ -1,25 +1,23 @@
 //! Owns how a request body is taken, and how a request with a body is let
 //! go without harming the process.
 //!
-//! tiny_http 0.12 reads bodies of up to [`BUFFERED_MAX`] bytes into memory
-//! before a handler sees the request. A larger declared body is read lazily,
+//! tiny_http 0.12 reads bodies of up to 1 KiB into memory before a handler
+//! sees the request. A larger declared body is read lazily,
 //! and when such a request is dropped tiny_http reads and discards the rest
 //! of the declared length. Upstream did that with a buffer of the whole
 //! remaining length (`util/equal_reader.rs`, its `Drop`), so a
 //! `Content-Length: 1000000000000` aborted the process; the vendored copy
-//! drains with a fixed 8 KiB buffer. Draining still lasts as long as the
-//! client keeps the connection and has bytes left to send. So:
+//! drains with a fixed 8 KiB buffer. Requests are handled on the thread
+//! that serves their connection, so reading or draining a slow body holds
+//! up only that client's own connection. So:
 //!
-//! - a declared length above [`DRAIN_MAX`] (or with the slow lane full): the
-//!   gateway answers 413 through `Request::upgrade` (so no handler waits for
-//!   the drain) and drops the connection on a drain thread of its own
-//!   ("parked"): it lasts until the client has sent the declared length or
-//!   goes away, then its thread and descriptors are freed. The reverse proxy
+//! - a declared length above [`DRAIN_MAX`]: the gateway answers 413 through
+//!   `Request::upgrade` at once, without reading the body, and the
+//!   connection ends after the drain ("parked"): it lasts until the client
+//!   has sent the declared length or goes away. The reverse proxy
 //!   (`systemd/nginx-seckill.conf`) caps bodies so none reaches the gateway;
-//! - a declared length between [`BUFFERED_MAX`] and [`DRAIN_MAX`] is read
-//!   (when within `SECKILL_BODY_LIMIT`) or drained off the handler threads,
-//!   in a "slow-lane" thread ([`SLOW_LANE_MAX`] at once), because a client
-//!   may send it as slowly as it likes and tiny_http has no read timeout;
+//! - a declared length up to [`DRAIN_MAX`] is read when within
+//!   `SECKILL_BODY_LIMIT` (413 otherwise, then drained by tiny_http);
 //! - `Transfer-Encoding` (with or without `Content-Length`), a repeated or
 //!   unparsable `Content-Length` are refused with 400 before any body is
 //!   read: tiny_http would otherwise let `Transfer-Encoding` win silently.
@@ -29,34 +27,25 @@ use crate::reply::Reply;
 use std::io::{Read, Write};
 use tiny_http::Request;
 
-/// Bodies up to this many bytes are already in memory when a handler gets
-/// the request (tiny_http 0.12, `request.rs`, unless `Expect: 100-continue`).
-pub const BUFFERED_MAX: usize = 1024;
-
-/// Largest declared body handled on a slow-lane thread: 1 MiB. Larger ones
-/// are answered 413 at once and drained on a thread of their own.
+/// Largest declared body the gateway reads or drains before answering:
+/// 1 MiB. Larger ones are answered 413 at once, then drained ("parked").
 pub const DRAIN_MAX: usize = 1 << 20;
-
-/// Most slow-lane threads at once; beyond it requests are parked.
-pub const SLOW_LANE_MAX: usize = 128;
 
 /// What to do with a request, decided from its headers alone.
 #[derive(Debug, PartialEq, Eq)]
 pub enum Plan {
-    /// The body (possibly empty) is in memory; reading it cannot block.
-    Buffered,
+    /// Serve it; its body (at most [`DRAIN_MAX`] bytes) may still have to
+    /// come from the client.
+    Read,
     /// Refuse now with this reply; dropping the request reads nothing.
     Refuse(Reply),
-    /// The body must be read or drained off the handler threads.
-    SlowLane,
-    /// The declared body is too large to ever drop: answer and park.
+    /// The declared body is too large to read: answer first, then drain.
     Park,
 }
 
 /// Decides from the headers how the body of `rq` may be touched.
 pub fn plan(rq: &Request) -> Plan {
     let mut lengths = 0;
-    let mut expect = false;
     for h in rq.headers() {
         if h.field.equiv("Transfer-Encoding") {
             return Plan::Refuse(Reply::invalid(
@@ -72,19 +61,14 @@ pub fn plan(rq: &Request) -> Plan {
                 return Plan::Refuse(Reply::invalid("one valid Content-Length is required"));
             }
         }
-        if h.field.equiv("Expect") {
-            expect = true;
-        }
     }
     let declared = rq.body_length();
     if lengths > 1 || (lengths == 1 && declared.is_none()) {
         return Plan::Refuse(Reply::invalid("one valid Content-Length is required"));
     }
     match declared.unwrap_or(0) {
-        0 => Plan::Buffered,
         n if n > DRAIN_MAX => Plan::Park,
-        n if n <= BUFFERED_MAX && !expect => Plan::Buffered,
-        _ => Plan::SlowLane,
+        _ => Plan::Read,
     }
 }
 
@@ -145,24 +129,9 @@ pub fn park(app: &App, rq: Request, reply: Reply) {
         .and_then(|_| stream.flush());
     // Dropping the stream drains the rest of the declared body (with a fixed
     // buffer in the patched tiny_http), which lasts until the client has sent
-    // it or goes away: do it on a thread of its own, never on a handler.
-    // The stream moves to the thread only once it runs, so a failed start
-    // leaves it here: then it is kept for good rather than drained inline.
-    let (tx, rx) = crossbeam_channel::bounded(1);
-    let spawned = std::thread::Builder::new()
-        .name("gw-drain".into())
-        .spawn(move || drop(rx.recv()));
-    match spawned {
-        Ok(_) => {
-            if let Err(e) = tx.send(stream) {
-                std::mem::forget(e.into_inner());
-            }
-        }
-        Err(e) => {
-            log::error!("starting a drain thread: {e}; keeping the connection");
-            std::mem::forget(stream);
-        }
-    }
+    // it or goes away. This is the connection's own thread, and no further
+    // request is read from an upgraded connection, so only this client waits.
+    drop(stream);
 }
 
 fn reason(status: u16) -> &'static str {

@@ -1,11 +1,12 @@
-//! Owns the life of one request on a handler thread: route it, take its
-//! body safely (`body.rs`), call the route, answer, and count it. Requests
-//! whose body cannot be taken without blocking go to a slow-lane thread
-//! here, which finishes them the same way.
+//! Owns the life of one request on the thread that read it from its
+//! connection (tiny_http calls [`handle`] there: one thread per connection,
+//! no hand-off): route it, take its body safely (`body.rs`), call the
+//! route, answer, and count it. A purchase with group commit is answered
+//! later by a Redis thread (`group_commit.rs`).
 
-use crate::app::{App, Worker};
-use crate::body::{self, Plan, SLOW_LANE_MAX};
-use crate::group_commit::Job;
+use crate::app::{self, App};
+use crate::body::{self, Plan};
+use crate::group_commit::{Job, Outcome as Reserved, Slot};
 use crate::metrics::Outcome;
 use crate::redis_link::Unavailable;
 use crate::reply::Reply;
@@ -17,82 +18,116 @@ use std::sync::Arc;
 use std::time::Instant;
 use tiny_http::Request;
 
-/// Handles one request from start to answer.
-pub fn handle(w: &mut Worker, rq: Request) {
+/// Handles one request from start to answer. Once the stop has begun
+/// (`App::closing`) a request gets 503 (`unavailable`, `Retry-After`) and
+/// changes nothing.
+pub fn handle(app: &App, rq: Request) {
     let start = Instant::now();
-    w.app.metrics.in_flight.inc();
+    // Counted before `closing` is read, and the stop sets `closing` before
+    // it reads `active` (both SeqCst): either this request sees the stop,
+    // or the stop waits for this request.
+    app.active.fetch_add(1, Ordering::SeqCst);
+    app.metrics.in_flight.inc();
     let route = routes::route(rq.method(), rq.url());
     let label = route.label();
-    match body::plan(&rq) {
-        Plan::Refuse(reply) => finish(&w.app, rq, label, reply, start),
-        Plan::Park => {
-            let app = w.app.clone();
-            count(&app, label, 413, start);
-            body::park(&app, rq, Reply::payload_too_large());
+    if app.closing.load(Ordering::SeqCst) {
+        finish(app, rq, label, Reply::unavailable(), start);
+    } else {
+        match body::plan(&rq) {
+            Plan::Refuse(reply) => finish(app, rq, label, reply, start),
+            Plan::Park => {
+                count(app, label, 413, start);
+                body::park(app, rq, Reply::payload_too_large());
+            }
+            Plan::Read => serve(app, rq, route, start),
         }
-        Plan::SlowLane => to_slow_lane(&w.app, rq, route, start),
-        Plan::Buffered => serve(w, rq, route, start),
     }
+    app.active.fetch_sub(1, Ordering::SeqCst);
 }
 
-/// Calls the route and answers. For a purchase the body is read here: it
-/// is either in memory already or this runs on a slow-lane thread. With
-/// group commit the purchase is answered later by a Redis thread.
-fn serve(w: &mut Worker, mut rq: Request, route: Route, start: Instant) {
+/// Calls the route and answers. The CPU work and the Redis calls of the
+/// reading routes run under one of the gateway's permits (`App::permits`);
+/// reading a body from the client, waiting for a group-commit pipeline and
+/// writing the answer do not, so a slow or non-reading client never holds
+/// one.
+fn serve(app: &App, mut rq: Request, route: Route, start: Instant) {
     let label = route.label();
     let reply = match route {
         Route::Purchase(sale_id) => {
-            let admitted = body::read_limited(&mut rq, w.app.body_limit)
-                .inspect_err(|_| w.app.metrics.outcome(Outcome::Invalid))
-                .and_then(|b| purchase::admit(&w.app, sale_id, &b));
-            match admitted {
-                Err(reply) => reply,
-                Ok(user_id) => match &w.app.jobs {
-                    Some(jobs) => return submit(&w.app, jobs, rq, sale_id, user_id, start),
-                    None => {
-                        let r = w.reserve(sale_id, &user_id);
-                        purchase::conclude(&w.app, sale_id, &user_id, r)
-                    }
-                },
+            // Up to 1 KiB is in memory already; a longer body comes from the
+            // client now, and only this client's connection waits for it.
+            match body::read_limited(&mut rq, app.body_limit) {
+                Ok(body) => buy(app, sale_id, &body),
+                Err(reply) => {
+                    app.metrics.outcome(Outcome::Invalid);
+                    reply
+                }
             }
         }
-        Route::PurchaseStatus(sale_id, user) => queries::purchase_status(w, sale_id, &user),
-        Route::Sale(sale_id) => queries::sale(w, sale_id),
+        other => {
+            let _permit = app.permits.acquire();
+            answer(app, other)
+        }
+    };
+    finish(app, rq, label, reply, start);
+}
+
+/// The reply to every route but a purchase.
+fn answer(app: &App, route: Route) -> Reply {
+    match route {
+        Route::PurchaseStatus(sale_id, user) => queries::purchase_status(app, sale_id, &user),
+        Route::Sale(sale_id) => queries::sale(app, sale_id),
         Route::Healthz => Reply::json(200, serde_json::json!({ "status": "ok" })),
-        Route::Readyz => queries::ready(w),
-        Route::Metrics => Reply::text(200, w.app.metrics.render(), "text/plain; version=0.0.4"),
+        Route::Readyz => queries::ready(app),
+        Route::Metrics => Reply::text(200, app.metrics.render(), "text/plain; version=0.0.4"),
         Route::WrongMethod(allow) => Reply::method_not_allowed(allow),
         Route::NoSuchSale => Reply::sale_not_found(),
         Route::Invalid(detail) => Reply::invalid(detail),
         Route::NotFound => Reply::not_found(),
-    };
-    finish(&w.app, rq, label, reply, start);
+        Route::Purchase(_) => Reply::not_found(), // never: `serve` takes it
+    }
 }
 
-/// Hands a purchase to the group-commit threads; answers 503 at once when
-/// their queue is full.
-fn submit(
-    app: &App,
-    jobs: &Sender<Job>,
-    rq: Request,
-    sale_id: u64,
-    user_id: String,
-    start: Instant,
-) {
-    app.pending.fetch_add(1, Ordering::SeqCst);
+/// A purchase whose body is in memory: the fast path, then Redis (a
+/// group-commit pipeline, or one round trip on a borrowed link).
+fn buy(app: &App, sale_id: u64, body: &[u8]) -> Reply {
+    let permit = app.permits.acquire();
+    let user_id = match purchase::admit(app, sale_id, body) {
+        Ok(u) => u,
+        Err(reply) => return reply,
+    };
+    let outcome = match &app.jobs {
+        None => app::reserve(app, sale_id, &user_id),
+        Some(jobs) => {
+            drop(permit);
+            pipelined(app, jobs, sale_id, &user_id)
+        }
+    };
+    purchase::conclude(app, sale_id, &user_id, outcome)
+}
+
+/// Hands a purchase to the group-commit threads and waits for its outcome:
+/// [`Unavailable`] at once when their queue is full, or when no outcome
+/// comes within [`pipeline_wait`] (then the reservation may still be made,
+/// as with any Redis timeout; the client's retry gets 409 with its id).
+fn pipelined(app: &App, jobs: &Sender<Job>, sale_id: u64, user_id: &str) -> Reserved {
+    let slot = Arc::new(Slot::default());
     let job = Job {
         sale_id,
-        user_id,
+        user_id: user_id.to_string(),
         reservation_id: seckill_common::ids::new_reservation_id(),
-        request: rq,
-        start,
+        reply_to: slot.clone(),
     };
-    if let Err(e) = jobs.try_send(job) {
-        app.pending.fetch_sub(1, Ordering::SeqCst);
-        let job = e.into_inner();
-        let reply = purchase::conclude(app, sale_id, &job.user_id, Err(Unavailable));
-        finish(app, job.request, Label::Purchase, reply, job.start);
+    if jobs.try_send(job).is_err() {
+        return Err(Unavailable);
     }
+    slot.wait(pipeline_wait(app))
+}
+
+/// How long a purchase waits for its pipeline: three Redis timeouts (the
+/// queue ahead of it, its pipeline, and one retry on a fresh connection).
+pub fn pipeline_wait(app: &App) -> std::time::Duration {
+    app.redis_timeout * 3
 }
 
 fn count(app: &App, label: Label, status: u16, start: Instant) {
@@ -108,57 +143,4 @@ pub fn finish(app: &App, rq: Request, label: Label, reply: Reply, start: Instant
         log::debug!("writing a response: {e}");
     }
     count(app, label, status, start);
-}
-
-/// Runs `rq` on a new slow-lane thread; parks it when [`SLOW_LANE_MAX`]
-/// threads already run or no thread can be started.
-fn to_slow_lane(app: &Arc<App>, rq: Request, route: Route, start: Instant) {
-    let label = route.label();
-    let refusal = if rq.body_length().unwrap_or(0) > app.body_limit {
-        Reply::payload_too_large()
-    } else {
-        Reply::unavailable()
-    };
-    if app.slow_lane.fetch_add(1, Ordering::SeqCst) >= SLOW_LANE_MAX {
-        app.slow_lane.fetch_sub(1, Ordering::SeqCst);
-        count(app, label, refusal.status, start);
-        body::park(app, rq, refusal);
-        return;
-    }
-    app.metrics.slow_lane.inc();
-    let shared = app.clone();
-    // The request moves into the thread only if the thread starts; the
-    // channel gives it back otherwise.
-    let (tx, rx) = crossbeam_channel::bounded::<Request>(1);
-    let spawned = std::thread::Builder::new()
-        .name("gw-slow-lane".into())
-        .spawn(move || {
-            if let Ok(rq) = rx.recv() {
-                let mut w = Worker::new(shared.clone());
-                let too_large = rq.body_length().unwrap_or(0) > shared.body_limit;
-                if too_large && !matches!(route, Route::Purchase(_)) {
-                    finish(&shared, rq, label, Reply::payload_too_large(), start);
-                } else {
-                    serve(&mut w, rq, route, start);
-                }
-            }
-            shared.metrics.slow_lane.dec();
-            shared.slow_lane.fetch_sub(1, Ordering::SeqCst);
-        });
-    match spawned {
-        Ok(_) => {
-            if let Err(e) = tx.send(rq) {
-                // Cannot happen (the thread holds the receiver until it
-                // gets the request); park rather than drop if it does.
-                body::park(app, e.0, refusal);
-            }
-        }
-        Err(e) => {
-            log::error!("starting a slow-lane thread: {e}");
-            app.metrics.slow_lane.dec();
-            app.slow_lane.fetch_sub(1, Ordering::SeqCst);
-            count(app, label, refusal.status, start);
-            body::park(app, rq, refusal);
-        }
-    }
 }

@@ -1,7 +1,7 @@
 //! Owns the gateway's Prometheus metrics: requests by route and status,
 //! purchase outcomes, a latency histogram per route, Redis errors, requests
-//! in flight, and the counters of the body-handling paths (slow lane,
-//! parked connections). Lock-free atomics; rendered by `/metrics`.
+//! in flight, parked connections (declared body too large), and the group
+//! commit's pipelines. Lock-free atomics; rendered by `/metrics`.
 
 use crate::routes::{Label, LABELS};
 use seckill_common::metrics::{Counter, Exposition, Gauge, Histogram, LATENCY_BUCKETS_S};
@@ -57,11 +57,9 @@ pub struct Metrics {
     pub redis_connects: Counter,
     /// Requests being handled right now.
     pub in_flight: Gauge,
-    /// Requests whose body is read (or drained) by a slow-lane thread now.
-    pub slow_lane: Gauge,
-    /// Connections answered 413 at once and drained on a thread of their own
-    /// (a declared body over 1 MiB, or the slow lane full; see `body.rs`).
-    /// Each holds a thread and its socket until the client goes away.
+    /// Connections answered 413 at once and then drained (a declared body
+    /// over 1 MiB; see `body.rs`). Each holds its connection's thread and
+    /// socket until the client has sent the body or goes away.
     pub parked: Counter,
     /// Purchases sent in Redis pipelines (group commit) and the pipelines.
     pub pipelined: Counter,
@@ -84,7 +82,6 @@ impl Default for Metrics {
             redis_errors: Counter::default(),
             redis_connects: Counter::default(),
             in_flight: Gauge::default(),
-            slow_lane: Gauge::default(),
             parked: Counter::default(),
             pipelined: Counter::default(),
             pipelines: Counter::default(),
@@ -168,15 +165,9 @@ impl Metrics {
             &[],
             self.in_flight.get(),
         );
-        e.gauge(
-            "seckill_gateway_slow_lane_requests",
-            "Requests whose body is being read or drained off the handler threads.",
-            &[],
-            self.slow_lane.get(),
-        );
         e.counter(
             "seckill_gateway_parked_connections_total",
-            "Connections answered 413 and drained on their own thread (declared body too large).",
+            "Connections answered 413 at once and then drained (declared body too large).",
             &[],
             self.parked.get(),
         );

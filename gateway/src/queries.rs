@@ -3,7 +3,7 @@
 //! buyer's reservation and its status as the worker last wrote it) and
 //! `GET /readyz` (Redis answers `PING`).
 
-use crate::app::Worker;
+use crate::app::App;
 use crate::reply::Reply;
 use redis::Value;
 use seckill_common::keys::SaleKeys;
@@ -12,19 +12,21 @@ use serde_json::json;
 /// `GET /v1/sales/{sale_id}`: one pipeline of `HMGET meta`, `GET stock`,
 /// `TIME`. `state` is `upcoming` before the window, `ended` after it,
 /// `sold_out` when no stock is left, else `active`; times are RFC 3339 UTC.
-pub fn sale(w: &mut Worker, sale_id: u64) -> Reply {
+pub fn sale(app: &App, sale_id: u64) -> Reply {
     let k = SaleKeys::new(sale_id);
-    let r = w.link.with(|con| {
-        redis::pipe()
-            .cmd("HMGET")
-            .arg(k.meta())
-            .arg("total_stock")
-            .arg("starts_at_ms")
-            .arg("ends_at_ms")
-            .cmd("GET")
-            .arg(k.stock())
-            .cmd("TIME")
-            .query::<(Vec<Option<u64>>, Option<i64>, (u64, u64))>(con)
+    let r = app.links.with(|link| {
+        link.with(|con| {
+            redis::pipe()
+                .cmd("HMGET")
+                .arg(k.meta())
+                .arg("total_stock")
+                .arg("starts_at_ms")
+                .arg("ends_at_ms")
+                .cmd("GET")
+                .arg(k.stock())
+                .cmd("TIME")
+                .query::<(Vec<Option<u64>>, Option<i64>, (u64, u64))>(con)
+        })
     });
     let (meta, stock, (secs, micros)) = match r {
         Ok(v) => v,
@@ -61,34 +63,40 @@ pub fn sale(w: &mut Worker, sale_id: u64) -> Reply {
 
 /// `GET /v1/sales/{sale_id}/purchases/{user_id}`: `HGET buyers user`, then
 /// `HGET status rid`. A reservation without a status reads as `queued`.
-pub fn purchase_status(w: &mut Worker, sale_id: u64, user_id: &str) -> Reply {
+pub fn purchase_status(app: &App, sale_id: u64, user_id: &str) -> Reply {
     let k = SaleKeys::new(sale_id);
-    let rid = match w.link.with(|con| {
-        redis::cmd("HGET")
-            .arg(k.buyers())
-            .arg(user_id)
-            .query::<Option<String>>(con)
-    }) {
-        Ok(Some(rid)) => rid,
-        Ok(None) => return Reply::error(404, "purchase_not_found"),
-        Err(_) => return Reply::unavailable(),
-    };
-    let status = match w.link.with(|con| {
-        redis::cmd("HGET")
-            .arg(k.status())
-            .arg(&rid)
-            .query::<Option<String>>(con)
-    }) {
-        Ok(s) => s.unwrap_or_else(|| "queued".to_string()),
-        Err(_) => return Reply::unavailable(),
-    };
-    Reply::json(200, json!({ "reservation_id": rid, "status": status }))
+    let found = app.links.with(|link| {
+        let rid = link.with(|con| {
+            redis::cmd("HGET")
+                .arg(k.buyers())
+                .arg(user_id)
+                .query::<Option<String>>(con)
+        })?;
+        let Some(rid) = rid else { return Ok(None) };
+        let status = link.with(|con| {
+            redis::cmd("HGET")
+                .arg(k.status())
+                .arg(&rid)
+                .query::<Option<String>>(con)
+        })?;
+        Ok(Some((rid, status.unwrap_or_else(|| "queued".to_string()))))
+    });
+    match found {
+        Ok(Some((rid, status))) => {
+            Reply::json(200, json!({ "reservation_id": rid, "status": status }))
+        }
+        Ok(None) => Reply::error(404, "purchase_not_found"),
+        Err(_) => Reply::unavailable(),
+    }
 }
 
 /// `GET /readyz`: 200 `{"status": "ready"}` when Redis answers `PING`,
 /// else 503 `unavailable`.
-pub fn ready(w: &mut Worker) -> Reply {
-    match w.link.with(|con| redis::cmd("PING").query::<Value>(con)) {
+pub fn ready(app: &App) -> Reply {
+    match app
+        .links
+        .with(|link| link.with(|con| redis::cmd("PING").query::<Value>(con)))
+    {
         Ok(_) => Reply::json(200, json!({ "status": "ready" })),
         Err(_) => Reply::unavailable(),
     }

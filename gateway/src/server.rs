@@ -1,10 +1,10 @@
 //! Owns the process: the listening socket (with the send timeout and TCP
-//! keep-alive every client connection inherits), the tiny_http server, the
-//! handler threads, the group-commit Redis threads, readiness, and the
-//! orderly stop on SIGTERM (every handler unblocked, queued requests
-//! answered, exit 0).
+//! keep-alive every client connection inherits), the tiny_http server
+//! (each request handled on its connection's thread), the group-commit
+//! Redis threads, readiness, and the orderly stop on SIGTERM (requests
+//! being handled and purchases in a pipeline answered, exit 0).
 
-use crate::app::{App, Worker};
+use crate::app::{App, LinkPool, Permits};
 use crate::group_commit::{self, QUEUE_CAPACITY};
 use crate::handler::handle;
 use crate::metrics::Metrics;
@@ -15,11 +15,13 @@ use socket2::{Domain, Protocol, Socket, TcpKeepalive, Type};
 use std::fmt;
 use std::net::{SocketAddr, TcpListener};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::OnceLock;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use tiny_http::Server;
 
-/// Longest wait at stop for purchases still in a Redis pipeline.
+/// Longest wait at stop for requests being handled and purchases still in
+/// a Redis pipeline.
 pub const STOP_WAIT: Duration = Duration::from_secs(3);
 
 /// Pending connections the kernel keeps for the accept thread.
@@ -66,29 +68,24 @@ impl GatewayError {
     }
 }
 
-/// Unblocks every handler thread's `recv` once the server exists; the
+/// Wakes the thread that waits in the server's `recv` for the stop; the
 /// signal handler calls [`Unblocker::unblock_all`].
 #[derive(Clone, Default)]
-pub struct Unblocker(Arc<Mutex<Option<ServerAndThreads>>>);
-
-/// The server and how many handler threads block in its `recv`.
-type ServerAndThreads = (Arc<Server>, usize);
+pub struct Unblocker(Arc<Mutex<Option<Arc<Server>>>>);
 
 impl Unblocker {
-    fn set(&self, server: Arc<Server>, threads: usize) {
+    fn set(&self, server: Arc<Server>) {
         if let Ok(mut s) = self.0.lock() {
-            *s = Some((server, threads));
+            *s = Some(server);
         }
     }
 
-    /// Calls `unblock` once per handler thread (a no-op before `run` has
-    /// created the server: the handlers then see the flag at start).
+    /// Unblocks the waiting thread (a no-op before `run` has created the
+    /// server: `run` then sees the flag at start).
     pub fn unblock_all(&self) {
         if let Ok(s) = self.0.lock() {
-            if let Some((server, n)) = s.as_ref() {
-                for _ in 0..*n {
-                    server.unblock();
-                }
+            if let Some(server) = s.as_ref() {
+                server.unblock();
             }
         }
     }
@@ -118,17 +115,28 @@ fn bind(addr: SocketAddr, write_timeout: Duration) -> std::io::Result<TcpListene
 }
 
 /// Serves the API until `shutdown` is triggered, then answers what is
-/// queued and returns.
+/// being handled and returns.
 ///
 /// Errors: see [`GatewayError`].
 pub fn run(config: Config, shutdown: Shutdown, unblocker: Unblocker) -> Result<(), GatewayError> {
     let client = redis::Client::open(config.redis_url.as_str()).map_err(GatewayError::RedisUrl)?;
     let listener = bind(config.listen, config.gateway_write_timeout)
         .map_err(|e| GatewayError::Bind(config.listen, e))?;
-    let server = Arc::new(
-        Server::from_listener(listener, None).map_err(|e| GatewayError::Server(e.to_string()))?,
-    );
     let metrics = Arc::new(Metrics::default());
+    // The handler runs on connection threads the server starts; it finds
+    // the state here once it exists (before any thread below starts).
+    let shared: Arc<OnceLock<Arc<App>>> = Arc::new(OnceLock::new());
+    let on_request = shared.clone();
+    let server = Arc::new(
+        Server::from_listener_with_handler(
+            listener,
+            Arc::new(move |rq| match on_request.get() {
+                Some(app) => handle(app, rq),
+                None => drop(rq),
+            }),
+        )
+        .map_err(|e| GatewayError::Server(e.to_string()))?,
+    );
 
     let (jobs, job_rx) = match config.gateway_redis_threads {
         0 => (None, None),
@@ -137,6 +145,7 @@ pub fn run(config: Config, shutdown: Shutdown, unblocker: Unblocker) -> Result<(
             (Some(tx), Some(rx))
         }
     };
+    let links = config.effective_gateway_threads();
     let app = Arc::new(App {
         metrics: metrics.clone(),
         soldout: SoldOutCache::default(),
@@ -145,26 +154,28 @@ pub fn run(config: Config, shutdown: Shutdown, unblocker: Unblocker) -> Result<(
         redis_timeout: config.redis_timeout,
         body_limit: config.body_limit_bytes,
         jobs,
-        slow_lane: AtomicUsize::new(0),
-        pending: AtomicUsize::new(0),
+        links: LinkPool::new(&client, links, config.redis_timeout, &metrics),
+        active: AtomicUsize::new(0),
+        closing: AtomicBool::new(false),
+        permits: Permits::new(links),
     });
     if let Some(rx) = job_rx {
         for i in 0..config.gateway_redis_threads {
             let link = Link::new(client.clone(), config.redis_timeout, metrics.clone());
-            let (rx, app) = (rx.clone(), app.clone());
+            let (rx, metrics) = (rx.clone(), metrics.clone());
             std::thread::Builder::new()
                 .name(format!("gw-redis-{i}"))
-                .spawn(move || group_commit::redis_thread(rx, link, app))
+                .spawn(move || group_commit::redis_thread(rx, link, &metrics))
                 .map_err(GatewayError::Thread)?;
         }
     }
+    let _ = shared.set(app.clone());
 
-    let threads = config.effective_gateway_threads();
-    unblocker.set(server.clone(), threads);
+    unblocker.set(server.clone());
     log::info!(
-        "seckill-gateway listening on {} ({} handler threads, {})",
+        "seckill-gateway listening on {} ({} Redis links for reads, {})",
         config.listen,
-        threads,
+        links,
         match config.gateway_redis_threads {
             0 => "one Redis round trip per purchase".to_string(),
             n => format!("group commit over {n} Redis threads"),
@@ -172,51 +183,31 @@ pub fn run(config: Config, shutdown: Shutdown, unblocker: Unblocker) -> Result<(
     );
     start_readiness(app.clone(), shutdown.clone())?;
 
-    let accept_failed = Arc::new(AtomicBool::new(false));
-    let mut handles = Vec::with_capacity(threads);
-    for i in 0..threads {
-        let (server, app, shutdown) = (server.clone(), app.clone(), shutdown.clone());
-        let (accept_failed, unblocker) = (accept_failed.clone(), unblocker.clone());
-        let h = std::thread::Builder::new()
-            .name(format!("gw-handler-{i}"))
-            .spawn(move || {
-                let mut w = Worker::new(app);
-                while !shutdown.is_triggered() {
-                    match server.recv() {
-                        Ok(rq) => handle(&mut w, rq),
-                        Err(e) if !shutdown.is_triggered() => {
-                            log::error!("http server stopped accepting: {e}");
-                            accept_failed.store(true, Ordering::SeqCst);
-                            shutdown.trigger();
-                            unblocker.unblock_all();
-                        }
-                        Err(_) => {}
-                    }
-                }
-                // Answer what was already queued before the stop.
-                while let Ok(Some(rq)) = server.try_recv() {
-                    handle(&mut w, rq);
-                }
-                // `try_recv` may have eaten another handler's unblock (it
-                // reads as "empty"): leave one for it; a spare one is harmless.
-                server.unblock();
-            })
-            .map_err(GatewayError::Thread)?;
-        handles.push(h);
-    }
-    for h in handles {
-        if h.join().is_err() {
-            log::error!("a handler thread panicked");
+    // Wait for the stop (the signal handler unblocks `recv`) or for the
+    // accept loop's fatal error.
+    let mut accept_failed = false;
+    while !shutdown.is_triggered() {
+        match server.recv() {
+            Ok(rq) => drop(rq), // cannot happen: requests go to `handle`
+            // `unblock` is only called after the trigger.
+            Err(e) if !shutdown.is_triggered() => {
+                log::error!("http server stopped accepting: {e}");
+                accept_failed = true;
+                shutdown.trigger();
+            }
+            Err(_) => {}
         }
     }
-    // Purchases handed to the Redis threads are answered before the exit.
+    // Requests that arrive from now on get 503; wait for those being
+    // handled and for purchases in a Redis pipeline.
+    app.closing.store(true, Ordering::SeqCst);
     let deadline = std::time::Instant::now() + STOP_WAIT;
-    while app.pending.load(Ordering::SeqCst) > 0 && std::time::Instant::now() < deadline {
+    while app.active.load(Ordering::SeqCst) > 0 && std::time::Instant::now() < deadline {
         std::thread::sleep(Duration::from_millis(5));
     }
     seckill_common::notify::stopping();
     log::info!("seckill-gateway stopped");
-    if accept_failed.load(Ordering::SeqCst) {
+    if accept_failed {
         return Err(GatewayError::Accept("see the log".into()));
     }
     Ok(())

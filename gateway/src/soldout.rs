@@ -3,8 +3,16 @@
 //! Redis call, for at most [`RECHECK_AFTER`]. After that the next purchase
 //! asks Redis again, so stock that comes back (an operator's rollback) is
 //! noticed within that time (the gateway issue asks for 1 s).
+//!
+//! Single flight: when the answer expires, only the first purchase to see
+//! that asks Redis; the others keep the answer from memory for up to
+//! [`RECHECK_WINDOW`] while it does (else every connection thread asked
+//! Redis at once every 500 ms, and each took the write lock to store the
+//! same answer). Fresh answers are stored in place (atomics under the read
+//! lock); the write lock is taken only for a sale not yet remembered.
 
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, AtomicU8, Ordering};
 use std::sync::RwLock;
 use std::time::{Duration, Instant};
 
@@ -12,6 +20,11 @@ use std::time::{Duration, Instant};
 /// issue's 1 s bound, so even a purchase that races the expiry sees
 /// restored stock in time.
 pub const RECHECK_AFTER: Duration = Duration::from_millis(500);
+
+/// How long the other purchases keep answering from memory while the first
+/// one after an expiry asks Redis; if that one gets no answer (Redis down),
+/// the next purchase after this window asks again.
+pub const RECHECK_WINDOW: Duration = Duration::from_millis(100);
 
 /// Most sales remembered at once; beyond it the memory is cleared, so a
 /// flood of made-up sale ids cannot grow it without bound.
@@ -28,19 +41,72 @@ pub enum Closed {
     Unknown,
 }
 
-/// Sale id -> (why closed, until when the answer is trusted).
-#[derive(Debug, Default)]
+impl Closed {
+    fn code(self) -> u8 {
+        match self {
+            Closed::SoldOut => 0,
+            Closed::Ended => 1,
+            Closed::Unknown => 2,
+        }
+    }
+
+    fn from_code(c: u8) -> Closed {
+        match c {
+            0 => Closed::SoldOut,
+            1 => Closed::Ended,
+            _ => Closed::Unknown,
+        }
+    }
+}
+
+/// One remembered sale: why it is closed ([`Closed::code`]) and until when
+/// (microseconds since the cache's `base`) the answer is trusted.
+#[derive(Debug)]
+struct Entry {
+    closed: AtomicU8,
+    until_us: AtomicU64,
+}
+
+/// Sale id -> remembered answer.
+#[derive(Debug)]
 pub struct SoldOutCache {
-    sales: RwLock<HashMap<u64, (Closed, Instant)>>,
+    base: Instant,
+    sales: RwLock<HashMap<u64, Entry>>,
+}
+
+impl Default for SoldOutCache {
+    fn default() -> Self {
+        SoldOutCache {
+            base: Instant::now(),
+            sales: RwLock::default(),
+        }
+    }
 }
 
 impl SoldOutCache {
-    /// The remembered state of `sale_id`, if still fresh at `now`.
+    fn micros(&self, t: Instant) -> u64 {
+        u64::try_from(t.saturating_duration_since(self.base).as_micros()).unwrap_or(u64::MAX)
+    }
+
+    /// The remembered state of `sale_id`, if still fresh at `now`. After
+    /// the expiry, `None` for the first caller (who asks Redis) and the
+    /// remembered state for the others during [`RECHECK_WINDOW`].
     pub fn get(&self, sale_id: u64, now: Instant) -> Option<Closed> {
         let sales = self.sales.read().ok()?;
-        match sales.get(&sale_id) {
-            Some((c, until)) if *until > now => Some(*c),
-            _ => None,
+        let e = sales.get(&sale_id)?;
+        let closed = Closed::from_code(e.closed.load(Ordering::Acquire));
+        let now_us = self.micros(now);
+        let until = e.until_us.load(Ordering::Acquire);
+        if now_us < until {
+            return Some(closed);
+        }
+        let window = self.micros(now + RECHECK_WINDOW);
+        match e
+            .until_us
+            .compare_exchange(until, window, Ordering::AcqRel, Ordering::Acquire)
+        {
+            Ok(_) => None,
+            Err(_) => Some(closed),
         }
     }
 
@@ -61,13 +127,26 @@ impl SoldOutCache {
                 .unwrap_or(false)
     }
 
-    /// Remembers that Redis said `closed` for `sale_id` at `now`.
+    /// Remembers that Redis said `closed` for `sale_id` at `now`, trusted
+    /// for [`RECHECK_AFTER`].
     pub fn put(&self, sale_id: u64, closed: Closed, now: Instant) {
+        let until = self.micros(now + RECHECK_AFTER);
+        if let Ok(sales) = self.sales.read() {
+            if let Some(e) = sales.get(&sale_id) {
+                e.closed.store(closed.code(), Ordering::Release);
+                e.until_us.store(until, Ordering::Release);
+                return;
+            }
+        }
         if let Ok(mut sales) = self.sales.write() {
             if sales.len() >= MAX_SALES && !sales.contains_key(&sale_id) {
                 sales.clear();
             }
-            sales.insert(sale_id, (closed, now + RECHECK_AFTER));
+            let e = Entry {
+                closed: AtomicU8::new(closed.code()),
+                until_us: AtomicU64::new(until),
+            };
+            sales.insert(sale_id, e);
         }
     }
 }
@@ -86,8 +165,24 @@ mod tests {
             c.get(1, t0 + Duration::from_millis(499)),
             Some(Closed::SoldOut)
         );
-        assert_eq!(c.get(1, t0 + RECHECK_AFTER), None);
         assert_eq!(c.get(2, t0), None);
+        // Expired: the first caller asks Redis, the others wait for it.
+        let t1 = t0 + RECHECK_AFTER;
+        assert_eq!(c.get(1, t1), None);
+        assert_eq!(c.get(1, t1), Some(Closed::SoldOut));
+        assert_eq!(
+            c.get(1, t1 + RECHECK_WINDOW - Duration::from_millis(1)),
+            Some(Closed::SoldOut)
+        );
+        // No answer came back within the window: the next caller asks.
+        assert_eq!(c.get(1, t1 + RECHECK_WINDOW), None);
+        assert_eq!(c.get(1, t1 + RECHECK_WINDOW), Some(Closed::SoldOut));
+        // The answer came back: trusted again, and it may have changed.
+        c.put(1, Closed::Ended, t1 + RECHECK_WINDOW);
+        assert_eq!(c.get(1, t1 + RECHECK_WINDOW), Some(Closed::Ended));
+        assert!(c.reopen(1));
+        assert_eq!(c.get(1, t1 + RECHECK_WINDOW), None);
+        assert!(!c.reopen(1));
     }
 
     #[test]

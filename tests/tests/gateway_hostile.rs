@@ -12,6 +12,8 @@ use std::net::TcpStream;
 use std::time::{Duration, Instant};
 
 const SALE: u64 = 9;
+/// A second sale, for the purchases of hostile clients.
+const OTHER_SALE: u64 = 8;
 
 /// Starts Redis and the gateway (with `env`), runs `hostile` against the
 /// port, then checks: Redis unchanged, the gateway alive, a valid purchase
@@ -303,6 +305,74 @@ fn three_hundred_slow_clients_do_not_stop_other_purchases() {
         during();
         drop(slow);
     });
+}
+
+/// Clients that pipeline requests and never read the answers: once their
+/// socket buffers are full, the gateway's writes to them block (for the
+/// 60 s send timeout set here). Only their own connections may wait: a
+/// purchase by another client is answered at once. (When handler threads
+/// or the Redis threads wrote the answers, 16 such clients held every one
+/// of them.)
+#[test]
+fn clients_that_never_read_their_answers_do_not_stop_other_purchases() {
+    let redis = RedisServer::start();
+    open_sale(&redis, SALE, 10);
+    open_sale(&redis, OTHER_SALE, 100_000);
+    let g = Gateway::start(&redis, &[("SECKILL_GATEWAY_WRITE_TIMEOUT", "60s")]);
+    let p = g.port;
+    let writers: Vec<_> = (0..16)
+        .map(|c| {
+            std::thread::spawn(move || {
+                let mut s = TcpStream::connect(("127.0.0.1", p)).unwrap();
+                s.set_write_timeout(Some(Duration::from_secs(3))).unwrap();
+                let mut sent = 0usize;
+                // Purchases first (answered by way of the group commit),
+                // then health checks until the gateway stops reading.
+                for i in 0..50 {
+                    let body = format!(r#"{{"user_id":"mute-{c}-{i}"}}"#);
+                    let rq = format_request(
+                        "POST",
+                        &format!("/v1/sales/{OTHER_SALE}/purchases"),
+                        Some(&body),
+                        false,
+                    );
+                    if s.write_all(rq.as_bytes()).is_err() {
+                        return (s, sent);
+                    }
+                    sent += 1;
+                }
+                let hz = format_request("GET", "/healthz", None, false).repeat(1000);
+                while s.write_all(hz.as_bytes()).is_ok() {
+                    sent += 1000;
+                }
+                (s, sent)
+            })
+        })
+        .collect();
+    // Every writer is blocked (its socket and the gateway's are full).
+    let mute: Vec<(TcpStream, usize)> = writers.into_iter().map(|w| w.join().unwrap()).collect();
+    eprintln!(
+        "requests sent by clients that never read: {:?}",
+        mute.iter().map(|m| m.1).collect::<Vec<_>>()
+    );
+    let t = Instant::now();
+    let r = buy(p, SALE, "reader");
+    eprintln!(
+        "purchase beside 16 clients that never read: {} in {:?}",
+        r.status,
+        t.elapsed()
+    );
+    assert_eq!(r.status, 202, "{r:?}");
+    assert!(
+        t.elapsed() < Duration::from_secs(10),
+        "answered only after {:?}",
+        t.elapsed()
+    );
+    assert_eq!(get(p, "/healthz").status, 200);
+    assert_eq!(counts(&redis, SALE), (9, 1, 1));
+    drop(mute);
+    assert_eq!(buy(p, SALE, "after").status, 202);
+    assert_eq!(counts(&redis, SALE), (8, 2, 2));
 }
 
 #[test]

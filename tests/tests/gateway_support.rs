@@ -193,7 +193,8 @@ impl Client {
     }
 }
 
-fn format_request(method: &str, path: &str, body: Option<&str>, close: bool) -> String {
+/// The bytes of one HTTP/1.1 request; `close` adds `Connection: close`.
+pub fn format_request(method: &str, path: &str, body: Option<&str>, close: bool) -> String {
     let mut r = format!("{method} {path} HTTP/1.1\r\nHost: 127.0.0.1\r\n");
     if close {
         r.push_str("Connection: close\r\n");
