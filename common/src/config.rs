@@ -22,11 +22,10 @@ pub struct Config {
     pub mysql_url: String,
     /// `SECKILL_LISTEN`: the gateway's HTTP listen address.
     pub listen: SocketAddr,
-    /// `SECKILL_GATEWAY_THREADS`: how many requests the gateway works on at
-    /// once (each connection has its own thread; this many of them may run
-    /// the gateway's own code together), which is also the number of Redis
-    /// connections of the reading routes; `0` means "twice the number of
-    /// cores".
+    /// `SECKILL_GATEWAY_THREADS`: the gateway's Redis connections for the
+    /// reading routes (and for purchases without group commit), shared by
+    /// the connection threads; `0` means "twice the number of cores".
+    /// (Each HTTP connection has a thread of its own.)
     pub gateway_threads: usize,
     /// `SECKILL_BODY_LIMIT`: largest accepted request body, in bytes
     /// (default 4096, per the gateway issue). Larger bodies get 413.
@@ -216,9 +215,8 @@ impl Config {
         Ok(c)
     }
 
-    /// How many requests the gateway works on at once (and its Redis links
-    /// for reads): the configured number, or twice the available cores when
-    /// it is `0`.
+    /// The gateway's Redis connections for reads: the configured number,
+    /// or twice the available cores when it is `0`.
     pub fn effective_gateway_threads(&self) -> usize {
         if self.gateway_threads > 0 {
             return self.gateway_threads;

@@ -1,8 +1,7 @@
 //! Owns the state shared by every gateway thread ([`App`]: settings,
 //! metrics, the sold-out memory, the way purchases reach Redis), the pool
-//! of Redis links the reading routes borrow ([`LinkPool`]), the permits
-//! that bound how many connection threads work at once ([`Permits`]), and
-//! the one-round-trip reservation used without group commit ([`reserve`]).
+//! of Redis links the reading routes borrow ([`LinkPool`]), and the
+//! one-round-trip reservation used without group commit ([`reserve`]).
 
 use crate::buyers::Buyers;
 use crate::group_commit::Job;
@@ -12,7 +11,7 @@ use crate::soldout::SoldOutCache;
 use crossbeam_channel::{Receiver, Sender};
 use seckill_common::reservation::{self, ReserveOutcome};
 use std::sync::atomic::{AtomicBool, AtomicUsize};
-use std::sync::{Arc, Condvar, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
 /// What every thread shares.
@@ -39,60 +38,6 @@ pub struct App {
     pub active: AtomicUsize,
     /// Set at stop: requests that arrive afterwards get 503.
     pub closing: AtomicBool,
-    /// How many connection threads run the gateway's own work at once.
-    pub permits: Permits,
-}
-
-/// A counting semaphore: how many connection threads may run the
-/// gateway's own work at once (`SECKILL_GATEWAY_THREADS`). Every connection
-/// has its own thread; under a flood of cheap requests (a sold-out sale)
-/// dozens of them would otherwise be runnable at once, and the threads that
-/// talk to Redis wait behind all of them for the CPU. Waiting on a client
-/// (its body, writing its answer) or on a group-commit pipeline is never
-/// done while holding a permit; the one Redis round trip of a reading
-/// route (or of a purchase without group commit) is, so at most this many
-/// of the pool's links are in use.
-pub struct Permits {
-    /// (free permits, threads waiting for one).
-    state: Mutex<(usize, usize)>,
-    freed: Condvar,
-}
-
-/// A held permit; given back on drop.
-pub struct Permit<'a>(&'a Permits);
-
-impl Permits {
-    /// `n` permits (at least one).
-    pub fn new(n: usize) -> Permits {
-        Permits {
-            state: Mutex::new((n.max(1), 0)),
-            freed: Condvar::new(),
-        }
-    }
-
-    /// Waits for a permit.
-    pub fn acquire(&self) -> Permit<'_> {
-        // A poisoned lock only means a thread panicked while counting.
-        let mut s = self.state.lock().unwrap_or_else(|p| p.into_inner());
-        while s.0 == 0 {
-            s.1 += 1;
-            s = self.freed.wait(s).unwrap_or_else(|p| p.into_inner());
-            s.1 -= 1;
-        }
-        s.0 -= 1;
-        Permit(self)
-    }
-}
-
-impl Drop for Permit<'_> {
-    fn drop(&mut self) {
-        let mut s = self.0.state.lock().unwrap_or_else(|p| p.into_inner());
-        s.0 += 1;
-        // Waking costs a system call: only when someone waits.
-        if s.1 > 0 {
-            self.0.freed.notify_one();
-        }
-    }
 }
 
 /// A fixed set of lazily connected Redis links that connection threads

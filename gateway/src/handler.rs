@@ -45,11 +45,9 @@ pub fn handle(app: &App, rq: Request) {
     app.active.fetch_sub(1, Ordering::SeqCst);
 }
 
-/// Calls the route and answers. The CPU work and the Redis calls of the
-/// reading routes run under one of the gateway's permits (`App::permits`);
-/// reading a body from the client, waiting for a group-commit pipeline and
-/// writing the answer do not, so a slow or non-reading client never holds
-/// one.
+/// Calls the route and answers, all on this connection's thread: a slow
+/// client, or one that never reads its answers, holds up only its own
+/// connection.
 fn serve(app: &App, mut rq: Request, route: Route, start: Instant) {
     let label = route.label();
     let reply = match route {
@@ -64,10 +62,7 @@ fn serve(app: &App, mut rq: Request, route: Route, start: Instant) {
                 }
             }
         }
-        other => {
-            let _permit = app.permits.acquire();
-            answer(app, other)
-        }
+        other => answer(app, other),
     };
     finish(app, rq, label, reply, start);
 }
@@ -91,17 +86,13 @@ fn answer(app: &App, route: Route) -> Reply {
 /// A purchase whose body is in memory: the fast path, then Redis (a
 /// group-commit pipeline, or one round trip on a borrowed link).
 fn buy(app: &App, sale_id: u64, body: &[u8]) -> Reply {
-    let permit = app.permits.acquire();
     let user_id = match purchase::admit(app, sale_id, body) {
         Ok(u) => u,
         Err(reply) => return reply,
     };
     let outcome = match &app.jobs {
         None => app::reserve(app, sale_id, &user_id),
-        Some(jobs) => {
-            drop(permit);
-            pipelined(app, jobs, sale_id, &user_id)
-        }
+        Some(jobs) => pipelined(app, jobs, sale_id, &user_id),
     };
     purchase::conclude(app, sale_id, &user_id, outcome)
 }

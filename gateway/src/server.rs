@@ -4,7 +4,7 @@
 //! Redis threads, readiness, and the orderly stop on SIGTERM (requests
 //! being handled and purchases in a pipeline answered, exit 0).
 
-use crate::app::{App, LinkPool, Permits};
+use crate::app::{App, LinkPool};
 use crate::group_commit::{self, QUEUE_CAPACITY};
 use crate::handler::handle;
 use crate::metrics::Metrics;
@@ -157,7 +157,6 @@ pub fn run(config: Config, shutdown: Shutdown, unblocker: Unblocker) -> Result<(
         links: LinkPool::new(&client, links, config.redis_timeout, &metrics),
         active: AtomicUsize::new(0),
         closing: AtomicBool::new(false),
-        permits: Permits::new(links),
     });
     if let Some(rx) = job_rx {
         for i in 0..config.gateway_redis_threads {
