@@ -12,9 +12,13 @@
 #      with distinct users, unpipelined: the one-round-trip Redis ceiling;
 # then the ratios against the issue's targets.
 #
-# A private redis-server (AOF on, appendfsync everysec) on a free port; the
-# machine's Redis is never touched. Needs wrk and redis-server (installed
+# A private redis-server (AOF on, appendfsync everysec, automatic AOF
+# rewrites off: a rewrite forks Redis, and on 2 cores its child takes a
+# core for seconds, which tripled the purchase p99 in the runs it hit; see
+# the README's Operations) on a free port; the machine's Redis is never
+# touched. Needs wrk and redis-server (installed
 # with apt-get when missing). Usage: scripts/bench-gateway.sh
+# (BENCH_GATEWAY=path measures another gateway binary, e.g. an older build.)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 . scripts/lib/services.sh
@@ -27,7 +31,7 @@ SECONDS_EACH=${BENCH_SECONDS:-10}
 MODES=${BENCH_MODES:-"2 1 0"}
 CONNS=64
 cargo build --release -q -p seckill-gateway
-GW=target/release/seckill-gateway
+GW=${BENCH_GATEWAY:-target/release/seckill-gateway}
 
 free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
 WORK=$(mktemp -d)
@@ -42,7 +46,8 @@ cleanup() {
 trap cleanup EXIT
 
 redis-server --port "$RPORT" --bind 127.0.0.1 --dir "$WORK" --save "" \
-  --appendonly yes --appendfsync everysec --daemonize no --loglevel warning >/dev/null &
+  --appendonly yes --appendfsync everysec --auto-aof-rewrite-percentage 0 \
+  --daemonize no --loglevel warning >/dev/null &
 R_PID=$!
 rc() { redis-cli -p "$RPORT" "$@"; }
 for _ in $(seq 100); do rc PING >/dev/null 2>&1 && break; sleep 0.05; done
@@ -72,34 +77,57 @@ stop_gateway() {
 }
 
 cat >"$WORK/buy.lua" <<'LUA'
--- A distinct user id per request: run prefix, wrk thread, counter.
-local n = 0
+-- A distinct user id per request (run, wrk thread, counter). The requests
+-- are formatted once per thread before the run: formatting one in
+-- request() costs wrk more CPU than the gateway spends answering a
+-- sold-out purchase, on the two cores wrk shares with the gateway, which
+-- would measure wrk rather than the gateway. After BENCH_REQS_PER_THREAD
+-- requests a thread starts over (then the same users buy again: 409s,
+-- which the output shows as non-2xx).
 local threads = 0
-local run = tostring(os.time())
 function setup(thread) thread:set("tid", threads); threads = threads + 1 end
+local reqs, n, count = {}, 0, 0
+function init(args)
+  local run = tostring(os.time())
+  count = tonumber(os.getenv("BENCH_REQS_PER_THREAD") or "600000")
+  for i = 1, count do
+    reqs[i] = wrk.format("POST", nil, {["Content-Type"] = "application/json"},
+      '{"user_id":"b' .. run .. '-' .. tid .. '-' .. i .. '"}')
+  end
+end
 function request()
   n = n + 1
-  local body = '{"user_id":"b' .. run .. '-' .. tid .. '-' .. n .. '"}'
-  return wrk.format("POST", nil, {["Content-Type"] = "application/json"}, body)
+  if n > count then n = 1 end
+  return reqs[n]
 end
 LUA
 
-# run_wrk NAME URL [LUA]: prints "NAME rps p99_ms" and keeps them in $WORK/NAME.
+# CPU time (clock ticks) of a process, and busy time of the whole machine.
+proc_ticks() { awk '{print $14 + $15}' "/proc/$1/stat"; }
+busy_ticks() { awk '/^cpu / {print $2 + $3 + $4 + $7 + $8 + $9}' /proc/stat; }
+
+# run_wrk NAME URL [LUA]: prints "NAME rps p99_ms" and keeps in $WORK/NAME
+# "rps p99_ms requests machine_busy_us_per_request redis_cpu_us_per_request".
 run_wrk() {
   local name=$1 url=$2 lua=${3:-}
-  local out
+  local out b0 r0 b1 r1
+  b0=$(busy_ticks); r0=$(proc_ticks "$R_PID")
   if [ -n "$lua" ]; then
     out=$(wrk -t2 -c$CONNS -d"${SECONDS_EACH}s" --latency -s "$lua" "$url")
   else
     out=$(wrk -t2 -c$CONNS -d"${SECONDS_EACH}s" --latency "$url")
   fi
-  local rps p99 non2xx
+  b1=$(busy_ticks); r1=$(proc_ticks "$R_PID")
+  local rps p99 non2xx total
   rps=$(awk '/^Requests\/sec:/ {print $2}' <<<"$out")
+  total=$(awk '/requests in/ {print $1}' <<<"$out")
   p99=$(awk '$1=="99%" {v=$2; if (v ~ /us$/) {sub("us","",v); v=v/1000} else if (v ~ /ms$/) {sub("ms","",v)} else if (v ~ /s$/) {sub("s","",v); v=v*1000}; print v}' <<<"$out")
   non2xx=$(awk '/Non-2xx/ {print $5}' <<<"$out")
   printf '%-34s %10.0f req/s   p99 %7.2f ms   non-2xx/3xx %s\n' "$name" "$rps" "$p99" "${non2xx:-0}"
-  echo "$rps $p99" >"$WORK/$name"
+  awk -v rps="$rps" -v p="$p99" -v n="$total" -v b=$((b1 - b0)) -v r=$((r1 - r0)) -v hz="$TICKS" \
+    'BEGIN { printf "%s %s %s %.2f %.2f\n", rps, p, n, b * 1e6 / hz / n, r * 1e6 / hz / n }' >"$WORK/$name"
 }
+TICKS=$(getconf CLK_TCK)
 
 echo "bench-gateway: $(nproc) cores, wrk -t2 -c$CONNS -d${SECONDS_EACH}s, Redis $(redis-server --version | awk '{print $3}')"
 first_mode=${MODES%% *}
@@ -133,6 +161,17 @@ done
 hz=$(awk '{print $1}' "$WORK/healthz")
 so=$(awk '{print $1}' "$WORK/sold_out")
 p99=$(awk '{print $2}' "$WORK/purchase_redis_threads_$best")
+hz_busy=$(awk '{print $4}' "$WORK/healthz")
+p_redis=$(awk '{print $5}' "$WORK/purchase_redis_threads_$best")
+echo
+echo "CPU per request (whole machine busy time / requests; wrk, gateway and Redis share $(nproc) cores):"
+printf '  healthz, everything                %6.1f us\n' "$hz_busy"
+printf '  purchase, everything               %6.1f us\n' "$(awk '{print $4}' "$WORK/purchase_redis_threads_$best")"
+printf '  purchase, Redis alone              %6.1f us\n' "$p_redis"
+awk -v h="$hz_busy" -v r="$p_redis" 'BEGIN {
+  printf "  => a purchase does a health check'"'"'s work plus the Redis script, so on these\n"
+  printf "     shared cores purchase / healthz cannot exceed %.2f / (%.2f + %.2f) = %.2f\n", h, h, r, h / (h + r)
+}'
 echo
 echo "ratios (best purchase mode: SECKILL_GATEWAY_REDIS_THREADS=$best):"
 awk -v p="$best_rps" -v h="$hz" -v s="$so" -v r="$rb_rps" -v q="$p99" 'BEGIN {
