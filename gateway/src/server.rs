@@ -15,7 +15,6 @@ use socket2::{Domain, Protocol, Socket, TcpKeepalive, Type};
 use std::fmt;
 use std::net::{SocketAddr, TcpListener};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::sync::OnceLock;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use tiny_http::Server;
@@ -123,21 +122,6 @@ pub fn run(config: Config, shutdown: Shutdown, unblocker: Unblocker) -> Result<(
     let listener = bind(config.listen, config.gateway_write_timeout)
         .map_err(|e| GatewayError::Bind(config.listen, e))?;
     let metrics = Arc::new(Metrics::default());
-    // The handler runs on connection threads the server starts; it finds
-    // the state here once it exists (before any thread below starts).
-    let shared: Arc<OnceLock<Arc<App>>> = Arc::new(OnceLock::new());
-    let on_request = shared.clone();
-    let server = Arc::new(
-        Server::from_listener_with_handler(
-            listener,
-            Arc::new(move |rq| match on_request.get() {
-                Some(app) => handle(app, rq),
-                None => drop(rq),
-            }),
-        )
-        .map_err(|e| GatewayError::Server(e.to_string()))?,
-    );
-
     let (jobs, job_rx) = match config.gateway_redis_threads {
         0 => (None, None),
         _ => {
@@ -168,7 +152,12 @@ pub fn run(config: Config, shutdown: Shutdown, unblocker: Unblocker) -> Result<(
                 .map_err(GatewayError::Thread)?;
         }
     }
-    let _ = shared.set(app.clone());
+    // Requests are handled on the connection threads the server starts.
+    let on_request = app.clone();
+    let server = Arc::new(
+        Server::from_listener_with_handler(listener, Arc::new(move |rq| handle(&on_request, rq)))
+            .map_err(|e| GatewayError::Server(e.to_string()))?,
+    );
 
     unblocker.set(server.clone());
     log::info!(
