@@ -7,7 +7,7 @@
 #   2. POST purchase, plentiful stock       a distinct user id per request (Lua);
 #   3. POST purchase after the sell-out     the in-memory fast path;
 # 2 is run for each Redis mode in BENCH_MODES (default "2 1 0": group commit
-# over 2 or 1 pipelining Redis threads, and 0 = one connection per handler);
+# over 2 or 1 pipelining Redis threads, and 0 = one round trip per purchase);
 #   4. redis-benchmark, 50 clients, EVALSHA of the same reservation script
 #      with distinct users, unpipelined: the one-round-trip Redis ceiling;
 # then the ratios against the targets.

@@ -31,13 +31,14 @@ pub struct Config {
     /// (default 4096, per the gateway issue). Larger bodies get 413.
     pub body_limit_bytes: usize,
     /// `SECKILL_GATEWAY_REDIS_THREADS`: gateway threads that pipeline queued
-    /// purchases to Redis (group commit); `0` means one Redis connection per
-    /// handler thread and one round trip per purchase. Default 2 (measured in
+    /// purchases to Redis (group commit); `0` means one round trip per
+    /// purchase on one of the shared Redis connections. Default 2 (measured in
     /// the README's "Performance: gateway").
     pub gateway_redis_threads: usize,
     /// `SECKILL_GATEWAY_WRITE_TIMEOUT`: send timeout of every HTTP client
     /// socket (each `write` call): a client that stops reading its responses
-    /// holds a handler thread at most this long. Default 5s.
+    /// holds its own connection's thread at most this long per write, then
+    /// the connection is closed. Default 5s.
     pub gateway_write_timeout: Duration,
     /// `SECKILL_REDIS_TIMEOUT`: connect, read and write timeout of
     /// non-blocking Redis calls (gateway, reconciler, worker bookkeeping).
@@ -228,7 +229,7 @@ impl Config {
 }
 
 const INT_0_1024: &str = "an integer from 0 (auto) to 1024";
-const INT_0_64: &str = "an integer from 0 (one connection per handler) to 64";
+const INT_0_64: &str = "an integer from 0 (one round trip per purchase) to 64";
 const INT_BODY: &str = "a byte count from 64 to 1048576";
 const INT_BATCH: &str = "an integer from 1 to 10000";
 const INT_ATTEMPTS: &str = "an integer from 1 to 1000";

@@ -19,7 +19,8 @@ use std::time::{Duration, Instant};
 /// Most purchases in one pipeline.
 pub const MAX_BATCH: usize = 256;
 
-/// Purchases waiting for a Redis thread before handlers answer 503.
+/// Purchases waiting for a Redis thread; beyond it a purchase is answered
+/// 503 at once.
 pub const QUEUE_CAPACITY: usize = 8192;
 
 /// What Redis said about one purchase (with [`crate::app::own`] applied),

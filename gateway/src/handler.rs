@@ -1,8 +1,8 @@
 //! Owns the life of one request on the thread that read it from its
 //! connection (tiny_http calls [`handle`] there: one thread per connection,
 //! no hand-off): route it, take its body safely (`body.rs`), call the
-//! route, answer, and count it. A purchase with group commit is answered
-//! later by a Redis thread (`group_commit.rs`).
+//! route, answer, and count it. A purchase with group commit waits here
+//! for its pipeline's outcome (`group_commit.rs`).
 
 use crate::app::{self, App};
 use crate::body::{self, Plan};
