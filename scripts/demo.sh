@@ -17,7 +17,7 @@
 #   6. waits for the queue to drain, runs the reconciler;
 #   7. prints the report and exits 0 only if every invariant holds;
 #   8. stops everything it started and tells where the logs and the review
-#      file are (.demo/run-<time>/).
+#      file are (.demo/run-<time>-<pid>/).
 # The machine's existing data are never touched: the demo database is new
 # (and dropped at the end unless --keep-db), the Redis keys live in an empty
 # logical database, a private server or SECKILL_REDIS_URL's. On a Redis it
@@ -44,11 +44,14 @@ CONNECTIONS=${SECKILL_DEMO_CONNECTIONS:-64}
 KEEP_DB=0
 PRIVATE=${SECKILL_DEMO_PRIVATE:-0}
 usage() { awk 'NR > 1 && /^#/ { sub(/^# ?/, ""); print; next } NR > 1 { exit }' "$0"; }
+needs_value() { # OPTION REST_COUNT
+  if [ "$2" -lt 2 ]; then echo "demo.sh: $1 needs a value" >&2; usage >&2; exit 64; fi
+}
 while [ $# -gt 0 ]; do
   case "$1" in
-    --stock) STOCK=${2:?--stock N}; shift 2 ;;
-    --users) USERS=${2:?--users N}; shift 2 ;;
-    --connections) CONNECTIONS=${2:?--connections N}; shift 2 ;;
+    --stock) needs_value "$1" $#; STOCK=$2; shift 2 ;;
+    --users) needs_value "$1" $#; USERS=$2; shift 2 ;;
+    --connections) needs_value "$1" $#; CONNECTIONS=$2; shift 2 ;;
     --keep-db) KEEP_DB=1; shift ;;
     --private) PRIVATE=1; shift ;;
     -h|--help) usage; exit 0 ;;

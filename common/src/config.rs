@@ -234,6 +234,8 @@ const INT_BODY: &str = "a byte count from 64 to 1048576";
 const INT_BATCH: &str = "an integer from 1 to 10000";
 const INT_ATTEMPTS: &str = "an integer from 1 to 1000";
 const DURATION: &str = "a duration with a unit between 1ms and 30 days, such as 500ms, 60s or 24h";
+const DURATION_OR_ZERO: &str =
+    "0, or a duration with a unit such as 500ms, 60s, 2m (at most 30 days)";
 
 fn parse_url(variable: &'static str, v: &str, schemes: &[&str]) -> Result<String, ConfigError> {
     if schemes.iter().any(|s| v.starts_with(s)) && v.len() > 8 {
@@ -292,7 +294,7 @@ fn parse_duration_or_zero(variable: &'static str, v: &str) -> Result<Duration, C
     let err = || ConfigError {
         variable,
         value: v.to_string(),
-        expected: DURATION,
+        expected: DURATION_OR_ZERO,
     };
     // A bare number is refused on purpose: "60" could mean seconds or ms.
     if v.chars().all(|c| c.is_ascii_digit()) && v != "0" {

@@ -23,10 +23,43 @@ pub fn parse_time_ms(s: &str, now_ms: u64) -> Result<u64, String> {
     u64::try_from(ms).map_err(|_| "before 1970".to_string())
 }
 
-/// Formats Unix ms as RFC 3339 UTC with milliseconds, e.g. `2026-11-29T20:00:00.000Z`.
+/// Formats Unix ms as RFC 3339 UTC with exactly three millisecond digits,
+/// e.g. `2026-11-29T20:00:00.000Z`, so that the text sorts like the time
+/// (the review file's queries order by it; `Rfc3339` itself drops trailing
+/// zeros: `.35Z` sorted after `.357Z`).
 pub fn format_ms(ms: u64) -> String {
+    let fmt = time::macros::format_description!(
+        "[year]-[month]-[day]T[hour]:[minute]:[second].[subsecond digits:3]Z"
+    );
     OffsetDateTime::from_unix_timestamp_nanos(ms as i128 * 1_000_000)
         .ok()
-        .and_then(|t| t.format(&Rfc3339).ok())
+        .and_then(|t| t.format(&fmt).ok())
         .unwrap_or_else(|| format!("{ms}ms"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn format_ms_always_writes_three_millisecond_digits() {
+        assert_eq!(format_ms(0), "1970-01-01T00:00:00.000Z");
+        let t = parse_time_ms("2026-11-29T21:08:44.35Z", 0).unwrap();
+        assert_eq!(format_ms(t), "2026-11-29T21:08:44.350Z");
+        assert_eq!(format_ms(t + 7), "2026-11-29T21:08:44.357Z");
+        // The text sorts like the time.
+        assert!(format_ms(t) < format_ms(t + 7));
+        assert_eq!(parse_time_ms(&format_ms(t + 7), 0), Ok(t + 7));
+    }
+
+    #[test]
+    fn operator_times() {
+        assert_eq!(parse_time_ms("now", 5), Ok(5));
+        assert_eq!(parse_time_ms("now+30s", 5), Ok(30_005));
+        assert_eq!(
+            parse_time_ms("2026-11-29T20:00:00+08:00", 0),
+            parse_time_ms("2026-11-29T12:00:00Z", 0)
+        );
+        assert!(parse_time_ms("tomorrow", 0).is_err());
+    }
 }

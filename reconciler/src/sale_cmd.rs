@@ -99,8 +99,9 @@ pub fn create(config: &Config, a: &SaleCreate) -> Res<u8> {
         return Ok(2);
     }
     eprintln!(
-        "created sale {id}: {} units of {} from {} to {}",
+        "created sale {id}: {} unit{} of {} from {} to {}",
         sale.total_stock,
+        if sale.total_stock == 1 { "" } else { "s" },
         sale.sku,
         format_ms(sale.starts_at_ms),
         format_ms(sale.ends_at_ms)

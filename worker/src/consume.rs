@@ -88,11 +88,19 @@ impl CrashPoint {
     }
 }
 
-/// Whether `e` is an interrupted system call (`EINTR`).
+/// Whether `e` is an interrupted system call (`EINTR`). redis 1.x keeps an
+/// I/O error as an `Arc<dyn Error>`, which is what `source` returns, so the
+/// `io::Error` is looked for behind that `Arc` as well.
 fn interrupted(e: &redis::RedisError) -> bool {
-    std::error::Error::source(e)
-        .and_then(|s| s.downcast_ref::<std::io::Error>())
-        .is_some_and(|io| io.kind() == std::io::ErrorKind::Interrupted)
+    type Shared = std::sync::Arc<dyn std::error::Error + Send + Sync>;
+    let Some(s) = std::error::Error::source(e) else {
+        return false;
+    };
+    let io = s.downcast_ref::<std::io::Error>().or_else(|| {
+        s.downcast_ref::<Shared>()
+            .and_then(|a| a.downcast_ref::<std::io::Error>())
+    });
+    io.is_some_and(|io| io.kind() == std::io::ErrorKind::Interrupted)
 }
 
 /// The consuming side of one worker process.
@@ -316,5 +324,21 @@ impl Worker {
                 self.must_reclaim = true;
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::interrupted;
+    use std::io;
+
+    #[test]
+    fn eintr_from_redis_is_recognised() {
+        let e = redis::RedisError::from(io::Error::from(io::ErrorKind::Interrupted));
+        assert!(interrupted(&e), "{e}");
+        let e = redis::RedisError::from(io::Error::from_raw_os_error(4));
+        assert!(interrupted(&e), "{e}");
+        let e = redis::RedisError::from(io::Error::from(io::ErrorKind::ConnectionReset));
+        assert!(!interrupted(&e), "{e}");
     }
 }
