@@ -2,7 +2,8 @@
 //! not the end of the gateway: clients that hold every descriptor get no
 //! service while they do, and once they close, purchases are answered again
 //! by the same process (tiny_http's accept loop used to stop for good on
-//! EMFILE; see gateway/vendor/tiny_http/PATCHES.md).
+//! EMFILE; see gateway/vendor/tiny_http/PATCHES.md). The same for threads:
+//! a crowd of connections beyond the process's thread limit.
 
 mod gateway_support;
 
@@ -73,4 +74,93 @@ fn a_crowd_holding_every_file_descriptor_does_not_stop_the_gateway() {
     assert_eq!(answered, Some(202));
     let _ = child.kill();
     let _ = child.wait();
+}
+
+/// Whether this test process runs as root (needed to start the gateway as
+/// `nobody`: root is exempt from the thread limit).
+fn is_root() -> bool {
+    Command::new("id")
+        .arg("-u")
+        .output()
+        .map(|o| String::from_utf8_lossy(&o.stdout).trim() == "0")
+        .unwrap_or(false)
+}
+
+#[test]
+fn a_crowd_beyond_the_thread_limit_does_not_stop_the_gateway() {
+    if !is_root() {
+        eprintln!("SKIPPED: needs root to run the gateway as nobody with a thread limit");
+        return;
+    }
+    let redis = RedisServer::start();
+    open_sale(&redis, 1, 10);
+    let port = free_port();
+    // As nobody with at most 200 processes and threads (what systemd's
+    // TasksMax or a pids cgroup amount to): 300 connections need more
+    // connection threads than that.
+    let mut child = Command::new("setpriv")
+        .args([
+            "--reuid=65534",
+            "--regid=65534",
+            "--clear-groups",
+            "bash",
+            "-c",
+        ])
+        .arg("ulimit -u 200 && exec \"$0\"")
+        .arg(bin("seckill-gateway"))
+        .env_clear()
+        .env("SECKILL_LISTEN", format!("127.0.0.1:{port}"))
+        .env("SECKILL_REDIS_URL", redis.url())
+        .env("SECKILL_GATEWAY_THREADS", "4")
+        .env("RUST_LOG", "error")
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    wait_until(Duration::from_secs(10), "the gateway to listen", || {
+        TcpStream::connect(("127.0.0.1", port)).is_ok() && get(port, "/readyz").status == 200
+    });
+    assert_eq!(buy(port, 1, "before").status, 202);
+
+    let addr = std::net::SocketAddr::from(([127, 0, 0, 1], port));
+    let crowd: Vec<TcpStream> = (0..300)
+        .filter_map(|_| TcpStream::connect_timeout(&addr, Duration::from_millis(500)).ok())
+        .collect();
+    assert!(crowd.len() > 200, "only {} connections", crowd.len());
+    std::thread::sleep(Duration::from_millis(500));
+    assert!(
+        child.try_wait().unwrap().is_none(),
+        "the gateway exited under the crowd"
+    );
+    drop(crowd);
+
+    // The connection threads of the crowd end once it has left; then the
+    // same process answers again (before the fix its accept thread had
+    // panicked and every connection was refused for good).
+    let mut answered = None;
+    wait_until(
+        Duration::from_secs(15),
+        "a purchase after the crowd left",
+        || {
+            if child.try_wait().unwrap().is_some() {
+                return true;
+            }
+            let ok = TcpStream::connect(("127.0.0.1", port)).is_ok()
+                && get(port, "/healthz").status == 200;
+            if ok {
+                answered = Some(buy(port, 1, "after").status);
+            }
+            ok
+        },
+    );
+    assert!(child.try_wait().unwrap().is_none(), "the gateway exited");
+    assert_eq!(answered, Some(202));
+    assert_eq!(counts_of(&redis), 2);
+    let _ = child.kill();
+    let _ = child.wait();
+}
+
+/// Units of sale 1 taken in Redis.
+fn counts_of(redis: &RedisServer) -> usize {
+    gateway_support::counts(redis, 1).1
 }

@@ -86,7 +86,12 @@ impl TaskPool {
     fn add_thread(&self, initial_fn: Option<Box<dyn FnMut() + Send>>) {
         let sharing = self.sharing.clone();
 
-        thread::spawn(move || {
+        // seckill patch: upstream used `thread::spawn`, which panics when no
+        // thread can be created (a task or memory limit, e.g. systemd's
+        // TasksMax); on the accept thread that panic ended the accept loop
+        // for good while the process lived on. Now the task is dropped (the
+        // new connection is closed without an answer) and accepting goes on.
+        let spawned = thread::Builder::new().spawn(move || {
             let sharing = sharing;
             let _active_guard = Registration::new(&sharing.active_tasks);
 
@@ -130,6 +135,9 @@ impl TaskPool {
                 task();
             }
         });
+        if let Err(e) = spawned {
+            log::error!("cannot start a connection thread ({}): connection closed", e);
+        }
     }
 }
 
