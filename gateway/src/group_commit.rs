@@ -41,38 +41,55 @@ pub struct Job {
 
 /// A one-time mailbox for one purchase's outcome: a connection thread
 /// waits on it, a Redis thread fills it. (A plain mutex and condition
-/// variable: the waiting thread sleeps at once, where a channel would spin
-/// and yield first, which costs more CPU than the whole purchase when
-/// dozens of threads wait at once on two cores.)
+/// variable: the waiting thread sleeps at once.) A waiter that gives up
+/// marks it abandoned, so a Redis thread that has not sent the purchase yet
+/// drops it instead of reserving a unit for a client already told 503.
 #[derive(Default)]
 pub struct Slot {
-    outcome: Mutex<Option<Outcome>>,
+    state: Mutex<SlotState>,
     filled: Condvar,
 }
 
+#[derive(Default)]
+struct SlotState {
+    outcome: Option<Outcome>,
+    abandoned: bool,
+}
+
 impl Slot {
+    fn lock(&self) -> std::sync::MutexGuard<'_, SlotState> {
+        // A poisoned lock only means the other side panicked mid-update.
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
     /// Stores the outcome and wakes the waiter.
     pub fn fill(&self, outcome: Outcome) {
-        let mut o = self.outcome.lock().unwrap_or_else(|p| p.into_inner());
-        *o = Some(outcome);
+        self.lock().outcome = Some(outcome);
         self.filled.notify_one();
     }
 
-    /// Waits up to `timeout` for the outcome.
+    /// Whether the waiter has given up (see [`Slot::wait`]).
+    pub fn abandoned(&self) -> bool {
+        self.lock().abandoned
+    }
+
+    /// Waits up to `timeout` for the outcome; on timeout marks the slot
+    /// abandoned.
     ///
     /// Errors: [`Unavailable`] when none came in time.
     pub fn wait(&self, timeout: Duration) -> Outcome {
         let deadline = Instant::now() + timeout;
-        let mut o = self.outcome.lock().unwrap_or_else(|p| p.into_inner());
+        let mut s = self.lock();
         loop {
-            if let Some(outcome) = o.take() {
+            if let Some(outcome) = s.outcome.take() {
                 return outcome;
             }
             let left = deadline.saturating_duration_since(Instant::now());
             if left.is_zero() {
+                s.abandoned = true;
                 return Err(Unavailable);
             }
-            o = match self.filled.wait_timeout(o, left) {
+            s = match self.filled.wait_timeout(s, left) {
                 Ok((g, _)) => g,
                 Err(p) => p.into_inner().0,
             };
@@ -92,6 +109,14 @@ pub fn redis_thread(jobs: Receiver<Job>, mut link: Link, metrics: &Metrics) {
                 Ok(j) => batch.push(j),
                 Err(_) => break,
             }
+        }
+        // Purchases whose client was already answered 503 (it waited longer
+        // than `pipeline_wait`, e.g. behind a Redis stall) are not sent.
+        let before = batch.len();
+        batch.retain(|j| !j.reply_to.abandoned());
+        metrics.abandoned.add((before - batch.len()) as u64);
+        if batch.is_empty() {
+            continue;
         }
         let results = run_batch(&mut link, &batch, metrics);
         for (job, r) in batch.drain(..).zip(results) {
@@ -162,4 +187,36 @@ fn run_batch(
         todo = again;
     }
     results
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use seckill_common::reservation::ReserveOutcome;
+
+    #[test]
+    fn a_waiter_that_gives_up_marks_its_slot_abandoned() {
+        let slot = Slot::default();
+        assert!(!slot.abandoned());
+        assert_eq!(slot.wait(Duration::from_millis(10)), Err(Unavailable));
+        assert!(slot.abandoned());
+        // A late outcome is harmless.
+        slot.fill(Ok(ReserveOutcome::SoldOut));
+    }
+
+    #[test]
+    fn an_outcome_filled_in_time_is_returned_and_the_slot_not_abandoned() {
+        let slot = Arc::new(Slot::default());
+        let filler = slot.clone();
+        let t = std::thread::spawn(move || {
+            std::thread::sleep(Duration::from_millis(20));
+            filler.fill(Ok(ReserveOutcome::NotStarted));
+        });
+        assert_eq!(
+            slot.wait(Duration::from_secs(5)),
+            Ok(ReserveOutcome::NotStarted)
+        );
+        assert!(!slot.abandoned());
+        t.join().unwrap();
+    }
 }

@@ -65,6 +65,9 @@ pub struct Metrics {
     pub pipelined: Counter,
     /// Redis pipelines sent by the group-commit threads.
     pub pipelines: Counter,
+    /// Purchases dropped before they reached Redis because their client
+    /// had already been answered 503 (no outcome in time).
+    pub abandoned: Counter,
 }
 
 impl Default for Metrics {
@@ -85,6 +88,7 @@ impl Default for Metrics {
             parked: Counter::default(),
             pipelined: Counter::default(),
             pipelines: Counter::default(),
+            abandoned: Counter::default(),
         }
     }
 }
@@ -182,6 +186,12 @@ impl Metrics {
             "Pipelines sent by the group-commit threads.",
             &[],
             self.pipelines.get(),
+        );
+        e.counter(
+            "seckill_gateway_abandoned_purchases_total",
+            "Purchases not sent to Redis because their client had already been answered 503.",
+            &[],
+            self.abandoned.get(),
         );
         e.finish()
     }

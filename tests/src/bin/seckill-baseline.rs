@@ -7,7 +7,8 @@
 //! lock; that is the point of the comparison.
 //!
 //! Configuration: `SECKILL_LISTEN`, `SECKILL_MYSQL_URL`,
-//! `SECKILL_GATEWAY_THREADS` (handler threads, one MySQL connection each),
+//! `SECKILL_GATEWAY_THREADS` (handler threads, one MySQL connection each;
+//! default 2 × cores),
 //! `SECKILL_BODY_LIMIT`, `SECKILL_MYSQL_TIMEOUT`. Exit codes: 0 after
 //! SIGTERM/SIGINT, 2 bad configuration or cannot bind.
 #![forbid(unsafe_code)]
@@ -54,7 +55,11 @@ fn run(config: &Config, shutdown: &Shutdown) -> Result<(), String> {
     let server = Server::http(config.listen)
         .map_err(|e| format!("cannot listen on {}: {e}", config.listen))?;
     let server = Arc::new(server);
-    let threads = config.effective_gateway_threads();
+    // Its own default (2 × cores), not the gateway's link count.
+    let threads = match config.gateway_threads {
+        0 => std::thread::available_parallelism().map_or(4, |n| n.get() * 2),
+        n => n,
+    };
     log::info!(
         "seckill-baseline listening on {} with {threads} threads",
         config.listen
