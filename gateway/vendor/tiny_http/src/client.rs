@@ -48,6 +48,22 @@ enum ReadError {
     /// the client sent an unrecognized `Expect` header
     ExpectationFailed(HTTPVersion),
     ReadIoError(IoError),
+    /// seckill patch: a request line or header line over
+    /// `MAX_HEADER_LINE`, or a header over `MAX_HEADER_BYTES` in all
+    HeaderTooLarge,
+}
+
+/// seckill patch: longest request line or header line, in bytes (nginx's
+/// `large_client_header_buffers` default is 8k too). Upstream had no limit:
+/// a line without a newline was buffered whole, at any length.
+pub const MAX_HEADER_LINE: usize = 8 * 1024;
+
+/// seckill patch: most bytes of one request's header lines in all.
+pub const MAX_HEADER_BYTES: usize = 64 * 1024;
+
+/// seckill patch: the error `read_next_line` gives for a line over the limit.
+fn line_too_long() -> IoError {
+    IoError::new(ErrorKind::InvalidData, "header line too long")
 }
 
 impl ClientConnection {
@@ -102,8 +118,24 @@ impl ClientConnection {
 
             prev_byte_was_cr = byte == b'\r';
 
+            // seckill patch: bounded (see MAX_HEADER_LINE).
+            if buf.len() > MAX_HEADER_LINE {
+                return Err(line_too_long());
+            }
             buf.push(byte);
         }
+    }
+
+    /// seckill patch: `read_next_line`, with a line over the limit as
+    /// `ReadError::HeaderTooLarge`.
+    fn read_header_line(&mut self) -> Result<AsciiString, ReadError> {
+        self.read_next_line().map_err(|e| {
+            if e.kind() == ErrorKind::InvalidData && e.to_string() == "header line too long" {
+                ReadError::HeaderTooLarge
+            } else {
+                ReadError::ReadIoError(e)
+            }
+        })
     }
 
     /// Reads a request from the stream.
@@ -112,7 +144,7 @@ impl ClientConnection {
         let (method, path, version, headers) = {
             // reading the request line
             let (method, path, version) = {
-                let line = self.read_next_line().map_err(ReadError::ReadIoError)?;
+                let line = self.read_header_line()?;
 
                 // seckill patch: an earlier request of this connection was
                 // upgraded (the gateway answers a huge body that way and
@@ -133,12 +165,17 @@ impl ClientConnection {
             // getting all headers
             let headers = {
                 let mut headers = Vec::new();
+                let mut header_bytes = 0;
                 loop {
-                    let line = self.read_next_line().map_err(ReadError::ReadIoError)?;
+                    let line = self.read_header_line()?;
 
                     if line.is_empty() {
                         break;
                     };
+                    header_bytes += line.len() + 2;
+                    if header_bytes > MAX_HEADER_BYTES {
+                        return Err(ReadError::HeaderTooLarge);
+                    }
                     headers.push(match FromStr::from_str(line.as_str().trim()) {
                         // TODO: remove this conversion
                         Ok(h) => h,
@@ -234,6 +271,17 @@ impl Iterator for ClientConnection {
                     let response = Response::new_empty(StatusCode(417));
                     response.raw_print(writer, ver, &[], true, None).ok();
                     return None; // TODO: should be recoverable, but needs handling in case of body
+                }
+
+                Err(ReadError::HeaderTooLarge) => {
+                    // seckill patch: 431, then the connection is closed (the
+                    // rest of the line is never read).
+                    let writer = self.sink.next().unwrap();
+                    let response = Response::new_empty(StatusCode(431));
+                    response
+                        .raw_print(writer, HTTPVersion(1, 1), &[], false, None)
+                        .ok();
+                    return None;
                 }
 
                 Err(ReadError::ReadIoError(_)) => return None,
