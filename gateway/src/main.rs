@@ -37,9 +37,6 @@ mod soldout;
 
 use std::process::ExitCode;
 
-#[global_allocator]
-static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
-
 fn main() -> ExitCode {
     seckill_common::shutdown::init_logging();
     let config = match seckill_common::Config::from_env() {
