@@ -41,9 +41,13 @@ pub struct Job {
 
 /// A one-time mailbox for one purchase's outcome: a connection thread
 /// waits on it, a Redis thread fills it. (A plain mutex and condition
-/// variable: the waiting thread sleeps at once.) A waiter that gives up
-/// marks it abandoned, so a Redis thread that has not sent the purchase yet
-/// drops it instead of reserving a unit for a client already told 503.
+/// variable: the waiting thread sleeps at once.)
+///
+/// Its phase settles who decides, under the one lock: a Redis thread marks
+/// it sent just before writing the pipeline, unless the waiter has already
+/// given up (then the purchase is not sent: its client was told 503); a
+/// waiter whose purchase was sent keeps waiting for the answer (a little
+/// longer), since the script may run.
 #[derive(Default)]
 pub struct Slot {
     state: Mutex<SlotState>,
@@ -53,7 +57,15 @@ pub struct Slot {
 #[derive(Default)]
 struct SlotState {
     outcome: Option<Outcome>,
-    abandoned: bool,
+    phase: Phase,
+}
+
+#[derive(Default, Clone, Copy, PartialEq, Eq, Debug)]
+enum Phase {
+    #[default]
+    Queued,
+    Sent,
+    Abandoned,
 }
 
 impl Slot {
@@ -68,25 +80,44 @@ impl Slot {
         self.filled.notify_one();
     }
 
-    /// Whether the waiter has given up (see [`Slot::wait`]).
-    pub fn abandoned(&self) -> bool {
-        self.lock().abandoned
+    /// Marks the purchase as about to be written to Redis. Returns false
+    /// (and it must not be sent) when the waiter has already given up.
+    pub fn mark_sent(&self) -> bool {
+        let mut s = self.lock();
+        if s.phase == Phase::Abandoned {
+            return false;
+        }
+        s.phase = Phase::Sent;
+        true
     }
 
-    /// Waits up to `timeout` for the outcome; on timeout marks the slot
-    /// abandoned.
+    /// Whether the waiter has given up (see [`Slot::wait`]).
+    #[cfg(test)]
+    fn abandoned(&self) -> bool {
+        self.lock().phase == Phase::Abandoned
+    }
+
+    /// Waits for the outcome: up to `timeout` while the purchase is still
+    /// queued (then the slot is abandoned), up to `timeout + sent_extra`
+    /// once it has been sent.
     ///
     /// Errors: [`Unavailable`] when none came in time.
-    pub fn wait(&self, timeout: Duration) -> Outcome {
-        let deadline = Instant::now() + timeout;
+    pub fn wait(&self, timeout: Duration, sent_extra: Duration) -> Outcome {
+        let start = Instant::now();
         let mut s = self.lock();
         loop {
             if let Some(outcome) = s.outcome.take() {
                 return outcome;
             }
-            let left = deadline.saturating_duration_since(Instant::now());
+            let limit = match s.phase {
+                Phase::Sent => timeout + sent_extra,
+                _ => timeout,
+            };
+            let left = limit.saturating_sub(start.elapsed());
             if left.is_zero() {
-                s.abandoned = true;
+                if s.phase == Phase::Queued {
+                    s.phase = Phase::Abandoned;
+                }
                 return Err(Unavailable);
             }
             s = match self.filled.wait_timeout(s, left) {
@@ -110,14 +141,6 @@ pub fn redis_thread(jobs: Receiver<Job>, mut link: Link, metrics: &Metrics) {
                 Err(_) => break,
             }
         }
-        // Purchases whose client was already answered 503 (it waited longer
-        // than `pipeline_wait`, e.g. behind a Redis stall) are not sent.
-        let before = batch.len();
-        batch.retain(|j| !j.reply_to.abandoned());
-        metrics.abandoned.add((before - batch.len()) as u64);
-        if batch.is_empty() {
-            continue;
-        }
         let results = run_batch(&mut link, &batch, metrics);
         for (job, r) in batch.drain(..).zip(results) {
             // The waiting thread may have given up (it answered 503).
@@ -138,15 +161,44 @@ fn run_batch(
         if todo.is_empty() {
             break;
         }
-        let mut pipe = redis::pipe();
-        pipe.ignore_errors();
-        for &i in &todo {
-            let j = &batch[i];
-            pipe.invoke_script(&prepare(j.sale_id, &j.user_id, &j.reservation_id));
+        // Built on the first call of the closure: after the connection is
+        // up (a reconnect may wait out a Redis stall) and just before the
+        // write, so a purchase whose client gave up meanwhile is left out.
+        // A second call (a retry on a fresh connection) resends the same.
+        let mut pipe: Option<redis::Pipeline> = None;
+        let mut sent: Vec<usize> = Vec::new();
+        let reply = link.with(|con| {
+            let p = pipe.get_or_insert_with(|| {
+                sent = todo
+                    .iter()
+                    .copied()
+                    .filter(|&i| batch[i].reply_to.mark_sent())
+                    .collect();
+                let mut p = redis::pipe();
+                p.ignore_errors();
+                for &i in &sent {
+                    let j = &batch[i];
+                    p.invoke_script(&prepare(j.sale_id, &j.user_id, &j.reservation_id));
+                }
+                p
+            });
+            if sent.is_empty() {
+                return Ok(Vec::new());
+            }
+            p.query::<Vec<Value>>(con)
+        });
+        if pipe.is_none() {
+            // No connection: nothing was sent.
+            return results;
+        }
+        metrics.abandoned.add((todo.len() - sent.len()) as u64);
+        todo = sent;
+        if todo.is_empty() {
+            return results;
         }
         metrics.pipelines.inc();
         metrics.pipelined.add(todo.len() as u64);
-        let replies: Vec<Value> = match link.with(|con| pipe.query(con)) {
+        let replies: Vec<Value> = match reply {
             Ok(r) => r,
             Err(Unavailable) => return results,
         };
@@ -198,10 +250,40 @@ mod tests {
     fn a_waiter_that_gives_up_marks_its_slot_abandoned() {
         let slot = Slot::default();
         assert!(!slot.abandoned());
-        assert_eq!(slot.wait(Duration::from_millis(10)), Err(Unavailable));
+        assert_eq!(
+            slot.wait(Duration::from_millis(10), Duration::from_secs(5)),
+            Err(Unavailable)
+        );
         assert!(slot.abandoned());
-        // A late outcome is harmless.
+        // Never sent after that; a late outcome is harmless.
+        assert!(!slot.mark_sent());
         slot.fill(Ok(ReserveOutcome::SoldOut));
+    }
+
+    #[test]
+    fn a_sent_purchase_is_waited_for_past_the_queue_timeout() {
+        let slot = Arc::new(Slot::default());
+        assert!(slot.mark_sent());
+        let filler = slot.clone();
+        let t = std::thread::spawn(move || {
+            std::thread::sleep(Duration::from_millis(100));
+            filler.fill(Ok(ReserveOutcome::SoldOut));
+        });
+        // 20 ms for a queued purchase, but this one was sent.
+        assert_eq!(
+            slot.wait(Duration::from_millis(20), Duration::from_secs(5)),
+            Ok(ReserveOutcome::SoldOut)
+        );
+        assert!(!slot.abandoned());
+        t.join().unwrap();
+        // Sent and never answered: given up after timeout + extra.
+        let slot = Slot::default();
+        assert!(slot.mark_sent());
+        assert_eq!(
+            slot.wait(Duration::from_millis(10), Duration::from_millis(10)),
+            Err(Unavailable)
+        );
+        assert!(!slot.abandoned());
     }
 
     #[test]
@@ -213,7 +295,7 @@ mod tests {
             filler.fill(Ok(ReserveOutcome::NotStarted));
         });
         assert_eq!(
-            slot.wait(Duration::from_secs(5)),
+            slot.wait(Duration::from_secs(5), Duration::ZERO),
             Ok(ReserveOutcome::NotStarted)
         );
         assert!(!slot.abandoned());

@@ -98,9 +98,11 @@ fn buy(app: &App, sale_id: u64, body: &[u8]) -> Reply {
 }
 
 /// Hands a purchase to the group-commit threads and waits for its outcome:
-/// [`Unavailable`] at once when their queue is full, or when no outcome
-/// comes within [`pipeline_wait`] (then the reservation may still be made,
-/// as with any Redis timeout; the client's retry gets 409 with its id).
+/// [`Unavailable`] at once when their queue is full, or when it was not
+/// sent within [`pipeline_wait`] (then it never is), or when a sent one got
+/// no outcome within another 3 Redis timeouts (then the reservation may
+/// still be made, as with any Redis timeout; the client's retry gets 409
+/// with its id).
 fn pipelined(app: &App, jobs: &Sender<Job>, sale_id: u64, user_id: &str) -> Reserved {
     let slot = Arc::new(Slot::default());
     let job = Job {
@@ -112,7 +114,7 @@ fn pipelined(app: &App, jobs: &Sender<Job>, sale_id: u64, user_id: &str) -> Rese
     if jobs.try_send(job).is_err() {
         return Err(Unavailable);
     }
-    slot.wait(pipeline_wait(app))
+    slot.wait(pipeline_wait(app), app.redis_timeout * 3)
 }
 
 /// How long a purchase waits for its pipeline: three Redis timeouts (the

@@ -328,6 +328,38 @@ fn too_many_header_lines_are_431() {
     });
 }
 
+/// At most 100 header lines: a line costs far more memory parsed than its
+/// bytes (64 KiB of `:` lines took about 1 MB). A browser-like request with
+/// a few dozen headers is served.
+#[test]
+fn more_than_100_header_lines_are_431_and_30_are_fine() {
+    survives(&[], |p| {
+        let mut s = TcpStream::connect(("127.0.0.1", p)).unwrap();
+        s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+        let mut rq = b"GET /healthz HTTP/1.1\r\n".to_vec();
+        rq.extend(b":\r\n".repeat(150));
+        rq.extend_from_slice(b"\r\n");
+        let _ = s.write_all(&rq);
+        let mut answer = Vec::new();
+        let _ = s.read_to_end(&mut answer);
+        let head = String::from_utf8_lossy(&answer);
+        assert!(
+            answer.is_empty() || head.starts_with("HTTP/1.1 431"),
+            "{:?}",
+            head.lines().next()
+        );
+
+        let mut rq =
+            "GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n".to_string();
+        for i in 0..30 {
+            rq.push_str(&format!("X-Browser-{i}: {}\r\n", "v".repeat(60)));
+        }
+        rq.push_str("\r\n");
+        let r = raw(p, rq.as_bytes()).expect("an answer");
+        assert_eq!(r.status, 200);
+    });
+}
+
 #[test]
 fn three_hundred_slow_clients_do_not_stop_other_purchases() {
     purchases_go_on_beside(|p, during| {

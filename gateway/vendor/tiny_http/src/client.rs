@@ -61,6 +61,10 @@ pub const MAX_HEADER_LINE: usize = 8 * 1024;
 /// seckill patch: most bytes of one request's header lines in all.
 pub const MAX_HEADER_BYTES: usize = 64 * 1024;
 
+/// seckill patch: most header lines of one request (each parsed line costs
+/// far more memory than its bytes: 64 KiB of `:` lines took about 1 MB).
+pub const MAX_HEADER_COUNT: usize = 100;
+
 /// seckill patch: the error `read_next_line` gives for a line over the limit.
 fn line_too_long() -> IoError {
     IoError::new(ErrorKind::InvalidData, "header line too long")
@@ -173,7 +177,7 @@ impl ClientConnection {
                         break;
                     };
                     header_bytes += line.len() + 2;
-                    if header_bytes > MAX_HEADER_BYTES {
+                    if header_bytes > MAX_HEADER_BYTES || headers.len() >= MAX_HEADER_COUNT {
                         return Err(ReadError::HeaderTooLarge);
                     }
                     headers.push(match FromStr::from_str(line.as_str().trim()) {

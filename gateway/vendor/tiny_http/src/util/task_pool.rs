@@ -136,7 +136,24 @@ impl TaskPool {
             }
         });
         if let Err(e) = spawned {
-            log::error!("cannot start a connection thread ({}): connection closed", e);
+            // At most one line per second: a crowd at the limit would
+            // otherwise log one per refused connection.
+            static LAST_LOG_S: AtomicUsize = AtomicUsize::new(0);
+            static SUPPRESSED: AtomicUsize = AtomicUsize::new(0);
+            let now_s = std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map(|d| d.as_secs() as usize)
+                .unwrap_or(0);
+            if LAST_LOG_S.swap(now_s, Ordering::Relaxed) != now_s {
+                let more = SUPPRESSED.swap(0, Ordering::Relaxed);
+                log::error!(
+                    "cannot start a connection thread ({}): connection closed ({} more since the last such line)",
+                    e,
+                    more
+                );
+            } else {
+                SUPPRESSED.fetch_add(1, Ordering::Relaxed);
+            }
         }
     }
 }
