@@ -13,16 +13,17 @@ use std::net::TcpStream;
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
-#[test]
-fn a_crowd_holding_every_file_descriptor_does_not_stop_the_gateway() {
+/// Starts the gateway through `launcher` (a command line that ends by
+/// running `"$0"`, the gateway, under some limit), sells once, opens
+/// `crowd` connections (at least `at_least` must connect), checks the
+/// process lives through them, lets them go, and requires a purchase by
+/// the same process afterwards: exactly 2 units taken in Redis.
+fn survives_a_crowd(launcher: &[&str], crowd: usize, at_least: usize) {
     let redis = RedisServer::start();
     open_sale(&redis, 1, 10);
     let port = free_port();
-    // 64 descriptors: a few for Redis, the listener and stdio, the rest
-    // for clients.
-    let mut child = Command::new("sh")
-        .arg("-c")
-        .arg("ulimit -n 64 && exec \"$0\"")
+    let mut child = Command::new(launcher[0])
+        .args(&launcher[1..])
         .arg(bin("seckill-gateway"))
         .env_clear()
         .env("SECKILL_LISTEN", format!("127.0.0.1:{port}"))
@@ -38,22 +39,21 @@ fn a_crowd_holding_every_file_descriptor_does_not_stop_the_gateway() {
     });
     assert_eq!(buy(port, 1, "before").status, 202);
 
-    // Up to 150 connections: more than the gateway's 64 descriptors, so
-    // accept fails with EMFILE while they stay (the kernel may refuse some
+    // More connections than the limit allows (the kernel may refuse some
     // once the listen backlog is full).
     let addr = std::net::SocketAddr::from(([127, 0, 0, 1], port));
-    let crowd: Vec<TcpStream> = (0..150)
+    let held: Vec<TcpStream> = (0..crowd)
         .filter_map(|_| TcpStream::connect_timeout(&addr, Duration::from_millis(500)).ok())
         .collect();
-    assert!(crowd.len() > 64, "only {} connections", crowd.len());
+    assert!(held.len() > at_least, "only {} connections", held.len());
     std::thread::sleep(Duration::from_millis(500));
     assert!(
         child.try_wait().unwrap().is_none(),
         "the gateway exited under the crowd"
     );
-    drop(crowd);
+    drop(held);
 
-    // Bounded wait for the freed descriptors to be noticed.
+    // Bounded wait for the freed descriptors and threads to be noticed.
     let mut answered = None;
     wait_until(
         Duration::from_secs(15),
@@ -72,8 +72,16 @@ fn a_crowd_holding_every_file_descriptor_does_not_stop_the_gateway() {
     );
     assert!(child.try_wait().unwrap().is_none(), "the gateway exited");
     assert_eq!(answered, Some(202));
+    assert_eq!(gateway_support::counts(&redis, 1).1, 2);
     let _ = child.kill();
     let _ = child.wait();
+}
+
+#[test]
+fn a_crowd_holding_every_file_descriptor_does_not_stop_the_gateway() {
+    // 64 descriptors: a few for Redis, the listener and stdio, the rest
+    // for clients; accept fails with EMFILE while 150 clients stay.
+    survives_a_crowd(&["sh", "-c", "ulimit -n 64 && exec \"$0\""], 150, 64);
 }
 
 /// Whether this test process runs as root (needed to start the gateway as
@@ -92,75 +100,21 @@ fn a_crowd_beyond_the_thread_limit_does_not_stop_the_gateway() {
         eprintln!("SKIPPED: needs root to run the gateway as nobody with a thread limit");
         return;
     }
-    let redis = RedisServer::start();
-    open_sale(&redis, 1, 10);
-    let port = free_port();
     // As nobody with at most 200 processes and threads (what systemd's
     // TasksMax or a pids cgroup amount to): 300 connections need more
-    // connection threads than that.
-    let mut child = Command::new("setpriv")
-        .args([
+    // connection threads than that. Before the fix the accept thread
+    // panicked and every later connection was refused for good.
+    survives_a_crowd(
+        &[
+            "setpriv",
             "--reuid=65534",
             "--regid=65534",
             "--clear-groups",
             "bash",
             "-c",
-        ])
-        .arg("ulimit -u 200 && exec \"$0\"")
-        .arg(bin("seckill-gateway"))
-        .env_clear()
-        .env("SECKILL_LISTEN", format!("127.0.0.1:{port}"))
-        .env("SECKILL_REDIS_URL", redis.url())
-        .env("SECKILL_GATEWAY_THREADS", "4")
-        .env("RUST_LOG", "error")
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    wait_until(Duration::from_secs(10), "the gateway to listen", || {
-        TcpStream::connect(("127.0.0.1", port)).is_ok() && get(port, "/readyz").status == 200
-    });
-    assert_eq!(buy(port, 1, "before").status, 202);
-
-    let addr = std::net::SocketAddr::from(([127, 0, 0, 1], port));
-    let crowd: Vec<TcpStream> = (0..300)
-        .filter_map(|_| TcpStream::connect_timeout(&addr, Duration::from_millis(500)).ok())
-        .collect();
-    assert!(crowd.len() > 200, "only {} connections", crowd.len());
-    std::thread::sleep(Duration::from_millis(500));
-    assert!(
-        child.try_wait().unwrap().is_none(),
-        "the gateway exited under the crowd"
+            "ulimit -u 200 && exec \"$0\"",
+        ],
+        300,
+        200,
     );
-    drop(crowd);
-
-    // The connection threads of the crowd end once it has left; then the
-    // same process answers again (before the fix its accept thread had
-    // panicked and every connection was refused for good).
-    let mut answered = None;
-    wait_until(
-        Duration::from_secs(15),
-        "a purchase after the crowd left",
-        || {
-            if child.try_wait().unwrap().is_some() {
-                return true;
-            }
-            let ok = TcpStream::connect(("127.0.0.1", port)).is_ok()
-                && get(port, "/healthz").status == 200;
-            if ok {
-                answered = Some(buy(port, 1, "after").status);
-            }
-            ok
-        },
-    );
-    assert!(child.try_wait().unwrap().is_none(), "the gateway exited");
-    assert_eq!(answered, Some(202));
-    assert_eq!(counts_of(&redis), 2);
-    let _ = child.kill();
-    let _ = child.wait();
-}
-
-/// Units of sale 1 taken in Redis.
-fn counts_of(redis: &RedisServer) -> usize {
-    gateway_support::counts(redis, 1).1
 }
