@@ -238,18 +238,37 @@ pub fn create_sale(
     starts_in_ms: i64,
     len_ms: u64,
 ) -> u64 {
-    let now = seckill_common::now_ms() as i64;
-    let starts = (now + starts_in_ms) as u64;
-    let ends = starts + len_ms;
+    let mut sale = test_sale(0, stock, starts_in_ms, len_ms);
     let mut c = db.conn();
     c.exec_drop(
         "INSERT INTO sales (sku, title, price_cents, total_stock, available_stock, starts_at, ends_at)
-         VALUES ('SKU-TEST', 'test sale', 1999, ?, ?, FROM_UNIXTIME(? / 1000), FROM_UNIXTIME(? / 1000))",
-        (stock, stock, starts, ends),
+         VALUES (?, ?, ?, ?, ?, FROM_UNIXTIME(? / 1000), FROM_UNIXTIME(? / 1000))",
+        (
+            &sale.sku,
+            &sale.title,
+            sale.price_cents,
+            stock,
+            stock,
+            sale.starts_at_ms,
+            sale.ends_at_ms,
+        ),
     )
     .expect("insert sale");
-    let id = c.last_insert_id();
-    let sale = seckill_common::sale::Sale {
+    sale.id = c.last_insert_id();
+    assert!(seckill_common::sale::load_into_redis(&mut redis.con(), &sale, 0).expect("load"));
+    sale.id
+}
+
+/// A sale of `stock` units (SKU `SKU-TEST`, 19.99) whose window opens
+/// `starts_in_ms` from now (negative: already open) and lasts `len_ms`.
+pub fn test_sale(
+    id: u64,
+    stock: u64,
+    starts_in_ms: i64,
+    len_ms: u64,
+) -> seckill_common::sale::Sale {
+    let starts = (seckill_common::now_ms() as i64 + starts_in_ms) as u64;
+    seckill_common::sale::Sale {
         id,
         sku: "SKU-TEST".into(),
         title: "test sale".into(),
@@ -257,10 +276,8 @@ pub fn create_sale(
         total_stock: stock,
         available_stock: stock as i64,
         starts_at_ms: starts,
-        ends_at_ms: ends,
-    };
-    assert!(seckill_common::sale::load_into_redis(&mut redis.con(), &sale, 0).expect("load"));
-    id
+        ends_at_ms: starts + len_ms,
+    }
 }
 
 /// Waits until `f` returns true, polling every 20 ms; panics after `timeout`

@@ -7,8 +7,8 @@
 
 use redis::Commands;
 use seckill_common::keys::SaleKeys;
-use seckill_common::sale::{load_into_redis, Sale};
-use seckill_tests::{bin, free_port, wait_until, RedisServer};
+use seckill_common::sale::load_into_redis;
+use seckill_tests::{bin, free_port, test_sale, wait_until, RedisServer};
 use std::io::{BufRead, BufReader, Write};
 use std::net::TcpStream;
 use std::process::{Child, Command, ExitStatus, Stdio};
@@ -244,17 +244,7 @@ pub fn raw(port: u16, bytes: &[u8]) -> Option<Resp> {
 /// A sale loaded into Redis (no MySQL needed), open for 10 minutes from
 /// 1 s ago unless `starts_in_ms`/`len_ms` say otherwise.
 pub fn load_sale(redis: &RedisServer, id: u64, stock: u64, starts_in_ms: i64, len_ms: u64) {
-    let starts = (seckill_common::now_ms() as i64 + starts_in_ms) as u64;
-    let sale = Sale {
-        id,
-        sku: "SKU".into(),
-        title: "t".into(),
-        price_cents: 100,
-        total_stock: stock,
-        available_stock: stock as i64,
-        starts_at_ms: starts,
-        ends_at_ms: starts + len_ms,
-    };
+    let sale = test_sale(id, stock, starts_in_ms, len_ms);
     assert!(load_into_redis(&mut redis.con(), &sale, 0).unwrap());
 }
 

@@ -12,17 +12,7 @@ use std::sync::Arc;
 use std::thread;
 
 fn sale(id: u64, stock: u64, starts_in_ms: i64, len_ms: u64) -> Sale {
-    let starts = (seckill_common::now_ms() as i64 + starts_in_ms) as u64;
-    Sale {
-        id,
-        sku: "SKU".into(),
-        title: "t".into(),
-        price_cents: 100,
-        total_stock: stock,
-        available_stock: stock as i64,
-        starts_at_ms: starts,
-        ends_at_ms: starts + len_ms,
-    }
+    seckill_tests::test_sale(id, stock, starts_in_ms, len_ms)
 }
 
 #[test]

@@ -19,15 +19,6 @@ use support::{assert_exactly_once, reserve_users, wait_drained, wait_orders, Opt
 
 const LONG: Duration = Duration::from_secs(120);
 
-fn metric(w: &WorkerProc, name: &str) -> u64 {
-    let page = w.metrics();
-    page.lines()
-        .find(|l| l.starts_with(name))
-        .and_then(|l| l.rsplit(' ').next())
-        .and_then(|v| v.parse().ok())
-        .unwrap_or_else(|| panic!("{name} missing from:\n{page}"))
-}
-
 fn processing_len(redis: &RedisServer, sale: u64, worker: &str) -> usize {
     redis
         .con()
@@ -83,10 +74,10 @@ fn killed_after_the_move_and_after_the_commit_then_restarted_every_order_exactly
     wait_orders(&db, sale, 500, LONG);
     wait_drained(&redis, sale, LONG);
     assert_exactly_once(&db, &redis, sale, 500);
-    let applied = metric(&w1, "seckill_worker_orders_applied_total")
-        + metric(&w2, "seckill_worker_orders_applied_total");
-    let again = metric(&w1, "seckill_worker_messages_already_done_total")
-        + metric(&w2, "seckill_worker_messages_already_done_total");
+    let applied = w1.metric("seckill_worker_orders_applied_total")
+        + w2.metric("seckill_worker_orders_applied_total");
+    let again = w1.metric("seckill_worker_messages_already_done_total")
+        + w2.metric("seckill_worker_messages_already_done_total");
     assert_eq!((applied, again), (500 - 16, 16));
 }
 
@@ -125,14 +116,14 @@ fn a_paused_worker_whose_batch_was_reclaimed_resumes_without_a_double_effect() {
     wait_orders(&db, sale, 200, LONG);
     wait_drained(&redis, sale, LONG);
     assert_exactly_once(&db, &redis, sale, 200);
-    assert_eq!(metric(&w2, "seckill_worker_reclaimed_total"), 50);
-    assert_eq!(metric(&w2, "seckill_worker_orders_applied_total"), 200);
+    assert_eq!(w2.metric("seckill_worker_reclaimed_total"), 50);
+    assert_eq!(w2.metric("seckill_worker_orders_applied_total"), 200);
 
     // w1 resumes mid-batch: it applies the same 50 again, changing nothing.
     w1.signal("-CONT");
     seckill_tests::wait_until(LONG, "w1 to finish its batch", || {
-        metric(&w1, "seckill_worker_messages_already_done_total") == 50
+        w1.metric("seckill_worker_messages_already_done_total") == 50
     });
-    assert_eq!(metric(&w1, "seckill_worker_orders_applied_total"), 0);
+    assert_eq!(w1.metric("seckill_worker_orders_applied_total"), 0);
     assert_exactly_once(&db, &redis, sale, 200);
 }

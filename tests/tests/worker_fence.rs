@@ -23,15 +23,6 @@ use support::{dead_letters, reserve_users, wait_drained, wait_orders, Opts, Work
 const LONG: Duration = Duration::from_secs(120);
 const NO_FLOW: &str = "no matching flow record: the reservation was released or never made";
 
-fn metric(w: &WorkerProc, name: &str) -> u64 {
-    let page = w.metrics();
-    page.lines()
-        .find(|l| l.starts_with(name))
-        .and_then(|l| l.rsplit(' ').next())
-        .and_then(|v| v.parse().ok())
-        .unwrap_or_else(|| panic!("{name} missing from:\n{page}"))
-}
-
 fn reserve_one(redis: &RedisServer, sale: u64, user: &str) -> String {
     match reserve(&mut redis.con(), sale, user).unwrap() {
         ReserveOutcome::Reserved(rid) => rid,
@@ -115,9 +106,9 @@ fn hand_pushed_messages_without_their_flow_record_never_take_a_buyers_unit() {
     assert_eq!(st.len(), 4);
     assert!(!st.contains_key(made_up));
     assert!(st.values().all(|s| s == "confirmed"), "{st:?}");
-    assert_eq!(metric(&w, "seckill_worker_fenced_total"), 2);
-    assert_eq!(metric(&w, "seckill_worker_dead_lettered_total"), 2);
-    assert_eq!(metric(&w, "seckill_worker_orders_applied_total"), 4);
+    assert_eq!(w.metric("seckill_worker_fenced_total"), 2);
+    assert_eq!(w.metric("seckill_worker_dead_lettered_total"), 2);
+    assert_eq!(w.metric("seckill_worker_orders_applied_total"), 4);
 }
 
 #[test]
@@ -166,7 +157,7 @@ fn a_reservation_released_while_queued_never_becomes_an_order_even_from_a_late_c
     assert_eq!(st.get(&c).map(String::as_str), Some("confirmed"));
     let stock: i64 = con.get(k.stock()).unwrap();
     assert_eq!(stock, 1);
-    assert_eq!(metric(&w, "seckill_worker_fenced_total"), 1);
+    assert_eq!(w.metric("seckill_worker_fenced_total"), 1);
 }
 
 #[test]
@@ -217,7 +208,7 @@ fn a_paused_worker_resuming_with_a_released_reservation_in_hand_does_not_apply_i
     wait_orders(&db, sale, 2, LONG);
     wait_drained(&redis, sale, LONG);
     seckill_tests::wait_until(LONG, "the queued copies to be seen as done", || {
-        metric(&w, "seckill_worker_messages_already_done_total") == 2
+        w.metric("seckill_worker_messages_already_done_total") == 2
     });
     let d = dead_letters(&redis, sale);
     assert_eq!(d[0].reason, NO_FLOW);
@@ -243,8 +234,8 @@ fn a_paused_worker_resuming_with_a_released_reservation_in_hand_does_not_apply_i
     assert_eq!(db.count("SELECT COUNT(*) FROM orders"), 3);
     assert_eq!(db.count("SELECT COUNT(*) FROM stock_ledger"), 3);
     assert_eq!(available(&db, sale), 0);
-    assert_eq!(metric(&w, "seckill_worker_orders_applied_total"), 3);
-    assert_eq!(metric(&w, "seckill_worker_fenced_total"), 1);
+    assert_eq!(w.metric("seckill_worker_orders_applied_total"), 3);
+    assert_eq!(w.metric("seckill_worker_fenced_total"), 1);
 }
 
 #[test]
@@ -339,7 +330,7 @@ fn a_second_reservation_of_a_buyer_with_an_order_is_dead_lettered_as_failed() {
         3,
         "{st:?}"
     );
-    assert_eq!(metric(&w, "seckill_worker_orders_applied_total"), 3);
-    assert_eq!(metric(&w, "seckill_worker_messages_already_done_total"), 0);
-    assert_eq!(metric(&w, "seckill_worker_fenced_total"), 0);
+    assert_eq!(w.metric("seckill_worker_orders_applied_total"), 3);
+    assert_eq!(w.metric("seckill_worker_messages_already_done_total"), 0);
+    assert_eq!(w.metric("seckill_worker_fenced_total"), 0);
 }

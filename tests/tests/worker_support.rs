@@ -107,6 +107,17 @@ impl WorkerProc {
         status.expect("exited")
     }
 
+    /// The value of the counter or gauge line starting with `name` on the
+    /// worker's `/metrics` page; panics when it is missing.
+    pub fn metric(&self, name: &str) -> u64 {
+        let page = self.metrics();
+        page.lines()
+            .find(|l| l.starts_with(name))
+            .and_then(|l| l.rsplit(' ').next())
+            .and_then(|v| v.parse().ok())
+            .unwrap_or_else(|| panic!("{name} missing from:\n{page}"))
+    }
+
     /// The worker's `/metrics` page (plain HTTP/1.0 GET over a socket).
     pub fn metrics(&self) -> String {
         use std::io::{Read, Write};
