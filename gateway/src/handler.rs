@@ -117,9 +117,10 @@ fn pipelined(app: &App, jobs: &Sender<Job>, sale_id: u64, user_id: &str) -> Rese
     slot.wait(pipeline_wait(app), app.redis_timeout * 3)
 }
 
-/// How long a purchase waits for its pipeline: three Redis timeouts (the
-/// queue ahead of it, its pipeline, and one retry on a fresh connection).
-pub fn pipeline_wait(app: &App) -> std::time::Duration {
+/// How long a purchase waits to be sent to Redis before it is given up:
+/// three Redis timeouts (the queue ahead of it, the pipeline before it,
+/// and one retry of that on a fresh connection).
+fn pipeline_wait(app: &App) -> std::time::Duration {
     app.redis_timeout * 3
 }
 
