@@ -42,6 +42,12 @@ pub struct Config {
     /// holds its own connection's thread at most this long per write (that
     /// answer is then lost). Default 5s.
     pub gateway_write_timeout: Duration,
+    /// `SECKILL_GATEWAY_BUYERS_MAX`: most buyers (user id -> reservation
+    /// id) the gateway keeps in memory, over all its sold-out sales, to
+    /// answer winners' retries 409 without a Redis call (0-100,000,000;
+    /// default 1,000,000, about 80 MB). A sold-out sale with more buyers
+    /// than fit is answered with one `HGET` per purchase instead.
+    pub gateway_buyers_max: usize,
     /// `SECKILL_REDIS_TIMEOUT`: connect, read and write timeout of
     /// non-blocking Redis calls (gateway, reconciler, worker bookkeeping).
     pub redis_timeout: Duration,
@@ -87,6 +93,7 @@ impl Default for Config {
             body_limit_bytes: 4096,
             gateway_redis_threads: 2,
             gateway_write_timeout: Duration::from_secs(5),
+            gateway_buyers_max: 1_000_000,
             redis_timeout: Duration::from_millis(1000),
             mysql_timeout: Duration::from_secs(10),
             review_db: PathBuf::from("./seckill-review.sqlite3"),
@@ -174,6 +181,10 @@ impl Config {
         if let Some(v) = get("SECKILL_GATEWAY_WRITE_TIMEOUT") {
             c.gateway_write_timeout = parse_duration("SECKILL_GATEWAY_WRITE_TIMEOUT", v)?;
         }
+        if let Some(v) = get("SECKILL_GATEWAY_BUYERS_MAX") {
+            c.gateway_buyers_max =
+                parse_int("SECKILL_GATEWAY_BUYERS_MAX", v, 0, 100_000_000, INT_BUYERS)?;
+        }
         if let Some(v) = get("SECKILL_REDIS_TIMEOUT") {
             c.redis_timeout = parse_duration("SECKILL_REDIS_TIMEOUT", v)?;
         }
@@ -233,6 +244,7 @@ impl Config {
 const INT_0_1024: &str = "an integer from 0 (auto) to 1024";
 const INT_0_64: &str = "an integer from 0 (one round trip per purchase) to 64";
 const INT_BODY: &str = "a byte count from 64 to 1048576";
+const INT_BUYERS: &str = "an integer from 0 to 100000000";
 const INT_BATCH: &str = "an integer from 1 to 10000";
 const INT_ATTEMPTS: &str = "an integer from 1 to 1000";
 const DURATION: &str = "a duration with a unit between 1ms and 30 days, such as 500ms, 60s or 24h";

@@ -15,6 +15,7 @@
 //!
 //! - [`config`]: every `SECKILL_*` variable, its default, the pure parser.
 //! - [`keys`]: the Redis key schema (one hash tag per sale).
+//! - [`lua`]: the key-type guard every writing script runs first.
 //! - [`reservation`]: the atomic reservation script and its typed outcome.
 //! - [`ids`]: reservation ids, the idempotency key into MySQL.
 //! - [`message`]: the versioned JSON order message.
@@ -33,6 +34,7 @@ pub mod config;
 pub mod dead_letter;
 pub mod ids;
 pub mod keys;
+pub mod lua;
 pub mod message;
 pub mod metrics;
 pub mod notify;
@@ -52,6 +54,15 @@ pub fn is_valid_token(s: &str) -> bool {
     (1..=64).contains(&s.len())
         && s.bytes()
             .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'.' || b == b'-')
+}
+
+/// Whether `e` is an error reply of the server (`WRONGTYPE`, `OOM`, `ERR`,
+/// `NOSCRIPT`...: the connection is fine and the command ran or was
+/// refused) rather than a failure to talk to it (I/O, timeout, parse).
+/// redis-rs files replies it has no kind for (e.g. `WRONGTYPE`) under
+/// `ErrorKind::Extension`, so the kind alone does not tell; the code does.
+pub fn is_error_reply(e: &redis::RedisError) -> bool {
+    matches!(e.kind(), redis::ErrorKind::Server(_)) || e.code().is_some()
 }
 
 /// Current Unix time in ms from this machine's clock (used only for

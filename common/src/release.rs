@@ -23,8 +23,19 @@ use std::sync::OnceLock;
 /// The release script. `KEYS`: flow, buyers, stock, status, queue, then the
 /// sale's processing list of every known worker (any number, may be none);
 /// `ARGV`: the reservation id. Replies `{'released', stock_after}`,
-/// `{'not_found'}`, `{'confirmed'}` or `{'in_flight', processing_key}`.
-pub const RELEASE_LUA: &str = r#"
+/// `{'not_found'}`, `{'confirmed'}` or `{'in_flight', processing_key}`;
+/// an error reply, with nothing changed, when a key it writes holds the
+/// wrong type or the stock is not an integer (see `lua.rs`).
+pub const RELEASE_LUA: &str = concat!(
+    crate::lua_expect_types!(),
+    r#"
+local bad = expect_types({KEYS[1], 'hash', KEYS[2], 'hash', KEYS[3], 'string',
+  KEYS[4], 'hash', KEYS[5], 'list'})
+if bad then return bad end
+local left = redis.call('GET', KEYS[3])
+if left and not string.find(left, '^-?%d+$') then
+  return redis.error_reply('ERR ' .. KEYS[3] .. ' is not an integer')
+end
 local msg = redis.call('HGET', KEYS[1], ARGV[1])
 if not msg then return {'not_found'} end
 if redis.call('HGET', KEYS[4], ARGV[1]) == 'confirmed' then return {'confirmed'} end
@@ -40,8 +51,8 @@ end
 local stock = redis.call('INCR', KEYS[3])
 redis.call('HSET', KEYS[4], ARGV[1], 'failed')
 return {'released', tostring(stock)}
-"#;
-
+"#
+);
 fn release_script() -> &'static Script {
     static S: OnceLock<Script> = OnceLock::new();
     S.get_or_init(|| Script::new(RELEASE_LUA))
@@ -77,6 +88,10 @@ pub enum ReleaseError {
     Redis(redis::RedisError),
     /// Redis answered with a reply this build does not understand.
     UnexpectedReply(String),
+    /// The script refused to run and changed nothing (a key of the wrong
+    /// type, a stock that is not an integer, Redis out of memory); holds
+    /// Redis's message, which names the key.
+    Refused(String),
 }
 
 impl fmt::Display for ReleaseError {
@@ -85,6 +100,7 @@ impl fmt::Display for ReleaseError {
             ReleaseError::InvalidReservationId => write!(f, "release: invalid reservation id"),
             ReleaseError::Redis(e) => write!(f, "release: redis: {e}"),
             ReleaseError::UnexpectedReply(r) => write!(f, "release: unexpected reply: {r}"),
+            ReleaseError::Refused(m) => write!(f, "release refused by Redis: {m}"),
         }
     }
 }
@@ -93,6 +109,9 @@ impl std::error::Error for ReleaseError {}
 
 impl From<redis::RedisError> for ReleaseError {
     fn from(e: redis::RedisError) -> Self {
+        if crate::is_error_reply(&e) {
+            return ReleaseError::Refused(e.to_string());
+        }
         ReleaseError::Redis(e)
     }
 }

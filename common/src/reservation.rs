@@ -3,7 +3,8 @@
 //! flow record and queues the order message.
 //!
 //! The script performs every check before its first write, because Redis does
-//! not roll back the writes of a script that fails half-way. It reads the time
+//! not roll back the writes of a script that fails half-way: that includes
+//! the type of every key it writes (`lua.rs`). It reads the time
 //! with `TIME` (Redis's clock, so gateway clocks do not matter) and never lets
 //! the stock go below zero: it decrements only after reading a stock of at
 //! least one, inside one atomic script.
@@ -15,33 +16,62 @@ use std::sync::OnceLock;
 
 /// The reservation script. `KEYS`: meta, stock, buyers, flow, status, queue
 /// (see [`crate::keys`]); `ARGV`: user id, fresh reservation id, sale id.
-/// Replies `{code}` or `{code, reservation_id}`.
-pub const RESERVE_LUA: &str = r#"
-local w = redis.call('HMGET', KEYS[1], 'starts_at_ms', 'ends_at_ms')
+///
+/// Replies `{code, detail, seq}`: `code` as in [`ReserveOutcome`], `detail`
+/// the reservation id (`reserved`, `already_purchased`), the pause reason
+/// (`paused`) or empty, and `seq` the sale's reservation sequence (meta
+/// field `seq`: units ever reserved, incremented by every reservation)
+/// after the script ran. Since Redis runs scripts one at a time, `seq`
+/// orders the replies: a `reserved` with a higher `seq` than a `sold_out`
+/// ran after it (stock came back), one with a lower or equal `seq` before.
+///
+/// Error replies (nothing written): `WRONGTYPE <key> ...` when a key it
+/// writes holds another type, `ERR <key> ...` when the stock or `seq` is not
+/// an integer, `ERR invalid user id`, and Redis's own `OOM` (checked by
+/// Redis before the first write of a script; later writes of the same
+/// script are allowed), so a purchase takes effect whole or not at all.
+pub const RESERVE_LUA: &str = concat!(
+    crate::lua_expect_types!(),
+    r#"
+local bad = expect_types({KEYS[1], 'hash', KEYS[2], 'string', KEYS[3], 'hash',
+  KEYS[4], 'hash', KEYS[5], 'hash', KEYS[6], 'list'})
+if bad then return bad end
+local w = redis.call('HMGET', KEYS[1], 'starts_at_ms', 'ends_at_ms', 'seq', 'paused')
 local starts = tonumber(w[1])
 local ends = tonumber(w[2])
-if not starts or not ends then return {'unknown_sale'} end
+if not starts or not ends then return {'unknown_sale', '', '0'} end
+local seq = w[3] or '0'
+if not string.find(seq, '^%d+$') then
+  return redis.error_reply('ERR ' .. KEYS[1] .. ' field seq is not an integer')
+end
 local user = ARGV[1]
 if #user < 1 or #user > 64 or not string.find(user, '^[A-Za-z0-9_.-]+$') then
   return redis.error_reply('ERR invalid user id')
 end
+if w[4] then return {'paused', w[4], seq} end
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-if now < starts then return {'not_started'} end
-if now >= ends then return {'ended'} end
+if now < starts then return {'not_started', '', seq} end
+if now >= ends then return {'ended', '', seq} end
 local prev = redis.call('HGET', KEYS[3], user)
-if prev then return {'already_purchased', prev} end
-local stock = tonumber(redis.call('GET', KEYS[2]))
-if not stock or stock < 1 then return {'sold_out'} end
+if prev then return {'already_purchased', prev, seq} end
+local left = redis.call('GET', KEYS[2])
+if not left then return {'sold_out', '', seq} end
+if not string.find(left, '^-?%d+$') then
+  return redis.error_reply('ERR ' .. KEYS[2] .. ' is not an integer')
+end
+if tonumber(left) < 1 then return {'sold_out', '', seq} end
 local msg = '{"v":1,"reservation_id":"' .. ARGV[2] .. '","sale_id":' .. ARGV[3] ..
   ',"user_id":"' .. user .. '","reserved_at_ms":' .. string.format('%d', now) .. '}'
+seq = string.format('%d', redis.call('HINCRBY', KEYS[1], 'seq', 1))
 redis.call('DECR', KEYS[2])
 redis.call('HSET', KEYS[3], user, ARGV[2])
 redis.call('HSET', KEYS[4], ARGV[2], msg)
 redis.call('HSET', KEYS[5], ARGV[2], 'queued')
 redis.call('LPUSH', KEYS[6], msg)
-return {'reserved', ARGV[2]}
-"#;
+return {'reserved', ARGV[2], seq}
+"#
+);
 
 /// The compiled reservation script (its SHA1 is computed once).
 pub fn reserve_script() -> &'static Script {
@@ -64,6 +94,19 @@ pub enum ReserveOutcome {
     Ended,
     /// No sale with this id is loaded into Redis.
     UnknownSale,
+    /// The sale is paused (meta field `paused`, e.g. `redis_data_loss`
+    /// while Redis is behind MySQL); holds the reason. Nothing changed.
+    Paused(String),
+}
+
+/// A parsed reply: the outcome and the sale's reservation sequence after
+/// the script ran (`seq`, see [`RESERVE_LUA`]; 0 for an unknown sale).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Replied {
+    /// What the purchase came to.
+    pub outcome: ReserveOutcome,
+    /// Units ever reserved in the sale when the script ran.
+    pub seq: u64,
 }
 
 /// Why a reservation could not be attempted. Nothing was changed in Redis.
@@ -77,6 +120,11 @@ pub enum ReserveError {
     Redis(redis::RedisError),
     /// Redis answered with a reply this build does not understand.
     UnexpectedReply(String),
+    /// The script refused to run and changed nothing: a key it writes holds
+    /// the wrong type (`WRONGTYPE <key> ...`), a counter is not an integer,
+    /// or Redis is out of memory (`OOM`). Holds Redis's message, which names
+    /// the key.
+    Refused(String),
 }
 
 impl fmt::Display for ReserveError {
@@ -85,6 +133,7 @@ impl fmt::Display for ReserveError {
             ReserveError::InvalidUser => write!(f, "invalid user id"),
             ReserveError::Redis(e) => write!(f, "redis: {e}"),
             ReserveError::UnexpectedReply(r) => write!(f, "unexpected reservation reply: {r}"),
+            ReserveError::Refused(m) => write!(f, "reservation refused by Redis: {m}"),
         }
     }
 }
@@ -115,27 +164,40 @@ pub fn prepare(sale_id: u64, user_id: &str, reservation_id: &str) -> ScriptInvoc
     inv
 }
 
-/// Reads the script's reply into an outcome.
+/// Reads the script's reply into an outcome and the sale's sequence.
 ///
-/// Errors: [`ReserveError::UnexpectedReply`] for a reply of another shape.
-pub fn parse_reply(reply: &Value) -> Result<ReserveOutcome, ReserveError> {
-    let parts: Vec<String> = Vec::<String>::from_redis_value(reply.clone())
-        .map_err(|_| ReserveError::UnexpectedReply(format!("{reply:?}")))?;
-    let id = || {
-        parts
-            .get(1)
-            .cloned()
-            .ok_or_else(|| ReserveError::UnexpectedReply(format!("{parts:?}")))
-    };
-    match parts.first().map(String::as_str) {
-        Some("reserved") => Ok(ReserveOutcome::Reserved(id()?)),
-        Some("already_purchased") => Ok(ReserveOutcome::AlreadyPurchased(id()?)),
-        Some("sold_out") => Ok(ReserveOutcome::SoldOut),
-        Some("not_started") => Ok(ReserveOutcome::NotStarted),
-        Some("ended") => Ok(ReserveOutcome::Ended),
-        Some("unknown_sale") => Ok(ReserveOutcome::UnknownSale),
-        _ => Err(ReserveError::UnexpectedReply(format!("{parts:?}"))),
+/// Errors: [`ReserveError::Refused`] for an error reply of the script (it
+/// changed nothing), [`ReserveError::UnexpectedReply`] for a reply of
+/// another shape.
+pub fn parse(reply: &Value) -> Result<Replied, ReserveError> {
+    if let Value::ServerError(e) = reply {
+        return Err(ReserveError::Refused(e.to_string()));
     }
+    let unexpected = || ReserveError::UnexpectedReply(format!("{reply:?}"));
+    let parts: Vec<String> =
+        Vec::<String>::from_redis_value(reply.clone()).map_err(|_| unexpected())?;
+    let [code, detail, seq] = parts.as_slice() else {
+        return Err(unexpected());
+    };
+    let seq: u64 = seq.parse().map_err(|_| unexpected())?;
+    let outcome = match code.as_str() {
+        "reserved" => ReserveOutcome::Reserved(detail.clone()),
+        "already_purchased" => ReserveOutcome::AlreadyPurchased(detail.clone()),
+        "sold_out" => ReserveOutcome::SoldOut,
+        "not_started" => ReserveOutcome::NotStarted,
+        "ended" => ReserveOutcome::Ended,
+        "unknown_sale" => ReserveOutcome::UnknownSale,
+        "paused" => ReserveOutcome::Paused(detail.clone()),
+        _ => return Err(unexpected()),
+    };
+    Ok(Replied { outcome, seq })
+}
+
+/// [`parse`] without the sequence.
+///
+/// Errors: as [`parse`].
+pub fn parse_reply(reply: &Value) -> Result<ReserveOutcome, ReserveError> {
+    parse(reply).map(|r| r.outcome)
 }
 
 /// Attempts one purchase of one unit of `sale_id` for `user_id` in one round

@@ -33,15 +33,20 @@ pub struct Sale {
 
 /// `KEYS`: meta, stock, the sales set; `ARGV`: sale id, total stock,
 /// starts ms, ends ms, stock to put on sale. Replies 1 when loaded, 0 when
-/// the stock key already existed (nothing changed).
-pub const LOAD_LUA: &str = r#"
+/// the stock key already existed (nothing changed); an error reply, with
+/// nothing changed, when one of the keys holds the wrong type (`lua.rs`).
+pub const LOAD_LUA: &str = concat!(
+    crate::lua_expect_types!(),
+    r#"
+local bad = expect_types({KEYS[1], 'hash', KEYS[2], 'string', KEYS[3], 'set'})
+if bad then return bad end
 if redis.call('EXISTS', KEYS[2]) == 1 then return 0 end
 redis.call('HSET', KEYS[1], 'total_stock', ARGV[2], 'starts_at_ms', ARGV[3], 'ends_at_ms', ARGV[4])
 redis.call('SET', KEYS[2], ARGV[5])
 redis.call('SADD', KEYS[3], ARGV[1])
 return 1
-"#;
-
+"#
+);
 fn load_script() -> &'static Script {
     static S: OnceLock<Script> = OnceLock::new();
     S.get_or_init(|| Script::new(LOAD_LUA))

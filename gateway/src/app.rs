@@ -3,13 +3,13 @@
 //! of Redis links the reading routes borrow ([`LinkPool`]), and the
 //! one-round-trip reservation used without group commit ([`reserve`]).
 
-use crate::buyers::Buyers;
+use crate::buyers::Loader;
 use crate::group_commit::Job;
 use crate::metrics::Metrics;
 use crate::redis_link::{Link, Unavailable};
 use crate::soldout::SoldOutCache;
 use crossbeam_channel::{Receiver, Sender};
-use seckill_common::reservation::{self, ReserveOutcome};
+use seckill_common::reservation::{self, Replied, ReserveOutcome};
 use std::sync::atomic::{AtomicBool, AtomicUsize};
 use std::sync::Arc;
 use std::time::Duration;
@@ -20,8 +20,8 @@ pub struct App {
     pub metrics: Arc<Metrics>,
     /// The sold-out fast path.
     pub soldout: SoldOutCache,
-    /// Buyers this gateway has seen, so the fast path answers their retries 409.
-    pub buyers: Buyers,
+    /// Loads a sold-out sale's buyers into `soldout` (`buyers.rs`).
+    pub buyers: Loader,
     /// Opens Redis connections (`SECKILL_REDIS_URL`).
     pub client: redis::Client,
     /// `SECKILL_REDIS_TIMEOUT`.
@@ -96,14 +96,14 @@ impl LinkPool {
 /// Errors: [`Unavailable`] when Redis cannot be reached in time. Then a
 /// reservation may still have been made (the script ran, the answer was
 /// lost); a retry by the client is answered 409 with its id.
-pub fn reserve(app: &App, sale_id: u64, user_id: &str) -> Result<ReserveOutcome, Unavailable> {
+pub fn reserve(app: &App, sale_id: u64, user_id: &str) -> Result<Replied, Unavailable> {
     let rid = seckill_common::ids::new_reservation_id();
     let inv = reservation::prepare(sale_id, user_id, &rid);
     let reply = app
         .links
         .with(|link| link.with(|con| inv.invoke::<redis::Value>(con)))?;
-    match reservation::parse_reply(&reply) {
-        Ok(o) => Ok(own(o, &rid)),
+    match reservation::parse(&reply) {
+        Ok(r) => Ok(own(r, &rid)),
         Err(e) => {
             app.metrics.redis_errors.inc();
             log::error!("reservation: {e}");
@@ -113,9 +113,10 @@ pub fn reserve(app: &App, sale_id: u64, user_id: &str) -> Result<ReserveOutcome,
 }
 /// A reservation sent twice with the same id (a retry after a broken
 /// connection) finds its own first attempt: that is a success, not a 409.
-pub fn own(outcome: ReserveOutcome, rid: &str) -> ReserveOutcome {
-    match outcome {
+pub fn own(replied: Replied, rid: &str) -> Replied {
+    let outcome = match replied.outcome {
         ReserveOutcome::AlreadyPurchased(r) if r == rid => ReserveOutcome::Reserved(r),
         o => o,
-    }
+    };
+    Replied { outcome, ..replied }
 }

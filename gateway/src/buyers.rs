@@ -1,93 +1,204 @@
-//! Owns the gateway's memory of its buyers: for each sale, the user ids this
-//! process has seen holding a reservation (a 202 or a 409 from Redis) and
-//! their reservation ids. The sold-out fast path answers a retry of such a
-//! buyer 409 with the reservation id, as the API promises, instead of 410,
-//! still without a Redis call.
+//! Owns what the gateway reads of a sold-out sale's buyers: the compact set
+//! of user id -> reservation id ([`BuyerSet`]), the loader thread that
+//! reads a sale's `buyers` hash once when the sale sells out and installs
+//! it in the sold-out memory (`soldout.rs`) only if Redis still says sold
+//! out at the same reservation sequence, the sweep that frees sales whose
+//! window has closed, and the one-buyer read ([`lookup_one`]) used while no
+//! set is installed.
 //!
-//! Bounded by the stock: every entry is one reserved unit of the sale (one
-//! reservation per user per sale), so a sale of N units costs at most N
-//! entries per gateway. When a sold-out sale sells again (stock came back:
-//! an operator rolled a reservation back) the sale's entries are dropped, as
-//! any of them may be the released one; a user Redis answers `sold_out` is
-//! dropped too. A retry that reaches another gateway, which never saw that
-//! buyer, or comes after such a drop, gets 410 from memory (README limits).
+//! Bounded twice: a sale's buyers are at most its stock (one reservation
+//! per user per sale), and all sales' together at most
+//! `SECKILL_GATEWAY_BUYERS_MAX`; a sale that does not fit is answered with
+//! [`lookup_one`] (one `HGET`, no script) for as long as it stays sold out.
 
-//!
-//! Split into [`SHARDS`] locks by (sale, user), so the many connection
-//! threads that look buyers up at once rarely wait on each other (a thread
-//! preempted while holding the one lock of a single map stalled every other
-//! thread for whole scheduler slices: p99 of the sold-out path went from
-//! about 2 ms to hundreds of ms when requests moved onto connection threads).
-
+use crate::app::App;
+use crate::redis_link::{Link, Unavailable};
+use crossbeam_channel::{Receiver, Sender, TrySendError};
+use redis::Connection;
+use seckill_common::keys::SaleKeys;
 use std::collections::HashMap;
-use std::sync::Mutex;
+use std::sync::Arc;
+use std::time::Duration;
 
-/// Number of independently locked parts.
-pub const SHARDS: usize = 64;
+/// How often the loader frees the buyers of sales whose window has closed.
+pub const SWEEP_EVERY: Duration = Duration::from_secs(1);
 
-/// Sale id -> user id -> reservation id, in [`SHARDS`] parts.
-#[derive(Debug)]
-pub struct Buyers(Vec<Mutex<HashMap<u64, HashMap<String, String>>>>);
+/// `HSCAN` page size while loading a sale's buyers.
+const SCAN_COUNT: usize = 1000;
 
-impl Default for Buyers {
-    fn default() -> Self {
-        Buyers((0..SHARDS).map(|_| Mutex::default()).collect())
-    }
-}
+/// Load requests waiting for the loader; beyond it a request is dropped
+/// (that sale is then answered with [`lookup_one`] until its next recheck).
+const QUEUE: usize = 1024;
 
-/// FNV-1a over the sale id and the user id: picks the part.
-fn shard(sale_id: u64, user_id: &str) -> usize {
-    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
-    for b in sale_id.to_le_bytes().iter().chain(user_id.as_bytes()) {
-        h ^= u64::from(*b);
-        h = h.wrapping_mul(0x0100_0000_01b3);
-    }
-    (h % SHARDS as u64) as usize
-}
+/// The buyers of one sale: user id -> reservation id, the id kept as the
+/// 128-bit number its 32 hex digits spell (16 bytes instead of a string).
+#[derive(Debug, Default)]
+pub struct BuyerSet(HashMap<Box<str>, u128>);
 
-impl Buyers {
-    fn part(
-        &self,
-        sale_id: u64,
-        user_id: &str,
-    ) -> std::sync::MutexGuard<'_, HashMap<u64, HashMap<String, String>>> {
-        let m = &self.0[shard(sale_id, user_id)];
-        // A poisoned lock only means another thread panicked mid-insert; the
-        // map is still a valid map.
-        m.lock().unwrap_or_else(|p| p.into_inner())
-    }
-
-    /// Records that `user_id` holds `reservation_id` in `sale_id` (the
-    /// latest answer from Redis wins).
-    pub fn remember(&self, sale_id: u64, user_id: &str, reservation_id: &str) {
-        self.part(sale_id, user_id)
-            .entry(sale_id)
-            .or_default()
-            .insert(user_id.to_string(), reservation_id.to_string());
-    }
-
-    /// Forgets `user_id` in `sale_id` (Redis says the user holds nothing).
-    pub fn forget(&self, sale_id: u64, user_id: &str) {
-        if let Some(users) = self.part(sale_id, user_id).get_mut(&sale_id) {
-            users.remove(user_id);
+impl BuyerSet {
+    /// Adds `user_id` holding `reservation_id`. Returns false (and adds
+    /// nothing) when the id is not 32 lowercase hex digits.
+    pub fn insert(&mut self, user_id: &str, reservation_id: &str) -> bool {
+        if !seckill_common::ids::is_valid_reservation_id(reservation_id) {
+            return false;
+        }
+        match u128::from_str_radix(reservation_id, 16) {
+            Ok(v) => {
+                self.0.insert(user_id.into(), v);
+                true
+            }
+            Err(_) => false,
         }
     }
 
-    /// Forgets every buyer of `sale_id`: stock came back, so a reservation
-    /// may have been released (rolled back) since it was remembered.
-    pub fn forget_sale(&self, sale_id: u64) {
-        for m in &self.0 {
-            m.lock().unwrap_or_else(|p| p.into_inner()).remove(&sale_id);
-        }
+    /// The reservation id `user_id` holds, as 32 lowercase hex digits.
+    pub fn lookup(&self, user_id: &str) -> Option<String> {
+        self.0.get(user_id).map(|v| format!("{v:032x}"))
     }
 
-    /// The reservation id `user_id` holds in `sale_id`, if this gateway saw it.
-    pub fn lookup(&self, sale_id: u64, user_id: &str) -> Option<String> {
-        self.part(sale_id, user_id)
-            .get(&sale_id)?
-            .get(user_id)
-            .cloned()
+    /// Buyers in the set.
+    pub fn len(&self) -> usize {
+        self.0.len()
     }
+}
+
+/// Hands load requests to the loader thread.
+#[derive(Debug, Clone)]
+pub struct Loader(Sender<(u64, u64)>);
+
+impl Loader {
+    /// Asks for the buyers of `sale_id`, sold out at `seq`, to be loaded.
+    /// When the loader's queue is full the request is dropped and the
+    /// entry is put back to unknown (asked again at its next sell-out
+    /// answer).
+    pub fn request(&self, app: &App, sale_id: u64, seq: u64) {
+        if let Err(TrySendError::Full(_) | TrySendError::Disconnected(_)) =
+            self.0.try_send((sale_id, seq))
+        {
+            app.soldout.loaded(sale_id, seq, None, false, 0);
+        }
+    }
+}
+
+/// A loader and the receiving end its thread runs on ([`run`]).
+pub fn loader() -> (Loader, Receiver<(u64, u64)>) {
+    let (tx, rx) = crossbeam_channel::bounded(QUEUE);
+    (Loader(tx), rx)
+}
+
+/// The loader thread: loads what is asked, and every [`SWEEP_EVERY`]
+/// frees the buyers of sales whose window has closed. Runs until every
+/// [`Loader`] is dropped.
+pub fn run(app: Arc<App>, requests: Receiver<(u64, u64)>) {
+    let mut link = Link::new(app.client.clone(), app.redis_timeout, app.metrics.clone());
+    loop {
+        match requests.recv_timeout(SWEEP_EVERY) {
+            Ok((sale_id, seq)) => {
+                let room = app.soldout.buyers_room();
+                match link.with(|con| load(con, sale_id, seq, room)) {
+                    Ok(Loaded::Set(set, ends)) => {
+                        log::info!("sale {sale_id}: sold out; {} buyers in memory", set.len());
+                        app.soldout.loaded(sale_id, seq, Some(set), false, ends);
+                    }
+                    Ok(Loaded::TooMany(n, ends)) => {
+                        log::warn!(
+                            "sale {sale_id}: sold out with {n} buyers, more than the {room} \
+                             SECKILL_GATEWAY_BUYERS_MAX leaves room for; each retry reads its buyer"
+                        );
+                        app.soldout.loaded(sale_id, seq, None, true, ends);
+                    }
+                    Ok(Loaded::Changed) | Err(Unavailable) => {
+                        app.soldout.loaded(sale_id, seq, None, false, 0);
+                    }
+                }
+            }
+            Err(crossbeam_channel::RecvTimeoutError::Timeout) => {}
+            Err(crossbeam_channel::RecvTimeoutError::Disconnected) => return,
+        }
+        app.soldout.sweep(seckill_common::now_ms());
+        app.metrics
+            .buyers_remembered
+            .set(i64::try_from(app.soldout.buyers_held()).unwrap_or(i64::MAX));
+    }
+}
+
+/// What one load came to.
+enum Loaded {
+    /// Every buyer, and the sale's window end (Unix ms).
+    Set(BuyerSet, u64),
+    /// This many buyers: more than the room left.
+    TooMany(usize, u64),
+    /// The sale sold again (or stock came back) while it was read.
+    Changed,
+}
+
+/// Reads the buyers of `sale_id` if they fit in `room`, then checks that
+/// Redis still says sold out at `seq` (a release or a sale meanwhile makes
+/// the set stale).
+fn load(con: &mut Connection, sale_id: u64, seq: u64, room: usize) -> redis::RedisResult<Loaded> {
+    let k = SaleKeys::new(sale_id);
+    let (n, ends): (usize, Option<u64>) = redis::pipe()
+        .cmd("HLEN")
+        .arg(k.buyers())
+        .cmd("HGET")
+        .arg(k.meta())
+        .arg("ends_at_ms")
+        .query(con)?;
+    let ends = ends.unwrap_or(0);
+    if n > room {
+        return Ok(Loaded::TooMany(n, ends));
+    }
+    let mut set = BuyerSet::default();
+    let mut cursor: u64 = 0;
+    loop {
+        let (next, page): (u64, Vec<String>) = redis::cmd("HSCAN")
+            .arg(k.buyers())
+            .arg(cursor)
+            .arg("COUNT")
+            .arg(SCAN_COUNT)
+            .query(con)?;
+        for pair in page.chunks_exact(2) {
+            if !set.insert(&pair[0], &pair[1]) {
+                log::warn!(
+                    "sale {sale_id}: buyer {:?} holds a malformed reservation id",
+                    pair[0]
+                );
+                return Ok(Loaded::Changed);
+            }
+        }
+        if next == 0 {
+            break;
+        }
+        cursor = next;
+    }
+    let (now_seq, stock): (Option<u64>, Option<i64>) = redis::pipe()
+        .cmd("HGET")
+        .arg(k.meta())
+        .arg("seq")
+        .cmd("GET")
+        .arg(k.stock())
+        .query(con)?;
+    if now_seq.unwrap_or(0) != seq || stock.unwrap_or(0) > 0 {
+        return Ok(Loaded::Changed);
+    }
+    Ok(Loaded::Set(set, ends))
+}
+
+/// The reservation id `user_id` holds in `sale_id`, read from Redis (one
+/// `HGET` on a shared link): the answer for a sold-out sale whose buyers
+/// are not in memory.
+///
+/// Errors: [`Unavailable`] when Redis cannot be read in time.
+pub fn lookup_one(app: &App, sale_id: u64, user_id: &str) -> Result<Option<String>, Unavailable> {
+    let key = SaleKeys::new(sale_id).buyers();
+    app.links.with(|link| {
+        link.with(|con| {
+            redis::cmd("HGET")
+                .arg(&key)
+                .arg(user_id)
+                .query::<Option<String>>(con)
+        })
+    })
 }
 
 #[cfg(test)]
@@ -95,20 +206,21 @@ mod tests {
     use super::*;
 
     #[test]
-    fn remembers_the_latest_reservation_per_user_and_sale() {
-        let b = Buyers::default();
-        b.remember(1, "alice", "r1");
-        b.remember(1, "alice", "r2");
-        b.remember(2, "bob", "r3");
-        b.remember(2, "carol", "r4");
-        assert_eq!(b.lookup(1, "alice").as_deref(), Some("r2"));
-        assert_eq!(b.lookup(2, "alice"), None);
-        assert_eq!(b.lookup(2, "bob").as_deref(), Some("r3"));
-        b.forget(2, "bob");
-        assert_eq!(b.lookup(2, "bob"), None);
-        assert_eq!(b.lookup(2, "carol").as_deref(), Some("r4"));
-        b.forget_sale(2);
-        assert_eq!(b.lookup(2, "carol"), None);
-        assert_eq!(b.lookup(1, "alice").as_deref(), Some("r2"));
+    fn a_set_keeps_ids_exactly_and_refuses_malformed_ones() {
+        let mut s = BuyerSet::default();
+        assert!(s.insert("alice", "00000000000000000000000000000001"));
+        assert!(s.insert("bob", "f44949492a3758ee0000000000000000"));
+        assert!(!s.insert("eve", "F44949492A3758EE0000000000000000"));
+        assert!(!s.insert("eve", "short"));
+        assert_eq!(s.len(), 2);
+        assert_eq!(
+            s.lookup("alice").as_deref(),
+            Some("00000000000000000000000000000001")
+        );
+        assert_eq!(
+            s.lookup("bob").as_deref(),
+            Some("f44949492a3758ee0000000000000000")
+        );
+        assert_eq!(s.lookup("eve"), None);
     }
 }

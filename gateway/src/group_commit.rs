@@ -12,7 +12,7 @@ use crate::metrics::Metrics;
 use crate::redis_link::{Link, Unavailable};
 use crossbeam_channel::Receiver;
 use redis::Value;
-use seckill_common::reservation::{parse_reply, prepare, reserve_script, ReserveOutcome};
+use seckill_common::reservation::{parse, prepare, reserve_script, Replied};
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
 
@@ -25,7 +25,7 @@ pub const QUEUE_CAPACITY: usize = 8192;
 
 /// What Redis said about one purchase (with [`crate::app::own`] applied),
 /// or [`Unavailable`].
-pub type Outcome = Result<ReserveOutcome, Unavailable>;
+pub type Outcome = Result<Replied, Unavailable>;
 
 /// One purchase waiting for a pipeline.
 pub struct Job {
@@ -149,11 +149,7 @@ pub fn redis_thread(jobs: Receiver<Job>, mut link: Link, metrics: &Metrics) {
     }
 }
 
-fn run_batch(
-    link: &mut Link,
-    batch: &[Job],
-    metrics: &Metrics,
-) -> Vec<Result<ReserveOutcome, Unavailable>> {
+fn run_batch(link: &mut Link, batch: &[Job], metrics: &Metrics) -> Vec<Outcome> {
     let mut results = vec![Err(Unavailable); batch.len()];
     let mut todo: Vec<usize> = (0..batch.len()).collect();
     // Two passes at most: the second only for NOSCRIPT replies.
@@ -219,13 +215,11 @@ fn run_batch(
                 }
             }
             let rid = &batch[i].reservation_id;
-            results[i] = parse_reply(v)
-                .map(|o| crate::app::own(o, rid))
-                .map_err(|e| {
-                    metrics.redis_errors.inc();
-                    log::error!("redis: reservation: {e}");
-                    Unavailable
-                });
+            results[i] = parse(v).map(|o| crate::app::own(o, rid)).map_err(|e| {
+                metrics.redis_errors.inc();
+                log::error!("redis: reservation: {e}");
+                Unavailable
+            });
         }
         if !again.is_empty() {
             log::warn!("redis: NOSCRIPT in a pipeline; loading the script again");
@@ -246,6 +240,10 @@ mod tests {
     use super::*;
     use seckill_common::reservation::ReserveOutcome;
 
+    fn replied(outcome: ReserveOutcome) -> Replied {
+        Replied { outcome, seq: 0 }
+    }
+
     #[test]
     fn a_waiter_that_gives_up_marks_its_slot_abandoned() {
         let slot = Slot::default();
@@ -257,7 +255,7 @@ mod tests {
         assert!(slot.abandoned());
         // Never sent after that; a late outcome is harmless.
         assert!(!slot.mark_sent());
-        slot.fill(Ok(ReserveOutcome::SoldOut));
+        slot.fill(Ok(replied(ReserveOutcome::SoldOut)));
     }
 
     #[test]
@@ -267,12 +265,12 @@ mod tests {
         let filler = slot.clone();
         let t = std::thread::spawn(move || {
             std::thread::sleep(Duration::from_millis(100));
-            filler.fill(Ok(ReserveOutcome::SoldOut));
+            filler.fill(Ok(replied(ReserveOutcome::SoldOut)));
         });
         // 20 ms for a queued purchase, but this one was sent.
         assert_eq!(
             slot.wait(Duration::from_millis(20), Duration::from_secs(5)),
-            Ok(ReserveOutcome::SoldOut)
+            Ok(replied(ReserveOutcome::SoldOut))
         );
         assert!(!slot.abandoned());
         t.join().unwrap();
@@ -292,11 +290,11 @@ mod tests {
         let filler = slot.clone();
         let t = std::thread::spawn(move || {
             std::thread::sleep(Duration::from_millis(20));
-            filler.fill(Ok(ReserveOutcome::NotStarted));
+            filler.fill(Ok(replied(ReserveOutcome::NotStarted)));
         });
         assert_eq!(
             slot.wait(Duration::from_secs(5), Duration::ZERO),
-            Ok(ReserveOutcome::NotStarted)
+            Ok(replied(ReserveOutcome::NotStarted))
         );
         assert!(!slot.abandoned());
         t.join().unwrap();

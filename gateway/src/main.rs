@@ -14,7 +14,8 @@
 //! - [`app`]: shared and per-thread state; reserving one unit.
 //! - [`group_commit`]: pipelining purchases to Redis from a few threads.
 //! - [`redis_link`]: one Redis connection with reconnect and backoff.
-//! - [`soldout`]: the sold-out fast path.
+//! - [`soldout`]: the sold-out fast path, ordered by the sale's reservation
+//!   sequence; [`buyers`]: a sold-out sale's buyers, loaded once and bounded.
 //! - [`reply`], [`metrics`]: answers and `/metrics`.
 //!
 //! Exit codes: 0 after SIGTERM/SIGINT, 2 bad configuration or cannot

@@ -29,11 +29,17 @@ pub enum Outcome {
     UnknownSale,
     /// 400 or 413: the request was refused before Redis.
     Invalid,
-    /// 503: Redis could not be reached.
+    /// 503: Redis could not be reached, or refused the script.
     Unavailable,
+    /// 410 or 409 for a sold-out sale whose buyers are not in memory
+    /// (being loaded, or more than `SECKILL_GATEWAY_BUYERS_MAX`): one
+    /// `HGET` of the buyer instead of the script.
+    ClosedAfterBuyerRead,
+    /// 503 `sale_paused`: the sale is paused (e.g. Redis lost data).
+    Paused,
 }
 
-const OUTCOMES: [&str; 9] = [
+const OUTCOMES: [&str; 11] = [
     "reserved",
     "already_purchased",
     "sold_out",
@@ -43,6 +49,8 @@ const OUTCOMES: [&str; 9] = [
     "unknown_sale",
     "invalid",
     "unavailable",
+    "closed_after_buyer_read",
+    "paused",
 ];
 
 /// Every gateway metric. One instance per process, shared by `Arc`.
@@ -68,6 +76,15 @@ pub struct Metrics {
     /// Purchases dropped before they reached Redis because their client
     /// had already been answered 503 (no outcome in time).
     pub abandoned: Counter,
+    /// Buyers held in memory for sold-out sales (`soldout.rs`).
+    pub buyers_remembered: Gauge,
+    /// 1 when the last server check found Redis persisting nothing (no
+    /// AOF, no RDB save points): a restart loses every reservation not yet
+    /// in MySQL. 0 otherwise.
+    pub redis_persistence_off: Gauge,
+    /// Redis (re)connects refused because the server is unfit to hold the
+    /// sale (an eviction policy that can delete its keys).
+    pub redis_refused: Counter,
 }
 
 impl Default for Metrics {
@@ -89,6 +106,9 @@ impl Default for Metrics {
             pipelined: Counter::default(),
             pipelines: Counter::default(),
             abandoned: Counter::default(),
+            buyers_remembered: Gauge::default(),
+            redis_persistence_off: Gauge::default(),
+            redis_refused: Counter::default(),
         }
     }
 }
@@ -192,6 +212,24 @@ impl Metrics {
             "Purchases not sent to Redis because their client had already been answered 503.",
             &[],
             self.abandoned.get(),
+        );
+        e.gauge(
+            "seckill_gateway_buyers_remembered",
+            "Buyers of sold-out sales held in memory (bounded by SECKILL_GATEWAY_BUYERS_MAX).",
+            &[],
+            self.buyers_remembered.get(),
+        );
+        e.gauge(
+            "seckill_gateway_redis_persistence_off",
+            "1 when Redis persists nothing (no AOF, no RDB): a restart loses reservations.",
+            &[],
+            self.redis_persistence_off.get(),
+        );
+        e.counter(
+            "seckill_gateway_redis_refused_total",
+            "Redis connects refused: an eviction policy that can delete the sale's keys.",
+            &[],
+            self.redis_refused.get(),
         );
         e.finish()
     }

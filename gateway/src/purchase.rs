@@ -1,7 +1,7 @@
 //! Owns `POST /v1/sales/{sale_id}/purchases`: the strict reading of the JSON
 //! body, the sold-out fast path in front of Redis ([`admit`]) and the
 //! mapping of a reservation outcome to the API's answers (202, 409, 410,
-//! 403, 404, 503: [`conclude`]). The Redis call between them is made by the
+//! 403, 404, 503 `unavailable` or `sale_paused`: [`conclude`]). The Redis call between them is made by the
 //! handler (one round trip) or a group-commit thread (`group_commit.rs`).
 //!
 //! Unknown fields in the body are refused (400): a client that sends, say,
@@ -9,11 +9,12 @@
 //! silently sold one unit.
 
 use crate::app::App;
+use crate::buyers;
 use crate::metrics::Outcome;
 use crate::redis_link::Unavailable;
 use crate::reply::Reply;
-use crate::soldout::Closed;
-use seckill_common::reservation::ReserveOutcome;
+use crate::soldout::{Closed, Known};
+use seckill_common::reservation::{Replied, ReserveOutcome};
 use serde::Deserialize;
 use serde_json::json;
 use std::time::Instant;
@@ -61,66 +62,91 @@ pub fn parse_body(body: &[u8]) -> Result<String, Reply> {
 }
 
 /// The first half of a purchase, before Redis: reads the user id from
-/// `body` and tries the sold-out fast path.
+/// `body` and tries the sold-out fast path. For a sold-out sale a buyer's
+/// retry is 409 with its reservation id, from the buyers in memory or,
+/// while they are not, from one `HGET` of that buyer (`buyers.rs`).
 ///
-/// Errors: the final reply when no Redis call is needed (400, or 410/403/404
-/// from memory).
+/// Errors: the final reply when no reservation script is needed (400, or
+/// 409/410/403/404 from memory, 503 when the buyer cannot be read).
 pub fn admit(app: &App, sale_id: u64, body: &[u8]) -> Result<String, Reply> {
     let user_id = parse_body(body).inspect_err(|_| app.metrics.outcome(Outcome::Invalid))?;
-    if let Some(closed) = app.soldout.get(sale_id, Instant::now()) {
+    let (closed, set) = match app.soldout.get(sale_id, Instant::now()) {
+        Known::Ask => return Ok(user_id),
+        Known::Closed(c, set) => (c, set),
+    };
+    if closed != Closed::SoldOut {
         app.metrics.outcome(Outcome::ClosedFromMemory);
-        // A buyer's retry is still a 409 with the reservation id.
-        if let Some(rid) = app.buyers.lookup(sale_id, &user_id) {
-            return Err(already_purchased(&rid));
-        }
         return Err(closed_reply(closed));
     }
-    Ok(user_id)
+    let holds = match set {
+        Some(set) => {
+            app.metrics.outcome(Outcome::ClosedFromMemory);
+            set.lookup(&user_id)
+        }
+        None => match buyers::lookup_one(app, sale_id, &user_id) {
+            Ok(r) => {
+                app.metrics.outcome(Outcome::ClosedAfterBuyerRead);
+                r
+            }
+            Err(Unavailable) => {
+                app.metrics.outcome(Outcome::Unavailable);
+                return Err(Reply::unavailable());
+            }
+        },
+    };
+    Err(match holds {
+        Some(rid) => already_purchased(&rid),
+        None => closed_reply(Closed::SoldOut),
+    })
 }
 
 /// The second half: the reply to what Redis said (or could not say), with
-/// the sold-out memory and the outcome counter updated.
+/// the sold-out memory and the outcome counter updated. The memory is
+/// ordered by the reply's `seq`, never by the order in which connection
+/// threads get here (`soldout.rs`).
 pub fn conclude(
     app: &App,
     sale_id: u64,
     user_id: &str,
-    outcome: Result<ReserveOutcome, Unavailable>,
+    outcome: Result<Replied, Unavailable>,
 ) -> Reply {
     let metrics = &app.metrics;
-    let closed = |c: Closed, o: Outcome| {
-        app.soldout.put(sale_id, c, Instant::now());
+    let closed = |c: Closed, seq: u64, o: Outcome| {
+        if app.soldout.closed(sale_id, c, seq, Instant::now()) {
+            app.buyers.request(app, sale_id, seq);
+        }
         metrics.outcome(o);
         closed_reply(c)
     };
-    match outcome {
+    let Replied { outcome, seq } = match outcome {
+        Ok(r) => r,
         Err(Unavailable) => {
             metrics.outcome(Outcome::Unavailable);
-            Reply::unavailable()
+            return Reply::unavailable();
         }
-        Ok(ReserveOutcome::Reserved(rid)) => {
+    };
+    match outcome {
+        ReserveOutcome::Reserved(rid) => {
             metrics.outcome(Outcome::Reserved);
-            if app.soldout.reopen(sale_id) {
-                // Sold out before, selling again: a reservation was released.
-                app.buyers.forget_sale(sale_id);
-            }
-            app.buyers.remember(sale_id, user_id, &rid);
+            app.soldout.reserved(sale_id, seq);
             Reply::json(202, json!({ "reservation_id": rid, "status": "queued" }))
         }
-        Ok(ReserveOutcome::AlreadyPurchased(rid)) => {
+        ReserveOutcome::AlreadyPurchased(rid) => {
             metrics.outcome(Outcome::AlreadyPurchased);
-            app.buyers.remember(sale_id, user_id, &rid);
             already_purchased(&rid)
         }
-        Ok(ReserveOutcome::NotStarted) => {
+        ReserveOutcome::NotStarted => {
             metrics.outcome(Outcome::NotStarted);
             Reply::error(403, "sale_not_started")
         }
-        Ok(ReserveOutcome::SoldOut) => {
-            app.buyers.forget(sale_id, user_id);
-            closed(Closed::SoldOut, Outcome::SoldOut)
+        ReserveOutcome::Paused(reason) => {
+            metrics.outcome(Outcome::Paused);
+            log::warn!("sale {sale_id} is paused ({reason}); purchase of {user_id} refused");
+            Reply::sale_paused()
         }
-        Ok(ReserveOutcome::Ended) => closed(Closed::Ended, Outcome::Ended),
-        Ok(ReserveOutcome::UnknownSale) => closed(Closed::Unknown, Outcome::UnknownSale),
+        ReserveOutcome::SoldOut => closed(Closed::SoldOut, seq, Outcome::SoldOut),
+        ReserveOutcome::Ended => closed(Closed::Ended, seq, Outcome::Ended),
+        ReserveOutcome::UnknownSale => closed(Closed::Unknown, seq, Outcome::UnknownSale),
     }
 }
 

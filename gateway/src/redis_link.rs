@@ -90,7 +90,7 @@ impl Link {
     /// closes the connection, so no later call reads a stale reply.
     pub fn failed(&mut self, e: &RedisError) -> Unavailable {
         self.metrics.redis_errors.inc();
-        if !matches!(e.kind(), redis::ErrorKind::Server(_)) {
+        if !seckill_common::is_error_reply(e) {
             log::warn!("redis: {e}; reconnecting");
             self.con = None;
             self.next_try = Instant::now();
@@ -114,7 +114,7 @@ impl Link {
         match f(con) {
             Ok(v) => Ok(v),
             Err(e) => {
-                let server_reply = matches!(e.kind(), redis::ErrorKind::Server(_));
+                let server_reply = seckill_common::is_error_reply(&e);
                 let u = self.failed(&e);
                 if !was_open || server_reply {
                     return Err(u);

@@ -67,6 +67,15 @@ impl Reply {
         Reply::error(413, "payload_too_large")
     }
 
+    /// 503 `{"error": "sale_paused"}` with `Retry-After`: the sale is
+    /// paused until an operator repairs it (Redis lost data of it; see
+    /// `seckill-reconciler sale repair`). Nothing was reserved.
+    pub fn sale_paused() -> Reply {
+        let mut r = Reply::error(503, "sale_paused");
+        r.extra = Some(("Retry-After", RETRY_AFTER_S));
+        r
+    }
+
     /// 503 `{"error": "unavailable"}` with `Retry-After: 1`: Redis cannot be
     /// reached or the gateway is saturated.
     pub fn unavailable() -> Reply {

@@ -5,6 +5,7 @@
 //! being handled and purchases in a pipeline answered, exit 0).
 
 use crate::app::{App, LinkPool};
+use crate::buyers;
 use crate::group_commit::{self, QUEUE_CAPACITY};
 use crate::handler::handle;
 use crate::metrics::Metrics;
@@ -130,10 +131,11 @@ pub fn run(config: Config, shutdown: Shutdown, unblocker: Unblocker) -> Result<(
         }
     };
     let links = config.effective_gateway_threads();
+    let (loader, load_requests) = buyers::loader();
     let app = Arc::new(App {
         metrics: metrics.clone(),
-        soldout: SoldOutCache::default(),
-        buyers: Default::default(),
+        soldout: SoldOutCache::new(config.gateway_buyers_max),
+        buyers: loader,
         client: client.clone(),
         redis_timeout: config.redis_timeout,
         body_limit: config.body_limit_bytes,
@@ -142,6 +144,13 @@ pub fn run(config: Config, shutdown: Shutdown, unblocker: Unblocker) -> Result<(
         active: AtomicUsize::new(0),
         closing: AtomicBool::new(false),
     });
+    {
+        let app = app.clone();
+        std::thread::Builder::new()
+            .name("gw-buyers".into())
+            .spawn(move || buyers::run(app, load_requests))
+            .map_err(GatewayError::Thread)?;
+    }
     if let Some(rx) = job_rx {
         for i in 0..config.gateway_redis_threads {
             let link = Link::new(client.clone(), config.redis_timeout, metrics.clone());

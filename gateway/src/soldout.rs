@@ -1,19 +1,36 @@
 //! Owns the sold-out fast path: once Redis has said a sale is sold out,
 //! ended or unknown, purchases for it are answered from memory without a
-//! Redis call, for at most [`RECHECK_AFTER`]. After that the next purchase
-//! asks Redis again, so stock that comes back (an operator's rollback) is
-//! noticed within that time (the gateway issue asks for 1 s).
+//! Redis call, for at most [`RECHECK_AFTER`]; and, for a sold-out sale, the
+//! memory of its buyers, so that a winner's retry still gets 409 with its
+//! own reservation id from every gateway.
 //!
-//! Single flight: when the answer expires, only the first purchase to see
+//! Ordering, never guessing: every reply of the reservation script carries
+//! the sale's reservation sequence `seq` (units ever reserved; Redis runs
+//! scripts one at a time, so `seq` orders their replies). A sale is
+//! remembered as sold out *at* a `seq`. A `reserved` reply with a higher
+//! `seq` ran after that sell-out (stock came back: an operator released a
+//! reservation), so the sale is forgotten and buys again; one with a lower
+//! or equal `seq` ran before it and changes nothing, in whatever order the
+//! connection threads conclude their replies (issue 10 §1: inferring a
+//! rollback from that order wiped every remembered buyer).
+//!
+//! Buyers: when a sale is first remembered as sold out at a `seq`, the
+//! buyers loader (`buyers.rs`) reads the sale's `buyers` hash once (bounded
+//! by the stock, and by `SECKILL_GATEWAY_BUYERS_MAX` over all sales) and
+//! installs it only if Redis still says sold out at that same `seq`. Until
+//! then, or when it does not fit, the purchase path reads the one buyer
+//! (`HGET`). A sale's buyers are freed when it is forgotten, when Redis
+//! answers `ended` or `unknown`, and by the loader's sweep once the sale's
+//! window has closed.
+//!
+//! Single flight: when an answer expires, only the first purchase to see
 //! that asks Redis; the others keep the answer from memory for up to
-//! [`RECHECK_WINDOW`] while it does (else every connection thread asked
-//! Redis at once every 500 ms, and each took the write lock to store the
-//! same answer). Fresh answers are stored in place (atomics under the read
-//! lock); the write lock is taken only for a sale not yet remembered.
+//! [`RECHECK_WINDOW`] while it does.
 
+use crate::buyers::BuyerSet;
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicU64, AtomicU8, Ordering};
-use std::sync::RwLock;
+use std::sync::atomic::{AtomicU64, AtomicU8, AtomicUsize, Ordering};
+use std::sync::{Arc, RwLock};
 use std::time::{Duration, Instant};
 
 /// How long a "closed" answer from Redis is trusted: 500 ms, half of the
@@ -59,95 +76,246 @@ impl Closed {
     }
 }
 
-/// One remembered sale: why it is closed ([`Closed::code`]) and until when
-/// (microseconds since the cache's `base`) the answer is trusted.
+/// What the memory knows of a sold-out sale's buyers.
+#[derive(Debug, Clone, Default)]
+pub enum Buyers {
+    /// Not asked for yet (or the last load was discarded).
+    #[default]
+    Unknown,
+    /// The loader is reading them.
+    Loading,
+    /// Every buyer as of the entry's `seq`.
+    Loaded(Arc<BuyerSet>),
+    /// More than fit in `SECKILL_GATEWAY_BUYERS_MAX`: read one by one.
+    TooMany,
+}
+
+/// What the memory says about a purchase.
+#[derive(Debug, Clone)]
+pub enum Known {
+    /// Ask Redis: not remembered, or due for its recheck and this caller
+    /// makes it.
+    Ask,
+    /// Closed; for [`Closed::SoldOut`], its buyers when loaded.
+    Closed(Closed, Option<Arc<BuyerSet>>),
+}
+
+/// One remembered sale.
 #[derive(Debug)]
 struct Entry {
+    /// [`Closed::code`].
     closed: AtomicU8,
+    /// Until when (µs since the cache's `base`) the answer is trusted.
     until_us: AtomicU64,
+    /// The sale's reservation sequence when Redis gave the answer.
+    seq: AtomicU64,
+    buyers: RwLock<Buyers>,
+    /// The sale's window end (Unix ms), once the loader has read it; 0
+    /// before. The sweep frees sales past it.
+    ends_at_ms: AtomicU64,
 }
 
 /// Sale id -> remembered answer.
 #[derive(Debug)]
 pub struct SoldOutCache {
     base: Instant,
-    sales: RwLock<HashMap<u64, Entry>>,
-}
-
-impl Default for SoldOutCache {
-    fn default() -> Self {
-        SoldOutCache {
-            base: Instant::now(),
-            sales: RwLock::default(),
-        }
-    }
+    sales: RwLock<HashMap<u64, Arc<Entry>>>,
+    /// Buyers held over all entries, and the most allowed.
+    buyers_held: AtomicUsize,
+    buyers_max: usize,
 }
 
 impl SoldOutCache {
+    /// An empty memory that holds at most `buyers_max` buyers in all
+    /// (`SECKILL_GATEWAY_BUYERS_MAX`).
+    pub fn new(buyers_max: usize) -> SoldOutCache {
+        SoldOutCache {
+            base: Instant::now(),
+            sales: RwLock::default(),
+            buyers_held: AtomicUsize::new(0),
+            buyers_max,
+        }
+    }
+
     fn micros(&self, t: Instant) -> u64 {
         u64::try_from(t.saturating_duration_since(self.base).as_micros()).unwrap_or(u64::MAX)
     }
 
-    /// The remembered state of `sale_id`, if still fresh at `now`. After
-    /// the expiry, `None` for the first caller (who asks Redis) and the
+    fn entry(&self, sale_id: u64) -> Option<Arc<Entry>> {
+        self.sales.read().ok()?.get(&sale_id).cloned()
+    }
+
+    /// Buyers held in memory now, over all sales.
+    pub fn buyers_held(&self) -> usize {
+        self.buyers_held.load(Ordering::Acquire)
+    }
+
+    /// The remembered state of `sale_id` at `now`. After the expiry,
+    /// [`Known::Ask`] for the first caller (who asks Redis) and the
     /// remembered state for the others during [`RECHECK_WINDOW`].
-    pub fn get(&self, sale_id: u64, now: Instant) -> Option<Closed> {
-        let sales = self.sales.read().ok()?;
-        let e = sales.get(&sale_id)?;
-        let closed = Closed::from_code(e.closed.load(Ordering::Acquire));
+    pub fn get(&self, sale_id: u64, now: Instant) -> Known {
+        let Some(e) = self.entry(sale_id) else {
+            return Known::Ask;
+        };
         let now_us = self.micros(now);
         let until = e.until_us.load(Ordering::Acquire);
-        if now_us < until {
-            return Some(closed);
+        if now_us >= until {
+            let window = self.micros(now + RECHECK_WINDOW);
+            if e.until_us
+                .compare_exchange(until, window, Ordering::AcqRel, Ordering::Acquire)
+                .is_ok()
+            {
+                return Known::Ask;
+            }
         }
-        let window = self.micros(now + RECHECK_WINDOW);
-        match e
-            .until_us
-            .compare_exchange(until, window, Ordering::AcqRel, Ordering::Acquire)
-        {
-            Ok(_) => None,
-            Err(_) => Some(closed),
-        }
+        let closed = Closed::from_code(e.closed.load(Ordering::Acquire));
+        let buyers = match &*e.buyers.read().unwrap_or_else(|p| p.into_inner()) {
+            Buyers::Loaded(set) if closed == Closed::SoldOut => Some(set.clone()),
+            _ => None,
+        };
+        Known::Closed(closed, buyers)
     }
 
-    /// Forgets `sale_id` once Redis has sold a unit of it again (stock came
-    /// back: an operator's rollback). Returns whether it had been closed, so
-    /// the caller can drop what it remembered from before.
-    pub fn reopen(&self, sale_id: u64) -> bool {
-        let known = self
-            .sales
-            .read()
-            .map(|s| s.contains_key(&sale_id))
-            .unwrap_or(false);
-        known
-            && self
-                .sales
-                .write()
-                .map(|mut s| s.remove(&sale_id).is_some())
-                .unwrap_or(false)
-    }
-
-    /// Remembers that Redis said `closed` for `sale_id` at `now`, trusted
-    /// for [`RECHECK_AFTER`].
-    pub fn put(&self, sale_id: u64, closed: Closed, now: Instant) {
+    /// Remembers that Redis said `closed` for `sale_id` at sequence `seq`
+    /// and time `now`, trusted for [`RECHECK_AFTER`]. An answer older than
+    /// the one remembered (lower `seq`) changes nothing.
+    ///
+    /// Returns true when the caller should have the sale's buyers loaded
+    /// (sold out, not loaded, not loading): the entry is then `Loading`.
+    pub fn closed(&self, sale_id: u64, closed: Closed, seq: u64, now: Instant) -> bool {
         let until = self.micros(now + RECHECK_AFTER);
-        if let Ok(sales) = self.sales.read() {
-            if let Some(e) = sales.get(&sale_id) {
-                e.closed.store(closed.code(), Ordering::Release);
-                e.until_us.store(until, Ordering::Release);
-                return;
+        let e = match self.entry(sale_id) {
+            Some(e) => e,
+            None => self.insert(sale_id, closed, seq, until),
+        };
+        let old_seq = e.seq.load(Ordering::Acquire);
+        if seq < old_seq {
+            return false;
+        }
+        let old = Closed::from_code(e.closed.swap(closed.code(), Ordering::AcqRel));
+        e.seq.store(seq, Ordering::Release);
+        e.until_us.store(until, Ordering::Release);
+        let mut buyers = e.buyers.write().unwrap_or_else(|p| p.into_inner());
+        if closed != Closed::SoldOut || old != Closed::SoldOut || seq != old_seq {
+            // Another state, or sold out again after more sales: what was
+            // held describes another moment.
+            self.drop_buyers(&mut buyers);
+        }
+        if closed == Closed::SoldOut && matches!(*buyers, Buyers::Unknown) {
+            *buyers = Buyers::Loading;
+            return true;
+        }
+        false
+    }
+
+    fn insert(&self, sale_id: u64, closed: Closed, seq: u64, until: u64) -> Arc<Entry> {
+        let mut sales = self.sales.write().unwrap_or_else(|p| p.into_inner());
+        if sales.len() >= MAX_SALES && !sales.contains_key(&sale_id) {
+            for e in sales.values() {
+                self.drop_buyers(&mut e.buyers.write().unwrap_or_else(|p| p.into_inner()));
+            }
+            sales.clear();
+        }
+        sales
+            .entry(sale_id)
+            .or_insert_with(|| {
+                Arc::new(Entry {
+                    closed: AtomicU8::new(closed.code()),
+                    until_us: AtomicU64::new(until),
+                    seq: AtomicU64::new(seq),
+                    buyers: RwLock::new(Buyers::Unknown),
+                    ends_at_ms: AtomicU64::new(0),
+                })
+            })
+            .clone()
+    }
+
+    fn drop_buyers(&self, buyers: &mut Buyers) {
+        if let Buyers::Loaded(set) = std::mem::take(buyers) {
+            self.buyers_held.fetch_sub(set.len(), Ordering::AcqRel);
+        }
+    }
+
+    /// Notes that Redis reserved a unit of `sale_id` at sequence `seq`.
+    /// When that is after the remembered sell-out (stock came back), the
+    /// sale is forgotten, buyers and all; an older reply changes nothing.
+    pub fn reserved(&self, sale_id: u64, seq: u64) {
+        let Some(e) = self.entry(sale_id) else { return };
+        if seq <= e.seq.load(Ordering::Acquire) {
+            return;
+        }
+        self.forget_if(sale_id, |cur| Arc::ptr_eq(cur, &e));
+    }
+
+    fn forget_if(&self, sale_id: u64, pred: impl Fn(&Arc<Entry>) -> bool) {
+        let mut sales = self.sales.write().unwrap_or_else(|p| p.into_inner());
+        if sales.get(&sale_id).is_some_and(&pred) {
+            if let Some(e) = sales.remove(&sale_id) {
+                self.drop_buyers(&mut e.buyers.write().unwrap_or_else(|p| p.into_inner()));
             }
         }
-        if let Ok(mut sales) = self.sales.write() {
-            if sales.len() >= MAX_SALES && !sales.contains_key(&sale_id) {
-                sales.clear();
-            }
-            let e = Entry {
-                closed: AtomicU8::new(closed.code()),
-                until_us: AtomicU64::new(until),
-            };
-            sales.insert(sale_id, e);
+    }
+
+    /// Installs the buyers the loader read for `sale_id` while Redis said
+    /// sold out at `seq`, with the sale's window end `ends_at_ms`. `None`
+    /// means they do not fit or could not be read (`too_many` tells which).
+    /// Ignored unless the entry is still sold out at that `seq` and loading.
+    pub fn loaded(
+        &self,
+        sale_id: u64,
+        seq: u64,
+        set: Option<BuyerSet>,
+        too_many: bool,
+        ends_at_ms: u64,
+    ) {
+        let Some(e) = self.entry(sale_id) else { return };
+        let mut buyers = e.buyers.write().unwrap_or_else(|p| p.into_inner());
+        // A load for an earlier sell-out: a newer one is on its way.
+        if !matches!(*buyers, Buyers::Loading) || e.seq.load(Ordering::Acquire) != seq {
+            return;
         }
+        e.ends_at_ms.store(ends_at_ms, Ordering::Release);
+        let current = Closed::from_code(e.closed.load(Ordering::Acquire)) == Closed::SoldOut;
+        *buyers = match set {
+            Some(set) if current => {
+                let n = set.len();
+                let held = self.buyers_held.fetch_add(n, Ordering::AcqRel);
+                if held + n > self.buyers_max {
+                    self.buyers_held.fetch_sub(n, Ordering::AcqRel);
+                    Buyers::TooMany
+                } else {
+                    Buyers::Loaded(Arc::new(set))
+                }
+            }
+            _ if too_many && current => Buyers::TooMany,
+            _ => Buyers::Unknown,
+        };
+    }
+
+    /// Buyers that can still be loaded before the bound is reached.
+    pub fn buyers_room(&self) -> usize {
+        self.buyers_max.saturating_sub(self.buyers_held())
+    }
+
+    /// Forgets every sale whose window closed before `now_ms` (Unix ms,
+    /// this machine's clock): their buyers are no longer needed (Redis
+    /// answers `ended` to everyone). Returns how many were forgotten.
+    pub fn sweep(&self, now_ms: u64) -> usize {
+        let ended: Vec<u64> = match self.sales.read() {
+            Ok(s) => s
+                .iter()
+                .filter(|(_, e)| {
+                    let end = e.ends_at_ms.load(Ordering::Acquire);
+                    end != 0 && end < now_ms
+                })
+                .map(|(id, _)| *id)
+                .collect(),
+            Err(_) => return 0,
+        };
+        for id in &ended {
+            self.forget_if(*id, |_| true);
+        }
+        ended.len()
     }
 }
 
@@ -155,42 +323,120 @@ impl SoldOutCache {
 mod tests {
     use super::*;
 
+    fn set(pairs: &[(&str, &str)]) -> BuyerSet {
+        let mut s = BuyerSet::default();
+        for (u, r) in pairs {
+            assert!(s.insert(u, r));
+        }
+        s
+    }
+
+    const R1: &str = "0123456789abcdef0123456789abcdef";
+
+    fn closed(k: Known) -> Option<Closed> {
+        match k {
+            Known::Ask => None,
+            Known::Closed(c, _) => Some(c),
+        }
+    }
+
     #[test]
     fn a_closed_sale_is_trusted_only_until_the_recheck() {
-        let c = SoldOutCache::default();
+        let c = SoldOutCache::new(100);
         let t0 = Instant::now();
-        assert_eq!(c.get(1, t0), None);
-        c.put(1, Closed::SoldOut, t0);
-        assert_eq!(
-            c.get(1, t0 + Duration::from_millis(499)),
-            Some(Closed::SoldOut)
-        );
-        assert_eq!(c.get(2, t0), None);
+        assert!(matches!(c.get(1, t0), Known::Ask));
+        assert!(c.closed(1, Closed::SoldOut, 10, t0));
+        let t = t0 + Duration::from_millis(499);
+        assert_eq!(closed(c.get(1, t)), Some(Closed::SoldOut));
+        assert!(matches!(c.get(2, t0), Known::Ask));
         // Expired: the first caller asks Redis, the others wait for it.
         let t1 = t0 + RECHECK_AFTER;
-        assert_eq!(c.get(1, t1), None);
-        assert_eq!(c.get(1, t1), Some(Closed::SoldOut));
-        assert_eq!(
-            c.get(1, t1 + RECHECK_WINDOW - Duration::from_millis(1)),
-            Some(Closed::SoldOut)
+        assert_eq!(closed(c.get(1, t1)), None);
+        assert_eq!(closed(c.get(1, t1)), Some(Closed::SoldOut));
+        let t2 = t1 + RECHECK_WINDOW;
+        assert_eq!(closed(c.get(1, t2)), None);
+        assert_eq!(closed(c.get(1, t2)), Some(Closed::SoldOut));
+        // The answer came back, still loading: not asked to load again.
+        assert!(!c.closed(1, Closed::Ended, 10, t2));
+        assert_eq!(closed(c.get(1, t2)), Some(Closed::Ended));
+    }
+
+    #[test]
+    fn only_a_reservation_after_the_sell_out_reopens_the_sale() {
+        let c = SoldOutCache::new(100);
+        let t0 = Instant::now();
+        assert!(c.closed(7, Closed::SoldOut, 300, t0));
+        c.loaded(7, 300, Some(set(&[("alice", R1)])), false, u64::MAX);
+        assert_eq!(c.buyers_held(), 1);
+        // A reply of a script that ran before the sell-out, concluded late.
+        c.reserved(7, 299);
+        c.reserved(7, 300);
+        let Known::Closed(Closed::SoldOut, Some(b)) = c.get(7, t0) else {
+            panic!("expected sold out with buyers");
+        };
+        assert_eq!(b.lookup("alice").as_deref(), Some(R1));
+        assert_eq!(b.lookup("bob"), None);
+        // An older sold-out answer changes nothing.
+        assert!(!c.closed(7, Closed::SoldOut, 250, t0));
+        assert_eq!(c.buyers_held(), 1);
+        // A reservation after it: stock came back.
+        c.reserved(7, 301);
+        assert!(matches!(c.get(7, t0), Known::Ask));
+        assert_eq!(c.buyers_held(), 0);
+    }
+
+    #[test]
+    fn buyers_are_bounded_and_loaded_only_for_the_current_sell_out() {
+        let c = SoldOutCache::new(2);
+        let t0 = Instant::now();
+        assert!(c.closed(1, Closed::SoldOut, 5, t0));
+        // Sold out again at a later seq while loading: a new load is asked
+        // for, and the first one's result is stale.
+        assert!(c.closed(1, Closed::SoldOut, 6, t0));
+        c.loaded(1, 5, Some(set(&[("a", R1)])), false, 0);
+        assert_eq!(c.buyers_held(), 0);
+        assert!(!c.closed(1, Closed::SoldOut, 6, t0));
+        c.loaded(
+            1,
+            6,
+            Some(set(&[("a", R1), ("b", R1), ("c", R1)])),
+            false,
+            0,
         );
-        // No answer came back within the window: the next caller asks.
-        assert_eq!(c.get(1, t1 + RECHECK_WINDOW), None);
-        assert_eq!(c.get(1, t1 + RECHECK_WINDOW), Some(Closed::SoldOut));
-        // The answer came back: trusted again, and it may have changed.
-        c.put(1, Closed::Ended, t1 + RECHECK_WINDOW);
-        assert_eq!(c.get(1, t1 + RECHECK_WINDOW), Some(Closed::Ended));
-        assert!(c.reopen(1));
-        assert_eq!(c.get(1, t1 + RECHECK_WINDOW), None);
-        assert!(!c.reopen(1));
+        assert_eq!(c.buyers_held(), 0, "three buyers do not fit in two");
+        assert!(matches!(c.get(1, t0), Known::Closed(Closed::SoldOut, None)));
+        // Too many is remembered: no load asked for again at the same seq.
+        assert!(!c.closed(1, Closed::SoldOut, 6, t0));
+        assert!(c.closed(2, Closed::SoldOut, 1, t0));
+        c.loaded(2, 1, Some(set(&[("a", R1), ("b", R1)])), false, 1_000);
+        assert_eq!(c.buyers_held(), 2);
+        // Ended frees them.
+        assert!(!c.closed(2, Closed::Ended, 1, t0));
+        assert_eq!(c.buyers_held(), 0);
+    }
+
+    #[test]
+    fn the_sweep_frees_sales_whose_window_closed() {
+        let c = SoldOutCache::new(10);
+        let t0 = Instant::now();
+        assert!(c.closed(1, Closed::SoldOut, 1, t0));
+        c.loaded(1, 1, Some(set(&[("a", R1)])), false, 1_000);
+        assert!(c.closed(2, Closed::SoldOut, 1, t0));
+        c.loaded(2, 1, Some(set(&[("b", R1)])), false, 5_000);
+        assert_eq!(c.sweep(999), 0);
+        assert_eq!(c.sweep(2_000), 1);
+        assert_eq!(c.buyers_held(), 1);
+        assert!(matches!(c.get(1, t0), Known::Ask));
+        assert_eq!(c.sweep(6_000), 1);
+        assert_eq!(c.buyers_held(), 0);
     }
 
     #[test]
     fn made_up_sale_ids_cannot_grow_it_without_bound() {
-        let c = SoldOutCache::default();
+        let c = SoldOutCache::new(10);
         let t0 = Instant::now();
         for id in 0..(MAX_SALES as u64 + 5) {
-            c.put(id, Closed::Unknown, t0);
+            c.closed(id, Closed::Unknown, 0, t0);
         }
         assert!(c.sales.read().unwrap().len() <= MAX_SALES);
     }

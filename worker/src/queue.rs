@@ -35,8 +35,14 @@ return out
 /// Moves every message of a processing list (`KEYS[1]`) back to the
 /// consuming (right) end of its queue (`KEYS[2]`), the oldest ending
 /// rightmost so it is taken first again; returns how many. Atomic: a message
-/// is never in both lists or in neither. Works on every Redis version.
-const RECLAIM_LUA: &str = r#"
+/// is never in both lists or in neither (both types are checked before the
+/// first `LPOP`, so an `RPUSH` cannot fail after it). Works on every Redis
+/// version.
+const RECLAIM_LUA: &str = concat!(
+    seckill_common::lua_expect_types!(),
+    r#"
+local bad = expect_types({KEYS[1], 'list', KEYS[2], 'list'})
+if bad then return bad end
 local n = 0
 while true do
   local v = redis.call('LPOP', KEYS[1])
@@ -44,8 +50,8 @@ while true do
   redis.call('RPUSH', KEYS[2], v)
   n = n + 1
 end
-"#;
-
+"#
+);
 fn take_script() -> &'static Script {
     static S: OnceLock<Script> = OnceLock::new();
     S.get_or_init(|| Script::new(TAKE_LUA))
