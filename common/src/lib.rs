@@ -23,6 +23,8 @@
 //! - [`metrics`]: counters, gauges, histograms and the Prometheus text format.
 //! - [`schema`]: MySQL tables, migrations, connection options.
 //! - [`sale`]: a sale and the load script that never overwrites live stock.
+//! - [`redis_server`]: the check of the Redis server on every connect
+//!   (eviction policy, persistence, writability).
 //! - [`release`]: the release (rollback) script that puts a reserved unit back on sale.
 //! - [`notify`]: systemd readiness (`sd_notify`) for `Type=notify` units.
 //! - [`shutdown`]: the SIGINT/SIGTERM flag and logging set-up.
@@ -38,6 +40,7 @@ pub mod lua;
 pub mod message;
 pub mod metrics;
 pub mod notify;
+pub mod redis_server;
 pub mod release;
 pub mod reservation;
 pub mod sale;

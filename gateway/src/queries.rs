@@ -1,12 +1,12 @@
 //! Owns the read-only routes: `GET /v1/sales/{id}` (stock and window, the
 //! state by Redis's clock), `GET /v1/sales/{id}/purchases/{user}` (the
 //! buyer's reservation and its status as the worker last wrote it) and
-//! `GET /readyz` (Redis answers `PING`).
+//! `GET /readyz` (Redis would take a purchase now).
 
 use crate::app::App;
 use crate::reply::Reply;
-use redis::Value;
 use seckill_common::keys::SaleKeys;
+use seckill_common::redis_server;
 use serde_json::json;
 
 /// `GET /v1/sales/{sale_id}`: one pipeline of `HMGET meta`, `GET stock`,
@@ -90,14 +90,25 @@ pub fn purchase_status(app: &App, sale_id: u64, user_id: &str) -> Reply {
     }
 }
 
-/// `GET /readyz`: 200 `{"status": "ready"}` when Redis answers `PING`,
-/// else 503 `unavailable`.
+/// `GET /readyz`: 200 `{"status": "ready"}` when Redis would take a
+/// purchase now (`redis_server::check_writable`: not a replica, not short
+/// of replicas, not out of memory, an eviction policy that keeps the sale's
+/// keys), else 503 `unavailable` (the reason is logged), so a load balancer
+/// stops sending purchases that would all get 503.
 pub fn ready(app: &App) -> Reply {
-    match app
-        .links
-        .with(|link| link.with(|con| redis::cmd("PING").query::<Value>(con)))
-    {
-        Ok(_) => Reply::json(200, json!({ "status": "ready" })),
+    let checked = app.links.with(|link| {
+        link.with(|con| match redis_server::check_writable(con) {
+            // A broken connection: the link reconnects.
+            Err(redis_server::ServerError::Redis(e)) => Err(e),
+            other => Ok(other.map_err(|e| e.to_string())),
+        })
+    });
+    match checked {
+        Ok(Ok(())) => Reply::json(200, json!({ "status": "ready" })),
+        Ok(Err(why)) => {
+            log::warn!("not ready: {why}");
+            Reply::unavailable()
+        }
         Err(_) => Reply::unavailable(),
     }
 }

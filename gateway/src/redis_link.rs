@@ -2,11 +2,14 @@
 //! backoff: while Redis is down, callers get [`Unavailable`] at once (the
 //! client sees 503) instead of waiting on a connect per request, and the
 //! next attempt comes after 50 ms, doubling up to 1 s. Each (re)connect
-//! loads the reservation script (`SCRIPT LOAD`), so pipelined `EVALSHA`
-//! calls find it.
+//! checks the server (`seckill_common::redis_server`: an eviction policy
+//! that can delete the sale's keys is refused, so the gateway answers 503
+//! until it is fixed) and loads the reservation script (`SCRIPT LOAD`), so
+//! pipelined `EVALSHA` calls find it.
 
 use crate::metrics::Metrics;
 use redis::{Client, Connection, RedisError};
+use seckill_common::redis_server::{self, ServerError};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -47,10 +50,26 @@ impl Link {
         }
     }
 
-    fn connect(&self) -> Result<Connection, RedisError> {
+    /// Connects, checks the server (`redis_server::check`: a policy that
+    /// can evict the sale's keys is refused) and loads the script.
+    fn connect(&self) -> Result<Connection, ServerError> {
         let mut con = self.client.get_connection_with_timeout(self.timeout)?;
         con.set_read_timeout(Some(self.timeout))?;
         con.set_write_timeout(Some(self.timeout))?;
+        match redis_server::check(&mut con) {
+            Ok(p) => {
+                let off = i64::from(p.nothing());
+                if off == 1 && self.metrics.redis_persistence_off.get() == 0 {
+                    redis_server::warn_if_volatile(&p);
+                }
+                self.metrics.redis_persistence_off.set(off);
+            }
+            Err(e @ ServerError::EvictionPolicy(_)) => {
+                self.metrics.redis_refused.inc();
+                return Err(e);
+            }
+            Err(e) => return Err(e),
+        }
         seckill_common::reservation::reserve_script().load(&mut con)?;
         Ok(con)
     }

@@ -11,6 +11,9 @@ use std::fmt;
 pub enum RunError {
     /// Redis could not be reached or failed a command.
     Redis(redis::RedisError),
+    /// The Redis server is unfit to hold the sales (an eviction policy
+    /// that can delete their keys) or could not be checked.
+    RedisServer(seckill_common::redis_server::ServerError),
     /// MySQL could not be reached or failed a statement.
     Mysql(mysql::Error),
     /// The SQLite review store failed.
@@ -32,6 +35,7 @@ impl fmt::Display for RunError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             RunError::Redis(e) => write!(f, "redis: {e}"),
+            RunError::RedisServer(e) => write!(f, "{e}"),
             RunError::Mysql(e) => write!(f, "mysql: {e}"),
             RunError::Review(e) => write!(f, "{e}"),
             RunError::Lock(e) => write!(f, "{e}"),
@@ -44,6 +48,12 @@ impl fmt::Display for RunError {
 }
 
 impl std::error::Error for RunError {}
+
+impl From<seckill_common::redis_server::ServerError> for RunError {
+    fn from(e: seckill_common::redis_server::ServerError) -> Self {
+        RunError::RedisServer(e)
+    }
+}
 
 impl From<redis::RedisError> for RunError {
     fn from(e: redis::RedisError) -> Self {

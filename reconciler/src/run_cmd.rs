@@ -15,12 +15,11 @@ use seckill_common::timefmt::format_ms;
 use seckill_common::{now_ms, Config, Shutdown};
 use std::time::Instant;
 
-/// Opens a Redis connection with the configured timeouts.
+/// Opens a Redis connection with the configured timeouts and checks the
+/// server (`seckill_common::redis_server`: an eviction policy that can
+/// delete the sale's keys is refused, exit 2).
 pub fn redis_connect(config: &Config) -> Result<redis::Connection, RunError> {
-    let client = redis::Client::open(config.redis_url.as_str())?;
-    let con = client.get_connection_with_timeout(config.redis_timeout)?;
-    con.set_read_timeout(Some(config.redis_timeout))?;
-    con.set_write_timeout(Some(config.redis_timeout))?;
+    let (con, _) = seckill_common::redis_server::connect(&config.redis_url, config.redis_timeout)?;
     Ok(con)
 }
 

@@ -19,12 +19,11 @@ type Res<T> = Result<T, Box<dyn Error>>;
 /// `id, sku, title, price_cents, total_stock, available_stock, starts ms, ends ms`.
 type SaleRow = (u64, String, String, u64, u64, i64, i64, i64);
 
-/// Opens a Redis connection with the configured timeouts.
+/// Opens a Redis connection with the configured timeouts and checks the
+/// server (`seckill_common::redis_server`: an eviction policy that can
+/// delete the sale's keys is refused, exit 2).
 pub fn redis_con(config: &Config) -> Res<redis::Connection> {
-    let client = redis::Client::open(config.redis_url.as_str())?;
-    let con = client.get_connection_with_timeout(config.redis_timeout)?;
-    con.set_read_timeout(Some(config.redis_timeout))?;
-    con.set_write_timeout(Some(config.redis_timeout))?;
+    let (con, _) = seckill_common::redis_server::connect(&config.redis_url, config.redis_timeout)?;
     Ok(con)
 }
 

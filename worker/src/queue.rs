@@ -155,13 +155,26 @@ impl Consumer {
         })
     }
 
-    /// The ordinary connection, opened (and the server version read) on
-    /// first use.
+    /// The ordinary connection, opened (the server checked, its version
+    /// read) on first use. A server whose eviction policy can delete the
+    /// sale's keys is refused (`seckill_common::redis_server`): the worker
+    /// then takes nothing until it is fixed, and says why in its log.
     ///
-    /// Errors: Redis failures.
+    /// Errors: Redis failures, or the server refused (kind `Client`).
     pub fn con(&mut self) -> redis::RedisResult<&mut Connection> {
         if self.con.is_none() {
             let mut c = open(&self.client, self.timeout, self.timeout)?;
+            match seckill_common::redis_server::check(&mut c) {
+                Ok(p) => seckill_common::redis_server::warn_if_volatile(&p),
+                Err(seckill_common::redis_server::ServerError::Redis(e)) => return Err(e),
+                Err(e) => {
+                    return Err(redis::RedisError::from((
+                        redis::ErrorKind::Client,
+                        "redis server refused",
+                        e.to_string(),
+                    )))
+                }
+            }
             self.lmove = has_lmove(&mut c)?;
             self.con = Some(c);
         }
