@@ -19,6 +19,7 @@
 //! - [`reservation`]: the atomic reservation script and its typed outcome.
 //! - [`ids`]: reservation ids, the idempotency key into MySQL.
 //! - [`message`]: the versioned JSON order message.
+//! - [`data_loss`]: detecting that Redis lost a sale's reservations, the pause.
 //! - [`dead_letter`]: the entry the worker writes to a dead-letter list.
 //! - [`metrics`]: counters, gauges, histograms and the Prometheus text format.
 //! - [`schema`]: MySQL tables, migrations, connection options.
@@ -33,6 +34,7 @@
 #![deny(missing_docs)]
 
 pub mod config;
+pub mod data_loss;
 pub mod dead_letter;
 pub mod ids;
 pub mod keys;

@@ -11,10 +11,11 @@ use std::time::Duration;
 
 /// The migrations, in order. Each is applied once and recorded by version in
 /// `schema_migrations`; never edit a released one, append a new one.
-pub const MIGRATIONS: &[(u32, &str, &str)] = &[(
-    1,
-    "sales, orders, stock ledger",
-    r#"
+pub const MIGRATIONS: &[(u32, &str, &str)] = &[
+    (
+        1,
+        "sales, orders, stock ledger",
+        r#"
 CREATE TABLE IF NOT EXISTS sales (
   id BIGINT UNSIGNED NOT NULL AUTO_INCREMENT PRIMARY KEY,
   sku VARCHAR(64) NOT NULL,
@@ -57,7 +58,22 @@ CREATE TABLE IF NOT EXISTS stock_ledger (
   KEY ledger_sale_id (sale_id, id)
 ) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_bin;
 "#,
-)];
+    ),
+    (
+        2,
+        "sale_redis_state: the marks Redis must never fall behind, the pause",
+        r#"
+CREATE TABLE IF NOT EXISTS sale_redis_state (
+  sale_id BIGINT UNSIGNED NOT NULL PRIMARY KEY,
+  seq_high BIGINT UNSIGNED NOT NULL DEFAULT 0,
+  checkpoint_high BIGINT UNSIGNED NOT NULL DEFAULT 0,
+  paused_reason VARCHAR(64) NULL,
+  paused_at DATETIME(3) NULL,
+  updated_at DATETIME(3) NOT NULL DEFAULT (UTC_TIMESTAMP(3))
+) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_bin;
+"#,
+    ),
+];
 
 /// Why the schema could not be applied or a connection opened.
 #[derive(Debug)]

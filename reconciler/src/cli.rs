@@ -18,6 +18,7 @@ commands:
                                    now, now+30s, now+2h
   sale load ID                  put a MySQL sale into Redis unless Redis holds live state
   sale show ID                  MySQL and Redis figures side by side
+  sale repair ID                rebuild a paused sale's Redis state from MySQL and resume it
   run                           reconcile every active or recent sale (exit 1: open findings)
   findings [--state open|auto_fixed|resolved|all] [--sale ID] [--json]
                                 list findings from the review store (default: open)
@@ -44,6 +45,8 @@ pub enum Command {
     SaleLoad(u64),
     /// Show sale ID.
     SaleShow(u64),
+    /// Rebuild sale ID's Redis state from MySQL and resume it.
+    SaleRepair(u64),
     /// One reconciliation pass.
     Run,
     /// List findings.
@@ -207,6 +210,7 @@ pub fn parse_at(
         ["migrate"] => Command::Migrate,
         ["sale", "load", id] => Command::SaleLoad(parse_u64(id, "sale id")?),
         ["sale", "show", id] => Command::SaleShow(parse_u64(id, "sale id")?),
+        ["sale", "repair", id] => Command::SaleRepair(parse_u64(id, "sale id")?),
         ["run"] => Command::Run,
         ["bench-read", id] => Command::BenchRead(parse_u64(id, "sale id")?),
         ["findings"] => {
@@ -393,6 +397,7 @@ mod tests {
         assert_eq!(p("migrate").unwrap(), Command::Migrate);
         assert_eq!(p("sale load 42").unwrap(), Command::SaleLoad(42));
         assert_eq!(p("sale show 7").unwrap(), Command::SaleShow(7));
+        assert_eq!(p("sale repair 7").unwrap(), Command::SaleRepair(7));
         assert_eq!(p("--help").unwrap(), Command::Help);
         assert_eq!(p("run").unwrap(), Command::Run);
         assert_eq!(p("bench-read 3").unwrap(), Command::BenchRead(3));

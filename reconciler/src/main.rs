@@ -18,6 +18,7 @@ mod mysql_read;
 mod output;
 mod reconcile;
 mod redis_read;
+mod repair_cmd;
 mod resolve_cmd;
 mod review;
 mod review_findings;
@@ -83,6 +84,7 @@ fn run(
         cli::Command::SaleCreate(args) => sale_cmd::create(config, &args),
         cli::Command::SaleLoad(id) => sale_cmd::load(config, id),
         cli::Command::SaleShow(id) => sale_cmd::show(config, id),
+        cli::Command::SaleRepair(id) => repair_cmd::repair(config, id),
         cli::Command::Run => Ok(run_cmd::run(config, shutdown)?),
         cli::Command::Findings(args) => Ok(findings_cmd::findings(config, &args)?),
         cli::Command::Resolve(args) => Ok(resolve_cmd::resolve(config, &args)?),

@@ -1,6 +1,7 @@
 //! Owns the `sale` operator commands: create a sale in MySQL and load it into
 //! Redis, load an existing one without ever overwriting live stock, and show
-//! MySQL and Redis figures side by side. `create` refuses (and takes its
+//! MySQL and Redis figures side by side (the repair of a sale Redis lost
+//! data of is `repair_cmd.rs`). `create` refuses (and takes its
 //! MySQL row back) when Redis already holds a live sale with the new id.
 
 use crate::cli::SaleCreate;
@@ -117,11 +118,21 @@ fn delete_sale(db: &mut mysql::Conn, id: u64) -> String {
     }
 }
 
+/// The numeric fields of sale `id`'s meta hash (`total_stock`,
+/// `starts_at_ms`, `ends_at_ms`, `seq`); others (`paused`) are left out.
+fn read_meta(con: &mut redis::Connection, id: u64) -> redis::RedisResult<HashMap<String, u64>> {
+    let all: HashMap<String, String> = con.hgetall(SaleKeys::new(id).meta())?;
+    Ok(all
+        .into_iter()
+        .filter_map(|(f, v)| v.parse().ok().map(|v| (f, v)))
+        .collect())
+}
+
 /// The stock and window of the sale Redis holds under `id`, as text.
 fn describe_live(con: &mut redis::Connection, id: u64) -> String {
     let k = SaleKeys::new(id);
     let stock: redis::RedisResult<Option<i64>> = con.get(k.stock());
-    let meta: redis::RedisResult<HashMap<String, u64>> = con.hgetall(k.meta());
+    let meta: redis::RedisResult<HashMap<String, u64>> = read_meta(con, id);
     match (stock, meta) {
         (Ok(stock), Ok(meta)) => format!(
             "stock {}, total {}, window {} .. {}",
@@ -180,7 +191,8 @@ pub fn show(config: &Config, id: u64) -> Res<u8> {
     let mut con = redis_con(config)?;
     let k = SaleKeys::new(id);
     let stock: Option<i64> = con.get(k.stock())?;
-    let meta: HashMap<String, u64> = con.hgetall(k.meta())?;
+    let meta: HashMap<String, u64> = read_meta(&mut con, id)?;
+    let paused: Option<String> = con.hget(k.meta(), "paused")?;
     let flows: u64 = con.hlen(k.flow())?;
     let queued: u64 = con.llen(k.queue())?;
     let dead: u64 = con.llen(k.dead_letter())?;
@@ -220,7 +232,14 @@ pub fn show(config: &Config, id: u64) -> Res<u8> {
         writeln!(w, "orders            {:<12} -", orders)?;
         writeln!(w, "reservations      -            {flows}")?;
         writeln!(w, "queued messages   -            {queued}")?;
-        writeln!(w, "dead letters      -            {dead}")
+        writeln!(w, "dead letters      -            {dead}")?;
+        if let Some(p) = &paused {
+            writeln!(
+                w,
+                "PAUSED            {p}: run `seckill-reconciler sale repair {id}`"
+            )?;
+        }
+        Ok(())
     })?;
     Ok(0)
 }

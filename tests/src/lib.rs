@@ -98,6 +98,11 @@ impl RedisServer {
             .expect("connect to test redis")
     }
 
+    /// Its data directory (the append-only files live in `appendonlydir/`).
+    pub fn dir(&self) -> &Path {
+        self.dir.path()
+    }
+
     /// The server's pid while it runs.
     pub fn pid(&self) -> Option<u32> {
         self.child.as_ref().map(Child::id)

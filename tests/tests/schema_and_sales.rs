@@ -53,7 +53,7 @@ fn migrating_twice_changes_nothing() {
         "schema is current; nothing to apply"
     );
     assert_eq!(before, schema_fingerprint(&db));
-    assert_eq!(db.count("SELECT COUNT(*) FROM schema_migrations"), 1);
+    assert_eq!(db.count("SELECT COUNT(*) FROM schema_migrations"), 2);
 }
 
 #[test]
@@ -62,7 +62,7 @@ fn migrate_creates_a_missing_database() {
     let fresh = format!("{}_new", db.url());
     let name = format!("{}_new", db.name);
     let applied = seckill_common::schema::migrate(&fresh, Duration::from_secs(5)).unwrap();
-    assert_eq!(applied, vec![1]);
+    assert_eq!(applied, vec![1, 2]);
     let mut c = db.conn();
     let n: Option<i64> = c
         .exec_first(
@@ -71,7 +71,7 @@ fn migrate_creates_a_missing_database() {
         )
         .unwrap();
     c.query_drop(format!("DROP DATABASE `{name}`")).unwrap();
-    assert_eq!(n, Some(4));
+    assert_eq!(n, Some(5));
 }
 
 #[test]

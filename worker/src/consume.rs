@@ -12,6 +12,7 @@
 
 use crate::apply::Db;
 use crate::batch::BatchEnd;
+use crate::loss_watch::PausedSales;
 use crate::metrics::Metrics;
 use crate::queue::Consumer;
 use seckill_common::{Config, Shutdown};
@@ -118,6 +119,9 @@ pub struct Worker {
     /// A Redis error happened: reconnect and reclaim our own processing lists
     /// before taking anything new (a move may have happened unseen).
     must_reclaim: bool,
+    /// Sales paused by the data-loss watch (`loss_watch.rs`): none of their
+    /// messages is taken until the sale is repaired.
+    paused: PausedSales,
 }
 
 impl Worker {
@@ -140,7 +144,13 @@ impl Worker {
             sales_read: None,
             idle_turn: 0,
             must_reclaim: true,
+            paused: PausedSales::default(),
         }
+    }
+
+    /// Shares the set of paused sales the data-loss watch keeps.
+    pub fn share_paused(&mut self, paused: PausedSales) {
+        self.paused = paused;
     }
 
     pub(crate) fn crash_if(&mut self, point: CrashPoint) {
@@ -275,16 +285,16 @@ impl Worker {
             self.must_reclaim = false;
         }
         self.refresh_sales()?;
-        if self.sales.is_empty() {
+        let sales = self.paused.unpaused(&self.sales);
+        if sales.is_empty() {
             let mut idle = Backoff {
                 next: self.config.worker_block,
             };
             idle.sleep(&self.shutdown);
             return Ok(());
         }
-        let sales = self.sales.clone();
         let mut took_any = false;
-        for sale in sales {
+        for &sale in &sales {
             if self.shutdown.is_triggered() {
                 return Ok(());
             }
@@ -300,8 +310,8 @@ impl Worker {
         if took_any {
             return Ok(());
         }
-        self.idle_turn = (self.idle_turn + 1) % self.sales.len();
-        let sale = self.sales[self.idle_turn];
+        self.idle_turn = (self.idle_turn + 1) % sales.len();
+        let sale = sales[self.idle_turn];
         if let Some(first) = self.consumer.wait_one(sale)? {
             let mut batch = vec![first];
             if self.config.worker_batch > 1 {

@@ -14,6 +14,8 @@
 //! - [`queue`]: the Redis side of the reliable queue (take, block, reclaim).
 //! - [`housekeeping`]: heartbeat, reclaim of dead workers' processing lists,
 //!   queue gauges.
+//! - [`loss_watch`]: the data-loss watch (Redis behind MySQL's reservation
+//!   sequence pauses the sale) and the paused sales the loop skips.
 //! - [`metrics`]: counters and the `/metrics` listener.
 //! - [`error`]: why `run` stops, and how MySQL failures are classified.
 #![forbid(unsafe_code)]
@@ -24,6 +26,7 @@ pub mod batch;
 pub mod consume;
 pub mod error;
 pub mod housekeeping;
+pub mod loss_watch;
 pub mod metrics;
 pub mod queue;
 
@@ -92,6 +95,19 @@ pub fn run(config: Config, shutdown: Shutdown) -> Result<(), WorkerError> {
             return Ok(());
         }
     }
+    let paused = loss_watch::PausedSales::default();
+    worker.share_paused(paused.clone());
+    let watch = loss_watch::LossWatch {
+        client: client.clone(),
+        mysql_url: config.mysql_url.clone(),
+        redis_timeout: config.redis_timeout,
+        mysql_timeout: config.mysql_timeout,
+        paused,
+        metrics: metrics.clone(),
+        shutdown: shutdown.clone(),
+    }
+    .start()
+    .map_err(|e| WorkerError::Thread(e.to_string()))?;
     let house = housekeeping::Housekeeping {
         client: client.clone(),
         worker_id: config.worker_id.clone(),
@@ -114,6 +130,7 @@ pub fn run(config: Config, shutdown: Shutdown) -> Result<(), WorkerError> {
     log::info!("worker {}: stopping", config.worker_id);
     // The heartbeat thread is gone now, so nothing beats after this.
     let _ = house.join();
+    let _ = watch.join();
     leave(&client, &config, worker.sales());
     Ok(())
 }

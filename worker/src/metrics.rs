@@ -51,6 +51,8 @@ pub struct Metrics {
     /// Messages moved back from dead workers' (or this worker's previous
     /// run's) processing lists.
     pub reclaimed: Counter,
+    /// Sales the data-loss watch found behind MySQL's mark (and paused).
+    pub data_loss_detected: Counter,
     /// Redis errors seen by the consuming loop.
     pub redis_errors: Counter,
     /// Per-sale queue figures.
@@ -71,6 +73,7 @@ impl Default for Metrics {
             fenced: Counter::default(),
             requeued: Counter::default(),
             reclaimed: Counter::default(),
+            data_loss_detected: Counter::default(),
             redis_errors: Counter::default(),
             sales: Mutex::new(Vec::new()),
         }
@@ -148,6 +151,12 @@ impl Metrics {
             "Messages moved back to a queue from a processing list.",
             &w,
             self.reclaimed.get(),
+        );
+        e.counter(
+            "seckill_worker_redis_data_loss_total",
+            "Sales found with Redis behind MySQL's reservation sequence (paused).",
+            &w,
+            self.data_loss_detected.get(),
         );
         e.counter(
             "seckill_worker_redis_errors_total",

@@ -1,0 +1,176 @@
+//! Specifies what happens when Redis loses acknowledged reservations (issue
+//! 10 §4): sell 200 of 500 with a worker draining, kill -9 Redis and restart
+//! it from an append-only file missing its last 100 reservations. The sale
+//! pauses (purchases 503 `sale_paused`) within the documented window,
+//! `seckill-reconciler sale repair` rebuilds it from MySQL, every user
+//! holding an order gets 409 with their original reservation id, no user
+//! has two orders, and the sale goes on to exactly 500 orders.
+
+#[path = "gateway_support.rs"]
+mod gateway_support;
+#[path = "worker_support.rs"]
+mod worker_support;
+
+use gateway_support::{Client, Gateway};
+use redis::Commands;
+use seckill_common::keys::SaleKeys;
+use seckill_tests::{bin, create_sale, RedisServer, TempDir, TestDb};
+use std::collections::HashMap;
+use std::path::Path;
+use std::process::Command;
+use std::time::{Duration, Instant};
+use worker_support::{wait_orders, Opts, WorkerProc};
+
+fn copy_dir(from: &Path, to: &Path) {
+    std::fs::create_dir_all(to).unwrap();
+    for e in std::fs::read_dir(from).unwrap() {
+        let e = e.unwrap();
+        std::fs::copy(e.path(), to.join(e.file_name())).unwrap();
+    }
+}
+
+fn reconciler(redis: &RedisServer, db: &TestDb, dir: &TempDir, args: &[&str]) -> (i32, String) {
+    let out = Command::new(bin("seckill-reconciler"))
+        .env_clear()
+        .env("SECKILL_REDIS_URL", redis.url())
+        .env("SECKILL_MYSQL_URL", db.url())
+        .env("SECKILL_REVIEW_DB", dir.path().join("review.sqlite3"))
+        .env("SECKILL_RECONCILE_GRACE", "0s")
+        .args(args)
+        .output()
+        .unwrap();
+    (
+        out.status.code().unwrap_or(-1),
+        format!(
+            "{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        ),
+    )
+}
+
+fn buy_all(
+    c: &mut Client,
+    sale: u64,
+    users: impl Iterator<Item = String>,
+) -> HashMap<String, String> {
+    users
+        .map(|u| {
+            let r = c.buy(sale, &u);
+            assert_eq!(r.status, 202, "{u}: {r:?}");
+            let rid = r.json()["reservation_id"].as_str().unwrap().to_string();
+            (u, rid)
+        })
+        .collect()
+}
+
+#[test]
+fn a_redis_that_lost_reservations_pauses_the_sale_until_repaired_from_mysql() {
+    let mut redis = RedisServer::start();
+    let db = TestDb::create();
+    let dir = TempDir::new();
+    let sale = create_sale(&db, &redis, 500, -1000, 600_000);
+    let k = SaleKeys::new(sale);
+    let g = Gateway::start(&redis, &[]);
+    let _w = WorkerProc::start(&redis, &db, "w1", &Opts::default());
+    let mut c = Client::connect(g.port);
+    let mut rids = buy_all(&mut c, sale, (0..100).map(|i| format!("u{i}")));
+    wait_orders(&db, sale, 100, Duration::from_secs(20));
+    // The append-only file as it was here: the next 100 will be lost.
+    let snapshot = TempDir::new();
+    copy_dir(&redis.dir().join("appendonlydir"), snapshot.path());
+    rids.extend(buy_all(&mut c, sale, (100..200).map(|i| format!("u{i}"))));
+    wait_orders(&db, sale, 200, Duration::from_secs(20));
+    // Let the workers' watch see the sequence at 200.
+    std::thread::sleep(Duration::from_millis(600));
+    assert_eq!(
+        db.count(&format!(
+            "SELECT seq_high FROM sale_redis_state WHERE sale_id = {sale}"
+        )),
+        200
+    );
+
+    redis.stop();
+    let aof = redis.dir().join("appendonlydir");
+    std::fs::remove_dir_all(&aof).unwrap();
+    copy_dir(snapshot.path(), &aof);
+    redis.restart();
+    let restarted = Instant::now();
+    let seq: u64 = redis.con().hget(k.meta(), "seq").unwrap();
+    assert_eq!(seq, 100, "the restart lost the last 100 reservations");
+
+    // The lost users retry at once, and keep retrying until the pause.
+    let mut c = Client::connect(g.port);
+    let mut slipped: Vec<(String, Duration)> = Vec::new();
+    let mut paused_at = None;
+    'retry: while restarted.elapsed() < Duration::from_secs(10) {
+        for i in 100..200 {
+            let u = format!("u{i}");
+            let r = c.buy(sale, &u);
+            match (r.status, r.error().as_str()) {
+                (202, _) => slipped.push((u, restarted.elapsed())),
+                (503, "sale_paused") => {
+                    assert_eq!(r.header("Retry-After"), Some("1"));
+                    paused_at = Some(restarted.elapsed());
+                    break 'retry;
+                }
+                (409 | 503, _) => {}
+                other => panic!("{u}: {other:?}"),
+            }
+        }
+    }
+    let paused_at = paused_at.expect("the sale was never paused");
+    let window = slipped.last().map_or(Duration::ZERO, |(_, t)| *t);
+    eprintln!(
+        "data-loss window: paused {paused_at:?} after the restart; {} purchases slipped \
+         through, the last {window:?} after it",
+        slipped.len()
+    );
+    assert!(window <= Duration::from_secs(1), "window {window:?}");
+    // Paused for everyone.
+    assert_eq!(c.buy(sale, "someone-new").error(), "sale_paused");
+
+    let (code, out) = reconciler(&redis, &db, &dir, &["sale", "repair", &sale.to_string()]);
+    assert_eq!(code, 0, "{out}");
+    assert!(
+        out.contains(&format!(
+            "{} duplicate reservations released",
+            slipped.len()
+        )),
+        "{out}"
+    );
+    // Every user holding an order: 409 with the original id.
+    for i in 0..200 {
+        let u = format!("u{i}");
+        let r = c.buy(sale, &u);
+        assert_eq!(r.status, 409, "{u}: {r:?}");
+        assert_eq!(r.json()["reservation_id"], rids[&u].as_str(), "{u}");
+    }
+    // The sale goes on to exactly 500.
+    let mut sold = 0;
+    for i in 0..400 {
+        let r = c.buy(sale, &format!("v{i}"));
+        match r.status {
+            202 => sold += 1,
+            410 => break,
+            s => panic!("v{i}: {s} {r:?}"),
+        }
+    }
+    assert_eq!(sold, 300);
+    wait_orders(&db, sale, 500, Duration::from_secs(30));
+    assert_eq!(
+        db.count(&format!(
+            "SELECT COUNT(*) FROM (SELECT user_id FROM orders WHERE sale_id = {sale} \
+             GROUP BY user_id HAVING COUNT(*) > 1) t"
+        )),
+        0
+    );
+    assert_eq!(
+        db.count(&format!(
+            "SELECT available_stock FROM sales WHERE id = {sale}"
+        )),
+        0
+    );
+    let stock: i64 = redis.con().get(k.stock()).unwrap();
+    assert_eq!(stock, 0);
+}

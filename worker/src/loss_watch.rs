@@ -1,0 +1,133 @@
+//! Owns the worker's data-loss watch: a thread that every
+//! `data_loss::WATCH_EVERY` (200 ms) compares each sale's reservation
+//! sequence in Redis with the high-water mark in MySQL
+//! (`seckill_common::data_loss`), raising the mark, pausing a sale whose
+//! Redis is behind it, and keeping the set of paused sales the consuming
+//! loop skips ([`PausedSales`]).
+//!
+//! Sales watched: those in `seckill:sales` and those MySQL has a mark for
+//! whose window ended less than a day ago (a Redis that lost everything has
+//! lost the sales set too).
+
+use crate::metrics::Metrics;
+use crate::queue;
+use mysql::prelude::Queryable;
+use seckill_common::data_loss::{self, SaleState, WATCH_EVERY};
+use seckill_common::Shutdown;
+use std::collections::HashSet;
+use std::sync::{Arc, RwLock};
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+/// The sales the watch found paused, shared with the consuming loop.
+#[derive(Debug, Clone, Default)]
+pub struct PausedSales(Arc<RwLock<HashSet<u64>>>);
+
+impl PausedSales {
+    /// `sales` without the paused ones, in order.
+    pub fn unpaused(&self, sales: &[u64]) -> Vec<u64> {
+        let p = self.0.read().unwrap_or_else(|e| e.into_inner());
+        sales.iter().copied().filter(|s| !p.contains(s)).collect()
+    }
+
+    fn set(&self, sale_id: u64, paused: bool) {
+        let mut p = self.0.write().unwrap_or_else(|e| e.into_inner());
+        if paused {
+            p.insert(sale_id);
+        } else {
+            p.remove(&sale_id);
+        }
+    }
+}
+
+/// What the watch thread needs.
+pub struct LossWatch {
+    /// Redis client (the thread opens its own connection).
+    pub client: redis::Client,
+    /// `SECKILL_MYSQL_URL`.
+    pub mysql_url: String,
+    /// `SECKILL_REDIS_TIMEOUT`.
+    pub redis_timeout: Duration,
+    /// `SECKILL_MYSQL_TIMEOUT`.
+    pub mysql_timeout: Duration,
+    /// Filled for the consuming loop.
+    pub paused: PausedSales,
+    /// Where detections are counted.
+    pub metrics: Arc<Metrics>,
+    /// Stops the thread.
+    pub shutdown: Shutdown,
+}
+
+impl LossWatch {
+    /// Starts the thread.
+    ///
+    /// Errors: the thread could not be created.
+    pub fn start(self) -> std::io::Result<JoinHandle<()>> {
+        std::thread::Builder::new()
+            .name("loss-watch".into())
+            .spawn(move || self.run())
+    }
+
+    fn run(self) {
+        let mut redis: Option<redis::Connection> = None;
+        let mut db: Option<mysql::Conn> = None;
+        // The last failure logged: the same one every 200 ms is said once.
+        let mut last_error = String::new();
+        while !self.shutdown.is_triggered() {
+            if redis.is_none() {
+                redis = queue::open(&self.client, self.redis_timeout, self.redis_timeout).ok();
+            }
+            if db.is_none() {
+                db = seckill_common::schema::connect(&self.mysql_url, self.mysql_timeout).ok();
+            }
+            if let (Some(con), Some(conn)) = (redis.as_mut(), db.as_mut()) {
+                match self.pass(con, conn) {
+                    Ok(()) => last_error.clear(),
+                    Err(e) => {
+                        let e = e.to_string();
+                        if e != last_error {
+                            log::warn!("{e}");
+                            last_error = e;
+                        }
+                        redis = None;
+                        db = None;
+                    }
+                }
+            }
+            std::thread::sleep(WATCH_EVERY);
+        }
+    }
+
+    fn pass(
+        &self,
+        con: &mut redis::Connection,
+        db: &mut mysql::Conn,
+    ) -> Result<(), data_loss::WatchError> {
+        let mut sales = queue::sales(con)?;
+        let marked: Vec<u64> = db.query(
+            "SELECT r.sale_id FROM sale_redis_state r JOIN sales s ON s.id = r.sale_id
+             WHERE s.ends_at > UTC_TIMESTAMP(3) - INTERVAL 1 DAY",
+        )?;
+        sales.extend(marked);
+        sales.sort_unstable();
+        sales.dedup();
+        for sale in sales {
+            match data_loss::watch_sale(con, db, sale)? {
+                SaleState::Consistent { .. } | SaleState::Absent => self.paused.set(sale, false),
+                SaleState::LossDetected {
+                    redis_seq,
+                    seq_high,
+                } => {
+                    self.metrics.data_loss_detected.inc();
+                    log::error!(
+                        "sale {sale}: Redis lost reservations (sequence {redis_seq}, MySQL has \
+                         seen {seq_high}); sale paused: run `seckill-reconciler sale repair {sale}`"
+                    );
+                    self.paused.set(sale, true);
+                }
+                SaleState::Paused { .. } => self.paused.set(sale, true),
+            }
+        }
+        Ok(())
+    }
+}
