@@ -18,6 +18,8 @@
 mod support;
 
 use mysql::prelude::Queryable;
+use redis::Commands;
+use seckill_common::keys::SaleKeys;
 use seckill_tests::{create_sale, RedisServer, TestDb};
 use std::time::{Duration, Instant};
 use support::{
@@ -129,11 +131,9 @@ fn a_worker_frozen_inside_its_transaction_does_not_block_its_sale() {
     // transaction the server has ended.
     std::thread::sleep(FROZEN_FOR.saturating_sub(stopped_at.elapsed()));
     frozen.signal("-CONT");
-    seckill_tests::wait_until(
-        Duration::from_secs(30),
-        "w1 to re-apply its batch",
-        || frozen.metric("seckill_worker_messages_already_done_total") == FROZEN_BATCH as u64,
-    );
+    seckill_tests::wait_until(Duration::from_secs(30), "w1 to re-apply its batch", || {
+        frozen.metric("seckill_worker_messages_already_done_total") == FROZEN_BATCH as u64
+    });
     assert_eq!(
         frozen.metric("seckill_worker_orders_applied_total"),
         before as u64
@@ -143,6 +143,23 @@ fn a_worker_frozen_inside_its_transaction_does_not_block_its_sale() {
             + w3.metric("seckill_worker_orders_applied_total"),
         (N as i64 - before) as u64
     );
+    // Its late statement found the session gone: one reconnect, and no
+    // failed attempt counted against any message.
+    let retries = |w: &WorkerProc, cause: &str| {
+        w.metric(&format!(
+            "seckill_worker_retries_total{{worker=\"{}\",cause=\"{cause}\"}}",
+            w.id
+        ))
+    };
+    eprintln!(
+        "retries: w1 connection {}, w2+w3 lock wait {}, w2+w3 connection {}",
+        retries(&frozen, "connection"),
+        retries(&w2, "deadlock_or_lock_wait") + retries(&w3, "deadlock_or_lock_wait"),
+        retries(&w2, "connection") + retries(&w3, "connection")
+    );
+    assert_eq!(retries(&frozen, "connection"), 1);
+    let attempts: usize = redis.con().hlen(SaleKeys::new(sale).attempts()).unwrap();
+    assert_eq!(attempts, 0, "failed attempts counted");
     assert_eq!(dead_letters(&redis, sale).len(), 0);
     assert_exactly_once(&db, &redis, sale, N as i64);
 }
