@@ -388,6 +388,23 @@ fn apply_in_transaction(
     })
 }
 
+/// Turns the refused messages into [`Conflict`]s; `ids` gives the order id of
+/// an order inserted by this transaction (0 if absent, which cannot happen
+/// after a successful insert).
+fn conflicts(
+    refused: Vec<(usize, Option<u64>, &str)>,
+    ids: &HashMap<String, u64>,
+) -> Vec<Conflict> {
+    refused
+        .into_iter()
+        .map(|(index, id, rid)| Conflict {
+            index,
+            order_id: id.or_else(|| ids.get(rid).copied()).unwrap_or(0),
+            reservation_id: rid.to_string(),
+        })
+        .collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -408,21 +425,4 @@ mod tests {
         assert_eq!(l(1_000).net_s, 1);
         assert_eq!(l(100).idle_transaction_s, 1);
     }
-}
-
-/// Turns the refused messages into [`Conflict`]s; `ids` gives the order id of
-/// an order inserted by this transaction (0 if absent, which cannot happen
-/// after a successful insert).
-fn conflicts(
-    refused: Vec<(usize, Option<u64>, &str)>,
-    ids: &HashMap<String, u64>,
-) -> Vec<Conflict> {
-    refused
-        .into_iter()
-        .map(|(index, id, rid)| Conflict {
-            index,
-            order_id: id.or_else(|| ids.get(rid).copied()).unwrap_or(0),
-            reservation_id: rid.to_string(),
-        })
-        .collect()
 }
