@@ -79,8 +79,10 @@ const TRANSIENT_CODES: &[u16] = &[1205, 1213];
 
 /// Server error codes that mean the session is gone: 1053 server shutdown,
 /// 1040 too many connections, 1317 query interrupted (`KILL`), 1927
-/// connection killed (MariaDB), 2006 server gone away, 2013 lost connection.
-const CONNECTION_CODES: &[u16] = &[1040, 1053, 1317, 1927, 2006, 2013];
+/// connection killed (MariaDB), 2006 server gone away, 2013 lost connection,
+/// 4031 disconnected for inactivity (MySQL 8.0.24+; MariaDB just closes the
+/// socket when `idle_transaction_timeout` ends a session).
+const CONNECTION_CODES: &[u16] = &[1040, 1053, 1317, 1927, 2006, 2013, 4031];
 
 impl From<mysql::Error> for ApplyError {
     fn from(e: mysql::Error) -> Self {
@@ -125,6 +127,10 @@ mod tests {
         ));
         assert!(matches!(
             ApplyError::from(server_error(1927)),
+            ApplyError::Connection(_)
+        ));
+        assert!(matches!(
+            ApplyError::from(server_error(4031)),
             ApplyError::Connection(_)
         ));
         assert!(matches!(

@@ -55,7 +55,8 @@ pub fn run(config: Config, shutdown: Shutdown) -> Result<(), WorkerError> {
         config.worker_block,
     )
     .map_err(|e| WorkerError::BadRedisUrl(e.to_string()))?;
-    let db = apply::Db::new(&config.mysql_url, config.mysql_timeout)
+    let limits = apply::SessionLimits::for_heartbeat(config.worker_heartbeat_ttl);
+    let db = apply::Db::new(&config.mysql_url, config.mysql_timeout, limits)
         .map_err(WorkerError::BadMysqlUrl)?;
     let metrics = Arc::new(metrics::Metrics::default());
     let (addr, _http) = metrics::serve(
@@ -120,10 +121,14 @@ pub fn run(config: Config, shutdown: Shutdown) -> Result<(), WorkerError> {
     .map_err(|e| WorkerError::Thread(e.to_string()))?;
     seckill_common::notify::ready();
     log::info!(
-        "worker {}: consuming (batch {}, max attempts {})",
+        "worker {}: consuming (batch {}, max attempts {}; mysql session limits: \
+         idle in transaction {} s, lock wait {} s, net read/write {} s)",
         config.worker_id,
         config.worker_batch,
-        config.worker_max_attempts
+        config.worker_max_attempts,
+        limits.idle_transaction_s,
+        limits.lock_wait_s,
+        limits.net_s
     );
     worker.run();
     seckill_common::notify::stopping();
