@@ -69,7 +69,8 @@ fn a_sale_mysql_lost_is_a_critical_finding_with_its_dead_letters() {
     worker::wait_drained(&w.redis, w.sale, Duration::from_secs(60));
     let dl = worker::dead_letters(&w.redis, w.sale);
     assert!(
-        dl.iter().all(|d| d.reason == format!("unknown sale {}", w.sale)),
+        dl.iter()
+            .all(|d| d.reason == format!("unknown sale {}", w.sale)),
         "{dl:?}"
     );
 
@@ -134,8 +135,10 @@ impl WorkerAccount {
             ("stock_ledger", "SELECT, INSERT"),
             ("schema_migrations", "SELECT"),
         ] {
-            c.query_drop(format!("GRANT {rights} ON `{db}`.`{table}` TO '{user}'@'%'"))
-                .unwrap();
+            c.query_drop(format!(
+                "GRANT {rights} ON `{db}`.`{table}` TO '{user}'@'%'"
+            ))
+            .unwrap();
         }
         WorkerAccount { db, user, root }
     }
@@ -346,7 +349,14 @@ fn every_killed_resolve_ends_with_exactly_one_done_row_and_its_effect_exactly_on
         let t = Instant::now();
         ok(&w.cmd(
             "0s",
-            &["resolve", &target(&rids[0]), "--rollback", "--by", "alice", "--dry-run"],
+            &[
+                "resolve",
+                &target(&rids[0]),
+                "--rollback",
+                "--by",
+                "alice",
+                "--dry-run",
+            ],
         ));
         usual = usual.max(t.elapsed());
     }
@@ -410,9 +420,7 @@ fn every_killed_resolve_ends_with_exactly_one_done_row_and_its_effect_exactly_on
                     }
                 }
             }
-            Kill::OnEffect => {
-                while Instant::now() < deadline && !effect(&mut con) {}
-            }
+            Kill::OnEffect => while Instant::now() < deadline && !effect(&mut con) {},
         }
         let _ = child.kill();
         let _ = child.wait();
@@ -470,7 +478,10 @@ fn every_killed_resolve_ends_with_exactly_one_done_row_and_its_effect_exactly_on
         assert!(!con.hexists::<_, _, bool>(k.flow(), rid).unwrap());
     }
     for rid in &rids[EACH..] {
-        assert_eq!(queued.iter().filter(|m| m.contains(rid.as_str())).count(), 1);
+        assert_eq!(
+            queued.iter().filter(|m| m.contains(rid.as_str())).count(),
+            1
+        );
     }
     assert_eq!(con.llen::<_, usize>(k.dead_letter()).unwrap(), 0);
     assert_eq!(
