@@ -280,6 +280,46 @@ fn rolled_back_dead_letters_are_archived_and_never_reopen() {
     assert_eq!(w.redis_stock(), 60);
 }
 
+#[test]
+fn dismissing_one_finding_of_a_reservation_closes_its_siblings_with_a_row_each() {
+    let w = World::new(5);
+    let k = SaleKeys::new(w.sale);
+    let rid = w.reserve(&["u1"]).remove(0);
+    let mut con = w.redis.con();
+    let raw: String = con.hget(k.flow(), &rid).unwrap();
+    let _: i64 = con.lrem(k.queue(), 0, &raw).unwrap();
+    let entry = DeadLetter {
+        message: raw,
+        reason: "max attempts: test".into(),
+        attempts: 5,
+        worker: "w1".into(),
+        at_ms: 1,
+        reservation_id: Some(rid.clone()),
+    };
+    let _: i64 = con.lpush(k.dead_letter(), entry.to_json()).unwrap();
+    assert_eq!(w.run(), 1);
+    let open = ids_of(&w, "open");
+    assert_eq!(open.len(), 2);
+    let dl = open.iter().find(|f| f.1 == "dead_letter").unwrap().0;
+    ok(&w.cmd(
+        "0s",
+        &["resolve", &dl.to_string(), "--dismiss", "--by", "carol"],
+    ));
+    assert_eq!(ids_of(&w, "resolved").len(), 2);
+    assert_eq!(
+        w.review_count(
+            "SELECT COUNT(*) FROM actions WHERE action = 'dismiss' AND result = 'done'
+               AND actor = 'carol'"
+        ),
+        2
+    );
+    // Dismissed findings stay closed; the stock was not touched.
+    assert_eq!(w.run(), 0);
+    assert_eq!(w.run(), 0);
+    assert_eq!(w.redis_stock(), 4);
+    assert_eq!(ids_of(&w, "open").len(), 0);
+}
+
 /// A tiny xorshift generator: the kill delays, reproducible from the seed
 /// printed by the test.
 struct Rng(u64);
