@@ -15,6 +15,8 @@
 //! | `seckill:{sale:ID}:processing:WORKER` | list | messages a worker has taken and not yet finished |
 //! | `seckill:{sale:ID}:dlq` | list | dead-letter entries (JSON: message, reason, attempts) |
 //! | `seckill:{sale:ID}:attempts` | hash | reservation id -> failed applications so far |
+//! | `seckill:{sale:ID}:dlq:archive` | list | settled dead-letter entries (JSON: the entry and the operator action that settled it) |
+//! | `seckill:{sale:ID}:reordered` | hash | reservation id -> mark of the last operator reorder (`ACTION_ID@TIME`), the evidence an interrupted `resolve --reorder` took effect |
 //!
 //! Global keys: `seckill:sales` (set of sale ids loaded into Redis, for
 //! discovery), `seckill:workers` (set of worker ids that ever consumed) and
@@ -87,6 +89,20 @@ impl SaleKeys {
     pub fn attempts(&self) -> String {
         self.key("attempts")
     }
+    /// The sale's archive of settled dead-letter entries: each one moved out
+    /// of [`SaleKeys::dead_letter`] by the operator action (rollback,
+    /// reorder) that settled its reservation, wrapped with that action, so
+    /// the reconciler stops reporting it but nothing is lost.
+    pub fn dead_letter_archive(&self) -> String {
+        self.key("dlq:archive")
+    }
+    /// Hash reservation id -> the mark (`ACTION_ID@TIME`) of the operator
+    /// reorder that last queued it again: written by the reorder script in
+    /// the same atomic step, it tells an interrupted `resolve --reorder`
+    /// whether its effect happened.
+    pub fn reorder_marks(&self) -> String {
+        self.key("reordered")
+    }
 }
 
 #[cfg(test)]
@@ -106,6 +122,8 @@ mod tests {
             k.processing("w1"),
             k.dead_letter(),
             k.attempts(),
+            k.dead_letter_archive(),
+            k.reorder_marks(),
         ] {
             assert!(key.starts_with("seckill:{sale:42}:"), "{key}");
         }

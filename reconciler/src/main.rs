@@ -11,9 +11,12 @@
 mod bench_read;
 mod cli;
 mod compensate;
+mod dead_letter_archive;
+mod dead_letters;
 mod error;
 mod findings_cmd;
 mod lock;
+mod missing_sale;
 mod mysql_read;
 mod output;
 mod reconcile;
@@ -24,6 +27,7 @@ mod review;
 mod review_findings;
 mod run_cmd;
 mod sale_cmd;
+mod settle;
 
 use seckill_common::Config;
 use std::process::ExitCode;

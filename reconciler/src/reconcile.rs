@@ -25,14 +25,16 @@
 //! - `stock_mismatch`: `mysql_books` (total − ledger deductions ≠ available),
 //!   `redis_stock` (Redis stock + reservations ≠ total), `oversell` (orders >
 //!   total, critical).
-//! - `dead_letter`: one per dead-letter entry, with the worker's reason.
+//! - `dead_letter`: one per dead-letter entry, with the worker's reason
+//!   (`dead_letters.rs`).
+//!
+//! A sale Redis sells but MySQL lost is `missing_sale.rs`'s rule.
 
 use crate::compensate::{compensate, Compensation};
 use crate::error::RunError;
 use crate::mysql_read::{self, rid_to_u128, u128_to_rid, Books};
 use crate::redis_read::{self, RedisTotals};
 use crate::review_findings::{Kind, Observation};
-use seckill_common::dead_letter::DeadLetter;
 use seckill_common::keys::{SaleKeys, WORKERS};
 use seckill_common::message::OrderMessage;
 use serde_json::json;
@@ -78,7 +80,13 @@ impl Bits {
     }
 }
 
-fn obs(kind: Kind, sale_id: u64, subject: String, evidence: serde_json::Value) -> Observation {
+/// An observation of `kind` with nothing but its subject and evidence set.
+pub(crate) fn obs(
+    kind: Kind,
+    sale_id: u64,
+    subject: String,
+    evidence: serde_json::Value,
+) -> Observation {
     Observation {
         kind,
         sale_id,
@@ -157,14 +165,7 @@ pub fn reconcile_sale(ctx: &mut Ctx<'_>, sale_id: u64) -> Result<Option<SaleRepo
     report.flow_records = flows;
 
     // dead-letter entries (always read: they are findings of their own)
-    let mut dead: Vec<DeadLetter> = Vec::new();
-    let mut foreign_dead: Vec<String> = Vec::new();
-    redis_read::for_each_in_list(ctx.redis, &k.dead_letter(), |raw| {
-        match DeadLetter::parse(raw) {
-            Some(d) => dead.push(d),
-            None => foreign_dead.push(String::from_utf8_lossy(raw).into_owned()),
-        }
-    })?;
+    let dead = crate::dead_letters::read(ctx.redis, sale_id)?;
 
     // 5. candidates: in flight? ordered meanwhile?
     if !candidates.is_empty() {
@@ -207,6 +208,7 @@ pub fn reconcile_sale(ctx: &mut Ctx<'_>, sale_id: u64) -> Result<Option<SaleRepo
             let flow_text = candidates.get(rid).cloned().unwrap_or_default();
             let msg = OrderMessage::parse(flow_text.as_bytes()).ok();
             let dl = dead
+                .entries
                 .iter()
                 .find(|d| d.reservation_id.as_deref() == Some(rid.as_str()));
             let mut o = obs(
@@ -323,32 +325,9 @@ pub fn reconcile_sale(ctx: &mut Ctx<'_>, sale_id: u64) -> Result<Option<SaleRepo
     report
         .observations
         .extend(totals_observations(sale_id, &books, &totals));
-    for d in dead {
-        let subject = d
-            .reservation_id
-            .clone()
-            .unwrap_or_else(|| format!("entry:{:016x}", fnv1a(d.message.as_bytes())));
-        let mut o = obs(
-            Kind::DeadLetter,
-            sale_id,
-            subject,
-            json!({"reason": d.reason, "attempts": d.attempts, "worker": d.worker,
-                   "at_ms": d.at_ms, "message": d.message}),
-        );
-        o.user_id = OrderMessage::parse(d.message.as_bytes())
-            .ok()
-            .map(|m| m.user_id);
-        o.reservation_id = d.reservation_id;
-        report.observations.push(o);
-    }
-    for raw in foreign_dead {
-        report.observations.push(obs(
-            Kind::DeadLetter,
-            sale_id,
-            format!("entry:{:016x}", fnv1a(raw.as_bytes())),
-            json!({"reason": "not a dead-letter entry", "raw": raw}),
-        ));
-    }
+    report
+        .observations
+        .extend(crate::dead_letters::observations(sale_id, dead));
     Ok(Some(report))
 }
 
@@ -394,14 +373,6 @@ fn totals_observations(sale_id: u64, books: &Books, totals: &RedisTotals) -> Vec
         out.push(o);
     }
     out
-}
-
-/// FNV-1a, 64 bits: a stable name for a dead-letter entry without an id
-/// (std's hasher is not stable across Rust releases).
-fn fnv1a(bytes: &[u8]) -> u64 {
-    bytes.iter().fold(0xcbf2_9ce4_8422_2325, |h, &b| {
-        (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3)
-    })
 }
 
 /// For each `(rid, message)`, whether the message sits in any of `lists`

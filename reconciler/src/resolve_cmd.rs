@@ -17,35 +17,44 @@
 //!   flow record: stock moves once.
 //! - `--dismiss`: close the finding with the note.
 //!
-//! A done or already-done reorder or rollback also closes the other open
-//! findings of the same reservation (e.g. its `dead_letter` entry).
+//! Any action that settles a finding (done, or already done) also closes the
+//! other open findings of the same reservation (e.g. its `dead_letter`
+//! entry), each with its own `done` row; a released or re-queued
+//! reservation's dead-letter entries are archived (`dead_letter_archive.rs`).
+//! A reorder or rollback that gets as far as its effect is written ahead
+//! (`settle.rs`): `started` before, its completion after; an interrupted one
+//! is completed by the next `resolve` or `run` before they do anything else.
 
 use crate::cli::{ResolveAction, ResolveArgs};
 use crate::error::RunError;
 use crate::output::outln;
-use crate::review::Review;
+use crate::review::{ActionKind, ActionStatus, PendingAction, Review};
 use crate::review_findings::Finding;
 use crate::run_cmd::redis_connect;
+use crate::settle::{self, Outcome};
 use redis::{FromRedisValue, Script, Value};
 use seckill_common::keys::{SaleKeys, WORKERS};
 use seckill_common::release::{release, ReleaseError, ReleaseOutcome};
 use seckill_common::timefmt::format_ms;
 use seckill_common::{now_ms, Config};
 
-/// `KEYS`: flow, status, queue, attempts, then every processing list of the
-/// sale; `ARGV`: reservation id, then `check` for a dry run (stop before any
-/// write). Replies `queued` (`would_queue` in a dry run), `already_queued`,
-/// `in_flight` or `not_found`.
+/// `KEYS`: flow, status, queue, attempts, reorder marks, then every
+/// processing list of the sale; `ARGV`: reservation id, then `check` for a
+/// dry run (stop before any write) or `queue`, then the action's mark
+/// (`settle.rs`: the evidence that this reorder took effect, written with
+/// the push). Replies `queued` (`would_queue` in a dry run),
+/// `already_queued`, `in_flight` or `not_found`.
 const REORDER_LUA: &str = r"
 local msg = redis.call('HGET', KEYS[1], ARGV[1])
 if not msg then return 'not_found' end
 if redis.call('LPOS', KEYS[3], msg) then return 'already_queued' end
-for i = 5, #KEYS do
+for i = 6, #KEYS do
   if redis.call('LPOS', KEYS[i], msg) then return 'in_flight' end
 end
 if ARGV[2] == 'check' then return 'would_queue' end
 redis.call('HDEL', KEYS[4], ARGV[1])
 redis.call('HSET', KEYS[2], ARGV[1], 'queued')
+redis.call('HSET', KEYS[5], ARGV[1], ARGV[3])
 redis.call('LPUSH', KEYS[3], msg)
 return 'queued'";
 
@@ -64,11 +73,25 @@ for i = 4, #KEYS do
 end
 return {'clear', redis.call('GET', KEYS[3]) or '0'}";
 
-/// The outcome of an action, as logged.
-enum Outcome {
-    Done(String),
-    NoChange(String),
-    Refused(String),
+/// What the checks before an action's effect came to.
+enum Checked {
+    /// The action ends here: a refusal, or nothing left to do.
+    Final(Outcome),
+    /// The effect may go ahead (a dry run stops here with this text).
+    Go {
+        /// What the effect would do, in one line.
+        would: String,
+        /// The reservation.
+        rid: String,
+        /// Its sale.
+        sale_id: u64,
+        /// The registered workers (their processing lists are checked).
+        workers: Vec<String>,
+        /// Redis, open.
+        redis: redis::Connection,
+        /// MySQL, open.
+        mysql: mysql::Conn,
+    },
 }
 
 /// Runs `resolve`; exit code 0 when done or already done, 2 when refused,
@@ -78,70 +101,106 @@ enum Outcome {
 /// failures.
 pub fn resolve(config: &Config, args: &ResolveArgs) -> Result<u8, RunError> {
     let review = Review::open_existing(&config.review_db)?;
+    if !args.dry_run {
+        settle::complete_pending(&review, || redis_connect(config))?;
+    }
     let f = review.finding(args.finding_id)?;
-    let outcome = match args.action {
-        ResolveAction::Dismiss => {
-            if f.state == "resolved" {
-                Outcome::NoChange(format!("finding {} is already resolved", f.id))
-            } else {
-                Outcome::Done(format!("finding {} closed: {}", f.id, f.kind))
-            }
-        }
+    let action = action_kind(args.action);
+    let checked = match args.action {
+        ResolveAction::Dismiss => Checked::Final(if f.is_open() {
+            Outcome::done(format!("finding {} closed: {}", f.id, f.kind))
+        } else {
+            Outcome::no_change(format!("finding {} is already {}", f.id, f.state))
+        }),
         ResolveAction::Reorder | ResolveAction::Rollback => match settled_otherwise(&f, args) {
-            Some(refusal) => refusal,
-            None => act_on_reservation(config, &f, args)?,
+            Some(refusal) => Checked::Final(refusal),
+            None => check(config, &f, args)?,
         },
     };
-    let (result, text) = match &outcome {
-        Outcome::Done(t) => ("done", t),
-        Outcome::NoChange(t) => ("no_change", t),
-        Outcome::Refused(t) => ("refused", t),
-    };
-    if args.dry_run {
-        if let Outcome::Refused(t) = &outcome {
-            eprintln!("seckill-reconciler: refused: {t}");
-            eprintln!("seckill-reconciler: dry run: nothing changed, nothing logged");
-            return Ok(2);
+    let outcome = match checked {
+        Checked::Final(o) if args.dry_run => o,
+        Checked::Final(o) => {
+            log_single(&review, &f, action, args, &o)?;
+            o
         }
-        outln!("dry run, nothing changed: {text}");
-        return Ok(0);
+        Checked::Go { would, .. } if args.dry_run => Outcome::done(would),
+        Checked::Go {
+            would,
+            rid,
+            sale_id,
+            workers,
+            mut redis,
+            mut mysql,
+        } => settle::written_ahead(
+            &review,
+            &mut redis,
+            &f,
+            action,
+            &args.by,
+            args.note.as_deref(),
+            &format!("started: {would}"),
+            |redis, started| {
+                effect(
+                    redis,
+                    &mut mysql,
+                    args.action,
+                    sale_id,
+                    &rid,
+                    &workers,
+                    started,
+                )
+            },
+        )?,
+    };
+    if outcome.status == ActionStatus::Refused {
+        eprintln!("seckill-reconciler: refused: {}", outcome.text);
+        if args.dry_run {
+            eprintln!("seckill-reconciler: dry run: nothing changed, nothing logged");
+        }
+        return Ok(2);
     }
+    if args.dry_run {
+        outln!("dry run, nothing changed: {}", outcome.text);
+    } else {
+        outln!("{}: {}", outcome.status.as_str(), outcome.text);
+    }
+    Ok(0)
+}
+
+/// The audit log's name for `action`.
+fn action_kind(action: ResolveAction) -> ActionKind {
+    match action {
+        ResolveAction::Reorder => ActionKind::Reorder,
+        ResolveAction::Rollback => ActionKind::Rollback,
+        ResolveAction::Dismiss => ActionKind::Dismiss,
+    }
+}
+
+/// Logs an action that has no effect outside SQLite (a dismissal, a
+/// refusal, nothing left to do) in one transaction: its row, and when it
+/// settles the finding, the finding and its open siblings closed.
+fn log_single(
+    review: &Review,
+    f: &Finding,
+    action: ActionKind,
+    args: &ResolveArgs,
+    o: &Outcome,
+) -> Result<(), RunError> {
     let now = format_ms(now_ms());
     review.db.execute_batch("BEGIN IMMEDIATE")?;
     let logged = (|| -> Result<(), RunError> {
-        let detail = match &args.note {
-            Some(n) => format!("{text}; note: {n}"),
-            None => text.clone(),
-        };
-        review.record_action(&now, &args.by, f.id, args.action.as_str(), &detail, result)?;
-        if result != "refused" {
-            let action = args.action.as_str();
-            review.set_resolved(f.id, &args.by, action, args.note.as_deref(), &now)?;
-            if args.action != ResolveAction::Dismiss {
-                for id in review.open_siblings(&f)? {
-                    review.set_resolved(id, &args.by, action, args.note.as_deref(), &now)?;
-                    let why = format!("settled with finding {} ({action})", f.id);
-                    review.record_action(&now, &args.by, id, action, &why, "done")?;
-                }
-            }
+        let detail = settle::with_note(&o.text, args.note.as_deref());
+        review.record_action(&now, &args.by, f.id, action, &detail, o.status, None)?;
+        if o.settles() {
+            settle::settle_finding(review, f, action, &args.by, args.note.as_deref(), &now)?;
         }
         Ok(())
     })();
     match logged {
-        Ok(()) => review.db.execute_batch("COMMIT")?,
+        Ok(()) => Ok(review.db.execute_batch("COMMIT")?),
         Err(e) => {
             let _ = review.db.execute_batch("ROLLBACK");
-            return Err(e);
-        }
-    }
-    match outcome {
-        Outcome::Refused(t) => {
-            eprintln!("seckill-reconciler: refused: {t}");
-            Ok(2)
-        }
-        Outcome::Done(t) | Outcome::NoChange(t) => {
-            outln!("{result}: {t}");
-            Ok(0)
+            Err(e)
         }
     }
 }
@@ -153,10 +212,10 @@ pub fn resolve(config: &Config, args: &ResolveArgs) -> Result<u8, RunError> {
 /// action that closed it goes on, and finds nothing left to do.
 fn settled_otherwise(f: &Finding, args: &ResolveArgs) -> Option<Outcome> {
     let action = args.action.as_str();
-    if f.state == "open" || f.resolution.as_deref() == Some(action) {
+    if f.is_open() || f.resolution.as_deref() == Some(action) {
         return None;
     }
-    Some(Outcome::Refused(format!(
+    Some(Outcome::refused(format!(
         "finding {} is already {} ({} by {}): --{action} now could undo that; nothing done",
         f.id,
         f.state,
@@ -168,69 +227,107 @@ fn settled_otherwise(f: &Finding, args: &ResolveArgs) -> Option<Outcome> {
     )))
 }
 
-/// `--reorder` or `--rollback` of finding `f`; with `args.dry_run` the same
-/// checks, stopping before the first write.
-fn act_on_reservation(
-    config: &Config,
-    f: &Finding,
-    args: &ResolveArgs,
-) -> Result<Outcome, RunError> {
+/// The checks of `--reorder` or `--rollback` of finding `f`, before any
+/// write: the same for a dry run and the real action.
+fn check(config: &Config, f: &Finding, args: &ResolveArgs) -> Result<Checked, RunError> {
     let action = args.action.as_str();
     let Some(rid) = f.reservation_id.clone() else {
-        return Ok(Outcome::Refused(format!(
+        return Ok(Checked::Final(Outcome::refused(format!(
             "finding {} ({}) names no reservation; only --dismiss applies",
             f.id, f.kind
-        )));
+        ))));
     };
     if !matches!(f.kind.as_str(), "flow_without_order" | "dead_letter") {
-        return Ok(Outcome::Refused(format!(
+        return Ok(Checked::Final(Outcome::refused(format!(
             "finding {} is {}: --{action} applies to flow_without_order and dead_letter",
             f.id, f.kind
-        )));
+        ))));
     }
     let sale_id = f.sale_id.max(0) as u64;
     let mut mysql = seckill_common::schema::connect(&config.mysql_url, config.mysql_timeout)?;
     if let Some(order) = crate::mysql_read::order_of(&mut mysql, &rid)? {
-        return Ok(order_exists(args.action, order.id, &rid));
+        return Ok(Checked::Final(order_exists(args.action, order.id, &rid)));
     }
     let mut redis = redis_connect(config)?;
     let workers = crate::redis_read::set_members(&mut redis, WORKERS)?;
-    if args.action == ResolveAction::Reorder {
-        return reorder(&mut redis, sale_id, &rid, &workers, args.dry_run);
-    }
-    let outcome = match check_release(&mut redis, sale_id, &rid, &workers)? {
-        Ok(stock) if args.dry_run => {
-            return Ok(Outcome::Done(format!(
+    let would = if args.action == ResolveAction::Reorder {
+        match reorder(&mut redis, sale_id, &rid, &workers, None)? {
+            o if o.status == ActionStatus::Done => o.text,
+            o => return Ok(Checked::Final(o)),
+        }
+    } else {
+        match check_release(&mut redis, sale_id, &rid, &workers)? {
+            Ok(stock) => format!(
                 "would release {rid}: stock {stock} -> {}, remove its flow record and \
                  purchase mark, status failed",
                 stock + 1
-            )))
+            ),
+            Err(refusal) => {
+                return Ok(Checked::Final(release_outcome(
+                    refusal,
+                    &mut mysql,
+                    args.action,
+                    &rid,
+                )?))
+            }
         }
-        // The release script checks the same conditions again, atomically.
-        Ok(_) => release(&mut redis, sale_id, &rid, &workers)?,
-        Err(refusal) => refusal,
     };
+    Ok(Checked::Go {
+        would,
+        rid,
+        sale_id,
+        workers,
+        redis,
+        mysql,
+    })
+}
+
+/// The effect of a reorder or rollback that passed its checks (the scripts
+/// check the same conditions again, atomically).
+fn effect(
+    redis: &mut redis::Connection,
+    mysql: &mut mysql::Conn,
+    action: ResolveAction,
+    sale_id: u64,
+    rid: &str,
+    workers: &[String],
+    started: &PendingAction,
+) -> Result<Outcome, RunError> {
+    if action == ResolveAction::Reorder {
+        return reorder(redis, sale_id, rid, workers, Some(&started.mark()));
+    }
+    let released = release(redis, sale_id, rid, workers)?;
+    release_outcome(released, mysql, action, rid)
+}
+
+/// What a release (or its check) replying `outcome` comes to.
+fn release_outcome(
+    outcome: ReleaseOutcome,
+    mysql: &mut mysql::Conn,
+    action: ResolveAction,
+    rid: &str,
+) -> Result<Outcome, RunError> {
     Ok(match outcome {
-        ReleaseOutcome::Released { stock_after } => Outcome::Done(format!(
+        ReleaseOutcome::Released { stock_after } => Outcome::done(format!(
             "released {rid} in Redis: stock {} -> {stock_after}",
             stock_after - 1
         )),
         ReleaseOutcome::NotFound => {
-            Outcome::NoChange(format!("no flow record for {rid}: already released"))
+            Outcome::no_change(format!("no flow record for {rid}: already released"))
         }
         ReleaseOutcome::Confirmed => {
             // The worker marks `confirmed` only after its MySQL commit, so an
             // order missing now (read after the status) was lost in MySQL.
-            match crate::mysql_read::order_of(&mut mysql, &rid)? {
-                Some(order) => order_exists(args.action, order.id, &rid),
-                None => Outcome::Refused(format!(
+            match crate::mysql_read::order_of(mysql, rid)? {
+                Some(order) => order_exists(action, order.id, rid),
+                None => Outcome::refused(format!(
                     "{rid} is confirmed in Redis but MySQL holds no order for it: the order \
                      was confirmed and later lost in MySQL; use --reorder to create it again \
                      (a rollback would resell a unit the buyer was told is theirs)"
                 )),
             }
         }
-        ReleaseOutcome::InFlight(list) => Outcome::Refused(format!(
+        ReleaseOutcome::InFlight(list) => Outcome::refused(format!(
             "{rid} is in {list}: a worker is applying it; try again later"
         )),
     })
@@ -240,8 +337,8 @@ fn act_on_reservation(
 fn order_exists(action: ResolveAction, order_id: u64, rid: &str) -> Outcome {
     let t = format!("MySQL already holds order {order_id} for reservation {rid}");
     match action {
-        ResolveAction::Rollback => Outcome::Refused(format!("{t}: releasing would oversell")),
-        _ => Outcome::NoChange(t),
+        ResolveAction::Rollback => Outcome::refused(format!("{t}: releasing would oversell")),
+        _ => Outcome::no_change(t),
     }
 }
 
@@ -281,13 +378,14 @@ fn check_release(
     })
 }
 
-/// Runs [`REORDER_LUA`] (only its checks when `dry_run`).
+/// Runs [`REORDER_LUA`]: only its checks without `mark`, the reorder with
+/// it (the mark of the action's started row).
 fn reorder(
     redis: &mut redis::Connection,
     sale_id: u64,
     rid: &str,
     workers: &[String],
-    dry_run: bool,
+    mark: Option<&str>,
 ) -> Result<Outcome, RunError> {
     let k = SaleKeys::new(sale_id);
     let script = Script::new(REORDER_LUA);
@@ -295,23 +393,25 @@ fn reorder(
     inv.key(k.flow())
         .key(k.status())
         .key(k.queue())
-        .key(k.attempts());
+        .key(k.attempts())
+        .key(k.reorder_marks());
     for w in workers {
         inv.key(k.processing(w));
     }
     inv.arg(rid);
-    if dry_run {
-        inv.arg("check");
-    }
+    match mark {
+        Some(m) => inv.arg("queue").arg(m),
+        None => inv.arg("check"),
+    };
     let reply: String = inv.invoke(redis)?;
     Ok(match reply.as_str() {
-        "queued" => Outcome::Done(format!("queued the order message of {rid} again")),
-        "would_queue" => Outcome::Done(format!(
+        "queued" => Outcome::done(format!("queued the order message of {rid} again")),
+        "would_queue" => Outcome::done(format!(
             "would queue the order message of {rid} again (LPUSH onto {})",
             k.queue()
         )),
-        "already_queued" => Outcome::NoChange(format!("{rid} is already queued")),
-        "in_flight" => Outcome::NoChange(format!("{rid} is being applied by a worker")),
-        _ => Outcome::Refused(format!("no flow record for {rid}: nothing to queue")),
+        "already_queued" => Outcome::no_change(format!("{rid} is already queued")),
+        "in_flight" => Outcome::no_change(format!("{rid} is being applied by a worker")),
+        _ => Outcome::refused(format!("no flow record for {rid}: nothing to queue")),
     })
 }

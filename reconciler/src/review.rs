@@ -9,7 +9,11 @@
 //!   by kind, auto-fixes, open findings after the run, outcome.
 //! - `findings`: one row per kind + sale + subject (see `review_findings.rs`).
 //! - `actions`: who did what to which finding, when, and the result; triggers
-//!   refuse `UPDATE` and `DELETE`.
+//!   refuse `UPDATE` and `DELETE`. An action with an effect outside SQLite
+//!   (a Redis release, a re-queued message) is written ahead: a `started`
+//!   row committed before the effect, then one completion row (`done`,
+//!   `no_change`, `refused` or `failed`, its `completes` naming the started
+//!   row, `UNIQUE`) after it; see `settle.rs`.
 
 use rusqlite::{params, Connection, OpenFlags};
 use std::fmt;
@@ -22,7 +26,8 @@ pub const BUSY_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// The schema migrations, applied in order and recorded in `user_version`.
 /// Never edit a released one; append.
-const MIGRATIONS: &[&str] = &[r#"
+const MIGRATIONS: &[&str] = &[
+    r#"
 CREATE TABLE runs (
   id INTEGER PRIMARY KEY,
   started_at TEXT NOT NULL,
@@ -81,7 +86,166 @@ CREATE TRIGGER actions_no_update BEFORE UPDATE ON actions
   BEGIN SELECT RAISE(ABORT, 'actions is append-only'); END;
 CREATE TRIGGER actions_no_delete BEFORE DELETE ON actions
   BEGIN SELECT RAISE(ABORT, 'actions is append-only'); END;
-"#];
+"#,
+    // 2 (issue 10): the kind `sale_missing_in_mysql`, and the write-ahead audit:
+    // result `started` and `completes` (the started row a completion closes).
+    // SQLite cannot alter a CHECK, so both tables are rebuilt, ids kept; the
+    // actions are parked in a plain copy while `findings` is swapped, so no
+    // foreign key ever points at a missing table.
+    r#"
+ALTER TABLE runs ADD COLUMN sale_missing_in_mysql INTEGER NOT NULL DEFAULT 0;
+CREATE TABLE findings_v2 (
+  id INTEGER PRIMARY KEY,
+  kind TEXT NOT NULL CHECK (kind IN ('flow_without_order', 'order_without_ledger',
+    'order_without_flow', 'stock_mismatch', 'dead_letter', 'sale_missing_in_mysql')),
+  sale_id INTEGER NOT NULL,
+  subject TEXT NOT NULL,
+  reservation_id TEXT,
+  user_id TEXT,
+  order_id INTEGER,
+  severity TEXT NOT NULL CHECK (severity IN ('normal', 'critical')),
+  evidence TEXT NOT NULL,
+  state TEXT NOT NULL CHECK (state IN ('open', 'auto_fixed', 'resolved')),
+  fix TEXT,
+  first_seen TEXT NOT NULL,
+  last_seen TEXT NOT NULL,
+  first_run_id INTEGER,
+  last_run_id INTEGER,
+  times_seen INTEGER NOT NULL DEFAULT 1,
+  resolved_by TEXT,
+  resolved_at TEXT,
+  resolution TEXT,
+  note TEXT,
+  UNIQUE (kind, sale_id, subject)
+);
+INSERT INTO findings_v2 SELECT * FROM findings;
+CREATE TABLE actions_parked AS SELECT * FROM actions;
+DROP TRIGGER actions_no_update;
+DROP TRIGGER actions_no_delete;
+DROP TABLE actions;
+DROP TABLE findings;
+ALTER TABLE findings_v2 RENAME TO findings;
+CREATE TABLE actions (
+  id INTEGER PRIMARY KEY,
+  at TEXT NOT NULL,
+  actor TEXT NOT NULL,
+  finding_id INTEGER NOT NULL REFERENCES findings (id),
+  action TEXT NOT NULL
+    CHECK (action IN ('compensate', 'reorder', 'rollback', 'dismiss', 'close')),
+  detail TEXT NOT NULL,
+  result TEXT NOT NULL
+    CHECK (result IN ('started', 'done', 'no_change', 'refused', 'failed')),
+  completes INTEGER REFERENCES actions (id)
+);
+INSERT INTO actions (id, at, actor, finding_id, action, detail, result)
+  SELECT id, at, actor, finding_id, action, detail, result FROM actions_parked ORDER BY id;
+DROP TABLE actions_parked;
+CREATE INDEX findings_state ON findings (state, sale_id);
+CREATE INDEX findings_reservation ON findings (sale_id, reservation_id);
+CREATE INDEX actions_finding ON actions (finding_id);
+CREATE UNIQUE INDEX actions_completes ON actions (completes);
+CREATE TRIGGER actions_no_update BEFORE UPDATE ON actions
+  BEGIN SELECT RAISE(ABORT, 'actions is append-only'); END;
+CREATE TRIGGER actions_no_delete BEFORE DELETE ON actions
+  BEGIN SELECT RAISE(ABORT, 'actions is append-only'); END;
+"#,
+];
+
+/// What an action row records being done (`actions.action`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ActionKind {
+    /// The reconciler's automatic ledger compensation.
+    Compensate,
+    /// An operator queued a reservation's order message again.
+    Reorder,
+    /// An operator released a reservation in Redis.
+    Rollback,
+    /// An operator closed a finding without any other change.
+    Dismiss,
+    /// The reconciler closed a finding a run no longer observed.
+    Close,
+}
+
+impl ActionKind {
+    /// The name as stored.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ActionKind::Compensate => "compensate",
+            ActionKind::Reorder => "reorder",
+            ActionKind::Rollback => "rollback",
+            ActionKind::Dismiss => "dismiss",
+            ActionKind::Close => "close",
+        }
+    }
+
+    /// The kind named `s` as stored; `None` for anything else.
+    pub fn parse(s: &str) -> Option<ActionKind> {
+        [
+            ActionKind::Compensate,
+            ActionKind::Reorder,
+            ActionKind::Rollback,
+            ActionKind::Dismiss,
+            ActionKind::Close,
+        ]
+        .into_iter()
+        .find(|k| k.as_str() == s)
+    }
+}
+
+/// The status of an action row (`actions.result`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ActionStatus {
+    /// Written ahead, before an effect outside SQLite; exactly one later row
+    /// with `completes` = this row's id records how it ended.
+    Started,
+    /// It changed what it set out to change (for a finding: open → closed;
+    /// at most one such row per closing of a finding).
+    Done,
+    /// Nothing was left to change (already released, already queued, the
+    /// finding already settled).
+    NoChange,
+    /// Not allowed; nothing changed.
+    Refused,
+    /// It did not happen (e.g. interrupted before its effect); nothing
+    /// changed.
+    Failed,
+}
+
+impl ActionStatus {
+    /// The name as stored.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ActionStatus::Started => "started",
+            ActionStatus::Done => "done",
+            ActionStatus::NoChange => "no_change",
+            ActionStatus::Refused => "refused",
+            ActionStatus::Failed => "failed",
+        }
+    }
+}
+
+/// A `started` action row that no completion row closes yet.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PendingAction {
+    /// `actions.id` of the started row.
+    pub id: i64,
+    /// When it was written (RFC 3339 UTC).
+    pub at: String,
+    /// Who acted.
+    pub actor: String,
+    /// The finding acted on.
+    pub finding_id: i64,
+    /// `actions.action` as stored (see [`ActionKind::parse`]).
+    pub action: String,
+}
+
+impl PendingAction {
+    /// The mark the effect leaves where it needs one (a reorder's entry in
+    /// `seckill:{sale:ID}:reordered`): unique per review file and row.
+    pub fn mark(&self) -> String {
+        format!("{}@{}", self.id, self.at)
+    }
+}
 
 /// Why the review store could not be used.
 #[derive(Debug)]
@@ -149,7 +313,7 @@ pub struct RunCounts {
     /// Sales reconciled.
     pub sales_checked: u64,
     /// Observations of each kind in this run, in [`crate::review_findings::KINDS`] order.
-    pub by_kind: [u64; 5],
+    pub by_kind: [u64; crate::review_findings::KINDS.len()],
     /// Findings seen for the first time.
     pub new_findings: u64,
     /// Compensations done in this run.
@@ -274,7 +438,7 @@ impl Review {
             "UPDATE runs SET finished_at = ?2, sales_checked = ?3, flow_without_order = ?4,
                order_without_ledger = ?5, order_without_flow = ?6, stock_mismatch = ?7,
                dead_letter = ?8, new_findings = ?9, auto_fixed = ?10, open_after = ?11,
-               outcome = ?12, error = ?13
+               outcome = ?12, error = ?13, sale_missing_in_mysql = ?14
              WHERE id = ?1",
             params![
                 id,
@@ -290,27 +454,69 @@ impl Review {
                 open_after.map(|n| n as i64),
                 outcome,
                 error,
+                k[5] as i64,
             ],
         )?;
         Ok(())
     }
 
-    /// Appends one row to the audit log.
+    /// Appends one row to the audit log; `completes`: the `started` row this
+    /// row completes, if any (at most one completion per started row).
+    #[allow(clippy::too_many_arguments)] // one argument per column of the row
     pub fn record_action(
         &self,
         now: &str,
         actor: &str,
         finding_id: i64,
-        action: &str,
+        action: ActionKind,
         detail: &str,
-        result: &str,
-    ) -> Result<(), ReviewError> {
+        result: ActionStatus,
+        completes: Option<i64>,
+    ) -> Result<i64, ReviewError> {
         self.db.execute(
-            "INSERT INTO actions (at, actor, finding_id, action, detail, result)
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
-            params![now, actor, finding_id, action, detail, result],
+            "INSERT INTO actions (at, actor, finding_id, action, detail, result, completes)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
+            params![
+                now,
+                actor,
+                finding_id,
+                action.as_str(),
+                detail,
+                result.as_str(),
+                completes
+            ],
         )?;
-        Ok(())
+        Ok(self.db.last_insert_rowid())
+    }
+
+    /// Every `started` row without its completion row, oldest first.
+    pub fn pending_actions(&self) -> Result<Vec<PendingAction>, ReviewError> {
+        let mut st = self.db.prepare(
+            "SELECT s.id, s.at, s.actor, s.finding_id, s.action FROM actions s
+             WHERE s.result = 'started'
+               AND NOT EXISTS (SELECT 1 FROM actions c WHERE c.completes = s.id)
+             ORDER BY s.id",
+        )?;
+        let rows = st.query_map([], |r| {
+            Ok(PendingAction {
+                id: r.get(0)?,
+                at: r.get(1)?,
+                actor: r.get(2)?,
+                finding_id: r.get(3)?,
+                action: r.get(4)?,
+            })
+        })?;
+        Ok(rows.collect::<Result<_, _>>()?)
+    }
+
+    /// Whether `started` row `id` has its completion row.
+    pub fn is_completed(&self, id: i64) -> Result<bool, ReviewError> {
+        let n: i64 = self.db.query_row(
+            "SELECT COUNT(*) FROM actions WHERE completes = ?1",
+            params![id],
+            |r| r.get(0),
+        )?;
+        Ok(n > 0)
     }
 
     /// The number of findings in state `open`, over every sale.
@@ -344,5 +550,100 @@ fn create_private(path: &Path) -> std::io::Result<()> {
         Ok(_) => Ok(()),
         Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => Ok(()),
         Err(e) => Err(e),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_version_1_store_migrates_keeping_its_rows_and_the_append_only_log() {
+        let dir = std::env::temp_dir().join(format!(
+            "seckill-review-migrate-{}-{}",
+            std::process::id(),
+            seckill_common::now_ms()
+        ));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("review.sqlite3");
+        {
+            let db = Connection::open(&path).unwrap();
+            db.execute_batch(MIGRATIONS[0]).unwrap();
+            db.execute_batch(
+                "PRAGMA user_version = 1;
+                 INSERT INTO findings (kind, sale_id, subject, severity, evidence, state,
+                   first_seen, last_seen) VALUES ('dead_letter', 4, 'r1', 'normal', '{}',
+                   'resolved', 't', 't');
+                 INSERT INTO actions (at, actor, finding_id, action, detail, result)
+                   VALUES ('t', 'alice', 1, 'rollback', 'released', 'done');",
+            )
+            .unwrap();
+        }
+        let review = Review::open(&path).unwrap();
+        let version: i64 = review
+            .db
+            .query_row("PRAGMA user_version", [], |r| r.get(0))
+            .unwrap();
+        assert_eq!(version, MIGRATIONS.len() as i64);
+        let kept: (i64, String) = review
+            .db
+            .query_row(
+                "SELECT finding_id, actor FROM actions WHERE id = 1",
+                [],
+                |r| Ok((r.get(0)?, r.get(1)?)),
+            )
+            .unwrap();
+        assert_eq!(kept, (1, "alice".to_string()));
+        let started = review
+            .record_action(
+                "t2",
+                "bob",
+                1,
+                ActionKind::Reorder,
+                "x",
+                ActionStatus::Started,
+                None,
+            )
+            .unwrap();
+        assert_eq!(review.pending_actions().unwrap().len(), 1);
+        review
+            .record_action(
+                "t3",
+                "bob",
+                1,
+                ActionKind::Reorder,
+                "y",
+                ActionStatus::Done,
+                Some(started),
+            )
+            .unwrap();
+        assert!(review.pending_actions().unwrap().is_empty());
+        assert!(review
+            .record_action(
+                "t4",
+                "bob",
+                1,
+                ActionKind::Reorder,
+                "twice",
+                ActionStatus::Done,
+                Some(started),
+            )
+            .is_err());
+        assert!(review.db.execute("DELETE FROM actions", []).is_err());
+        assert!(review
+            .db
+            .execute("UPDATE actions SET actor = 'x'", [])
+            .is_err());
+        review
+            .db
+            .execute(
+                "INSERT INTO findings (kind, sale_id, subject, severity, evidence, state,
+                   first_seen, last_seen) VALUES ('sale_missing_in_mysql', 5, 'sale',
+                   'critical', '{}', 'open', 't', 't')",
+                [],
+            )
+            .unwrap();
+        drop(review);
+        let _ = std::fs::remove_dir_all(&dir);
     }
 }

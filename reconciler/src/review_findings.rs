@@ -10,17 +10,18 @@
 //! compensated), `resolved` (an operator acted, or a later run no longer
 //! observed it). `auto_fixed` and `resolved` are final for runs.
 
-use crate::review::{Review, ReviewError};
+use crate::review::{ActionKind, ActionStatus, Review, ReviewError};
 use rusqlite::{params, OptionalExtension, Row};
 use serde::Serialize;
 
 /// The kinds of finding, in the order of [`crate::review::RunCounts::by_kind`].
-pub const KINDS: [&str; 5] = [
+pub const KINDS: [&str; 6] = [
     "flow_without_order",
     "order_without_ledger",
     "order_without_flow",
     "stock_mismatch",
     "dead_letter",
+    "sale_missing_in_mysql",
 ];
 
 /// A kind of finding.
@@ -36,6 +37,10 @@ pub enum Kind {
     StockMismatch,
     /// A message in the dead-letter list.
     DeadLetter,
+    /// A sale live in Redis (in `seckill:sales`, stock or meta present) that
+    /// MySQL does not hold: every unit it sells is dead-lettered, never an
+    /// order (critical).
+    SaleMissingInMysql,
 }
 
 impl Kind {
@@ -51,6 +56,7 @@ impl Kind {
             Kind::OrderWithoutFlow => 2,
             Kind::StockMismatch => 3,
             Kind::DeadLetter => 4,
+            Kind::SaleMissingInMysql => 5,
         }
     }
 }
@@ -118,6 +124,35 @@ pub struct Finding {
     pub resolution: Option<String>,
     /// The operator's note.
     pub note: Option<String>,
+}
+
+/// The state of a finding (`findings.state`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FindingState {
+    /// A person must act.
+    Open,
+    /// The reconciler compensated it.
+    AutoFixed,
+    /// An operator acted, or a later run no longer observed it.
+    Resolved,
+}
+
+impl FindingState {
+    /// The name as stored.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            FindingState::Open => "open",
+            FindingState::AutoFixed => "auto_fixed",
+            FindingState::Resolved => "resolved",
+        }
+    }
+}
+
+impl Finding {
+    /// Whether it is [`FindingState::Open`].
+    pub fn is_open(&self) -> bool {
+        self.state == FindingState::Open.as_str()
+    }
 }
 
 const COLUMNS: &str = "id, kind, sale_id, subject, reservation_id, user_id, order_id, severity,
@@ -195,17 +230,18 @@ impl Review {
             .optional()?;
         let reopen = match (&existed, &run_started) {
             (Some((_, state, Some(how), Some(at))), Some(started)) => {
-                state == "resolved"
+                state == FindingState::Resolved.as_str()
                     && matches!(how.as_str(), "reorder" | "rollback" | "no_longer_observed")
                     && started.as_str() > at.as_str()
             }
             _ => false,
         };
         let state = if obs.fixed.is_some() {
-            "auto_fixed"
+            FindingState::AutoFixed
         } else {
-            "open"
-        };
+            FindingState::Open
+        }
+        .as_str();
         let (id, state_after): (i64, String) = self.db.query_row(
             "INSERT INTO findings (kind, sale_id, subject, reservation_id, user_id, order_id,
                severity, evidence, state, fix, first_seen, last_seen, first_run_id, last_run_id)
@@ -270,9 +306,10 @@ impl Review {
                 now,
                 "reconciler",
                 *id,
-                "close",
+                ActionKind::Close,
                 "a run no longer observed this discrepancy",
-                "done",
+                ActionStatus::Done,
+                None,
             )?;
         }
         Ok(ids.len() as u64)

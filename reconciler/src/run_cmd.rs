@@ -1,7 +1,10 @@
 //! Owns `seckill-reconciler run`: one pass over every sale that is active or
 //! ended within `SECKILL_RECONCILE_LOOKBACK` (by MySQL, whether or not Redis
-//! still holds it), under the run lock, recording findings, compensations and the run itself in the
-//! review store, and one summary line on stderr for the journal.
+//! still holds it), then over every sale Redis knows that MySQL does not
+//! (`missing_sale.rs`), under the run lock, recording findings, compensations
+//! and the run itself in the review store, and one summary line on stderr
+//! for the journal. Before reading anything it completes the operator
+//! actions an interruption left `started` (`settle.rs`).
 //!
 //! Exit codes: 0 no open findings, 1 open findings exist (in any sale, old
 //! ones included: they wait for a person), 2 could not run.
@@ -9,10 +12,13 @@
 use crate::error::RunError;
 use crate::lock::{RunLock, LOCK_WAIT};
 use crate::reconcile::{reconcile_sale, Ctx};
+use crate::review::{ActionKind, ActionStatus};
 use crate::review::{Review, RunCounts};
 use crate::review_findings::KINDS;
+use seckill_common::keys::SALES;
 use seckill_common::timefmt::format_ms;
 use seckill_common::{now_ms, Config, Shutdown};
+use std::collections::HashSet;
 use std::time::Instant;
 
 /// Opens a Redis connection with the configured timeouts and checks the
@@ -82,10 +88,38 @@ fn pass(
     let mut redis = redis_connect(config)?;
     let mut mysql = seckill_common::schema::connect(&config.mysql_url, config.mysql_timeout)?;
     let mut lock = RunLock::acquire(redis_connect(config)?, LOCK_WAIT)?;
-    // Every sale MySQL says is in play, whether or not Redis still knows it:
-    // a Redis that lost its data must show up as findings, not as silence.
-    let sales: Vec<u64> = crate::mysql_read::sales_to_check(&mut mysql, config.reconcile_lookback)?;
     let outcome = (|| -> Result<(), RunError> {
+        // An action interrupted after its effect must be on record before a
+        // run reads the state it changed.
+        crate::settle::complete_pending(review, || redis_connect(config))?;
+        // Every sale MySQL says is in play, whether or not Redis still knows
+        // it: a Redis that lost its data must show up as findings, not as
+        // silence. And every sale Redis sells, whether or not MySQL knows it.
+        let sales: Vec<u64> =
+            crate::mysql_read::sales_to_check(&mut mysql, config.reconcile_lookback)?;
+        let in_mysql: HashSet<u64> = sales.iter().copied().collect();
+        let redis_only: Vec<u64> = crate::redis_read::set_members(&mut redis, SALES)?
+            .iter()
+            .filter_map(|s| s.parse::<u64>().ok())
+            .filter(|id| !in_mysql.contains(id))
+            .collect();
+        for &sale_id in &redis_only {
+            if shutdown.is_triggered() {
+                return Err(RunError::Interrupted);
+            }
+            lock.keep()?;
+            let Some(observations) = crate::missing_sale::observe(
+                &mut redis,
+                &mut mysql,
+                sale_id,
+                config.reconcile_lookback,
+            )?
+            else {
+                continue;
+            };
+            record(review, run_id, sale_id, &observations, counts)?;
+            counts.sales_checked += 1;
+        }
         for sale_id in sales {
             let mut tick = || -> Result<(), RunError> {
                 if shutdown.is_triggered() {
@@ -148,7 +182,15 @@ fn record(
             }
             if let Some(fix) = &o.fixed {
                 counts.auto_fixed += 1;
-                review.record_action(&now, "reconciler", rec.id, "compensate", fix, "done")?;
+                review.record_action(
+                    &now,
+                    "reconciler",
+                    rec.id,
+                    ActionKind::Compensate,
+                    fix,
+                    ActionStatus::Done,
+                    None,
+                )?;
             }
         }
         review.close_unobserved(sale_id, run_id, &now)?;

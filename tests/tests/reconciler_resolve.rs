@@ -83,12 +83,26 @@ fn rollback_puts_exactly_one_unit_back_and_repeating_it_changes_nothing() {
     let again = ok(&w.cmd("0s", &["resolve", &id, "--rollback", "--by", "bob"]));
     assert!(again.contains("already released"), "{again}");
     assert_eq!(w.redis_stock(), 8);
+    // Written ahead: `started`, then its `done`; the repeat, which has no
+    // effect, is one `no_change` row.
     assert_eq!(
         w.review_count("SELECT COUNT(*) FROM actions WHERE action = 'rollback'"),
-        2
+        3
     );
+    for (result, n) in [("started", 1), ("done", 1), ("no_change", 1)] {
+        assert_eq!(
+            w.review_count(&format!(
+                "SELECT COUNT(*) FROM actions WHERE action = 'rollback' AND result = '{result}'"
+            )),
+            n,
+            "{result}"
+        );
+    }
     assert_eq!(
-        w.review_count("SELECT COUNT(*) FROM actions WHERE result = 'no_change'"),
+        w.review_count(
+            "SELECT COUNT(*) FROM actions d JOIN actions s ON d.completes = s.id
+             WHERE d.result = 'done' AND s.result = 'started' AND d.actor = 'alice'"
+        ),
         1
     );
     // The unit can be sold again.

@@ -1,0 +1,87 @@
+//! Owns the archive of settled dead letters: once an operator action has
+//! settled a reservation (released it, or queued its message again), its
+//! entries leave the sale's dead-letter list for
+//! `seckill:{sale:ID}:dlq:archive`, each wrapped with the action that settled
+//! it. The reconciler reads only the dead-letter list, so a settled entry is
+//! not reported again, and nothing is lost.
+//!
+//! Archive entry, one line of JSON:
+//! `{"entry":"<the dead-letter entry, verbatim>","settled_by":{"action":"rollback","actor":"alice","finding_id":7,"action_id":12,"at":"2026-11-29T20:00:00.123Z"}}`
+//!
+//! Each entry moves in one atomic script (`LREM` one copy, `RPUSH` it
+//! wrapped only if it was removed), so a repeat, or two processes at once,
+//! move every entry exactly once.
+
+use crate::redis_read;
+use redis::Script;
+use seckill_common::dead_letter::DeadLetter;
+use seckill_common::keys::SaleKeys;
+use serde_json::json;
+use std::sync::OnceLock;
+
+/// `KEYS`: dead-letter list, archive; `ARGV`: the entry, its archive form.
+/// Replies 1 when the entry moved, 0 when it was no longer there.
+const ARCHIVE_LUA: &str = r"
+if redis.call('LREM', KEYS[1], 1, ARGV[1]) == 1 then
+  redis.call('RPUSH', KEYS[2], ARGV[2])
+  return 1
+end
+return 0";
+
+/// The operator action that settled a reservation, as the archive records it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SettledBy<'a> {
+    /// `rollback` or `reorder`.
+    pub action: &'a str,
+    /// Who acted (`--by`).
+    pub actor: &'a str,
+    /// The finding acted on.
+    pub finding_id: i64,
+    /// The `started` row of the action in the review file's `actions`.
+    pub action_id: i64,
+    /// When it was settled (RFC 3339 UTC).
+    pub at: &'a str,
+}
+
+/// Moves every dead-letter entry of reservation `rid` of sale `sale_id` to
+/// the archive, wrapped with `by`; returns how many moved.
+///
+/// Errors: Redis failures (entries moved before the failure stay moved; a
+/// repeat moves the rest).
+pub fn archive_entries_of(
+    con: &mut redis::Connection,
+    sale_id: u64,
+    rid: &str,
+    by: &SettledBy<'_>,
+) -> redis::RedisResult<u64> {
+    static SCRIPT: OnceLock<Script> = OnceLock::new();
+    let script = SCRIPT.get_or_init(|| Script::new(ARCHIVE_LUA));
+    let k = SaleKeys::new(sale_id);
+    let mut mine: Vec<String> = Vec::new();
+    redis_read::for_each_in_list(con, &k.dead_letter(), |raw| {
+        if DeadLetter::parse(raw)
+            .and_then(|d| d.reservation_id)
+            .as_deref()
+            == Some(rid)
+        {
+            mine.push(String::from_utf8_lossy(raw).into_owned());
+        }
+    })?;
+    let mut moved = 0;
+    for entry in mine {
+        let wrapped = json!({
+            "entry": entry,
+            "settled_by": {"action": by.action, "actor": by.actor, "finding_id": by.finding_id,
+                           "action_id": by.action_id, "at": by.at},
+        })
+        .to_string();
+        let n: i64 = script
+            .key(k.dead_letter())
+            .key(k.dead_letter_archive())
+            .arg(&entry)
+            .arg(wrapped)
+            .invoke(con)?;
+        moved += n.max(0) as u64;
+    }
+    Ok(moved)
+}

@@ -1,0 +1,310 @@
+//! Owns the write-ahead audit of operator actions with an effect outside
+//! SQLite (`resolve --rollback`: a Redis release; `--reorder`: a message
+//! queued again), and their completion after an interruption.
+//!
+//! An action is written ahead: its `started` row (who, what, on which
+//! finding) is committed before the effect. Then, holding the review file's
+//! write lock (`BEGIN IMMEDIATE`), the effect runs and its completion row
+//! (`done`, `no_change` or `refused`, with `completes` = the started row) is
+//! committed together with the finding's new state, its siblings' closing
+//! (one `done` row each) and after the reservation's dead-letter entries were
+//! archived (`dead_letter_archive.rs`). A kill at any moment leaves either no
+//! row (nothing happened), a `started` row without completion (the effect may
+//! or may not have happened), or the whole record.
+//!
+//! A `started` row without completion is completed by the next `resolve`
+//! (any finding) or `run`, before they act or read, under the same write
+//! lock: no action is then between its lock and its commit, so the effect
+//! either happened or never will (a process still between its started row
+//! and its lock finds its row completed and stops without acting). The
+//! outcome is read from Redis: a rollback happened iff the reservation's flow
+//! record is gone (the release script removes it atomically with the stock
+//! increment); a reorder happened iff `seckill:{sale:ID}:reordered` holds the
+//! action's mark, which the reorder script writes atomically with the push.
+//! It is recorded under the original actor as `done` (effect present) or
+//! `failed` (nothing changed), so every effect has exactly one `done` row
+//! naming who asked for it.
+//!
+//! A finding gets a `done` row only when that row closes it (open →
+//! resolved); a completion for a finding already closed meanwhile is
+//! recorded as `no_change`. So however often an action is repeated or
+//! recovered, each closing of a finding has exactly one `done` row.
+
+use crate::dead_letter_archive::{archive_entries_of, SettledBy};
+use crate::error::RunError;
+use crate::review::{ActionKind, ActionStatus, PendingAction, Review};
+use crate::review_findings::Finding;
+use redis::Commands;
+use seckill_common::keys::SaleKeys;
+use seckill_common::now_ms;
+use seckill_common::timefmt::format_ms;
+
+/// What an action came to, as logged and printed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Outcome {
+    /// The status of the row that records it (never `Started`).
+    pub status: ActionStatus,
+    /// What happened, in one line.
+    pub text: String,
+}
+
+impl Outcome {
+    /// It changed what it set out to change.
+    pub fn done(text: String) -> Outcome {
+        Outcome {
+            status: ActionStatus::Done,
+            text,
+        }
+    }
+    /// Nothing was left to change.
+    pub fn no_change(text: String) -> Outcome {
+        Outcome {
+            status: ActionStatus::NoChange,
+            text,
+        }
+    }
+    /// Not allowed; nothing changed.
+    pub fn refused(text: String) -> Outcome {
+        Outcome {
+            status: ActionStatus::Refused,
+            text,
+        }
+    }
+    /// Did not happen; nothing changed.
+    pub fn failed(text: String) -> Outcome {
+        Outcome {
+            status: ActionStatus::Failed,
+            text,
+        }
+    }
+    /// Whether the action settles its finding (and the finding's siblings).
+    pub fn settles(&self) -> bool {
+        matches!(self.status, ActionStatus::Done | ActionStatus::NoChange)
+    }
+}
+
+/// Runs `effect` on finding `f` written ahead (see the module doc): the
+/// `started` row (`intent`, `note`) is committed first; the effect, the
+/// archive of the reservation's dead letters, the completion row and the
+/// findings' states follow under the write lock. Returns the outcome as
+/// recorded.
+///
+/// Errors: SQLite, or what `effect` returns (the started row then stays
+/// without completion, for the next `resolve` or `run` to complete);
+/// [`RunError::Refused`] when another process completed the started row
+/// first (as interrupted): nothing was done.
+#[allow(clippy::too_many_arguments)] // the action's who, what, why and how
+pub fn written_ahead(
+    review: &Review,
+    redis: &mut redis::Connection,
+    f: &Finding,
+    action: ActionKind,
+    actor: &str,
+    note: Option<&str>,
+    intent: &str,
+    effect: impl FnOnce(&mut redis::Connection, &PendingAction) -> Result<Outcome, RunError>,
+) -> Result<Outcome, RunError> {
+    let at = format_ms(now_ms());
+    let detail = with_note(intent, note);
+    let id = review.record_action(
+        &at,
+        actor,
+        f.id,
+        action,
+        &detail,
+        ActionStatus::Started,
+        None,
+    )?;
+    let started = PendingAction {
+        id,
+        at,
+        actor: actor.to_string(),
+        finding_id: f.id,
+        action: action.as_str().to_string(),
+    };
+    review.db.execute_batch("BEGIN IMMEDIATE")?;
+    let result = (|| -> Result<Outcome, RunError> {
+        if review.is_completed(id)? {
+            return Err(RunError::Refused(format!(
+                "action {id} was completed by another process as interrupted before its \
+                 effect; nothing done: run the command again"
+            )));
+        }
+        let outcome = effect(redis, &started)?;
+        complete(review, redis, &started, &outcome, note)
+    })();
+    match result {
+        Ok(o) => {
+            review.db.execute_batch("COMMIT")?;
+            Ok(o)
+        }
+        Err(e) => {
+            let _ = review.db.execute_batch("ROLLBACK");
+            Err(e)
+        }
+    }
+}
+
+/// Completes every `started` action without completion (see the module
+/// doc), connecting to Redis only when there is one. Returns how many.
+///
+/// Errors: SQLite or Redis failures (nothing is then recorded; a later
+/// attempt does it).
+pub fn complete_pending(
+    review: &Review,
+    connect: impl FnOnce() -> Result<redis::Connection, RunError>,
+) -> Result<usize, RunError> {
+    if review.pending_actions()?.is_empty() {
+        return Ok(0);
+    }
+    let mut redis = connect()?;
+    review.db.execute_batch("BEGIN IMMEDIATE")?;
+    let result = (|| -> Result<usize, RunError> {
+        let pending = review.pending_actions()?; // again, under the lock
+        for p in &pending {
+            let f = review.finding(p.finding_id)?;
+            let observed = observe(&mut redis, p, &f)?;
+            let o = complete(review, &mut redis, p, &observed, None)?;
+            log::warn!(
+                "action {} ({} of finding {} by {}) was interrupted; recorded now as {}: {}",
+                p.id,
+                p.action,
+                p.finding_id,
+                p.actor,
+                o.status.as_str(),
+                o.text
+            );
+        }
+        Ok(pending.len())
+    })();
+    match result {
+        Ok(n) => {
+            review.db.execute_batch("COMMIT")?;
+            Ok(n)
+        }
+        Err(e) => {
+            let _ = review.db.execute_batch("ROLLBACK");
+            Err(e)
+        }
+    }
+}
+
+/// What an interrupted action `p` on finding `f` came to, read from Redis.
+fn observe(
+    redis: &mut redis::Connection,
+    p: &PendingAction,
+    f: &Finding,
+) -> Result<Outcome, RunError> {
+    let Some(rid) = f.reservation_id.as_deref() else {
+        return Ok(Outcome::failed(
+            "interrupted; the finding names no reservation: nothing changed".to_string(),
+        ));
+    };
+    let k = SaleKeys::new(f.sale_id.max(0) as u64);
+    Ok(match ActionKind::parse(&p.action) {
+        Some(ActionKind::Rollback) => {
+            let held: bool = redis.hexists(k.flow(), rid)?;
+            if held {
+                Outcome::failed(format!(
+                    "interrupted before its effect: {rid} is still reserved; nothing changed"
+                ))
+            } else {
+                Outcome::done(format!(
+                    "released {rid} in Redis (recorded after an interruption: its flow \
+                     record is gone)"
+                ))
+            }
+        }
+        Some(ActionKind::Reorder) => {
+            let mark: Option<String> = redis.hget(k.reorder_marks(), rid)?;
+            if mark.as_deref() == Some(p.mark().as_str()) {
+                Outcome::done(format!(
+                    "queued the order message of {rid} again (recorded after an \
+                     interruption: {} holds this action's mark)",
+                    k.reorder_marks()
+                ))
+            } else {
+                Outcome::failed(format!(
+                    "interrupted before its effect: {rid} was not queued again; nothing changed"
+                ))
+            }
+        }
+        _ => Outcome::failed("interrupted; it has no effect outside SQLite".to_string()),
+    })
+}
+
+/// Records the completion of `started` with `outcome`, inside the caller's
+/// transaction: archives the reservation's dead letters when the action
+/// settles it, appends the completion row (`no_change` instead of `done`
+/// when the finding was closed meanwhile), closes the finding and its open
+/// siblings. Returns the outcome as recorded.
+fn complete(
+    review: &Review,
+    redis: &mut redis::Connection,
+    started: &PendingAction,
+    outcome: &Outcome,
+    note: Option<&str>,
+) -> Result<Outcome, RunError> {
+    let now = format_ms(now_ms());
+    let f = review.finding(started.finding_id)?;
+    let action = ActionKind::parse(&started.action).unwrap_or(ActionKind::Dismiss);
+    if outcome.settles() {
+        if let Some(rid) = f.reservation_id.as_deref() {
+            let by = SettledBy {
+                action: action.as_str(),
+                actor: &started.actor,
+                finding_id: f.id,
+                action_id: started.id,
+                at: &now,
+            };
+            archive_entries_of(redis, f.sale_id.max(0) as u64, rid, &by)?;
+        }
+    }
+    let mut recorded = outcome.clone();
+    if recorded.status == ActionStatus::Done && !f.is_open() {
+        recorded.status = ActionStatus::NoChange;
+        recorded.text.push_str("; the finding was already closed");
+    }
+    review.record_action(
+        &now,
+        &started.actor,
+        f.id,
+        action,
+        &with_note(&recorded.text, note),
+        recorded.status,
+        Some(started.id),
+    )?;
+    if recorded.settles() {
+        settle_finding(review, &f, action, &started.actor, note, &now)?;
+    }
+    Ok(recorded)
+}
+
+/// Closes finding `f` by `action` of `actor` and every open sibling (the
+/// other findings of its reservation), each sibling with its own `done` row.
+///
+/// Errors: SQLite failures.
+pub fn settle_finding(
+    review: &Review,
+    f: &Finding,
+    action: ActionKind,
+    actor: &str,
+    note: Option<&str>,
+    now: &str,
+) -> Result<(), RunError> {
+    review.set_resolved(f.id, actor, action.as_str(), note, now)?;
+    for id in review.open_siblings(f)? {
+        review.set_resolved(id, actor, action.as_str(), note, now)?;
+        let why = format!("settled with finding {} ({})", f.id, action.as_str());
+        review.record_action(now, actor, id, action, &why, ActionStatus::Done, None)?;
+    }
+    Ok(())
+}
+
+/// `text`, with `; note: NOTE` when there is one.
+pub fn with_note(text: &str, note: Option<&str>) -> String {
+    match note {
+        Some(n) => format!("{text}; note: {n}"),
+        None => text.to_string(),
+    }
+}
