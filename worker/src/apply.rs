@@ -109,8 +109,9 @@ impl SessionLimits {
     /// the server has released the sale row before the reclaimed messages
     /// are applied, and every other worker of the sale is held at most
     /// TTL/2 (the default TTL of 15 s gives 7 s). With a TTL below 2 s the
-    /// limits stay 1 s. A waiter's 1205 comes no earlier than the frozen
-    /// session's end, so it rarely costs a retry.
+    /// limits stay 1 s. A waiter started waiting after the frozen
+    /// session's last statement, so its 1205 hardly ever comes before that
+    /// session ends (none in `tests/tests/worker_frozen.rs`).
     pub fn for_heartbeat(ttl: Duration) -> SessionLimits {
         let s = (ttl.as_secs() / 2).max(1);
         SessionLimits {
