@@ -443,8 +443,8 @@ fn every_killed_resolve_ends_with_exactly_one_done_row_and_its_effect_exactly_on
         let deadline = t + usual * 4 + Duration::from_millis(500);
         match how {
             Kill::RandomDelay => {
-                let ms = rng.below(usual.as_micros() as u64 + 1);
-                std::thread::sleep(Duration::from_micros(ms));
+                let us = rng.below(usual.as_micros() as u64 + 1);
+                std::thread::sleep(Duration::from_micros(us));
             }
             Kill::OnStartedRow => {
                 while Instant::now() < deadline {
