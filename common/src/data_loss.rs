@@ -275,14 +275,14 @@ fn set_redis_pause<C: ConnectionLike>(
         .query(con)
 }
 
-/// Ends the pause of `sale_id` with the marks set to `seq` and
-/// `checkpoint` (the repaired Redis values): MySQL first, then Redis (purchases resume). Run only by
-/// the repair, after Redis holds the rebuilt state.
+/// Ends the pause of `sale_id` in MySQL, with the marks set to `seq` and
+/// `checkpoint` (the repaired Redis values). Run only by the repair, which
+/// then ends the pause in Redis (meta field `paused`) together with the
+/// rebuilt state: until then the watch leaves a pause that only Redis
+/// holds, so the sale stays paused.
 ///
-/// Errors: [`WatchError`]. When the Redis step fails the sale stays
-/// paused; repeat the repair.
-pub fn resume<C: ConnectionLike, Q: Queryable>(
-    con: &mut C,
+/// Errors: [`WatchError::Mysql`].
+pub fn resume_mysql<Q: Queryable>(
     db: &mut Q,
     sale_id: u64,
     seq: u64,
@@ -295,9 +295,5 @@ pub fn resume<C: ConnectionLike, Q: Queryable>(
            paused_at = NULL, updated_at = UTC_TIMESTAMP(3)",
         (sale_id, seq, checkpoint),
     )?;
-    redis::cmd("HDEL")
-        .arg(crate::keys::SaleKeys::new(sale_id).meta())
-        .arg("paused")
-        .query::<()>(con)?;
     Ok(())
 }

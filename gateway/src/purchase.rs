@@ -141,7 +141,7 @@ pub fn conclude(
         }
         ReserveOutcome::Paused(reason) => {
             metrics.outcome(Outcome::Paused);
-            log::warn!("sale {sale_id} is paused ({reason}); purchase of {user_id} refused");
+            log::debug!("sale {sale_id} is paused ({reason}); purchase of {user_id} refused");
             Reply::sale_paused()
         }
         ReserveOutcome::SoldOut => closed(Closed::SoldOut, seq, Outcome::SoldOut),

@@ -18,7 +18,8 @@ commands:
                                    now, now+30s, now+2h
   sale load ID                  put a MySQL sale into Redis unless Redis holds live state
   sale show ID                  MySQL and Redis figures side by side
-  sale repair ID                rebuild a paused sale's Redis state from MySQL and resume it
+  sale repair ID --by NAME [--note TEXT]
+                                rebuild a paused sale's Redis state from MySQL and resume it
   run                           reconcile every active or recent sale (exit 1: open findings)
   findings [--state open|auto_fixed|resolved|all] [--sale ID] [--json]
                                 list findings from the review store (default: open)
@@ -45,8 +46,8 @@ pub enum Command {
     SaleLoad(u64),
     /// Show sale ID.
     SaleShow(u64),
-    /// Rebuild sale ID's Redis state from MySQL and resume it.
-    SaleRepair(u64),
+    /// Rebuild a paused sale's Redis state from MySQL and resume it.
+    SaleRepair(RepairArgs),
     /// One reconciliation pass.
     Run,
     /// List findings.
@@ -111,6 +112,17 @@ pub const MAX_NOTE: usize = 1000;
 /// Flags (options without a value) that the commands accept.
 const FLAGS: &[&str] = &["json", "reorder", "rollback", "dismiss", "dry-run"];
 
+/// Arguments of `sale repair`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RepairArgs {
+    /// The sale.
+    pub sale_id: u64,
+    /// Who asks (`--by`), as for `resolve`.
+    pub by: String,
+    /// Why (`--note`).
+    pub note: Option<String>,
+}
+
 /// Arguments of `sale create`, validated.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SaleCreate {
@@ -163,6 +175,32 @@ fn string(v: OsString, what: &str) -> Result<String, UsageError> {
         .map_err(|_| UsageError(format!("{what}: not valid UTF-8")))
 }
 
+/// The operator (`--by`, required: 1-64 of `A-Z a-z 0-9 _ . - @`) and the
+/// note (`--note`, optional) of an audited action.
+fn by_and_note(
+    by: Option<String>,
+    note: Option<String>,
+) -> Result<(String, Option<String>), UsageError> {
+    let by = by.ok_or_else(|| UsageError("--by NAME is required".into()))?;
+    if !(1..=64).contains(&by.len())
+        || !by
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b"_.-@".contains(&b))
+    {
+        return Err(UsageError(format!(
+            "--by {by:?}: expected 1-64 characters of A-Z a-z 0-9 _ . - @"
+        )));
+    }
+    if let Some(n) = &note {
+        if n.chars().count() > MAX_NOTE || n.chars().any(|c| c.is_control() && c != '\n') {
+            return Err(UsageError(format!(
+                "--note: at most {MAX_NOTE} characters, no control characters"
+            )));
+        }
+    }
+    Ok((by, note))
+}
+
 fn parse_u64(v: &str, what: &str) -> Result<u64, UsageError> {
     v.parse()
         .map_err(|_| UsageError(format!("{what}: {v:?} is not a non-negative integer")))
@@ -210,7 +248,11 @@ pub fn parse_at(
         ["migrate"] => Command::Migrate,
         ["sale", "load", id] => Command::SaleLoad(parse_u64(id, "sale id")?),
         ["sale", "show", id] => Command::SaleShow(parse_u64(id, "sale id")?),
-        ["sale", "repair", id] => Command::SaleRepair(parse_u64(id, "sale id")?),
+        ["sale", "repair", id] => {
+            let sale_id = parse_u64(id, "sale id")?;
+            let (by, note) = by_and_note(take(&mut opts, "by"), take(&mut opts, "note"))?;
+            Command::SaleRepair(RepairArgs { sale_id, by, note })
+        }
         ["run"] => Command::Run,
         ["bench-read", id] => Command::BenchRead(parse_u64(id, "sale id")?),
         ["findings"] => {
@@ -248,25 +290,7 @@ pub fn parse_at(
             let [action] = actions.as_slice() else {
                 return err("resolve needs exactly one of --reorder, --rollback, --dismiss");
             };
-            let by =
-                take(&mut opts, "by").ok_or_else(|| UsageError("--by NAME is required".into()))?;
-            if !(1..=64).contains(&by.len())
-                || !by
-                    .bytes()
-                    .all(|b| b.is_ascii_alphanumeric() || b"_.-@".contains(&b))
-            {
-                return err(format!(
-                    "--by {by:?}: expected 1-64 characters of A-Z a-z 0-9 _ . - @"
-                ));
-            }
-            let note = take(&mut opts, "note");
-            if let Some(n) = &note {
-                if n.chars().count() > MAX_NOTE || n.chars().any(|c| c.is_control() && c != '\n') {
-                    return err(format!(
-                        "--note: at most {MAX_NOTE} characters, no control characters"
-                    ));
-                }
-            }
+            let (by, note) = by_and_note(take(&mut opts, "by"), take(&mut opts, "note"))?;
             let dry_run = take(&mut opts, "dry-run").is_some();
             Command::Resolve(ResolveArgs {
                 finding_id,
@@ -397,7 +421,15 @@ mod tests {
         assert_eq!(p("migrate").unwrap(), Command::Migrate);
         assert_eq!(p("sale load 42").unwrap(), Command::SaleLoad(42));
         assert_eq!(p("sale show 7").unwrap(), Command::SaleShow(7));
-        assert_eq!(p("sale repair 7").unwrap(), Command::SaleRepair(7));
+        assert_eq!(
+            p("sale repair 7 --by alice").unwrap(),
+            Command::SaleRepair(RepairArgs {
+                sale_id: 7,
+                by: "alice".into(),
+                note: None
+            })
+        );
+        assert!(p("sale repair 7").is_err());
         assert_eq!(p("--help").unwrap(), Command::Help);
         assert_eq!(p("run").unwrap(), Command::Run);
         assert_eq!(p("bench-read 3").unwrap(), Command::BenchRead(3));

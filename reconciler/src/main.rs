@@ -11,6 +11,7 @@
 mod bench_read;
 mod cli;
 mod compensate;
+mod data_loss_rule;
 mod dead_letter_archive;
 mod dead_letters;
 mod error;
@@ -88,7 +89,7 @@ fn run(
         cli::Command::SaleCreate(args) => sale_cmd::create(config, &args),
         cli::Command::SaleLoad(id) => sale_cmd::load(config, id),
         cli::Command::SaleShow(id) => sale_cmd::show(config, id),
-        cli::Command::SaleRepair(id) => repair_cmd::repair(config, id),
+        cli::Command::SaleRepair(args) => Ok(repair_cmd::repair(config, &args)?),
         cli::Command::Run => Ok(run_cmd::run(config, shutdown)?),
         cli::Command::Findings(args) => Ok(findings_cmd::findings(config, &args)?),
         cli::Command::Resolve(args) => Ok(resolve_cmd::resolve(config, &args)?),

@@ -16,20 +16,25 @@
 //! processing list: run it again when they are settled.
 //!
 //! Idempotent: a second repair finds every order restored and no duplicate,
-//! and writes the same state again.
+//! and writes the same state again. Audited: see [`repair`].
 
+use crate::cli::RepairArgs;
+use crate::error::RunError;
+use crate::lock::{RunLock, LOCK_WAIT};
 use crate::output::outln;
-use crate::sale_cmd::{fetch_sale, redis_con};
+use crate::review::{ActionKind, ActionStatus, Review};
+use crate::review_findings::Kind;
+use crate::run_cmd::redis_connect;
+use crate::sale_cmd::fetch_sale;
+use crate::settle::Outcome;
 use mysql::prelude::Queryable;
 use redis::Commands;
 use seckill_common::data_loss;
 use seckill_common::keys::{self, SaleKeys};
 use seckill_common::message::{OrderMessage, MESSAGE_VERSION};
+use seckill_common::sale::Sale;
 use seckill_common::Config;
 use std::collections::{HashMap, HashSet};
-use std::error::Error;
-
-type Res<T> = Result<T, Box<dyn Error>>;
 
 /// What a repair did, for its one-line report.
 #[derive(Debug, Default, PartialEq, Eq)]
@@ -46,18 +51,82 @@ pub struct Repaired {
     pub seq: u64,
 }
 
-/// `sale repair ID`; returns the exit code (0 repaired, 1 refused: a worker
-/// holds messages of the sale; 2 no such sale in MySQL).
+/// `sale repair ID --by NAME`; returns the exit code: 0 repaired (or
+/// nothing to repair), 1 refused (no open `redis_data_loss` finding yet:
+/// run `run` first; or a worker holds messages of the sale), 2 no such sale
+/// in MySQL.
 ///
-/// Errors: Redis or MySQL failures (nothing or all of the Redis state was
-/// written; run it again).
-pub fn repair(config: &Config, id: u64) -> Res<u8> {
+/// Audited like `resolve`: the `repair` action on the sale's
+/// `redis_data_loss` finding is written ahead (`settle.rs`); the rebuild,
+/// the end of the pause in Redis and the action's mark in the meta hash
+/// (`repaired_by`) are one `MULTI`, so an interrupted repair is recorded
+/// as done exactly when that `MULTI` ran.
+///
+/// Errors: Redis, MySQL or SQLite failures (nothing or all of the Redis
+/// state was written; run it again).
+pub fn repair(config: &Config, args: &RepairArgs) -> Result<u8, RunError> {
+    let id = args.sale_id;
     let mut db = seckill_common::schema::connect(&config.mysql_url, config.mysql_timeout)?;
-    let Some(sale) = fetch_sale(&mut db, id)? else {
+    let Some(sale) = fetch_sale(&mut db, id).map_err(|e| RunError::Refused(e.to_string()))? else {
         eprintln!("seckill-reconciler: no sale {id} in MySQL");
         return Ok(2);
     };
-    let mut con = redis_con(config)?;
+    let mut redis = redis_connect(config)?;
+    let paused_in_redis: Option<String> = redis.hget(SaleKeys::new(id).meta(), "paused")?;
+    if data_loss::mysql_state(&mut db, id)?.paused.is_none() && paused_in_redis.is_none() {
+        outln!("sale {id} is not paused; nothing to repair");
+        return Ok(0);
+    }
+    let review = Review::open(&config.review_db)?;
+    crate::settle::complete_pending(&review, || redis_connect(config))?;
+    let Some(finding) = review
+        .list_findings(Some("open"), Some(id))?
+        .into_iter()
+        .find(|f| f.kind == Kind::RedisDataLoss.as_str())
+    else {
+        eprintln!(
+            "seckill-reconciler: sale {id} is paused but has no open redis_data_loss finding \
+             yet; run `seckill-reconciler run` first (the repair is recorded on that finding)"
+        );
+        return Ok(1);
+    };
+    let lock = RunLock::acquire(redis_connect(config)?, LOCK_WAIT)?;
+    let outcome = crate::settle::written_ahead(
+        &review,
+        &mut redis,
+        &finding,
+        ActionKind::Repair,
+        &args.by,
+        args.note.as_deref(),
+        &format!("rebuild sale {id}'s Redis state from MySQL and resume it"),
+        |con, started| rebuild(con, &mut db, &sale, &started.mark()),
+    );
+    let released = lock.release();
+    let outcome = outcome?;
+    released?;
+    if outcome.status == ActionStatus::Done {
+        // A worker's watch that read the pause just before it ended may
+        // set it again in Redis; take such a late pause back.
+        std::thread::sleep(data_loss::WATCH_EVERY * 2);
+        if data_loss::mysql_state(&mut db, id)?.paused.is_none() {
+            redis.hdel::<_, _, ()>(SaleKeys::new(id).meta(), "paused")?;
+        }
+    }
+    outln!("{}", outcome.text);
+    Ok(if outcome.settles() { 0 } else { 1 })
+}
+
+/// The effect: reads MySQL and Redis, refuses while a worker holds
+/// messages of the sale, resumes the sale in MySQL with the repaired marks,
+/// then writes the rebuilt Redis state, the end of the pause and `mark` in
+/// one `MULTI`.
+fn rebuild(
+    con: &mut redis::Connection,
+    db: &mut mysql::Conn,
+    sale: &Sale,
+    mark: &str,
+) -> Result<Outcome, RunError> {
+    let id = sale.id;
     let k = SaleKeys::new(id);
     let workers: Vec<String> = con.smembers(keys::WORKERS)?;
     let mut held = 0usize;
@@ -65,18 +134,17 @@ pub fn repair(config: &Config, id: u64) -> Res<u8> {
         held += con.llen::<_, usize>(k.processing(w))?;
     }
     if held > 0 {
-        eprintln!(
-            "seckill-reconciler: workers hold {held} messages of sale {id} in their processing \
-             lists; nothing changed, run the repair again in a few seconds"
-        );
-        return Ok(1);
+        return Ok(Outcome::refused(format!(
+            "workers hold {held} messages of sale {id} in their processing lists; nothing \
+             changed, run the repair again in a few seconds"
+        )));
     }
     let orders: Vec<(String, String, Option<i64>)> = db.exec(
         "SELECT reservation_id, user_id, CAST(UNIX_TIMESTAMP(reserved_at) * 1000 AS SIGNED)
          FROM orders WHERE sale_id = ?",
         (id,),
     )?;
-    let marks = data_loss::mysql_state(&mut db, id)?;
+    let marks = data_loss::mysql_state(db, id)?;
     let flows: HashMap<String, String> = con.hgetall(k.flow())?;
     let queue: Vec<String> = con.lrange(k.queue(), 0, -1)?;
     let dead: Vec<String> = con.lrange(k.dead_letter(), 0, -1)?;
@@ -84,26 +152,23 @@ pub fn repair(config: &Config, id: u64) -> Res<u8> {
         .arg(k.meta())
         .arg("seq")
         .arg("checkpoint")
-        .query(&mut con)?;
+        .query(con)?;
 
     let ordered: HashSet<&str> = orders.iter().map(|(r, _, _)| r.as_str()).collect();
-    let holder: HashMap<&str, &str> = orders
-        .iter()
-        .map(|(r, u, _)| (u.as_str(), r.as_str()))
-        .collect();
+    let holder: HashSet<&str> = orders.iter().map(|(_, u, _)| u.as_str()).collect();
     let mut pipe = redis::pipe();
     pipe.atomic();
     let mut out = Repaired::default();
     for (rid, user, at) in &orders {
-        let msg = OrderMessage {
-            v: MESSAGE_VERSION,
-            reservation_id: rid.clone(),
-            sale_id: id,
-            user_id: user.clone(),
-            reserved_at_ms: at.unwrap_or(0).max(0) as u64,
-        };
         // Keep Redis's own flow record when it has one (same content).
         if !flows.contains_key(rid) {
+            let msg = OrderMessage {
+                v: MESSAGE_VERSION,
+                reservation_id: rid.clone(),
+                sale_id: id,
+                user_id: user.clone(),
+                reserved_at_ms: at.unwrap_or(0).max(0) as u64,
+            };
             pipe.hset(k.flow(), rid, msg.to_json()).ignore();
         }
         pipe.hset(k.buyers(), user, rid).ignore();
@@ -117,7 +182,7 @@ pub fn repair(config: &Config, id: u64) -> Res<u8> {
         let user = OrderMessage::parse(raw.as_bytes())
             .map(|m| m.user_id)
             .unwrap_or_default();
-        if holder.contains_key(user.as_str()) {
+        if holder.contains(user.as_str()) {
             // A duplicate: its user holds an order of another reservation.
             pipe.hdel(k.flow(), rid).ignore();
             pipe.hset(k.status(), rid, "failed").ignore();
@@ -144,27 +209,32 @@ pub fn repair(config: &Config, id: u64) -> Res<u8> {
             ("ends_at_ms", sale.ends_at_ms.to_string()),
             ("seq", out.seq.to_string()),
             ("checkpoint", checkpoint.to_string()),
+            (REPAIRED_BY, mark.to_string()),
         ],
     )
     .ignore();
+    pipe.hdel(k.meta(), "paused").ignore();
     pipe.set(k.stock(), out.stock).ignore();
     pipe.sadd(keys::SALES, id).ignore();
-    pipe.query::<()>(&mut con)?;
-    data_loss::resume(&mut con, &mut db, id, out.seq, checkpoint)?;
-    // A worker's watch that read the pause just before it ended may set it
-    // again in Redis; take such a late pause back (MySQL is resumed).
-    std::thread::sleep(data_loss::WATCH_EVERY * 2);
-    if data_loss::mysql_state(&mut db, id)?.paused.is_none() {
-        con.hdel::<_, _, ()>(k.meta(), "paused")?;
-    }
-    outln!(
+    // MySQL first: a Redis that still says paused keeps the sale paused
+    // (the watch leaves a pause only Redis holds alone) until this MULTI.
+    data_loss::resume_mysql(db, id, out.seq, checkpoint).map_err(watch_error)?;
+    pipe.query::<()>(con)?;
+    Ok(Outcome::done(format!(
         "repaired sale {id}: {} orders restored, {} duplicate reservations released, \
          {} reservations in flight kept, stock {}, sequence {}; sale resumed",
-        out.orders,
-        out.released,
-        out.in_flight,
-        out.stock,
-        out.seq
-    );
-    Ok(0)
+        out.orders, out.released, out.in_flight, out.stock, out.seq
+    )))
+}
+
+/// The meta field that holds the mark of the repair that last rebuilt the
+/// sale (how an interrupted repair is known to have happened).
+pub const REPAIRED_BY: &str = "repaired_by";
+
+fn watch_error(e: data_loss::WatchError) -> RunError {
+    match e {
+        data_loss::WatchError::Redis(e) => RunError::Redis(e),
+        data_loss::WatchError::Mysql(e) => RunError::Mysql(e),
+        other => RunError::Refused(other.to_string()),
+    }
 }

@@ -43,8 +43,13 @@ use seckill_common::{now_ms, Config};
 /// dry run (stop before any write) or `queue`, then the action's mark
 /// (`settle.rs`: the evidence that this reorder took effect, written with
 /// the push). Replies `queued` (`would_queue` in a dry run),
-/// `already_queued`, `in_flight` or `not_found`.
-const REORDER_LUA: &str = r"
+/// `already_queued`, `in_flight` or `not_found`; an error reply, with
+/// nothing changed, when a key it writes holds the wrong type (`lua.rs`).
+const REORDER_LUA: &str = concat!(
+    seckill_common::lua_expect_types!(),
+    r"
+local bad = expect_types({KEYS[2], 'hash', KEYS[3], 'list', KEYS[4], 'hash', KEYS[5], 'hash'})
+if bad then return bad end
 local msg = redis.call('HGET', KEYS[1], ARGV[1])
 if not msg then return 'not_found' end
 if redis.call('LPOS', KEYS[3], msg) then return 'already_queued' end
@@ -56,7 +61,8 @@ redis.call('HDEL', KEYS[4], ARGV[1])
 redis.call('HSET', KEYS[2], ARGV[1], 'queued')
 redis.call('HSET', KEYS[5], ARGV[1], ARGV[3])
 redis.call('LPUSH', KEYS[3], msg)
-return 'queued'";
+return 'queued'"
+);
 
 /// The refusals of `seckill_common::release::RELEASE_LUA`, in its order,
 /// without its writes: what a rollback would come to. `KEYS`: flow, status,

@@ -87,17 +87,20 @@ CREATE TRIGGER actions_no_update BEFORE UPDATE ON actions
 CREATE TRIGGER actions_no_delete BEFORE DELETE ON actions
   BEGIN SELECT RAISE(ABORT, 'actions is append-only'); END;
 "#,
-    // 2 (issue 10): the kind `sale_missing_in_mysql`, and the write-ahead audit:
+    // 2 (issue 10): the kinds `sale_missing_in_mysql` and `redis_data_loss`,
+    // the action `repair`, and the write-ahead audit:
     // result `started` and `completes` (the started row a completion closes).
     // SQLite cannot alter a CHECK, so both tables are rebuilt, ids kept; the
     // actions are parked in a plain copy while `findings` is swapped, so no
     // foreign key ever points at a missing table.
     r#"
 ALTER TABLE runs ADD COLUMN sale_missing_in_mysql INTEGER NOT NULL DEFAULT 0;
+ALTER TABLE runs ADD COLUMN redis_data_loss INTEGER NOT NULL DEFAULT 0;
 CREATE TABLE findings_v2 (
   id INTEGER PRIMARY KEY,
   kind TEXT NOT NULL CHECK (kind IN ('flow_without_order', 'order_without_ledger',
-    'order_without_flow', 'stock_mismatch', 'dead_letter', 'sale_missing_in_mysql')),
+    'order_without_flow', 'stock_mismatch', 'dead_letter', 'sale_missing_in_mysql',
+    'redis_data_loss')),
   sale_id INTEGER NOT NULL,
   subject TEXT NOT NULL,
   reservation_id TEXT,
@@ -131,7 +134,7 @@ CREATE TABLE actions (
   actor TEXT NOT NULL,
   finding_id INTEGER NOT NULL REFERENCES findings (id),
   action TEXT NOT NULL
-    CHECK (action IN ('compensate', 'reorder', 'rollback', 'dismiss', 'close')),
+    CHECK (action IN ('compensate', 'reorder', 'rollback', 'dismiss', 'close', 'repair')),
   detail TEXT NOT NULL,
   result TEXT NOT NULL
     CHECK (result IN ('started', 'done', 'no_change', 'refused', 'failed')),
@@ -164,6 +167,9 @@ pub enum ActionKind {
     Dismiss,
     /// The reconciler closed a finding a run no longer observed.
     Close,
+    /// An operator rebuilt a paused sale's Redis state from MySQL
+    /// (`sale repair`).
+    Repair,
 }
 
 impl ActionKind {
@@ -175,6 +181,7 @@ impl ActionKind {
             ActionKind::Rollback => "rollback",
             ActionKind::Dismiss => "dismiss",
             ActionKind::Close => "close",
+            ActionKind::Repair => "repair",
         }
     }
 
@@ -186,6 +193,7 @@ impl ActionKind {
             ActionKind::Rollback,
             ActionKind::Dismiss,
             ActionKind::Close,
+            ActionKind::Repair,
         ]
         .into_iter()
         .find(|k| k.as_str() == s)
@@ -438,7 +446,7 @@ impl Review {
             "UPDATE runs SET finished_at = ?2, sales_checked = ?3, flow_without_order = ?4,
                order_without_ledger = ?5, order_without_flow = ?6, stock_mismatch = ?7,
                dead_letter = ?8, new_findings = ?9, auto_fixed = ?10, open_after = ?11,
-               outcome = ?12, error = ?13, sale_missing_in_mysql = ?14
+               outcome = ?12, error = ?13, sale_missing_in_mysql = ?14, redis_data_loss = ?15
              WHERE id = ?1",
             params![
                 id,
@@ -455,6 +463,7 @@ impl Review {
                 outcome,
                 error,
                 k[5] as i64,
+                k[6] as i64,
             ],
         )?;
         Ok(())

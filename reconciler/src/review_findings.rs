@@ -15,13 +15,14 @@ use rusqlite::{params, OptionalExtension, Row};
 use serde::Serialize;
 
 /// The kinds of finding, in the order of [`crate::review::RunCounts::by_kind`].
-pub const KINDS: [&str; 6] = [
+pub const KINDS: [&str; 7] = [
     "flow_without_order",
     "order_without_ledger",
     "order_without_flow",
     "stock_mismatch",
     "dead_letter",
     "sale_missing_in_mysql",
+    "redis_data_loss",
 ];
 
 /// A kind of finding.
@@ -41,6 +42,9 @@ pub enum Kind {
     /// MySQL does not hold: every unit it sells is dead-lettered, never an
     /// order (critical).
     SaleMissingInMysql,
+    /// Redis is behind MySQL's marks for a sale (it lost reservations) and
+    /// the sale is paused until `sale repair` (critical).
+    RedisDataLoss,
 }
 
 impl Kind {
@@ -57,6 +61,7 @@ impl Kind {
             Kind::StockMismatch => 3,
             Kind::DeadLetter => 4,
             Kind::SaleMissingInMysql => 5,
+            Kind::RedisDataLoss => 6,
         }
     }
 }

@@ -117,7 +117,7 @@ fn pass(
             else {
                 continue;
             };
-            record(review, run_id, sale_id, &observations, counts)?;
+            record(review, run_id, sale_id, &observations, counts, true)?;
             counts.sales_checked += 1;
         }
         for sale_id in sales {
@@ -129,6 +129,13 @@ fn pass(
                 Ok(())
             };
             tick()?;
+            // A paused sale (Redis lost data of it) is one finding until
+            // it is repaired; its other findings stay as they are.
+            if let Some(paused) = crate::data_loss_rule::observe(&mut redis, &mut mysql, sale_id)? {
+                record(review, run_id, sale_id, &[paused], counts, false)?;
+                counts.sales_checked += 1;
+                continue;
+            }
             let mut ctx = Ctx {
                 redis: &mut redis,
                 mysql: &mut mysql,
@@ -145,7 +152,7 @@ fn pass(
                 report.young,
                 report.observations.len()
             );
-            record(review, run_id, sale_id, &report.observations, counts)?;
+            record(review, run_id, sale_id, &report.observations, counts, true)?;
             counts.sales_checked += 1;
         }
         Ok(())
@@ -157,13 +164,15 @@ fn pass(
 }
 
 /// Records one sale's observations in one SQLite transaction, logs each
-/// compensation in `actions`, and closes the sale's findings no longer seen.
+/// compensation in `actions`, and (with `close_unseen`) closes the sale's
+/// findings no longer seen.
 fn record(
     review: &Review,
     run_id: i64,
     sale_id: u64,
     observations: &[crate::review_findings::Observation],
     counts: &mut RunCounts,
+    close_unseen: bool,
 ) -> Result<(), RunError> {
     let now = format_ms(now_ms());
     review.db.execute_batch("BEGIN IMMEDIATE")?;
@@ -193,7 +202,9 @@ fn record(
                 )?;
             }
         }
-        review.close_unobserved(sale_id, run_id, &now)?;
+        if close_unseen {
+            review.close_unobserved(sale_id, run_id, &now)?;
+        }
         Ok(())
     })();
     match result {

@@ -1,6 +1,7 @@
 //! Owns the write-ahead audit of operator actions with an effect outside
 //! SQLite (`resolve --rollback`: a Redis release; `--reorder`: a message
-//! queued again), and their completion after an interruption.
+//! queued again; `sale repair`: a paused sale rebuilt from MySQL), and their
+//! completion after an interruption.
 //!
 //! An action is written ahead: its `started` row (who, what, on which
 //! finding) is committed before the effect. Then, holding the review file's
@@ -20,7 +21,9 @@
 //! outcome is read from Redis: a rollback happened iff the reservation's flow
 //! record is gone (the release script removes it atomically with the stock
 //! increment); a reorder happened iff `seckill:{sale:ID}:reordered` holds the
-//! action's mark, which the reorder script writes atomically with the push.
+//! action's mark, which the reorder script writes atomically with the push;
+//! a repair happened iff the sale's meta hash holds the action's mark
+//! (`repaired_by`), written in the repair's `MULTI`.
 //! It is recorded under the original actor as `done` (effect present) or
 //! `failed` (nothing changed), so every effect has exactly one `done` row
 //! naming who asked for it.
@@ -195,6 +198,9 @@ fn observe(
     p: &PendingAction,
     f: &Finding,
 ) -> Result<Outcome, RunError> {
+    if ActionKind::parse(&p.action) == Some(ActionKind::Repair) {
+        return observe_repair(redis, p, f);
+    }
     let Some(rid) = f.reservation_id.as_deref() else {
         return Ok(Outcome::failed(
             "interrupted; the finding names no reservation: nothing changed".to_string(),
@@ -230,6 +236,26 @@ fn observe(
             }
         }
         _ => Outcome::failed("interrupted; it has no effect outside SQLite".to_string()),
+    })
+}
+
+/// What an interrupted `sale repair` came to: done exactly when its
+/// `MULTI` ran, which leaves the action's mark in the meta hash.
+fn observe_repair(
+    redis: &mut redis::Connection,
+    p: &PendingAction,
+    f: &Finding,
+) -> Result<Outcome, RunError> {
+    let k = SaleKeys::new(f.sale_id.max(0) as u64);
+    let mark: Option<String> = redis.hget(k.meta(), crate::repair_cmd::REPAIRED_BY)?;
+    Ok(if mark.as_deref() == Some(p.mark().as_str()) {
+        Outcome::done(format!(
+            "repaired sale {} (recorded after an interruption: its meta hash holds this \
+             action's mark)",
+            f.sale_id
+        ))
+    } else {
+        Outcome::failed("interrupted before its effect: the sale was not rebuilt".to_string())
     })
 }
 

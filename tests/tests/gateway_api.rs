@@ -163,7 +163,13 @@ fn every_route_answers_as_specified() {
     assert_eq!(get(p, "/healthz").status, 200);
     assert_eq!(get(p, "/readyz").status, 200);
 
-    let m = get(p, "/metrics");
+    // The previous requests' threads count them done just after their
+    // answer is written: wait until the metrics request is the only one.
+    let mut m = get(p, "/metrics");
+    seckill_tests::wait_until(Duration::from_secs(5), "no other request in flight", || {
+        m = get(p, "/metrics");
+        m.body.contains("seckill_gateway_requests_in_flight 1\n")
+    });
     assert_eq!(m.status, 200);
     for line in [
         "seckill_gateway_requests_total{route=\"purchase\",status=\"202\"} 2",

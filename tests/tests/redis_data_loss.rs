@@ -130,7 +130,23 @@ fn a_redis_that_lost_reservations_pauses_the_sale_until_repaired_from_mysql() {
     // Paused for everyone.
     assert_eq!(c.buy(sale, "someone-new").error(), "sale_paused");
 
+    // The reconciler reports it: one critical finding, nothing else.
+    let (code, out) = reconciler(&redis, &db, &dir, &["run"]);
+    assert_eq!(code, 1, "{out}");
+    let (_, listed) = reconciler(&redis, &db, &dir, &["findings", "--json"]);
+    let findings: serde_json::Value = serde_json::from_str(&listed).unwrap();
+    let findings = findings.as_array().unwrap();
+    assert_eq!(findings.len(), 1, "{listed}");
+    assert_eq!(findings[0]["kind"], "redis_data_loss");
+    assert_eq!(findings[0]["severity"], "critical");
     let (code, out) = reconciler(&redis, &db, &dir, &["sale", "repair", &sale.to_string()]);
+    assert_eq!(code, 64, "--by is required: {out}");
+    let (code, out) = reconciler(
+        &redis,
+        &db,
+        &dir,
+        &["sale", "repair", &sale.to_string(), "--by", "alice"],
+    );
     assert_eq!(code, 0, "{out}");
     assert!(
         out.contains(&format!(
@@ -173,4 +189,24 @@ fn a_redis_that_lost_reservations_pauses_the_sale_until_repaired_from_mysql() {
     );
     let stock: i64 = redis.con().get(k.stock()).unwrap();
     assert_eq!(stock, 0);
+    // The next run finds nothing new, and the repair is in the audit log
+    // once, started and done, naming alice.
+    let (code, out) = reconciler(&redis, &db, &dir, &["run"]);
+    assert_eq!(code, 0, "{out}");
+    assert!(out.contains(" 0 new, "), "{out}");
+    let review = rusqlite::Connection::open(dir.path().join("review.sqlite3")).unwrap();
+    let rows: Vec<(String, String, String)> = review
+        .prepare("SELECT actor, action, result FROM actions ORDER BY id")
+        .unwrap()
+        .query_map([], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))
+        .unwrap()
+        .map(Result::unwrap)
+        .collect();
+    assert_eq!(
+        rows,
+        vec![
+            ("alice".into(), "repair".into(), "started".into()),
+            ("alice".into(), "repair".into(), "done".into()),
+        ]
+    );
 }
