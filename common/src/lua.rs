@@ -5,27 +5,47 @@
 //! Redis keeps the writes a script made before an error, so a script that
 //! fails half-way leaves a half-written state (issue 10 §2: a string where
 //! the queue list should be made the `LPUSH` fail after the `DECR`). Every
-//! script that writes therefore starts with `expect_types(...)` over each
-//! key it writes and returns its error reply, unchanged, when one is of the
-//! wrong type. The error names the key, so the caller can log it.
+//! script that writes therefore checks, before its first write, each key it
+//! writes: with `expect_type(key, type)` (or `expect_types({...})`) for a key
+//! it has not read yet, and with `checked(key, redis.pcall(...))` around a
+//! read that would fail on the wrong type anyway (no extra call: the
+//! reservation script reads meta, buyers and stock before it writes). Both
+//! return an error reply that names the key, so the caller can log it.
 
-/// Lua source of `expect_types(pairs)`: `pairs` is a flat table
-/// `{key1, type1, key2, type2, ...}` with Redis type names (`string`,
-/// `hash`, `list`, `set`). Returns `nil` when every key is absent or of its
-/// type, else an error reply `WRONGTYPE <key> holds a <t>, expected a <type>`.
+/// Lua source of three functions:
+/// - `expect_type(key, type)`: `nil` when `key` is absent or of `type`
+///   (`string`, `hash`, `list`, `set`), else the error reply
+///   `WRONGTYPE <key> holds a <t>, expected a <type>`;
+/// - `expect_types(pairs)`: the same over a flat table
+///   `{key1, type1, key2, type2, ...}`, the first error wins;
+/// - `checked(key, reply)`: for the reply of a `redis.pcall` on `key`,
+///   `reply, nil` when it is not an error, else `nil` and the error reply
+///   with the key appended.
+///
 /// A macro so that scripts can `concat!` it in front of their own source.
 #[macro_export]
 macro_rules! lua_expect_types {
     () => {
         r#"
-local function expect_types(pairs)
-  for i = 1, #pairs, 2 do
-    local t = redis.call('TYPE', pairs[i])['ok']
-    if t ~= 'none' and t ~= pairs[i + 1] then
-      return redis.error_reply('WRONGTYPE ' .. pairs[i] .. ' holds a ' .. t .. ', expected a ' .. pairs[i + 1])
-    end
+local function expect_type(key, want)
+  local t = redis.call('TYPE', key)['ok']
+  if t ~= 'none' and t ~= want then
+    return redis.error_reply('WRONGTYPE ' .. key .. ' holds a ' .. t .. ', expected a ' .. want)
   end
   return nil
+end
+local function expect_types(pairs)
+  for i = 1, #pairs, 2 do
+    local bad = expect_type(pairs[i], pairs[i + 1])
+    if bad then return bad end
+  end
+  return nil
+end
+local function checked(key, reply)
+  if type(reply) == 'table' and reply['err'] then
+    return nil, redis.error_reply(reply['err'] .. ' (' .. key .. ')')
+  end
+  return reply, nil
 end
 "#
     };

@@ -148,6 +148,26 @@ fn release_and_load_refuse_a_key_of_the_wrong_type_and_change_nothing() {
         assert_eq!(dump(&mut con, &keys), broken, "{key}");
         restore(&mut con, &key, &original);
     }
+    // The reservation's refusal names the key, whichever it is.
+    for key in [
+        k.meta(),
+        k.stock(),
+        k.buyers(),
+        k.flow(),
+        k.status(),
+        k.queue(),
+    ] {
+        let was = dump(&mut con, std::slice::from_ref(&key)).remove(0);
+        let _: () = redis::cmd("DEL").arg(&key).query(&mut con).unwrap();
+        let _: () = redis::Cmd::sadd(&key, "x").query(&mut con).unwrap();
+        match seckill_common::reservation::reserve(&mut con, 3, "bob") {
+            Err(seckill_common::reservation::ReserveError::Refused(m)) => {
+                assert!(m.contains(&key), "{key}: {m}")
+            }
+            other => panic!("{key}: {other:?}"),
+        }
+        restore(&mut con, &key, &was);
+    }
     // Loading a new sale while the sales set is a string: nothing written.
     let _: () = redis::cmd("DEL").arg(SALES).query(&mut con).unwrap();
     let _: () = redis::Cmd::set(SALES, "x").query(&mut con).unwrap();
