@@ -3,13 +3,13 @@
 //!
 //! Two marks that Redis can only fall behind by losing writes, each kept
 //! in MySQL (`sale_redis_state`) as the highest value seen: the sale's
-//! reservation sequence (meta field `seq`, incremented by every
-//! reservation, see `reservation.rs`) and a checkpoint (meta field
+//! reservation sequence (`total_stock − stock + releases`: units ever
+//! reserved, see `reservation::sequence`) and a checkpoint (meta field
 //! `checkpoint`) that every worker's watch raises by one every
 //! [`WATCH_EVERY`], in Redis first (only ever upwards, in one script) and
 //! then in MySQL. The checkpoint is what catches a loss that new
 //! reservations have already covered up: purchases made right after the
-//! restart raise `seq` again, but nothing but the watch raises the
+//! restart raise the sequence again, but nothing but the watch raises the
 //! checkpoint. Redis can only go *behind* a mark by losing writes: a restart from an AOF missing its last
 //! second (`appendfsync everysec`), a failover to a replica that lagged, a
 //! flush. Then users whose reservations were lost could buy again, and
@@ -151,22 +151,26 @@ pub fn mysql_state<Q: Queryable>(db: &mut Q, sale_id: u64) -> Result<Marks, mysq
         .unwrap_or_default())
 }
 
-/// The watch script. `KEYS`: the sale's meta hash; `ARGV`: MySQL's
-/// sequence mark and checkpoint mark. Replies `{state, seq, checkpoint}`:
-/// `absent` (no meta hash), `paused` (meta field `paused` set), `behind`
-/// (Redis below a mark: nothing written), or `ok` after raising the
-/// checkpoint to one above the larger of Redis's and MySQL's (never down).
+/// The watch script. `KEYS`: the sale's meta hash and stock counter;
+/// `ARGV`: MySQL's sequence mark and checkpoint mark. Replies `{state, seq,
+/// checkpoint}` with `seq` the reservation sequence
+/// (`reservation::sequence`): `absent` (no meta hash), `paused` (meta field
+/// `paused` set), `behind` (Redis below a mark: nothing written), or `ok`
+/// after raising the checkpoint to one above the larger of Redis's and
+/// MySQL's (never down).
 pub const WATCH_LUA: &str = concat!(
     crate::lua_expect_types!(),
     r#"
-local bad = expect_types({KEYS[1], 'hash'})
+local bad = expect_types({KEYS[1], 'hash', KEYS[2], 'string'})
 if bad then return bad end
 if redis.call('EXISTS', KEYS[1]) == 0 then return {'absent', '0', '0'} end
-local m = redis.call('HMGET', KEYS[1], 'seq', 'checkpoint', 'paused')
-local seq = tonumber(m[1]) or 0
-local ck = tonumber(m[2]) or 0
+local m = redis.call('HMGET', KEYS[1], 'total_stock', 'releases', 'checkpoint', 'paused')
+local stock = tonumber(redis.call('GET', KEYS[2]) or '0') or 0
+local seq = (tonumber(m[1]) or 0) - stock + (tonumber(m[2]) or 0)
+if seq < 0 then seq = 0 end
+local ck = tonumber(m[3]) or 0
 local fseq = string.format('%d', seq)
-if m[3] then return {'paused', fseq, string.format('%d', ck)} end
+if m[4] then return {'paused', fseq, string.format('%d', ck)} end
 if seq < tonumber(ARGV[1]) or ck < tonumber(ARGV[2]) then
   return {'behind', fseq, string.format('%d', ck)}
 end
@@ -196,8 +200,10 @@ pub fn watch_sale<C: ConnectionLike, Q: Queryable>(
     // MySQL first: Redis's marks only grow (short of a loss), so a read
     // after MySQL's is never behind a mark raised in between.
     let marks = mysql_state(db, sale_id)?;
+    let k = crate::keys::SaleKeys::new(sale_id);
     let reply: Vec<String> = watch_script()
-        .key(crate::keys::SaleKeys::new(sale_id).meta())
+        .key(k.meta())
+        .key(k.stock())
         .arg(marks.seq_high)
         .arg(marks.checkpoint_high)
         .invoke(con)?;

@@ -3,7 +3,8 @@
 //!
 //! A release is the exact inverse of the reservation script
 //! (`reservation.rs`): the flow record and the user's purchase mark are
-//! removed, the stock counter goes up by one, the status becomes `failed`,
+//! removed, the stock counter goes up by one (and the meta field `releases`,
+//! so the reservation sequence never goes back), the status becomes `failed`,
 //! and a copy of the order message still waiting in the sale's queue is
 //! removed so no worker turns it into an order afterwards. It refuses, and
 //! changes nothing, while the unit may already be an order: when the status
@@ -20,8 +21,10 @@ use redis::{ConnectionLike, FromRedisValue, Script, Value};
 use std::fmt;
 use std::sync::OnceLock;
 
-/// The release script. `KEYS`: flow, buyers, stock, status, queue, then the
-/// sale's processing list of every known worker (any number, may be none);
+/// The release script. `KEYS`: flow, buyers, stock, status, queue, meta,
+/// then the sale's processing list of every known worker (any number, may
+/// be none); it counts itself in the meta field `releases`, which keeps the
+/// sale's reservation sequence (`reservation::sequence`) from going back;
 /// `ARGV`: the reservation id. Replies `{'released', stock_after}`,
 /// `{'not_found'}`, `{'confirmed'}` or `{'in_flight', processing_key}`;
 /// an error reply, with nothing changed, when a key it writes holds the
@@ -30,16 +33,20 @@ pub const RELEASE_LUA: &str = concat!(
     crate::lua_expect_types!(),
     r#"
 local bad = expect_types({KEYS[1], 'hash', KEYS[2], 'hash', KEYS[3], 'string',
-  KEYS[4], 'hash', KEYS[5], 'list'})
+  KEYS[4], 'hash', KEYS[5], 'list', KEYS[6], 'hash'})
 if bad then return bad end
 local left = redis.call('GET', KEYS[3])
 if left and not string.find(left, '^-?%d+$') then
   return redis.error_reply('ERR ' .. KEYS[3] .. ' is not an integer')
 end
+local releases = redis.call('HGET', KEYS[6], 'releases')
+if releases and not string.find(releases, '^%d+$') then
+  return redis.error_reply('ERR ' .. KEYS[6] .. ' field releases is not an integer')
+end
 local msg = redis.call('HGET', KEYS[1], ARGV[1])
 if not msg then return {'not_found'} end
 if redis.call('HGET', KEYS[4], ARGV[1]) == 'confirmed' then return {'confirmed'} end
-for i = 6, #KEYS do
+for i = 7, #KEYS do
   if redis.call('LPOS', KEYS[i], msg) then return {'in_flight', KEYS[i]} end
 end
 local user = string.match(msg, '"user_id":"([^"]*)"')
@@ -49,6 +56,7 @@ if user and redis.call('HGET', KEYS[2], user) == ARGV[1] then
   redis.call('HDEL', KEYS[2], user)
 end
 local stock = redis.call('INCR', KEYS[3])
+redis.call('HINCRBY', KEYS[6], 'releases', 1)
 redis.call('HSET', KEYS[4], ARGV[1], 'failed')
 return {'released', tostring(stock)}
 "#
@@ -137,7 +145,8 @@ pub fn release<C: ConnectionLike>(
         .key(k.buyers())
         .key(k.stock())
         .key(k.status())
-        .key(k.queue());
+        .key(k.queue())
+        .key(k.meta());
     for w in worker_ids {
         inv.key(k.processing(w));
     }

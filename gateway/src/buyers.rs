@@ -171,14 +171,9 @@ fn load(con: &mut Connection, sale_id: u64, seq: u64, room: usize) -> redis::Red
         }
         cursor = next;
     }
-    let (now_seq, stock): (Option<u64>, Option<i64>) = redis::pipe()
-        .cmd("HGET")
-        .arg(k.meta())
-        .arg("seq")
-        .cmd("GET")
-        .arg(k.stock())
-        .query(con)?;
-    if now_seq.unwrap_or(0) != seq || stock.unwrap_or(0) > 0 {
+    let now_seq = seckill_common::reservation::read_sequence(con, sale_id)?;
+    let stock: Option<i64> = redis::cmd("GET").arg(k.stock()).query(con)?;
+    if now_seq != seq || stock.unwrap_or(0) > 0 {
         return Ok(Loaded::Changed);
     }
     Ok(Loaded::Set(set, ends))

@@ -148,11 +148,8 @@ fn rebuild(
     let flows: HashMap<String, String> = con.hgetall(k.flow())?;
     let queue: Vec<String> = con.lrange(k.queue(), 0, -1)?;
     let dead: Vec<String> = con.lrange(k.dead_letter(), 0, -1)?;
-    let (redis_seq, redis_ck): (Option<u64>, Option<u64>) = redis::cmd("HMGET")
-        .arg(k.meta())
-        .arg("seq")
-        .arg("checkpoint")
-        .query(con)?;
+    let redis_seq = seckill_common::reservation::read_sequence(con, id)?;
+    let redis_ck: Option<u64> = con.hget(k.meta(), "checkpoint")?;
 
     let ordered: HashSet<&str> = orders.iter().map(|(r, _, _)| r.as_str()).collect();
     let holder: HashSet<&str> = orders.iter().map(|(_, u, _)| u.as_str()).collect();
@@ -199,7 +196,11 @@ fn rebuild(
     }
     let taken = (out.orders + out.in_flight) as i64;
     out.stock = (sale.total_stock as i64 - taken).max(0);
-    out.seq = redis_seq.unwrap_or(0).max(marks.seq_high);
+    // The sequence (total − stock + releases) must not go back behind
+    // either mark: `releases` makes up the difference.
+    let target = redis_seq.max(marks.seq_high);
+    let releases = target.saturating_sub(sale.total_stock - out.stock as u64);
+    out.seq = seckill_common::reservation::sequence(sale.total_stock, out.stock, releases);
     let checkpoint = redis_ck.unwrap_or(0).max(marks.checkpoint_high);
     pipe.hset_multiple(
         k.meta(),
@@ -207,7 +208,7 @@ fn rebuild(
             ("total_stock", sale.total_stock.to_string()),
             ("starts_at_ms", sale.starts_at_ms.to_string()),
             ("ends_at_ms", sale.ends_at_ms.to_string()),
-            ("seq", out.seq.to_string()),
+            ("releases", releases.to_string()),
             ("checkpoint", checkpoint.to_string()),
             (REPAIRED_BY, mark.to_string()),
         ],

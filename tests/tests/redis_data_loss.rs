@@ -96,7 +96,7 @@ fn a_redis_that_lost_reservations_pauses_the_sale_until_repaired_from_mysql() {
     copy_dir(snapshot.path(), &aof);
     redis.restart();
     let restarted = Instant::now();
-    let seq: u64 = redis.con().hget(k.meta(), "seq").unwrap();
+    let seq = seckill_common::reservation::read_sequence(&mut redis.con(), sale).unwrap();
     assert_eq!(seq, 100, "the restart lost the last 100 reservations");
 
     // The lost users retry at once, and keep retrying until the pause.

@@ -176,7 +176,7 @@ fn a_full_noeviction_redis_answers_503_and_half_writes_nothing() {
     let buyers: usize = con.hlen(k.buyers()).unwrap();
     let statuses: usize = con.hlen(k.status()).unwrap();
     let queued: usize = con.llen(k.queue()).unwrap();
-    let seq: u64 = con.hget(k.meta(), "seq").unwrap();
+    let seq = seckill_common::reservation::read_sequence(&mut con, sale).unwrap();
     assert_eq!(
         (stock, flow, buyers, statuses, queued, seq),
         (

@@ -80,14 +80,14 @@ fn a_purchase_with_any_written_key_of_the_wrong_type_changes_nothing() {
         restore(&mut con, key, &original);
         assert_eq!(dump(&mut con, &keys), before, "{key}: not restored");
     }
-    // A seq that is not an integer in the meta hash.
-    let _: () = redis::Cmd::hset(k.meta(), "seq", "x")
+    // A release count that is not an integer in the meta hash.
+    let _: () = redis::Cmd::hset(k.meta(), "releases", "x")
         .query(&mut con)
         .unwrap();
     let broken = dump(&mut con, &keys);
     assert_eq!(buy(g.port, sale, "second").status, 503);
     assert_eq!(dump(&mut con, &keys), broken);
-    let _: () = redis::Cmd::hset(k.meta(), "seq", "1")
+    let _: () = redis::Cmd::hdel(k.meta(), "releases")
         .query(&mut con)
         .unwrap();
 
