@@ -10,8 +10,10 @@ use seckill_common::redis_server;
 use serde_json::json;
 
 /// `GET /v1/sales/{sale_id}`: one pipeline of `HMGET meta`, `GET stock`,
-/// `TIME`. `state` is `upcoming` before the window, `ended` after it,
-/// `sold_out` when no stock is left, else `active`; times are RFC 3339 UTC.
+/// `TIME`. `state` is `paused` while the sale is paused (Redis lost data
+/// of it, until `sale repair`), else `upcoming` before the window, `ended`
+/// after it, `sold_out` when no stock is left, else `active`; times are
+/// RFC 3339 UTC.
 pub fn sale(app: &App, sale_id: u64) -> Reply {
     let k = SaleKeys::new(sale_id);
     let r = app.links.with(|link| {
@@ -22,25 +24,27 @@ pub fn sale(app: &App, sale_id: u64) -> Reply {
                 .arg("total_stock")
                 .arg("starts_at_ms")
                 .arg("ends_at_ms")
+                .arg("paused")
                 .cmd("GET")
                 .arg(k.stock())
                 .cmd("TIME")
-                .query::<(Vec<Option<u64>>, Option<i64>, (u64, u64))>(con)
+                .query::<(Vec<Option<String>>, Option<i64>, (u64, u64))>(con)
         })
     });
     let (meta, stock, (secs, micros)) = match r {
         Ok(v) => v,
         Err(_) => return Reply::unavailable(),
     };
-    let (Some(starts), Some(ends)) = (
-        meta.get(1).copied().flatten(),
-        meta.get(2).copied().flatten(),
-    ) else {
+    let num = |i: usize| meta.get(i).cloned().flatten()?.parse::<u64>().ok();
+    let (Some(starts), Some(ends)) = (num(1), num(2)) else {
         return Reply::sale_not_found();
     };
+    let paused = meta.get(3).is_some_and(Option::is_some);
     let now_ms = secs * 1000 + micros / 1000;
     let stock = stock.unwrap_or(0).max(0);
-    let state = if now_ms < starts {
+    let state = if paused {
+        "paused"
+    } else if now_ms < starts {
         "upcoming"
     } else if now_ms >= ends {
         "ended"

@@ -127,8 +127,10 @@ fn a_redis_that_lost_reservations_pauses_the_sale_until_repaired_from_mysql() {
         slipped.len()
     );
     assert!(window <= Duration::from_secs(1), "window {window:?}");
-    // Paused for everyone.
+    // Paused for everyone, and said so.
     assert_eq!(c.buy(sale, "someone-new").error(), "sale_paused");
+    let shown = gateway_support::get(g.port, &format!("/v1/sales/{sale}"));
+    assert_eq!(shown.json()["state"], "paused", "{shown:?}");
 
     // The reconciler reports it: one critical finding, nothing else.
     let (code, out) = reconciler(&redis, &db, &dir, &["run"]);
@@ -189,6 +191,8 @@ fn a_redis_that_lost_reservations_pauses_the_sale_until_repaired_from_mysql() {
     );
     let stock: i64 = redis.con().get(k.stock()).unwrap();
     assert_eq!(stock, 0);
+    let shown = gateway_support::get(g.port, &format!("/v1/sales/{sale}"));
+    assert_eq!(shown.json()["state"], "sold_out", "{shown:?}");
     // The next run finds nothing new, and the repair is in the audit log
     // once, started and done, naming alice.
     let (code, out) = reconciler(&redis, &db, &dir, &["run"]);
