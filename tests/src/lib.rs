@@ -75,13 +75,29 @@ pub struct RedisServer {
 impl RedisServer {
     /// Starts a server with append-only persistence on (`appendfsync always`),
     /// so a stop and start keeps every acknowledged write.
+    ///
+    /// A port taken between [`free_port`] and Redis's bind (by another
+    /// test) is noticed (our child exits, or another server answers) and a
+    /// new port is tried, up to 5 times.
     pub fn start() -> RedisServer {
         let mut s = RedisServer {
             port: free_port(),
             dir: TempDir::new(),
             child: None,
         };
-        s.restart();
+        for _ in 0..4 {
+            match s.launch() {
+                Ok(()) => return s,
+                Err(e) => {
+                    eprintln!("{e}; trying another port");
+                    s.stop();
+                    s.port = free_port();
+                }
+            }
+        }
+        if let Err(e) = s.launch() {
+            panic!("{e}");
+        }
         s
     }
 
@@ -117,8 +133,15 @@ impl RedisServer {
     }
 
     /// Starts the server again (after [`RedisServer::stop`]) on the same port
-    /// and data directory, and waits until it answers PING.
+    /// and data directory, and waits until it answers, checking that the
+    /// answer comes from this child (`INFO server`'s `process_id`).
     pub fn restart(&mut self) {
+        if let Err(e) = self.launch() {
+            panic!("{e}");
+        }
+    }
+
+    fn launch(&mut self) -> Result<(), String> {
         self.stop();
         let child = Command::new(redis_server_bin())
             .args(["--port", &self.port.to_string()])
@@ -132,21 +155,40 @@ impl RedisServer {
             .stderr(Stdio::null())
             .spawn()
             .expect("start redis-server (is it installed? scripts/test.sh installs it)");
+        let pid = child.id();
         self.child = Some(child);
         let deadline = Instant::now() + Duration::from_secs(10);
         loop {
+            // Our own child must be the one answering: a port released by
+            // `free_port` (or while this server was stopped) may have been
+            // taken by another test's server.
+            if let Some(Ok(Some(status))) = self.child.as_mut().map(Child::try_wait) {
+                return Err(format!(
+                    "redis-server on port {} exited ({status}): the port was taken?",
+                    self.port
+                ));
+            }
             if let Ok(c) = redis::Client::open(self.url()) {
                 if let Ok(mut con) = c.get_connection() {
-                    if redis::cmd("PING").query::<String>(&mut con).is_ok() {
-                        return;
+                    if let Ok(info) = redis::cmd("INFO").arg("server").query::<String>(&mut con) {
+                        let answering = info
+                            .lines()
+                            .find_map(|l| l.strip_prefix("process_id:"))
+                            .and_then(|v| v.trim().parse::<u32>().ok());
+                        if answering != Some(pid) {
+                            return Err(format!(
+                                "port {} is answered by another redis-server ({answering:?}, \
+                                 not our {pid})",
+                                self.port
+                            ));
+                        }
+                        return Ok(());
                     }
                 }
             }
-            assert!(
-                Instant::now() < deadline,
-                "redis-server did not start on {}",
-                self.port
-            );
+            if Instant::now() >= deadline {
+                return Err(format!("redis-server did not start on {}", self.port));
+            }
             std::thread::sleep(Duration::from_millis(20));
         }
     }
@@ -183,6 +225,16 @@ impl TestDb {
             "create and migrate the test database (is MariaDB running? see scripts/test.sh)",
         );
         db
+    }
+
+    /// A guard for another database of this test, `<name><suffix>`, that is
+    /// not created here (the test creates it, e.g. by `migrate`) and is
+    /// dropped with the guard, whatever the test does in between.
+    pub fn sibling(&self, suffix: &str) -> TestDb {
+        TestDb {
+            name: format!("{}{suffix}", self.name),
+            server_url: self.server_url.clone(),
+        }
     }
 
     /// `mysql://.../seckill_test_<unique>`.
@@ -232,6 +284,28 @@ pub fn bin(name: &str) -> PathBuf {
         p.display()
     );
     p
+}
+
+/// Where a spawned binary's URLs point until the test sets its own: a port
+/// nothing listens on (1), so a test that forgets one fails instead of
+/// reaching the machine's Redis or MySQL.
+pub const DEAD_REDIS_URL: &str = "redis://127.0.0.1:1/";
+/// See [`DEAD_REDIS_URL`].
+pub const DEAD_MYSQL_URL: &str = "mysql://root@127.0.0.1:1/seckill_nowhere";
+
+/// A command for the workspace binary `name` (see [`bin`]) started from a
+/// cleared environment: only `PATH`, `RUST_LOG=warn`, and every URL at a
+/// dead port ([`DEAD_REDIS_URL`], [`DEAD_MYSQL_URL`]), the review file in a
+/// directory that does not exist. The caller sets the test's own servers.
+pub fn command(name: &str) -> Command {
+    let mut c = Command::new(bin(name));
+    c.env_clear()
+        .env("PATH", std::env::var_os("PATH").unwrap_or_default())
+        .env("RUST_LOG", "warn")
+        .env("SECKILL_REDIS_URL", DEAD_REDIS_URL)
+        .env("SECKILL_MYSQL_URL", DEAD_MYSQL_URL)
+        .env("SECKILL_REVIEW_DB", "/nonexistent/seckill-review.sqlite3");
+    c
 }
 
 /// Inserts a sale into MySQL and loads it into Redis; returns its id.

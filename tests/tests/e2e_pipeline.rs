@@ -6,7 +6,7 @@
 
 use redis::Commands;
 use seckill_common::keys::SaleKeys;
-use seckill_tests::{bin, create_sale, free_port, wait_until, RedisServer, TempDir, TestDb};
+use seckill_tests::{create_sale, free_port, wait_until, RedisServer, TempDir, TestDb};
 use std::net::TcpStream;
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
@@ -47,7 +47,7 @@ impl Drop for Proc {
 }
 
 fn start(name: &str, env: &[(&str, String)]) -> Proc {
-    let mut cmd = Command::new(bin(name));
+    let mut cmd = seckill_tests::command(name);
     cmd.env("RUST_LOG", "warn").stdout(Stdio::null());
     for (k, v) in env {
         cmd.env(k, v);
@@ -89,7 +89,7 @@ fn a_crowd_of_5000_buys_exactly_500_units_into_500_orders_with_0_findings() {
         TcpStream::connect(("127.0.0.1", port)).is_ok()
     });
 
-    let out = Command::new(env!("CARGO_BIN_EXE_seckill-load"))
+    let out = seckill_tests::command("seckill-load")
         .args(["--sale", &sale.to_string()])
         .args(["--url", &format!("http://127.0.0.1:{port}")])
         .args(["--users", "5000", "--connections", "64"])
@@ -155,7 +155,7 @@ fn a_crowd_of_5000_buys_exactly_500_units_into_500_orders_with_0_findings() {
     assert_eq!(con.llen::<_, i64>(k.dead_letter()).unwrap(), 0);
 
     let review = TempDir::new();
-    let rec = Command::new(bin("seckill-reconciler"))
+    let rec = seckill_tests::command("seckill-reconciler")
         .arg("run")
         .envs(common.iter().cloned())
         .env("SECKILL_RECONCILE_GRACE", "0s")

@@ -8,10 +8,10 @@ mod gateway_support;
 use gateway_support::*;
 use redis::Commands;
 use seckill_common::keys::SaleKeys;
-use seckill_tests::{bin, wait_until, RedisServer};
+use seckill_tests::{wait_until, RedisServer};
 use std::collections::HashSet;
 use std::net::TcpListener;
-use std::process::{Command, Stdio};
+use std::process::Stdio;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
@@ -151,9 +151,8 @@ fn sigterm_under_load_exits_0_within_5s_and_every_202_has_its_records() {
 #[test]
 fn bad_configuration_and_a_taken_port_exit_with_2() {
     let run = |env: &[(&str, String)]| {
-        let mut c = Command::new(bin("seckill-gateway"));
-        c.env_clear()
-            .env("RUST_LOG", "off")
+        let mut c = seckill_tests::command("seckill-gateway");
+        c.env("RUST_LOG", "off")
             .stdout(Stdio::null())
             .stderr(Stdio::null());
         for (k, v) in env {

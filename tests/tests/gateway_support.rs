@@ -8,7 +8,7 @@
 use redis::Commands;
 use seckill_common::keys::SaleKeys;
 use seckill_common::sale::load_into_redis;
-use seckill_tests::{bin, free_port, test_sale, wait_until, RedisServer};
+use seckill_tests::{free_port, test_sale, wait_until, RedisServer};
 use std::io::{BufRead, BufReader, Write};
 use std::net::TcpStream;
 use std::process::{Child, Command, ExitStatus, Stdio};
@@ -25,9 +25,8 @@ impl Gateway {
     /// override the defaults. Waits until `/healthz` answers.
     pub fn start(redis: &RedisServer, env: &[(&str, &str)]) -> Gateway {
         let port = free_port();
-        let mut cmd = Command::new(bin("seckill-gateway"));
-        cmd.env_clear()
-            .env("SECKILL_LISTEN", format!("127.0.0.1:{port}"))
+        let mut cmd = seckill_tests::command("seckill-gateway");
+        cmd.env("SECKILL_LISTEN", format!("127.0.0.1:{port}"))
             .env("SECKILL_REDIS_URL", redis.url())
             .env("SECKILL_GATEWAY_THREADS", "8")
             .env("RUST_LOG", "warn")

@@ -9,7 +9,7 @@
 mod support;
 
 use std::io::Read;
-use std::process::{Command, Stdio};
+use std::process::Stdio;
 use support::World;
 
 fn stderr(out: &std::process::Output) -> String {
@@ -38,7 +38,7 @@ fn findings_and_resolve_never_create_a_review_file() {
     }
 
     // The variable forgotten: the default ./seckill-review.sqlite3 is not made.
-    let out = Command::new(seckill_tests::bin("seckill-reconciler"))
+    let out = seckill_tests::command("seckill-reconciler")
         .arg("findings")
         .current_dir(w.dir.path())
         .env_remove("SECKILL_REVIEW_DB")
@@ -98,7 +98,7 @@ fn a_reader_closing_the_pipe_early_ends_findings_quietly() {
     drop(c);
 
     for args in [&["findings", "--json"][..], &["findings"]] {
-        let mut child = Command::new(seckill_tests::bin("seckill-reconciler"))
+        let mut child = seckill_tests::command("seckill-reconciler")
             .args(args)
             .env("SECKILL_MYSQL_URL", w.db.url())
             .env("SECKILL_REDIS_URL", w.redis.url())

@@ -16,7 +16,7 @@ use redis::Commands;
 use seckill_common::dead_letter::DeadLetter;
 use seckill_common::keys::SaleKeys;
 use std::collections::{BTreeMap, HashSet};
-use std::process::{Command, Stdio};
+use std::process::Stdio;
 use std::time::{Duration, Instant};
 use support::World;
 
@@ -173,9 +173,8 @@ fn rolled_back_dead_letters_are_archived_and_never_reopen() {
         "REVOKE INSERT ON `{}`.`orders` FROM '{}'@'%'",
         account.db, account.user
     ));
-    let mut worker_cmd = Command::new(seckill_tests::bin("seckill-worker"));
+    let mut worker_cmd = seckill_tests::command("seckill-worker");
     worker_cmd
-        .env_clear()
         .env("PATH", std::env::var_os("PATH").unwrap_or_default())
         .env("SECKILL_REDIS_URL", w.redis.url())
         .env("SECKILL_MYSQL_URL", account.url())
@@ -416,7 +415,7 @@ fn every_killed_resolve_ends_with_exactly_one_done_row_and_its_effect_exactly_on
         let how = [Kill::RandomDelay, Kill::OnStartedRow, Kill::OnEffect][i % 3];
         let id = target(rid);
         let before = actions_of(&id);
-        let mut child = Command::new(seckill_tests::bin("seckill-reconciler"))
+        let mut child = seckill_tests::command("seckill-reconciler")
             .args(["resolve", &id, action, "--by", "alice"])
             .env("SECKILL_MYSQL_URL", w.db.url())
             .env("SECKILL_REDIS_URL", w.redis.url())

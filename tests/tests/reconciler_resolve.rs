@@ -207,7 +207,7 @@ fn an_unreachable_redis_exits_2_and_records_a_failed_run() {
     let w = World::new(5);
     let mut dead = RedisServer::start();
     dead.stop();
-    let out = std::process::Command::new(seckill_tests::bin("seckill-reconciler"))
+    let out = seckill_tests::command("seckill-reconciler")
         .arg("run")
         .env("SECKILL_MYSQL_URL", w.db.url())
         .env("SECKILL_REDIS_URL", dead.url())

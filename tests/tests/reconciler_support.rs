@@ -10,8 +10,8 @@ use redis::Commands;
 use seckill_common::keys::SaleKeys;
 use seckill_common::message::OrderMessage;
 use seckill_common::reservation::{reserve, ReserveOutcome};
-use seckill_tests::{bin, create_sale, RedisServer, TempDir, TestDb};
-use std::process::{Command, Output};
+use seckill_tests::{create_sale, RedisServer, TempDir, TestDb};
+use std::process::Output;
 
 /// One test's private Redis, MySQL database and review file.
 pub struct World {
@@ -42,7 +42,7 @@ impl World {
 
     /// Runs `seckill-reconciler ARGS` with the grace period `grace`.
     pub fn cmd(&self, grace: &str, args: &[&str]) -> Output {
-        Command::new(bin("seckill-reconciler"))
+        seckill_tests::command("seckill-reconciler")
             .args(args)
             .env("SECKILL_MYSQL_URL", self.db.url())
             .env("SECKILL_REDIS_URL", self.redis.url())

@@ -14,10 +14,9 @@ mod worker_support;
 use gateway_support::{Client, Gateway};
 use redis::Commands;
 use seckill_common::keys::SaleKeys;
-use seckill_tests::{bin, create_sale, RedisServer, TempDir, TestDb};
+use seckill_tests::{create_sale, RedisServer, TempDir, TestDb};
 use std::collections::HashMap;
 use std::path::Path;
-use std::process::Command;
 use std::time::{Duration, Instant};
 use worker_support::{wait_orders, Opts, WorkerProc};
 
@@ -30,8 +29,7 @@ fn copy_dir(from: &Path, to: &Path) {
 }
 
 fn reconciler(redis: &RedisServer, db: &TestDb, dir: &TempDir, args: &[&str]) -> (i32, String) {
-    let out = Command::new(bin("seckill-reconciler"))
-        .env_clear()
+    let out = seckill_tests::command("seckill-reconciler")
         .env("SECKILL_REDIS_URL", redis.url())
         .env("SECKILL_MYSQL_URL", db.url())
         .env("SECKILL_REVIEW_DB", dir.path().join("review.sqlite3"))

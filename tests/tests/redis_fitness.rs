@@ -15,8 +15,7 @@ mod worker_support;
 use gateway_support::{buy, get, open_sale, Gateway};
 use redis::Commands;
 use seckill_common::keys::SaleKeys;
-use seckill_tests::{bin, create_sale, wait_until, RedisServer, TempDir, TestDb};
-use std::process::Command;
+use seckill_tests::{create_sale, wait_until, RedisServer, TempDir, TestDb};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
@@ -50,8 +49,7 @@ fn metric(port: u16, name: &str) -> Option<f64> {
 }
 
 fn reconcile(redis: &RedisServer, db: &TestDb, dir: &TempDir) -> (i32, String) {
-    let out = Command::new(bin("seckill-reconciler"))
-        .env_clear()
+    let out = seckill_tests::command("seckill-reconciler")
         .env("SECKILL_REDIS_URL", redis.url())
         .env("SECKILL_MYSQL_URL", db.url())
         .env("SECKILL_REVIEW_DB", dir.path().join("review.sqlite3"))

@@ -5,12 +5,12 @@ use mysql::prelude::Queryable;
 use redis::Commands;
 use seckill_common::keys::SaleKeys;
 use seckill_common::reservation::{reserve, ReserveOutcome};
-use seckill_tests::{bin, RedisServer, TestDb};
-use std::process::{Command, Output};
+use seckill_tests::{RedisServer, TestDb};
+use std::process::Output;
 use std::time::Duration;
 
 fn reconciler(db: &TestDb, redis: &RedisServer, args: &[&str]) -> Output {
-    Command::new(bin("seckill-reconciler"))
+    seckill_tests::command("seckill-reconciler")
         .args(args)
         .env("SECKILL_MYSQL_URL", db.url())
         .env("SECKILL_REDIS_URL", redis.url())
@@ -59,8 +59,9 @@ fn migrating_twice_changes_nothing() {
 #[test]
 fn migrate_creates_a_missing_database() {
     let db = TestDb::create();
-    let fresh = format!("{}_new", db.url());
-    let name = format!("{}_new", db.name);
+    // Dropped by its guard even if an assertion below fails.
+    let fresh_db = db.sibling("_new");
+    let (fresh, name) = (fresh_db.url(), fresh_db.name.clone());
     let applied = seckill_common::schema::migrate(&fresh, Duration::from_secs(5)).unwrap();
     assert_eq!(applied, vec![1, 2]);
     let mut c = db.conn();
@@ -70,7 +71,6 @@ fn migrate_creates_a_missing_database() {
             (&name,),
         )
         .unwrap();
-    c.query_drop(format!("DROP DATABASE `{name}`")).unwrap();
     assert_eq!(n, Some(5));
 }
 

@@ -269,7 +269,7 @@ fn sigterm_exits_0_with_every_taken_message_applied_and_settled() {
 
 #[test]
 fn a_bad_setting_exits_2() {
-    let out = std::process::Command::new(seckill_tests::bin("seckill-worker"))
+    let out = seckill_tests::command("seckill-worker")
         .env("SECKILL_WORKER_BATCH", "0")
         .output()
         .unwrap();

@@ -48,9 +48,8 @@ impl WorkerProc {
     pub fn start(redis: &RedisServer, db: &TestDb, id: &str, opts: &Opts) -> WorkerProc {
         let logs = TempDir::new();
         let port = seckill_tests::free_port();
-        let mut cmd = Command::new(seckill_tests::bin("seckill-worker"));
-        cmd.env_clear()
-            .env("PATH", std::env::var_os("PATH").unwrap_or_default())
+        let mut cmd = seckill_tests::command("seckill-worker");
+        cmd.env("PATH", std::env::var_os("PATH").unwrap_or_default())
             .env("RUST_LOG", "info")
             .env("SECKILL_REDIS_URL", redis.url())
             .env("SECKILL_MYSQL_URL", db.url())
