@@ -21,6 +21,10 @@
 //! `seckill-reconciler sale repair ID` rebuilds the sale's Redis state from
 //! MySQL and resumes it.
 //!
+//! The watch also checks what the marks cannot see: a sale whose stock
+//! counter is gone, and one holding fewer buyer marks or flow records than
+//! units taken (one key lost alone: its winners could buy twice).
+//!
 //! Window: purchases can still slip through between the restart and the
 //! first check after it (at most [`WATCH_EVERY`] plus one Redis reconnect of
 //! the worker; measured in `tests/tests/redis_data_loss.rs`). Each is a
@@ -151,28 +155,55 @@ pub fn mysql_state<Q: Queryable>(db: &mut Q, sale_id: u64) -> Result<Marks, mysq
         .unwrap_or_default())
 }
 
-/// The watch script. `KEYS`: the sale's meta hash and stock counter;
-/// `ARGV`: MySQL's sequence mark and checkpoint mark. Replies `{state, seq,
-/// checkpoint}` with `seq` the reservation sequence
-/// (`reservation::sequence`): `absent` (no meta hash), `paused` (meta field
-/// `paused` set), `behind` (Redis below a mark: nothing written), or `ok`
-/// after raising the checkpoint to one above the larger of Redis's and
-/// MySQL's (never down).
+/// The watch script. `KEYS`: the sale's meta hash, stock counter, buyers
+/// and flow records; `ARGV`: MySQL's sequence mark and checkpoint mark.
+/// Replies `{state, seq, checkpoint}` with `seq` the reservation sequence
+/// (`reservation::sequence`):
+/// - `absent`: no meta hash, or a meta hash without its stock counter (the
+///   counter was lost);
+/// - `paused`: meta field `paused` set;
+/// - `behind`: Redis is below a mark, or holds fewer buyer marks or flow
+///   records than units taken (`total − stock`: every unit held has both,
+///   so fewer means those keys lost writes); nothing written;
+/// - `ok`, after raising the checkpoint to one above the larger of Redis's
+///   and MySQL's (never down).
+///
+/// Error replies (nothing written, the sale's marks do not move): a key of
+/// the wrong type, a stock, `total_stock`, `releases` or `checkpoint` that
+/// is not an integer.
 pub const WATCH_LUA: &str = concat!(
     crate::lua_expect_types!(),
     r#"
-local bad = expect_types({KEYS[1], 'hash', KEYS[2], 'string'})
+local bad = expect_types({KEYS[1], 'hash', KEYS[2], 'string', KEYS[3], 'hash', KEYS[4], 'hash'})
 if bad then return bad end
 if redis.call('EXISTS', KEYS[1]) == 0 then return {'absent', '0', '0'} end
 local m = redis.call('HMGET', KEYS[1], 'total_stock', 'releases', 'checkpoint', 'paused')
-local stock = tonumber(redis.call('GET', KEYS[2]) or '0') or 0
-local seq = (tonumber(m[1]) or 0) - stock + (tonumber(m[2]) or 0)
+local function int(v, what)
+  if v == false or v == nil then return 0 end
+  if not string.find(v, '^-?%d+$') then
+    return nil, redis.error_reply('ERR ' .. what .. ' is not an integer')
+  end
+  return tonumber(v)
+end
+local ck, e1 = int(m[3], KEYS[1] .. ' field checkpoint')
+if e1 then return e1 end
+if m[4] then return {'paused', '0', string.format('%d', ck)} end
+local left = redis.call('GET', KEYS[2])
+if not left or not m[1] then return {'absent', '0', string.format('%d', ck)} end
+local stock, e2 = int(left, KEYS[2])
+if e2 then return e2 end
+local total, e3 = int(m[1], KEYS[1] .. ' field total_stock')
+if e3 then return e3 end
+local releases, e4 = int(m[2], KEYS[1] .. ' field releases')
+if e4 then return e4 end
+local seq = total - stock + releases
 if seq < 0 then seq = 0 end
-local ck = tonumber(m[3]) or 0
 local fseq = string.format('%d', seq)
-if m[4] then return {'paused', fseq, string.format('%d', ck)} end
-if seq < tonumber(ARGV[1]) or ck < tonumber(ARGV[2]) then
-  return {'behind', fseq, string.format('%d', ck)}
+local fck = string.format('%d', ck)
+local held = total - stock
+if seq < tonumber(ARGV[1]) or ck < tonumber(ARGV[2])
+   or redis.call('HLEN', KEYS[3]) < held or redis.call('HLEN', KEYS[4]) < held then
+  return {'behind', fseq, fck}
 end
 local nextck = math.max(ck, tonumber(ARGV[2])) + 1
 redis.call('HSET', KEYS[1], 'checkpoint', string.format('%d', nextck))
@@ -204,6 +235,8 @@ pub fn watch_sale<C: ConnectionLike, Q: Queryable>(
     let reply: Vec<String> = watch_script()
         .key(k.meta())
         .key(k.stock())
+        .key(k.buyers())
+        .key(k.flow())
         .arg(marks.seq_high)
         .arg(marks.checkpoint_high)
         .invoke(con)?;

@@ -42,6 +42,8 @@ local function refused(key, r)
 end
 local w = redis.pcall('HMGET', KEYS[1], 'starts_at_ms', 'ends_at_ms', 'total_stock', 'releases', 'paused')
 if w['err'] then return refused(KEYS[1], w) end
+-- A pause wins over everything: a paused sale may have lost its meta too.
+if w[5] then return {'paused', w[5], '0'} end
 local starts = tonumber(w[1])
 local ends = tonumber(w[2])
 local total = tonumber(w[3])
@@ -61,7 +63,6 @@ if left and not string.find(left, '^-?%d+$') then
 end
 local stock = tonumber(left or '0')
 local seq = string.format('%d', total - stock + releases)
-if w[5] then return {'paused', w[5], seq} end
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 if now < starts then return {'not_started', '', seq} end

@@ -133,14 +133,17 @@ pub fn conclude(
         }
         ReserveOutcome::AlreadyPurchased(rid) => {
             metrics.outcome(Outcome::AlreadyPurchased);
+            app.soldout.inconclusive(sale_id, Instant::now());
             already_purchased(&rid)
         }
         ReserveOutcome::NotStarted => {
             metrics.outcome(Outcome::NotStarted);
+            app.soldout.inconclusive(sale_id, Instant::now());
             Reply::error(403, "sale_not_started")
         }
         ReserveOutcome::Paused(reason) => {
             metrics.outcome(Outcome::Paused);
+            app.soldout.inconclusive(sale_id, Instant::now());
             log::debug!("sale {sale_id} is paused ({reason}); purchase of {user_id} refused");
             Reply::sale_paused()
         }

@@ -247,6 +247,33 @@ impl SoldOutCache {
         self.forget_if(sale_id, |cur| Arc::ptr_eq(cur, &e));
     }
 
+    /// Notes a reply that shows `sale_id` loaded and its window open but
+    /// says nothing of its stock (`already_purchased`, `paused`,
+    /// `not_started`). An `Unknown` or `Ended` memory is forgotten. A
+    /// `SoldOut` one that is being rechecked (within [`RECHECK_WINDOW`] of
+    /// its expiry) is made due again, so the next purchase rechecks at once:
+    /// when most purchases are winners' retries (409 from the script), the
+    /// recheck must not wait a whole window per inconclusive answer.
+    pub fn inconclusive(&self, sale_id: u64, now: Instant) {
+        let Some(e) = self.entry(sale_id) else { return };
+        match Closed::from_code(e.closed.load(Ordering::Acquire)) {
+            Closed::SoldOut => {
+                let now_us = self.micros(now);
+                let window = self.micros(now + RECHECK_WINDOW);
+                let until = e.until_us.load(Ordering::Acquire);
+                if until <= window {
+                    let _ = e.until_us.compare_exchange(
+                        until,
+                        now_us,
+                        Ordering::AcqRel,
+                        Ordering::Acquire,
+                    );
+                }
+            }
+            Closed::Ended | Closed::Unknown => self.forget_if(sale_id, |cur| Arc::ptr_eq(cur, &e)),
+        }
+    }
+
     fn forget_if(&self, sale_id: u64, pred: impl Fn(&Arc<Entry>) -> bool) {
         let mut sales = self.sales.write().unwrap_or_else(|p| p.into_inner());
         if sales.get(&sale_id).is_some_and(&pred) {
@@ -383,6 +410,26 @@ mod tests {
         c.reserved(7, 301);
         assert!(matches!(c.get(7, t0), Known::Ask));
         assert_eq!(c.buyers_held(), 0);
+    }
+
+    #[test]
+    fn an_inconclusive_recheck_lets_the_next_purchase_recheck_at_once() {
+        let c = SoldOutCache::new(10);
+        let t0 = Instant::now();
+        assert!(c.closed(1, Closed::SoldOut, 5, t0));
+        // Fresh: a late 409 changes nothing.
+        c.inconclusive(1, t0);
+        assert_eq!(closed(c.get(1, t0)), Some(Closed::SoldOut));
+        // Due: the first purchase rechecks and gets a 409 from the script.
+        let t1 = t0 + RECHECK_AFTER;
+        assert_eq!(closed(c.get(1, t1)), None);
+        assert_eq!(closed(c.get(1, t1)), Some(Closed::SoldOut));
+        c.inconclusive(1, t1);
+        assert_eq!(closed(c.get(1, t1)), None, "the next one rechecks at once");
+        // An unknown sale that answers at all is forgotten.
+        c.closed(2, Closed::Unknown, 0, t0);
+        c.inconclusive(2, t0);
+        assert!(matches!(c.get(2, t0), Known::Ask));
     }
 
     #[test]

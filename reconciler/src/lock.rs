@@ -12,8 +12,11 @@ use std::fmt;
 use std::time::{Duration, Instant};
 
 /// Lifetime of the lock without a refresh. A run refreshes it every
-/// [`LOCK_REFRESH`], so only a dead or paused holder loses it.
-pub const LOCK_TTL: Duration = Duration::from_secs(60);
+/// [`LOCK_REFRESH`], so only a dead or paused holder loses it; shorter than
+/// [`LOCK_WAIT`], so the command after a killed one (a `run`, a `sale
+/// repair` killed with -9) waits the lock out instead of failing (it was
+/// 60 s: the next command waited 45 s and exited 2).
+pub const LOCK_TTL: Duration = Duration::from_secs(30);
 /// How often a running holder extends the lock.
 pub const LOCK_REFRESH: Duration = Duration::from_secs(10);
 /// How long a second run waits for the lock before giving up (exit 2): long

@@ -148,8 +148,23 @@ fn rebuild(
     let flows: HashMap<String, String> = con.hgetall(k.flow())?;
     let queue: Vec<String> = con.lrange(k.queue(), 0, -1)?;
     let dead: Vec<String> = con.lrange(k.dead_letter(), 0, -1)?;
-    let redis_seq = seckill_common::reservation::read_sequence(con, id)?;
-    let redis_ck: Option<u64> = con.hget(k.meta(), "checkpoint")?;
+    // Read leniently: a field that is not a number (the damage being
+    // repaired, perhaps) counts as 0 and is overwritten below.
+    let (total, releases_now, ck): (Option<String>, Option<String>, Option<String>) =
+        redis::cmd("HMGET")
+            .arg(k.meta())
+            .arg("total_stock")
+            .arg("releases")
+            .arg("checkpoint")
+            .query(con)?;
+    let stock_now: Option<String> = con.get(k.stock())?;
+    let num = |v: &Option<String>| v.as_deref().and_then(|v| v.parse::<i64>().ok());
+    let redis_seq = seckill_common::reservation::sequence(
+        num(&total).unwrap_or(0).max(0) as u64,
+        num(&stock_now).unwrap_or(0),
+        num(&releases_now).unwrap_or(0).max(0) as u64,
+    );
+    let redis_ck = num(&ck).map(|c| c.max(0) as u64);
 
     let ordered: HashSet<&str> = orders.iter().map(|(r, _, _)| r.as_str()).collect();
     let holder: HashSet<&str> = orders.iter().map(|(_, u, _)| u.as_str()).collect();

@@ -205,8 +205,8 @@ impl Review {
     /// Records `obs` as seen by run `run_id` at `now`: inserts it, or updates
     /// `last_seen` of the existing finding of the same kind, sale and subject.
     /// An `open` finding may become `auto_fixed`. A closed one stays closed,
-    /// with one exception: a finding closed by `reorder`, `rollback` or
-    /// `no_longer_observed` and observed again by a run that started after it
+    /// with one exception: a finding closed by `reorder`, `rollback`,
+    /// `repair` or `no_longer_observed` and observed again by a run that started after it
     /// was closed is opened again (the action did not cure it, e.g. the
     /// re-queued message was dead-lettered again), so a person sees it. A
     /// dismissed or auto-fixed finding is never reopened.
@@ -236,7 +236,10 @@ impl Review {
         let reopen = match (&existed, &run_started) {
             (Some((_, state, Some(how), Some(at))), Some(started)) => {
                 state == FindingState::Resolved.as_str()
-                    && matches!(how.as_str(), "reorder" | "rollback" | "no_longer_observed")
+                    && matches!(
+                        how.as_str(),
+                        "reorder" | "rollback" | "repair" | "no_longer_observed"
+                    )
                     && started.as_str() > at.as_str()
             }
             _ => false,

@@ -120,40 +120,62 @@ fn pass(
             record(review, run_id, sale_id, &observations, counts, true)?;
             counts.sales_checked += 1;
         }
+        // One sale whose keys Redis refuses (a key of the wrong type) is
+        // reported and skipped; the others are still checked.
+        let mut skipped: Vec<String> = Vec::new();
         for sale_id in sales {
-            let mut tick = || -> Result<(), RunError> {
-                if shutdown.is_triggered() {
-                    return Err(RunError::Interrupted);
+            let mut one = || -> Result<(), RunError> {
+                let mut tick = || -> Result<(), RunError> {
+                    if shutdown.is_triggered() {
+                        return Err(RunError::Interrupted);
+                    }
+                    lock.keep()?;
+                    Ok(())
+                };
+                tick()?;
+                // A paused sale (Redis lost data of it) is one finding until
+                // it is repaired; its other findings stay as they are.
+                if let Some(paused) =
+                    crate::data_loss_rule::observe(&mut redis, &mut mysql, sale_id)?
+                {
+                    record(review, run_id, sale_id, &[paused], counts, false)?;
+                    counts.sales_checked += 1;
+                    return Ok(());
                 }
-                lock.keep()?;
+                let mut ctx = Ctx {
+                    redis: &mut redis,
+                    mysql: &mut mysql,
+                    grace: config.reconcile_grace,
+                    tick: &mut tick,
+                };
+                let Some(report) = reconcile_sale(&mut ctx, sale_id)? else {
+                    return Ok(());
+                };
+                log::debug!(
+                    "sale {sale_id}: {} flow records, {} orders, {} young, {} observations",
+                    report.flow_records,
+                    report.orders,
+                    report.young,
+                    report.observations.len()
+                );
+                record(review, run_id, sale_id, &report.observations, counts, true)?;
+                counts.sales_checked += 1;
                 Ok(())
             };
-            tick()?;
-            // A paused sale (Redis lost data of it) is one finding until
-            // it is repaired; its other findings stay as they are.
-            if let Some(paused) = crate::data_loss_rule::observe(&mut redis, &mut mysql, sale_id)? {
-                record(review, run_id, sale_id, &[paused], counts, false)?;
-                counts.sales_checked += 1;
-                continue;
+            match one() {
+                Ok(()) => {}
+                Err(RunError::Redis(e)) if seckill_common::is_error_reply(&e) => {
+                    log::error!("sale {sale_id}: not checked: Redis refused: {e}");
+                    skipped.push(format!("{sale_id} ({e})"));
+                }
+                Err(e) => return Err(e),
             }
-            let mut ctx = Ctx {
-                redis: &mut redis,
-                mysql: &mut mysql,
-                grace: config.reconcile_grace,
-                tick: &mut tick,
-            };
-            let Some(report) = reconcile_sale(&mut ctx, sale_id)? else {
-                continue;
-            };
-            log::debug!(
-                "sale {sale_id}: {} flow records, {} orders, {} young, {} observations",
-                report.flow_records,
-                report.orders,
-                report.young,
-                report.observations.len()
-            );
-            record(review, run_id, sale_id, &report.observations, counts, true)?;
-            counts.sales_checked += 1;
+        }
+        if !skipped.is_empty() {
+            return Err(RunError::Refused(format!(
+                "sales not checked, Redis refused a command on their keys: {}",
+                skipped.join("; ")
+            )));
         }
         Ok(())
     })();

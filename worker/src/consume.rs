@@ -16,6 +16,7 @@ use crate::loss_watch::PausedSales;
 use crate::metrics::Metrics;
 use crate::queue::Consumer;
 use seckill_common::{Config, Shutdown};
+use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -122,6 +123,8 @@ pub struct Worker {
     /// Sales paused by the data-loss watch (`loss_watch.rs`): none of their
     /// messages is taken until the sale is repaired.
     paused: PausedSales,
+    /// The last refusal logged per sale (`broken`).
+    broken_sales: HashMap<u64, String>,
 }
 
 impl Worker {
@@ -145,6 +148,7 @@ impl Worker {
             idle_turn: 0,
             must_reclaim: true,
             paused: PausedSales::default(),
+            broken_sales: HashMap::new(),
         }
     }
 
@@ -215,6 +219,16 @@ impl Worker {
         self.sales = sales;
         self.sales_read = Some(Instant::now());
         Ok(())
+    }
+
+    /// Logs (once per distinct error per sale) that Redis refused a command
+    /// on one sale's keys; the sale is skipped until they are fixed.
+    fn broken(&mut self, sale: u64, e: &redis::RedisError) {
+        let text = e.to_string();
+        if self.broken_sales.get(&sale) != Some(&text) {
+            log::error!("sale {sale}: skipped: Redis refused its queue or processing list: {text}");
+            self.broken_sales.insert(sale, text);
+        }
     }
 
     fn redis_failed(&mut self, e: &redis::RedisError) {
@@ -298,7 +312,16 @@ impl Worker {
             if self.shutdown.is_triggered() {
                 return Ok(());
             }
-            let batch = self.consumer.take(sale, self.config.worker_batch)?;
+            let batch = match self.consumer.take(sale, self.config.worker_batch) {
+                Ok(b) => b,
+                // One sale's broken key (a queue or processing list of the
+                // wrong type) must not stop the others: skip it this pass.
+                Err(e) if seckill_common::is_error_reply(&e) => {
+                    self.broken(sale, &e);
+                    continue;
+                }
+                Err(e) => return Err(e),
+            };
             if !batch.is_empty() {
                 took_any = true;
                 self.finish(sale, batch);
@@ -312,7 +335,15 @@ impl Worker {
         }
         self.idle_turn = (self.idle_turn + 1) % sales.len();
         let sale = sales[self.idle_turn];
-        if let Some(first) = self.consumer.wait_one(sale)? {
+        let first = match self.consumer.wait_one(sale) {
+            Ok(m) => m,
+            Err(e) if seckill_common::is_error_reply(&e) => {
+                self.broken(sale, &e);
+                return Ok(());
+            }
+            Err(e) => return Err(e),
+        };
+        if let Some(first) = first {
             let mut batch = vec![first];
             if self.config.worker_batch > 1 {
                 batch.extend(self.consumer.take(sale, self.config.worker_batch - 1)?);

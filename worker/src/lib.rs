@@ -106,6 +106,7 @@ pub fn run(config: Config, shutdown: Shutdown) -> Result<(), WorkerError> {
         paused,
         metrics: metrics.clone(),
         shutdown: shutdown.clone(),
+        refused: Default::default(),
     }
     .start()
     .map_err(|e| WorkerError::Thread(e.to_string()))?;

@@ -56,6 +56,8 @@ pub struct LossWatch {
     pub metrics: Arc<Metrics>,
     /// Stops the thread.
     pub shutdown: Shutdown,
+    /// The last refusal logged per sale (each said once).
+    pub refused: std::sync::Mutex<std::collections::HashMap<u64, String>>,
 }
 
 impl LossWatch {
@@ -112,7 +114,22 @@ impl LossWatch {
         sales.sort_unstable();
         sales.dedup();
         for sale in sales {
-            match data_loss::watch_sale(con, db, sale)? {
+            let state = match data_loss::watch_sale(con, db, sale) {
+                Ok(s) => s,
+                // One sale's broken key must not blind the watch to the
+                // others: that sale is skipped (its marks do not move).
+                Err(data_loss::WatchError::Redis(e)) if seckill_common::is_error_reply(&e) => {
+                    let text = e.to_string();
+                    let mut said = self.refused.lock().unwrap_or_else(|p| p.into_inner());
+                    if said.get(&sale) != Some(&text) {
+                        log::error!("sale {sale}: data-loss watch skipped: {text}");
+                        said.insert(sale, text);
+                    }
+                    continue;
+                }
+                Err(e) => return Err(e),
+            };
+            match state {
                 SaleState::Consistent { .. } | SaleState::Absent => self.paused.set(sale, false),
                 SaleState::LossDetected {
                     redis_seq,

@@ -253,7 +253,15 @@ impl Consumer {
         let con = self.con()?;
         let mut n = 0;
         for s in sales {
-            n += reclaim(con, *s, &id)?;
+            match reclaim(con, *s, &id) {
+                Ok(moved) => n += moved,
+                // A sale whose lists hold the wrong type is left as it is
+                // (its messages stay where they are); the others go on.
+                Err(e) if seckill_common::is_error_reply(&e) => {
+                    log::error!("sale {s}: cannot reclaim my processing list: {e}")
+                }
+                Err(e) => return Err(e),
+            }
         }
         Ok(n)
     }
