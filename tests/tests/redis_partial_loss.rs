@@ -184,7 +184,7 @@ fn a_broken_key_of_one_sale_stops_neither_the_orders_nor_the_checks_of_another()
     // The run checks the healthy sale and names the broken one (exit 2).
     let (code, out) = reconciler(&redis, &db, &dir, &["run"]);
     assert_eq!(code, 2, "{out}");
-    assert!(out.contains(&format!("sales not checked")), "{out}");
+    assert!(out.contains("sales not checked"), "{out}");
     assert!(out.contains(&format!("{broken} (")), "{out}");
     assert!(out.contains("1 sales checked"), "{out}");
 }
