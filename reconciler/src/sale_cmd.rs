@@ -236,7 +236,8 @@ pub fn show(config: &Config, id: u64) -> Res<u8> {
         if let Some(p) = &paused {
             writeln!(
                 w,
-                "PAUSED            {p}: run `seckill-reconciler sale repair {id}`"
+                "PAUSED            {p}: run `seckill-reconciler run`, then \
+                 `seckill-reconciler sale repair {id} --by NAME`"
             )?;
         }
         Ok(())

@@ -188,3 +188,28 @@ fn a_broken_key_of_one_sale_stops_neither_the_orders_nor_the_checks_of_another()
     assert!(out.contains(&format!("{broken} (")), "{out}");
     assert!(out.contains("1 sales checked"), "{out}");
 }
+
+#[test]
+fn a_worker_registers_again_when_redis_lost_the_workers_set() {
+    let redis = RedisServer::start();
+    let db = TestDb::create();
+    let _w = WorkerProc::start(&redis, &db, "w1", &Opts::default());
+    let members = || -> Vec<String> {
+        redis::cmd("SMEMBERS")
+            .arg(seckill_common::keys::WORKERS)
+            .query(&mut redis.con())
+            .unwrap()
+    };
+    wait_until(Duration::from_secs(10), "w1 registered", || {
+        members() == vec!["w1".to_string()]
+    });
+    // Redis lost it (an empty restart, an older AOF): back with the next
+    // heartbeat (a third of the 3 s TTL), so its lists can be reclaimed.
+    let _: () = redis::cmd("DEL")
+        .arg(seckill_common::keys::WORKERS)
+        .query(&mut redis.con())
+        .unwrap();
+    wait_until(Duration::from_secs(5), "w1 registered again", || {
+        members() == vec!["w1".to_string()]
+    });
+}

@@ -40,16 +40,22 @@ pub struct Housekeeping {
 ///
 /// Errors: Redis failures.
 pub fn register(con: &mut Connection, worker_id: &str, ttl: Duration) -> redis::RedisResult<()> {
-    con.sadd::<_, _, ()>(keys::WORKERS, worker_id)?;
     beat(con, worker_id, ttl)
 }
 
+/// Refreshes the heartbeat and the registration together: a Redis that
+/// lost data (restarted empty, an older AOF) lost `seckill:workers` too, and
+/// a worker missing from it would never have its lists reclaimed.
 fn beat(con: &mut Connection, worker_id: &str, ttl: Duration) -> redis::RedisResult<()> {
-    redis::cmd("SET")
+    redis::pipe()
+        .sadd(keys::WORKERS, worker_id)
+        .ignore()
+        .cmd("SET")
         .arg(keys::worker_heartbeat(worker_id))
         .arg(seckill_common::now_ms())
         .arg("PX")
         .arg(ttl.as_millis().max(1) as u64)
+        .ignore()
         .query(con)
 }
 

@@ -137,8 +137,12 @@ impl LossWatch {
                 } => {
                     self.metrics.data_loss_detected.inc();
                     log::error!(
-                        "sale {sale}: Redis lost reservations (sequence {redis_seq}, MySQL has \
-                         seen {seq_high}); sale paused: run `seckill-reconciler sale repair {sale}`"
+                        "sale {sale}: Redis lost data of this sale (Redis is behind what MySQL \
+                         has seen: reservation sequence {redis_seq} vs {seq_high}, or the \
+                         workers' checkpoint, or fewer buyer marks / flow records than units \
+                         taken, or its stock counter is gone); sale paused: run \
+                         `seckill-reconciler run`, then `seckill-reconciler sale repair {sale} \
+                         --by NAME`"
                     );
                     self.paused.set(sale, true);
                 }
