@@ -38,6 +38,11 @@ pub struct App {
     pub active: AtomicUsize,
     /// Set at stop: requests that arrive afterwards get 503.
     pub closing: AtomicBool,
+    /// Set while the last server check (every second, `buyers.rs`) found
+    /// an eviction policy that can delete the sale's keys: purchases get
+    /// 503 until it is fixed (a policy changed on a live connection would
+    /// otherwise be seen only at the next reconnect).
+    pub redis_unfit: AtomicBool,
 }
 
 /// A fixed set of lazily connected Redis links that connection threads

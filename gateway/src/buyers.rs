@@ -91,6 +91,7 @@ pub fn loader() -> (Loader, Receiver<(u64, u64)>) {
 /// [`Loader`] is dropped.
 pub fn run(app: Arc<App>, requests: Receiver<(u64, u64)>) {
     let mut link = Link::new(app.client.clone(), app.redis_timeout, app.metrics.clone());
+    let mut checker: Option<redis::Connection> = None;
     loop {
         match requests.recv_timeout(SWEEP_EVERY) {
             Ok((sale_id, seq)) => {
@@ -115,10 +116,49 @@ pub fn run(app: Arc<App>, requests: Receiver<(u64, u64)>) {
             Err(crossbeam_channel::RecvTimeoutError::Timeout) => {}
             Err(crossbeam_channel::RecvTimeoutError::Disconnected) => return,
         }
+        check_server(&app, &mut checker);
         app.soldout.sweep(seckill_common::now_ms());
         app.metrics
             .buyers_remembered
             .set(i64::try_from(app.soldout.buyers_held()).unwrap_or(i64::MAX));
+    }
+}
+
+/// Checks the Redis server's eviction policy (and persistence) once per
+/// loop, so a `CONFIG SET maxmemory-policy` on a live Redis stops purchases
+/// within about a second ([`App::redis_unfit`]). On a connection of its own
+/// (`checker`, reopened after a failure): a [`Link`] refuses to connect to
+/// such a server at all, which would hide the answer.
+fn check_server(app: &App, checker: &mut Option<redis::Connection>) {
+    use seckill_common::redis_server::{self, ServerError};
+    use std::sync::atomic::Ordering;
+    if checker.is_none() {
+        *checker = app
+            .client
+            .get_connection_with_timeout(app.redis_timeout)
+            .ok()
+            .filter(|c| {
+                c.set_read_timeout(Some(app.redis_timeout)).is_ok()
+                    && c.set_write_timeout(Some(app.redis_timeout)).is_ok()
+            });
+    }
+    let Some(con) = checker.as_mut() else { return };
+    match redis_server::check(con) {
+        Ok(p) => {
+            if app.redis_unfit.swap(false, Ordering::AcqRel) {
+                log::info!("redis: the eviction policy is fixed; taking purchases again");
+            }
+            app.metrics
+                .redis_persistence_off
+                .set(i64::from(p.nothing()));
+        }
+        Err(ServerError::Redis(_)) => *checker = None,
+        Err(e) => {
+            if !app.redis_unfit.swap(true, Ordering::AcqRel) {
+                app.metrics.redis_refused.inc();
+                log::error!("{e}; purchases are answered 503 until it is fixed");
+            }
+        }
     }
 }
 

@@ -70,6 +70,10 @@ pub fn parse_body(body: &[u8]) -> Result<String, Reply> {
 /// 409/410/403/404 from memory, 503 when the buyer cannot be read).
 pub fn admit(app: &App, sale_id: u64, body: &[u8]) -> Result<String, Reply> {
     let user_id = parse_body(body).inspect_err(|_| app.metrics.outcome(Outcome::Invalid))?;
+    if app.redis_unfit.load(std::sync::atomic::Ordering::Acquire) {
+        app.metrics.outcome(Outcome::Unavailable);
+        return Err(Reply::unavailable());
+    }
     let (closed, set) = match app.soldout.get(sale_id, Instant::now()) {
         Known::Ask => return Ok(user_id),
         Known::Closed(c, set) => (c, set),

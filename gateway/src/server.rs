@@ -143,6 +143,7 @@ pub fn run(config: Config, shutdown: Shutdown, unblocker: Unblocker) -> Result<(
         links: LinkPool::new(&client, links, config.redis_timeout, &metrics),
         active: AtomicUsize::new(0),
         closing: AtomicBool::new(false),
+        redis_unfit: AtomicBool::new(false),
     });
     {
         let app = app.clone();

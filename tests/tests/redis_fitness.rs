@@ -231,3 +231,42 @@ fn readyz_is_503_while_redis_refuses_writes_and_a_volatile_redis_is_flagged() {
         Some(1.0)
     );
 }
+
+#[test]
+fn a_policy_changed_on_a_live_redis_stops_purchases_and_workers_within_seconds() {
+    let redis = RedisServer::start();
+    let db = TestDb::create();
+    let sale = create_sale(&db, &redis, 10, -1000, 600_000);
+    let k = SaleKeys::new(sale);
+    let g = Gateway::start(&redis, &[]);
+    let _w = WorkerProc::start(&redis, &db, "w1", &Opts::default());
+    assert_eq!(buy(g.port, sale, "before").status, 202);
+    wait_orders(&db, sale, 1, Duration::from_secs(20));
+    config_set(&redis, "maxmemory-policy", "allkeys-lru");
+    wait_until(Duration::from_secs(5), "purchases refused", || {
+        buy(g.port, sale, "during").status == 503
+    });
+    // Reserved behind the gateway's back once the worker's watch has seen
+    // the policy and its blocking wait (200 ms here) has come back: the
+    // worker must leave it queued.
+    std::thread::sleep(Duration::from_secs(1));
+    assert!(matches!(
+        seckill_common::reservation::reserve(&mut redis.con(), sale, "sneaky").unwrap(),
+        seckill_common::reservation::ReserveOutcome::Reserved(_)
+    ));
+    std::thread::sleep(Duration::from_secs(2));
+    let queued: usize = redis.con().llen(k.queue()).unwrap();
+    assert_eq!(queued, 1);
+    assert_eq!(buy(g.port, sale, "during").status, 503);
+    config_set(&redis, "maxmemory-policy", "noeviction");
+    wait_until(Duration::from_secs(5), "purchases taken again", || {
+        buy(g.port, sale, "after").status == 202
+    });
+    wait_orders(&db, sale, 3, Duration::from_secs(20));
+    assert_eq!(
+        db.count(&format!(
+            "SELECT COUNT(*) FROM orders WHERE sale_id = {sale} AND user_id IN ('before', 'sneaky', 'after')"
+        )),
+        3
+    );
+}

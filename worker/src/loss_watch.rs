@@ -3,7 +3,8 @@
 //! sequence in Redis with the high-water mark in MySQL
 //! (`seckill_common::data_loss`), raising the mark, pausing a sale whose
 //! Redis is behind it, and keeping the set of paused sales the consuming
-//! loop skips ([`PausedSales`]).
+//! loop skips ([`PausedSales`]); each pass also checks the server's eviction
+//! policy, so a policy changed at run time stops the consuming loop too.
 //!
 //! Sales watched: those in `seckill:sales` and those MySQL has a mark for
 //! whose window ended less than a day ago (a Redis that lost everything has
@@ -15,23 +16,33 @@ use mysql::prelude::Queryable;
 use seckill_common::data_loss::{self, SaleState, WATCH_EVERY};
 use seckill_common::Shutdown;
 use std::collections::HashSet;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, RwLock};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
-/// The sales the watch found paused, shared with the consuming loop.
+/// The sales the watch found paused, and whether the Redis server is unfit
+/// (an eviction policy that can delete the sale's keys, seen at the watch's
+/// last pass), shared with the consuming loop.
 #[derive(Debug, Clone, Default)]
-pub struct PausedSales(Arc<RwLock<HashSet<u64>>>);
+pub struct PausedSales {
+    sales: Arc<RwLock<HashSet<u64>>>,
+    unfit: Arc<AtomicBool>,
+}
 
 impl PausedSales {
-    /// `sales` without the paused ones, in order.
+    /// `sales` without the paused ones, in order; none while the server is
+    /// unfit (the worker takes nothing then).
     pub fn unpaused(&self, sales: &[u64]) -> Vec<u64> {
-        let p = self.0.read().unwrap_or_else(|e| e.into_inner());
+        if self.unfit.load(Ordering::Acquire) {
+            return Vec::new();
+        }
+        let p = self.sales.read().unwrap_or_else(|e| e.into_inner());
         sales.iter().copied().filter(|s| !p.contains(s)).collect()
     }
 
     fn set(&self, sale_id: u64, paused: bool) {
-        let mut p = self.0.write().unwrap_or_else(|e| e.into_inner());
+        let mut p = self.sales.write().unwrap_or_else(|e| e.into_inner());
         if paused {
             p.insert(sale_id);
         } else {
@@ -105,6 +116,21 @@ impl LossWatch {
         con: &mut redis::Connection,
         db: &mut mysql::Conn,
     ) -> Result<(), data_loss::WatchError> {
+        // A policy changed on a live connection would otherwise be seen
+        // only at the consumer's next reconnect.
+        match seckill_common::redis_server::check(con) {
+            Ok(_) => {
+                if self.paused.unfit.swap(false, Ordering::AcqRel) {
+                    log::info!("redis: the eviction policy is fixed; consuming again");
+                }
+            }
+            Err(seckill_common::redis_server::ServerError::Redis(e)) => return Err(e.into()),
+            Err(e) => {
+                if !self.paused.unfit.swap(true, Ordering::AcqRel) {
+                    log::error!("{e}; taking no messages until it is fixed");
+                }
+            }
+        }
         let mut sales = queue::sales(con)?;
         let marked: Vec<u64> = db.query(
             "SELECT r.sale_id FROM sale_redis_state r JOIN sales s ON s.id = r.sale_id
