@@ -182,7 +182,11 @@ impl RedisServer {
                                 self.port
                             ));
                         }
-                        return Ok(());
+                        // INFO answers while the data set is still loading;
+                        // PING only once it is loaded.
+                        if redis::cmd("PING").query::<String>(&mut con).is_ok() {
+                            return Ok(());
+                        }
                     }
                 }
             }
@@ -306,6 +310,28 @@ pub fn command(name: &str) -> Command {
         .env("SECKILL_MYSQL_URL", DEAD_MYSQL_URL)
         .env("SECKILL_REVIEW_DB", "/nonexistent/seckill-review.sqlite3");
     c
+}
+
+/// Runs `seckill-reconciler ARGS` ([`command`]) against the test's Redis
+/// and database, with the review file `review` and no grace period;
+/// returns the exit code and stdout followed by stderr.
+pub fn reconciler(redis: &RedisServer, db: &TestDb, review: &Path, args: &[&str]) -> (i32, String) {
+    let out = command("seckill-reconciler")
+        .env("SECKILL_REDIS_URL", redis.url())
+        .env("SECKILL_MYSQL_URL", db.url())
+        .env("SECKILL_REVIEW_DB", review)
+        .env("SECKILL_RECONCILE_GRACE", "0s")
+        .args(args)
+        .output()
+        .expect("run seckill-reconciler");
+    (
+        out.status.code().unwrap_or(-1),
+        format!(
+            "{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        ),
+    )
 }
 
 /// Inserts a sale into MySQL and loads it into Redis; returns its id.

@@ -29,22 +29,7 @@ fn copy_dir(from: &Path, to: &Path) {
 }
 
 fn reconciler(redis: &RedisServer, db: &TestDb, dir: &TempDir, args: &[&str]) -> (i32, String) {
-    let out = seckill_tests::command("seckill-reconciler")
-        .env("SECKILL_REDIS_URL", redis.url())
-        .env("SECKILL_MYSQL_URL", db.url())
-        .env("SECKILL_REVIEW_DB", dir.path().join("review.sqlite3"))
-        .env("SECKILL_RECONCILE_GRACE", "0s")
-        .args(args)
-        .output()
-        .unwrap();
-    (
-        out.status.code().unwrap_or(-1),
-        format!(
-            "{}{}",
-            String::from_utf8_lossy(&out.stdout),
-            String::from_utf8_lossy(&out.stderr)
-        ),
-    )
+    seckill_tests::reconciler(redis, db, &dir.path().join("review.sqlite3"), args)
 }
 
 fn buy_all(

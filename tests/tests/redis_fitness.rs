@@ -49,18 +49,7 @@ fn metric(port: u16, name: &str) -> Option<f64> {
 }
 
 fn reconcile(redis: &RedisServer, db: &TestDb, dir: &TempDir) -> (i32, String) {
-    let out = seckill_tests::command("seckill-reconciler")
-        .env("SECKILL_REDIS_URL", redis.url())
-        .env("SECKILL_MYSQL_URL", db.url())
-        .env("SECKILL_REVIEW_DB", dir.path().join("review.sqlite3"))
-        .env("SECKILL_RECONCILE_GRACE", "0s")
-        .arg("run")
-        .output()
-        .unwrap();
-    (
-        out.status.code().unwrap_or(-1),
-        String::from_utf8_lossy(&out.stderr).into_owned(),
-    )
+    seckill_tests::reconciler(redis, db, &dir.path().join("review.sqlite3"), &["run"])
 }
 
 #[test]

@@ -17,6 +17,18 @@ use seckill_tests::{create_sale, test_sale, RedisServer, TestDb};
 use std::time::Duration;
 use worker_support::{wait_orders, Opts, WorkerProc};
 
+/// The six keys the reservation script reads or writes, in its order.
+fn purchase_keys(k: SaleKeys) -> Vec<String> {
+    vec![
+        k.meta(),
+        k.stock(),
+        k.buyers(),
+        k.flow(),
+        k.status(),
+        k.queue(),
+    ]
+}
+
 /// `DUMP` of every key a purchase touches (any type; `None`: absent).
 fn dump(con: &mut redis::Connection, keys: &[String]) -> Vec<Option<Vec<u8>>> {
     keys.iter()
@@ -43,14 +55,7 @@ fn a_purchase_with_any_written_key_of_the_wrong_type_changes_nothing() {
     let sale = create_sale(&db, &redis, 10, -1000, 600_000);
     let g = Gateway::start(&redis, &[]);
     let k = SaleKeys::new(sale);
-    let keys = vec![
-        k.meta(),
-        k.stock(),
-        k.buyers(),
-        k.flow(),
-        k.status(),
-        k.queue(),
-    ];
+    let keys = purchase_keys(k);
     assert_eq!(buy(g.port, sale, "first").status, 202);
     let mut con = redis.con();
     // (key, how to break it): a wrong type for each, and counters that are
@@ -121,14 +126,7 @@ fn release_and_load_refuse_a_key_of_the_wrong_type_and_change_nothing() {
         o => panic!("{o:?}"),
     };
     let k = SaleKeys::new(3);
-    let keys = vec![
-        k.meta(),
-        k.stock(),
-        k.buyers(),
-        k.flow(),
-        k.status(),
-        k.queue(),
-    ];
+    let keys = purchase_keys(k);
     for (key, bad) in [
         (k.queue(), redis::Cmd::set(k.queue(), "x")),
         (k.stock(), redis::Cmd::set(k.stock(), "many")),
@@ -149,14 +147,7 @@ fn release_and_load_refuse_a_key_of_the_wrong_type_and_change_nothing() {
         restore(&mut con, &key, &original);
     }
     // The reservation's refusal names the key, whichever it is.
-    for key in [
-        k.meta(),
-        k.stock(),
-        k.buyers(),
-        k.flow(),
-        k.status(),
-        k.queue(),
-    ] {
+    for key in purchase_keys(k) {
         let was = dump(&mut con, std::slice::from_ref(&key)).remove(0);
         let _: () = redis::cmd("DEL").arg(&key).query(&mut con).unwrap();
         let _: () = redis::Cmd::sadd(&key, "x").query(&mut con).unwrap();
