@@ -396,23 +396,66 @@ mod tests {
 
     #[test]
     fn sale_create_rejects_bad_values() {
-        for bad in [
-            "sale create --sku A --stock 0 --starts-at now --ends-at now+1h",
-            "sale create --sku A --stock -5 --starts-at now --ends-at now+1h",
-            "sale create --sku A --stock 1000000000 --starts-at now --ends-at now+1h",
-            "sale create --sku A --stock 5 --starts-at now+1h --ends-at now",
-            "sale create --sku A --stock 5 --starts-at now --ends-at now",
-            "sale create --sku A --stock 5 --starts-at yesterday --ends-at now+1h",
-            "sale create --sku A --stock 5 --starts-at now --ends-at now+1000d",
-            "sale create --sku A --stock 5 --starts-at now+99999999999999s --ends-at now+1h",
-            "sale create --sku a/b --stock 5 --starts-at now --ends-at now+1h",
-            "sale create --stock 5 --starts-at now --ends-at now+1h",
-            "sale create --sku A --stock 5 --starts-at now --ends-at now+1h --price-cents 1e9",
-            "sale create --sku A --stock 5 --starts-at now --ends-at now+1h --colour red",
-            "sale load x",
-            "sale frobnicate 1",
+        // Each refusal with its exact message.
+        for (bad, why) in [
+            (
+                "sale create --sku A --stock 0 --starts-at now --ends-at now+1h",
+                "--stock \"0\": expected an integer from 1 to 100000000",
+            ),
+            (
+                "sale create --sku A --stock -5 --starts-at now --ends-at now+1h",
+                "--stock \"-5\": expected an integer from 1 to 100000000",
+            ),
+            (
+                "sale create --sku A --stock 1000000000 --starts-at now --ends-at now+1h",
+                "--stock \"1000000000\": expected an integer from 1 to 100000000",
+            ),
+            (
+                "sale create --sku A --stock 5 --starts-at now+1h --ends-at now",
+                "--ends-at must be after --starts-at",
+            ),
+            (
+                "sale create --sku A --stock 5 --starts-at now --ends-at now",
+                "--ends-at must be after --starts-at",
+            ),
+            (
+                "sale create --sku A --stock 5 --starts-at yesterday --ends-at now+1h",
+                "--starts-at \"yesterday\": expected RFC 3339 (2026-11-29T20:00:00Z), now or now+30s",
+            ),
+            (
+                "sale create --sku A --stock 5 --starts-at now --ends-at now+1000d",
+                "the sale window is longer than 366 days",
+            ),
+            (
+                "sale create --sku A --stock 5 --starts-at now+99999999999999s --ends-at now+1h",
+                "--starts-at \"now+99999999999999s\": more than 10 years ahead",
+            ),
+            (
+                "sale create --sku a/b --stock 5 --starts-at now --ends-at now+1h",
+                "--sku \"a/b\": expected 1-64 characters of A-Z a-z 0-9 _ . -",
+            ),
+            (
+                "sale create --stock 5 --starts-at now --ends-at now+1h",
+                "--sku is required",
+            ),
+            (
+                "sale create --sku A --stock 5 --starts-at now --ends-at now+1h --price-cents 1e9",
+                "--price-cents: \"1e9\" is not a non-negative integer",
+            ),
+            (
+                "sale create --sku A --stock 5 --starts-at now --ends-at now+1h --colour red",
+                "unexpected option --colour",
+            ),
+            (
+                "sale load x",
+                "sale id: \"x\" is not a non-negative integer",
+            ),
+            (
+                "sale frobnicate 1",
+                "unknown command: sale frobnicate 1",
+            ),
         ] {
-            assert!(p(bad).is_err(), "accepted: {bad}");
+            assert_eq!(p(bad).unwrap_err().to_string(), why, "{bad}");
         }
     }
 
@@ -429,7 +472,10 @@ mod tests {
                 note: None
             })
         );
-        assert!(p("sale repair 7").is_err());
+        assert_eq!(
+            p("sale repair 7").unwrap_err().to_string(),
+            "--by NAME is required"
+        );
         assert_eq!(p("--help").unwrap(), Command::Help);
         assert_eq!(p("run").unwrap(), Command::Run);
         assert_eq!(p("bench-read 3").unwrap(), Command::BenchRead(3));
@@ -463,17 +509,36 @@ mod tests {
                 dry_run: true,
             })
         );
-        for bad in [
-            "findings --state closed",
-            "resolve 1 --by alice",
-            "resolve 1 --reorder --rollback --by alice",
-            "resolve 1 --dismiss",
-            "resolve 0 --dismiss --by alice",
-            "resolve 1 --dismiss --by a/b",
-            "resolve 1 --dismiss=yes --by alice",
-            "run --json",
+        // Each refusal with its exact message.
+        for (bad, why) in [
+            (
+                "findings --state closed",
+                "--state \"closed\": expected open, auto_fixed, resolved or all",
+            ),
+            (
+                "resolve 1 --by alice",
+                "resolve needs exactly one of --reorder, --rollback, --dismiss",
+            ),
+            (
+                "resolve 1 --reorder --rollback --by alice",
+                "resolve needs exactly one of --reorder, --rollback, --dismiss",
+            ),
+            ("resolve 1 --dismiss", "--by NAME is required"),
+            (
+                "resolve 0 --dismiss --by alice",
+                "finding id: \"0\" is not a positive integer",
+            ),
+            (
+                "resolve 1 --dismiss --by a/b",
+                "--by \"a/b\": expected 1-64 characters of A-Z a-z 0-9 _ . - @",
+            ),
+            (
+                "resolve 1 --dismiss=yes --by alice",
+                "--dismiss takes no value",
+            ),
+            ("run --json", "unexpected option --json"),
         ] {
-            assert!(p(bad).is_err(), "accepted: {bad}");
+            assert_eq!(p(bad).unwrap_err().to_string(), why, "{bad}");
         }
     }
 }

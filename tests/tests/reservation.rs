@@ -183,7 +183,9 @@ fn script_refuses_a_bad_user_id_even_when_called_directly() {
     let rid = seckill_common::ids::new_reservation_id();
     let r: redis::RedisResult<redis::Value> =
         seckill_common::reservation::prepare(4, "a\"b", &rid).invoke(&mut con);
-    assert!(r.is_err());
+    let e = r.unwrap_err();
+    assert!(seckill_common::is_error_reply(&e), "{e}");
+    assert!(e.to_string().contains("invalid user id"), "{e}");
     assert_eq!(before, sale_snapshot(&mut con, 4));
 }
 
