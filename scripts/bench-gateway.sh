@@ -15,7 +15,7 @@
 # A private redis-server (AOF on, appendfsync everysec, automatic AOF
 # rewrites off: a rewrite forks Redis, and on 2 cores its child takes a
 # core for seconds, which tripled the purchase p99 in the runs it hit; see
-# the README's Operations) on a free port; the machine's Redis is never
+# docs/OPERATIONS.md) on a free port; the machine's Redis is never
 # touched. Needs wrk and redis-server (installed
 # with apt-get when missing). Usage: scripts/bench-gateway.sh
 # (BENCH_GATEWAY=path measures another gateway binary, e.g. an older build.)

@@ -35,7 +35,7 @@ pub struct Config {
     /// `SECKILL_GATEWAY_REDIS_THREADS`: gateway threads that pipeline queued
     /// purchases to Redis (group commit); `0` means one round trip per
     /// purchase on one of the shared Redis connections. Default 2 (measured in
-    /// the README's "Performance: gateway").
+    /// docs/PERFORMANCE.md, "Performance: gateway").
     pub gateway_redis_threads: usize,
     /// `SECKILL_GATEWAY_WRITE_TIMEOUT`: send timeout of every HTTP client
     /// socket (each `write` call): a client that stops reading its responses

@@ -154,7 +154,8 @@ fn services_expose_at_most_2_0_by_systemd_analyze_security() {
             .and_then(|rest| rest.split_whitespace().next())
             .and_then(|n| n.parse().ok())
             .unwrap_or_else(|| panic!("{name}: no exposure figure in {text}"));
-        // The README's figure, exactly (systemd-analyze prints one decimal).
+        // The figure docs/OPERATIONS.md gives, exactly (systemd-analyze
+        // prints one decimal).
         assert_eq!(figure, 1.2, "{name}: exposure {figure}");
     }
 }
