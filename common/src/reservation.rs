@@ -254,6 +254,18 @@ pub fn parse(reply: &Value) -> Result<Replied, ReserveError> {
     Ok(Replied { outcome, seq })
 }
 
+/// A reservation sent twice with the same id (a retry after a broken
+/// connection) finds its own first attempt: that is a success, not a 409.
+/// Maps `already_purchased` with `rid` (the id this call sent) to
+/// `reserved`; any other reply is returned as it is.
+pub fn own(replied: Replied, rid: &str) -> Replied {
+    let outcome = match replied.outcome {
+        ReserveOutcome::AlreadyPurchased(r) if r == rid => ReserveOutcome::Reserved(r),
+        o => o,
+    };
+    Replied { outcome, ..replied }
+}
+
 /// [`parse`] without the sequence.
 ///
 /// Errors: as [`parse`].

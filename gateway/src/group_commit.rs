@@ -12,7 +12,7 @@ use crate::metrics::Metrics;
 use crate::redis_link::{Link, Unavailable};
 use crossbeam_channel::Receiver;
 use redis::Value;
-use seckill_common::reservation::{parse, prepare, reserve_script, Replied};
+use seckill_common::reservation::{own, parse, prepare, reserve_script, Replied};
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
 
@@ -23,7 +23,7 @@ pub const MAX_BATCH: usize = 256;
 /// 503 at once.
 pub const QUEUE_CAPACITY: usize = 8192;
 
-/// What Redis said about one purchase (with [`crate::app::own`] applied),
+/// What Redis said about one purchase (with `reservation::own` applied),
 /// or [`Unavailable`].
 pub type Outcome = Result<Replied, Unavailable>;
 
@@ -215,7 +215,7 @@ fn run_batch(link: &mut Link, batch: &[Job], metrics: &Metrics) -> Vec<Outcome> 
                 }
             }
             let rid = &batch[i].reservation_id;
-            results[i] = parse(v).map(|o| crate::app::own(o, rid)).map_err(|e| {
+            results[i] = parse(v).map(|o| own(o, rid)).map_err(|e| {
                 metrics.redis_errors.inc();
                 log::error!("redis: reservation: {e}");
                 Unavailable

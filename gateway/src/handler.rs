@@ -1,20 +1,15 @@
 //! Owns the life of one request on the thread that read it from its
 //! connection (tiny_http calls [`handle`] there: one thread per connection,
 //! no hand-off): route it, take its body safely (`body.rs`), call the
-//! route, answer, and count it. A purchase with group commit waits here
-//! for its pipeline's outcome (`group_commit.rs`).
+//! route (a purchase: `purchase::buy`), answer, and count it.
 
-use crate::app::{self, App};
+use crate::app::App;
 use crate::body::{self, Plan};
-use crate::group_commit::{Job, Outcome as Reserved, Slot};
 use crate::metrics::Outcome;
-use crate::redis_link::Unavailable;
 use crate::reply::Reply;
 use crate::routes::{self, Label, Route};
 use crate::{purchase, queries};
-use crossbeam_channel::Sender;
 use std::sync::atomic::Ordering;
-use std::sync::Arc;
 use std::time::Instant;
 use tiny_http::Request;
 
@@ -55,7 +50,7 @@ fn serve(app: &App, mut rq: Request, route: Route, start: Instant) {
             // Up to 1 KiB is in memory already; a longer body comes from the
             // client now, and only this client's connection waits for it.
             match body::read_limited(&mut rq, app.body_limit) {
-                Ok(body) => buy(app, sale_id, &body),
+                Ok(body) => purchase::buy(app, sale_id, &body),
                 Err(reply) => {
                     app.metrics.outcome(Outcome::Invalid);
                     reply
@@ -81,47 +76,6 @@ fn answer(app: &App, route: Route) -> Reply {
         Route::NotFound => Reply::not_found(),
         Route::Purchase(_) => Reply::not_found(), // never: `serve` takes it
     }
-}
-
-/// A purchase whose body is in memory: the fast path, then Redis (a
-/// group-commit pipeline, or one round trip on a borrowed link).
-fn buy(app: &App, sale_id: u64, body: &[u8]) -> Reply {
-    let user_id = match purchase::admit(app, sale_id, body) {
-        Ok(u) => u,
-        Err(reply) => return reply,
-    };
-    let outcome = match &app.jobs {
-        None => app::reserve(app, sale_id, &user_id),
-        Some(jobs) => pipelined(app, jobs, sale_id, &user_id),
-    };
-    purchase::conclude(app, sale_id, &user_id, outcome)
-}
-
-/// Hands a purchase to the group-commit threads and waits for its outcome:
-/// [`Unavailable`] at once when their queue is full, or when it was not
-/// sent within [`pipeline_wait`] (then it never is), or when a sent one got
-/// no outcome within another 3 Redis timeouts (then the reservation may
-/// still be made, as with any Redis timeout; the client's retry gets 409
-/// with its id).
-fn pipelined(app: &App, jobs: &Sender<Job>, sale_id: u64, user_id: &str) -> Reserved {
-    let slot = Arc::new(Slot::default());
-    let job = Job {
-        sale_id,
-        user_id: user_id.to_string(),
-        reservation_id: seckill_common::ids::new_reservation_id(),
-        reply_to: slot.clone(),
-    };
-    if jobs.try_send(job).is_err() {
-        return Err(Unavailable);
-    }
-    slot.wait(pipeline_wait(app), app.redis_timeout * 3)
-}
-
-/// How long a purchase waits to be sent to Redis before it is given up:
-/// three Redis timeouts (the queue ahead of it, the pipeline before it,
-/// and one retry of that on a fresh connection).
-fn pipeline_wait(app: &App) -> std::time::Duration {
-    app.redis_timeout * 3
 }
 
 fn count(app: &App, label: Label, status: u16, start: Instant) {

@@ -10,10 +10,13 @@
 //! - [`routes`]: the URL table and strict id parsing.
 //! - [`body`]: taking request bodies without letting tiny_http harm the
 //!   process (huge declared lengths, slow bodies).
-//! - [`purchase`], [`queries`]: the routes.
-//! - [`app`]: shared and per-thread state; reserving one unit.
+//! - [`purchase`]: one purchase, from body to reply; [`queries`]: the
+//!   reading routes.
+//! - [`reserver`]: the two ways a purchase reaches Redis, behind one type.
+//! - [`app`]: the state every thread shares.
 //! - [`group_commit`]: pipelining purchases to Redis from a few threads.
-//! - [`redis_link`]: one Redis connection with reconnect and backoff.
+//! - [`redis_link`]: one Redis connection with reconnect and backoff; the
+//!   pool of them the reading routes borrow.
 //! - [`soldout`]: the sold-out fast path, ordered by the sale's reservation
 //!   sequence; [`buyers`]: a sold-out sale's buyers, loaded once and bounded.
 //! - [`reply`], [`metrics`]: answers and `/metrics`.
@@ -32,6 +35,7 @@ mod purchase;
 mod queries;
 mod redis_link;
 mod reply;
+mod reserver;
 mod routes;
 mod server;
 mod soldout;

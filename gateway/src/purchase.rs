@@ -1,8 +1,9 @@
 //! Owns `POST /v1/sales/{sale_id}/purchases`: the strict reading of the JSON
 //! body, the sold-out fast path in front of Redis ([`admit`]) and the
 //! mapping of a reservation outcome to the API's answers (202, 409, 410,
-//! 403, 404, 503 `unavailable` or `sale_paused`: [`conclude`]). The Redis call between them is made by the
-//! handler (one round trip) or a group-commit thread (`group_commit.rs`).
+//! 403, 404, 503 `unavailable` or `sale_paused`: [`conclude`]), and the
+//! whole purchase from body to reply ([`buy`]; the Redis call between the
+//! halves is `reserver.rs`).
 //!
 //! Unknown fields in the body are refused (400): a client that sends, say,
 //! `"quantity": 2` must learn that it is not honoured rather than be
@@ -59,6 +60,18 @@ pub fn parse_body(body: &[u8]) -> Result<String, Reply> {
         return Err(Reply::invalid(USER_ID_RULE));
     }
     Ok(parsed.user_id)
+}
+
+/// One purchase whose body is in memory, from body to reply: the sold-out
+/// fast path ([`admit`]), the reservation ([`crate::reserver::Reserver`]:
+/// group commit or one round trip), and the reply ([`conclude`]).
+pub fn buy(app: &App, sale_id: u64, body: &[u8]) -> Reply {
+    let user_id = match admit(app, sale_id, body) {
+        Ok(u) => u,
+        Err(reply) => return reply,
+    };
+    let outcome = app.reserver.reserve(app, sale_id, &user_id);
+    conclude(app, sale_id, &user_id, outcome)
 }
 
 /// The first half of a purchase, before Redis: reads the user id from

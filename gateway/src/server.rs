@@ -4,12 +4,14 @@
 //! Redis threads, readiness, and the orderly stop on SIGTERM (requests
 //! being handled and purchases in a pipeline answered, exit 0).
 
-use crate::app::{App, LinkPool};
+use crate::app::App;
 use crate::buyers;
 use crate::group_commit::{self, QUEUE_CAPACITY};
 use crate::handler::handle;
 use crate::metrics::Metrics;
+use crate::redis_link::LinkPool;
 use crate::redis_link::{Link, BACKOFF_MAX};
+use crate::reserver::Reserver;
 use crate::soldout::SoldOutCache;
 use seckill_common::{Config, Shutdown};
 use socket2::{Domain, Protocol, Socket, TcpKeepalive, Type};
@@ -123,11 +125,11 @@ pub fn run(config: Config, shutdown: Shutdown, unblocker: Unblocker) -> Result<(
     let listener = bind(config.listen, config.gateway_write_timeout)
         .map_err(|e| GatewayError::Bind(config.listen, e))?;
     let metrics = Arc::new(Metrics::default());
-    let (jobs, job_rx) = match config.gateway_redis_threads {
-        0 => (None, None),
+    let (reserver, job_rx) = match config.gateway_redis_threads {
+        0 => (Reserver::RoundTrip, None),
         _ => {
-            let (tx, rx) = crossbeam_channel::bounded(QUEUE_CAPACITY);
-            (Some(tx), Some(rx))
+            let (jobs, rx) = crossbeam_channel::bounded(QUEUE_CAPACITY);
+            (Reserver::GroupCommit { jobs }, Some(rx))
         }
     };
     let links = config.effective_gateway_threads();
@@ -139,7 +141,7 @@ pub fn run(config: Config, shutdown: Shutdown, unblocker: Unblocker) -> Result<(
         client: client.clone(),
         redis_timeout: config.redis_timeout,
         body_limit: config.body_limit_bytes,
-        jobs,
+        reserver,
         links: LinkPool::new(&client, links, config.redis_timeout, &metrics),
         active: AtomicUsize::new(0),
         closing: AtomicBool::new(false),

@@ -1,0 +1,77 @@
+//! Owns the two ways a purchase reaches Redis behind one type
+//! ([`Reserver`]): one round trip on a borrowed link, or group commit (the
+//! purchase handed to the Redis threads of `group_commit.rs`, its outcome
+//! waited for on this connection's thread). Either way the reservation id
+//! is drawn here and a reply naming it is this purchase's own success
+//! (`reservation::own`).
+
+use crate::app::App;
+use crate::group_commit::{Job, Slot};
+use crate::redis_link::Unavailable;
+use crossbeam_channel::Sender;
+use seckill_common::reservation::{self, Replied};
+use std::sync::Arc;
+use std::time::Duration;
+
+/// How purchases reach Redis (`SECKILL_GATEWAY_REDIS_THREADS`).
+pub enum Reserver {
+    /// `0`: each purchase borrows one of the shared links for one round
+    /// trip.
+    RoundTrip,
+    /// Group commit: purchases go to the Redis threads over `jobs`.
+    GroupCommit {
+        /// The bounded queue to the Redis threads.
+        jobs: Sender<Job>,
+    },
+}
+
+impl Reserver {
+    /// Reserves one unit of `sale_id` for the valid `user_id`.
+    ///
+    /// Errors: [`Unavailable`] when Redis cannot be reached in time, or (group
+    /// commit) when the Redis threads' queue is full, or the purchase was not
+    /// sent within three Redis timeouts (then it never is). A purchase that
+    /// was sent and got no answer may still have reserved (the script ran,
+    /// the answer was lost); a client's retry is answered 409 with its id.
+    pub fn reserve(&self, app: &App, sale_id: u64, user_id: &str) -> Result<Replied, Unavailable> {
+        let rid = seckill_common::ids::new_reservation_id();
+        match self {
+            Reserver::RoundTrip => round_trip(app, sale_id, user_id, &rid),
+            Reserver::GroupCommit { jobs } => {
+                let slot = Arc::new(Slot::default());
+                let job = Job {
+                    sale_id,
+                    user_id: user_id.to_string(),
+                    reservation_id: rid,
+                    reply_to: slot.clone(),
+                };
+                if jobs.try_send(job).is_err() {
+                    return Err(Unavailable);
+                }
+                slot.wait(pipeline_wait(app), app.redis_timeout * 3)
+            }
+        }
+    }
+}
+
+/// How long a purchase waits to be sent to Redis before it is given up:
+/// three Redis timeouts (the queue ahead of it, the pipeline before it,
+/// and one retry of that on a fresh connection).
+fn pipeline_wait(app: &App) -> Duration {
+    app.redis_timeout * 3
+}
+
+fn round_trip(app: &App, sale_id: u64, user_id: &str, rid: &str) -> Result<Replied, Unavailable> {
+    let inv = reservation::prepare(sale_id, user_id, rid);
+    let reply = app
+        .links
+        .with(|link| link.with(|con| inv.invoke::<redis::Value>(con)))?;
+    match reservation::parse(&reply) {
+        Ok(r) => Ok(reservation::own(r, rid)),
+        Err(e) => {
+            app.metrics.redis_errors.inc();
+            log::error!("reservation: {e}");
+            Err(Unavailable)
+        }
+    }
+}
