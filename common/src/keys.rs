@@ -22,6 +22,29 @@
 //! discovery), `seckill:workers` (set of worker ids that ever consumed) and
 //! `seckill:worker:WORKER:heartbeat` (string with a TTL).
 
+/// A reservation's status in the sale's `status` hash, as the purchase
+/// status route shows it. The Lua scripts write the same words.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PurchaseStatus {
+    /// Reserved in Redis, its order message on its way (`queued`).
+    Queued,
+    /// The worker has committed its order to MySQL (`confirmed`).
+    Confirmed,
+    /// It will never be an order: dead-lettered or released (`failed`).
+    Failed,
+}
+
+impl PurchaseStatus {
+    /// The stored word.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            PurchaseStatus::Queued => "queued",
+            PurchaseStatus::Confirmed => "confirmed",
+            PurchaseStatus::Failed => "failed",
+        }
+    }
+}
+
 /// The set of every sale id loaded into Redis (`SSCAN` it; never `KEYS`).
 pub const SALES: &str = "seckill:sales";
 

@@ -15,6 +15,7 @@ use crate::metrics::Outcome;
 use crate::redis_link::Unavailable;
 use crate::reply::Reply;
 use crate::soldout::{Closed, Known};
+use seckill_common::keys::PurchaseStatus;
 use seckill_common::reservation::{Replied, ReserveOutcome};
 use serde::Deserialize;
 use serde_json::json;
@@ -146,7 +147,10 @@ pub fn conclude(
         ReserveOutcome::Reserved(rid) => {
             metrics.outcome(Outcome::Reserved);
             app.soldout.reserved(sale_id, seq);
-            Reply::json(202, json!({ "reservation_id": rid, "status": "queued" }))
+            Reply::json(
+                202,
+                json!({ "reservation_id": rid, "status": PurchaseStatus::Queued.as_str() }),
+            )
         }
         ReserveOutcome::AlreadyPurchased(rid) => {
             metrics.outcome(Outcome::AlreadyPurchased);

@@ -5,6 +5,7 @@
 
 use crate::app::App;
 use crate::reply::Reply;
+use seckill_common::keys::PurchaseStatus;
 use seckill_common::keys::SaleKeys;
 use seckill_common::redis_server;
 use serde_json::json;
@@ -83,7 +84,10 @@ pub fn purchase_status(app: &App, sale_id: u64, user_id: &str) -> Reply {
                 .arg(&rid)
                 .query::<Option<String>>(con)
         })?;
-        Ok(Some((rid, status.unwrap_or_else(|| "queued".to_string()))))
+        Ok(Some((
+            rid,
+            status.unwrap_or_else(|| PurchaseStatus::Queued.as_str().to_string()),
+        )))
     });
     match found {
         Ok(Some((rid, status))) => {

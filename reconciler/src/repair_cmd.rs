@@ -30,6 +30,7 @@ use crate::settle::Outcome;
 use mysql::prelude::Queryable;
 use redis::Commands;
 use seckill_common::data_loss;
+use seckill_common::keys::PurchaseStatus;
 use seckill_common::keys::{self, SaleKeys};
 use seckill_common::message::{OrderMessage, MESSAGE_VERSION};
 use seckill_common::sale::Sale;
@@ -184,7 +185,8 @@ fn rebuild(
             pipe.hset(k.flow(), rid, msg.to_json()).ignore();
         }
         pipe.hset(k.buyers(), user, rid).ignore();
-        pipe.hset(k.status(), rid, "confirmed").ignore();
+        pipe.hset(k.status(), rid, PurchaseStatus::Confirmed.as_str())
+            .ignore();
         out.orders += 1;
     }
     for (rid, raw) in &flows {
@@ -197,7 +199,8 @@ fn rebuild(
         if holder.contains(user.as_str()) {
             // A duplicate: its user holds an order of another reservation.
             pipe.hdel(k.flow(), rid).ignore();
-            pipe.hset(k.status(), rid, "failed").ignore();
+            pipe.hset(k.status(), rid, PurchaseStatus::Failed.as_str())
+                .ignore();
             if queue.contains(raw) {
                 pipe.lrem(k.queue(), 0, raw).ignore();
             }

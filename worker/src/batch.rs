@@ -33,6 +33,7 @@ use crate::apply::{Applied, Conflict};
 use crate::consume::{CrashPoint, Worker};
 use crate::error::ApplyError;
 use seckill_common::dead_letter::DeadLetter;
+use seckill_common::keys::PurchaseStatus;
 use seckill_common::keys::SaleKeys;
 use seckill_common::message::OrderMessage;
 use std::time::Instant;
@@ -427,7 +428,8 @@ impl Worker {
         let mut p = redis::pipe();
         p.atomic();
         for rid in &s.confirmed {
-            p.hset(k.status(), rid, "confirmed").ignore();
+            p.hset(k.status(), rid, PurchaseStatus::Confirmed.as_str())
+                .ignore();
             p.hdel(k.attempts(), rid).ignore();
         }
         for d in &s.fenced {
@@ -436,7 +438,8 @@ impl Worker {
         for d in &s.dead {
             p.lpush(k.dead_letter(), d.to_json()).ignore();
             if let Some(rid) = &d.reservation_id {
-                p.hset(k.status(), rid, "failed").ignore();
+                p.hset(k.status(), rid, PurchaseStatus::Failed.as_str())
+                    .ignore();
                 p.hdel(k.attempts(), rid).ignore();
             }
         }
