@@ -115,6 +115,24 @@ pub fn mysql_opts(url: &str, timeout: Duration) -> Result<OptsBuilder, SchemaErr
         .init(vec!["SET time_zone = '+00:00'"]))
 }
 
+/// `n` SQL placeholders joined by commas (`?,?,?`), for an `IN (...)` or a
+/// multi-row `VALUES` list.
+pub fn placeholders(n: usize) -> String {
+    vec!["?"; n].join(",")
+}
+
+/// Units the stock ledger has deducted from `sale_id`: `-SUM(delta)` over
+/// every row of the sale (0 without rows).
+///
+/// Errors: MySQL failures.
+pub fn ledger_deductions<Q: Queryable>(db: &mut Q, sale_id: u64) -> Result<i64, mysql::Error> {
+    let v: Option<i64> = db.exec_first(
+        "SELECT CAST(COALESCE(-SUM(delta), 0) AS SIGNED) FROM stock_ledger WHERE sale_id = ?",
+        (sale_id,),
+    )?;
+    Ok(v.unwrap_or(0))
+}
+
 /// Opens one MySQL connection (see [`mysql_opts`]).
 pub fn connect(url: &str, timeout: Duration) -> Result<Conn, SchemaError> {
     Ok(Conn::new(mysql_opts(url, timeout)?)?)

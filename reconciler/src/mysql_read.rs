@@ -91,16 +91,13 @@ pub fn books(db: &mut Conn, sale_id: u64) -> mysql::Result<Option<Books>> {
         let Some((total_stock, available_stock)) = sale else {
             return Ok(None);
         };
-        let ledger: Option<i64> = db.exec_first(
-            "SELECT CAST(COALESCE(-SUM(delta), 0) AS SIGNED) FROM stock_ledger WHERE sale_id = ?",
-            (sale_id,),
-        )?;
+        let ledger = seckill_common::schema::ledger_deductions(db, sale_id)?;
         let orders: Option<i64> =
             db.exec_first("SELECT COUNT(*) FROM orders WHERE sale_id = ?", (sale_id,))?;
         Ok(Some(Books {
             total_stock,
             available_stock,
-            ledger_deductions: ledger.unwrap_or(0),
+            ledger_deductions: ledger,
             orders: orders.unwrap_or(0),
         }))
     })();
@@ -150,10 +147,6 @@ pub fn for_each_order_id(
     Ok(())
 }
 
-fn placeholders(n: usize) -> String {
-    vec!["?"; n].join(",")
-}
-
 /// The orders among `rids` (any number; looked up [`LOOKUP_CHUNK`] at a time).
 pub fn order_details(db: &mut Conn, rids: &[String]) -> mysql::Result<Vec<OrderDetail>> {
     let mut out = Vec::new();
@@ -162,7 +155,7 @@ pub fn order_details(db: &mut Conn, rids: &[String]) -> mysql::Result<Vec<OrderD
             "SELECT id, reservation_id, user_id,
                     CAST(COALESCE(UNIX_TIMESTAMP(reserved_at) * 1000, 0) AS SIGNED)
              FROM orders WHERE reservation_id IN ({})",
-            placeholders(chunk.len())
+            seckill_common::schema::placeholders(chunk.len())
         );
         let rows: Vec<(u64, String, String, i64)> = db.exec(sql, chunk.to_vec())?;
         out.extend(rows.into_iter().map(|(id, r, u, at)| OrderDetail {

@@ -184,10 +184,7 @@ pub fn show(config: &Config, id: u64) -> Res<u8> {
         return Ok(2);
     };
     let orders = order_count(&mut db, id)?;
-    let ledger: Option<i64> = db.exec_first(
-        "SELECT CAST(COALESCE(-SUM(delta), 0) AS SIGNED) FROM stock_ledger WHERE sale_id = ?",
-        (id,),
-    )?;
+    let ledger = seckill_common::schema::ledger_deductions(&mut db, id)?;
     let mut con = redis_con(config)?;
     let k = SaleKeys::new(id);
     let stock: Option<i64> = con.get(k.stock())?;
@@ -228,7 +225,7 @@ pub fn show(config: &Config, id: u64) -> Res<u8> {
             sale.available_stock,
             stock.map_or_else(not_loaded, |s| s.to_string())
         )?;
-        writeln!(w, "ledger deductions {:<12} -", ledger.unwrap_or(0))?;
+        writeln!(w, "ledger deductions {:<12} -", ledger)?;
         writeln!(w, "orders            {:<12} -", orders)?;
         writeln!(w, "reservations      -            {flows}")?;
         writeln!(w, "queued messages   -            {queued}")?;

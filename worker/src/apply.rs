@@ -237,10 +237,6 @@ fn set_limits(conn: &mut Conn, l: SessionLimits) -> Result<(), ApplyError> {
     }
 }
 
-fn placeholders(n: usize) -> String {
-    vec!["?"; n].join(",")
-}
-
 fn apply_in_transaction(
     conn: &mut Conn,
     sale_id: u64,
@@ -270,8 +266,8 @@ fn apply_in_transaction(
     let sql = format!(
         "SELECT id, reservation_id, sale_id, user_id FROM orders WHERE reservation_id IN ({}) \
          OR (sale_id = ? AND user_id IN ({}))",
-        placeholders(msgs.len()),
-        placeholders(msgs.len())
+        seckill_common::schema::placeholders(msgs.len()),
+        seckill_common::schema::placeholders(msgs.len())
     );
     let mut params: Vec<Value> = msgs
         .iter()
@@ -374,7 +370,7 @@ fn apply_in_transaction(
     if !wanted.is_empty() {
         let sql = format!(
             "SELECT reservation_id, id FROM orders WHERE reservation_id IN ({})",
-            placeholders(wanted.len())
+            seckill_common::schema::placeholders(wanted.len())
         );
         let params: Vec<Value> = wanted.iter().map(|r| Value::from(*r)).collect();
         let rows: Vec<(String, u64)> = tx.exec(sql, Params::Positional(params))?;
