@@ -199,7 +199,7 @@ impl Config {
                 return Err(ConfigError {
                     variable: "SECKILL_WORKER_ID",
                     value: v.to_string(),
-                    expected: "1-64 characters of A-Z a-z 0-9 _ . -",
+                    expected: crate::TOKEN_RULE,
                 });
             }
             c.worker_id = v.to_string();

@@ -53,6 +53,18 @@ pub mod timefmt;
 pub use config::{Config, ConfigError};
 pub use shutdown::Shutdown;
 
+/// The rule [`is_valid_token`] checks, as a literal, so that messages can
+/// `concat!` it (see [`TOKEN_RULE`]).
+#[macro_export]
+macro_rules! token_rule {
+    () => {
+        "1-64 characters of A-Z a-z 0-9 _ . -"
+    };
+}
+
+/// The rule [`is_valid_token`] checks, as told to people (error messages).
+pub const TOKEN_RULE: &str = token_rule!();
+
 /// Whether `s` is a valid user or worker id: 1-64 characters of
 /// `A-Z a-z 0-9 _ . -` (the gateway API's rule for `user_id`).
 pub fn is_valid_token(s: &str) -> bool {

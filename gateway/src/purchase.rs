@@ -29,7 +29,7 @@ struct PurchaseBody {
 }
 
 /// The rule for `user_id`, as told to clients.
-pub const USER_ID_RULE: &str = "user_id must be 1-64 characters of A-Z a-z 0-9 _ . -";
+pub const USER_ID_RULE: &str = concat!("user_id must be ", seckill_common::token_rule!());
 
 const EXPECTED: &str = "expected {\"user_id\": \"...\"} with a string user_id and no other field";
 

@@ -114,7 +114,7 @@ pub fn route(method: &Method, url: &str) -> Route {
                     } else if seckill_common::is_valid_token(user) {
                         Route::PurchaseStatus(sale, (*user).to_string())
                     } else {
-                        Route::Invalid("user_id must be 1-64 characters of A-Z a-z 0-9 _ . -")
+                        Route::Invalid(crate::purchase::USER_ID_RULE)
                     }
                 }
                 _ => Route::NotFound,
