@@ -32,9 +32,9 @@ fn rss_kib(pid: u32) -> u64 {
 #[test]
 fn sold_out_buyers_are_bounded_answered_409_and_freed_when_the_sales_end() {
     let redis = RedisServer::start();
-    // 50 sales of 20 units, all ending 4 s from now.
+    // 50 sales of 20 units, open for a minute (ended by hand below).
     for id in 1..=50 {
-        load_sale(&redis, id, 20, -1000, 5_000);
+        load_sale(&redis, id, 20, -1000, 60_000);
     }
     let g = Gateway::start(&redis, &[("SECKILL_GATEWAY_BUYERS_MAX", "500")]);
     let mut c = Client::connect(g.port);
@@ -84,8 +84,21 @@ fn sold_out_buyers_are_bounded_answered_409_and_freed_when_the_sales_end() {
         memory > 0.0 && read_one > 0.0,
         "{memory} {read_one} {script}"
     );
-    // The sales end: everything is freed within the sweep.
+    // The sales end (their window moved to the past in Redis): the next
+    // recheck hears `ended` and frees each sale's buyers.
+    let past = seckill_common::now_ms() - 1;
+    for id in 1..=50u64 {
+        let _: () = redis::cmd("HSET")
+            .arg(seckill_common::keys::SaleKeys::new(id).meta())
+            .arg("ends_at_ms")
+            .arg(past)
+            .query(&mut redis.con())
+            .unwrap();
+    }
     wait_until(Duration::from_secs(10), "the buyers freed", || {
+        for id in 1..=50u64 {
+            c.buy(id, "late");
+        }
         metric(g.port, "seckill_gateway_buyers_remembered") == 0.0
     });
     assert_eq!(c.buy(1, "s1-u0").error(), "sale_ended");

@@ -236,9 +236,9 @@ fn a_policy_changed_on_a_live_redis_stops_purchases_and_workers_within_seconds()
         buy(g.port, sale, "during").status == 503
     });
     // Reserved behind the gateway's back once the worker's watch has seen
-    // the policy and its blocking wait (200 ms here) has come back: the
+    // the policy (every 200 ms) and its blocking wait (200 ms here) has come back: the
     // worker must leave it queued.
-    std::thread::sleep(Duration::from_secs(1));
+    std::thread::sleep(Duration::from_secs(2));
     assert!(matches!(
         seckill_common::reservation::reserve(&mut redis.con(), sale, "sneaky").unwrap(),
         seckill_common::reservation::ReserveOutcome::Reserved(_)
