@@ -28,7 +28,9 @@ use std::sync::OnceLock;
 /// `ARGV`: the reservation id. Replies `{'released', stock_after}`,
 /// `{'not_found'}`, `{'confirmed'}` or `{'in_flight', processing_key}`;
 /// an error reply, with nothing changed, when a key it writes holds the
-/// wrong type or the stock is not an integer (see `lua.rs`).
+/// wrong type or the stock is not an integer (see `lua.rs`). With `ARGV[2]`
+/// = `check` it stops before its first write and replies `{'clear',
+/// stock}` where it would release: what a rollback would come to.
 pub const RELEASE_LUA: &str = concat!(
     crate::lua_expect_types!(),
     r#"
@@ -49,6 +51,7 @@ if redis.call('HGET', KEYS[4], ARGV[1]) == 'confirmed' then return {'confirmed'}
 for i = 7, #KEYS do
   if redis.call('LPOS', KEYS[i], msg) then return {'in_flight', KEYS[i]} end
 end
+if ARGV[2] == 'check' then return {'clear', left or '0'} end
 local user = string.match(msg, '"user_id":"([^"]*)"')
 redis.call('LREM', KEYS[5], 0, msg)
 redis.call('HDEL', KEYS[1], ARGV[1])
@@ -136,6 +139,59 @@ pub fn release<C: ConnectionLike>(
     reservation_id: &str,
     worker_ids: &[String],
 ) -> Result<ReleaseOutcome, ReleaseError> {
+    let parts = run(con, sale_id, reservation_id, worker_ids, "release")?;
+    let unexpected = || ReleaseError::UnexpectedReply(format!("{parts:?}"));
+    match parts.first().map(String::as_str) {
+        Some("released") => {
+            let stock_after = parts
+                .get(1)
+                .and_then(|s| s.parse().ok())
+                .ok_or_else(unexpected)?;
+            Ok(ReleaseOutcome::Released { stock_after })
+        }
+        _ => refusal(&parts).ok_or_else(unexpected),
+    }
+}
+
+/// What a release of `reservation_id` would come to, changing nothing (the
+/// same script, stopped before its first write): `Ok(stock)` (units left
+/// now) when it would release, `Err(outcome)` with its refusal otherwise.
+///
+/// Errors: as [`release`].
+pub fn check<C: ConnectionLike>(
+    con: &mut C,
+    sale_id: u64,
+    reservation_id: &str,
+    worker_ids: &[String],
+) -> Result<Result<i64, ReleaseOutcome>, ReleaseError> {
+    let parts = run(con, sale_id, reservation_id, worker_ids, "check")?;
+    let unexpected = || ReleaseError::UnexpectedReply(format!("{parts:?}"));
+    match parts.first().map(String::as_str) {
+        Some("clear") => Ok(Ok(parts
+            .get(1)
+            .and_then(|s| s.parse().ok())
+            .ok_or_else(unexpected)?)),
+        _ => Ok(Err(refusal(&parts).ok_or_else(unexpected)?)),
+    }
+}
+
+/// The refusals both modes share.
+fn refusal(parts: &[String]) -> Option<ReleaseOutcome> {
+    match parts.first().map(String::as_str) {
+        Some("not_found") => Some(ReleaseOutcome::NotFound),
+        Some("confirmed") => Some(ReleaseOutcome::Confirmed),
+        Some("in_flight") => parts.get(1).cloned().map(ReleaseOutcome::InFlight),
+        _ => None,
+    }
+}
+
+fn run<C: ConnectionLike>(
+    con: &mut C,
+    sale_id: u64,
+    reservation_id: &str,
+    worker_ids: &[String],
+    mode: &str,
+) -> Result<Vec<String>, ReleaseError> {
     if !crate::ids::is_valid_reservation_id(reservation_id) {
         return Err(ReleaseError::InvalidReservationId);
     }
@@ -150,24 +206,8 @@ pub fn release<C: ConnectionLike>(
     for w in worker_ids {
         inv.key(k.processing(w));
     }
-    inv.arg(reservation_id);
+    inv.arg(reservation_id).arg(mode);
     let reply: Value = inv.invoke(con)?;
-    let parts: Vec<String> = Vec::<String>::from_redis_value(reply.clone())
-        .map_err(|_| ReleaseError::UnexpectedReply(format!("{reply:?}")))?;
-    let unexpected = || ReleaseError::UnexpectedReply(format!("{parts:?}"));
-    match parts.first().map(String::as_str) {
-        Some("released") => {
-            let stock_after = parts
-                .get(1)
-                .and_then(|s| s.parse().ok())
-                .ok_or_else(unexpected)?;
-            Ok(ReleaseOutcome::Released { stock_after })
-        }
-        Some("not_found") => Ok(ReleaseOutcome::NotFound),
-        Some("confirmed") => Ok(ReleaseOutcome::Confirmed),
-        Some("in_flight") => Ok(ReleaseOutcome::InFlight(
-            parts.get(1).cloned().ok_or_else(unexpected)?,
-        )),
-        _ => Err(unexpected()),
-    }
+    Vec::<String>::from_redis_value(reply.clone())
+        .map_err(|_| ReleaseError::UnexpectedReply(format!("{reply:?}")))
 }

@@ -32,9 +32,9 @@ use crate::review::{ActionKind, ActionStatus, PendingAction, Review};
 use crate::review_findings::Finding;
 use crate::run_cmd::redis_connect;
 use crate::settle::{self, Outcome};
-use redis::{FromRedisValue, Script, Value};
+use redis::Script;
 use seckill_common::keys::{SaleKeys, WORKERS};
-use seckill_common::release::{release, ReleaseError, ReleaseOutcome};
+use seckill_common::release::{release, ReleaseOutcome};
 use seckill_common::timefmt::format_ms;
 use seckill_common::{now_ms, Config};
 
@@ -63,21 +63,6 @@ redis.call('HSET', KEYS[5], ARGV[1], ARGV[3])
 redis.call('LPUSH', KEYS[3], msg)
 return 'queued'"
 );
-
-/// The refusals of `seckill_common::release::RELEASE_LUA`, in its order,
-/// without its writes: what a rollback would come to. `KEYS`: flow, status,
-/// stock, then every processing list of the sale; `ARGV`: reservation id.
-/// Replies `{'not_found'}`, `{'confirmed'}`, `{'in_flight', processing_key}`
-/// or `{'clear', stock}`. A real rollback runs this check first and then the
-/// release script, which checks the same conditions again atomically.
-const RELEASE_CHECK_LUA: &str = r"
-local msg = redis.call('HGET', KEYS[1], ARGV[1])
-if not msg then return {'not_found'} end
-if redis.call('HGET', KEYS[2], ARGV[1]) == 'confirmed' then return {'confirmed'} end
-for i = 4, #KEYS do
-  if redis.call('LPOS', KEYS[i], msg) then return {'in_flight', KEYS[i]} end
-end
-return {'clear', redis.call('GET', KEYS[3]) or '0'}";
 
 /// What the checks before an action's effect came to.
 enum Checked {
@@ -348,40 +333,16 @@ fn order_exists(action: ResolveAction, order_id: u64, rid: &str) -> Outcome {
     }
 }
 
-/// Runs [`RELEASE_CHECK_LUA`]: `Ok(stock)` when a release would go ahead,
-/// `Err(outcome)` with the release's refusal (or `NotFound`) otherwise.
+/// What a rollback would come to (`release::check`: the release script
+/// stopped before its first write): `Ok(stock)` when it would go ahead,
+/// `Err(outcome)` with its refusal otherwise.
 fn check_release(
     redis: &mut redis::Connection,
     sale_id: u64,
     rid: &str,
     workers: &[String],
 ) -> Result<Result<i64, ReleaseOutcome>, RunError> {
-    if !seckill_common::ids::is_valid_reservation_id(rid) {
-        return Err(RunError::Release(ReleaseError::InvalidReservationId));
-    }
-    let k = SaleKeys::new(sale_id);
-    let script = Script::new(RELEASE_CHECK_LUA);
-    let mut inv = script.prepare_invoke();
-    inv.key(k.flow()).key(k.status()).key(k.stock());
-    for w in workers {
-        inv.key(k.processing(w));
-    }
-    let reply: Value = inv.arg(rid).invoke(redis)?;
-    let parts: Vec<String> = Vec::<String>::from_redis_value(reply.clone())
-        .map_err(|_| RunError::Release(ReleaseError::UnexpectedReply(format!("{reply:?}"))))?;
-    let unexpected = || RunError::Release(ReleaseError::UnexpectedReply(format!("{parts:?}")));
-    Ok(match parts.first().map(String::as_str) {
-        Some("clear") => Ok(parts
-            .get(1)
-            .and_then(|s| s.parse().ok())
-            .ok_or_else(unexpected)?),
-        Some("not_found") => Err(ReleaseOutcome::NotFound),
-        Some("confirmed") => Err(ReleaseOutcome::Confirmed),
-        Some("in_flight") => Err(ReleaseOutcome::InFlight(
-            parts.get(1).cloned().ok_or_else(unexpected)?,
-        )),
-        _ => return Err(unexpected()),
-    })
+    seckill_common::release::check(redis, sale_id, rid, workers).map_err(RunError::Release)
 }
 
 /// Runs [`REORDER_LUA`]: only its checks without `mark`, the reorder with
