@@ -20,13 +20,21 @@ use serde_json::json;
 use std::sync::OnceLock;
 
 /// `KEYS`: dead-letter list, archive; `ARGV`: the entry, its archive form.
-/// Replies 1 when the entry moved, 0 when it was no longer there.
-const ARCHIVE_LUA: &str = r"
+/// Replies 1 when the entry moved, 0 when it was no longer there; an error
+/// reply, with nothing moved, when either list holds another type (the
+/// `LREM` must not run when the `RPUSH` would then fail: the entry would be
+/// lost).
+const ARCHIVE_LUA: &str = concat!(
+    seckill_common::lua_expect_types!(),
+    r"
+local bad = expect_types({KEYS[1], 'list', KEYS[2], 'list'})
+if bad then return bad end
 if redis.call('LREM', KEYS[1], 1, ARGV[1]) == 1 then
   redis.call('RPUSH', KEYS[2], ARGV[2])
   return 1
 end
-return 0";
+return 0"
+);
 
 /// The operator action that settled a reservation, as the archive records it.
 #[derive(Debug, Clone, PartialEq, Eq)]
