@@ -194,18 +194,7 @@ fn sold_out_is_answered_from_memory_and_restored_stock_is_seen_within_a_second()
     assert_eq!(bought.status, 202);
     assert_eq!(c.buy(6, "u1").status, 410);
     // From memory now: the script is not run again (no Redis call).
-    let calls = || -> u64 {
-        let info: String = redis::cmd("INFO")
-            .arg("commandstats")
-            .query(&mut redis.con())
-            .unwrap();
-        info.lines()
-            .find(|l| l.starts_with("cmdstat_evalsha:"))
-            .and_then(|l| l.split("calls=").nth(1))
-            .and_then(|s| s.split(',').next())
-            .and_then(|n| n.parse().ok())
-            .unwrap_or(0)
-    };
+    let calls = || gateway_support::evalsha_calls(&redis);
     let first = c.buy(6, "u0");
     assert_eq!(first.status, 409);
     assert_eq!(

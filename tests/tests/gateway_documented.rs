@@ -9,19 +9,6 @@ use gateway_support::{get, load_sale, open_sale, request, Client, Gateway};
 use seckill_common::keys::SaleKeys;
 use seckill_tests::RedisServer;
 
-fn evalsha_calls(redis: &RedisServer) -> u64 {
-    let info: String = redis::cmd("INFO")
-        .arg("commandstats")
-        .query(&mut redis.con())
-        .unwrap();
-    info.lines()
-        .find(|l| l.starts_with("cmdstat_evalsha:"))
-        .and_then(|l| l.split("calls=").nth(1))
-        .and_then(|s| s.split(',').next())
-        .and_then(|n| n.parse().ok())
-        .unwrap_or(0)
-}
-
 #[test]
 fn documented_answers_over_http() {
     let redis = RedisServer::start();
@@ -83,9 +70,13 @@ fn documented_answers_over_http() {
     for (sale, status, code) in [(999, 404, "sale_not_found"), (2, 403, "sale_ended")] {
         let first = c.buy(sale, "bob");
         assert_eq!((first.status, first.error()), (status, code.into()));
-        let calls = evalsha_calls(&redis);
+        let calls = gateway_support::evalsha_calls(&redis);
         let again = c.buy(sale, "carol");
         assert_eq!((again.status, again.error()), (status, code.into()));
-        assert_eq!(evalsha_calls(&redis), calls, "sale {sale}: a script call");
+        assert_eq!(
+            gateway_support::evalsha_calls(&redis),
+            calls,
+            "sale {sale}: a script call"
+        );
     }
 }

@@ -267,3 +267,18 @@ pub fn counts(redis: &RedisServer, id: u64) -> (i64, usize, usize) {
         con.llen(k.queue()).unwrap(),
     )
 }
+
+/// Scripts run by `EVALSHA` on `redis` so far (`INFO commandstats`): a
+/// purchase answered from memory leaves it unchanged.
+pub fn evalsha_calls(redis: &RedisServer) -> u64 {
+    let info: String = redis::cmd("INFO")
+        .arg("commandstats")
+        .query(&mut redis.con())
+        .unwrap();
+    info.lines()
+        .find(|l| l.starts_with("cmdstat_evalsha:"))
+        .and_then(|l| l.split("calls=").nth(1))
+        .and_then(|s| s.split(',').next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(0)
+}

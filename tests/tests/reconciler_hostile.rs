@@ -18,17 +18,7 @@ use seckill_common::keys::SaleKeys;
 use std::collections::{BTreeMap, HashSet};
 use std::process::Stdio;
 use std::time::{Duration, Instant};
-use support::World;
-
-fn ok(out: &std::process::Output) -> String {
-    assert_eq!(
-        out.status.code(),
-        Some(0),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8_lossy(&out.stdout).into_owned()
-}
+use support::{ok, World};
 
 /// `(id, kind, reservation_id)` of every finding in `state`.
 fn ids_of(w: &World, state: &str) -> Vec<(i64, String, String)> {

@@ -13,7 +13,7 @@ use redis::Commands;
 use seckill_common::keys::SaleKeys;
 use seckill_tests::RedisServer;
 use std::time::Duration;
-use support::World;
+use support::{ok, World};
 
 /// A sale of 10 with 3 reservations: 2 ordered, the third's message lost.
 /// Returns the world, the reservation ids and the finding id of the loss.
@@ -28,16 +28,6 @@ fn one_lost_message() -> (World, Vec<String>, String) {
     assert_eq!(f[0]["kind"], "flow_without_order");
     let id = f[0]["id"].as_i64().unwrap().to_string();
     (w, rids, id)
-}
-
-fn ok(out: &std::process::Output) -> String {
-    assert_eq!(
-        out.status.code(),
-        Some(0),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8_lossy(&out.stdout).into_owned()
 }
 
 #[test]

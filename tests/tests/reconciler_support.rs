@@ -171,3 +171,15 @@ impl World {
             .unwrap()
     }
 }
+
+/// The stdout of a command that must have exited 0 (its stderr in the
+/// panic otherwise).
+pub fn ok(out: &std::process::Output) -> String {
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
