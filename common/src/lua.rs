@@ -6,21 +6,16 @@
 //! fails half-way leaves a half-written state (issue 10 §2: a string where
 //! the queue list should be made the `LPUSH` fail after the `DECR`). Every
 //! script that writes therefore checks, before its first write, each key it
-//! writes: with `expect_type(key, type)` (or `expect_types({...})`) for a key
-//! it has not read yet, and with `checked(key, redis.pcall(...))` around a
-//! read that would fail on the wrong type anyway (no extra call: the
-//! reservation script reads meta, buyers and stock before it writes). Both
-//! return an error reply that names the key, so the caller can log it.
+//! writes with `expect_types({...})`, which returns an error reply naming
+//! the key, so the caller can log it. (The reservation script, the hot
+//! path, does without: see `reservation.rs`.)
 
-/// Lua source of three functions:
+/// Lua source of two functions:
 /// - `expect_type(key, type)`: `nil` when `key` is absent or of `type`
 ///   (`string`, `hash`, `list`, `set`), else the error reply
 ///   `WRONGTYPE <key> holds a <t>, expected a <type>`;
 /// - `expect_types(pairs)`: the same over a flat table
-///   `{key1, type1, key2, type2, ...}`, the first error wins;
-/// - `checked(key, reply)`: for the reply of a `redis.pcall` on `key`,
-///   `reply, nil` when it is not an error, else `nil` and the error reply
-///   with the key appended.
+///   `{key1, type1, key2, type2, ...}`, the first error wins.
 ///
 /// A macro so that scripts can `concat!` it in front of their own source.
 #[macro_export]
@@ -40,12 +35,6 @@ local function expect_types(pairs)
     if bad then return bad end
   end
   return nil
-end
-local function checked(key, reply)
-  if type(reply) == 'table' and reply['err'] then
-    return nil, redis.error_reply(reply['err'] .. ' (' .. key .. ')')
-  end
-  return reply, nil
 end
 "#
     };
