@@ -1,7 +1,8 @@
 //! Owns the `redis_data_loss` rule: each run compares every sale's Redis
 //! marks with MySQL's (`seckill_common::data_loss::watch_sale`, the same
 //! check the workers make every 200 ms, so a loss is caught even with no
-//! worker running), and a paused sale is one critical finding (subject
+//! worker running; only for sales whose window has not been closed for a
+//! minute, as the workers), and a paused sale is one critical finding (subject
 //! `sale`) with the evidence, until `sale repair` resumes it. The
 //! per-record rules are not applied to a paused sale: its Redis state is
 //! known to be wrong, and the repair rebuilds it; the sale's other findings
@@ -10,6 +11,7 @@
 use crate::error::RunError;
 use crate::reconcile::obs;
 use crate::review_findings::{Kind, Observation};
+use mysql::prelude::Queryable;
 use seckill_common::data_loss::{self, SaleState};
 use serde_json::json;
 
@@ -25,6 +27,15 @@ pub fn observe(
     mysql: &mut mysql::Conn,
     sale_id: u64,
 ) -> Result<Option<Observation>, RunError> {
+    // A sale closed for a minute cannot sell again, and its Redis keys may
+    // be cleaned up on purpose: only a pause already decided is reported.
+    let open: Option<i64> = mysql.exec_first(
+        "SELECT ends_at > UTC_TIMESTAMP(3) - INTERVAL 1 MINUTE FROM sales WHERE id = ?",
+        (sale_id,),
+    )?;
+    if open != Some(1) && data_loss::mysql_state(mysql, sale_id)?.paused.is_none() {
+        return Ok(None);
+    }
     let state = data_loss::watch_sale(redis, mysql, sale_id).map_err(|e| match e {
         data_loss::WatchError::Redis(e) => RunError::Redis(e),
         data_loss::WatchError::Mysql(e) => RunError::Mysql(e),

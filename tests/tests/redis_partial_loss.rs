@@ -198,3 +198,32 @@ fn a_worker_registers_again_when_redis_lost_the_workers_set() {
         members() == vec!["w1".to_string()]
     });
 }
+
+#[test]
+fn a_sale_closed_for_a_minute_is_not_reported_when_its_keys_are_cleaned_up() {
+    let redis = RedisServer::start();
+    let db = TestDb::create();
+    let dir = TempDir::new();
+    // Ended 90 s ago, once watched (MySQL holds its marks).
+    let sale = create_sale(&db, &redis, 10, -120_000, 30_000);
+    let mut c = db.conn();
+    mysql::prelude::Queryable::query_drop(
+        &mut c,
+        format!(
+            "INSERT INTO sale_redis_state (sale_id, seq_high, checkpoint_high) VALUES ({sale}, 3, 40)"
+        ),
+    )
+    .unwrap();
+    for key in [SaleKeys::new(sale).meta(), SaleKeys::new(sale).stock()] {
+        let _: () = redis::cmd("DEL").arg(key).query(&mut redis.con()).unwrap();
+    }
+    // Not a loss to pause for: only the books' own rule sees the Redis
+    // stock gone (stock_mismatch, as before this rule existed).
+    let (code, out) = reconciler(&redis, &db, &dir, &["run"]);
+    assert_eq!(code, 1, "{out}");
+    assert!(out.contains("observed [stock_mismatch 1], 1 new"), "{out}");
+    let paused: i64 = db.count(&format!(
+        "SELECT COUNT(*) FROM sale_redis_state WHERE sale_id = {sale} AND paused_reason IS NOT NULL"
+    ));
+    assert_eq!(paused, 0);
+}

@@ -6,9 +6,10 @@
 //! loop skips ([`PausedSales`]); each pass also checks the server's eviction
 //! policy, so a policy changed at run time stops the consuming loop too.
 //!
-//! Sales watched: those in `seckill:sales` and those MySQL has a mark for
-//! whose window ended less than a day ago (a Redis that lost everything has
-//! lost the sales set too).
+//! Sales watched: every sale MySQL has whose window has not been closed for
+//! a minute, read from MySQL (a Redis that lost everything has lost its
+//! sales set too; a closed sale cannot sell again). Each costs one MySQL
+//! write per pass per worker (the checkpoint).
 
 use crate::metrics::Metrics;
 use crate::queue;
@@ -131,14 +132,12 @@ impl LossWatch {
                 }
             }
         }
-        let mut sales = queue::sales(con)?;
-        let marked: Vec<u64> = db.query(
-            "SELECT r.sale_id FROM sale_redis_state r JOIN sales s ON s.id = r.sale_id
-             WHERE s.ends_at > UTC_TIMESTAMP(3) - INTERVAL 1 DAY",
+        // Sales that can still sell (window not closed a minute ago): a
+        // closed sale cannot sell twice, and each watched sale costs one
+        // MySQL write per pass.
+        let sales: Vec<u64> = db.query(
+            "SELECT id FROM sales WHERE ends_at > UTC_TIMESTAMP(3) - INTERVAL 1 MINUTE ORDER BY id",
         )?;
-        sales.extend(marked);
-        sales.sort_unstable();
-        sales.dedup();
         for sale in sales {
             let state = match data_loss::watch_sale(con, db, sale) {
                 Ok(s) => s,
