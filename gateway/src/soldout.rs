@@ -43,6 +43,13 @@ pub const RECHECK_AFTER: Duration = Duration::from_millis(500);
 /// the next purchase after this window asks again.
 pub const RECHECK_WINDOW: Duration = Duration::from_millis(100);
 
+/// How soon a sold-out answer is rechecked after an inconclusive recheck
+/// (a winner's 409 from the script says nothing of the stock): soon enough
+/// that restored stock is seen at once, far enough apart that a crowd of
+/// winners' retries cannot all become script calls (at most one per 20 ms
+/// per sale).
+pub const INCONCLUSIVE_RETRY: Duration = Duration::from_millis(20);
+
 /// Most sales remembered at once; beyond it the memory is cleared, so a
 /// flood of made-up sale ids cannot grow it without bound.
 pub const MAX_SALES: usize = 10_000;
@@ -251,20 +258,20 @@ impl SoldOutCache {
     /// says nothing of its stock (`already_purchased`, `paused`,
     /// `not_started`). An `Unknown` or `Ended` memory is forgotten. A
     /// `SoldOut` one that is being rechecked (within [`RECHECK_WINDOW`] of
-    /// its expiry) is made due again, so the next purchase rechecks at once:
-    /// when most purchases are winners' retries (409 from the script), the
-    /// recheck must not wait a whole window per inconclusive answer.
+    /// its expiry) is made due again after [`INCONCLUSIVE_RETRY`]: when most
+    /// purchases are winners' retries (409 from the script), the recheck
+    /// must not wait a whole window per inconclusive answer.
     pub fn inconclusive(&self, sale_id: u64, now: Instant) {
         let Some(e) = self.entry(sale_id) else { return };
         match Closed::from_code(e.closed.load(Ordering::Acquire)) {
             Closed::SoldOut => {
-                let now_us = self.micros(now);
+                let soon = self.micros(now + INCONCLUSIVE_RETRY);
                 let window = self.micros(now + RECHECK_WINDOW);
                 let until = e.until_us.load(Ordering::Acquire);
                 if until <= window {
                     let _ = e.until_us.compare_exchange(
                         until,
-                        now_us,
+                        soon,
                         Ordering::AcqRel,
                         Ordering::Acquire,
                     );
@@ -413,7 +420,7 @@ mod tests {
     }
 
     #[test]
-    fn an_inconclusive_recheck_lets_the_next_purchase_recheck_at_once() {
+    fn an_inconclusive_recheck_is_followed_by_another_20_ms_later() {
         let c = SoldOutCache::new(10);
         let t0 = Instant::now();
         assert!(c.closed(1, Closed::SoldOut, 5, t0));
@@ -425,7 +432,12 @@ mod tests {
         assert_eq!(closed(c.get(1, t1)), None);
         assert_eq!(closed(c.get(1, t1)), Some(Closed::SoldOut));
         c.inconclusive(1, t1);
-        assert_eq!(closed(c.get(1, t1)), None, "the next one rechecks at once");
+        let soon = t1 + INCONCLUSIVE_RETRY;
+        assert_eq!(
+            closed(c.get(1, soon - Duration::from_millis(1))),
+            Some(Closed::SoldOut)
+        );
+        assert_eq!(closed(c.get(1, soon)), None, "rechecked 20 ms later");
         // An unknown sale that answers at all is forgotten.
         c.closed(2, Closed::Unknown, 0, t0);
         c.inconclusive(2, t0);
