@@ -1,0 +1,63 @@
+//! Specifies documented worker behaviours no other test exercised (issue
+//! 17): a message in another sale's queue is dead-lettered at once with its
+//! reason and makes no order; and a worker goes on after its Redis restarts
+//! (AOF on), ordering what was queued before and after.
+
+#[path = "worker_support.rs"]
+mod worker_support;
+
+use redis::Commands;
+use seckill_common::keys::SaleKeys;
+use seckill_tests::{create_sale, RedisServer, TestDb};
+use std::time::Duration;
+use worker_support::{dead_letters, reserve_users, wait_orders, Opts, WorkerProc};
+
+#[test]
+fn a_message_in_another_sales_queue_is_dead_lettered_at_once() {
+    let redis = RedisServer::start();
+    let db = TestDb::create();
+    let a = create_sale(&db, &redis, 5, -1000, 600_000);
+    let b = create_sale(&db, &redis, 5, -1000, 600_000);
+    reserve_users(&redis, a, "a", 1);
+    // Move sale a's message onto sale b's queue.
+    let mut con = redis.con();
+    let msg: String = con.rpop(SaleKeys::new(a).queue(), None).unwrap();
+    let _: () = con.lpush(SaleKeys::new(b).queue(), &msg).unwrap();
+    let _w = WorkerProc::start(&redis, &db, "w1", &Opts::default());
+    seckill_tests::wait_until(Duration::from_secs(20), "the dead letter", || {
+        dead_letters(&redis, b).len() == 1
+    });
+    let d = &dead_letters(&redis, b)[0];
+    assert_eq!(
+        d.reason,
+        format!("order message for sale {a} in the queue of sale {b}")
+    );
+    assert_eq!((d.attempts, d.message.as_str()), (0, msg.as_str()));
+    assert_eq!(db.count("SELECT COUNT(*) FROM orders"), 0);
+    // Settled in the keys of the queue it was found in (one hash tag per
+    // batch); sale a's own status still says queued, and a's flow record
+    // without an order is the reconciler's flow_without_order.
+    let rid = d.reservation_id.as_deref().unwrap();
+    let in_b: Option<String> = con.hget(SaleKeys::new(b).status(), rid).unwrap();
+    let in_a: Option<String> = con.hget(SaleKeys::new(a).status(), rid).unwrap();
+    assert_eq!(
+        (in_b.as_deref(), in_a.as_deref()),
+        (Some("failed"), Some("queued"))
+    );
+}
+
+#[test]
+fn a_worker_goes_on_after_its_redis_restarts() {
+    let mut redis = RedisServer::start();
+    let db = TestDb::create();
+    let sale = create_sale(&db, &redis, 20, -1000, 600_000);
+    let _w = WorkerProc::start(&redis, &db, "w1", &Opts::default());
+    reserve_users(&redis, sale, "before", 5);
+    wait_orders(&db, sale, 5, Duration::from_secs(20));
+    redis.stop();
+    std::thread::sleep(Duration::from_millis(500));
+    redis.restart();
+    reserve_users(&redis, sale, "after", 5);
+    wait_orders(&db, sale, 10, Duration::from_secs(30));
+    worker_support::assert_exactly_once(&db, &redis, sale, 20);
+}
