@@ -9,7 +9,8 @@
 //! still on its way (queued; the worker will apply it), and released when
 //! its user already holds an order of another reservation (a duplicate made
 //! between the loss and the pause): flow record removed, status `failed`,
-//! message taken off the queue and the dead-letter list. Stock = total −
+//! message taken off the queue, its dead letters archived with this action
+//! (`dead_letter_archive.rs`, as for a rollback). Stock = total −
 //! orders − reservations kept in flight; the sequence = the larger of Redis's
 //! and MySQL's mark. All Redis writes are one `MULTI`. Refused (nothing
 //! written, exit 1) while a worker holds messages of the sale in its
@@ -19,10 +20,11 @@
 //! and writes the same state again. Audited: see [`repair`].
 
 use crate::cli::RepairArgs;
+use crate::dead_letter_archive::{archive_entries_of, SettledBy};
 use crate::error::RunError;
 use crate::lock::{RunLock, LOCK_WAIT};
 use crate::output::outln;
-use crate::review::{ActionKind, ActionStatus, Review};
+use crate::review::{ActionKind, ActionStatus, PendingAction, Review};
 use crate::review_findings::Kind;
 use crate::run_cmd::redis_connect;
 use crate::sale_cmd::fetch_sale;
@@ -100,7 +102,7 @@ pub fn repair(config: &Config, args: &RepairArgs) -> Result<u8, RunError> {
         &args.by,
         args.note.as_deref(),
         &format!("rebuild sale {id}'s Redis state from MySQL and resume it"),
-        |con, started| rebuild(con, &mut db, &sale, &started.mark()),
+        |con, started| rebuild(con, &mut db, &sale, started),
     );
     let released = lock.release();
     let outcome = outcome?;
@@ -125,8 +127,9 @@ fn rebuild(
     con: &mut redis::Connection,
     db: &mut mysql::Conn,
     sale: &Sale,
-    mark: &str,
+    started: &PendingAction,
 ) -> Result<Outcome, RunError> {
+    let mark = started.mark();
     let id = sale.id;
     let k = SaleKeys::new(id);
     let workers: Vec<String> = con.smembers(keys::WORKERS)?;
@@ -148,7 +151,6 @@ fn rebuild(
     let marks = data_loss::mysql_state(db, id)?;
     let flows: HashMap<String, String> = con.hgetall(k.flow())?;
     let queue: Vec<String> = con.lrange(k.queue(), 0, -1)?;
-    let dead: Vec<String> = con.lrange(k.dead_letter(), 0, -1)?;
     // Read leniently: a field that is not a number (the damage being
     // repaired, perhaps) counts as 0 and is overwritten below.
     let (total, releases_now, ck): (Option<String>, Option<String>, Option<String>) =
@@ -172,6 +174,7 @@ fn rebuild(
     let mut pipe = redis::pipe();
     pipe.atomic();
     let mut out = Repaired::default();
+    let mut duplicates: Vec<String> = Vec::new();
     for (rid, user, at) in &orders {
         // Keep Redis's own flow record when it has one (same content).
         if !flows.contains_key(rid) {
@@ -204,9 +207,7 @@ fn rebuild(
             if queue.contains(raw) {
                 pipe.lrem(k.queue(), 0, raw).ignore();
             }
-            for d in dead.iter().filter(|d| d.contains(rid.as_str())) {
-                pipe.lrem(k.dead_letter(), 0, d).ignore();
-            }
+            duplicates.push(rid.clone());
             out.released += 1;
         } else {
             out.in_flight += 1;
@@ -228,7 +229,7 @@ fn rebuild(
             ("ends_at_ms", sale.ends_at_ms.to_string()),
             ("releases", releases.to_string()),
             ("checkpoint", checkpoint.to_string()),
-            (REPAIRED_BY, mark.to_string()),
+            (REPAIRED_BY, mark.clone()),
         ],
     )
     .ignore();
@@ -239,8 +240,28 @@ fn rebuild(
     // (the watch leaves a pause only Redis holds alone) until this MULTI.
     data_loss::resume_mysql(db, id, out.seq, checkpoint).map_err(watch_error)?;
     pipe.query::<()>(con)?;
+    // The released duplicates' dead letters go to the archive with this
+    // action, as for a rollback (each moved atomically; a repeat moves the
+    // rest).
+    let at = seckill_common::timefmt::format_ms(seckill_common::now_ms());
+    let by = SettledBy {
+        action: ActionKind::Repair.as_str(),
+        actor: &started.actor,
+        finding_id: started.finding_id,
+        action_id: started.id,
+        at: &at,
+    };
+    for rid in &duplicates {
+        archive_entries_of(con, id, rid, &by)?;
+    }
+    duplicates.sort();
+    let listed = if duplicates.is_empty() {
+        String::new()
+    } else {
+        format!(" ({})", duplicates.join(", "))
+    };
     Ok(Outcome::done(format!(
-        "repaired sale {id}: {} orders restored, {} duplicate reservations released, \
+        "repaired sale {id}: {} orders restored, {} duplicate reservations released{listed}, \
          {} reservations in flight kept, stock {}, sequence {}; sale resumed",
         out.orders, out.released, out.in_flight, out.stock, out.seq
     )))

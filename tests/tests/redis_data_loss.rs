@@ -140,6 +140,18 @@ fn a_redis_that_lost_reservations_pauses_the_sale_until_repaired_from_mysql() {
         )),
         "{out}"
     );
+    // The duplicates' dead letters (if a worker got to them before the
+    // pause) are archived with the repair, none left to report.
+    let mut con = redis.con();
+    let dead: usize = con.llen(k.dead_letter()).unwrap();
+    assert_eq!(dead, 0);
+    let archived: Vec<String> = con.lrange(k.dead_letter_archive(), 0, -1).unwrap();
+    for a in &archived {
+        let v: serde_json::Value = serde_json::from_str(a).unwrap();
+        assert_eq!(v["settled_by"]["action"], "repair", "{a}");
+        assert_eq!(v["settled_by"]["actor"], "alice", "{a}");
+    }
+    eprintln!("{} dead letters archived by the repair", archived.len());
     // Every user holding an order: 409 with the original id.
     for i in 0..200 {
         let u = format!("u{i}");
