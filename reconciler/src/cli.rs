@@ -31,7 +31,8 @@ commands:
                                 and orders (the benchmark's baseline); changes nothing
 
 configuration comes from SECKILL_* environment variables (see README).
-exit codes: 0 ok, 1 open findings (run), 2 could not run, 64 bad command line";
+exit codes: 0 ok, 1 open findings (run) or a refused sale repair, 2 could not run,
+64 bad command line";
 
 /// A validated command.
 #[derive(Debug, Clone, PartialEq, Eq)]

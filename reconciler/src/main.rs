@@ -3,7 +3,8 @@
 //! map its result to an exit code.
 //!
 //! Exit codes: 0 success (for `run`: no open findings), 1 `run` found open
-//! findings, 2 could not run (Redis, MySQL or SQLite error, bad
+//! findings or `sale repair` was refused (no open finding yet, or a worker
+//! holds messages of the sale), 2 could not run (Redis, MySQL or SQLite error, bad
 //! configuration), 64 bad command line (one line saying what is wrong, then
 //! a pointer to `--help`).
 #![forbid(unsafe_code)]
