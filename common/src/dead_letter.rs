@@ -4,8 +4,31 @@
 //! Shape, one line of JSON:
 //! `{"message":"<the raw queued text>","reason":"...","attempts":5,"worker":"w1","at_ms":1764400000000,"reservation_id":"..."}`
 //! `reservation_id` is absent when the message could not be parsed.
+//!
+//! It also owns the archive script: settled entries move to the sale's
+//! dead-letter archive, each exactly once ([`archive`]).
 
+use crate::keys::SaleKeys;
+use redis::Script;
 use serde::{Deserialize, Serialize};
+use std::sync::OnceLock;
+
+/// `KEYS`: dead-letter list, archive; `ARGV`: the entry, its archive form.
+/// Replies 1 when the entry moved, 0 when it was no longer there; an error
+/// reply, with nothing moved, when either list holds another type (the
+/// `LREM` must not run when the `RPUSH` would then fail: the entry would be
+/// lost).
+const ARCHIVE_LUA: &str = concat!(
+    crate::lua_expect_types!(),
+    r"
+local bad = expect_types({KEYS[1], 'list', KEYS[2], 'list'})
+if bad then return bad end
+if redis.call('LREM', KEYS[1], 1, ARGV[1]) == 1 then
+  redis.call('RPUSH', KEYS[2], ARGV[2])
+  return 1
+end
+return 0"
+);
 
 /// One message given up on, with why.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -36,4 +59,30 @@ impl DeadLetter {
     pub fn parse(raw: &[u8]) -> Option<DeadLetter> {
         serde_json::from_slice(raw).ok()
     }
+}
+
+/// Moves one copy of `entry` from sale `sale_id`'s dead-letter list to its
+/// archive (`seckill:{sale:ID}:dlq:archive`) as `archived` (the entry
+/// wrapped with what settled it), in one atomic script (`LREM` one copy,
+/// `RPUSH` only if it was removed); returns whether it moved (`false`: no
+/// longer there, moved by a repeat or another process).
+///
+/// Errors: Redis failures, or the script's refusal, with nothing moved,
+/// when either list holds another type.
+pub fn archive(
+    con: &mut redis::Connection,
+    sale_id: u64,
+    entry: &str,
+    archived: &str,
+) -> redis::RedisResult<bool> {
+    static SCRIPT: OnceLock<Script> = OnceLock::new();
+    let k = SaleKeys::new(sale_id);
+    let n: i64 = SCRIPT
+        .get_or_init(|| Script::new(ARCHIVE_LUA))
+        .key(k.dead_letter())
+        .key(k.dead_letter_archive())
+        .arg(entry)
+        .arg(archived)
+        .invoke(con)?;
+    Ok(n == 1)
 }

@@ -18,6 +18,8 @@
 //! - [`lua`]: the key-type guard every writing script runs first.
 //! - [`reservation`]: the atomic reservation script and its typed outcome.
 //! - [`ids`]: reservation ids, the idempotency key into MySQL.
+//! - [`in_flight`]: whether order messages sit in a sale's queue or
+//!   processing lists (one atomic check).
 //! - [`message`]: the versioned JSON order message.
 //! - [`data_loss`]: detecting that Redis lost a sale's reservations, the pause.
 //! - [`dead_letter`]: the entry the worker writes to a dead-letter list.
@@ -27,6 +29,8 @@
 //! - [`redis_server`]: the check of the Redis server on every connect
 //!   (eviction policy, persistence, writability).
 //! - [`release`]: the release (rollback) script that puts a reserved unit back on sale.
+//! - [`owned_key`]: extend or delete a lock key only while it holds our token.
+//! - [`reorder`]: the operator's "queue this order message again" script.
 //! - [`notify`]: systemd readiness (`sd_notify`) for `Type=notify` units.
 //! - [`shutdown`]: the SIGINT/SIGTERM flag and logging set-up.
 //! - [`timefmt`]: RFC 3339 / `now+30s` parsing and formatting of Unix ms.
@@ -37,13 +41,16 @@ pub mod config;
 pub mod data_loss;
 pub mod dead_letter;
 pub mod ids;
+pub mod in_flight;
 pub mod keys;
 pub mod lua;
 pub mod message;
 pub mod metrics;
 pub mod notify;
+pub mod owned_key;
 pub mod redis_server;
 pub mod release;
+pub mod reorder;
 pub mod reservation;
 pub mod sale;
 pub mod schema;

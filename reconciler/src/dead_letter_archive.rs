@@ -8,33 +8,13 @@
 //! Archive entry, one line of JSON:
 //! `{"entry":"<the dead-letter entry, verbatim>","settled_by":{"action":"rollback","actor":"alice","finding_id":7,"action_id":12,"at":"2026-11-29T20:00:00.123Z"}}`
 //!
-//! Each entry moves in one atomic script (`LREM` one copy, `RPUSH` it
-//! wrapped only if it was removed), so a repeat, or two processes at once,
-//! move every entry exactly once.
+//! Each entry moves in one atomic script ([`dead_letter::archive`]), so a
+//! repeat, or two processes at once, move every entry exactly once.
 
 use crate::redis_read;
-use redis::Script;
-use seckill_common::dead_letter::DeadLetter;
+use seckill_common::dead_letter::{self, DeadLetter};
 use seckill_common::keys::SaleKeys;
 use serde_json::json;
-use std::sync::OnceLock;
-
-/// `KEYS`: dead-letter list, archive; `ARGV`: the entry, its archive form.
-/// Replies 1 when the entry moved, 0 when it was no longer there; an error
-/// reply, with nothing moved, when either list holds another type (the
-/// `LREM` must not run when the `RPUSH` would then fail: the entry would be
-/// lost).
-const ARCHIVE_LUA: &str = concat!(
-    seckill_common::lua_expect_types!(),
-    r"
-local bad = expect_types({KEYS[1], 'list', KEYS[2], 'list'})
-if bad then return bad end
-if redis.call('LREM', KEYS[1], 1, ARGV[1]) == 1 then
-  redis.call('RPUSH', KEYS[2], ARGV[2])
-  return 1
-end
-return 0"
-);
 
 /// The operator action that settled a reservation, as the archive records it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -62,8 +42,6 @@ pub fn archive_entries_of(
     rid: &str,
     by: &SettledBy<'_>,
 ) -> redis::RedisResult<u64> {
-    static SCRIPT: OnceLock<Script> = OnceLock::new();
-    let script = SCRIPT.get_or_init(|| Script::new(ARCHIVE_LUA));
     let k = SaleKeys::new(sale_id);
     let mut mine: Vec<String> = Vec::new();
     redis_read::for_each_in_list(con, &k.dead_letter(), |raw| {
@@ -83,13 +61,7 @@ pub fn archive_entries_of(
                            "action_id": by.action_id, "at": by.at},
         })
         .to_string();
-        let n: i64 = script
-            .key(k.dead_letter())
-            .key(k.dead_letter_archive())
-            .arg(&entry)
-            .arg(wrapped)
-            .invoke(con)?;
-        moved += n.max(0) as u64;
+        moved += u64::from(dead_letter::archive(con, sale_id, &entry, &wrapped)?);
     }
     Ok(moved)
 }

@@ -1,14 +1,14 @@
 //! Owns `seckill-reconciler findings`: the review store's findings as a
 //! readable table (default) or as JSON for scripts (`--json`: an array of
-//! objects with the fields of `review_findings::Finding`). It only reads an
+//! objects with the fields of `review::findings::Finding`). It only reads an
 //! existing review file (see `Review::open_existing`), and a reader that
 //! closes the pipe early (`| head`) ends the output quietly.
 
 use crate::cli::FindingsArgs;
 use crate::error::RunError;
 use crate::output::write_stdout;
+use crate::review::findings::Finding;
 use crate::review::Review;
-use crate::review_findings::Finding;
 use seckill_common::Config;
 use std::io::{self, Write};
 

@@ -6,8 +6,9 @@
 //! `UNIQUE(reservation_id, reason)`), so even a lock lost to a long pause
 //! cannot deduct twice.
 
-use redis::{Commands, Script};
+use redis::Commands;
 use seckill_common::keys::RECONCILE_LOCK;
+use seckill_common::owned_key;
 use std::fmt;
 use std::time::{Duration, Instant};
 
@@ -22,15 +23,6 @@ pub const LOCK_REFRESH: Duration = Duration::from_secs(10);
 /// How long a second run waits for the lock before giving up (exit 2): long
 /// enough for a normal run to finish, short of the timer's 1-minute period.
 pub const LOCK_WAIT: Duration = Duration::from_secs(45);
-
-const RELEASE: &str = r"
-if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end
-return 0";
-const EXTEND: &str = r"
-if redis.call('GET', KEYS[1]) == ARGV[1] then
-  return redis.call('PEXPIRE', KEYS[1], ARGV[2])
-end
-return 0";
 
 /// Why the lock could not be taken or kept.
 #[derive(Debug)]
@@ -117,12 +109,8 @@ impl RunLock {
         if self.refreshed.elapsed() < LOCK_REFRESH {
             return Ok(());
         }
-        let ok: i64 = Script::new(EXTEND)
-            .key(RECONCILE_LOCK)
-            .arg(&self.token)
-            .arg(LOCK_TTL.as_millis() as u64)
-            .invoke(&mut self.con)?;
-        if ok != 1 {
+        let ttl_ms = LOCK_TTL.as_millis() as u64;
+        if !owned_key::extend(&mut self.con, RECONCILE_LOCK, &self.token, ttl_ms)? {
             return Err(LockError::Lost);
         }
         self.refreshed = Instant::now();
@@ -131,10 +119,7 @@ impl RunLock {
 
     /// Releases the lock if it is still ours.
     pub fn release(mut self) -> Result<(), LockError> {
-        let _: i64 = Script::new(RELEASE)
-            .key(RECONCILE_LOCK)
-            .arg(&self.token)
-            .invoke(&mut self.con)?;
+        owned_key::release(&mut self.con, RECONCILE_LOCK, &self.token)?;
         Ok(())
     }
 }

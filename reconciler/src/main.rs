@@ -12,23 +12,20 @@
 mod bench_read;
 mod cli;
 mod compensate;
-mod data_loss_rule;
 mod dead_letter_archive;
-mod dead_letters;
 mod error;
 mod findings_cmd;
 mod lock;
-mod missing_sale;
 mod mysql_read;
 mod output;
-mod reconcile;
 mod redis_read;
 mod repair_cmd;
 mod resolve_cmd;
 mod review;
-mod review_findings;
+mod rules;
 mod run_cmd;
 mod sale_cmd;
+mod scan;
 mod settle;
 
 use seckill_common::Config;

@@ -5,6 +5,7 @@
 //! in chunks. Never `KEYS`, never a whole hash or list in one reply.
 
 use redis::{Connection, Value};
+use seckill_common::dead_letter::DeadLetter;
 use seckill_common::keys::SaleKeys;
 
 /// Fields asked for per `HSCAN` call (a hint to Redis, not a limit).
@@ -161,6 +162,30 @@ pub fn hash_values(
         let vals: Vec<Option<String>> = redis::cmd("HMGET").arg(key).arg(chunk).query(con)?;
         out.extend(vals);
     }
+    Ok(out)
+}
+
+/// A sale's dead-letter list as read.
+#[derive(Debug, Default)]
+pub struct DeadLetters {
+    /// The entries that parse as [`DeadLetter`], head first.
+    pub entries: Vec<DeadLetter>,
+    /// Anything else pushed onto the list (lossy UTF-8).
+    pub foreign: Vec<String>,
+}
+
+/// Reads the dead-letter list of `sale_id` ([`LIST_CHUNK`] entries at a
+/// time).
+pub fn dead_letters(con: &mut redis::Connection, sale_id: u64) -> redis::RedisResult<DeadLetters> {
+    let mut out = DeadLetters::default();
+    for_each_in_list(
+        con,
+        &SaleKeys::new(sale_id).dead_letter(),
+        |raw| match DeadLetter::parse(raw) {
+            Some(d) => out.entries.push(d),
+            None => out.foreign.push(String::from_utf8_lossy(raw).into_owned()),
+        },
+    )?;
     Ok(out)
 }
 

@@ -28,41 +28,15 @@
 use crate::cli::{ResolveAction, ResolveArgs};
 use crate::error::RunError;
 use crate::output::outln;
+use crate::review::findings::Finding;
 use crate::review::{ActionKind, ActionStatus, PendingAction, Review};
-use crate::review_findings::Finding;
 use crate::run_cmd::redis_connect;
 use crate::settle::{self, Outcome};
-use redis::Script;
 use seckill_common::keys::{SaleKeys, WORKERS};
 use seckill_common::release::{release, ReleaseOutcome};
+use seckill_common::reorder::{self, ReorderOutcome};
 use seckill_common::timefmt::format_ms;
 use seckill_common::{now_ms, Config};
-
-/// `KEYS`: flow, status, queue, attempts, reorder marks, then every
-/// processing list of the sale; `ARGV`: reservation id, then `check` for a
-/// dry run (stop before any write) or `queue`, then the action's mark
-/// (`settle.rs`: the evidence that this reorder took effect, written with
-/// the push). Replies `queued` (`would_queue` in a dry run),
-/// `already_queued`, `in_flight` or `not_found`; an error reply, with
-/// nothing changed, when a key it writes holds the wrong type (`lua.rs`).
-const REORDER_LUA: &str = concat!(
-    seckill_common::lua_expect_types!(),
-    r"
-local bad = expect_types({KEYS[2], 'hash', KEYS[3], 'list', KEYS[4], 'hash', KEYS[5], 'hash'})
-if bad then return bad end
-local msg = redis.call('HGET', KEYS[1], ARGV[1])
-if not msg then return 'not_found' end
-if redis.call('LPOS', KEYS[3], msg) then return 'already_queued' end
-for i = 6, #KEYS do
-  if redis.call('LPOS', KEYS[i], msg) then return 'in_flight' end
-end
-if ARGV[2] == 'check' then return 'would_queue' end
-redis.call('HDEL', KEYS[4], ARGV[1])
-redis.call('HSET', KEYS[2], ARGV[1], 'queued')
-redis.call('HSET', KEYS[5], ARGV[1], ARGV[3])
-redis.call('LPUSH', KEYS[3], msg)
-return 'queued'"
-);
 
 /// What the checks before an action's effect came to.
 enum Checked {
@@ -178,22 +152,14 @@ fn log_single(
     o: &Outcome,
 ) -> Result<(), RunError> {
     let now = format_ms(now_ms());
-    review.db.execute_batch("BEGIN IMMEDIATE")?;
-    let logged = (|| -> Result<(), RunError> {
+    review.immediate(|| -> Result<(), RunError> {
         let detail = settle::with_note(&o.text, args.note.as_deref());
         review.record_action(&now, &args.by, f.id, action, &detail, o.status, None)?;
         if o.settles() {
             settle::settle_finding(review, f, action, &args.by, args.note.as_deref(), &now)?;
         }
         Ok(())
-    })();
-    match logged {
-        Ok(()) => Ok(review.db.execute_batch("COMMIT")?),
-        Err(e) => {
-            let _ = review.db.execute_batch("ROLLBACK");
-            Err(e)
-        }
-    }
+    })
 }
 
 /// A refusal when `f` is no longer open and was not closed by this same
@@ -345,8 +311,9 @@ fn check_release(
     seckill_common::release::check(redis, sale_id, rid, workers).map_err(RunError::Release)
 }
 
-/// Runs [`REORDER_LUA`]: only its checks without `mark`, the reorder with
-/// it (the mark of the action's started row).
+/// Runs the reorder script (`seckill_common::reorder`): only its checks
+/// without `mark`, the reorder with it (the mark of the action's started
+/// row).
 fn reorder(
     redis: &mut redis::Connection,
     sale_id: u64,
@@ -354,31 +321,22 @@ fn reorder(
     workers: &[String],
     mark: Option<&str>,
 ) -> Result<Outcome, RunError> {
-    let k = SaleKeys::new(sale_id);
-    let script = Script::new(REORDER_LUA);
-    let mut inv = script.prepare_invoke();
-    inv.key(k.flow())
-        .key(k.status())
-        .key(k.queue())
-        .key(k.attempts())
-        .key(k.reorder_marks());
-    for w in workers {
-        inv.key(k.processing(w));
-    }
-    inv.arg(rid);
-    match mark {
-        Some(m) => inv.arg("queue").arg(m),
-        None => inv.arg("check"),
-    };
-    let reply: String = inv.invoke(redis)?;
-    Ok(match reply.as_str() {
-        "queued" => Outcome::done(format!("queued the order message of {rid} again")),
-        "would_queue" => Outcome::done(format!(
-            "would queue the order message of {rid} again (LPUSH onto {})",
-            k.queue()
-        )),
-        "already_queued" => Outcome::no_change(format!("{rid} is already queued")),
-        "in_flight" => Outcome::no_change(format!("{rid} is being applied by a worker")),
-        _ => Outcome::refused(format!("no flow record for {rid}: nothing to queue")),
-    })
+    let queue = SaleKeys::new(sale_id).queue();
+    Ok(
+        match reorder::reorder(redis, sale_id, rid, workers, mark)? {
+            ReorderOutcome::Queued => {
+                Outcome::done(format!("queued the order message of {rid} again"))
+            }
+            ReorderOutcome::WouldQueue => Outcome::done(format!(
+                "would queue the order message of {rid} again (LPUSH onto {queue})"
+            )),
+            ReorderOutcome::AlreadyQueued => Outcome::no_change(format!("{rid} is already queued")),
+            ReorderOutcome::InFlight => {
+                Outcome::no_change(format!("{rid} is being applied by a worker"))
+            }
+            ReorderOutcome::NotFound => {
+                Outcome::refused(format!("no flow record for {rid}: nothing to queue"))
+            }
+        },
+    )
 }

@@ -1,19 +1,21 @@
 //! Owns the SQLite review store: opening the file (mode 0600, WAL), its
 //! versioned schema and migrations, the `runs` table and the append-only
-//! `actions` audit log. Findings live in `review_findings.rs`.
+//! `actions` audit log. Findings live in `review/findings.rs`.
 //!
 //! Tables (times are RFC 3339 UTC text with ms, e.g.
 //! `2026-11-29T20:00:00.123Z`, so they sort and read well in `sqlite3`):
 //!
 //! - `runs`: one row per `run`: start, end, sales checked, findings observed
 //!   by kind, auto-fixes, open findings after the run, outcome.
-//! - `findings`: one row per kind + sale + subject (see `review_findings.rs`).
+//! - `findings`: one row per kind + sale + subject (see `review/findings.rs`).
 //! - `actions`: who did what to which finding, when, and the result; triggers
 //!   refuse `UPDATE` and `DELETE`. An action with an effect outside SQLite
 //!   (a Redis release, a re-queued message) is written ahead: a `started`
 //!   row committed before the effect, then one completion row (`done`,
 //!   `no_change`, `refused` or `failed`, its `completes` naming the started
 //!   row, `UNIQUE`) after it; see `settle.rs`.
+
+pub mod findings;
 
 use rusqlite::{params, Connection, OpenFlags};
 use std::fmt;
@@ -312,7 +314,8 @@ impl From<rusqlite::Error> for ReviewError {
 /// An open review store.
 pub struct Review {
     /// The SQLite connection (WAL mode, foreign keys on, busy timeout set).
-    pub db: Connection,
+    /// Private: every statement lives in this module or [`findings`].
+    db: Connection,
 }
 
 /// The finding counts of one run, by kind, plus what the run did.
@@ -320,8 +323,8 @@ pub struct Review {
 pub struct RunCounts {
     /// Sales reconciled.
     pub sales_checked: u64,
-    /// Observations of each kind in this run, in [`crate::review_findings::KINDS`] order.
-    pub by_kind: [u64; crate::review_findings::KINDS.len()],
+    /// Observations of each kind in this run, in [`crate::review::findings::KINDS`] order.
+    pub by_kind: [u64; crate::review::findings::KINDS.len()],
     /// Findings seen for the first time.
     pub new_findings: u64,
     /// Compensations done in this run.
@@ -417,6 +420,33 @@ impl Review {
         }
         tx.commit()?;
         Ok(())
+    }
+
+    /// Runs `f` in one write transaction (`BEGIN IMMEDIATE`, so two
+    /// processes never interleave their writes): commits when `f` returns
+    /// `Ok`, rolls back when it returns `Err` (a failed rollback is ignored:
+    /// SQLite rolls back when the connection closes).
+    ///
+    /// Errors: `f`'s, or SQLite failing to begin or commit.
+    pub fn immediate<T, E: From<ReviewError>>(
+        &self,
+        f: impl FnOnce() -> Result<T, E>,
+    ) -> Result<T, E> {
+        self.db
+            .execute_batch("BEGIN IMMEDIATE")
+            .map_err(|e| E::from(ReviewError::Sqlite(e)))?;
+        match f() {
+            Ok(v) => {
+                self.db
+                    .execute_batch("COMMIT")
+                    .map_err(|e| E::from(ReviewError::Sqlite(e)))?;
+                Ok(v)
+            }
+            Err(e) => {
+                let _ = self.db.execute_batch("ROLLBACK");
+                Err(e)
+            }
+        }
     }
 
     /// Records the start of a run; returns its id.

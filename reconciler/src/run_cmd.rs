@@ -1,7 +1,7 @@
 //! Owns `seckill-reconciler run`: one pass over every sale that is active or
 //! ended within `SECKILL_RECONCILE_LOOKBACK` (by MySQL, whether or not Redis
 //! still holds it), then over every sale Redis knows that MySQL does not
-//! (`missing_sale.rs`), under the run lock, recording findings, compensations
+//! (`rules/sale_missing_in_mysql.rs`), under the run lock, recording findings, compensations
 //! and the run itself in the review store, and one summary line on stderr
 //! for the journal. Before reading anything it completes the operator
 //! actions an interruption left `started` (`settle.rs`).
@@ -11,10 +11,11 @@
 
 use crate::error::RunError;
 use crate::lock::{RunLock, LOCK_WAIT};
-use crate::reconcile::{reconcile_sale, Ctx};
+use crate::review::findings::KINDS;
 use crate::review::{ActionKind, ActionStatus};
 use crate::review::{Review, RunCounts};
-use crate::review_findings::KINDS;
+use crate::rules::reconcile_sale;
+use crate::scan::Ctx;
 use seckill_common::keys::SALES;
 use seckill_common::timefmt::format_ms;
 use seckill_common::{now_ms, Config, Shutdown};
@@ -108,7 +109,7 @@ fn pass(
                 return Err(RunError::Interrupted);
             }
             lock.keep()?;
-            let Some(observations) = crate::missing_sale::observe(
+            let Some(observations) = crate::rules::sale_missing_in_mysql::observe(
                 &mut redis,
                 &mut mysql,
                 sale_id,
@@ -136,7 +137,7 @@ fn pass(
                 // A paused sale (Redis lost data of it) is one finding until
                 // it is repaired; its other findings stay as they are.
                 if let Some(paused) =
-                    crate::data_loss_rule::observe(&mut redis, &mut mysql, sale_id)?
+                    crate::rules::redis_data_loss::observe(&mut redis, &mut mysql, sale_id)?
                 {
                     record(review, run_id, sale_id, &[paused], counts, false)?;
                     counts.sales_checked += 1;
@@ -192,13 +193,12 @@ fn record(
     review: &Review,
     run_id: i64,
     sale_id: u64,
-    observations: &[crate::review_findings::Observation],
+    observations: &[crate::review::findings::Observation],
     counts: &mut RunCounts,
     close_unseen: bool,
 ) -> Result<(), RunError> {
     let now = format_ms(now_ms());
-    review.db.execute_batch("BEGIN IMMEDIATE")?;
-    let result = (|| -> Result<(), RunError> {
+    review.immediate(|| -> Result<(), RunError> {
         for o in observations {
             let rec = review.record_observation(o, run_id, &now)?;
             counts.by_kind[o.kind.index()] += 1;
@@ -228,15 +228,5 @@ fn record(
             review.close_unobserved(sale_id, run_id, &now)?;
         }
         Ok(())
-    })();
-    match result {
-        Ok(()) => {
-            review.db.execute_batch("COMMIT")?;
-            Ok(())
-        }
-        Err(e) => {
-            let _ = review.db.execute_batch("ROLLBACK");
-            Err(e)
-        }
-    }
+    })
 }

@@ -35,8 +35,8 @@
 
 use crate::dead_letter_archive::{archive_entries_of, SettledBy};
 use crate::error::RunError;
+use crate::review::findings::Finding;
 use crate::review::{ActionKind, ActionStatus, PendingAction, Review};
-use crate::review_findings::Finding;
 use redis::Commands;
 use seckill_common::keys::SaleKeys;
 use seckill_common::now_ms;
@@ -125,8 +125,7 @@ pub fn written_ahead(
         finding_id: f.id,
         action: action.as_str().to_string(),
     };
-    review.db.execute_batch("BEGIN IMMEDIATE")?;
-    let result = (|| -> Result<Outcome, RunError> {
+    review.immediate(|| -> Result<Outcome, RunError> {
         if review.is_completed(id)? {
             return Err(RunError::Refused(format!(
                 "action {id} was completed by another process as interrupted before its \
@@ -135,17 +134,7 @@ pub fn written_ahead(
         }
         let outcome = effect(redis, &started)?;
         complete(review, redis, &started, &outcome, note)
-    })();
-    match result {
-        Ok(o) => {
-            review.db.execute_batch("COMMIT")?;
-            Ok(o)
-        }
-        Err(e) => {
-            let _ = review.db.execute_batch("ROLLBACK");
-            Err(e)
-        }
-    }
+    })
 }
 
 /// Completes every `started` action without completion (see the module
@@ -161,8 +150,7 @@ pub fn complete_pending(
         return Ok(0);
     }
     let mut redis = connect()?;
-    review.db.execute_batch("BEGIN IMMEDIATE")?;
-    let result = (|| -> Result<usize, RunError> {
+    review.immediate(|| -> Result<usize, RunError> {
         let pending = review.pending_actions()?; // again, under the lock
         for p in &pending {
             let f = review.finding(p.finding_id)?;
@@ -179,17 +167,7 @@ pub fn complete_pending(
             );
         }
         Ok(pending.len())
-    })();
-    match result {
-        Ok(n) => {
-            review.db.execute_batch("COMMIT")?;
-            Ok(n)
-        }
-        Err(e) => {
-            let _ = review.db.execute_batch("ROLLBACK");
-            Err(e)
-        }
-    }
+    })
 }
 
 /// What an interrupted action `p` on finding `f` came to, read from Redis.

@@ -8,10 +8,11 @@
 //! The flow-record rules are not applied: without the sale row there are no
 //! books to compare with, and the dead letters already name each reservation.
 
-use crate::dead_letters;
 use crate::error::RunError;
-use crate::reconcile::obs;
-use crate::review_findings::{Kind, Observation};
+use crate::redis_read;
+use crate::review::findings::{Kind, Observation};
+use crate::rules::dead_letter;
+use crate::rules::obs;
 use mysql::prelude::Queryable;
 use seckill_common::keys::SaleKeys;
 use serde_json::json;
@@ -87,9 +88,9 @@ pub fn observe(
     );
     found.critical = true;
     let mut out = vec![found];
-    out.extend(dead_letters::observations(
+    out.extend(dead_letter::observations(
         sale_id,
-        dead_letters::read(redis, sale_id)?,
+        redis_read::dead_letters(redis, sale_id)?,
     ));
     Ok(Some(out))
 }

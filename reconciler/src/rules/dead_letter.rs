@@ -1,38 +1,15 @@
-//! Owns the `dead_letter` rule: reading a sale's dead-letter list and turning
-//! each entry into an observation (one per entry, with the worker's reason).
+//! Owns the `dead_letter` rule: each entry of a sale's dead-letter list (as
+//! [`crate::redis_read::dead_letters`] read it) becomes an observation, one
+//! per entry, with the worker's reason.
 //! Entries an operator action settled are no longer in the list: they were
 //! moved to the archive (`dead_letter_archive.rs`), so they are not reported
 //! again.
 
-use crate::reconcile::obs;
-use crate::redis_read;
-use crate::review_findings::{Kind, Observation};
-use seckill_common::dead_letter::DeadLetter;
-use seckill_common::keys::SaleKeys;
+use crate::redis_read::DeadLetters;
+use crate::review::findings::{Kind, Observation};
+use crate::rules::obs;
 use seckill_common::message::OrderMessage;
 use serde_json::json;
-
-/// A sale's dead-letter list as read.
-#[derive(Debug, Default)]
-pub struct DeadLetters {
-    /// The entries that parse as [`DeadLetter`], head first.
-    pub entries: Vec<DeadLetter>,
-    /// Anything else pushed onto the list (lossy UTF-8).
-    pub foreign: Vec<String>,
-}
-
-/// Reads the dead-letter list of `sale_id` ([`redis_read::LIST_CHUNK`] at a
-/// time).
-pub fn read(con: &mut redis::Connection, sale_id: u64) -> redis::RedisResult<DeadLetters> {
-    let mut out = DeadLetters::default();
-    redis_read::for_each_in_list(con, &SaleKeys::new(sale_id).dead_letter(), |raw| {
-        match DeadLetter::parse(raw) {
-            Some(d) => out.entries.push(d),
-            None => out.foreign.push(String::from_utf8_lossy(raw).into_owned()),
-        }
-    })?;
-    Ok(out)
-}
 
 /// One `dead_letter` observation per entry. The subject is the reservation
 /// id, or `entry:<fnv1a hex>` of the text for an entry without one.

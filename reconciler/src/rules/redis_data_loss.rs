@@ -9,8 +9,8 @@
 //! are left as they are.
 
 use crate::error::RunError;
-use crate::reconcile::obs;
-use crate::review_findings::{Kind, Observation};
+use crate::review::findings::{Kind, Observation};
+use crate::rules::obs;
 use mysql::prelude::Queryable;
 use seckill_common::data_loss::{self, SaleState};
 use serde_json::json;

@@ -1,0 +1,285 @@
+//! Owns the scan of one sale: every read the record-by-record rules need,
+//! made in an order chosen so that work in progress is never reported, and
+//! gathered into one [`SaleScan`] value for the rules (`rules/`) to judge.
+//!
+//! Order of reads:
+//! 1. Redis totals (one `MULTI`) and MySQL books (one snapshot);
+//! 2. the orders' reservation ids, streamed into a sorted `Vec<u128>`
+//!    (16 bytes per order: the only memory that grows with the sale);
+//! 3. the ledger's deductions, streamed, marking orders that have one;
+//! 4. the flow records by `HSCAN`, marking orders that have one; a flow record
+//!    with no order and older than the grace period becomes a candidate;
+//! 5. the dead-letter list;
+//! 6. for candidates only: the queue, then the processing lists (a message
+//!    being moved is seen in one of them), then one atomic check of every
+//!    list for the few left (`seckill_common::in_flight`), then a MySQL
+//!    re-check (an order committed after step 2 clears it), then their
+//!    status and whether their flow record is still there (released
+//!    meanwhile clears it);
+//! 7. the details (order id, user) of orders missing a flow record or a
+//!    ledger row.
+
+use crate::error::RunError;
+use crate::mysql_read::{self, rid_to_u128, u128_to_rid, Books, OrderDetail};
+use crate::redis_read::{self, DeadLetters, RedisTotals};
+use seckill_common::in_flight::still_in_flight;
+use seckill_common::keys::{SaleKeys, WORKERS};
+use seckill_common::message::OrderMessage;
+use std::collections::HashMap;
+use std::time::Duration;
+
+/// Everything one sale's reconciliation needs.
+pub struct Ctx<'a> {
+    /// Redis (reads and nothing else).
+    pub redis: &'a mut redis::Connection,
+    /// MySQL (reads, and compensation).
+    pub mysql: &'a mut mysql::Conn,
+    /// Reservations younger than this are skipped.
+    pub grace: Duration,
+    /// Called between chunks: keeps the run lock, stops on a signal.
+    pub tick: &'a mut dyn FnMut() -> Result<(), RunError>,
+}
+
+/// A flow record older than the grace period with no order, not queued, not
+/// in a processing list, and still in Redis after every re-check.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Unordered {
+    /// Its reservation id.
+    pub reservation_id: String,
+    /// The flow record's text (the order message).
+    pub flow_record: String,
+    /// Its purchase status in Redis (`None` when absent).
+    pub status: Option<String>,
+}
+
+/// What one sale's scan read, in the order of the module doc.
+#[derive(Debug)]
+pub struct SaleScan {
+    /// The sale.
+    pub sale_id: u64,
+    /// Redis totals (step 1).
+    pub totals: RedisTotals,
+    /// MySQL books (step 1).
+    pub books: Books,
+    /// Orders read (step 2).
+    pub orders: u64,
+    /// Flow records read (step 4).
+    pub flow_records: u64,
+    /// Flow records skipped as younger than the grace period (step 4).
+    pub young: u64,
+    /// The dead-letter list (step 5).
+    pub dead: DeadLetters,
+    /// Flow records without order (step 6).
+    pub unordered: Vec<Unordered>,
+    /// Reservation ids of orders with no flow record (steps 2 and 4), orders
+    /// whose reservation id is not one of ours first.
+    pub no_flow: Vec<String>,
+    /// Reservation ids of orders with no ledger deduction (steps 2 and 3).
+    pub no_ledger: Vec<String>,
+    /// The details of the orders in `no_flow` and `no_ledger` (step 7).
+    pub details: HashMap<String, OrderDetail>,
+}
+
+/// A bit per order, in the sorted order of the orders' ids.
+struct Bits(Vec<u64>);
+
+impl Bits {
+    fn new(n: usize) -> Bits {
+        Bits(vec![0; n.div_ceil(64)])
+    }
+    fn set(&mut self, i: usize) {
+        self.0[i / 64] |= 1 << (i % 64);
+    }
+    fn get(&self, i: usize) -> bool {
+        self.0[i / 64] & (1 << (i % 64)) != 0
+    }
+}
+
+/// Scans sale `sale_id`; `None` when MySQL has no such sale.
+///
+/// Errors: Redis or MySQL failures, or what `ctx.tick` returns.
+pub fn scan(ctx: &mut Ctx<'_>, sale_id: u64) -> Result<Option<SaleScan>, RunError> {
+    let totals = redis_read::totals(ctx.redis, sale_id)?;
+    let Some(books) = mysql_read::books(ctx.mysql, sale_id)? else {
+        return Ok(None);
+    };
+    let (orders, odd_orders) = order_ids(ctx, sale_id, &books)?;
+    let has_ledger = ledger_marks(ctx, sale_id, &orders)?;
+    let flows = flow_marks(ctx, sale_id, &orders, totals.now_ms)?;
+    let dead = redis_read::dead_letters(ctx.redis, sale_id)?;
+    let unordered = unordered(ctx, sale_id, flows.candidates)?;
+
+    let mut no_flow = odd_orders;
+    let mut no_ledger = Vec::new();
+    for (i, v) in orders.iter().enumerate() {
+        if !flows.has_flow.get(i) {
+            no_flow.push(u128_to_rid(*v));
+        }
+        if !has_ledger.get(i) {
+            no_ledger.push(u128_to_rid(*v));
+        }
+    }
+    let mut details = HashMap::new();
+    if !no_flow.is_empty() || !no_ledger.is_empty() {
+        let all: Vec<String> = no_flow.iter().chain(no_ledger.iter()).cloned().collect();
+        for d in mysql_read::order_details(ctx.mysql, &all)? {
+            details.insert(d.reservation_id.clone(), d);
+        }
+    }
+    Ok(Some(SaleScan {
+        sale_id,
+        totals,
+        books,
+        orders: orders.len() as u64,
+        flow_records: flows.read,
+        young: flows.young,
+        dead,
+        unordered,
+        no_flow,
+        no_ledger,
+        details,
+    }))
+}
+
+/// Step 2: the orders' reservation ids, sorted and distinct, and those that
+/// are not one of ours (as text).
+fn order_ids(
+    ctx: &mut Ctx<'_>,
+    sale_id: u64,
+    books: &Books,
+) -> Result<(Vec<u128>, Vec<String>), RunError> {
+    let mut orders: Vec<u128> = Vec::with_capacity(books.orders.max(0) as usize);
+    let mut odd: Vec<String> = Vec::new();
+    mysql_read::for_each_order_id(ctx.mysql, sale_id, |id| match rid_to_u128(id) {
+        Some(v) => orders.push(v),
+        None => odd.push(String::from_utf8_lossy(id).into_owned()),
+    })?;
+    orders.sort_unstable();
+    orders.dedup();
+    (ctx.tick)()?;
+    Ok((orders, odd))
+}
+
+/// Step 3: which of `orders` have a ledger deduction.
+fn ledger_marks(ctx: &mut Ctx<'_>, sale_id: u64, orders: &[u128]) -> Result<Bits, RunError> {
+    let mut has_ledger = Bits::new(orders.len());
+    for v in mysql_read::deducted_ids(ctx.mysql, sale_id)? {
+        if let Ok(i) = orders.binary_search(&v) {
+            has_ledger.set(i);
+        }
+    }
+    (ctx.tick)()?;
+    Ok(has_ledger)
+}
+
+/// What step 4 read.
+struct FlowMarks {
+    /// Which orders have a flow record.
+    has_flow: Bits,
+    /// Flow records with no order, older than the grace period: reservation
+    /// id → flow record text.
+    candidates: HashMap<String, String>,
+    /// Flow records read.
+    read: u64,
+    /// Flow records younger than the grace period.
+    young: u64,
+}
+
+/// Step 4: the flow records, by `HSCAN`.
+fn flow_marks(
+    ctx: &mut Ctx<'_>,
+    sale_id: u64,
+    orders: &[u128],
+    now_ms: u64,
+) -> Result<FlowMarks, RunError> {
+    let grace_ms = ctx.grace.as_millis() as u64;
+    let mut m = FlowMarks {
+        has_flow: Bits::new(orders.len()),
+        candidates: HashMap::new(),
+        read: 0,
+        young: 0,
+    };
+    redis_read::scan_hash(
+        ctx.redis,
+        &SaleKeys::new(sale_id).flow(),
+        |field, value| {
+            m.read += 1;
+            if let Some(i) = rid_to_u128(field).and_then(|v| orders.binary_search(&v).ok()) {
+                m.has_flow.set(i);
+                return;
+            }
+            let at = OrderMessage::parse(value)
+                .map(|m| m.reserved_at_ms)
+                .unwrap_or(0);
+            if now_ms.saturating_sub(at) < grace_ms {
+                m.young += 1;
+                return;
+            }
+            m.candidates.insert(
+                String::from_utf8_lossy(field).into_owned(),
+                String::from_utf8_lossy(value).into_owned(),
+            );
+        },
+        &mut *ctx.tick,
+    )?;
+    Ok(m)
+}
+
+/// Step 6: the candidates that are neither in flight nor ordered meanwhile
+/// nor released meanwhile, with their status, in reservation id order.
+fn unordered(
+    ctx: &mut Ctx<'_>,
+    sale_id: u64,
+    mut candidates: HashMap<String, String>,
+) -> Result<Vec<Unordered>, RunError> {
+    if candidates.is_empty() {
+        return Ok(Vec::new());
+    }
+    let k = SaleKeys::new(sale_id);
+    let mut lists = vec![k.queue()];
+    for w in redis_read::set_members(ctx.redis, WORKERS)? {
+        lists.push(k.processing(&w));
+    }
+    for list in &lists {
+        redis_read::for_each_in_list(ctx.redis, list, |raw| {
+            if let Some(rid) = redis_read::message_rid(raw) {
+                candidates.remove(String::from_utf8_lossy(rid).as_ref());
+            }
+        })?;
+    }
+    // The scans above read one list after another, so a message that a
+    // reclaim moved from a processing list back to the queue in between was
+    // in neither scan. The few candidates left are checked again in one
+    // atomic script over every list.
+    if !candidates.is_empty() {
+        let (rids, texts): (Vec<String>, Vec<&str>) = candidates
+            .iter()
+            .map(|(rid, text)| (rid.clone(), text.as_str()))
+            .unzip();
+        let in_flight = still_in_flight(ctx.redis, &lists, &texts)?;
+        for (rid, _) in rids.iter().zip(in_flight).filter(|(_, f)| *f) {
+            candidates.remove(rid);
+        }
+    }
+    let rids: Vec<String> = candidates.keys().cloned().collect();
+    for o in mysql_read::order_details(ctx.mysql, &rids)? {
+        candidates.remove(&o.reservation_id);
+    }
+    let mut rids: Vec<String> = candidates.keys().cloned().collect();
+    rids.sort_unstable();
+    let statuses = redis_read::hash_values(ctx.redis, &k.status(), &rids)?;
+    let still = redis_read::hash_values(ctx.redis, &k.flow(), &rids)?;
+    let mut out = Vec::with_capacity(rids.len());
+    for ((rid, status), flow) in rids.into_iter().zip(statuses).zip(still) {
+        if flow.is_none() {
+            continue; // released meanwhile
+        }
+        let flow_record = candidates.remove(&rid).unwrap_or_default();
+        out.push(Unordered {
+            reservation_id: rid,
+            flow_record,
+            status,
+        });
+    }
+    Ok(out)
+}
