@@ -1,6 +1,7 @@
 //! Owns the command line: raw arguments are parsed with lexopt, then
 //! validated into a typed [`Command`]; nothing here touches the network.
 
+use crate::review::findings::FindingState;
 use lexopt::prelude::*;
 use seckill_common::timefmt::parse_time_ms;
 use std::ffi::OsString;
@@ -62,8 +63,8 @@ pub enum Command {
 /// Arguments of `findings`, validated.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct FindingsArgs {
-    /// `open`, `auto_fixed`, `resolved`; `None` for all.
-    pub state: Option<String>,
+    /// Only findings in this state; `None` for all.
+    pub state: Option<FindingState>,
     /// Only this sale.
     pub sale: Option<u64>,
     /// JSON (an array of findings) instead of a table.
@@ -258,9 +259,9 @@ pub fn parse_at(
         ["bench-read", id] => Command::BenchRead(parse_u64(id, "sale id")?),
         ["findings"] => {
             let state = match take(&mut opts, "state").as_deref() {
-                None | Some("open") => Some("open".to_string()),
+                None => Some(FindingState::Open),
                 Some("all") => None,
-                Some(s @ ("auto_fixed" | "resolved")) => Some(s.to_string()),
+                Some(s) if s.parse::<FindingState>().is_ok() => s.parse().ok(),
                 Some(other) => {
                     return err(format!(
                         "--state {other:?}: expected open, auto_fixed, resolved or all"
@@ -487,7 +488,7 @@ mod tests {
         assert_eq!(
             p("findings").unwrap(),
             Command::Findings(FindingsArgs {
-                state: Some("open".into()),
+                state: Some(FindingState::Open),
                 sale: None,
                 json: false
             })

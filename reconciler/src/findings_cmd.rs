@@ -7,7 +7,7 @@
 use crate::cli::FindingsArgs;
 use crate::error::RunError;
 use crate::output::write_stdout;
-use crate::review::findings::Finding;
+use crate::review::findings::{Finding, Severity};
 use crate::review::Review;
 use seckill_common::Config;
 use std::io::{self, Write};
@@ -22,7 +22,7 @@ const EVIDENCE_WIDTH: usize = 100;
 /// ([`RunError::Output`]).
 pub fn findings(config: &Config, args: &FindingsArgs) -> Result<u8, RunError> {
     let review = Review::open_existing(&config.review_db)?;
-    let rows = review.list_findings(args.state.as_deref(), args.sale)?;
+    let rows = review.list_findings(args.state, args.sale)?;
     let written = if args.json {
         write_stdout(|w| {
             serde_json::to_writer_pretty(&mut *w, &rows).map_err(io::Error::from)?;
@@ -46,7 +46,7 @@ fn write_table(w: &mut dyn Write, rows: &[Finding]) -> io::Result<()> {
     )?;
     for f in rows {
         let mut evidence = f.fix.clone().unwrap_or_else(|| f.evidence.to_string());
-        if f.severity == "critical" {
+        if f.severity == Severity::Critical {
             evidence = format!("CRITICAL {evidence}");
         }
         if evidence.chars().count() > EVIDENCE_WIDTH {

@@ -27,6 +27,7 @@ mod run_cmd;
 mod sale_cmd;
 mod scan;
 mod settle;
+mod stored;
 
 use seckill_common::Config;
 use std::process::ExitCode;

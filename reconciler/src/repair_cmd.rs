@@ -24,7 +24,7 @@ use crate::dead_letter_archive::{archive_entries_of, SettledBy};
 use crate::error::RunError;
 use crate::lock::{RunLock, LOCK_WAIT};
 use crate::output::outln;
-use crate::review::findings::Kind;
+use crate::review::findings::{FindingState, Kind};
 use crate::review::{ActionKind, ActionStatus, PendingAction, Review};
 use crate::run_cmd::redis_connect;
 use crate::sale_cmd::fetch_sale;
@@ -83,9 +83,9 @@ pub fn repair(config: &Config, args: &RepairArgs) -> Result<u8, RunError> {
     let review = Review::open(&config.review_db)?;
     crate::settle::complete_pending(&review, || redis_connect(config))?;
     let Some(finding) = review
-        .list_findings(Some("open"), Some(id))?
+        .list_findings(Some(FindingState::Open), Some(id))?
         .into_iter()
-        .find(|f| f.kind == Kind::RedisDataLoss.as_str())
+        .find(|f| f.kind == Kind::RedisDataLoss)
     else {
         eprintln!(
             "seckill-reconciler: sale {id} is paused but has no open redis_data_loss finding \

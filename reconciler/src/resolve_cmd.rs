@@ -28,7 +28,7 @@
 use crate::cli::{ResolveAction, ResolveArgs};
 use crate::error::RunError;
 use crate::output::outln;
-use crate::review::findings::Finding;
+use crate::review::findings::{Finding, Resolution};
 use crate::review::{ActionKind, ActionStatus, PendingAction, Review};
 use crate::run_cmd::redis_connect;
 use crate::settle::{self, Outcome};
@@ -169,7 +169,7 @@ fn log_single(
 /// action that closed it goes on, and finds nothing left to do.
 fn settled_otherwise(f: &Finding, args: &ResolveArgs) -> Option<Outcome> {
     let action = args.action.as_str();
-    if f.is_open() || f.resolution.as_deref() == Some(action) {
+    if f.is_open() || f.resolution == Some(Resolution::By(action_kind(args.action))) {
         return None;
     }
     Some(Outcome::refused(format!(
@@ -177,7 +177,7 @@ fn settled_otherwise(f: &Finding, args: &ResolveArgs) -> Option<Outcome> {
         f.id,
         f.state,
         f.resolution
-            .as_deref()
+            .map(Resolution::as_str)
             .or(f.fix.as_deref())
             .unwrap_or("closed"),
         f.resolved_by.as_deref().unwrap_or("the reconciler"),

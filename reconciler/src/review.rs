@@ -17,6 +17,7 @@
 
 pub mod findings;
 
+use crate::stored::stored_enum;
 use rusqlite::{params, Connection, OpenFlags};
 use std::fmt;
 use std::path::{Path, PathBuf};
@@ -156,81 +157,54 @@ CREATE TRIGGER actions_no_delete BEFORE DELETE ON actions
 "#,
 ];
 
-/// What an action row records being done (`actions.action`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum ActionKind {
-    /// The reconciler's automatic ledger compensation.
-    Compensate,
-    /// An operator queued a reservation's order message again.
-    Reorder,
-    /// An operator released a reservation in Redis.
-    Rollback,
-    /// An operator closed a finding without any other change.
-    Dismiss,
-    /// The reconciler closed a finding a run no longer observed.
-    Close,
-    /// An operator rebuilt a paused sale's Redis state from MySQL
-    /// (`sale repair`).
-    Repair,
-}
-
-impl ActionKind {
-    /// The name as stored.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            ActionKind::Compensate => "compensate",
-            ActionKind::Reorder => "reorder",
-            ActionKind::Rollback => "rollback",
-            ActionKind::Dismiss => "dismiss",
-            ActionKind::Close => "close",
-            ActionKind::Repair => "repair",
-        }
-    }
-
-    /// The kind named `s` as stored; `None` for anything else.
-    pub fn parse(s: &str) -> Option<ActionKind> {
-        [
-            ActionKind::Compensate,
-            ActionKind::Reorder,
-            ActionKind::Rollback,
-            ActionKind::Dismiss,
-            ActionKind::Close,
-            ActionKind::Repair,
-        ]
-        .into_iter()
-        .find(|k| k.as_str() == s)
+stored_enum! {
+    /// What an action row records being done (`actions.action`).
+    pub enum ActionKind {
+        /// The reconciler's automatic ledger compensation.
+        Compensate => "compensate",
+        /// An operator queued a reservation's order message again.
+        Reorder => "reorder",
+        /// An operator released a reservation in Redis.
+        Rollback => "rollback",
+        /// An operator closed a finding without any other change.
+        Dismiss => "dismiss",
+        /// The reconciler closed a finding a run no longer observed.
+        Close => "close",
+        /// An operator rebuilt a paused sale's Redis state from MySQL
+        /// (`sale repair`).
+        Repair => "repair",
     }
 }
 
-/// The status of an action row (`actions.result`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum ActionStatus {
-    /// Written ahead, before an effect outside SQLite; exactly one later row
-    /// with `completes` = this row's id records how it ended.
-    Started,
-    /// It changed what it set out to change (for a finding: open → closed;
-    /// at most one such row per closing of a finding).
-    Done,
-    /// Nothing was left to change (already released, already queued, the
-    /// finding already settled).
-    NoChange,
-    /// Not allowed; nothing changed.
-    Refused,
-    /// It did not happen (e.g. interrupted before its effect); nothing
-    /// changed.
-    Failed,
+stored_enum! {
+    /// The status of an action row (`actions.result`).
+    pub enum ActionStatus {
+        /// Written ahead, before an effect outside SQLite; exactly one later row
+        /// with `completes` = this row's id records how it ended.
+        Started => "started",
+        /// It changed what it set out to change (for a finding: open → closed;
+        /// at most one such row per closing of a finding).
+        Done => "done",
+        /// Nothing was left to change (already released, already queued, the
+        /// finding already settled).
+        NoChange => "no_change",
+        /// Not allowed; nothing changed.
+        Refused => "refused",
+        /// It did not happen (e.g. interrupted before its effect); nothing
+        /// changed.
+        Failed => "failed",
+    }
 }
 
-impl ActionStatus {
-    /// The name as stored.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            ActionStatus::Started => "started",
-            ActionStatus::Done => "done",
-            ActionStatus::NoChange => "no_change",
-            ActionStatus::Refused => "refused",
-            ActionStatus::Failed => "failed",
-        }
+stored_enum! {
+    /// How a run ended (`runs.outcome`).
+    pub enum RunOutcome {
+        /// No open finding after it.
+        Clean => "clean",
+        /// Open findings remain for a person.
+        OpenFindings => "open_findings",
+        /// It could not finish (`runs.error` says why).
+        Failed => "failed",
     }
 }
 
@@ -245,8 +219,8 @@ pub struct PendingAction {
     pub actor: String,
     /// The finding acted on.
     pub finding_id: i64,
-    /// `actions.action` as stored (see [`ActionKind::parse`]).
-    pub action: String,
+    /// What it does.
+    pub action: ActionKind,
 }
 
 impl PendingAction {
@@ -323,8 +297,8 @@ pub struct Review {
 pub struct RunCounts {
     /// Sales reconciled.
     pub sales_checked: u64,
-    /// Observations of each kind in this run, in [`crate::review::findings::KINDS`] order.
-    pub by_kind: [u64; crate::review::findings::KINDS.len()],
+    /// Observations of each kind in this run, in [`findings::Kind::ALL`] order.
+    pub by_kind: [u64; findings::Kind::ALL.len()],
     /// Findings seen for the first time.
     pub new_findings: u64,
     /// Compensations done in this run.
@@ -467,9 +441,9 @@ impl Review {
         error: Option<&str>,
     ) -> Result<(), ReviewError> {
         let outcome = match (error, open_after) {
-            (Some(_), _) => "failed",
-            (None, Some(0)) => "clean",
-            (None, _) => "open_findings",
+            (Some(_), _) => RunOutcome::Failed,
+            (None, Some(0)) => RunOutcome::Clean,
+            (None, _) => RunOutcome::OpenFindings,
         };
         let k = &counts.by_kind;
         self.db.execute(
@@ -595,6 +569,36 @@ fn create_private(path: &Path) -> std::io::Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn every_stored_name_reads_back_as_its_variant_and_no_other() {
+        use findings::{FindingState, Kind, Resolution, Severity};
+        fn round<T: Copy + PartialEq + std::fmt::Debug + std::str::FromStr>(
+            all: &[T],
+            name: fn(T) -> &'static str,
+        ) {
+            for v in all {
+                assert_eq!(name(*v).parse::<T>().ok(), Some(*v));
+            }
+            let names: std::collections::HashSet<_> = all.iter().map(|v| name(*v)).collect();
+            assert_eq!(names.len(), all.len());
+            assert!("no_such_name".parse::<T>().is_err());
+        }
+        round(Kind::ALL, Kind::as_str);
+        round(FindingState::ALL, FindingState::as_str);
+        round(Severity::ALL, Severity::as_str);
+        round(ActionKind::ALL, ActionKind::as_str);
+        round(ActionStatus::ALL, ActionStatus::as_str);
+        round(RunOutcome::ALL, RunOutcome::as_str);
+        let resolutions: Vec<Resolution> = ActionKind::ALL
+            .iter()
+            .map(|a| Resolution::By(*a))
+            .chain([Resolution::NoLongerObserved])
+            .collect();
+        round(&resolutions, Resolution::as_str);
+        assert_eq!(Kind::ALL.len(), 7);
+        assert_eq!(Kind::RedisDataLoss.index(), 6);
+    }
 
     #[test]
     fn a_version_1_store_migrates_keeping_its_rows_and_the_append_only_log() {

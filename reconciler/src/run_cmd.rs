@@ -11,7 +11,7 @@
 
 use crate::error::RunError;
 use crate::lock::{RunLock, LOCK_WAIT};
-use crate::review::findings::KINDS;
+use crate::review::findings::Kind;
 use crate::review::{ActionKind, ActionStatus};
 use crate::review::{Review, RunCounts};
 use crate::rules::reconcile_sale;
@@ -52,7 +52,7 @@ pub fn run(config: &Config, shutdown: &Shutdown) -> Result<u8, RunError> {
         open_after,
         error.as_deref(),
     )?;
-    let by_kind: Vec<String> = KINDS
+    let by_kind: Vec<String> = Kind::ALL
         .iter()
         .zip(counts.by_kind)
         .filter(|(_, n)| *n > 0)

@@ -35,7 +35,7 @@
 
 use crate::dead_letter_archive::{archive_entries_of, SettledBy};
 use crate::error::RunError;
-use crate::review::findings::Finding;
+use crate::review::findings::{Finding, Resolution};
 use crate::review::{ActionKind, ActionStatus, PendingAction, Review};
 use redis::Commands;
 use seckill_common::keys::SaleKeys;
@@ -123,7 +123,7 @@ pub fn written_ahead(
         at,
         actor: actor.to_string(),
         finding_id: f.id,
-        action: action.as_str().to_string(),
+        action,
     };
     review.immediate(|| -> Result<Outcome, RunError> {
         if review.is_completed(id)? {
@@ -176,7 +176,7 @@ fn observe(
     p: &PendingAction,
     f: &Finding,
 ) -> Result<Outcome, RunError> {
-    if ActionKind::parse(&p.action) == Some(ActionKind::Repair) {
+    if p.action == ActionKind::Repair {
         return observe_repair(redis, p, f);
     }
     let Some(rid) = f.reservation_id.as_deref() else {
@@ -185,8 +185,8 @@ fn observe(
         ));
     };
     let k = SaleKeys::new(f.sale_id.max(0) as u64);
-    Ok(match ActionKind::parse(&p.action) {
-        Some(ActionKind::Rollback) => {
+    Ok(match p.action {
+        ActionKind::Rollback => {
             let held: bool = redis.hexists(k.flow(), rid)?;
             if held {
                 Outcome::failed(format!(
@@ -199,7 +199,7 @@ fn observe(
                 ))
             }
         }
-        Some(ActionKind::Reorder) => {
+        ActionKind::Reorder => {
             let mark: Option<String> = redis.hget(k.reorder_marks(), rid)?;
             if mark.as_deref() == Some(p.mark().as_str()) {
                 Outcome::done(format!(
@@ -251,7 +251,7 @@ fn complete(
 ) -> Result<Outcome, RunError> {
     let now = format_ms(now_ms());
     let f = review.finding(started.finding_id)?;
-    let action = ActionKind::parse(&started.action).unwrap_or(ActionKind::Dismiss);
+    let action = started.action;
     if outcome.settles() {
         if let Some(rid) = f.reservation_id.as_deref() {
             let by = SettledBy {
@@ -296,9 +296,9 @@ pub fn settle_finding(
     note: Option<&str>,
     now: &str,
 ) -> Result<(), RunError> {
-    review.set_resolved(f.id, actor, action.as_str(), note, now)?;
+    review.set_resolved(f.id, actor, Resolution::By(action), note, now)?;
     for id in review.open_siblings(f)? {
-        review.set_resolved(id, actor, action.as_str(), note, now)?;
+        review.set_resolved(id, actor, Resolution::By(action), note, now)?;
         let why = format!("settled with finding {} ({})", f.id, action.as_str());
         review.record_action(now, actor, id, action, &why, ActionStatus::Done, None)?;
     }

@@ -34,7 +34,9 @@ macro_rules! stored_enum {
         pub enum $name { $($(#[$vm])* $v,)+ }
 
         impl $name {
-            /// Every variant, in declaration order.
+            /// Every variant, in declaration order (not every enum needs it
+            /// outside the tests).
+            #[allow(dead_code)]
             pub const ALL: &'static [$name] = &[$($name::$v),+];
 
             /// The name as stored.

@@ -11,58 +11,48 @@
 //! observed it). `auto_fixed` and `resolved` are final for runs.
 
 use crate::review::{ActionKind, ActionStatus, Review, ReviewError};
+use crate::stored::stored_enum;
 use rusqlite::{params, OptionalExtension, Row};
 use serde::Serialize;
 
-/// The kinds of finding, in the order of [`crate::review::RunCounts::by_kind`].
-pub const KINDS: [&str; 7] = [
-    "flow_without_order",
-    "order_without_ledger",
-    "order_without_flow",
-    "stock_mismatch",
-    "dead_letter",
-    "sale_missing_in_mysql",
-    "redis_data_loss",
-];
-
-/// A kind of finding.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Kind {
-    /// A Redis flow record with no order that is not on its way (undersell).
-    FlowWithoutOrder,
-    /// An order with no stock deduction in the MySQL ledger.
-    OrderWithoutLedger,
-    /// An order whose Redis flow record is missing.
-    OrderWithoutFlow,
-    /// Totals that disagree (MySQL books, Redis stock, oversell).
-    StockMismatch,
-    /// A message in the dead-letter list.
-    DeadLetter,
-    /// A sale live in Redis (in `seckill:sales`, stock or meta present) that
-    /// MySQL does not hold: every unit it sells is dead-lettered, never an
-    /// order (critical).
-    SaleMissingInMysql,
-    /// Redis is behind MySQL's marks for a sale (it lost reservations) and
-    /// the sale is paused until `sale repair` (critical).
-    RedisDataLoss,
+stored_enum! {
+    /// A kind of finding (`findings.kind`), in the order of
+    /// [`crate::review::RunCounts::by_kind`].
+    pub enum Kind {
+        /// A Redis flow record with no order that is not on its way (undersell).
+        FlowWithoutOrder => "flow_without_order",
+        /// An order with no stock deduction in the MySQL ledger.
+        OrderWithoutLedger => "order_without_ledger",
+        /// An order whose Redis flow record is missing.
+        OrderWithoutFlow => "order_without_flow",
+        /// Totals that disagree (MySQL books, Redis stock, oversell).
+        StockMismatch => "stock_mismatch",
+        /// A message in the dead-letter list.
+        DeadLetter => "dead_letter",
+        /// A sale live in Redis (in `seckill:sales`, stock or meta present) that
+        /// MySQL does not hold: every unit it sells is dead-lettered, never an
+        /// order (critical).
+        SaleMissingInMysql => "sale_missing_in_mysql",
+        /// Redis is behind MySQL's marks for a sale (it lost reservations) and
+        /// the sale is paused until `sale repair` (critical).
+        RedisDataLoss => "redis_data_loss",
+    }
 }
 
 impl Kind {
-    /// The kind's name as stored.
-    pub fn as_str(self) -> &'static str {
-        KINDS[self.index()]
-    }
-    /// Its index in [`KINDS`].
+    /// Its index in [`Kind::ALL`].
     pub fn index(self) -> usize {
-        match self {
-            Kind::FlowWithoutOrder => 0,
-            Kind::OrderWithoutLedger => 1,
-            Kind::OrderWithoutFlow => 2,
-            Kind::StockMismatch => 3,
-            Kind::DeadLetter => 4,
-            Kind::SaleMissingInMysql => 5,
-            Kind::RedisDataLoss => 6,
-        }
+        Kind::ALL.iter().position(|k| *k == self).unwrap_or(0)
+    }
+}
+
+stored_enum! {
+    /// How much a finding matters (`findings.severity`).
+    pub enum Severity {
+        /// A person should look.
+        Normal => "normal",
+        /// Stock was oversold or a sale's units cannot become orders: look now.
+        Critical => "critical",
     }
 }
 
@@ -95,8 +85,8 @@ pub struct Observation {
 pub struct Finding {
     /// Row id, the `FINDING_ID` of `resolve`.
     pub id: i64,
-    /// One of [`KINDS`].
-    pub kind: String,
+    /// Its kind.
+    pub kind: Kind,
     /// The sale.
     pub sale_id: i64,
     /// What it is about.
@@ -108,11 +98,11 @@ pub struct Finding {
     /// MySQL `orders.id`.
     pub order_id: Option<i64>,
     /// `normal` or `critical`.
-    pub severity: String,
+    pub severity: Severity,
     /// What was seen (JSON).
     pub evidence: serde_json::Value,
     /// `open`, `auto_fixed` or `resolved`.
-    pub state: String,
+    pub state: FindingState,
     /// What the reconciler did, for `auto_fixed`.
     pub fix: Option<String>,
     /// First and last time a run observed it (RFC 3339 UTC).
@@ -126,37 +116,100 @@ pub struct Finding {
     /// When it was closed.
     pub resolved_at: Option<String>,
     /// How: `reorder`, `rollback`, `dismiss` or `no_longer_observed`.
-    pub resolution: Option<String>,
+    pub resolution: Option<Resolution>,
     /// The operator's note.
     pub note: Option<String>,
 }
 
-/// The state of a finding (`findings.state`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum FindingState {
-    /// A person must act.
-    Open,
-    /// The reconciler compensated it.
-    AutoFixed,
-    /// An operator acted, or a later run no longer observed it.
-    Resolved,
+stored_enum! {
+    /// The state of a finding (`findings.state`).
+    pub enum FindingState {
+        /// A person must act.
+        Open => "open",
+        /// The reconciler compensated it.
+        AutoFixed => "auto_fixed",
+        /// An operator acted, or a later run no longer observed it.
+        Resolved => "resolved",
+    }
 }
 
-impl FindingState {
+/// How a finding was resolved (`findings.resolution`): by the operator
+/// action that settled it, stored under the action's name, or because a run
+/// no longer observed it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Resolution {
+    /// The action (`reorder`, `rollback`, `dismiss`, `repair`) settled it.
+    By(ActionKind),
+    /// A run no longer observed the discrepancy.
+    NoLongerObserved,
+}
+
+impl Resolution {
     /// The name as stored.
     pub fn as_str(self) -> &'static str {
         match self {
-            FindingState::Open => "open",
-            FindingState::AutoFixed => "auto_fixed",
-            FindingState::Resolved => "resolved",
+            Resolution::By(a) => a.as_str(),
+            Resolution::NoLongerObserved => "no_longer_observed",
         }
+    }
+
+    /// Whether a run that observes the finding again reopens it: the
+    /// action did not cure it (a dismissed finding stays closed).
+    pub fn reopens(self) -> bool {
+        matches!(
+            self,
+            Resolution::By(ActionKind::Reorder | ActionKind::Rollback | ActionKind::Repair)
+                | Resolution::NoLongerObserved
+        )
+    }
+}
+
+impl std::str::FromStr for Resolution {
+    type Err = crate::stored::UnknownName;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s {
+            "no_longer_observed" => Ok(Resolution::NoLongerObserved),
+            _ => s
+                .parse()
+                .map(Resolution::By)
+                .map_err(|_| crate::stored::UnknownName {
+                    what: "Resolution",
+                    name: s.to_string(),
+                }),
+        }
+    }
+}
+
+impl std::fmt::Display for Resolution {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl Serialize for Resolution {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(self.as_str())
+    }
+}
+
+impl rusqlite::types::ToSql for Resolution {
+    fn to_sql(&self) -> rusqlite::Result<rusqlite::types::ToSqlOutput<'_>> {
+        Ok(self.as_str().into())
+    }
+}
+
+impl rusqlite::types::FromSql for Resolution {
+    fn column_result(v: rusqlite::types::ValueRef<'_>) -> rusqlite::types::FromSqlResult<Self> {
+        v.as_str()?
+            .parse()
+            .map_err(|e| rusqlite::types::FromSqlError::Other(Box::new(e)))
     }
 }
 
 impl Finding {
     /// Whether it is [`FindingState::Open`].
     pub fn is_open(&self) -> bool {
-        self.state == FindingState::Open.as_str()
+        self.state == FindingState::Open
     }
 }
 
@@ -196,7 +249,7 @@ pub struct Recorded {
     /// Whether this is its first observation.
     pub is_new: bool,
     /// Its state after recording.
-    pub state: String,
+    pub state: FindingState,
     /// Whether a closed finding was opened again (see `record_observation`).
     pub reopened: bool,
 }
@@ -216,7 +269,7 @@ impl Review {
         run_id: i64,
         now: &str,
     ) -> Result<Recorded, ReviewError> {
-        let existed: Option<(i64, String, Option<String>, Option<String>)> = self
+        let existed: Option<(i64, FindingState, Option<Resolution>, Option<String>)> = self
             .db
             .query_row(
                 "SELECT id, state, resolution, resolved_at FROM findings
@@ -235,12 +288,7 @@ impl Review {
             .optional()?;
         let reopen = match (&existed, &run_started) {
             (Some((_, state, Some(how), Some(at))), Some(started)) => {
-                state == FindingState::Resolved.as_str()
-                    && matches!(
-                        how.as_str(),
-                        "reorder" | "rollback" | "repair" | "no_longer_observed"
-                    )
-                    && started.as_str() > at.as_str()
+                *state == FindingState::Resolved && how.reopens() && started.as_str() > at.as_str()
             }
             _ => false,
         };
@@ -248,9 +296,8 @@ impl Review {
             FindingState::AutoFixed
         } else {
             FindingState::Open
-        }
-        .as_str();
-        let (id, state_after): (i64, String) = self.db.query_row(
+        };
+        let (id, state_after): (i64, FindingState) = self.db.query_row(
             "INSERT INTO findings (kind, sale_id, subject, reservation_id, user_id, order_id,
                severity, evidence, state, fix, first_seen, last_seen, first_run_id, last_run_id)
              VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?11, ?12, ?12)
@@ -272,7 +319,11 @@ impl Review {
                 obs.reservation_id,
                 obs.user_id,
                 obs.order_id.map(|n| n as i64),
-                if obs.critical { "critical" } else { "normal" },
+                if obs.critical {
+                    Severity::Critical
+                } else {
+                    Severity::Normal
+                },
                 obs.evidence.to_string(),
                 state,
                 obs.fixed,
@@ -309,7 +360,7 @@ impl Review {
             rows.collect::<Result<_, _>>()?
         };
         for id in &ids {
-            self.set_resolved(*id, "reconciler", "no_longer_observed", None, now)?;
+            self.set_resolved(*id, "reconciler", Resolution::NoLongerObserved, None, now)?;
             self.record_action(
                 now,
                 "reconciler",
@@ -329,7 +380,7 @@ impl Review {
         &self,
         id: i64,
         by: &str,
-        resolution: &str,
+        resolution: Resolution,
         note: Option<&str>,
         now: &str,
     ) -> Result<bool, ReviewError> {
@@ -374,7 +425,7 @@ impl Review {
     /// newest first.
     pub fn list_findings(
         &self,
-        state: Option<&str>,
+        state: Option<FindingState>,
         sale: Option<u64>,
     ) -> Result<Vec<Finding>, ReviewError> {
         let mut st = self.db.prepare(&format!(
