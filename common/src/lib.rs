@@ -33,6 +33,7 @@
 //! - [`reorder`]: the operator's "queue this order message again" script.
 //! - [`notify`]: systemd readiness (`sd_notify`) for `Type=notify` units.
 //! - [`shutdown`]: the SIGINT/SIGTERM flag and logging set-up.
+//! - [`start`]: the start-up and exit codes every binary shares.
 //! - [`timefmt`]: RFC 3339 / `now+30s` parsing and formatting of Unix ms.
 #![forbid(unsafe_code)]
 #![deny(missing_docs)]
@@ -55,6 +56,7 @@ pub mod reservation;
 pub mod sale;
 pub mod schema;
 pub mod shutdown;
+pub mod start;
 pub mod timefmt;
 
 pub use config::{Config, ConfigError};

@@ -40,31 +40,16 @@ mod routes;
 mod server;
 mod soldout;
 
+use seckill_common::start;
 use std::process::ExitCode;
 
 fn main() -> ExitCode {
-    seckill_common::shutdown::init_logging();
-    let config = match seckill_common::Config::from_env() {
-        Ok(c) => c,
-        Err(e) => {
-            log::error!("{e}");
-            return ExitCode::from(2);
-        }
-    };
     let unblocker = server::Unblocker::default();
     let on_signal = unblocker.clone();
-    let shutdown = match seckill_common::Shutdown::install(move || on_signal.unblock_all()) {
+    let started = match start::start(move || on_signal.unblock_all()) {
         Ok(s) => s,
-        Err(e) => {
-            log::error!("installing the signal handler: {e}");
-            return ExitCode::from(1);
-        }
+        Err(e) => return start::fail("seckill-gateway", &e, e.exit_code()),
     };
-    match server::run(config, shutdown, unblocker) {
-        Ok(()) => ExitCode::SUCCESS,
-        Err(e) => {
-            log::error!("{e}");
-            ExitCode::from(e.exit_code())
-        }
-    }
+    let result = server::run(started.config, started.shutdown, unblocker).map(|()| 0);
+    start::finish("seckill-gateway", result, server::GatewayError::exit_code)
 }

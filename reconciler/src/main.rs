@@ -29,43 +29,31 @@ mod scan;
 mod settle;
 mod stored;
 
+use seckill_common::start::{self, EXIT_CONFIG, EXIT_USAGE};
 use seckill_common::Config;
 use std::process::ExitCode;
 
+const PROGRAM: &str = "seckill-reconciler";
+
 fn main() -> ExitCode {
-    seckill_common::shutdown::init_logging();
     let cmd = match cli::parse(std::env::args_os().skip(1)) {
         Ok(c) => c,
         Err(e) => {
-            eprintln!("seckill-reconciler: {e}\nrun `seckill-reconciler --help` for usage");
-            return ExitCode::from(64);
+            let what = format!("{e}\nrun `{PROGRAM} --help` for usage");
+            return start::fail(PROGRAM, &what, EXIT_USAGE);
         }
     };
     if let cli::Command::Help = cmd {
         output::outln!("{}", cli::USAGE);
         return ExitCode::SUCCESS;
     }
-    let config = match Config::from_env() {
-        Ok(c) => c,
-        Err(e) => {
-            eprintln!("seckill-reconciler: {e}");
-            return ExitCode::from(2);
-        }
-    };
-    let shutdown = match seckill_common::Shutdown::install(|| {}) {
+    // Exit 2 for any failure to start: 1 means "open findings" here.
+    let started = match start::start(|| {}) {
         Ok(s) => s,
-        Err(e) => {
-            eprintln!("seckill-reconciler: signal handler: {e}");
-            return ExitCode::from(2);
-        }
+        Err(e) => return start::fail(PROGRAM, &e, EXIT_CONFIG),
     };
-    match run(&config, &shutdown, cmd) {
-        Ok(code) => ExitCode::from(code),
-        Err(e) => {
-            eprintln!("seckill-reconciler: {e}");
-            ExitCode::from(2)
-        }
-    }
+    let result = run(&started.config, &started.shutdown, cmd);
+    start::finish(PROGRAM, result, |_| EXIT_CONFIG)
 }
 
 /// Runs one command; `Ok(code)` is the exit code of a command that ran.

@@ -5,27 +5,19 @@
 
 use std::process::ExitCode;
 
+use seckill_common::start::{self, EXIT_CONFIG, EXIT_FAILURE};
+
 fn main() -> ExitCode {
-    seckill_common::shutdown::init_logging();
-    let config = match seckill_common::Config::from_env() {
-        Ok(c) => c,
-        Err(e) => {
-            eprintln!("seckill-worker: {e}");
-            return ExitCode::from(2);
-        }
-    };
-    let shutdown = match seckill_common::Shutdown::install(|| {}) {
+    let started = match start::start(|| {}) {
         Ok(s) => s,
-        Err(e) => {
-            eprintln!("seckill-worker: signal handler: {e}");
-            return ExitCode::from(1);
-        }
+        Err(e) => return start::fail("seckill-worker", &e, e.exit_code()),
     };
-    match seckill_worker::run(config, shutdown) {
-        Ok(()) => ExitCode::SUCCESS,
-        Err(e) => {
-            eprintln!("seckill-worker: {e}");
-            ExitCode::from(if e.is_config() { 2 } else { 1 })
+    let result = seckill_worker::run(started.config, started.shutdown).map(|()| 0);
+    start::finish("seckill-worker", result, |e| {
+        if e.is_config() {
+            EXIT_CONFIG
+        } else {
+            EXIT_FAILURE
         }
-    }
+    })
 }

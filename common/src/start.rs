@@ -1,0 +1,89 @@
+//! Owns what every binary does before and after its work: logging, the
+//! configuration from the environment, the SIGINT/SIGTERM handler, and the
+//! exit codes all three binaries share (each binary's crate doc lists which
+//! of its failures map to which).
+
+use crate::{Config, Shutdown};
+use std::fmt::Display;
+use std::process::ExitCode;
+
+/// Exit code of a failure while running (Redis, MySQL, I/O).
+pub const EXIT_FAILURE: u8 = 1;
+/// Exit code of bad configuration (a `SECKILL_*` variable, a URL, a port
+/// that cannot be listened on): the unit should not be restarted as is.
+pub const EXIT_CONFIG: u8 = 2;
+/// Exit code of a bad command line (BSD `sysexits.h` `EX_USAGE`).
+pub const EXIT_USAGE: u8 = 64;
+
+/// What a binary starts with.
+pub struct Started {
+    /// The configuration read from `SECKILL_*`.
+    pub config: Config,
+    /// Set by SIGINT or SIGTERM.
+    pub shutdown: Shutdown,
+}
+
+/// Why a binary could not start.
+#[derive(Debug)]
+#[non_exhaustive]
+pub enum StartError {
+    /// A `SECKILL_*` variable is invalid.
+    Config(crate::ConfigError),
+    /// The SIGINT/SIGTERM handler could not be installed.
+    Signal(ctrlc::Error),
+}
+
+impl std::fmt::Display for StartError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            StartError::Config(e) => write!(f, "{e}"),
+            StartError::Signal(e) => write!(f, "signal handler: {e}"),
+        }
+    }
+}
+
+impl std::error::Error for StartError {}
+
+impl StartError {
+    /// The exit code of the gateway and the worker for it: [`EXIT_CONFIG`]
+    /// for configuration, [`EXIT_FAILURE`] for the handler.
+    pub fn exit_code(&self) -> u8 {
+        match self {
+            StartError::Config(_) => EXIT_CONFIG,
+            StartError::Signal(_) => EXIT_FAILURE,
+        }
+    }
+}
+
+/// Starts logging, reads the configuration and installs the signal handler
+/// (`on_signal` runs after the flag is set, once per signal).
+///
+/// Errors: [`StartError`]; nothing is written (see [`fail`]).
+pub fn start(on_signal: impl Fn() + Send + 'static) -> Result<Started, StartError> {
+    crate::shutdown::init_logging();
+    let config = Config::from_env().map_err(StartError::Config)?;
+    let shutdown = Shutdown::install(on_signal).map_err(StartError::Signal)?;
+    Ok(Started { config, shutdown })
+}
+
+/// The exit code of a binary's result: `Ok(code)` as is; an error as one
+/// line `PROGRAM: error` on stderr and `code_of(&error)`.
+pub fn finish<E: Display>(
+    program: &str,
+    result: Result<u8, E>,
+    code_of: impl FnOnce(&E) -> u8,
+) -> ExitCode {
+    match result {
+        Ok(code) => ExitCode::from(code),
+        Err(e) => {
+            let code = code_of(&e);
+            fail(program, &e, code)
+        }
+    }
+}
+
+/// Writes `PROGRAM: what` on stderr and returns `code` as an exit code.
+pub fn fail(program: &str, what: &dyn Display, code: u8) -> ExitCode {
+    eprintln!("{program}: {what}");
+    ExitCode::from(code)
+}
