@@ -213,17 +213,29 @@ pub fn parse(args: impl IntoIterator<Item = OsString>) -> Result<Command, UsageE
     parse_at(args, seckill_common::now_ms())
 }
 
-/// [`parse`] with the clock given (for `now+30s`), so tests are exact.
-pub fn parse_at(
+/// The options of a command line, by name, in the order given (a flag's
+/// value is empty); each is taken once by the command that knows it, and
+/// any left over is an error.
+struct Opts(Vec<(String, String)>);
+
+impl Opts {
+    /// Removes and returns the first value of option `--name`.
+    fn take(&mut self, name: &str) -> Option<String> {
+        let i = self.0.iter().position(|(n, _)| n == name)?;
+        Some(self.0.remove(i).1)
+    }
+}
+
+/// Splits the arguments into words and options; `None` for `--help`.
+fn lex(
     args: impl IntoIterator<Item = OsString>,
-    now_ms: u64,
-) -> Result<Command, UsageError> {
+) -> Result<Option<(Vec<String>, Opts)>, UsageError> {
     let mut p = lexopt::Parser::from_args(args);
     let mut words = Vec::new();
     let mut opts: Vec<(String, String)> = Vec::new();
     while let Some(arg) = p.next()? {
         match arg {
-            Short('h') | Long("help") => return Ok(Command::Help),
+            Short('h') | Long("help") => return Ok(None),
             Long(name) if FLAGS.contains(&name) => {
                 let name = name.to_string();
                 if p.optional_value().is_some() {
@@ -240,11 +252,18 @@ pub fn parse_at(
             other => return Err(other.unexpected().into()),
         }
     }
-    let words: Vec<&str> = words.iter().map(String::as_str).collect();
-    let take = |opts: &mut Vec<(String, String)>, name: &str| -> Option<String> {
-        let i = opts.iter().position(|(n, _)| n == name)?;
-        Some(opts.remove(i).1)
+    Ok(Some((words, Opts(opts))))
+}
+
+/// [`parse`] with the clock given (for `now+30s`), so tests are exact.
+pub fn parse_at(
+    args: impl IntoIterator<Item = OsString>,
+    now_ms: u64,
+) -> Result<Command, UsageError> {
+    let Some((words, mut opts)) = lex(args)? else {
+        return Ok(Command::Help);
     };
+    let words: Vec<&str> = words.iter().map(String::as_str).collect();
     let cmd = match words.as_slice() {
         [] | ["help"] => Command::Help,
         ["migrate"] => Command::Migrate,
@@ -252,124 +271,140 @@ pub fn parse_at(
         ["sale", "show", id] => Command::SaleShow(parse_u64(id, "sale id")?),
         ["sale", "repair", id] => {
             let sale_id = parse_u64(id, "sale id")?;
-            let (by, note) = by_and_note(take(&mut opts, "by"), take(&mut opts, "note"))?;
+            let (by, note) = by_and_note(opts.take("by"), opts.take("note"))?;
             Command::SaleRepair(RepairArgs { sale_id, by, note })
         }
         ["run"] => Command::Run,
         ["bench-read", id] => Command::BenchRead(parse_u64(id, "sale id")?),
-        ["findings"] => {
-            let state = match take(&mut opts, "state").as_deref() {
-                None => Some(FindingState::Open),
-                Some("all") => None,
-                Some(s) if s.parse::<FindingState>().is_ok() => s.parse().ok(),
-                Some(other) => {
-                    return err(format!(
-                        "--state {other:?}: expected open, auto_fixed, resolved or all"
-                    ))
-                }
-            };
-            let sale = match take(&mut opts, "sale") {
-                Some(s) => Some(parse_u64(&s, "--sale")?),
-                None => None,
-            };
-            let json = take(&mut opts, "json").is_some();
-            Command::Findings(FindingsArgs { state, sale, json })
-        }
-        ["resolve", id] => {
-            let finding_id: i64 = id.parse().ok().filter(|n| *n > 0).ok_or_else(|| {
-                UsageError(format!("finding id: {id:?} is not a positive integer"))
-            })?;
-            let mut actions = Vec::new();
-            for (flag, action) in [
-                ("reorder", ResolveAction::Reorder),
-                ("rollback", ResolveAction::Rollback),
-                ("dismiss", ResolveAction::Dismiss),
-            ] {
-                while take(&mut opts, flag).is_some() {
-                    actions.push(action);
-                }
-            }
-            let [action] = actions.as_slice() else {
-                return err("resolve needs exactly one of --reorder, --rollback, --dismiss");
-            };
-            let (by, note) = by_and_note(take(&mut opts, "by"), take(&mut opts, "note"))?;
-            let dry_run = take(&mut opts, "dry-run").is_some();
-            Command::Resolve(ResolveArgs {
-                finding_id,
-                action: *action,
-                by,
-                note,
-                dry_run,
-            })
-        }
-        ["sale", "create"] => {
-            let sku =
-                take(&mut opts, "sku").ok_or_else(|| UsageError("--sku is required".into()))?;
-            let stock =
-                take(&mut opts, "stock").ok_or_else(|| UsageError("--stock is required".into()))?;
-            let starts = take(&mut opts, "starts-at")
-                .ok_or_else(|| UsageError("--starts-at is required".into()))?;
-            let ends = take(&mut opts, "ends-at")
-                .ok_or_else(|| UsageError("--ends-at is required".into()))?;
-            let title = take(&mut opts, "title").unwrap_or_default();
-            let price = take(&mut opts, "price-cents").unwrap_or_else(|| "0".into());
-            if !seckill_common::is_valid_token(&sku) {
-                return err(format!(
-                    "--sku {sku:?}: expected 1-64 characters of A-Z a-z 0-9 _ . -"
-                ));
-            }
-            let stock: u64 = stock
-                .parse()
-                .ok()
-                .filter(|n| (1..=MAX_STOCK).contains(n))
-                .ok_or_else(|| {
-                    UsageError(format!(
-                        "--stock {stock:?}: expected an integer from 1 to {MAX_STOCK}"
-                    ))
-                })?;
-            let starts_at_ms = parse_time_ms(&starts, now_ms)
-                .map_err(|e| UsageError(format!("--starts-at {starts:?}: {e}")))?;
-            let ends_at_ms = parse_time_ms(&ends, now_ms)
-                .map_err(|e| UsageError(format!("--ends-at {ends:?}: {e}")))?;
-            for (name, given, ms) in [
-                ("--starts-at", &starts, starts_at_ms),
-                ("--ends-at", &ends, ends_at_ms),
-            ] {
-                if ms > now_ms.saturating_add(MAX_AHEAD_MS) {
-                    return err(format!("{name} {given:?}: more than 10 years ahead"));
-                }
-            }
-            if ends_at_ms <= starts_at_ms {
-                return err("--ends-at must be after --starts-at");
-            }
-            if ends_at_ms - starts_at_ms > MAX_WINDOW_MS {
-                return err("the sale window is longer than 366 days");
-            }
-            if ends_at_ms <= now_ms {
-                return err("--ends-at is in the past: the sale would never open");
-            }
-            if title.chars().count() > 255 || title.chars().any(char::is_control) {
-                return err("--title: at most 255 characters, no control characters");
-            }
-            let price_cents = parse_u64(&price, "--price-cents")?;
-            if price_cents > MAX_PRICE_CENTS {
-                return err(format!("--price-cents: at most {MAX_PRICE_CENTS}"));
-            }
-            Command::SaleCreate(SaleCreate {
-                sku,
-                stock,
-                starts_at_ms,
-                ends_at_ms,
-                title,
-                price_cents,
-            })
-        }
+        ["findings"] => findings(&mut opts)?,
+        ["resolve", id] => resolve(id, &mut opts)?,
+        ["sale", "create"] => sale_create(&mut opts, now_ms)?,
         _ => return err(format!("unknown command: {}", words.join(" "))),
     };
-    if let Some((name, _)) = opts.first() {
+    if let Some((name, _)) = opts.0.first() {
         return err(format!("unexpected option --{name}"));
     }
     Ok(cmd)
+}
+
+/// `findings [--state S] [--sale ID] [--json]`.
+fn findings(opts: &mut Opts) -> Result<Command, UsageError> {
+    let state = match opts.take("state").as_deref() {
+        None => Some(FindingState::Open),
+        Some("all") => None,
+        Some(s) if s.parse::<FindingState>().is_ok() => s.parse().ok(),
+        Some(other) => {
+            return err(format!(
+                "--state {other:?}: expected open, auto_fixed, resolved or all"
+            ))
+        }
+    };
+    let sale = match opts.take("sale") {
+        Some(s) => Some(parse_u64(&s, "--sale")?),
+        None => None,
+    };
+    let json = opts.take("json").is_some();
+    Ok(Command::Findings(FindingsArgs { state, sale, json }))
+}
+
+/// `resolve ID --reorder|--rollback|--dismiss --by NAME [--note] [--dry-run]`.
+fn resolve(id: &str, opts: &mut Opts) -> Result<Command, UsageError> {
+    let finding_id: i64 = id
+        .parse()
+        .ok()
+        .filter(|n| *n > 0)
+        .ok_or_else(|| UsageError(format!("finding id: {id:?} is not a positive integer")))?;
+    let mut actions = Vec::new();
+    for (flag, action) in [
+        ("reorder", ResolveAction::Reorder),
+        ("rollback", ResolveAction::Rollback),
+        ("dismiss", ResolveAction::Dismiss),
+    ] {
+        while opts.take(flag).is_some() {
+            actions.push(action);
+        }
+    }
+    let [action] = actions.as_slice() else {
+        return err("resolve needs exactly one of --reorder, --rollback, --dismiss");
+    };
+    let (by, note) = by_and_note(opts.take("by"), opts.take("note"))?;
+    let dry_run = opts.take("dry-run").is_some();
+    Ok(Command::Resolve(ResolveArgs {
+        finding_id,
+        action: *action,
+        by,
+        note,
+        dry_run,
+    }))
+}
+
+/// `sale create --sku --stock --starts-at --ends-at [--title] [--price-cents]`.
+fn sale_create(opts: &mut Opts, now_ms: u64) -> Result<Command, UsageError> {
+    let sku = opts
+        .take("sku")
+        .ok_or_else(|| UsageError("--sku is required".into()))?;
+    let stock = opts
+        .take("stock")
+        .ok_or_else(|| UsageError("--stock is required".into()))?;
+    let starts = opts
+        .take("starts-at")
+        .ok_or_else(|| UsageError("--starts-at is required".into()))?;
+    let ends = opts
+        .take("ends-at")
+        .ok_or_else(|| UsageError("--ends-at is required".into()))?;
+    let title = opts.take("title").unwrap_or_default();
+    let price = opts.take("price-cents").unwrap_or_else(|| "0".into());
+    if !seckill_common::is_valid_token(&sku) {
+        return err(format!(
+            "--sku {sku:?}: expected {}",
+            seckill_common::TOKEN_RULE
+        ));
+    }
+    let stock: u64 = stock
+        .parse()
+        .ok()
+        .filter(|n| (1..=MAX_STOCK).contains(n))
+        .ok_or_else(|| {
+            UsageError(format!(
+                "--stock {stock:?}: expected an integer from 1 to {MAX_STOCK}"
+            ))
+        })?;
+    let starts_at_ms = parse_time_ms(&starts, now_ms)
+        .map_err(|e| UsageError(format!("--starts-at {starts:?}: {e}")))?;
+    let ends_at_ms =
+        parse_time_ms(&ends, now_ms).map_err(|e| UsageError(format!("--ends-at {ends:?}: {e}")))?;
+    for (name, given, ms) in [
+        ("--starts-at", &starts, starts_at_ms),
+        ("--ends-at", &ends, ends_at_ms),
+    ] {
+        if ms > now_ms.saturating_add(MAX_AHEAD_MS) {
+            return err(format!("{name} {given:?}: more than 10 years ahead"));
+        }
+    }
+    if ends_at_ms <= starts_at_ms {
+        return err("--ends-at must be after --starts-at");
+    }
+    if ends_at_ms - starts_at_ms > MAX_WINDOW_MS {
+        return err("the sale window is longer than 366 days");
+    }
+    if ends_at_ms <= now_ms {
+        return err("--ends-at is in the past: the sale would never open");
+    }
+    if title.chars().count() > 255 || title.chars().any(char::is_control) {
+        return err("--title: at most 255 characters, no control characters");
+    }
+    let price_cents = parse_u64(&price, "--price-cents")?;
+    if price_cents > MAX_PRICE_CENTS {
+        return err(format!("--price-cents: at most {MAX_PRICE_CENTS}"));
+    }
+    Ok(Command::SaleCreate(SaleCreate {
+        sku,
+        stock,
+        starts_at_ms,
+        ends_at_ms,
+        title,
+        price_cents,
+    }))
 }
 
 #[cfg(test)]

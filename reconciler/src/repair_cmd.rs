@@ -151,68 +151,11 @@ fn rebuild(
     let marks = data_loss::mysql_state(db, id)?;
     let flows: HashMap<String, String> = con.hgetall(k.flow())?;
     let queue: Vec<String> = con.lrange(k.queue(), 0, -1)?;
-    // Read leniently: a field that is not a number (the damage being
-    // repaired, perhaps) counts as 0 and is overwritten below.
-    let (total, releases_now, ck): (Option<String>, Option<String>, Option<String>) =
-        redis::cmd("HMGET")
-            .arg(k.meta())
-            .arg("total_stock")
-            .arg("releases")
-            .arg("checkpoint")
-            .query(con)?;
-    let stock_now: Option<String> = con.get(k.stock())?;
-    let num = |v: &Option<String>| v.as_deref().and_then(|v| v.parse::<i64>().ok());
-    let redis_seq = seckill_common::reservation::sequence(
-        num(&total).unwrap_or(0).max(0) as u64,
-        num(&stock_now).unwrap_or(0),
-        num(&releases_now).unwrap_or(0).max(0) as u64,
-    );
-    let redis_ck = num(&ck).map(|c| c.max(0) as u64);
+    let (redis_seq, redis_ck) = redis_marks(con, &k)?;
 
-    let ordered: HashSet<&str> = orders.iter().map(|(r, _, _)| r.as_str()).collect();
-    let holder: HashSet<&str> = orders.iter().map(|(_, u, _)| u.as_str()).collect();
     let mut pipe = redis::pipe();
     pipe.atomic();
-    let mut out = Repaired::default();
-    let mut duplicates: Vec<String> = Vec::new();
-    for (rid, user, at) in &orders {
-        // Keep Redis's own flow record when it has one (same content).
-        if !flows.contains_key(rid) {
-            let msg = OrderMessage {
-                v: MESSAGE_VERSION,
-                reservation_id: rid.clone(),
-                sale_id: id,
-                user_id: user.clone(),
-                reserved_at_ms: at.unwrap_or(0).max(0) as u64,
-            };
-            pipe.hset(k.flow(), rid, msg.to_json()).ignore();
-        }
-        pipe.hset(k.buyers(), user, rid).ignore();
-        pipe.hset(k.status(), rid, PurchaseStatus::Confirmed.as_str())
-            .ignore();
-        out.orders += 1;
-    }
-    for (rid, raw) in &flows {
-        if ordered.contains(rid.as_str()) {
-            continue;
-        }
-        let user = OrderMessage::parse(raw.as_bytes())
-            .map(|m| m.user_id)
-            .unwrap_or_default();
-        if holder.contains(user.as_str()) {
-            // A duplicate: its user holds an order of another reservation.
-            pipe.hdel(k.flow(), rid).ignore();
-            pipe.hset(k.status(), rid, PurchaseStatus::Failed.as_str())
-                .ignore();
-            if queue.contains(raw) {
-                pipe.lrem(k.queue(), 0, raw).ignore();
-            }
-            duplicates.push(rid.clone());
-            out.released += 1;
-        } else {
-            out.in_flight += 1;
-        }
-    }
+    let (mut out, mut duplicates) = restore(&mut pipe, &k, &orders, &flows, &queue);
     let taken = (out.orders + out.in_flight) as i64;
     out.stock = (sale.total_stock as i64 - taken).max(0);
     // The sequence (total − stock + releases) must not go back behind
@@ -265,6 +208,92 @@ fn rebuild(
          {} reservations in flight kept, stock {}, sequence {}; sale resumed",
         out.orders, out.released, out.in_flight, out.stock, out.seq
     )))
+}
+
+/// The sale's reservation sequence and checkpoint as Redis holds them now,
+/// read leniently: a field that is not a number (the damage being
+/// repaired, perhaps) counts as 0, and is overwritten by the repair.
+///
+/// Errors: Redis failures.
+fn redis_marks(
+    con: &mut redis::Connection,
+    k: &SaleKeys,
+) -> redis::RedisResult<(u64, Option<u64>)> {
+    let (total, releases_now, ck): (Option<String>, Option<String>, Option<String>) =
+        redis::cmd("HMGET")
+            .arg(k.meta())
+            .arg("total_stock")
+            .arg("releases")
+            .arg("checkpoint")
+            .query(con)?;
+    let stock_now: Option<String> = con.get(k.stock())?;
+    let num = |v: &Option<String>| v.as_deref().and_then(|v| v.parse::<i64>().ok());
+    let redis_seq = seckill_common::reservation::sequence(
+        num(&total).unwrap_or(0).max(0) as u64,
+        num(&stock_now).unwrap_or(0),
+        num(&releases_now).unwrap_or(0).max(0) as u64,
+    );
+    let redis_ck = num(&ck).map(|c| c.max(0) as u64);
+    Ok((redis_seq, redis_ck))
+}
+
+/// Adds to `pipe` the writes that restore every order of `orders`
+/// (reservation id, user, reserved at ms) in Redis (flow record unless
+/// Redis has it, buyer, status `confirmed`) and release every flow record
+/// without order whose user holds an order of another reservation (a
+/// duplicate: flow record removed, status `failed`, message taken off the
+/// queue). Returns the counts (stock and sequence not yet set) and the
+/// duplicates' reservation ids.
+fn restore(
+    pipe: &mut redis::Pipeline,
+    k: &SaleKeys,
+    orders: &[(String, String, Option<i64>)],
+    flows: &HashMap<String, String>,
+    queue: &[String],
+) -> (Repaired, Vec<String>) {
+    let ordered: HashSet<&str> = orders.iter().map(|(r, _, _)| r.as_str()).collect();
+    let holder: HashSet<&str> = orders.iter().map(|(_, u, _)| u.as_str()).collect();
+    let mut out = Repaired::default();
+    let mut duplicates: Vec<String> = Vec::new();
+    for (rid, user, at) in orders {
+        // Keep Redis's own flow record when it has one (same content).
+        if !flows.contains_key(rid) {
+            let msg = OrderMessage {
+                v: MESSAGE_VERSION,
+                reservation_id: rid.clone(),
+                sale_id: k.sale_id,
+                user_id: user.clone(),
+                reserved_at_ms: at.unwrap_or(0).max(0) as u64,
+            };
+            pipe.hset(k.flow(), rid, msg.to_json()).ignore();
+        }
+        pipe.hset(k.buyers(), user, rid).ignore();
+        pipe.hset(k.status(), rid, PurchaseStatus::Confirmed.as_str())
+            .ignore();
+        out.orders += 1;
+    }
+    for (rid, raw) in flows {
+        if ordered.contains(rid.as_str()) {
+            continue;
+        }
+        let user = OrderMessage::parse(raw.as_bytes())
+            .map(|m| m.user_id)
+            .unwrap_or_default();
+        if holder.contains(user.as_str()) {
+            // A duplicate: its user holds an order of another reservation.
+            pipe.hdel(k.flow(), rid).ignore();
+            pipe.hset(k.status(), rid, PurchaseStatus::Failed.as_str())
+                .ignore();
+            if queue.contains(raw) {
+                pipe.lrem(k.queue(), 0, raw).ignore();
+            }
+            duplicates.push(rid.clone());
+            out.released += 1;
+        } else {
+            out.in_flight += 1;
+        }
+    }
+    (out, duplicates)
 }
 
 /// The meta field that holds the mark of the repair that last rebuilt the
