@@ -7,6 +7,27 @@
 //! holds messages of the sale), 2 could not run (Redis, MySQL or SQLite error, bad
 //! configuration), 64 bad command line (one line saying what is wrong, then
 //! a pointer to `--help`).
+//!
+//! # Layout
+//!
+//! - [`cli`]: the command line, lexed then validated into a typed
+//!   [`cli::Command`], one function per command.
+//! - Commands, one file each: [`run_cmd`] (`run`), [`findings_cmd`],
+//!   [`resolve_cmd`], [`sale_cmd`] (`sale create/load/show`), [`repair_cmd`]
+//!   (`sale repair`), [`bench_read`].
+//! - Reconciliation: [`scan`] reads one sale in its documented order into
+//!   one value; [`rules`] holds one file per rule turning it into
+//!   observations; [`compensate`] is the one automatic fix.
+//! - Reading: [`redis_read`] (`SSCAN`/`HSCAN`/`LRANGE` in chunks, never
+//!   `KEYS`), [`mysql_read`] (streamed `SELECT`s).
+//! - The review store: [`review`] (file, migrations, runs, the append-only
+//!   audit log, one write transaction), [`review::findings`] (the findings
+//!   table), [`stored`] (its enums as stored names).
+//! - Operator actions: [`settle`] (write-ahead audit: started row, effect,
+//!   completion), [`dead_letter_archive`] (settled dead letters), [`lock`]
+//!   (the run lock in Redis).
+//! - [`error`], [`output`]: the error enum and stdout that tolerates a
+//!   closed pipe.
 #![forbid(unsafe_code)]
 
 mod bench_read;

@@ -30,7 +30,7 @@ pub fn line(args: fmt::Arguments<'_>) {
     }
 }
 
-/// `outln!("...", args)`: [`line`] with `format!` syntax.
+/// `outln!("...", args)`: [`line()`] with `format!` syntax.
 macro_rules! outln {
     ($($arg:tt)*) => {
         $crate::output::line(format_args!($($arg)*))

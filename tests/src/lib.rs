@@ -5,6 +5,17 @@
 //! share nothing but the MariaDB server, and there each has its own database.
 //!
 //! MySQL server: `SECKILL_TEST_MYSQL_URL` (default `mysql://root@127.0.0.1:3306/`).
+//!
+//! # Layout
+//!
+//! - This file: the harness ([`RedisServer`], [`TestDb`], [`command`] for a
+//!   workspace binary with a cleared environment).
+//! - `src/load/`: the load simulator behind `seckill-load` (its own `# Layout`).
+//! - `src/bin/`: `seckill-load` (the crowd and its invariants) and
+//!   `seckill-baseline` (the MySQL-only design the benchmarks compare with).
+//! - `tests/`: one file per area, named `AREA_TOPIC.rs` (`gateway_*`,
+//!   `worker_*`, `reconciler_*`, `redis_*`, `e2e_*`, ...), with shared
+//!   helpers in `*_support.rs` modules.
 #![forbid(unsafe_code)]
 #![allow(clippy::missing_panics_doc)] // test support: panicking is the failure report
 
