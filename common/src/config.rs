@@ -75,6 +75,11 @@ pub struct Config {
     pub worker_heartbeat_ttl: Duration,
     /// `SECKILL_WORKER_METRICS_LISTEN`: the worker's `/metrics` listener.
     pub worker_metrics_listen: SocketAddr,
+    /// `SECKILL_WORKER_EXPIRY_EVERY`: pause between two passes of the
+    /// worker's expiry sweep (`worker/src/expiry.rs`) when the last pass
+    /// found nothing to do (default 200ms: a unit is back on sale within
+    /// about that after its deadline).
+    pub worker_expiry_every: Duration,
     /// `SECKILL_RECONCILE_LOOKBACK`: sales that ended longer ago than this are
     /// no longer reconciled (default 24h).
     pub reconcile_lookback: Duration,
@@ -103,6 +108,7 @@ impl Default for Config {
             worker_block: Duration::from_secs(1),
             worker_heartbeat_ttl: Duration::from_secs(15),
             worker_metrics_listen: SocketAddr::from(([127, 0, 0, 1], 9101)),
+            worker_expiry_every: Duration::from_millis(200),
             reconcile_lookback: Duration::from_secs(24 * 3600),
             reconcile_grace: Duration::from_secs(60),
         }
@@ -219,6 +225,9 @@ impl Config {
         }
         if let Some(v) = get("SECKILL_WORKER_METRICS_LISTEN") {
             c.worker_metrics_listen = parse_addr("SECKILL_WORKER_METRICS_LISTEN", v)?;
+        }
+        if let Some(v) = get("SECKILL_WORKER_EXPIRY_EVERY") {
+            c.worker_expiry_every = parse_duration("SECKILL_WORKER_EXPIRY_EVERY", v)?;
         }
         if let Some(v) = get("SECKILL_RECONCILE_LOOKBACK") {
             c.reconcile_lookback = parse_duration("SECKILL_RECONCILE_LOOKBACK", v)?;

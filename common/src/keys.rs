@@ -10,7 +10,8 @@
 //! | `seckill:{sale:ID}:stock` | string | units left to reserve, never below 0 |
 //! | `seckill:{sale:ID}:buyers` | hash | user id -> reservation id (one purchase per user) |
 //! | `seckill:{sale:ID}:flow` | hash | reservation id -> order message JSON: the flow record |
-//! | `seckill:{sale:ID}:status` | hash | reservation id -> `queued` / `confirmed` / `failed` |
+//! | `seckill:{sale:ID}:status` | hash | reservation id -> `queued` / `confirmed` / `failed` / `expired` / `cancelled` |
+//! | `seckill:{sale:ID}:released` | hash | reservation id -> the flow record of an order whose unit went back on sale (expired or cancelled): the evidence, and what makes the release's Redis step happen once |
 //! | `seckill:{sale:ID}:queue` | list | order messages; `LPUSH` in, `BLMOVE RIGHT LEFT` out |
 //! | `seckill:{sale:ID}:processing:WORKER` | list | messages a worker has taken and not yet finished |
 //! | `seckill:{sale:ID}:dlq` | list | dead-letter entries (JSON: message, reason, attempts) |
@@ -32,6 +33,10 @@ pub enum PurchaseStatus {
     Confirmed,
     /// It will never be an order: dead-lettered or released (`failed`).
     Failed,
+    /// Its order's payment deadline passed; the unit is back on sale (`expired`).
+    Expired,
+    /// Its buyer cancelled the unpaid order; the unit is back on sale (`cancelled`).
+    Cancelled,
 }
 
 impl PurchaseStatus {
@@ -41,6 +46,8 @@ impl PurchaseStatus {
             PurchaseStatus::Queued => "queued",
             PurchaseStatus::Confirmed => "confirmed",
             PurchaseStatus::Failed => "failed",
+            PurchaseStatus::Expired => "expired",
+            PurchaseStatus::Cancelled => "cancelled",
         }
     }
 }
@@ -96,6 +103,11 @@ impl SaleKeys {
     pub fn status(&self) -> String {
         self.key("status")
     }
+    /// Hash reservation id -> flow record of a released order (see the
+    /// lifecycle mode of `release.rs`).
+    pub fn released(&self) -> String {
+        self.key("released")
+    }
     /// The sale's reliable queue of order messages.
     pub fn queue(&self) -> String {
         self.key("queue")
@@ -147,6 +159,7 @@ mod tests {
             k.attempts(),
             k.dead_letter_archive(),
             k.reorder_marks(),
+            k.released(),
         ] {
             assert!(key.starts_with("seckill:{sale:42}:"), "{key}");
         }

@@ -31,6 +31,9 @@
 //! - [`release`]: the release (rollback) script that puts a reserved unit back on sale.
 //! - [`owned_key`]: extend or delete a lock key only while it holds our token.
 //! - [`reorder`]: the operator's "queue this order message again" script.
+//! - [`order`]: an order's lifecycle states and the ledger reason `release`.
+//! - [`lifecycle`]: the transitions out of `pending_payment` (expire, cancel,
+//!   pay) in MySQL and the Redis step that puts a released unit back on sale.
 //! - [`notify`]: systemd readiness (`sd_notify`) for `Type=notify` units.
 //! - [`shutdown`]: the SIGINT/SIGTERM flag and logging set-up.
 //! - [`start`]: the start-up and exit codes every binary shares.
@@ -44,10 +47,12 @@ pub mod dead_letter;
 pub mod ids;
 pub mod in_flight;
 pub mod keys;
+pub mod lifecycle;
 pub mod lua;
 pub mod message;
 pub mod metrics;
 pub mod notify;
+pub mod order;
 pub mod owned_key;
 pub mod redis_server;
 pub mod release;

@@ -1,5 +1,6 @@
-//! Owns the release of a reservation (the operator's "rollback"): one atomic
-//! Lua script that puts a reserved unit back on sale in Redis.
+//! Owns the release of a reservation (the operator's "rollback", and the
+//! lifecycle's expiry and cancellation): one atomic Lua script that puts a
+//! reserved unit back on sale in Redis.
 //!
 //! A release is the exact inverse of the reservation script
 //! (`reservation.rs`): the flow record and the user's purchase mark are
@@ -15,6 +16,16 @@
 //!
 //! A release writes nothing to MySQL: the caller checks first that MySQL holds
 //! no order for the reservation.
+//!
+//! The lifecycle mode ([`release_order`]) is the Redis step of an order that
+//! MySQL has already expired or cancelled (`lifecycle.rs`: MySQL decides,
+//! Redis follows). It skips the `confirmed` and in-flight refusals (the
+//! order exists: that is the point), moves the flow record into the sale's
+//! `released` hash instead of deleting it (so `stock + flow records =
+//! total` still holds, and the evidence stays), removes the buyer mark only
+//! when the sale lets a released buyer buy again, and sets the status
+//! `expired` or `cancelled`. The `released` entry makes it happen once:
+//! a repeat replies `already` and changes nothing.
 
 use crate::keys::SaleKeys;
 use redis::{ConnectionLike, FromRedisValue, Script, Value};
@@ -22,20 +33,23 @@ use std::fmt;
 use std::sync::OnceLock;
 
 /// The release script. `KEYS`: flow, buyers, stock, status, queue, meta,
-/// then the sale's processing list of every known worker (any number, may
-/// be none); it counts itself in the meta field `releases`, which keeps the
+/// released, then the sale's processing list of every known worker (any
+/// number, may be none); it counts itself in the meta field `releases`, which keeps the
 /// sale's reservation sequence (`reservation::sequence`) from going back;
 /// `ARGV`: the reservation id. Replies `{'released', stock_after}`,
 /// `{'not_found'}`, `{'confirmed'}` or `{'in_flight', processing_key}`;
 /// an error reply, with nothing changed, when a key it writes holds the
 /// wrong type or the stock is not an integer (see `lua.rs`). With `ARGV[2]`
 /// = `check` it stops before its first write and replies `{'clear',
-/// stock}` where it would release: what a rollback would come to.
+/// stock}` where it would release: what a rollback would come to. With
+/// `ARGV[2]` = `expired` or `cancelled` (the lifecycle mode, see the module
+/// doc; `ARGV[3]` = `1` removes the buyer mark) it replies `{'released',
+/// stock_after}`, `{'already'}` (released before) or `{'not_found'}`.
 pub const RELEASE_LUA: &str = concat!(
     crate::lua_expect_types!(),
     r#"
 local bad = expect_types({KEYS[1], 'hash', KEYS[2], 'hash', KEYS[3], 'string',
-  KEYS[4], 'hash', KEYS[5], 'list', KEYS[6], 'hash'})
+  KEYS[4], 'hash', KEYS[5], 'list', KEYS[6], 'hash', KEYS[7], 'hash'})
 if bad then return bad end
 local left = redis.call('GET', KEYS[3])
 if left and not string.find(left, '^-?%d+$') then
@@ -45,10 +59,25 @@ local releases = redis.call('HGET', KEYS[6], 'releases')
 if releases and not string.find(releases, '^%d+$') then
   return redis.error_reply('ERR ' .. KEYS[6] .. ' field releases is not an integer')
 end
+local lifecycle = ARGV[2] == 'expired' or ARGV[2] == 'cancelled'
+if lifecycle and redis.call('HEXISTS', KEYS[7], ARGV[1]) == 1 then return {'already'} end
 local msg = redis.call('HGET', KEYS[1], ARGV[1])
 if not msg then return {'not_found'} end
+if lifecycle then
+  local user = string.match(msg, '"user_id":"([^"]*)"')
+  redis.call('LREM', KEYS[5], 0, msg)
+  redis.call('HSET', KEYS[7], ARGV[1], msg)
+  redis.call('HDEL', KEYS[1], ARGV[1])
+  if ARGV[3] == '1' and user and redis.call('HGET', KEYS[2], user) == ARGV[1] then
+    redis.call('HDEL', KEYS[2], user)
+  end
+  local stock = redis.call('INCR', KEYS[3])
+  redis.call('HINCRBY', KEYS[6], 'releases', 1)
+  redis.call('HSET', KEYS[4], ARGV[1], ARGV[2])
+  return {'released', tostring(stock)}
+end
 if redis.call('HGET', KEYS[4], ARGV[1]) == 'confirmed' then return {'confirmed'} end
-for i = 7, #KEYS do
+for i = 8, #KEYS do
   if redis.call('LPOS', KEYS[i], msg) then return {'in_flight', KEYS[i]} end
 end
 if ARGV[2] == 'check' then return {'clear', left or '0'} end
@@ -175,6 +204,52 @@ pub fn check<C: ConnectionLike>(
     }
 }
 
+/// What the lifecycle mode of a release came to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum OrderRelease {
+    /// The unit is back on sale now; holds the stock counter after it.
+    Released {
+        /// Units left to reserve after the release.
+        stock_after: i64,
+    },
+    /// Released before (the `released` hash holds it): nothing changed.
+    Already,
+    /// Redis holds no flow record for it and never released it (Redis lost
+    /// it): nothing changed; the reconciler's stock rules report the unit.
+    NotFound,
+}
+
+/// The Redis step of an order MySQL has expired or cancelled (`kind`; the
+/// status becomes `expired` or `cancelled`): see the module doc. `rebuy` removes the buyer's mark (the sale's
+/// `rebuy_after_release`). Idempotent by reservation id.
+///
+/// Errors: as [`release`].
+pub fn release_order<C: ConnectionLike>(
+    con: &mut C,
+    sale_id: u64,
+    reservation_id: &str,
+    kind: crate::order::Release,
+    rebuy: bool,
+) -> Result<OrderRelease, ReleaseError> {
+    let status = match kind {
+        crate::order::Release::Expire => crate::keys::PurchaseStatus::Expired,
+        crate::order::Release::Cancel => crate::keys::PurchaseStatus::Cancelled,
+    };
+    let parts = run_mode(con, sale_id, reservation_id, &[], status.as_str(), rebuy)?;
+    let unexpected = || ReleaseError::UnexpectedReply(format!("{parts:?}"));
+    match parts.first().map(String::as_str) {
+        Some("released") => Ok(OrderRelease::Released {
+            stock_after: parts
+                .get(1)
+                .and_then(|s| s.parse().ok())
+                .ok_or_else(unexpected)?,
+        }),
+        Some("already") => Ok(OrderRelease::Already),
+        Some("not_found") => Ok(OrderRelease::NotFound),
+        _ => Err(unexpected()),
+    }
+}
+
 /// The refusals both modes share.
 fn refusal(parts: &[String]) -> Option<ReleaseOutcome> {
     match parts.first().map(String::as_str) {
@@ -192,6 +267,17 @@ fn run<C: ConnectionLike>(
     worker_ids: &[String],
     mode: &str,
 ) -> Result<Vec<String>, ReleaseError> {
+    run_mode(con, sale_id, reservation_id, worker_ids, mode, false)
+}
+
+fn run_mode<C: ConnectionLike>(
+    con: &mut C,
+    sale_id: u64,
+    reservation_id: &str,
+    worker_ids: &[String],
+    mode: &str,
+    rebuy: bool,
+) -> Result<Vec<String>, ReleaseError> {
     if !crate::ids::is_valid_reservation_id(reservation_id) {
         return Err(ReleaseError::InvalidReservationId);
     }
@@ -202,11 +288,14 @@ fn run<C: ConnectionLike>(
         .key(k.stock())
         .key(k.status())
         .key(k.queue())
-        .key(k.meta());
+        .key(k.meta())
+        .key(k.released());
     for w in worker_ids {
         inv.key(k.processing(w));
     }
-    inv.arg(reservation_id).arg(mode);
+    inv.arg(reservation_id)
+        .arg(mode)
+        .arg(if rebuy { "1" } else { "0" });
     let reply: Value = inv.invoke(con)?;
     Vec::<String>::from_redis_value(reply.clone())
         .map_err(|_| ReleaseError::UnexpectedReply(format!("{reply:?}")))

@@ -1,5 +1,17 @@
-//! Owns the MySQL schema (sales, orders, stock ledger) and its idempotent
-//! migrations, plus the one way every binary opens a MySQL connection.
+//! Owns the MySQL schema (sales, orders, stock ledger, payments) and its
+//! idempotent migrations, plus the one way every binary opens a MySQL
+//! connection.
+//!
+//! Migration 3 (the order lifecycle, `order.rs`): `sales.payment_window_ms`
+//! (NULL: orders are final at creation, status `confirmed`) and
+//! `sales.rebuy_after_release` (whether a buyer whose order expired or was
+//! cancelled may buy again); `orders.pay_by`, `paid_at`, `payment_id`,
+//! `released_at` (the MySQL step of a release) and `redis_released_at` (its
+//! Redis step done); one order per buyer *holding a unit*
+//! (`orders_sale_live_user` on the generated `live_user_id`, NULL once
+//! released, replaces `orders_sale_user`); the index (`status`, `pay_by`)
+//! the expiry sweep reads; `payments` keyed by `payment_id` (idempotency)
+//! with the outcome of each payment.
 //!
 //! Times are `DATETIME(3)` in UTC: every connection sets `time_zone` to
 //! `+00:00`, so `UNIX_TIMESTAMP`, `FROM_UNIXTIME` and `UTC_TIMESTAMP(3)` agree.
@@ -70,6 +82,38 @@ CREATE TABLE IF NOT EXISTS sale_redis_state (
   paused_reason VARCHAR(64) NULL,
   paused_at DATETIME(3) NULL,
   updated_at DATETIME(3) NOT NULL DEFAULT (UTC_TIMESTAMP(3))
+) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_bin;
+"#,
+    ),
+    (
+        3,
+        "order lifecycle: status, deadline, payments, released units",
+        r#"
+ALTER TABLE sales
+  ADD COLUMN IF NOT EXISTS payment_window_ms BIGINT UNSIGNED NULL,
+  ADD COLUMN IF NOT EXISTS rebuy_after_release TINYINT(1) NOT NULL DEFAULT 0;
+ALTER TABLE orders
+  ADD COLUMN IF NOT EXISTS pay_by DATETIME(3) NULL,
+  ADD COLUMN IF NOT EXISTS paid_at DATETIME(3) NULL,
+  ADD COLUMN IF NOT EXISTS payment_id VARCHAR(64) NULL,
+  ADD COLUMN IF NOT EXISTS released_at DATETIME(3) NULL,
+  ADD COLUMN IF NOT EXISTS redis_released_at DATETIME(3) NULL,
+  ADD COLUMN IF NOT EXISTS live_user_id VARCHAR(64)
+    AS (IF(status IN ('expired', 'cancelled'), NULL, user_id)) PERSISTENT;
+CREATE INDEX IF NOT EXISTS orders_status_pay_by ON orders (status, pay_by);
+CREATE INDEX IF NOT EXISTS orders_status_redis_released ON orders (status, redis_released_at);
+CREATE UNIQUE INDEX IF NOT EXISTS orders_sale_live_user ON orders (sale_id, live_user_id);
+DROP INDEX IF EXISTS orders_sale_user ON orders;
+CREATE TABLE IF NOT EXISTS payments (
+  payment_id VARCHAR(64) NOT NULL PRIMARY KEY,
+  reservation_id CHAR(32) NOT NULL,
+  sale_id BIGINT UNSIGNED NULL,
+  amount_cents BIGINT UNSIGNED NOT NULL,
+  outcome VARCHAR(32) NOT NULL,
+  received_at DATETIME(3) NOT NULL,
+  applied_at DATETIME(3) NOT NULL DEFAULT (UTC_TIMESTAMP(3)),
+  KEY payments_reservation (reservation_id),
+  KEY payments_sale_outcome (sale_id, outcome)
 ) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_bin;
 "#,
     ),

@@ -15,8 +15,13 @@ usage: seckill-reconciler COMMAND [OPTIONS]
 commands:
   migrate                       create the MySQL database if missing and apply the schema
   sale create --sku SKU --stock N --starts-at T --ends-at T [--title TEXT] [--price-cents N]
+              [--payment-window D [--rebuy-after-release]]
                                 T: RFC 3339 (2026-11-29T20:00:00Z, +08:00 offsets too),
                                    now, now+30s, now+2h
+                                D: 15m, 30s, 500ms: orders wait that long for their payment,
+                                   then their unit goes back on sale (default: none, orders
+                                   are final at creation); --rebuy-after-release lets the
+                                   buyer of an expired or cancelled order buy again
   sale load ID                  put a MySQL sale into Redis unless Redis holds live state
   sale show ID                  MySQL and Redis figures side by side
   sale repair ID --by NAME [--note TEXT]
@@ -112,7 +117,14 @@ pub struct ResolveArgs {
 pub const MAX_NOTE: usize = 1000;
 
 /// Flags (options without a value) that the commands accept.
-const FLAGS: &[&str] = &["json", "reorder", "rollback", "dismiss", "dry-run"];
+const FLAGS: &[&str] = &[
+    "json",
+    "reorder",
+    "rollback",
+    "dismiss",
+    "dry-run",
+    "rebuy-after-release",
+];
 
 /// Arguments of `sale repair`.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -140,7 +152,17 @@ pub struct SaleCreate {
     pub title: String,
     /// At most [`MAX_PRICE_CENTS`].
     pub price_cents: u64,
+    /// `--payment-window`, ms (1 ms ..= [`MAX_PAYMENT_WINDOW_MS`]): orders
+    /// are `pending_payment` until reservation time + this. `None` (the
+    /// default): orders are final (`confirmed`) at creation.
+    pub payment_window_ms: Option<u64>,
+    /// `--rebuy-after-release` (only with a window): the buyer of an order
+    /// that expired or was cancelled may buy again.
+    pub rebuy_after_release: bool,
 }
+
+/// Longest payment window: 7 days in ms.
+pub const MAX_PAYMENT_WINDOW_MS: u64 = 7 * 24 * 3600 * 1000;
 
 /// Largest stock one sale may offer (a flash sale of more is a typo).
 pub const MAX_STOCK: u64 = 100_000_000;
@@ -397,6 +419,24 @@ fn sale_create(opts: &mut Opts, now_ms: u64) -> Result<Command, UsageError> {
     if price_cents > MAX_PRICE_CENTS {
         return err(format!("--price-cents: at most {MAX_PRICE_CENTS}"));
     }
+    let payment_window_ms = match opts.take("payment-window") {
+        None => None,
+        Some(w) => Some(
+            humantime::parse_duration(&w)
+                .ok()
+                .map(|d| d.as_millis() as u64)
+                .filter(|ms| (1..=MAX_PAYMENT_WINDOW_MS).contains(ms))
+                .ok_or_else(|| {
+                    UsageError(format!(
+                        "--payment-window {w:?}: expected a duration from 1ms to 7d (15m, 30s)"
+                    ))
+                })?,
+        ),
+    };
+    let rebuy_after_release = opts.take("rebuy-after-release").is_some();
+    if rebuy_after_release && payment_window_ms.is_none() {
+        return err("--rebuy-after-release needs --payment-window");
+    }
     Ok(Command::SaleCreate(SaleCreate {
         sku,
         stock,
@@ -404,6 +444,8 @@ fn sale_create(opts: &mut Opts, now_ms: u64) -> Result<Command, UsageError> {
         ends_at_ms,
         title,
         price_cents,
+        payment_window_ms,
+        rebuy_after_release,
     }))
 }
 
@@ -427,8 +469,16 @@ mod tests {
                 ends_at_ms: 1_799_971_200_000,
                 title: String::new(),
                 price_cents: 1999,
+                payment_window_ms: None,
+                rebuy_after_release: false,
             })
         );
+        let c = p("sale create --sku A-1 --stock 10 --starts-at now --ends-at now+1h --payment-window 15m --rebuy-after-release").unwrap();
+        let Command::SaleCreate(c) = c else {
+            panic!("not a sale create: {c:?}")
+        };
+        assert_eq!(c.payment_window_ms, Some(900_000));
+        assert!(c.rebuy_after_release);
     }
 
     #[test]

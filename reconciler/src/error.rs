@@ -99,3 +99,14 @@ impl From<seckill_common::schema::SchemaError> for RunError {
         }
     }
 }
+
+impl From<seckill_common::lifecycle::LifecycleError> for RunError {
+    fn from(e: seckill_common::lifecycle::LifecycleError) -> Self {
+        use seckill_common::lifecycle::LifecycleError as L;
+        match e {
+            L::Mysql(e) => RunError::Mysql(e),
+            L::Redis(e) => RunError::Release(e),
+            other => RunError::Refused(other.to_string()),
+        }
+    }
+}

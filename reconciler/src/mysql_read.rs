@@ -8,6 +8,7 @@
 
 use mysql::prelude::Queryable;
 use mysql::Conn;
+use seckill_common::order::RELEASED_SQL;
 use std::time::Duration;
 
 /// Most ids in one `IN (...)` look-up.
@@ -45,7 +46,8 @@ pub struct Books {
     pub available_stock: i64,
     /// Units deducted by the ledger: `-SUM(delta)` over every row of the sale.
     pub ledger_deductions: i64,
-    /// Orders of the sale.
+    /// Orders of the sale that hold a unit (confirmed, pending, paid: not
+    /// the released ones).
     pub orders: i64,
 }
 
@@ -92,8 +94,12 @@ pub fn books(db: &mut Conn, sale_id: u64) -> mysql::Result<Option<Books>> {
             return Ok(None);
         };
         let ledger = seckill_common::schema::ledger_deductions(db, sale_id)?;
-        let orders: Option<i64> =
-            db.exec_first("SELECT COUNT(*) FROM orders WHERE sale_id = ?", (sale_id,))?;
+        let orders: Option<i64> = db.exec_first(
+            format!(
+                "SELECT COUNT(*) FROM orders WHERE sale_id = ? AND status NOT IN {RELEASED_SQL}"
+            ),
+            (sale_id,),
+        )?;
         Ok(Some(Books {
             total_stock,
             available_stock,
@@ -127,15 +133,18 @@ pub fn deducted_ids(db: &mut Conn, sale_id: u64) -> mysql::Result<Vec<u128>> {
     Ok(out)
 }
 
-/// Streams the reservation ids of the sale's orders into `f`, one at a time
-/// (the raw bytes of `orders.reservation_id`).
+/// Streams the reservation ids of the sale's orders that hold a unit (not
+/// the released ones, whose flow record Redis keeps in `released`) into
+/// `f`, one at a time (the raw bytes of `orders.reservation_id`).
 pub fn for_each_order_id(
     db: &mut Conn,
     sale_id: u64,
     mut f: impl FnMut(&[u8]),
 ) -> mysql::Result<()> {
     let rows = db.exec_iter(
-        "SELECT reservation_id FROM orders WHERE sale_id = ?",
+        format!(
+            "SELECT reservation_id FROM orders WHERE sale_id = ? AND status NOT IN {RELEASED_SQL}"
+        ),
         (sale_id,),
     )?;
     for row in rows {
@@ -166,6 +175,45 @@ pub fn order_details(db: &mut Conn, rids: &[String]) -> mysql::Result<Vec<OrderD
         }));
     }
     Ok(out)
+}
+
+/// A payment the worker did not apply as `paid`: what the payment findings
+/// are made of.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct OddPayment {
+    /// `payments.payment_id`.
+    pub payment_id: String,
+    /// The reservation it was for.
+    pub reservation_id: String,
+    /// Amount paid, cents.
+    pub amount_cents: u64,
+    /// `payments.outcome`.
+    pub outcome: String,
+    /// When the gateway received it, Unix ms.
+    pub received_ms: u64,
+}
+
+/// The payments of sale `sale_id` (or, with `None`, of no known sale)
+/// whose outcome is not `paid`.
+pub fn odd_payments(db: &mut Conn, sale_id: Option<u64>) -> mysql::Result<Vec<OddPayment>> {
+    let rows: Vec<(String, String, u64, String, i64)> = db.exec(
+        "SELECT payment_id, reservation_id, amount_cents, outcome,
+                CAST(UNIX_TIMESTAMP(received_at) * 1000 AS SIGNED)
+         FROM payments WHERE sale_id <=> ? AND outcome <> 'paid' ORDER BY payment_id",
+        (sale_id,),
+    )?;
+    Ok(rows
+        .into_iter()
+        .map(
+            |(payment_id, reservation_id, amount_cents, outcome, at)| OddPayment {
+                payment_id,
+                reservation_id,
+                amount_cents,
+                outcome,
+                received_ms: at.max(0) as u64,
+            },
+        )
+        .collect())
 }
 
 /// The order of reservation `rid`, if MySQL holds one.

@@ -155,6 +155,72 @@ CREATE TRIGGER actions_no_update BEFORE UPDATE ON actions
 CREATE TRIGGER actions_no_delete BEFORE DELETE ON actions
   BEGIN SELECT RAISE(ABORT, 'actions is append-only'); END;
 "#,
+    // 3 (issue 13, the order lifecycle): the kinds
+    // `released_in_mysql_held_in_redis`, `late_payment`,
+    // `payment_amount_mismatch`, `payment_unknown_reservation`,
+    // `payment_not_payable`, rebuilt as in 2.
+    r#"
+ALTER TABLE runs ADD COLUMN released_in_mysql_held_in_redis INTEGER NOT NULL DEFAULT 0;
+ALTER TABLE runs ADD COLUMN late_payment INTEGER NOT NULL DEFAULT 0;
+ALTER TABLE runs ADD COLUMN payment_amount_mismatch INTEGER NOT NULL DEFAULT 0;
+ALTER TABLE runs ADD COLUMN payment_unknown_reservation INTEGER NOT NULL DEFAULT 0;
+ALTER TABLE runs ADD COLUMN payment_not_payable INTEGER NOT NULL DEFAULT 0;
+CREATE TABLE findings_v3 (
+  id INTEGER PRIMARY KEY,
+  kind TEXT NOT NULL CHECK (kind IN ('flow_without_order', 'order_without_ledger',
+    'order_without_flow', 'stock_mismatch', 'dead_letter', 'sale_missing_in_mysql',
+    'redis_data_loss', 'released_in_mysql_held_in_redis', 'late_payment',
+    'payment_amount_mismatch', 'payment_unknown_reservation', 'payment_not_payable')),
+  sale_id INTEGER NOT NULL,
+  subject TEXT NOT NULL,
+  reservation_id TEXT,
+  user_id TEXT,
+  order_id INTEGER,
+  severity TEXT NOT NULL CHECK (severity IN ('normal', 'critical')),
+  evidence TEXT NOT NULL,
+  state TEXT NOT NULL CHECK (state IN ('open', 'auto_fixed', 'resolved')),
+  fix TEXT,
+  first_seen TEXT NOT NULL,
+  last_seen TEXT NOT NULL,
+  first_run_id INTEGER,
+  last_run_id INTEGER,
+  times_seen INTEGER NOT NULL DEFAULT 1,
+  resolved_by TEXT,
+  resolved_at TEXT,
+  resolution TEXT,
+  note TEXT,
+  UNIQUE (kind, sale_id, subject)
+);
+INSERT INTO findings_v3 SELECT * FROM findings;
+CREATE TABLE actions_parked AS SELECT * FROM actions;
+DROP TRIGGER actions_no_update;
+DROP TRIGGER actions_no_delete;
+DROP TABLE actions;
+DROP TABLE findings;
+ALTER TABLE findings_v3 RENAME TO findings;
+CREATE TABLE actions (
+  id INTEGER PRIMARY KEY,
+  at TEXT NOT NULL,
+  actor TEXT NOT NULL,
+  finding_id INTEGER NOT NULL REFERENCES findings (id),
+  action TEXT NOT NULL
+    CHECK (action IN ('compensate', 'reorder', 'rollback', 'dismiss', 'close', 'repair')),
+  detail TEXT NOT NULL,
+  result TEXT NOT NULL
+    CHECK (result IN ('started', 'done', 'no_change', 'refused', 'failed')),
+  completes INTEGER REFERENCES actions (id)
+);
+INSERT INTO actions SELECT * FROM actions_parked ORDER BY id;
+DROP TABLE actions_parked;
+CREATE INDEX findings_state ON findings (state, sale_id);
+CREATE INDEX findings_reservation ON findings (sale_id, reservation_id);
+CREATE INDEX actions_finding ON actions (finding_id);
+CREATE UNIQUE INDEX actions_completes ON actions (completes);
+CREATE TRIGGER actions_no_update BEFORE UPDATE ON actions
+  BEGIN SELECT RAISE(ABORT, 'actions is append-only'); END;
+CREATE TRIGGER actions_no_delete BEFORE DELETE ON actions
+  BEGIN SELECT RAISE(ABORT, 'actions is append-only'); END;
+"#,
 ];
 
 stored_enum! {
@@ -450,7 +516,10 @@ impl Review {
             "UPDATE runs SET finished_at = ?2, sales_checked = ?3, flow_without_order = ?4,
                order_without_ledger = ?5, order_without_flow = ?6, stock_mismatch = ?7,
                dead_letter = ?8, new_findings = ?9, auto_fixed = ?10, open_after = ?11,
-               outcome = ?12, error = ?13, sale_missing_in_mysql = ?14, redis_data_loss = ?15
+               outcome = ?12, error = ?13, sale_missing_in_mysql = ?14, redis_data_loss = ?15,
+               released_in_mysql_held_in_redis = ?16, late_payment = ?17,
+               payment_amount_mismatch = ?18, payment_unknown_reservation = ?19,
+               payment_not_payable = ?20
              WHERE id = ?1",
             params![
                 id,
@@ -468,6 +537,11 @@ impl Review {
                 error,
                 k[5] as i64,
                 k[6] as i64,
+                k[7] as i64,
+                k[8] as i64,
+                k[9] as i64,
+                k[10] as i64,
+                k[11] as i64,
             ],
         )?;
         Ok(())
@@ -596,7 +670,7 @@ mod tests {
             .chain([Resolution::NoLongerObserved])
             .collect();
         round(&resolutions, Resolution::as_str);
-        assert_eq!(Kind::ALL.len(), 7);
+        assert_eq!(Kind::ALL.len(), 12);
         assert_eq!(Kind::RedisDataLoss.index(), 6);
     }
 

@@ -51,9 +51,9 @@ pub fn fetch_sale(db: &mut mysql::Conn, id: u64) -> Res<Option<Sale>> {
     ))
 }
 
+/// Orders of sale `id` that hold a unit (released ones do not).
 fn order_count(db: &mut mysql::Conn, id: u64) -> Res<u64> {
-    let n: Option<u64> = db.exec_first("SELECT COUNT(*) FROM orders WHERE sale_id = ?", (id,))?;
-    Ok(n.unwrap_or(0))
+    Ok(seckill_common::lifecycle::held_units(db, id)?)
 }
 
 /// `sale create`: inserts the sale, then loads it into Redis; prints the id.
@@ -68,8 +68,9 @@ pub fn create(config: &Config, a: &SaleCreate) -> Res<u8> {
     // Check Redis first, so an unreachable Redis leaves no orphan sale behind.
     let mut con = redis_con(config)?;
     db.exec_drop(
-        "INSERT INTO sales (sku, title, price_cents, total_stock, available_stock, starts_at, ends_at)
-         VALUES (?, ?, ?, ?, ?, FROM_UNIXTIME(? / 1000), FROM_UNIXTIME(? / 1000))",
+        "INSERT INTO sales (sku, title, price_cents, total_stock, available_stock, starts_at, ends_at,
+                            payment_window_ms, rebuy_after_release)
+         VALUES (?, ?, ?, ?, ?, FROM_UNIXTIME(? / 1000), FROM_UNIXTIME(? / 1000), ?, ?)",
         (
             &a.sku,
             &a.title,
@@ -78,6 +79,8 @@ pub fn create(config: &Config, a: &SaleCreate) -> Res<u8> {
             a.stock,
             a.starts_at_ms,
             a.ends_at_ms,
+            a.payment_window_ms,
+            a.rebuy_after_release,
         ),
     )?;
     let id = db.last_insert_id();

@@ -17,13 +17,21 @@
 //!    status and whether their flow record is still there (released
 //!    meanwhile clears it);
 //! 7. the details (order id, user) of orders missing a flow record or a
-//!    ledger row.
+//!    ledger row;
+//! 8. the orders MySQL released (expired, cancelled) whose flow record Redis
+//!    still holds (their Redis step did not happen), and the payments that
+//!    were not applied as `paid`.
+//!
+//! Only the orders that hold a unit (confirmed, pending, paid) are expected
+//! to have a flow record (steps 2 and 4); a released one has its record in
+//! the sale's `released` hash.
 
 use crate::error::RunError;
-use crate::mysql_read::{self, rid_to_u128, u128_to_rid, Books, OrderDetail};
+use crate::mysql_read::{self, rid_to_u128, u128_to_rid, Books, OddPayment, OrderDetail};
 use crate::redis_read::{self, DeadLetters, RedisTotals};
 use seckill_common::in_flight::still_in_flight;
 use seckill_common::keys::{SaleKeys, WORKERS};
+use seckill_common::lifecycle::{released_orders, ReleasedOrder};
 use seckill_common::message::OrderMessage;
 use std::collections::HashMap;
 use std::time::Duration;
@@ -78,6 +86,10 @@ pub struct SaleScan {
     pub no_ledger: Vec<String>,
     /// The details of the orders in `no_flow` and `no_ledger` (step 7).
     pub details: HashMap<String, OrderDetail>,
+    /// Orders released in MySQL whose flow record Redis still holds (step 8).
+    pub released_held: Vec<ReleasedOrder>,
+    /// The sale's payments not applied as `paid` (step 8).
+    pub odd_payments: Vec<OddPayment>,
 }
 
 /// A bit per order, in the sorted order of the orders' ids.
@@ -126,7 +138,11 @@ pub fn scan(ctx: &mut Ctx<'_>, sale_id: u64) -> Result<Option<SaleScan>, RunErro
             details.insert(d.reservation_id.clone(), d);
         }
     }
+    let released_held = released_held(ctx, sale_id)?;
+    let odd_payments = mysql_read::odd_payments(ctx.mysql, Some(sale_id))?;
     Ok(Some(SaleScan {
+        released_held,
+        odd_payments,
         sale_id,
         totals,
         books,
@@ -139,6 +155,23 @@ pub fn scan(ctx: &mut Ctx<'_>, sale_id: u64) -> Result<Option<SaleScan>, RunErro
         no_ledger,
         details,
     }))
+}
+
+/// Step 8: the released orders whose flow record is still in Redis.
+fn released_held(ctx: &mut Ctx<'_>, sale_id: u64) -> Result<Vec<ReleasedOrder>, RunError> {
+    let released = released_orders(ctx.mysql, sale_id)?;
+    if released.is_empty() {
+        return Ok(released);
+    }
+    let rids: Vec<String> = released.iter().map(|o| o.reservation_id.clone()).collect();
+    let flows = redis_read::hash_values(ctx.redis, &SaleKeys::new(sale_id).flow(), &rids)?;
+    (ctx.tick)()?;
+    Ok(released
+        .into_iter()
+        .zip(flows)
+        .filter(|(_, f)| f.is_some())
+        .map(|(o, _)| o)
+        .collect())
 }
 
 /// Step 2: the orders' reservation ids, sorted and distinct, and those that

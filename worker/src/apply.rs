@@ -15,7 +15,12 @@
 //!    sale from ANOTHER reservation (in MySQL, or earlier in this batch) is a
 //!    [`Conflict`]: not applied, not done; the caller dead-letters it.
 //! 3. `INSERT IGNORE INTO orders` for the rest (`quantity = 1`,
-//!    `status = 'confirmed'`, `reserved_at = FROM_UNIXTIME(ms / 1000)`).
+//!    `reserved_at = FROM_UNIXTIME(ms / 1000)`; `status = 'confirmed'` when
+//!    the sale has no payment window, else `pending_payment` with `pay_by`
+//!    = reservation time + `sales.payment_window_ms`; a reservation that
+//!    sat in the queue past its deadline gets a `pay_by` in the past, and
+//!    the expiry sweep releases it like any other, `expiry.rs`). A buyer
+//!    "holds" an order unless it was released (`live_user_id`).
 //! 4. `INSERT IGNORE INTO stock_ledger` one row per new order
 //!    (`delta = -1`, `reason = 'order'`), the rows the reconciler reads.
 //! 5. `UPDATE sales SET available_stock = available_stock - n WHERE id = ?
@@ -41,11 +46,12 @@ use crate::error::ApplyError;
 use mysql::prelude::Queryable;
 use mysql::{Conn, IsolationLevel, Params, TxOpts, Value};
 use seckill_common::message::OrderMessage;
+use seckill_common::order::OrderStatus;
 use std::collections::{HashMap, HashSet};
 use std::time::Duration;
 
 /// A message whose buyer already holds an order of the sale made from a
-/// different reservation (`orders_sale_user` allows one per buyer): the
+/// different reservation (`orders_sale_live_user` allows one unreleased order per buyer): the
 /// message cannot become an order, and it is not "already done" either.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Conflict {
@@ -245,11 +251,11 @@ fn apply_in_transaction(
     let opts = TxOpts::default().set_isolation_level(Some(IsolationLevel::ReadCommitted));
     // Dropping `tx` without commit rolls back, so every `?` below is safe.
     let mut tx = conn.start_transaction(opts)?;
-    let available: Option<i64> = tx.exec_first(
-        "SELECT available_stock FROM sales WHERE id = ? FOR UPDATE",
+    let sale: Option<(i64, Option<u64>)> = tx.exec_first(
+        "SELECT available_stock, payment_window_ms FROM sales WHERE id = ? FOR UPDATE",
         (sale_id,),
     )?;
-    let Some(available) = available else {
+    let Some((available, window_ms)) = sale else {
         tx.rollback()?;
         return Ok(Applied::UnknownSale);
     };
@@ -264,8 +270,8 @@ fn apply_in_transaction(
 
     // Step 2: which of these are already orders, and which buyers hold one.
     let sql = format!(
-        "SELECT id, reservation_id, sale_id, user_id FROM orders WHERE reservation_id IN ({}) \
-         OR (sale_id = ? AND user_id IN ({}))",
+        "SELECT id, reservation_id, sale_id, live_user_id FROM orders WHERE reservation_id IN ({}) \
+         OR (sale_id = ? AND live_user_id IN ({}))",
         seckill_common::schema::placeholders(msgs.len()),
         seckill_common::schema::placeholders(msgs.len())
     );
@@ -275,13 +281,14 @@ fn apply_in_transaction(
         .collect();
     params.push(Value::from(sale_id));
     params.extend(msgs.iter().map(|m| Value::from(m.user_id.as_str())));
-    let existing: Vec<(u64, String, u64, String)> = tx.exec(sql, Params::Positional(params))?;
+    let existing: Vec<(u64, String, u64, Option<String>)> =
+        tx.exec(sql, Params::Positional(params))?;
     let mut seen_rids: HashSet<&str> = existing.iter().map(|(_, r, _, _)| r.as_str()).collect();
     // Buyer -> (order id, or None for an order of this batch; reservation id).
     let mut holders: HashMap<&str, (Option<u64>, &str)> = existing
         .iter()
         .filter(|(_, _, s, _)| *s == sale_id)
-        .map(|(id, r, _, u)| (u.as_str(), (Some(*id), r.as_str())))
+        .filter_map(|(id, r, _, u)| Some((u.as_deref()?, (Some(*id), r.as_str()))))
         .collect();
     let mut new: Vec<&OrderMessage> = Vec::with_capacity(msgs.len());
     let mut refused: Vec<(usize, Option<u64>, &str)> = Vec::new();
@@ -314,15 +321,23 @@ fn apply_in_transaction(
 
     // Step 3: the orders.
     let sql = format!(
-        "INSERT IGNORE INTO orders (reservation_id, sale_id, user_id, quantity, status, reserved_at) VALUES {}",
-        vec!["(?, ?, ?, 1, 'confirmed', FROM_UNIXTIME(? / 1000))"; n].join(",")
+        "INSERT IGNORE INTO orders (reservation_id, sale_id, user_id, quantity, status, reserved_at, pay_by) VALUES {}",
+        vec!["(?, ?, ?, 1, ?, FROM_UNIXTIME(? / 1000), FROM_UNIXTIME(? / 1000))"; n].join(",")
     );
-    let mut params = Vec::with_capacity(n * 4);
+    let status = match window_ms {
+        None => OrderStatus::Confirmed,
+        Some(_) => OrderStatus::PendingPayment,
+    };
+    let mut params = Vec::with_capacity(n * 6);
     for m in &new {
         params.push(Value::from(m.reservation_id.as_str()));
         params.push(Value::from(sale_id));
         params.push(Value::from(m.user_id.as_str()));
+        params.push(Value::from(status.as_str()));
         params.push(Value::from(m.reserved_at_ms));
+        params.push(Value::from(
+            window_ms.map(|w| m.reserved_at_ms.saturating_add(w)),
+        ));
     }
     tx.exec_drop(sql, Params::Positional(params))?;
     if tx.affected_rows() != n as u64 {

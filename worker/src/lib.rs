@@ -16,6 +16,8 @@
 //!   queue gauges.
 //! - [`loss_watch`]: the data-loss watch (Redis behind MySQL's reservation
 //!   sequence pauses the sale) and the paused sales the loop skips.
+//! - [`expiry`]: the expiry sweep (pending orders past their deadline back
+//!   on sale; the Redis step of every release).
 //! - [`metrics`]: counters and the `/metrics` listener.
 //! - [`error`]: why `run` stops, and how MySQL failures are classified.
 #![forbid(unsafe_code)]
@@ -25,6 +27,7 @@ pub mod apply;
 pub mod batch;
 pub mod consume;
 pub mod error;
+pub mod expiry;
 pub mod housekeeping;
 pub mod loss_watch;
 pub mod metrics;
@@ -110,6 +113,7 @@ pub fn run(config: Config, shutdown: Shutdown) -> Result<(), WorkerError> {
     }
     .start()
     .map_err(|e| WorkerError::Thread(e.to_string()))?;
+    let sweep = expiry::start(&config, &client, &shutdown)?;
     let house = housekeeping::Housekeeping {
         client: client.clone(),
         worker_id: config.worker_id.clone(),
@@ -137,6 +141,7 @@ pub fn run(config: Config, shutdown: Shutdown) -> Result<(), WorkerError> {
     // The heartbeat thread is gone now, so nothing beats after this.
     let _ = house.join();
     let _ = watch.join();
+    let _ = sweep.join();
     leave(&client, &config, worker.sales());
     Ok(())
 }

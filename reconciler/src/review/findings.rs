@@ -36,6 +36,22 @@ stored_enum! {
         /// Redis is behind MySQL's marks for a sale (it lost reservations) and
         /// the sale is paused until `sale repair` (critical).
         RedisDataLoss => "redis_data_loss",
+        /// An order MySQL released (expired, cancelled) whose flow record
+        /// Redis still holds: the release's Redis step did not happen. Fixed
+        /// automatically by doing it (`auto_fixed`).
+        ReleasedInMysqlHeldInRedis => "released_in_mysql_held_in_redis",
+        /// A payment received after its order's deadline, or for an order
+        /// expired or cancelled: refund it, or re-create the order by hand
+        /// if stock allows.
+        LatePayment => "late_payment",
+        /// A payment whose amount is not the sale's price; the order stays
+        /// pending.
+        PaymentAmountMismatch => "payment_amount_mismatch",
+        /// A payment for a reservation MySQL has no order of.
+        PaymentUnknownReservation => "payment_unknown_reservation",
+        /// A payment for an order paid already or final without a payment
+        /// (a double charge: refund it).
+        PaymentNotPayable => "payment_not_payable",
     }
 }
 

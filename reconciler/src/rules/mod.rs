@@ -13,12 +13,16 @@
 //! | dead-letter entry | [`dead_letter`] | open, one per entry |
 //! | Redis behind MySQL's marks | [`redis_data_loss`] | critical, one per sale; pauses the sale |
 //! | a sale Redis sells that MySQL lacks | [`sale_missing_in_mysql`] | critical, one per sale |
+//! | released in MySQL, held in Redis | [`released_held`] | `auto_fixed` by doing the release's Redis step |
+//! | a payment not applied as `paid` | [`payments`] | open, one per payment id (`late_payment`, `payment_amount_mismatch`, ...) |
 
 pub mod dead_letter;
 pub mod flow_without_order;
 pub mod order_without_flow;
 pub mod order_without_ledger;
+pub mod payments;
 pub mod redis_data_loss;
+pub mod released_held;
 pub mod sale_missing_in_mysql;
 pub mod stock_mismatch;
 
@@ -77,6 +81,11 @@ pub fn reconcile_sale(ctx: &mut Ctx<'_>, sale_id: u64) -> Result<Option<SaleRepo
     out.extend(flow_without_order::observe(&s));
     out.extend(order_without_flow::observe(&s));
     out.extend(order_without_ledger::observe(ctx.mysql, &mut s)?);
+    // Before the Redis totals are judged: each fix moves a unit back to
+    // Redis's stock (the totals read in step 1 already count it there,
+    // as the flow record was counted among the reservations).
+    out.extend(released_held::observe(ctx.mysql, ctx.redis, &s)?);
+    out.extend(payments::observe(sale_id, &s.odd_payments));
     out.extend(stock_mismatch::observe(&s));
     let SaleScan { dead, .. } = s;
     out.extend(dead_letter::observations(sale_id, dead));

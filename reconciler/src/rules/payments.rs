@@ -1,0 +1,46 @@
+//! Owns the payment rules: every payment the worker did not apply as
+//! `paid` (`payments.outcome`, `seckill_common::lifecycle::PaymentOutcome`)
+//! is one open finding for a person, keyed by the payment id, with the
+//! payment as evidence: `late_payment` (refund, or re-create the order by
+//! hand if stock allows), `payment_amount_mismatch` (the order stays
+//! pending), `payment_unknown_reservation`, `payment_not_payable` (paid
+//! twice: refund).
+
+use crate::mysql_read::OddPayment;
+use crate::review::findings::{Kind, Observation};
+use crate::rules::obs;
+use seckill_common::lifecycle::PaymentOutcome;
+use serde_json::json;
+use std::str::FromStr;
+
+/// The finding kind of a payment outcome; `None` for `paid`.
+fn kind(outcome: &str) -> Option<Kind> {
+    match PaymentOutcome::from_str(outcome) {
+        Ok(PaymentOutcome::Paid) => None,
+        Ok(PaymentOutcome::Late) => Some(Kind::LatePayment),
+        Ok(PaymentOutcome::AmountMismatch) => Some(Kind::PaymentAmountMismatch),
+        Ok(PaymentOutcome::UnknownReservation) => Some(Kind::PaymentUnknownReservation),
+        // Anything else this build does not know is a payment not applied.
+        Ok(PaymentOutcome::NotPayable) | Err(_) => Some(Kind::PaymentNotPayable),
+    }
+}
+
+/// One observation per odd payment of sale `sale_id` (0: of no known sale).
+pub fn observe(sale_id: u64, payments: &[OddPayment]) -> Vec<Observation> {
+    payments
+        .iter()
+        .filter_map(|p| {
+            let k = kind(&p.outcome)?;
+            let mut o = obs(
+                k,
+                sale_id,
+                p.payment_id.clone(),
+                json!({"payment_id": p.payment_id, "reservation_id": p.reservation_id,
+                       "amount_cents": p.amount_cents, "outcome": p.outcome,
+                       "received_ms": p.received_ms}),
+            );
+            o.reservation_id = Some(p.reservation_id.clone());
+            Some(o)
+        })
+        .collect()
+}

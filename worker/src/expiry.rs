@@ -1,0 +1,172 @@
+//! Owns the expiry sweep: a thread of the worker that expires pending
+//! orders past their payment deadline and puts their units back on sale,
+//! and completes every release whose Redis step is not done yet (a crash
+//! between the MySQL and the Redis step, a cancellation).
+//!
+//! One pass: [`lifecycle::expire_due`] (MySQL, up to `SECKILL_WORKER_BATCH`
+//! orders by the index (`status`, `pay_by`), one transaction per sale),
+//! then [`lifecycle::complete_releases`] (Redis, then the MySQL mark). A
+//! pass that did something is followed by the next at once; an idle one
+//! by a pause of `SECKILL_WORKER_EXPIRY_EVERY`. Every worker runs one:
+//! the guarded `UPDATE` (under the rows' locks) lets exactly one sweeper
+//! expire an order, and the Redis step is idempotent by reservation id.
+//! Why a worker thread rather than a reconciler command under a timer: the
+//! worker already holds the connections, restarts under systemd, and runs
+//! on every machine that applies orders, so the deadline lag is the pause
+//! and not a timer's period (design note, "Order lifecycle").
+//!
+//! Test-only crash points (`SECKILL_WORKER_CRASH_AT`, as in `consume.rs`):
+//! `expire_after_mysql` aborts right after a pass expired orders in MySQL,
+//! `expire_after_redis` right after a Redis step and before its mark.
+
+use crate::queue;
+use crate::WorkerError;
+use seckill_common::lifecycle::{self, Completed};
+use seckill_common::{Config, Shutdown};
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+/// The sweep's settings and handles.
+pub struct Expiry {
+    /// Redis.
+    pub client: redis::Client,
+    /// `SECKILL_MYSQL_URL`.
+    pub mysql_url: String,
+    /// `SECKILL_REDIS_TIMEOUT`.
+    pub redis_timeout: Duration,
+    /// `SECKILL_MYSQL_TIMEOUT`.
+    pub mysql_timeout: Duration,
+    /// Orders per pass (`SECKILL_WORKER_BATCH`).
+    pub batch: usize,
+    /// Pause after an idle pass (`SECKILL_WORKER_EXPIRY_EVERY`).
+    pub every: Duration,
+    /// Stops the thread.
+    pub shutdown: Shutdown,
+}
+
+/// Starts the sweep of a worker configured by `config` (see [`Expiry`]).
+///
+/// Errors: [`WorkerError::Thread`] when the thread could not be created.
+pub fn start(
+    config: &Config,
+    client: &redis::Client,
+    shutdown: &Shutdown,
+) -> Result<JoinHandle<()>, WorkerError> {
+    Expiry {
+        client: client.clone(),
+        mysql_url: config.mysql_url.clone(),
+        redis_timeout: config.redis_timeout,
+        mysql_timeout: config.mysql_timeout,
+        batch: config.worker_batch,
+        every: config.worker_expiry_every,
+        shutdown: shutdown.clone(),
+    }
+    .start()
+    .map_err(|e| WorkerError::Thread(e.to_string()))
+}
+
+/// Where the test crash points of the sweep sit.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Crash {
+    AfterMysql,
+    AfterRedis,
+}
+
+fn crash_point() -> Option<Crash> {
+    match std::env::var("SECKILL_WORKER_CRASH_AT").ok()?.as_str() {
+        "expire_after_mysql" => Some(Crash::AfterMysql),
+        "expire_after_redis" => Some(Crash::AfterRedis),
+        _ => None,
+    }
+}
+
+fn crash(point: Crash) -> ! {
+    log::error!("test crash point {point:?} reached: aborting");
+    std::process::abort()
+}
+
+impl Expiry {
+    /// Starts the thread.
+    ///
+    /// Errors: the thread could not be created.
+    pub fn start(self) -> std::io::Result<JoinHandle<()>> {
+        std::thread::Builder::new()
+            .name("expiry".into())
+            .spawn(move || self.run())
+    }
+
+    fn run(self) {
+        let armed = crash_point();
+        let mut redis: Option<redis::Connection> = None;
+        let mut db: Option<mysql::Conn> = None;
+        let mut last_error = String::new();
+        while !self.shutdown.is_triggered() {
+            if redis.is_none() {
+                redis = queue::open(&self.client, self.redis_timeout, self.redis_timeout).ok();
+            }
+            if db.is_none() {
+                db = seckill_common::schema::connect(&self.mysql_url, self.mysql_timeout).ok();
+            }
+            let busy = match (redis.as_mut(), db.as_mut()) {
+                (Some(con), Some(conn)) => match self.pass(conn, con, armed) {
+                    Ok(busy) => {
+                        last_error.clear();
+                        busy
+                    }
+                    Err(e) => {
+                        let e = e.to_string();
+                        if e != last_error {
+                            log::warn!("expiry sweep: {e}");
+                            last_error = e;
+                        }
+                        redis = None;
+                        db = None;
+                        false
+                    }
+                },
+                _ => false,
+            };
+            if !busy {
+                self.pause();
+            }
+        }
+    }
+
+    /// Sleeps `every` in slices of at most 50 ms, so a shutdown is seen soon.
+    fn pause(&self) {
+        let mut left = self.every;
+        while !left.is_zero() && !self.shutdown.is_triggered() {
+            let step = left.min(Duration::from_millis(50));
+            std::thread::sleep(step);
+            left -= step;
+        }
+    }
+
+    /// One pass; `true` when it expired or completed anything.
+    fn pass(
+        &self,
+        db: &mut mysql::Conn,
+        con: &mut redis::Connection,
+        armed: Option<Crash>,
+    ) -> Result<bool, lifecycle::LifecycleError> {
+        let expired = lifecycle::expire_due(db, self.batch)?;
+        if expired > 0 && armed == Some(Crash::AfterMysql) {
+            crash(Crash::AfterMysql);
+        }
+        let mut between = || {
+            if armed == Some(Crash::AfterRedis) {
+                crash(Crash::AfterRedis);
+            }
+        };
+        let done: Completed = lifecycle::complete_releases(db, con, self.batch, &mut between)?;
+        if expired > 0 || done.released > 0 || done.already > 0 || done.not_found > 0 {
+            log::info!(
+                "expiry sweep: {expired} expired in MySQL; Redis: {} released, {} already, {} not found",
+                done.released,
+                done.already,
+                done.not_found
+            );
+        }
+        Ok(expired > 0 || done != Completed::default())
+    }
+}
