@@ -34,6 +34,8 @@
 //! - [`order`]: an order's lifecycle states and the ledger reason `release`.
 //! - [`lifecycle`]: the transitions out of `pending_payment` (expire, cancel,
 //!   pay) in MySQL and the Redis step that puts a released unit back on sale.
+//! - [`payment`]: the payment service's signed message (HMAC-SHA256 over
+//!   timestamp and body) and the durable payment queue in Redis.
 //! - [`notify`]: systemd readiness (`sd_notify`) for `Type=notify` units.
 //! - [`shutdown`]: the SIGINT/SIGTERM flag and logging set-up.
 //! - [`start`]: the start-up and exit codes every binary shares.
@@ -54,6 +56,7 @@ pub mod metrics;
 pub mod notify;
 pub mod order;
 pub mod owned_key;
+pub mod payment;
 pub mod redis_server;
 pub mod release;
 pub mod reorder;

@@ -18,6 +18,7 @@
 //!   sequence pauses the sale) and the paused sales the loop skips.
 //! - [`expiry`]: the expiry sweep (pending orders past their deadline back
 //!   on sale; the Redis step of every release).
+//! - [`payments`]: the payment consumer (payment queue -> MySQL).
 //! - [`metrics`]: counters and the `/metrics` listener.
 //! - [`error`]: why `run` stops, and how MySQL failures are classified.
 #![forbid(unsafe_code)]
@@ -31,6 +32,7 @@ pub mod expiry;
 pub mod housekeeping;
 pub mod loss_watch;
 pub mod metrics;
+pub mod payments;
 pub mod queue;
 
 pub use error::WorkerError;
@@ -114,6 +116,7 @@ pub fn run(config: Config, shutdown: Shutdown) -> Result<(), WorkerError> {
     .start()
     .map_err(|e| WorkerError::Thread(e.to_string()))?;
     let sweep = expiry::start(&config, &client, &shutdown)?;
+    let pay = payments::start(&config, &client, &shutdown)?;
     let house = housekeeping::Housekeeping {
         client: client.clone(),
         worker_id: config.worker_id.clone(),
@@ -142,6 +145,7 @@ pub fn run(config: Config, shutdown: Shutdown) -> Result<(), WorkerError> {
     let _ = house.join();
     let _ = watch.join();
     let _ = sweep.join();
+    let _ = pay.join();
     leave(&client, &config, worker.sales());
     Ok(())
 }

@@ -1,0 +1,192 @@
+//! Specifies the payments' way from the payment queue to MySQL with a real
+//! worker: the same payment delivered 10 times is one `paid` and no ledger
+//! change; a wrong amount leaves the order pending; a payment after the
+//! order expired leaves it expired; both become reconciler findings; an
+//! unknown reservation is recorded and changes nothing. (The gateway's
+//! `POST /v1/payments`, which signs-checks and queues, is not built yet.)
+
+#[path = "worker_support.rs"]
+mod support;
+
+use mysql::prelude::Queryable;
+use redis::Commands;
+use seckill_common::keys::SaleKeys;
+use seckill_common::payment::{enqueue, PaymentMessage};
+use seckill_tests::{RedisServer, TempDir, TestDb};
+use std::time::Duration;
+use support::{reserve_users, wait_orders, Opts, WorkerProc};
+
+const LONG: Duration = Duration::from_secs(120);
+
+fn create_windowed_sale(
+    redis: &RedisServer,
+    db: &TestDb,
+    review: &std::path::Path,
+    stock: u64,
+    window: &str,
+) -> u64 {
+    let (code, out) = seckill_tests::reconciler(
+        redis,
+        db,
+        review,
+        &[
+            "sale",
+            "create",
+            "--sku",
+            "LC-1",
+            "--stock",
+            &stock.to_string(),
+            "--starts-at",
+            "now",
+            "--ends-at",
+            "now+1h",
+            "--price-cents",
+            "1999",
+            "--payment-window",
+            window,
+        ],
+    );
+    assert_eq!(code, 0, "{out}");
+    out.lines()
+        .find_map(|l| l.trim().parse().ok())
+        .expect("the new sale id")
+}
+
+fn pay(redis: &RedisServer, rid: &str, payment_id: &str, amount_cents: u64) {
+    enqueue(
+        &mut redis.con(),
+        &PaymentMessage {
+            v: 1,
+            reservation_id: rid.into(),
+            payment_id: payment_id.into(),
+            amount_cents,
+            received_ms: seckill_common::now_ms(),
+        },
+    )
+    .unwrap();
+}
+
+fn rids(db: &TestDb, sale: u64) -> Vec<String> {
+    db.conn()
+        .exec(
+            "SELECT reservation_id FROM orders WHERE sale_id = ? ORDER BY user_id",
+            (sale,),
+        )
+        .unwrap()
+}
+
+#[test]
+fn payments_apply_once_and_odd_ones_become_findings() {
+    let redis = RedisServer::start();
+    let db = TestDb::create();
+    let review = TempDir::new();
+    let file = review.path().join("review.sqlite3");
+    let sale = create_windowed_sale(&redis, &db, &file, 3, "1h");
+    let late_sale = create_windowed_sale(&redis, &db, &file, 1, "1ms");
+    reserve_users(&redis, sale, "u", 3);
+    reserve_users(&redis, late_sale, "l", 1);
+    let _w = WorkerProc::start(&redis, &db, "w1", &Opts::default());
+    wait_orders(&db, sale, 3, LONG);
+    seckill_tests::wait_until(LONG, "the late sale's order expired in Redis", || {
+        redis
+            .con()
+            .get::<_, i64>(SaleKeys::new(late_sale).stock())
+            .unwrap()
+            == 1
+    });
+    let r = rids(&db, sale);
+    let late = rids(&db, late_sale);
+    for _ in 0..10 {
+        pay(&redis, &r[0], "pay-0", 1999);
+    }
+    pay(&redis, &r[1], "pay-1", 1000);
+    pay(&redis, &late[0], "pay-late", 1999);
+    pay(
+        &redis,
+        "0123456789abcdef0123456789abcdef",
+        "pay-unknown",
+        1999,
+    );
+    seckill_tests::wait_until(LONG, "the payment queue to drain", || {
+        let q: i64 = redis.con().llen(seckill_common::payment::QUEUE).unwrap();
+        q == 0 && db.count("SELECT COUNT(*) FROM payments") == 4
+    });
+    let outcomes: Vec<(String, String)> = db
+        .conn()
+        .query("SELECT payment_id, outcome FROM payments ORDER BY payment_id")
+        .unwrap();
+    assert_eq!(
+        outcomes,
+        [
+            ("pay-0", "paid"),
+            ("pay-1", "payment_amount_mismatch"),
+            ("pay-late", "late_payment"),
+            ("pay-unknown", "unknown_reservation"),
+        ]
+        .map(|(a, b)| (a.to_string(), b.to_string()))
+    );
+    let statuses: Vec<(String, String)> = db
+        .conn()
+        .exec(
+            "SELECT user_id, status FROM orders WHERE sale_id = ? ORDER BY user_id",
+            (sale,),
+        )
+        .unwrap();
+    assert_eq!(
+        statuses,
+        [
+            ("u-0", "paid"),
+            ("u-1", "pending_payment"),
+            ("u-2", "pending_payment")
+        ]
+        .map(|(a, b)| (a.to_string(), b.to_string()))
+    );
+    assert_eq!(
+        db.count(&format!(
+            "SELECT COUNT(*) FROM stock_ledger WHERE sale_id = {sale}"
+        )),
+        3
+    );
+    assert_eq!(
+        db.count(&format!(
+            "SELECT available_stock FROM sales WHERE id = {sale}"
+        )),
+        0
+    );
+    assert_eq!(
+        db.count(&format!(
+            "SELECT COUNT(*) FROM orders WHERE sale_id = {late_sale} AND status = 'expired'"
+        )),
+        1
+    );
+    let dlq: i64 = redis
+        .con()
+        .llen(seckill_common::payment::DEAD_LETTERS)
+        .unwrap();
+    assert_eq!(dlq, 0);
+
+    let (code, out) = seckill_tests::reconciler(&redis, &db, &file, &["run"]);
+    assert_eq!(code, 1, "open findings: {out}");
+    let (_, json) = seckill_tests::reconciler(&redis, &db, &file, &["findings", "--json"]);
+    let v: serde_json::Value = serde_json::from_str(&json).expect("findings json");
+    let mut kinds: Vec<(String, String)> = v
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|f| {
+            (
+                f["kind"].as_str().unwrap().to_string(),
+                f["subject"].as_str().unwrap().to_string(),
+            )
+        })
+        .collect();
+    kinds.sort();
+    assert_eq!(
+        kinds,
+        [
+            ("late_payment", "pay-late"),
+            ("payment_amount_mismatch", "pay-1")
+        ]
+        .map(|(a, b)| (a.to_string(), b.to_string()))
+    );
+}
