@@ -72,8 +72,10 @@ fn a_test_redis_dies_with_its_thread_without_its_drop() {
         if matches!(state, None | Some('Z')) {
             break;
         }
-        assert!(Instant::now() < deadline, "redis-server {pid} outlived its thread");
+        assert!(
+            Instant::now() < deadline,
+            "redis-server {pid} outlived its thread"
+        );
         std::thread::sleep(Duration::from_millis(20));
     }
 }
-

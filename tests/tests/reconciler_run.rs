@@ -130,8 +130,7 @@ fn a_lost_flow_record_gives_order_without_flow_with_what_redis_should_hold() {
     let f = &w.findings()[0];
     let should = &f["evidence"]["redis_should_hold"][0];
     assert_eq!(should["key"], k.flow());
-    let value: serde_json::Value =
-        serde_json::from_str(should["value"].as_str().unwrap()).unwrap();
+    let value: serde_json::Value = serde_json::from_str(should["value"].as_str().unwrap()).unwrap();
     assert_eq!(value["user_id"], "u1");
     assert_eq!(value["reservation_id"], rids[0].as_str());
     assert_eq!(value["sale_id"], w.sale);
