@@ -7,7 +7,9 @@
 #   - an account that can log in over TCP (see scripts/lib/mysql.sh);
 #   - systemd-analyze (for the unit-file checks);
 #   - setpriv (util-linux: every spawned server dies with its test).
-# Then: cargo build --workspace && cargo test --workspace. Exits non-zero on
+# Checks that vendor/tiny_http is tiny_http 0.12.0 plus its patch files
+# (vendor/tiny_http/check-patches.sh; skipped with a message when crates.io
+# cannot be reached). Then: cargo build --workspace && cargo test --workspace. Exits non-zero on
 # any failure. Extra arguments go to `cargo test` (e.g. a test name filter).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -19,5 +21,6 @@ ensure_package systemd-analyze systemd
 ensure_package setpriv util-linux
 
 echo "test.sh: MySQL for tests: ${SECKILL_TEST_MYSQL_URL%%@*}@... ; redis-server: $(command -v redis-server)"
+vendor/tiny_http/check-patches.sh
 cargo build --workspace --all-targets
 cargo test --workspace "$@"

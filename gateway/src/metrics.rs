@@ -65,9 +65,10 @@ pub struct Metrics {
     pub redis_connects: Counter,
     /// Requests being handled right now.
     pub in_flight: Gauge,
-    /// Connections answered 413 at once and then drained (a declared body
-    /// over 1 MiB; see `body.rs`). Each holds its connection's thread and
-    /// socket until the client has sent the body or goes away.
+    /// Connections answered 413 at once and closed without reading their
+    /// body (a declared body over 1 MiB; see `body.rs`). Each holds its
+    /// connection's thread and socket only for the lingering close: at most
+    /// 64 KiB of the body read, 5 s at most per read.
     pub parked: Counter,
     /// Purchases sent in Redis pipelines (group commit) and the pipelines.
     pub pipelined: Counter,
@@ -191,7 +192,7 @@ impl Metrics {
         );
         e.counter(
             "seckill_gateway_parked_connections_total",
-            "Connections answered 413 at once and then drained (declared body too large).",
+            "Connections answered 413 at once and closed unread (declared body too large).",
             &[],
             self.parked.get(),
         );

@@ -1,7 +1,7 @@
 //! Specifies that a burst of new keep-alive connections at a sale's opening
 //! is answered in full: every connection gets its answer while all of them
 //! stay open (the case that stalled tiny_http 0.12's thread pool; see
-//! gateway/vendor/tiny_http/PATCHES.md).
+//! vendor/tiny_http/patches/0002-task-pool-idle-count.patch).
 
 mod gateway_support;
 
