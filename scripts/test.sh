@@ -5,7 +5,10 @@
 #   - redis-server (each test starts its own private instance on a free port);
 #   - a MariaDB/MySQL server on 127.0.0.1:3306 (started when nothing listens);
 #   - an account that can log in over TCP (see scripts/lib/mysql.sh);
-#   - systemd-analyze (for the unit-file checks).
+#   - systemd-analyze (for the unit-file checks);
+#   - promtool (Debian's `prometheus`, for tests/tests/metrics_promtool.rs;
+#     installed without starting the Prometheus service, see
+#     scripts/lib/services.sh).
 # Then: cargo build --workspace && cargo test --workspace. Exits non-zero on
 # any failure. Extra arguments go to `cargo test` (e.g. a test name filter).
 set -euo pipefail
@@ -15,7 +18,8 @@ cd "$(dirname "$0")/.."
 ensure_redis_server
 ensure_mysql_test_account   # exports SECKILL_TEST_MYSQL_URL
 ensure_package systemd-analyze systemd
+ensure_promtool
 
-echo "test.sh: MySQL for tests: ${SECKILL_TEST_MYSQL_URL%%@*}@... ; redis-server: $(command -v redis-server)"
+echo "test.sh: MySQL for tests: ${SECKILL_TEST_MYSQL_URL%%@*}@... ; redis-server: $(command -v redis-server); promtool: $(command -v promtool)"
 cargo build --workspace --all-targets
 cargo test --workspace "$@"
