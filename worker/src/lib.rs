@@ -16,7 +16,7 @@
 //!   queue gauges.
 //! - [`loss_watch`]: the data-loss watch (Redis behind MySQL's reservation
 //!   sequence pauses the sale) and the paused sales the loop skips.
-//! - [`metrics`]: counters and the `/metrics` listener.
+//! - [`metrics`]: `prometheus-client` metrics and the `/metrics` listener.
 //! - [`error`]: why `run` stops, and how MySQL failures are classified.
 #![forbid(unsafe_code)]
 #![deny(missing_docs)]
