@@ -6,7 +6,10 @@
 #   - a MariaDB/MySQL server on 127.0.0.1:3306 (started when nothing listens);
 #   - an account that can log in over TCP (see scripts/lib/mysql.sh);
 #   - systemd-analyze (for the unit-file checks);
-#   - setpriv (util-linux: every spawned server dies with its test).
+#   - setpriv (util-linux: every spawned server dies with its test);
+#   - promtool (Debian's `prometheus`, for tests/tests/metrics_promtool.rs;
+#     installed without starting the Prometheus service, see
+#     scripts/lib/services.sh).
 # Checks that vendor/tiny_http is tiny_http 0.12.0 plus its patch files
 # (vendor/tiny_http/check-patches.sh; skipped with a message when crates.io
 # cannot be reached). Then: cargo build --workspace && cargo test --workspace. Exits non-zero on
@@ -19,8 +22,9 @@ ensure_redis_server
 ensure_mysql_test_account   # exports SECKILL_TEST_MYSQL_URL
 ensure_package systemd-analyze systemd
 ensure_package setpriv util-linux
+ensure_promtool
 
-echo "test.sh: MySQL for tests: ${SECKILL_TEST_MYSQL_URL%%@*}@... ; redis-server: $(command -v redis-server)"
+echo "test.sh: MySQL for tests: ${SECKILL_TEST_MYSQL_URL%%@*}@... ; redis-server: $(command -v redis-server); promtool: $(command -v promtool)"
 vendor/tiny_http/check-patches.sh
 cargo build --workspace --all-targets
 cargo test --workspace "$@"

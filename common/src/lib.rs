@@ -23,7 +23,7 @@
 //! - [`message`]: the versioned JSON order message.
 //! - [`data_loss`]: detecting that Redis lost a sale's reservations, the pause.
 //! - [`dead_letter`]: the entry the worker writes to a dead-letter list.
-//! - [`metrics`]: counters, gauges, histograms and the Prometheus text format.
+//! - [`metrics`]: bucket bounds and the Prometheus text rendering shared on top of `prometheus-client`.
 //! - [`schema`]: MySQL tables, migrations, connection options.
 //! - [`sale`]: a sale and the load script that never overwrites live stock.
 //! - [`redis_server`]: the check of the Redis server on every connect

@@ -69,7 +69,10 @@ fn answer(app: &App, route: Route) -> Reply {
         Route::Sale(sale_id) => queries::sale(app, sale_id),
         Route::Healthz => Reply::json(200, serde_json::json!({ "status": "ok" })),
         Route::Readyz => queries::ready(app),
-        Route::Metrics => Reply::text(200, app.metrics.render(), "text/plain; version=0.0.4"),
+        Route::Metrics => match app.metrics.render() {
+            Ok(page) => Reply::text(200, page, seckill_common::metrics::CONTENT_TYPE),
+            Err(_) => Reply::error(500, "metrics_unavailable"),
+        },
         Route::WrongMethod(allow) => Reply::method_not_allowed(allow),
         Route::NoSuchSale => Reply::sale_not_found(),
         Route::Invalid(detail) => Reply::invalid(detail),

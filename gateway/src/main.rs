@@ -19,7 +19,8 @@
 //!   pool of them the reading routes borrow.
 //! - [`soldout`]: the sold-out fast path, ordered by the sale's reservation
 //!   sequence; [`buyers`]: a sold-out sale's buyers, loaded once and bounded.
-//! - [`reply`], [`metrics`]: answers and `/metrics`.
+//! - [`reply`], [`metrics`]: answers and `/metrics` (`prometheus-client`);
+//!   `metrics_cost` (tests only) benchmarks the metrics of a purchase.
 //!
 //! Exit codes: 0 after SIGTERM/SIGINT, 2 bad configuration or cannot
 //! listen, 1 any other failure.
@@ -31,6 +32,8 @@ mod buyers;
 mod group_commit;
 mod handler;
 mod metrics;
+#[cfg(test)]
+mod metrics_cost;
 mod purchase;
 mod queries;
 mod redis_link;

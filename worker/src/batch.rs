@@ -206,7 +206,7 @@ impl Worker {
         }
         self.metrics
             .batch_seconds
-            .observe_duration(started.elapsed());
+            .observe(started.elapsed().as_secs_f64());
         self.crash_if(CrashPoint::AfterCommit);
 
         if !failures.is_empty() {
@@ -218,8 +218,8 @@ impl Worker {
         match self.settle(sale_id, &raw, &s) {
             Ok(()) => {
                 let dead = s.dead.len() + s.fenced.len();
-                self.metrics.dead_lettered.add(dead as u64);
-                self.metrics.requeued.add(s.requeue.len() as u64);
+                self.metrics.dead_lettered.inc_by(dead as u64);
+                self.metrics.requeued.inc_by(s.requeue.len() as u64);
                 BatchEnd::Settled
             }
             Err(e) => {
@@ -230,8 +230,8 @@ impl Worker {
     }
 
     fn count_done(&self, inserted: usize, already: usize) {
-        self.metrics.applied.add(inserted as u64);
-        self.metrics.already_done.add(already as u64);
+        self.metrics.applied.inc_by(inserted as u64);
+        self.metrics.already_done.inc_by(already as u64);
     }
 
     fn dead_letter(
@@ -340,7 +340,7 @@ impl Worker {
                         Err(e) => return Attempt::RedisFailed(e),
                     };
                     live.retain(|p| !stale.contains(p));
-                    self.metrics.fenced.add(stale.len() as u64);
+                    self.metrics.fenced.inc_by(stale.len() as u64);
                     fenced.extend(stale);
                     if live.is_empty() {
                         let none = Applied::Done {

@@ -278,7 +278,7 @@ impl Worker {
             Ok(0) => {}
             Ok(n) => {
                 log::info!("put {n} untouched messages back on their queues");
-                self.metrics.reclaimed.add(n);
+                self.metrics.reclaimed.inc_by(n);
             }
             Err(e) => log::warn!("putting my processing lists back on exit: {e}"),
         }
@@ -295,7 +295,7 @@ impl Worker {
             if n > 0 {
                 log::warn!("moved {n} messages of my previous run back to their queues");
             }
-            self.metrics.reclaimed.add(n);
+            self.metrics.reclaimed.inc_by(n);
             self.must_reclaim = false;
         }
         self.refresh_sales()?;

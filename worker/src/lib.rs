@@ -16,7 +16,7 @@
 //!   queue gauges.
 //! - [`loss_watch`]: the data-loss watch (Redis behind MySQL's reservation
 //!   sequence pauses the sale) and the paused sales the loop skips.
-//! - [`metrics`]: counters and the `/metrics` listener.
+//! - [`metrics`]: `prometheus-client` metrics and the `/metrics` listener.
 //! - [`error`]: why `run` stops, and how MySQL failures are classified.
 #![forbid(unsafe_code)]
 #![deny(missing_docs)]
@@ -58,13 +58,9 @@ pub fn run(config: Config, shutdown: Shutdown) -> Result<(), WorkerError> {
     let limits = apply::SessionLimits::for_heartbeat(config.worker_heartbeat_ttl);
     let db = apply::Db::new(&config.mysql_url, config.mysql_timeout, limits)
         .map_err(WorkerError::BadMysqlUrl)?;
-    let metrics = Arc::new(metrics::Metrics::default());
-    let (addr, _http) = metrics::serve(
-        config.worker_metrics_listen,
-        metrics.clone(),
-        config.worker_id.clone(),
-    )
-    .map_err(WorkerError::MetricsListen)?;
+    let metrics = Arc::new(metrics::Metrics::new(&config.worker_id));
+    let (addr, _http) = metrics::serve(config.worker_metrics_listen, metrics.clone())
+        .map_err(WorkerError::MetricsListen)?;
     log::info!(
         "worker {}: metrics on http://{addr}/metrics",
         config.worker_id
