@@ -97,38 +97,9 @@ fn the_gateways_metrics_pass_promtool_after_purchases() {
 
     // A request is counted just after its answer is written: wait until
     // the last one is.
-    let mut m = get(g.port, "/metrics");
-    wait_until(LONG, "the sale request to be counted", || {
-        m = get(g.port, "/metrics");
-        sample(
-            &m.body,
-            r#"seckill_gateway_requests_total{route="sale",status="200"}"#,
-        )
-        .is_some()
-    });
-    assert_eq!(m.status, 200);
-    assert_eq!(m.header("Content-Type"), Some(TEXT_FORMAT));
-    assert_promtool_clean(&m.body);
-    let page = &m.body;
-    let expected: BTreeSet<String> = [
-        "seckill_gateway_requests_total counter",
-        "seckill_gateway_purchases_total counter",
-        "seckill_gateway_request_duration_seconds histogram",
-        "seckill_gateway_redis_errors_total counter",
-        "seckill_gateway_redis_connects_total counter",
-        "seckill_gateway_requests_in_flight gauge",
-        "seckill_gateway_parked_connections_total counter",
-        "seckill_gateway_pipelined_purchases_total counter",
-        "seckill_gateway_redis_pipelines_total counter",
-        "seckill_gateway_abandoned_purchases_total counter",
-        "seckill_gateway_buyers_remembered gauge",
-        "seckill_gateway_redis_persistence_off gauge",
-        "seckill_gateway_redis_refused_total counter",
-    ]
-    .map(String::from)
-    .into();
-    assert_eq!(families(page), expected, "{page}");
-    for (series, v) in [
+    // A request is counted after its answer is written, on its
+    // connection's thread: wait until every answer sent is counted.
+    let want: Vec<(&str, f64)> = vec![
         (
             r#"seckill_gateway_requests_total{route="purchase",status="202"}"#,
             2.0,
@@ -179,8 +150,37 @@ fn the_gateways_metrics_pass_promtool_after_purchases() {
             0.0,
         ),
         ("seckill_gateway_redis_errors_total", 0.0),
-    ] {
-        assert_eq!(sample(page, series), Some(v), "{series} on:\n{page}");
+    ];
+    let mut m = get(g.port, "/metrics");
+    wait_until(LONG, "every request to be counted", || {
+        m = get(g.port, "/metrics");
+        want.iter()
+            .all(|(series, v)| sample(&m.body, series) == Some(*v))
+    });
+    assert_eq!(m.status, 200);
+    assert_eq!(m.header("Content-Type"), Some(TEXT_FORMAT));
+    assert_promtool_clean(&m.body);
+    let page = &m.body;
+    let expected: BTreeSet<String> = [
+        "seckill_gateway_requests_total counter",
+        "seckill_gateway_purchases_total counter",
+        "seckill_gateway_request_duration_seconds histogram",
+        "seckill_gateway_redis_errors_total counter",
+        "seckill_gateway_redis_connects_total counter",
+        "seckill_gateway_requests_in_flight gauge",
+        "seckill_gateway_parked_connections_total counter",
+        "seckill_gateway_pipelined_purchases_total counter",
+        "seckill_gateway_redis_pipelines_total counter",
+        "seckill_gateway_abandoned_purchases_total counter",
+        "seckill_gateway_buyers_remembered gauge",
+        "seckill_gateway_redis_persistence_off gauge",
+        "seckill_gateway_redis_refused_total counter",
+    ]
+    .map(String::from)
+    .into();
+    assert_eq!(families(page), expected, "{page}");
+    for (series, v) in &want {
+        assert_eq!(sample(page, series), Some(*v), "{series} on:\n{page}");
     }
     // A route × status pair never answered has no series (as before).
     assert!(!page.contains(r#"route="purchase",status="410""#), "{page}");
@@ -197,9 +197,13 @@ fn the_workers_metrics_pass_promtool_after_orders() {
     wait_drained(&redis, sale, LONG);
     // The housekeeping thread refreshes the per-sale gauges about once a
     // second; wait for the drained queue to show.
+    // The per-sale gauges are refreshed by the worker's housekeeping, not
+    // by the batch: wait until they show the drained sale.
     let queue_series = format!("seckill_queue_length{{sale=\"{sale}\"}}");
+    let processing_series = format!("seckill_processing_length{{sale=\"{sale}\"}}");
     wait_until(LONG, "the per-sale gauges", || {
-        sample(&w.metrics(), &queue_series) == Some(0.0)
+        let page = w.metrics();
+        sample(&page, &queue_series) == Some(0.0) && sample(&page, &processing_series) == Some(0.0)
     });
 
     let raw = w.metrics();
