@@ -30,6 +30,7 @@
 //! - [`notify`]: systemd readiness (`sd_notify`) for `Type=notify` units.
 //! - [`shutdown`]: the SIGINT/SIGTERM flag and logging set-up.
 //! - [`timefmt`]: RFC 3339 / `now+30s` parsing and formatting of Unix ms.
+//! - [`token`]: buyer tokens: the JWKS key file, key generation, minting.
 #![forbid(unsafe_code)]
 #![deny(missing_docs)]
 
@@ -49,8 +50,9 @@ pub mod sale;
 pub mod schema;
 pub mod shutdown;
 pub mod timefmt;
+pub mod token;
 
-pub use config::{Config, ConfigError};
+pub use config::{AuthMode, Config, ConfigError};
 pub use shutdown::Shutdown;
 
 /// The rule [`is_valid_token`] checks, as a literal, so that messages can

@@ -8,7 +8,7 @@ use seckill_common::metrics::{Counter, Exposition, Gauge, Histogram, LATENCY_BUC
 use std::time::Duration;
 
 /// Status codes counted one by one; any other code is counted as `other`.
-pub const STATUSES: [u16; 12] = [200, 202, 400, 403, 404, 405, 409, 410, 413, 500, 503, 0];
+pub const STATUSES: [u16; 13] = [200, 202, 400, 401, 403, 404, 405, 409, 410, 413, 500, 503, 0];
 
 /// What a purchase attempt came to (the `outcome` label).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -37,9 +37,13 @@ pub enum Outcome {
     ClosedAfterBuyerRead,
     /// 503 `sale_paused`: the sale is paused (e.g. Redis lost data).
     Paused,
+    /// 401 `invalid_token` or `token_expired` (`identity.rs`).
+    InvalidToken,
+    /// 403 `user_mismatch`: the body names another user than the token.
+    UserMismatch,
 }
 
-const OUTCOMES: [&str; 11] = [
+const OUTCOMES: [&str; 13] = [
     "reserved",
     "already_purchased",
     "sold_out",
@@ -51,6 +55,8 @@ const OUTCOMES: [&str; 11] = [
     "unavailable",
     "closed_after_buyer_read",
     "paused",
+    "invalid_token",
+    "user_mismatch",
 ];
 
 /// Every gateway metric. One instance per process, shared by `Arc`.
@@ -85,6 +91,10 @@ pub struct Metrics {
     /// Redis (re)connects refused because the server is unfit to hold the
     /// sale (an eviction policy that can delete its keys).
     pub redis_refused: Counter,
+    /// Tokens whose signature and claims were checked (not in memory).
+    pub tokens_verified: Counter,
+    /// Tokens found in the memory of verified tokens (no signature check).
+    pub token_cache_hits: Counter,
 }
 
 impl Default for Metrics {
@@ -109,6 +119,8 @@ impl Default for Metrics {
             buyers_remembered: Gauge::default(),
             redis_persistence_off: Gauge::default(),
             redis_refused: Counter::default(),
+            tokens_verified: Counter::default(),
+            token_cache_hits: Counter::default(),
         }
     }
 }
@@ -230,6 +242,18 @@ impl Metrics {
             "Redis connects refused: an eviction policy that can delete the sale's keys.",
             &[],
             self.redis_refused.get(),
+        );
+        e.counter(
+            "seckill_gateway_tokens_verified_total",
+            "Buyer tokens whose signature and claims were checked (valid ones; not from memory).",
+            &[],
+            self.tokens_verified.get(),
+        );
+        e.counter(
+            "seckill_gateway_token_cache_hits_total",
+            "Buyer tokens found in the memory of verified tokens (no signature check).",
+            &[],
+            self.token_cache_hits.get(),
         );
         e.finish()
     }
