@@ -27,6 +27,14 @@ commands:
                                 --reorder   queue the order message again
                                 --rollback  release the reservation in Redis (stock +1)
                                 --dismiss   close the finding with the note
+  token keygen --alg HS256|EdDSA --kid KID --out FILE [--public FILE]
+                                add a new random key to the signing key file FILE (JWKS,
+                                created when missing) and its verifying half to --public
+                                (the gateway's SECKILL_AUTH_KEYS); prints the kid
+  token issue --user U --key FILE [--ttl 10m] [--kid KID] [--audience A]
+                                print a buyer token for U signed with KID (default: the
+                                file's last key that can sign); audience default
+                                SECKILL_AUTH_AUDIENCE
   bench-read ID                 time the bare reads of a sale's flow records, ledger
                                 and orders (the benchmark's baseline); changes nothing
 
@@ -57,6 +65,38 @@ pub enum Command {
     Resolve(ResolveArgs),
     /// Time the bare reads of sale ID.
     BenchRead(u64),
+    /// Add a new key to key files.
+    TokenKeygen(TokenKeygen),
+    /// Print a buyer token.
+    TokenIssue(TokenIssue),
+}
+
+/// Arguments of `token keygen`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TokenKeygen {
+    /// `--alg`.
+    pub alg: seckill_common::token::Alg,
+    /// `--kid`: the id rule (1-64 of `A-Z a-z 0-9 _ . -`).
+    pub kid: String,
+    /// `--out`: the signing key file.
+    pub out: String,
+    /// `--public`: the gateway's key file.
+    pub public: Option<String>,
+}
+
+/// Arguments of `token issue`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TokenIssue {
+    /// `--user`: the buyer (`sub`), the user id rule.
+    pub user: String,
+    /// `--key`: the signing key file.
+    pub key: String,
+    /// `--ttl` in whole seconds (1 s to 30 days; default 10 minutes).
+    pub ttl_s: u64,
+    /// `--kid`.
+    pub kid: Option<String>,
+    /// `--audience`.
+    pub audience: Option<String>,
 }
 
 /// Arguments of `findings`, validated.
@@ -256,6 +296,59 @@ pub fn parse_at(
         }
         ["run"] => Command::Run,
         ["bench-read", id] => Command::BenchRead(parse_u64(id, "sale id")?),
+        ["token", "keygen"] => {
+            let alg = take(&mut opts, "alg").unwrap_or_default();
+            let alg = seckill_common::token::Alg::parse(&alg)
+                .ok_or_else(|| UsageError(format!("--alg {alg:?}: expected HS256 or EdDSA")))?;
+            let kid =
+                take(&mut opts, "kid").ok_or_else(|| UsageError("--kid is required".into()))?;
+            if !seckill_common::is_valid_token(&kid) {
+                return err(format!(
+                    "--kid {kid:?}: expected {}",
+                    seckill_common::TOKEN_RULE
+                ));
+            }
+            let out =
+                take(&mut opts, "out").ok_or_else(|| UsageError("--out is required".into()))?;
+            let public = take(&mut opts, "public");
+            Command::TokenKeygen(TokenKeygen {
+                alg,
+                kid,
+                out,
+                public,
+            })
+        }
+        ["token", "issue"] => {
+            let user =
+                take(&mut opts, "user").ok_or_else(|| UsageError("--user is required".into()))?;
+            if !seckill_common::is_valid_token(&user) {
+                return err(format!(
+                    "--user {user:?}: expected {}",
+                    seckill_common::TOKEN_RULE
+                ));
+            }
+            let key =
+                take(&mut opts, "key").ok_or_else(|| UsageError("--key is required".into()))?;
+            let ttl = take(&mut opts, "ttl").unwrap_or_else(|| "10m".into());
+            let ttl_s = humantime::parse_duration(&ttl)
+                .ok()
+                .map(|d| d.as_secs())
+                .filter(|s| (1..=30 * 24 * 3600).contains(s))
+                .ok_or_else(|| {
+                    UsageError(format!(
+                        "--ttl {ttl:?}: expected a duration from 1s to 30d, such as 10m"
+                    ))
+                })?;
+            let kid = take(&mut opts, "kid");
+            let audience = take(&mut opts, "audience");
+            Command::TokenIssue(TokenIssue {
+                user,
+                key,
+                ttl_s,
+                kid,
+                audience,
+            })
+        }
         ["findings"] => {
             let state = match take(&mut opts, "state").as_deref() {
                 None | Some("open") => Some("open".to_string()),

@@ -30,6 +30,7 @@ mod review_findings;
 mod run_cmd;
 mod sale_cmd;
 mod settle;
+mod token_cmd;
 
 use seckill_common::Config;
 use std::process::ExitCode;
@@ -95,5 +96,7 @@ fn run(
         cli::Command::Findings(args) => Ok(findings_cmd::findings(config, &args)?),
         cli::Command::Resolve(args) => Ok(resolve_cmd::resolve(config, &args)?),
         cli::Command::BenchRead(id) => Ok(bench_read::bench_read(config, id)?),
+        cli::Command::TokenKeygen(args) => Ok(token_cmd::keygen(&args)?),
+        cli::Command::TokenIssue(args) => Ok(token_cmd::issue(&args, &config.auth_audience)?),
     }
 }
