@@ -31,10 +31,11 @@ commands:
                                 add a new random key to the signing key file FILE (JWKS,
                                 created when missing) and its verifying half to --public
                                 (the gateway's SECKILL_AUTH_KEYS); prints the kid
-  token issue --user U --key FILE [--ttl 10m] [--kid KID] [--audience A]
+  token issue --user U --key FILE [--ttl 10m] [--kid KID] [--audience A] [--count N]
                                 print a buyer token for U signed with KID (default: the
                                 file's last key that can sign); audience default
-                                SECKILL_AUTH_AUDIENCE
+                                SECKILL_AUTH_AUDIENCE; --count N: N tokens, one a line,
+                                for users U-0 .. U-(N-1) (benchmarks)
   bench-read ID                 time the bare reads of a sale's flow records, ledger
                                 and orders (the benchmark's baseline); changes nothing
 
@@ -97,6 +98,8 @@ pub struct TokenIssue {
     pub kid: Option<String>,
     /// `--audience`.
     pub audience: Option<String>,
+    /// `--count`: tokens for `U-0 .. U-(N-1)` instead of one for `U`.
+    pub count: Option<u64>,
 }
 
 /// Arguments of `findings`, validated.
@@ -341,12 +344,20 @@ pub fn parse_at(
                 })?;
             let kid = take(&mut opts, "kid");
             let audience = take(&mut opts, "audience");
+            let count = match take(&mut opts, "count") {
+                None => None,
+                Some(c) => Some(parse_u64(&c, "--count")?.max(1).min(100_000_000)),
+            };
+            if count.is_some() && !seckill_common::is_valid_token(&format!("{user}-99999999")) {
+                return err("--user with --count: U-N must stay within 64 characters");
+            }
             Command::TokenIssue(TokenIssue {
                 user,
                 key,
                 ttl_s,
                 kid,
                 audience,
+                count,
             })
         }
         ["findings"] => {

@@ -97,8 +97,9 @@ pub fn keygen(a: &TokenKeygen) -> Result<u8, TokenError> {
     Ok(0)
 }
 
-/// `token issue`: prints one token for `--user`, valid for `--ttl`, signed
-/// by `--kid` or else the last key of `--key` that can sign.
+/// `token issue`: prints one token for `--user` (or `--count` of them for
+/// `U-0 ..`), valid for `--ttl`, signed by `--kid` or else the last key of
+/// `--key` that can sign.
 ///
 /// Errors: [`TokenError`].
 pub fn issue(a: &TokenIssue, audience: &str) -> Result<u8, TokenError> {
@@ -116,7 +117,14 @@ pub fn issue(a: &TokenIssue, audience: &str) -> Result<u8, TokenError> {
     };
     let signer = Signer::new(key).map_err(TokenError::Mint)?;
     let aud = a.audience.as_deref().unwrap_or(audience);
-    let claims = Claims::new(&a.user, aud, a.ttl_s);
-    outln!("{}", signer.mint(&claims).map_err(TokenError::Mint)?);
+    let Some(n) = a.count else {
+        let claims = Claims::new(&a.user, aud, a.ttl_s);
+        outln!("{}", signer.mint(&claims).map_err(TokenError::Mint)?);
+        return Ok(0);
+    };
+    for i in 0..n {
+        let claims = Claims::new(&format!("{}-{i}", a.user), aud, a.ttl_s);
+        outln!("{}", signer.mint(&claims).map_err(TokenError::Mint)?);
+    }
     Ok(0)
 }

@@ -32,21 +32,38 @@ pub fn signer(kid: &str) -> Signer {
     Signer::new(signing().find(kid).expect("a test kid")).expect("a signing key")
 }
 
-/// The gateway's key file of the tests (no private Ed25519 part), written
-/// once per process under the temporary directory (same content for every
-/// process, replaced through a rename).
+/// Writes `text` to `name` under the temporary directory (same content for
+/// every process, replaced through a rename) and returns the path.
+fn write_once(name: &str, text: String) -> PathBuf {
+    let dir = std::env::temp_dir();
+    let path = dir.join(name);
+    let tmp = dir.join(format!("{name}.{}.tmp", std::process::id()));
+    std::fs::write(&tmp, text).expect("write a test key file");
+    std::fs::rename(&tmp, &path).expect("rename a test key file");
+    path
+}
+
+/// The gateway's key file of the tests (no private Ed25519 part).
 pub fn gateway_key_file() -> PathBuf {
     static PATH: OnceLock<PathBuf> = OnceLock::new();
     PATH.get_or_init(|| {
-        let dir = std::env::temp_dir();
-        let path = dir.join("seckill-test-gateway-keys-v1.jwks");
-        let tmp = dir.join(format!(
-            "seckill-test-gateway-keys-v1.{}.tmp",
-            std::process::id()
-        ));
-        std::fs::write(&tmp, signing().to_jwks(false)).expect("write the test key file");
-        std::fs::rename(&tmp, &path).expect("rename the test key file");
-        path
+        write_once(
+            "seckill-test-gateway-keys-v1.jwks",
+            signing().to_jwks(false),
+        )
+    })
+    .clone()
+}
+
+/// The tests' signing key file ([`SIGNING_JWKS`]), for `seckill-load --key`
+/// (which signs with its last key: the Ed25519 one).
+pub fn signing_key_file() -> PathBuf {
+    static PATH: OnceLock<PathBuf> = OnceLock::new();
+    PATH.get_or_init(|| {
+        write_once(
+            "seckill-test-signing-keys-v1.jwks",
+            SIGNING_JWKS.to_string(),
+        )
     })
     .clone()
 }
