@@ -164,8 +164,8 @@ impl KeySet {
     /// The JWKS document of these keys (see [`Key::to_jwk`] for `private`).
     pub fn to_jwks(&self, private: bool) -> String {
         let keys: Vec<_> = self.keys.iter().map(|k| k.to_jwk(private)).collect();
-        let mut s = serde_json::to_string_pretty(&serde_json::json!({ "keys": keys }))
-            .unwrap_or_default();
+        let mut s =
+            serde_json::to_string_pretty(&serde_json::json!({ "keys": keys })).unwrap_or_default();
         s.push('\n');
         s
     }
@@ -197,7 +197,10 @@ impl fmt::Display for KeyFileError {
         match self {
             KeyFileError::Read(e) => write!(f, "cannot read the key file: {e}"),
             KeyFileError::NotJwks(e) => {
-                write!(f, "the key file is not a JWKS document {{\"keys\": [...]}}: {e}")
+                write!(
+                    f,
+                    "the key file is not a JWKS document {{\"keys\": [...]}}: {e}"
+                )
             }
             KeyFileError::NoKeys => write!(f, "the key file holds no key"),
             KeyFileError::BadKey { index, reason } => write!(f, "key {index}: {reason}"),
@@ -264,9 +267,8 @@ fn one_key(j: RawJwk) -> Result<Key, String> {
         return Err(format!("kid must be {}", crate::TOKEN_RULE));
     }
     let alg_name = j.alg.ok_or("no alg (HS256 or EdDSA)")?;
-    let alg = Alg::parse(&alg_name).ok_or(format!(
-        "alg {alg_name:?} is not accepted (HS256 or EdDSA)"
-    ))?;
+    let alg = Alg::parse(&alg_name)
+        .ok_or(format!("alg {alg_name:?} is not accepted (HS256 or EdDSA)"))?;
     let b64 = |name: &str, v: Option<String>| -> Result<Vec<u8>, String> {
         let v = v.ok_or(format!("no {name}"))?;
         URL_SAFE_NO_PAD
@@ -307,11 +309,7 @@ fn one_key(j: RawJwk) -> Result<Key, String> {
         (Alg::Hs256, _) => return Err("an HS256 key needs kty oct".into()),
         (Alg::EdDsa, _) => return Err("an EdDSA key needs kty OKP".into()),
     };
-    Ok(Key {
-        kid,
-        alg,
-        material,
-    })
+    Ok(Key { kid, alg, material })
 }
 
 fn ed25519_public(seed: &[u8; 32]) -> [u8; 32] {
@@ -477,16 +475,24 @@ mod tests {
         };
         assert!(matches!(parse("[]"), Err(KeyFileError::NotJwks(_))));
         assert!(matches!(parse(r#"{"keys":[]}"#), Err(KeyFileError::NoKeys)));
-        assert!(bad(r#"{"keys":[{"kty":"oct","kid":"a","alg":"HS256","k":"c2hvcnQ"}]}"#)
-            .contains("32 bytes"));
-        assert!(bad(r#"{"keys":[{"kty":"oct","kid":"a","alg":"none","k":"x"}]}"#)
-            .contains("not accepted"));
-        assert!(bad(r#"{"keys":[{"kty":"OKP","crv":"Ed25519","kid":"a","alg":"EdDSA","x":"AAAA"}]}"#)
-            .contains("32 bytes"));
-        assert!(bad(r#"{"keys":[{"kty":"OKP","kid":"a","alg":"HS256","k":"x"}]}"#)
-            .contains("kty oct"));
-        assert!(bad(r#"{"keys":[{"kty":"oct","kid":"a b","alg":"HS256","k":"x"}]}"#)
-            .contains("kid"));
+        assert!(
+            bad(r#"{"keys":[{"kty":"oct","kid":"a","alg":"HS256","k":"c2hvcnQ"}]}"#)
+                .contains("32 bytes")
+        );
+        assert!(
+            bad(r#"{"keys":[{"kty":"oct","kid":"a","alg":"none","k":"x"}]}"#)
+                .contains("not accepted")
+        );
+        assert!(bad(
+            r#"{"keys":[{"kty":"OKP","crv":"Ed25519","kid":"a","alg":"EdDSA","x":"AAAA"}]}"#
+        )
+        .contains("32 bytes"));
+        assert!(
+            bad(r#"{"keys":[{"kty":"OKP","kid":"a","alg":"HS256","k":"x"}]}"#).contains("kty oct")
+        );
+        assert!(
+            bad(r#"{"keys":[{"kty":"oct","kid":"a b","alg":"HS256","k":"x"}]}"#).contains("kid")
+        );
         let k = URL_SAFE_NO_PAD.encode([7u8; 32]);
         let two = format!(
             r#"{{"keys":[{{"kty":"oct","kid":"a","alg":"HS256","k":"{k}"}},{{"kty":"oct","kid":"a","alg":"HS256","k":"{k}"}}]}}"#

@@ -88,9 +88,7 @@ fn answer(app: &App, route: Route) -> Reply {
         Route::Invalid(detail) => Reply::invalid(detail),
         Route::NotFound => Reply::not_found(),
         // Never: `serve` takes these.
-        Route::Purchase(_) | Route::PurchaseStatus(..) | Route::MyPurchase(_) => {
-            Reply::not_found()
-        }
+        Route::Purchase(_) | Route::PurchaseStatus(..) | Route::MyPurchase(_) => Reply::not_found(),
     }
 }
 

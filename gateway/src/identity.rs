@@ -155,7 +155,11 @@ impl Identity {
         let path = config.auth_keys.as_ref().ok_or(IdentityError::NoKeyFile)?;
         let keys = seckill_common::token::load(path)
             .map_err(|e| IdentityError::KeyFile(path.clone(), e))?;
-        if keys.keys.iter().any(|k| k.alg == Alg::EdDsa && k.can_sign()) {
+        if keys
+            .keys
+            .iter()
+            .any(|k| k.alg == Alg::EdDsa && k.can_sign())
+        {
             log::warn!(
                 "SECKILL_AUTH_KEYS={} holds Ed25519 private keys (d): a gateway needs only \
                  the public half; give it the file without d",
@@ -293,7 +297,12 @@ impl Verifier {
     /// The buyer (`sub`) of the token in `creds` at Unix second `now`.
     ///
     /// Errors: [`Refused`].
-    pub fn verify(&self, creds: &Credentials, now: u64, metrics: &Metrics) -> Result<String, Refused> {
+    pub fn verify(
+        &self,
+        creds: &Credentials,
+        now: u64,
+        metrics: &Metrics,
+    ) -> Result<String, Refused> {
         let Credentials::Bearer(token) = creds else {
             return Err(Refused::Invalid);
         };
@@ -355,17 +364,18 @@ impl Verifier {
             Alg::Hs256 => &self.hs256,
             Alg::EdDsa => &self.eddsa,
         };
-        let data = jsonwebtoken::decode::<Claims>(token, key, validation).map_err(|e| {
-            match e.kind() {
+        let data =
+            jsonwebtoken::decode::<Claims>(token, key, validation).map_err(|e| match e.kind() {
                 jsonwebtoken::errors::ErrorKind::ExpiredSignature => Refused::Expired,
                 _ => Refused::Invalid,
-            }
-        })?;
+            })?;
         let c = data.claims;
         if !seckill_common::is_valid_token(&c.sub) {
             return Err(Refused::Invalid);
         }
-        if c.iat.is_some_and(|iat| iat > now.saturating_add(self.leeway_s)) {
+        if c.iat
+            .is_some_and(|iat| iat > now.saturating_add(self.leeway_s))
+        {
             return Err(Refused::Invalid);
         }
         Ok(c)
@@ -423,11 +433,23 @@ mod tests {
         let check = |c: Credentials| v.verify(&c, now, &m);
         assert_eq!(check(mint(&|c| c.exp = now - 31)), Err(Refused::Expired));
         assert_eq!(check(mint(&|c| c.exp = now - 29)), Ok("bob".into()));
-        assert_eq!(check(mint(&|c| c.nbf = Some(now + 31))), Err(Refused::Invalid));
+        assert_eq!(
+            check(mint(&|c| c.nbf = Some(now + 31))),
+            Err(Refused::Invalid)
+        );
         assert_eq!(check(mint(&|c| c.nbf = Some(now + 29))), Ok("bob".into()));
-        assert_eq!(check(mint(&|c| c.iat = Some(now + 31))), Err(Refused::Invalid));
-        assert_eq!(check(mint(&|c| c.aud = "other".into())), Err(Refused::Invalid));
-        assert_eq!(check(mint(&|c| c.sub = "a b".into())), Err(Refused::Invalid));
+        assert_eq!(
+            check(mint(&|c| c.iat = Some(now + 31))),
+            Err(Refused::Invalid)
+        );
+        assert_eq!(
+            check(mint(&|c| c.aud = "other".into())),
+            Err(Refused::Invalid)
+        );
+        assert_eq!(
+            check(mint(&|c| c.sub = "a b".into())),
+            Err(Refused::Invalid)
+        );
         // An entry remembered until exp + leeway, then expired.
         let t = mint(&|c| c.exp = now + 1);
         assert_eq!(v.verify(&t, now, &m), Ok("bob".into()));
@@ -440,7 +462,9 @@ mod tests {
         let (v, hs, _, m) = setup();
         let now = now_s();
         for i in 0..5000 {
-            let t = hs.mint(&Mint::new(&format!("u{i}"), "seckill", 60)).unwrap();
+            let t = hs
+                .mint(&Mint::new(&format!("u{i}"), "seckill", 60))
+                .unwrap();
             assert!(v.verify(&bearer(t), now, &m).is_ok());
         }
         let held: usize = v.shards.iter().map(|s| s.lock().unwrap().len()).sum();

@@ -8,7 +8,9 @@ use seckill_common::metrics::{Counter, Exposition, Gauge, Histogram, LATENCY_BUC
 use std::time::Duration;
 
 /// Status codes counted one by one; any other code is counted as `other`.
-pub const STATUSES: [u16; 13] = [200, 202, 400, 401, 403, 404, 405, 409, 410, 413, 500, 503, 0];
+pub const STATUSES: [u16; 13] = [
+    200, 202, 400, 401, 403, 404, 405, 409, 410, 413, 500, 503, 0,
+];
 
 /// What a purchase attempt came to (the `outcome` label).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -40,7 +40,8 @@ fn some_string<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<String>,
 /// The rule for `user_id`, as told to clients.
 pub const USER_ID_RULE: &str = concat!("user_id must be ", seckill_common::token_rule!());
 
-const EXPECTED: &str = "expected {\"user_id\": \"...\"} with a string user_id and no other field (or {} with a token)";
+const EXPECTED: &str =
+    "expected {\"user_id\": \"...\"} with a string user_id and no other field (or {} with a token)";
 
 /// Reads the user id, if any, from a purchase body; `required` (with
 /// `SECKILL_AUTH=none`) makes a missing one a 400.

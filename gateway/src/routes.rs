@@ -141,7 +141,10 @@ mod tests {
             route(&g, "/v1/sales/42/purchases/bob"),
             Route::PurchaseStatus(42, "bob".into())
         );
-        assert_eq!(route(&g, "/v1/sales/42/purchases/me"), Route::MyPurchase(42));
+        assert_eq!(
+            route(&g, "/v1/sales/42/purchases/me"),
+            Route::MyPurchase(42)
+        );
         assert_eq!(
             route(&g, "/v1/sales/42/purchases"),
             Route::WrongMethod("POST")
