@@ -135,7 +135,7 @@ pub enum Identity {
     /// `none`: the body's `user_id`, believed as sent.
     Unverified,
     /// `jwt`: a verified token's `sub`.
-    Jwt(Verifier),
+    Jwt(Box<Verifier>),
 }
 
 impl Identity {
@@ -177,12 +177,12 @@ impl Identity {
                 .join(", "),
             config.auth_audience
         );
-        Ok(Identity::Jwt(Verifier::new(
+        Ok(Identity::Jwt(Box::new(Verifier::new(
             &keys,
             &config.auth_audience,
             config.auth_leeway.as_secs(),
             config.auth_cache_max,
-        )))
+        ))))
     }
 
     /// Whether the body must name the buyer (`SECKILL_AUTH=none`).

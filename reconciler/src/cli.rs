@@ -346,7 +346,7 @@ pub fn parse_at(
             let audience = take(&mut opts, "audience");
             let count = match take(&mut opts, "count") {
                 None => None,
-                Some(c) => Some(parse_u64(&c, "--count")?.max(1).min(100_000_000)),
+                Some(c) => Some(parse_u64(&c, "--count")?.clamp(1, 100_000_000)),
             };
             if count.is_some() && !seckill_common::is_valid_token(&format!("{user}-99999999")) {
                 return err("--user with --count: U-N must stay within 64 characters");

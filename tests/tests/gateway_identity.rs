@@ -419,7 +419,7 @@ fn auth_none_believes_the_body_and_warns_at_start() {
     let redis = RedisServer::start();
     open_sale(&redis, SALE, 10);
     let port = seckill_tests::free_port();
-    let mut child = seckill_tests::command("seckill-gateway")
+    let child = seckill_tests::command("seckill-gateway")
         .env("SECKILL_AUTH", "none")
         .env("SECKILL_LISTEN", format!("127.0.0.1:{port}"))
         .env("SECKILL_REDIS_URL", redis.url())
