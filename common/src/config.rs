@@ -81,6 +81,32 @@ pub struct Config {
     /// `SECKILL_RECONCILE_GRACE`: reservations younger than this are skipped,
     /// so messages still on their way are not reported (default 60s).
     pub reconcile_grace: Duration,
+    /// `SECKILL_AUTH`: how the gateway learns who buys: `jwt` (default, a
+    /// signed token in `Authorization: Bearer`) or `none` (the `user_id`
+    /// of the body, believed as sent: development only).
+    pub auth: AuthMode,
+    /// `SECKILL_AUTH_KEYS`: the gateway's key file, a JWKS document
+    /// (`common/src/token.rs`), read at start. Required with `jwt`.
+    pub auth_keys: Option<PathBuf>,
+    /// `SECKILL_AUTH_AUDIENCE`: the `aud` every token must carry (default
+    /// `seckill`).
+    pub auth_audience: String,
+    /// `SECKILL_AUTH_LEEWAY`: clock skew allowed on `exp`, `nbf` and `iat`,
+    /// whole seconds (0-300 s; default 30s).
+    pub auth_leeway: Duration,
+    /// `SECKILL_AUTH_CACHE_MAX`: most verified tokens remembered (each
+    /// until its `exp`) so a retry costs a lookup, not a signature check;
+    /// about 150 bytes each (0-10,000,000; default 200,000; 0 = none).
+    pub auth_cache_max: usize,
+}
+
+/// `SECKILL_AUTH`: where the buyer of a purchase comes from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AuthMode {
+    /// A verified JWT's `sub` (the default).
+    Jwt,
+    /// The body's `user_id`, unverified: development only.
+    None,
 }
 
 impl Default for Config {
@@ -105,6 +131,11 @@ impl Default for Config {
             worker_metrics_listen: SocketAddr::from(([127, 0, 0, 1], 9101)),
             reconcile_lookback: Duration::from_secs(24 * 3600),
             reconcile_grace: Duration::from_secs(60),
+            auth: AuthMode::Jwt,
+            auth_keys: None,
+            auth_audience: "seckill".to_string(),
+            auth_leeway: Duration::from_secs(30),
+            auth_cache_max: 200_000,
         }
     }
 }
@@ -226,6 +257,47 @@ impl Config {
         if let Some(v) = get("SECKILL_RECONCILE_GRACE") {
             c.reconcile_grace = parse_duration_or_zero("SECKILL_RECONCILE_GRACE", v)?;
         }
+        if let Some(v) = get("SECKILL_AUTH") {
+            c.auth = match v {
+                "jwt" => AuthMode::Jwt,
+                "none" => AuthMode::None,
+                _ => {
+                    return Err(ConfigError {
+                        variable: "SECKILL_AUTH",
+                        value: v.to_string(),
+                        expected: "jwt or none",
+                    })
+                }
+            };
+        }
+        if let Some(v) = get("SECKILL_AUTH_KEYS") {
+            c.auth_keys = Some(PathBuf::from(v));
+        }
+        if let Some(v) = get("SECKILL_AUTH_AUDIENCE") {
+            if !crate::is_valid_token(v) {
+                return Err(ConfigError {
+                    variable: "SECKILL_AUTH_AUDIENCE",
+                    value: v.to_string(),
+                    expected: crate::TOKEN_RULE,
+                });
+            }
+            c.auth_audience = v.to_string();
+        }
+        if let Some(v) = get("SECKILL_AUTH_LEEWAY") {
+            let d = parse_duration_or_zero("SECKILL_AUTH_LEEWAY", v)?;
+            if d > Duration::from_secs(300) || d.subsec_nanos() != 0 {
+                return Err(ConfigError {
+                    variable: "SECKILL_AUTH_LEEWAY",
+                    value: v.to_string(),
+                    expected: "whole seconds from 0s to 300s, such as 30s",
+                });
+            }
+            c.auth_leeway = d;
+        }
+        if let Some(v) = get("SECKILL_AUTH_CACHE_MAX") {
+            c.auth_cache_max =
+                parse_int("SECKILL_AUTH_CACHE_MAX", v, 0, 10_000_000, INT_AUTH_CACHE)?;
+        }
         Ok(c)
     }
 
@@ -245,6 +317,7 @@ const INT_0_1024: &str = "an integer from 0 (auto) to 1024";
 const INT_0_64: &str = "an integer from 0 (one round trip per purchase) to 64";
 const INT_BODY: &str = "a byte count from 64 to 1048576";
 const INT_BUYERS: &str = "an integer from 0 to 100000000";
+const INT_AUTH_CACHE: &str = "an integer from 0 to 10000000";
 const INT_BATCH: &str = "an integer from 1 to 10000";
 const INT_ATTEMPTS: &str = "an integer from 1 to 1000";
 const DURATION: &str = "a duration with a unit between 1ms and 30 days, such as 500ms, 60s or 24h";
@@ -353,6 +426,11 @@ mod tests {
         assert_eq!(c.worker_metrics_listen.to_string(), "127.0.0.1:9101");
         assert_eq!(c.reconcile_lookback, Duration::from_secs(86_400));
         assert_eq!(c.reconcile_grace, Duration::from_secs(60));
+        assert_eq!(c.auth, AuthMode::Jwt);
+        assert_eq!(c.auth_keys, None);
+        assert_eq!(c.auth_audience, "seckill");
+        assert_eq!(c.auth_leeway, Duration::from_secs(30));
+        assert_eq!(c.auth_cache_max, 200_000);
     }
 
     #[test]
@@ -376,8 +454,18 @@ mod tests {
             ("SECKILL_WORKER_METRICS_LISTEN", "127.0.0.1:9200"),
             ("SECKILL_RECONCILE_LOOKBACK", "48h"),
             ("SECKILL_RECONCILE_GRACE", "0s"),
+            ("SECKILL_AUTH", "none"),
+            ("SECKILL_AUTH_KEYS", "/etc/seckill/keys.jwks"),
+            ("SECKILL_AUTH_AUDIENCE", "shop-7"),
+            ("SECKILL_AUTH_LEEWAY", "0s"),
+            ("SECKILL_AUTH_CACHE_MAX", "0"),
         ]))
         .unwrap();
+        assert_eq!(c.auth, AuthMode::None);
+        assert_eq!(c.auth_keys, Some(PathBuf::from("/etc/seckill/keys.jwks")));
+        assert_eq!(c.auth_audience, "shop-7");
+        assert_eq!(c.auth_leeway, Duration::ZERO);
+        assert_eq!(c.auth_cache_max, 0);
         assert_eq!(c.redis_url, "redis://10.0.0.1:7000/2");
         assert_eq!(c.mysql_url, "mysql://app:pw@db:3306/shop");
         assert_eq!(c.listen.to_string(), "0.0.0.0:9000");
@@ -423,6 +511,11 @@ mod tests {
             ("SECKILL_WORKER_METRICS_LISTEN", "nowhere"),
             ("SECKILL_RECONCILE_LOOKBACK", "yesterday"),
             ("SECKILL_RECONCILE_GRACE", "60"),
+            ("SECKILL_AUTH", "JWT"),
+            ("SECKILL_AUTH_AUDIENCE", "a b"),
+            ("SECKILL_AUTH_LEEWAY", "10m"),
+            ("SECKILL_AUTH_LEEWAY", "1500ms"),
+            ("SECKILL_AUTH_CACHE_MAX", "-1"),
         ];
         for (var, val) in cases {
             let err = Config::from_map(&map(&[(var, val)])).unwrap_err();

@@ -35,6 +35,7 @@
 //! - [`shutdown`]: the SIGINT/SIGTERM flag and logging set-up.
 //! - [`start`]: the start-up and exit codes every binary shares.
 //! - [`timefmt`]: RFC 3339 / `now+30s` parsing and formatting of Unix ms.
+//! - [`token`]: buyer tokens: the JWKS key file, key generation, minting.
 #![forbid(unsafe_code)]
 #![deny(missing_docs)]
 
@@ -58,8 +59,9 @@ pub mod schema;
 pub mod shutdown;
 pub mod start;
 pub mod timefmt;
+pub mod token;
 
-pub use config::{Config, ConfigError};
+pub use config::{AuthMode, Config, ConfigError};
 pub use shutdown::Shutdown;
 
 /// The rule [`is_valid_token`] checks, as a literal, so that messages can

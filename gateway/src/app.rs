@@ -1,8 +1,9 @@
 //! Owns the state shared by every gateway thread ([`App`]: settings,
-//! metrics, the sold-out memory, the way purchases reach Redis, the Redis
+//! metrics, the buyer identity, the sold-out memory, the way purchases reach Redis, the Redis
 //! links the reading routes borrow). Nothing here does work.
 
 use crate::buyers::Loader;
+use crate::identity::Identity;
 use crate::metrics::Metrics;
 use crate::redis_link::LinkPool;
 use crate::reserver::Reserver;
@@ -39,4 +40,6 @@ pub struct App {
     /// 503 until it is fixed (a policy changed on a live connection would
     /// otherwise be seen only at the next reconnect).
     pub redis_unfit: AtomicBool,
+    /// Who a request is from (`SECKILL_AUTH`, `identity.rs`).
+    pub identity: Identity,
 }

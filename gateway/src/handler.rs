@@ -1,10 +1,12 @@
 //! Owns the life of one request on the thread that read it from its
 //! connection (tiny_http calls [`handle`] there: one thread per connection,
 //! no hand-off): route it, take its body safely (`body.rs`), call the
-//! route (a purchase: `purchase::buy`), answer, and count it.
+//! route (a purchase: `purchase::buy`; a status read: the buyer from
+//! `identity.rs`), answer, and count it.
 
 use crate::app::App;
 use crate::body::{self, Plan};
+use crate::identity;
 use crate::metrics::Outcome;
 use crate::reply::Reply;
 use crate::routes::{self, Label, Route};
@@ -47,25 +49,36 @@ fn serve(app: &App, mut rq: Request, route: Route, start: Instant) {
     let label = route.label();
     let reply = match route {
         Route::Purchase(sale_id) => {
+            let creds = identity::credentials(&rq);
             // Up to 1 KiB is in memory already; a longer body comes from the
             // client now, and only this client's connection waits for it.
             match body::read_limited(&mut rq, app.body_limit) {
-                Ok(body) => purchase::buy(app, sale_id, &body),
+                Ok(body) => purchase::buy(app, sale_id, &body, &creds),
                 Err(reply) => {
                     app.metrics.outcome(Outcome::Invalid);
                     reply
                 }
             }
         }
+        Route::PurchaseStatus(sale_id, user) => status(app, &rq, sale_id, Some(&user)),
+        Route::MyPurchase(sale_id) => status(app, &rq, sale_id, None),
         other => answer(app, other),
     };
     finish(app, rq, label, reply, start);
 }
 
-/// The reply to every route but a purchase.
+/// A purchase status read: only the token's own (`identity.rs`).
+fn status(app: &App, rq: &Request, sale_id: u64, path_user: Option<&str>) -> Reply {
+    let creds = identity::credentials(rq);
+    match app.identity.reader(&creds, path_user, &app.metrics) {
+        Ok(user) => queries::purchase_status(app, sale_id, &user),
+        Err(reply) => reply,
+    }
+}
+
+/// The reply to every route but a purchase and a status read.
 fn answer(app: &App, route: Route) -> Reply {
     match route {
-        Route::PurchaseStatus(sale_id, user) => queries::purchase_status(app, sale_id, &user),
         Route::Sale(sale_id) => queries::sale(app, sale_id),
         Route::Healthz => Reply::json(200, serde_json::json!({ "status": "ok" })),
         Route::Readyz => queries::ready(app),
@@ -77,7 +90,8 @@ fn answer(app: &App, route: Route) -> Reply {
         Route::NoSuchSale => Reply::sale_not_found(),
         Route::Invalid(detail) => Reply::invalid(detail),
         Route::NotFound => Reply::not_found(),
-        Route::Purchase(_) => Reply::not_found(), // never: `serve` takes it
+        // Never: `serve` takes these.
+        Route::Purchase(_) | Route::PurchaseStatus(..) | Route::MyPurchase(_) => Reply::not_found(),
     }
 }
 

@@ -10,6 +10,7 @@
 //! - [`routes`]: the URL table and strict id parsing.
 //! - [`body`]: taking request bodies without letting tiny_http harm the
 //!   process (huge declared lengths, slow bodies).
+//! - [`identity`]: the buyer: bearer tokens verified and remembered.
 //! - [`purchase`]: one purchase, from body to reply; [`queries`]: the
 //!   reading routes.
 //! - [`reserver`]: the two ways a purchase reaches Redis, behind one type.
@@ -31,6 +32,7 @@ mod body;
 mod buyers;
 mod group_commit;
 mod handler;
+mod identity;
 mod metrics;
 #[cfg(test)]
 mod metrics_cost;

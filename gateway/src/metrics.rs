@@ -17,11 +17,13 @@ use std::time::Duration;
 
 /// Status codes counted one by one; any other code is counted as `other`
 /// (the last entry, 0).
-pub const STATUSES: [u16; 12] = [200, 202, 400, 403, 404, 405, 409, 410, 413, 500, 503, 0];
+pub const STATUSES: [u16; 13] = [
+    200, 202, 400, 401, 403, 404, 405, 409, 410, 413, 500, 503, 0,
+];
 
 /// The `status` label of each entry of [`STATUSES`].
 const STATUS_LABELS: [&str; STATUSES.len()] = [
-    "200", "202", "400", "403", "404", "405", "409", "410", "413", "500", "503", "other",
+    "200", "202", "400", "401", "403", "404", "405", "409", "410", "413", "500", "503", "other",
 ];
 
 /// What a purchase attempt came to (the `outcome` label).
@@ -51,9 +53,13 @@ pub enum Outcome {
     ClosedAfterBuyerRead,
     /// 503 `sale_paused`: the sale is paused (e.g. Redis lost data).
     Paused,
+    /// 401 `invalid_token` or `token_expired` (`identity.rs`).
+    InvalidToken,
+    /// 403 `user_mismatch`: the body names another user than the token.
+    UserMismatch,
 }
 
-const OUTCOMES: [&str; 11] = [
+const OUTCOMES: [&str; 13] = [
     "reserved",
     "already_purchased",
     "sold_out",
@@ -65,6 +71,8 @@ const OUTCOMES: [&str; 11] = [
     "unavailable",
     "closed_after_buyer_read",
     "paused",
+    "invalid_token",
+    "user_mismatch",
 ];
 
 /// The label set of `seckill_gateway_requests_total`: route, then status.
@@ -115,6 +123,10 @@ pub struct Metrics {
     /// Redis (re)connects refused because the server is unfit to hold the
     /// sale (an eviction policy that can delete its keys).
     pub redis_refused: Counter,
+    /// Tokens whose signature and claims were checked (not in memory).
+    pub tokens_verified: Counter,
+    /// Tokens found in the memory of verified tokens (no signature check).
+    pub token_cache_hits: Counter,
 }
 
 /// Registers a fresh metric of type `M` under `name` (a counter without its
@@ -217,6 +229,16 @@ impl Default for Metrics {
                 &mut r,
                 "seckill_gateway_redis_refused",
                 "Redis connects refused: an eviction policy that can delete the sale's keys",
+            ),
+            tokens_verified: add(
+                &mut r,
+                "seckill_gateway_tokens_verified",
+                "Buyer tokens whose signature and claims were checked (not found in memory)",
+            ),
+            token_cache_hits: add(
+                &mut r,
+                "seckill_gateway_token_cache_hits",
+                "Buyer tokens found in the memory of verified tokens (no signature check)",
             ),
             registry: r,
         }

@@ -8,6 +8,7 @@ use crate::app::App;
 use crate::buyers;
 use crate::group_commit::{self, QUEUE_CAPACITY};
 use crate::handler::handle;
+use crate::identity::Identity;
 use crate::metrics::Metrics;
 use crate::redis_link::LinkPool;
 use crate::redis_link::{Link, BACKOFF_MAX};
@@ -44,6 +45,8 @@ pub enum GatewayError {
     Thread(std::io::Error),
     /// The accept loop stopped (e.g. out of file descriptors).
     Accept(String),
+    /// The identity settings cannot be used (no key file with `jwt`...).
+    Identity(crate::identity::IdentityError),
 }
 
 impl fmt::Display for GatewayError {
@@ -54,6 +57,7 @@ impl fmt::Display for GatewayError {
             GatewayError::Server(e) => write!(f, "http server: {e}"),
             GatewayError::Thread(e) => write!(f, "starting a thread: {e}"),
             GatewayError::Accept(e) => write!(f, "accepting connections: {e}"),
+            GatewayError::Identity(e) => write!(f, "{e}"),
         }
     }
 }
@@ -64,7 +68,10 @@ impl GatewayError {
     /// 2 when the gateway could not start (configuration, bind), else 1.
     pub fn exit_code(&self) -> u8 {
         match self {
-            GatewayError::RedisUrl(_) | GatewayError::Bind(..) | GatewayError::Server(_) => 2,
+            GatewayError::RedisUrl(_)
+            | GatewayError::Bind(..)
+            | GatewayError::Server(_)
+            | GatewayError::Identity(_) => 2,
             _ => 1,
         }
     }
@@ -122,6 +129,7 @@ fn bind(addr: SocketAddr, write_timeout: Duration) -> std::io::Result<TcpListene
 /// Errors: see [`GatewayError`].
 pub fn run(config: Config, shutdown: Shutdown, unblocker: Unblocker) -> Result<(), GatewayError> {
     let client = redis::Client::open(config.redis_url.as_str()).map_err(GatewayError::RedisUrl)?;
+    let identity = Identity::from_config(&config).map_err(GatewayError::Identity)?;
     let listener = bind(config.listen, config.gateway_write_timeout)
         .map_err(|e| GatewayError::Bind(config.listen, e))?;
     let metrics = Arc::new(Metrics::default());
@@ -146,6 +154,7 @@ pub fn run(config: Config, shutdown: Shutdown, unblocker: Unblocker) -> Result<(
         active: AtomicUsize::new(0),
         closing: AtomicBool::new(false),
         redis_unfit: AtomicBool::new(false),
+        identity,
     });
     {
         let app = app.clone();

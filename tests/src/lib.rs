@@ -19,6 +19,8 @@
 #![forbid(unsafe_code)]
 #![allow(clippy::missing_panics_doc)] // test support: panicking is the failure report
 
+pub mod auth;
+
 use mysql::prelude::Queryable;
 use std::net::TcpListener;
 use std::path::{Path, PathBuf};
@@ -324,8 +326,10 @@ pub fn dies_with_test(program: impl AsRef<std::ffi::OsStr>) -> Command {
 /// A command for the workspace binary `name` (see [`bin`]) started from a
 /// cleared environment: only `PATH`, `RUST_LOG=warn`, and every URL at a
 /// dead port ([`DEAD_REDIS_URL`], [`DEAD_MYSQL_URL`]), the review file in a
-/// directory that does not exist, dying with the spawning thread
-/// ([`dies_with_test`]). The caller sets the test's own servers.
+/// directory that does not exist, and the tests' buyer key file
+/// (`SECKILL_AUTH_KEYS`, [`auth::gateway_key_file`]), dying with the
+/// spawning thread ([`dies_with_test`]). The caller sets the test's own
+/// servers.
 pub fn command(name: &str) -> Command {
     let mut c = dies_with_test(bin(name));
     c.env_clear()
@@ -333,7 +337,8 @@ pub fn command(name: &str) -> Command {
         .env("RUST_LOG", "warn")
         .env("SECKILL_REDIS_URL", DEAD_REDIS_URL)
         .env("SECKILL_MYSQL_URL", DEAD_MYSQL_URL)
-        .env("SECKILL_REVIEW_DB", "/nonexistent/seckill-review.sqlite3");
+        .env("SECKILL_REVIEW_DB", "/nonexistent/seckill-review.sqlite3")
+        .env("SECKILL_AUTH_KEYS", auth::gateway_key_file());
     c
 }
 

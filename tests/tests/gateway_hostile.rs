@@ -31,9 +31,18 @@ fn survives(env: &[(&str, &str)], hostile: impl FnOnce(u16)) {
     assert_eq!(counts(&redis, SALE), (9, 1, 1));
 }
 
+/// A purchase with these body bytes, carrying the token of the body's
+/// `user_id` when it has one (else of `hostile`: a bad body is refused
+/// before the token is looked at).
 fn post_bytes(port: u16, body: &[u8]) -> Option<Resp> {
+    let user = serde_json::from_slice::<serde_json::Value>(body)
+        .ok()
+        .and_then(|v| v["user_id"].as_str().map(String::from))
+        .filter(|u| seckill_common::is_valid_token(u))
+        .unwrap_or_else(|| "hostile".into());
     let mut req = format!(
-        "POST /v1/sales/{SALE}/purchases HTTP/1.1\r\nHost: x\r\nConnection: close\r\nContent-Length: {}\r\n\r\n",
+        "POST /v1/sales/{SALE}/purchases HTTP/1.1\r\nHost: x\r\nConnection: close\r\nAuthorization: Bearer {}\r\nContent-Length: {}\r\n\r\n",
+        seckill_tests::auth::token_for(&user),
         body.len()
     )
     .into_bytes();
