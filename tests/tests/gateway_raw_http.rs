@@ -128,7 +128,8 @@ fn expect_100_continue_with_a_valid_purchase_gets_100_before_the_body_is_sent() 
     let mut s = connect(g.port);
     let body = r#"{"user_id":"expects"}"#;
     let head = format!(
-        "POST {PATH} HTTP/1.1\r\nHost: x\r\nExpect: 100-continue\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n",
+        "POST {PATH} HTTP/1.1\r\nHost: x\r\nExpect: 100-continue\r\nAuthorization: Bearer {}\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n",
+        seckill_tests::auth::token_for("expects"),
         body.len()
     );
     s.write_all(head.as_bytes()).unwrap();
@@ -156,7 +157,8 @@ fn expect_100_continue_in_http_1_0_gets_no_100() {
     let mut s = connect(g.port);
     let body = r#"{"user_id":"ten"}"#;
     let req = format!(
-        "POST {PATH} HTTP/1.0\r\nExpect: 100-continue\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
+        "POST {PATH} HTTP/1.0\r\nExpect: 100-continue\r\nAuthorization: Bearer {}\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
+        seckill_tests::auth::token_for("ten"),
         body.len()
     );
     s.write_all(req.as_bytes()).unwrap();
