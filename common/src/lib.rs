@@ -29,6 +29,7 @@
 //! - [`release`]: the release (rollback) script that puts a reserved unit back on sale.
 //! - [`notify`]: systemd readiness (`sd_notify`) for `Type=notify` units.
 //! - [`shutdown`]: the SIGINT/SIGTERM flag and logging set-up.
+//! - [`trusted`]: the trusted proxies whose `X-Forwarded-For` the gateway believes.
 //! - [`timefmt`]: RFC 3339 / `now+30s` parsing and formatting of Unix ms.
 #![forbid(unsafe_code)]
 #![deny(missing_docs)]
@@ -49,6 +50,7 @@ pub mod sale;
 pub mod schema;
 pub mod shutdown;
 pub mod timefmt;
+pub mod trusted;
 
 pub use config::{Config, ConfigError};
 pub use shutdown::Shutdown;

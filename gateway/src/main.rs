@@ -19,6 +19,10 @@
 //!   pool of them the reading routes borrow.
 //! - [`soldout`]: the sold-out fast path, ordered by the sale's reservation
 //!   sequence; [`buyers`]: a sold-out sale's buyers, loaded once and bounded.
+//! - [`limits`]: the per-buyer and per-address rate limits in fixed-size
+//!   tables; [`client_addr`]: which address a request is charged to
+//!   (trusted proxies and `X-Forwarded-For`); [`shed`]: the bound on
+//!   purchases waiting for Redis.
 //! - [`reply`], [`metrics`]: answers and `/metrics`.
 //!
 //! Exit codes: 0 after SIGTERM/SIGINT, 2 bad configuration or cannot
@@ -28,8 +32,10 @@
 mod app;
 mod body;
 mod buyers;
+mod client_addr;
 mod group_commit;
 mod handler;
+mod limits;
 mod metrics;
 mod purchase;
 mod queries;
@@ -38,6 +44,7 @@ mod reply;
 mod reserver;
 mod routes;
 mod server;
+mod shed;
 mod soldout;
 
 use std::process::ExitCode;

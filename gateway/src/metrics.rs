@@ -1,14 +1,16 @@
 //! Owns the gateway's Prometheus metrics: requests by route and status,
 //! purchase outcomes, a latency histogram per route, Redis errors, requests
 //! in flight, parked connections (declared body too large), and the group
-//! commit's pipelines. Lock-free atomics; rendered by `/metrics`.
+//! commit's pipelines, requests refused by the limits and purchases shed. Lock-free atomics; rendered by `/metrics`.
 
 use crate::routes::{Label, LABELS};
 use seckill_common::metrics::{Counter, Exposition, Gauge, Histogram, LATENCY_BUCKETS_S};
 use std::time::Duration;
 
 /// Status codes counted one by one; any other code is counted as `other`.
-pub const STATUSES: [u16; 12] = [200, 202, 400, 403, 404, 405, 409, 410, 413, 500, 503, 0];
+pub const STATUSES: [u16; 13] = [
+    200, 202, 400, 403, 404, 405, 409, 410, 413, 429, 500, 503, 0,
+];
 
 /// What a purchase attempt came to (the `outcome` label).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -85,6 +87,16 @@ pub struct Metrics {
     /// Redis (re)connects refused because the server is unfit to hold the
     /// sale (an eviction policy that can delete its keys).
     pub redis_refused: Counter,
+    /// Purchases answered 429 by the per-buyer limit (`limits.rs`).
+    pub limited_buyer: Counter,
+    /// Requests answered 429 by the per-address limit (`limits.rs`).
+    pub limited_address: Counter,
+    /// Of those 429s, the ones refused because the key was new and its
+    /// set of the limit table held only active keys.
+    pub limit_table_full: Counter,
+    /// Purchases answered 503 `overloaded`: the in-flight bound was
+    /// reached (`shed.rs`).
+    pub shed: Counter,
 }
 
 impl Default for Metrics {
@@ -109,6 +121,10 @@ impl Default for Metrics {
             buyers_remembered: Gauge::default(),
             redis_persistence_off: Gauge::default(),
             redis_refused: Counter::default(),
+            limited_buyer: Counter::default(),
+            limited_address: Counter::default(),
+            limit_table_full: Counter::default(),
+            shed: Counter::default(),
         }
     }
 }
@@ -230,6 +246,29 @@ impl Metrics {
             "Redis connects refused: an eviction policy that can delete the sale's keys.",
             &[],
             self.redis_refused.get(),
+        );
+        for (limit, c) in [
+            ("buyer", &self.limited_buyer),
+            ("address", &self.limited_address),
+        ] {
+            e.counter(
+                "seckill_gateway_limited_total",
+                "Requests answered 429 too_many_requests, by the limit that refused them.",
+                &[("limit", limit)],
+                c.get(),
+            );
+        }
+        e.counter(
+            "seckill_gateway_limit_table_full_total",
+            "429s given to a new key because its set of the limit table held only active keys.",
+            &[],
+            self.limit_table_full.get(),
+        );
+        e.counter(
+            "seckill_gateway_shed_total",
+            "Purchases answered 503 overloaded: SECKILL_GATEWAY_PURCHASES_IN_FLIGHT were waiting for Redis.",
+            &[],
+            self.shed.get(),
         );
         e.finish()
     }

@@ -1,5 +1,6 @@
 //! Owns `POST /v1/sales/{sale_id}/purchases`: the strict reading of the JSON
-//! body, the sold-out fast path in front of Redis ([`admit`]) and the
+//! body, the buyer's share and the sold-out fast path in front of Redis
+//! ([`admit`]), the in-flight bound ([`buy`]) and the
 //! mapping of a reservation outcome to the API's answers (202, 409, 410,
 //! 403, 404, 503 `unavailable` or `sale_paused`: [`conclude`]), and the
 //! whole purchase from body to reply ([`buy`]; the Redis call between the
@@ -11,6 +12,7 @@
 
 use crate::app::App;
 use crate::buyers;
+use crate::limits::Verdict;
 use crate::metrics::Outcome;
 use crate::redis_link::Unavailable;
 use crate::reply::Reply;
@@ -63,13 +65,18 @@ pub fn parse_body(body: &[u8]) -> Result<String, Reply> {
     Ok(parsed.user_id)
 }
 
-/// One purchase whose body is in memory, from body to reply: the sold-out
-/// fast path ([`admit`]), the reservation ([`crate::reserver::Reserver`]:
+/// One purchase whose body is in memory, from body to reply: the buyer's
+/// share and the sold-out fast path ([`admit`]), the in-flight bound
+/// (503 `overloaded` beyond it, `shed.rs`), the reservation ([`crate::reserver::Reserver`]:
 /// group commit or one round trip), and the reply ([`conclude`]).
 pub fn buy(app: &App, sale_id: u64, body: &[u8]) -> Reply {
     let user_id = match admit(app, sale_id, body) {
         Ok(u) => u,
         Err(reply) => return reply,
+    };
+    let Some(_place) = app.shed.try_admit() else {
+        app.metrics.shed.inc();
+        return Reply::overloaded();
     };
     let outcome = app.reserver.reserve(app, sale_id, &user_id);
     conclude(app, sale_id, &user_id, outcome)
@@ -80,10 +87,12 @@ pub fn buy(app: &App, sale_id: u64, body: &[u8]) -> Reply {
 /// retry is 409 with its reservation id, from the buyers in memory or,
 /// while they are not, from one `HGET` of that buyer (`buyers.rs`).
 ///
-/// Errors: the final reply when no reservation script is needed (400, or
-/// 409/410/403/404 from memory, 503 when the buyer cannot be read).
+/// Errors: the final reply when no reservation script is needed (400, 429
+/// beyond the buyer's share, or 409/410/403/404 from memory, 503 when the
+/// buyer cannot be read).
 pub fn admit(app: &App, sale_id: u64, body: &[u8]) -> Result<String, Reply> {
     let user_id = parse_body(body).inspect_err(|_| app.metrics.outcome(Outcome::Invalid))?;
+    limit_buyer(app, sale_id, &user_id)?;
     if app.redis_unfit.load(std::sync::atomic::Ordering::Acquire) {
         app.metrics.outcome(Outcome::Unavailable);
         return Err(Reply::unavailable());
@@ -171,6 +180,23 @@ pub fn conclude(
         ReserveOutcome::SoldOut => closed(Closed::SoldOut, seq, Outcome::SoldOut),
         ReserveOutcome::Ended => closed(Closed::Ended, seq, Outcome::Ended),
         ReserveOutcome::UnknownSale => closed(Closed::Unknown, seq, Outcome::UnknownSale),
+    }
+}
+
+/// The per-buyer share (`limits.rs`): every attempt is charged, also
+/// those the sold-out fast path would answer.
+///
+/// Errors: 429 `too_many_requests` beyond the share.
+fn limit_buyer(app: &App, sale_id: u64, user_id: &str) -> Result<(), Reply> {
+    match app.limits.charge_buyer(sale_id, user_id) {
+        Verdict::Allowed => Ok(()),
+        v => {
+            app.metrics.limited_buyer.inc();
+            if v == Verdict::TableFull {
+                app.metrics.limit_table_full.inc();
+            }
+            Err(Reply::too_many_requests())
+        }
     }
 }
 

@@ -8,10 +8,12 @@ use crate::app::App;
 use crate::buyers;
 use crate::group_commit::{self, QUEUE_CAPACITY};
 use crate::handler::handle;
+use crate::limits::Limits;
 use crate::metrics::Metrics;
 use crate::redis_link::LinkPool;
 use crate::redis_link::{Link, BACKOFF_MAX};
 use crate::reserver::Reserver;
+use crate::shed::Shed;
 use crate::soldout::SoldOutCache;
 use seckill_common::{Config, Shutdown};
 use socket2::{Domain, Protocol, Socket, TcpKeepalive, Type};
@@ -146,6 +148,9 @@ pub fn run(config: Config, shutdown: Shutdown, unblocker: Unblocker) -> Result<(
         active: AtomicUsize::new(0),
         closing: AtomicBool::new(false),
         redis_unfit: AtomicBool::new(false),
+        limits: Limits::new(&config),
+        trusted_proxies: config.gateway_trusted_proxies.clone(),
+        shed: Shed::new(config.gateway_purchases_in_flight),
     });
     {
         let app = app.clone();
@@ -180,6 +185,24 @@ pub fn run(config: Config, shutdown: Shutdown, unblocker: Unblocker) -> Result<(
             0 => "one Redis round trip per purchase".to_string(),
             n => format!("group commit over {n} Redis threads"),
         }
+    );
+    log::info!(
+        "limits: {}/s burst {} per buyer per sale, {}/s burst {} per client address (0: none), \
+         {} entries ({} MiB) per table; trusted proxies: [{}]; at most {} purchases in flight",
+        config.gateway_buyer_rate,
+        config.gateway_buyer_burst,
+        config.gateway_address_rate,
+        config.gateway_address_burst,
+        app.limits.capacity().0.max(app.limits.capacity().1),
+        app.limits.capacity().0.max(app.limits.capacity().1) * crate::limits::ENTRY_BYTES >> 20,
+        config
+            .gateway_trusted_proxies
+            .ranges()
+            .iter()
+            .map(|r| r.to_string())
+            .collect::<Vec<_>>()
+            .join(", "),
+        config.gateway_purchases_in_flight,
     );
     start_readiness(app.clone(), shutdown.clone())?;
 
