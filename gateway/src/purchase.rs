@@ -87,18 +87,19 @@ pub fn buy(app: &App, sale_id: u64, body: &[u8]) -> Reply {
 /// retry is 409 with its reservation id, from the buyers in memory or,
 /// while they are not, from one `HGET` of that buyer (`buyers.rs`).
 ///
-/// Errors: the final reply when no reservation script is needed (400, 429
-/// beyond the buyer's share, or 409/410/403/404 from memory, 503 when the
-/// buyer cannot be read).
+/// Errors: the final reply when no reservation script is needed (400,
+/// 409/410/403/404 from memory, 429 beyond the buyer's share before a
+/// Redis call, 503 when the buyer cannot be read).
 pub fn admit(app: &App, sale_id: u64, body: &[u8]) -> Result<String, Reply> {
     let user_id = parse_body(body).inspect_err(|_| app.metrics.outcome(Outcome::Invalid))?;
-    limit_buyer(app, sale_id, &user_id)?;
     if app.redis_unfit.load(std::sync::atomic::Ordering::Acquire) {
-        app.metrics.outcome(Outcome::Unavailable);
-        return Err(Reply::unavailable());
+        return Err(unavailable(app));
     }
     let (closed, set) = match app.soldout.get(sale_id, Instant::now()) {
-        Known::Ask => return Ok(user_id),
+        Known::Ask => {
+            limit_buyer(app, sale_id, &user_id)?;
+            return Ok(user_id);
+        }
         Known::Closed(c, set) => (c, set),
     };
     if closed != Closed::SoldOut {
@@ -110,16 +111,13 @@ pub fn admit(app: &App, sale_id: u64, body: &[u8]) -> Result<String, Reply> {
             app.metrics.outcome(Outcome::ClosedFromMemory);
             set.lookup(&user_id)
         }
-        None => match buyers::lookup_one(app, sale_id, &user_id) {
-            Ok(r) => {
-                app.metrics.outcome(Outcome::ClosedAfterBuyerRead);
-                r
-            }
-            Err(Unavailable) => {
-                app.metrics.outcome(Outcome::Unavailable);
-                return Err(Reply::unavailable());
-            }
-        },
+        None => {
+            limit_buyer(app, sale_id, &user_id)?;
+            let r = buyers::lookup_one(app, sale_id, &user_id)
+                .map_err(|Unavailable| unavailable(app))?;
+            app.metrics.outcome(Outcome::ClosedAfterBuyerRead);
+            r
+        }
     };
     Err(match holds {
         Some(rid) => already_purchased(&rid),
@@ -183,8 +181,16 @@ pub fn conclude(
     }
 }
 
-/// The per-buyer share (`limits.rs`): every attempt is charged, also
-/// those the sold-out fast path would answer.
+fn unavailable(app: &App) -> Reply {
+    app.metrics.outcome(Outcome::Unavailable);
+    Reply::unavailable()
+}
+
+/// The per-buyer share (`limits.rs`), charged by every attempt that would
+/// call Redis (the reservation script, or the buyer's `HGET` of a sold-out
+/// sale); an attempt answered from memory (410, 409, 403, 404) costs no
+/// share, so a buyer who keeps clicking after the sell-out still hears
+/// `sold_out`.
 ///
 /// Errors: 429 `too_many_requests` beyond the share.
 fn limit_buyer(app: &App, sale_id: u64, user_id: &str) -> Result<(), Reply> {
