@@ -315,7 +315,7 @@ fn memory_stays_bounded_under_a_million_distinct_buyers_and_addresses() {
     };
     // Warm-up: the connection threads, their allocator arenas, the tables'
     // pages (touched as keys land), then the baseline.
-    run(TOTAL, 200_000);
+    run(TOTAL, 100_000);
     let baseline = rss_kib(pid);
     let t = Instant::now();
     let (not_started, limited) = run(0, TOTAL);
