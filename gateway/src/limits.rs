@@ -306,9 +306,11 @@ mod tests {
 
     #[test]
     fn ipv6_clients_are_charged_by_their_64() {
-        let mut c = seckill_common::Config::default();
-        c.gateway_address_rate = 1;
-        c.gateway_address_burst = 1;
+        let c = seckill_common::Config {
+            gateway_address_rate: 1,
+            gateway_address_burst: 1,
+            ..Default::default()
+        };
         let l = Limits::new(&c);
         let a = |s: &str| s.parse::<IpAddr>().unwrap();
         assert_eq!(l.charge_address(a("2001:db8::1")), Verdict::Allowed);

@@ -186,6 +186,7 @@ pub fn run(config: Config, shutdown: Shutdown, unblocker: Unblocker) -> Result<(
             n => format!("group commit over {n} Redis threads"),
         }
     );
+    let slots = app.limits.capacity().0.max(app.limits.capacity().1);
     log::info!(
         "limits: {}/s burst {} per buyer per sale, {}/s burst {} per client address (0: none), \
          {} entries ({} MiB) per table; trusted proxies: [{}]; at most {} purchases in flight",
@@ -193,8 +194,8 @@ pub fn run(config: Config, shutdown: Shutdown, unblocker: Unblocker) -> Result<(
         config.gateway_buyer_burst,
         config.gateway_address_rate,
         config.gateway_address_burst,
-        app.limits.capacity().0.max(app.limits.capacity().1),
-        app.limits.capacity().0.max(app.limits.capacity().1) * crate::limits::ENTRY_BYTES >> 20,
+        slots,
+        (slots * crate::limits::ENTRY_BYTES) >> 20,
         config
             .gateway_trusted_proxies
             .ranges()

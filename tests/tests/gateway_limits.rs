@@ -12,8 +12,7 @@
 mod gateway_support;
 
 use gateway_support::{
-    buy, counts, evalsha_calls, format_request, get, load_sale, open_sale, read_resp, Gateway,
-    Resp,
+    buy, counts, evalsha_calls, format_request, get, load_sale, open_sale, read_resp, Gateway, Resp,
 };
 use seckill_tests::RedisServer;
 use socket2::{Domain, Socket, Type};
@@ -82,7 +81,11 @@ fn rss_kib(pid: u32) -> u64 {
 
 /// Asserts `r` is the 429 of a limit.
 fn assert_429(r: &Resp) {
-    assert_eq!((r.status, r.error()), (429, "too_many_requests".into()), "{r:?}");
+    assert_eq!(
+        (r.status, r.error()),
+        (429, "too_many_requests".into()),
+        "{r:?}"
+    );
     assert_eq!(r.header("Retry-After"), Some("1"));
 }
 
@@ -144,11 +147,21 @@ fn a_bot_with_one_user_id_gets_one_unit_and_its_share_while_honest_buyers_are_se
     let limited: Vec<&Resp> = answers.iter().filter(|r| r.status == 429).collect();
     limited.iter().for_each(|r| assert_429(r));
     assert_eq!(reserved, 1, "the bot got exactly one unit");
-    assert_eq!(reserved + again + limited.len(), 1000, "nothing but 202, 409, 429");
+    assert_eq!(
+        reserved + again + limited.len(),
+        1000,
+        "nothing but 202, 409, 429"
+    );
     let reached = (reserved + again) as u64;
     let calls = evalsha_calls(&redis) - calls_before;
-    eprintln!("1,000 bot purchases in {elapsed:?}: {reached} reached Redis, {calls} scripts in all");
-    assert_eq!(calls, 100 + reached, "each attempt let through ran one script");
+    eprintln!(
+        "1,000 bot purchases in {elapsed:?}: {reached} reached Redis, {calls} scripts in all"
+    );
+    assert_eq!(
+        calls,
+        100 + reached,
+        "each attempt let through ran one script"
+    );
     assert!(reached >= 5, "at least the burst: {reached}");
     assert!(
         reached <= share(5, 2, elapsed),
@@ -192,10 +205,15 @@ fn a_client_address_flooding_invalid_requests_is_limited_while_others_are_served
     let limited: Vec<&Resp> = answers.iter().filter(|r| r.status != 400).collect();
     limited.iter().for_each(|r| assert_429(r));
     eprintln!("300 invalid requests in {elapsed:?}: {refused} answered 400");
-    assert!(refused >= 20 && refused <= share(20, 10, elapsed), "{refused}");
+    assert!(
+        refused >= 20 && refused <= share(20, 10, elapsed),
+        "{refused}"
+    );
     // Other addresses: served as if nothing happened.
     let mut other = connect_from("127.0.0.3", g.port);
-    let reqs: Vec<String> = (0..5).map(|i| purchase(1, &format!("o{i}"), None)).collect();
+    let reqs: Vec<String> = (0..5)
+        .map(|i| purchase(1, &format!("o{i}"), None))
+        .collect();
     let served = pipeline(&mut other, &reqs);
     assert!(served.iter().all(|r| r.status == 202), "{served:?}");
     let mut third = connect_from("127.0.0.4", g.port);
@@ -240,7 +258,10 @@ fn a_forwarded_address_is_limited_only_from_a_trusted_proxy() {
     let t = Instant::now();
     let a = pipeline(&mut proxy, &reqs);
     let through = passed(&a);
-    assert!(through >= 3 && through <= share(3, 1, t.elapsed()), "{through}");
+    assert!(
+        through >= 3 && through <= share(3, 1, t.elapsed()),
+        "{through}"
+    );
     a.iter().filter(|r| r.status == 429).for_each(assert_429);
     // Another client behind the same proxy has its own share, and the
     // proxy's own requests (no header: every hop trusted) are not limited.
