@@ -16,7 +16,8 @@
 #
 # A private redis-server (AOF everysec, no rewrites) on a free port; the
 # machine's Redis is never touched. Usage: scripts/bench-shed.sh
-# (BENCH_SECONDS each run, default 10).
+# (BENCH_SECONDS each run, default 10; BENCH_SHED_BACKOFF_MS: how long a shed
+# client waits before its retry, default 0 = a retry storm).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 . scripts/lib/services.sh

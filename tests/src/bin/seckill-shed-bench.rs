@@ -53,6 +53,12 @@ fn client(addr: String, sale: u64, id: usize, secs: u64, prefix: String) -> Opti
     let mut r = BufReader::new(s);
     let mut t = Tally::default();
     let end = Instant::now() + Duration::from_secs(secs);
+    let backoff = Duration::from_millis(
+        std::env::var("BENCH_SHED_BACKOFF_MS")
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(0),
+    );
     let mut n = 0u64;
     while Instant::now() < end {
         n += 1;
@@ -67,7 +73,10 @@ fn client(addr: String, sale: u64, id: usize, secs: u64, prefix: String) -> Opti
             (202, _) => t
                 .admitted_us
                 .push(t0.elapsed().as_micros().min(u32::MAX as u128) as u32),
-            (503, true) => t.shed += 1,
+            (503, true) => {
+                t.shed += 1;
+                std::thread::sleep(backoff);
+            }
             _ => t.other += 1,
         }
     }
