@@ -152,7 +152,7 @@ fi
 cargo build --release -p seckill-gateway -p seckill-worker -p seckill-reconciler \
   -p seckill-tests --bins >"$RUN/build.log" 2>&1 \
   || { tail -20 "$RUN/build.log" >&2; exit 2; }
-BIN=$ROOT/target/release
+BIN=${CARGO_TARGET_DIR:-$ROOT/target}/release
 
 say "step 2/8: finding Redis and MySQL"
 if [ "$PRIVATE" = 1 ]; then

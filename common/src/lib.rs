@@ -34,6 +34,7 @@
 //! - [`notify`]: systemd readiness (`sd_notify`) for `Type=notify` units.
 //! - [`shutdown`]: the SIGINT/SIGTERM flag and logging set-up.
 //! - [`start`]: the start-up and exit codes every binary shares.
+//! - [`trusted`]: the trusted proxies whose `X-Forwarded-For` the gateway believes.
 //! - [`timefmt`]: RFC 3339 / `now+30s` parsing and formatting of Unix ms.
 //! - [`token`]: buyer tokens: the JWKS key file, key generation, minting.
 #![forbid(unsafe_code)]
@@ -60,6 +61,7 @@ pub mod shutdown;
 pub mod start;
 pub mod timefmt;
 pub mod token;
+pub mod trusted;
 
 pub use config::{AuthMode, Config, ConfigError};
 pub use shutdown::Shutdown;

@@ -1,12 +1,15 @@
 //! Owns the life of one request on the thread that read it from its
 //! connection (tiny_http calls [`handle`] there: one thread per connection,
-//! no hand-off): route it, take its body safely (`body.rs`), call the
+//! no hand-off): route it, charge it to its client address (429 beyond
+//! the address's share), take its body safely (`body.rs`), call the
 //! route (a purchase: `purchase::buy`; a status read: the buyer from
 //! `identity.rs`), answer, and count it.
 
 use crate::app::App;
 use crate::body::{self, Plan};
+use crate::client_addr::{self, Client};
 use crate::identity;
+use crate::limits::Verdict;
 use crate::metrics::Outcome;
 use crate::reply::Reply;
 use crate::routes::{self, Label, Route};
@@ -30,16 +33,50 @@ pub fn handle(app: &App, rq: Request) {
     if app.closing.load(Ordering::SeqCst) {
         finish(app, rq, label, Reply::unavailable(), start);
     } else {
+        // Charged before anything else is looked at, so invalid requests
+        // count against their address too.
+        let limited = !within_address_share(app, &rq, &route);
         match body::plan(&rq) {
             Plan::Refuse(reply) => finish(app, rq, label, reply, start),
             Plan::Park => {
                 count(app, label, 413, start);
                 body::park(app, rq, Reply::payload_too_large());
             }
+            Plan::Read if limited => finish(app, rq, label, Reply::too_many_requests(), start),
             Plan::Read => serve(app, rq, route, start),
         }
     }
     app.active.fetch_sub(1, Ordering::SeqCst);
+}
+
+/// Charges `rq` to its client address (`client_addr.rs`, `limits.rs`);
+/// false when it is beyond the address's share (then counted as limited).
+/// `/healthz`, `/readyz` and `/metrics` are not charged: probes and
+/// scrapers must not be refused, and the proxy does not expose `/metrics`.
+fn within_address_share(app: &App, rq: &Request, route: &Route) -> bool {
+    if matches!(route, Route::Healthz | Route::Readyz | Route::Metrics) {
+        return true;
+    }
+    let forwarded = rq
+        .headers()
+        .iter()
+        .filter(|h| h.field.equiv("X-Forwarded-For"))
+        .map(|h| h.value.as_str());
+    let peer = rq.remote_addr().map(|a| a.ip());
+    let addr = match client_addr::client(peer, forwarded, &app.trusted_proxies) {
+        Client::Address(addr) => addr,
+        Client::TrustedProxy => return true,
+    };
+    match app.limits.charge_address(addr) {
+        Verdict::Allowed => true,
+        v => {
+            app.metrics.limited_address.inc();
+            if v == Verdict::TableFull {
+                app.metrics.limit_table_full.inc();
+            }
+            false
+        }
+    }
 }
 
 /// Calls the route and answers, all on this connection's thread: a slow

@@ -20,6 +20,10 @@
 //!   pool of them the reading routes borrow.
 //! - [`soldout`]: the sold-out fast path, ordered by the sale's reservation
 //!   sequence; [`buyers`]: a sold-out sale's buyers, loaded once and bounded.
+//! - [`limits`]: the per-buyer and per-address rate limits in fixed-size
+//!   tables; [`client_addr`]: which address a request is charged to
+//!   (trusted proxies and `X-Forwarded-For`); [`shed`]: the bound on
+//!   purchases waiting for Redis.
 //! - [`reply`], [`metrics`]: answers and `/metrics` (`prometheus-client`);
 //!   `metrics_cost` (tests only) benchmarks the metrics of a purchase.
 //!
@@ -30,9 +34,11 @@
 mod app;
 mod body;
 mod buyers;
+mod client_addr;
 mod group_commit;
 mod handler;
 mod identity;
+mod limits;
 mod metrics;
 #[cfg(test)]
 mod metrics_cost;
@@ -43,6 +49,7 @@ mod reply;
 mod reserver;
 mod routes;
 mod server;
+mod shed;
 mod soldout;
 
 use seckill_common::start;

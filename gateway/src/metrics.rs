@@ -1,9 +1,10 @@
 //! Owns the gateway's Prometheus metrics: requests by route and status,
 //! purchase outcomes, a latency histogram per route, Redis errors, requests
 //! in flight, parked connections (declared body too large), and the group
-//! commit's pipelines. `prometheus-client` metrics in one registry, with a
-//! handle to each series kept here so that counting a request never looks a
-//! label set up; rendered by `/metrics`.
+//! commit's pipelines, requests refused by the limits and purchases shed.
+//! `prometheus-client` metrics in one registry, with a handle to each
+//! series kept here so that counting a request never looks a label set up;
+//! rendered by `/metrics`.
 
 use crate::routes::{Label, LABELS};
 use prometheus_client::metrics::counter::Counter;
@@ -17,13 +18,14 @@ use std::time::Duration;
 
 /// Status codes counted one by one; any other code is counted as `other`
 /// (the last entry, 0).
-pub const STATUSES: [u16; 13] = [
-    200, 202, 400, 401, 403, 404, 405, 409, 410, 413, 500, 503, 0,
+pub const STATUSES: [u16; 14] = [
+    200, 202, 400, 401, 403, 404, 405, 409, 410, 413, 429, 500, 503, 0,
 ];
 
 /// The `status` label of each entry of [`STATUSES`].
 const STATUS_LABELS: [&str; STATUSES.len()] = [
-    "200", "202", "400", "401", "403", "404", "405", "409", "410", "413", "500", "503", "other",
+    "200", "202", "400", "401", "403", "404", "405", "409", "410", "413", "429", "500", "503",
+    "other",
 ];
 
 /// What a purchase attempt came to (the `outcome` label).
@@ -127,6 +129,16 @@ pub struct Metrics {
     pub tokens_verified: Counter,
     /// Tokens found in the memory of verified tokens (no signature check).
     pub token_cache_hits: Counter,
+    /// Purchases answered 429 by the per-buyer limit (`limits.rs`).
+    pub limited_buyer: Counter,
+    /// Requests answered 429 by the per-address limit (`limits.rs`).
+    pub limited_address: Counter,
+    /// Of those 429s, the ones refused because the key was new and its
+    /// set of the limit table held only active keys.
+    pub limit_table_full: Counter,
+    /// Purchases answered 503 `overloaded`: the in-flight bound was
+    /// reached (`shed.rs`).
+    pub shed: Counter,
 }
 
 /// Registers a fresh metric of type `M` under `name` (a counter without its
@@ -172,6 +184,14 @@ impl Default for Metrics {
             .iter()
             .map(|(_, route)| durations.get_or_create(&[("route", route)]).clone())
             .collect();
+        let limited = Family::<OneLabel, Counter>::default();
+        r.register(
+            "seckill_gateway_limited",
+            "Requests answered 429 too_many_requests, by the limit that refused them",
+            limited.clone(),
+        );
+        let limited_buyer = limited.get_or_create(&[("limit", "buyer")]).clone();
+        let limited_address = limited.get_or_create(&[("limit", "address")]).clone();
         Metrics {
             request_slots: LABELS
                 .iter()
@@ -239,6 +259,18 @@ impl Default for Metrics {
                 &mut r,
                 "seckill_gateway_token_cache_hits",
                 "Buyer tokens found in the memory of verified tokens (no signature check)",
+            ),
+            limited_buyer,
+            limited_address,
+            limit_table_full: add(
+                &mut r,
+                "seckill_gateway_limit_table_full",
+                "429s given to a new key because its set of the limit table held only active keys",
+            ),
+            shed: add(
+                &mut r,
+                "seckill_gateway_shed",
+                "Purchases answered 503 overloaded: SECKILL_GATEWAY_PURCHASES_IN_FLIGHT were waiting for Redis",
             ),
             registry: r,
         }

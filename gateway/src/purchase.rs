@@ -1,5 +1,6 @@
 //! Owns `POST /v1/sales/{sale_id}/purchases`: the strict reading of the JSON
-//! body, the sold-out fast path in front of Redis ([`admit`]) and the
+//! body, the buyer's share and the sold-out fast path in front of Redis
+//! ([`admit`]), the in-flight bound ([`buy`]) and the
 //! mapping of a reservation outcome to the API's answers (202, 409, 410,
 //! 403, 404, 503 `unavailable` or `sale_paused`: [`conclude`]), and the
 //! whole purchase from body to reply ([`buy`]; the Redis call between the
@@ -13,6 +14,7 @@
 use crate::app::App;
 use crate::buyers;
 use crate::identity::Credentials;
+use crate::limits::Verdict;
 use crate::metrics::Outcome;
 use crate::redis_link::Unavailable;
 use crate::reply::Reply;
@@ -73,13 +75,18 @@ pub fn parse_body(body: &[u8], required: bool) -> Result<Option<String>, Reply> 
     }
 }
 
-/// One purchase whose body is in memory, from body to reply: the sold-out
-/// fast path ([`admit`]), the reservation ([`crate::reserver::Reserver`]:
+/// One purchase whose body is in memory, from body to reply: the buyer's
+/// share and the sold-out fast path ([`admit`]), the in-flight bound
+/// (503 `overloaded` beyond it, `shed.rs`), the reservation ([`crate::reserver::Reserver`]:
 /// group commit or one round trip), and the reply ([`conclude`]).
 pub fn buy(app: &App, sale_id: u64, body: &[u8], creds: &Credentials) -> Reply {
     let user_id = match admit(app, sale_id, body, creds) {
         Ok(u) => u,
         Err(reply) => return reply,
+    };
+    let Some(_place) = app.shed.try_admit() else {
+        app.metrics.shed.inc();
+        return Reply::overloaded();
     };
     let outcome = app.reserver.reserve(app, sale_id, &user_id);
     conclude(app, sale_id, &user_id, outcome)
@@ -92,8 +99,8 @@ pub fn buy(app: &App, sale_id: u64, body: &[u8], creds: &Credentials) -> Reply {
 /// while they are not, from one `HGET` of that buyer (`buyers.rs`).
 ///
 /// Errors: the final reply when no reservation script is needed (400, 401,
-/// 403 `user_mismatch`, or 409/410/403/404 from memory, 503 when the buyer
-/// cannot be read).
+/// 403 `user_mismatch`, or 409/410/403/404 from memory, 429 beyond the
+/// buyer's share before a Redis call, 503 when the buyer cannot be read).
 pub fn admit(app: &App, sale_id: u64, body: &[u8], creds: &Credentials) -> Result<String, Reply> {
     let body_user = parse_body(body, app.identity.body_names_buyer())
         .inspect_err(|_| app.metrics.outcome(Outcome::Invalid))?;
@@ -107,11 +114,13 @@ pub fn admit(app: &App, sale_id: u64, body: &[u8], creds: &Credentials) -> Resul
             })
         })?;
     if app.redis_unfit.load(std::sync::atomic::Ordering::Acquire) {
-        app.metrics.outcome(Outcome::Unavailable);
-        return Err(Reply::unavailable());
+        return Err(unavailable(app));
     }
     let (closed, set) = match app.soldout.get(sale_id, Instant::now()) {
-        Known::Ask => return Ok(user_id),
+        Known::Ask => {
+            limit_buyer(app, sale_id, &user_id)?;
+            return Ok(user_id);
+        }
         Known::Closed(c, set) => (c, set),
     };
     if closed != Closed::SoldOut {
@@ -123,16 +132,13 @@ pub fn admit(app: &App, sale_id: u64, body: &[u8], creds: &Credentials) -> Resul
             app.metrics.outcome(Outcome::ClosedFromMemory);
             set.lookup(&user_id)
         }
-        None => match buyers::lookup_one(app, sale_id, &user_id) {
-            Ok(r) => {
-                app.metrics.outcome(Outcome::ClosedAfterBuyerRead);
-                r
-            }
-            Err(Unavailable) => {
-                app.metrics.outcome(Outcome::Unavailable);
-                return Err(Reply::unavailable());
-            }
-        },
+        None => {
+            limit_buyer(app, sale_id, &user_id)?;
+            let r = buyers::lookup_one(app, sale_id, &user_id)
+                .map_err(|Unavailable| unavailable(app))?;
+            app.metrics.outcome(Outcome::ClosedAfterBuyerRead);
+            r
+        }
     };
     Err(match holds {
         Some(rid) => already_purchased(&rid),
@@ -193,6 +199,31 @@ pub fn conclude(
         ReserveOutcome::SoldOut => closed(Closed::SoldOut, seq, Outcome::SoldOut),
         ReserveOutcome::Ended => closed(Closed::Ended, seq, Outcome::Ended),
         ReserveOutcome::UnknownSale => closed(Closed::Unknown, seq, Outcome::UnknownSale),
+    }
+}
+
+fn unavailable(app: &App) -> Reply {
+    app.metrics.outcome(Outcome::Unavailable);
+    Reply::unavailable()
+}
+
+/// The per-buyer share (`limits.rs`), charged by every attempt that would
+/// call Redis (the reservation script, or the buyer's `HGET` of a sold-out
+/// sale); an attempt answered from memory (410, 409, 403, 404) costs no
+/// share, so a buyer who keeps clicking after the sell-out still hears
+/// `sold_out`.
+///
+/// Errors: 429 `too_many_requests` beyond the share.
+fn limit_buyer(app: &App, sale_id: u64, user_id: &str) -> Result<(), Reply> {
+    match app.limits.charge_buyer(sale_id, user_id) {
+        Verdict::Allowed => Ok(()),
+        v => {
+            app.metrics.limited_buyer.inc();
+            if v == Verdict::TableFull {
+                app.metrics.limit_table_full.inc();
+            }
+            Err(Reply::too_many_requests())
+        }
     }
 }
 

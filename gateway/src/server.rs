@@ -9,10 +9,12 @@ use crate::buyers;
 use crate::group_commit::{self, QUEUE_CAPACITY};
 use crate::handler::handle;
 use crate::identity::Identity;
+use crate::limits::Limits;
 use crate::metrics::Metrics;
 use crate::redis_link::LinkPool;
 use crate::redis_link::{Link, BACKOFF_MAX};
 use crate::reserver::Reserver;
+use crate::shed::Shed;
 use crate::soldout::SoldOutCache;
 use seckill_common::{Config, Shutdown};
 use socket2::{Domain, Protocol, Socket, TcpKeepalive, Type};
@@ -155,6 +157,9 @@ pub fn run(config: Config, shutdown: Shutdown, unblocker: Unblocker) -> Result<(
         closing: AtomicBool::new(false),
         redis_unfit: AtomicBool::new(false),
         identity,
+        limits: Limits::new(&config),
+        trusted_proxies: config.gateway_trusted_proxies.clone(),
+        shed: Shed::new(config.gateway_purchases_in_flight),
     });
     {
         let app = app.clone();
@@ -189,6 +194,25 @@ pub fn run(config: Config, shutdown: Shutdown, unblocker: Unblocker) -> Result<(
             0 => "one Redis round trip per purchase".to_string(),
             n => format!("group commit over {n} Redis threads"),
         }
+    );
+    let slots = app.limits.capacity().0.max(app.limits.capacity().1);
+    log::info!(
+        "limits: {}/s burst {} per buyer per sale, {}/s burst {} per client address (0: none), \
+         {} entries ({} MiB) per table; trusted proxies: [{}]; at most {} purchases in flight",
+        config.gateway_buyer_rate,
+        config.gateway_buyer_burst,
+        config.gateway_address_rate,
+        config.gateway_address_burst,
+        slots,
+        (slots * crate::limits::ENTRY_BYTES) >> 20,
+        config
+            .gateway_trusted_proxies
+            .ranges()
+            .iter()
+            .map(|r| r.to_string())
+            .collect::<Vec<_>>()
+            .join(", "),
+        config.gateway_purchases_in_flight,
     );
     start_readiness(app.clone(), shutdown.clone())?;
 
