@@ -150,6 +150,9 @@ fn the_gateways_metrics_pass_promtool_after_purchases() {
             0.0,
         ),
         ("seckill_gateway_redis_errors_total", 0.0),
+        ("seckill_gateway_shed_total", 0.0),
+        (r#"seckill_gateway_limited_total{limit="buyer"}"#, 0.0),
+        (r#"seckill_gateway_limited_total{limit="address"}"#, 0.0),
     ];
     let mut m = get(g.port, "/metrics");
     wait_until(LONG, "every request to be counted", || {
@@ -175,6 +178,11 @@ fn the_gateways_metrics_pass_promtool_after_purchases() {
         "seckill_gateway_buyers_remembered gauge",
         "seckill_gateway_redis_persistence_off gauge",
         "seckill_gateway_redis_refused_total counter",
+        "seckill_gateway_tokens_verified_total counter",
+        "seckill_gateway_token_cache_hits_total counter",
+        "seckill_gateway_limited_total counter",
+        "seckill_gateway_limit_table_full_total counter",
+        "seckill_gateway_shed_total counter",
     ]
     .map(String::from)
     .into();
