@@ -6,8 +6,12 @@
 #   - a MariaDB/MySQL server on 127.0.0.1:3306 (started when nothing listens);
 #   - an account that can log in over TCP (see scripts/lib/mysql.sh);
 #   - systemd-analyze (for the unit-file checks).
-# Then: cargo build --workspace && cargo test --workspace. Exits non-zero on
-# any failure. Extra arguments go to `cargo test` (e.g. a test name filter).
+# Then builds and tests the workspace with the worker's test-only crash
+# points (`--features seckill-worker/crash-points`: the crash tests need them;
+# no release build has them), and the worker's unit tests once more without
+# them (a build without the feature must ignore SECKILL_WORKER_CRASH_AT).
+# Exits non-zero on any failure. Extra arguments go to the workspace's
+# `cargo test` (e.g. a test name filter).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 . scripts/lib/services.sh
@@ -17,5 +21,7 @@ ensure_mysql_test_account   # exports SECKILL_TEST_MYSQL_URL
 ensure_package systemd-analyze systemd
 
 echo "test.sh: MySQL for tests: ${SECKILL_TEST_MYSQL_URL%%@*}@... ; redis-server: $(command -v redis-server)"
-cargo build --workspace --all-targets
-cargo test --workspace "$@"
+features=(--features seckill-worker/crash-points)
+cargo build --workspace --all-targets "${features[@]}"
+cargo test --workspace "${features[@]}" "$@"
+cargo test -p seckill-worker --lib
