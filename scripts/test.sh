@@ -12,8 +12,12 @@
 #     scripts/lib/services.sh).
 # Checks that vendor/tiny_http is tiny_http 0.12.0 plus its patch files
 # (vendor/tiny_http/check-patches.sh; skipped with a message when crates.io
-# cannot be reached). Then: cargo build --workspace && cargo test --workspace. Exits non-zero on
-# any failure. Extra arguments go to `cargo test` (e.g. a test name filter).
+# cannot be reached). Then builds and tests the workspace with the worker's
+# test-only crash points (`--features seckill-worker/crash-points`: the
+# crash tests need them; no release build has them), and the worker's unit
+# tests once more without them (a build without the feature must ignore
+# SECKILL_WORKER_CRASH_AT). Exits non-zero on any failure. Extra arguments
+# go to the workspace's `cargo test` (e.g. a test name filter).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 . scripts/lib/services.sh
@@ -26,5 +30,7 @@ ensure_promtool
 
 echo "test.sh: MySQL for tests: ${SECKILL_TEST_MYSQL_URL%%@*}@... ; redis-server: $(command -v redis-server); promtool: $(command -v promtool)"
 vendor/tiny_http/check-patches.sh
-cargo build --workspace --all-targets
-cargo test --workspace "$@"
+features=(--features seckill-worker/crash-points)
+cargo build --workspace --all-targets "${features[@]}"
+cargo test --workspace "${features[@]}" "$@"
+cargo test -p seckill-worker --lib

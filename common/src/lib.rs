@@ -13,6 +13,7 @@
 //!
 //! # Layout
 //!
+//! - [`backoff`]: the capped exponential backoff of every retry loop.
 //! - [`config`]: every `SECKILL_*` variable, its default, the pure parser.
 //! - [`keys`]: the Redis key schema (one hash tag per sale).
 //! - [`lua`]: the key-type guard every writing script runs first.
@@ -40,6 +41,7 @@
 #![forbid(unsafe_code)]
 #![deny(missing_docs)]
 
+pub mod backoff;
 pub mod config;
 pub mod data_loss;
 pub mod dead_letter;

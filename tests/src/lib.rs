@@ -285,7 +285,9 @@ impl Drop for TestDb {
 }
 
 /// Path of a workspace binary (`seckill-gateway`, ...), built by
-/// `cargo test --workspace` next to the test executables.
+/// `cargo build --workspace --all-targets --features
+/// seckill-worker/crash-points` (as `scripts/test.sh` does) next to the test
+/// executables; the crash tests need the worker's crash points.
 pub fn bin(name: &str) -> PathBuf {
     let exe = std::env::current_exe().expect("current exe");
     // target/debug/deps/test-xxxx -> target/debug/NAME
@@ -297,7 +299,7 @@ pub fn bin(name: &str) -> PathBuf {
     let p = dir.join(name);
     assert!(
         p.exists(),
-        "{} is missing: run `cargo build --workspace` (scripts/test.sh does)",
+        "{} is missing: run `cargo build --workspace --all-targets --features seckill-worker/crash-points` (scripts/test.sh does)",
         p.display()
     );
     p

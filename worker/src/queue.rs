@@ -1,7 +1,9 @@
 //! Owns the worker's side of the reliable queue in Redis: taking a batch from
-//! a sale's queue into this worker's processing list, settling a finished
-//! batch (statuses, dead letters, requeues, removal from the processing list
-//! in one `MULTI`), and moving a processing list back to its queue.
+//! a sale's queue into this worker's processing list, the batch's reads and
+//! counts (the fence's flow records, failed attempts), settling a finished
+//! batch ([`Consumer::settle`]: statuses, dead letters, requeues, removal
+//! from the processing list in one `MULTI`), and moving a processing list
+//! back to its queue.
 //!
 //! Protocol (keys in `seckill_common::keys`): the gateway `LPUSH`es onto
 //! `queue`; a worker moves from its right end (oldest first) onto the left
@@ -9,7 +11,8 @@
 //! and a crash anywhere leaves it recoverable from the processing list.
 
 use redis::{Client, Connection, Script};
-use seckill_common::keys::{SaleKeys, SALES};
+use seckill_common::dead_letter::DeadLetter;
+use seckill_common::keys::{PurchaseStatus, SaleKeys, SALES};
 use std::sync::OnceLock;
 use std::time::Duration;
 
@@ -266,13 +269,94 @@ impl Consumer {
         Ok(n)
     }
 
-    /// Runs `pipe` (built by [`crate::settle`]) on the ordinary connection.
+    /// The fence's read: the flow records of reservations `rids` of sale
+    /// `sale_id` (one `HMGET` of its flow hash), in the order of `rids`;
+    /// `None` where there is none.
     ///
     /// Errors: Redis failures.
-    pub fn run_pipe(&mut self, pipe: &redis::Pipeline) -> redis::RedisResult<()> {
-        let con = self.con()?;
-        pipe.query::<()>(con)
+    pub fn flow_records(
+        &mut self,
+        sale_id: u64,
+        rids: &[&str],
+    ) -> redis::RedisResult<Vec<Option<Vec<u8>>>> {
+        let mut cmd = redis::cmd("HMGET");
+        cmd.arg(SaleKeys::new(sale_id).flow());
+        for rid in rids {
+            cmd.arg(*rid);
+        }
+        cmd.query(self.con()?)
     }
+
+    /// Adds one failed application to each of reservations `rids` of sale
+    /// `sale_id` (`HINCRBY` of its attempts hash, one pipeline) and returns
+    /// the new counts, in the order of `rids`.
+    ///
+    /// Errors: Redis failures (some counts may have been added).
+    pub fn count_attempts(&mut self, sale_id: u64, rids: &[&str]) -> redis::RedisResult<Vec<u32>> {
+        let k = SaleKeys::new(sale_id);
+        let mut p = redis::pipe();
+        for rid in rids {
+            p.hincr(k.attempts(), *rid, 1);
+        }
+        p.query(self.con()?)
+    }
+
+    /// Settles a finished batch of sale `sale_id` in one `MULTI`, in this
+    /// order: the `confirmed` statuses (their attempt counts cleared), the
+    /// `fenced` dead letters (status and attempts left alone), the `dead`
+    /// ones (status `failed` and attempts cleared when they name a
+    /// reservation), the `requeue`d messages back on the queue, and `LREM`
+    /// of every `remove`d message from this worker's processing list.
+    ///
+    /// Errors: Redis failures (then nothing was written: the batch stays
+    /// in the processing list and is reclaimed).
+    pub fn settle(&mut self, sale_id: u64, s: &Settlement<'_>) -> redis::RedisResult<()> {
+        let k = SaleKeys::new(sale_id);
+        let mut p = redis::pipe();
+        p.atomic();
+        for rid in &s.confirmed {
+            p.hset(k.status(), *rid, PurchaseStatus::Confirmed.as_str())
+                .ignore();
+            p.hdel(k.attempts(), *rid).ignore();
+        }
+        for d in &s.fenced {
+            p.lpush(k.dead_letter(), d.to_json()).ignore();
+        }
+        for d in &s.dead {
+            p.lpush(k.dead_letter(), d.to_json()).ignore();
+            if let Some(rid) = &d.reservation_id {
+                p.hset(k.status(), rid, PurchaseStatus::Failed.as_str())
+                    .ignore();
+                p.hdel(k.attempts(), rid).ignore();
+            }
+        }
+        for raw in &s.requeue {
+            p.lpush(k.queue(), *raw).ignore();
+        }
+        let processing = k.processing(&self.worker_id);
+        // The oldest message sits at the right end: search from there.
+        for raw in &s.remove {
+            p.lrem(&processing, -1, *raw).ignore();
+        }
+        p.query::<()>(self.con()?)
+    }
+}
+
+/// The Redis writes that finish one batch ([`Consumer::settle`]), each
+/// list oldest message first.
+#[derive(Debug, Default)]
+pub struct Settlement<'a> {
+    /// Reservation ids whose status becomes `confirmed`.
+    pub confirmed: Vec<&'a str>,
+    /// Dead letters the fence wrote: status and attempts left alone (the
+    /// reservation was released, or never made).
+    pub fenced: Vec<&'a DeadLetter>,
+    /// Dead letters whose reservation's status becomes `failed`.
+    pub dead: Vec<&'a DeadLetter>,
+    /// Messages pushed back on the queue for another attempt.
+    pub requeue: Vec<&'a [u8]>,
+    /// Messages removed from the processing list.
+    pub remove: Vec<&'a [u8]>,
 }
 
 /// Opens a connection with the given connect and read timeout (the write
