@@ -29,6 +29,7 @@
 //! - [`sale`]: a sale and the load script that never overwrites live stock.
 //! - [`redis_server`]: the check of the Redis server on every connect
 //!   (eviction policy, persistence, writability).
+//! - [`reliable_queue`]: the atomic take and reclaim moves of the reliable queue.
 //! - [`release`]: the release (rollback) script that puts a reserved unit back on sale.
 //! - [`owned_key`]: extend or delete a lock key only while it holds our token.
 //! - [`reorder`]: the operator's "queue this order message again" script.
@@ -55,6 +56,7 @@ pub mod notify;
 pub mod owned_key;
 pub mod redis_server;
 pub mod release;
+pub mod reliable_queue;
 pub mod reorder;
 pub mod reservation;
 pub mod sale;

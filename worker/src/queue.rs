@@ -10,60 +10,11 @@
 //! end of `processing:WORKER`, so a message is always in exactly one list
 //! and a crash anywhere leaves it recoverable from the processing list.
 
-use redis::{Client, Connection, Script};
+use redis::{Client, Connection};
 use seckill_common::dead_letter::DeadLetter;
 use seckill_common::keys::{PurchaseStatus, SaleKeys, SALES};
-use std::sync::OnceLock;
+use seckill_common::reliable_queue;
 use std::time::Duration;
-
-/// Moves up to `ARGV[1]` messages from the queue (`KEYS[1]`, right end) to
-/// the processing list (`KEYS[2]`, left end) without blocking, one `LMOVE`
-/// (or `RPOPLPUSH` when `ARGV[2]` says the server predates 6.2) each, and
-/// returns them oldest first. Atomic, one round trip.
-const TAKE_LUA: &str = r#"
-local out = {}
-for i = 1, tonumber(ARGV[1]) do
-  local v
-  if ARGV[2] == 'LMOVE' then
-    v = redis.call('LMOVE', KEYS[1], KEYS[2], 'RIGHT', 'LEFT')
-  else
-    v = redis.call('RPOPLPUSH', KEYS[1], KEYS[2])
-  end
-  if not v then break end
-  out[#out + 1] = v
-end
-return out
-"#;
-
-/// Moves every message of a processing list (`KEYS[1]`) back to the
-/// consuming (right) end of its queue (`KEYS[2]`), the oldest ending
-/// rightmost so it is taken first again; returns how many. Atomic: a message
-/// is never in both lists or in neither (both types are checked before the
-/// first `LPOP`, so an `RPUSH` cannot fail after it). Works on every Redis
-/// version.
-const RECLAIM_LUA: &str = concat!(
-    seckill_common::lua_expect_types!(),
-    r#"
-local bad = expect_types({KEYS[1], 'list', KEYS[2], 'list'})
-if bad then return bad end
-local n = 0
-while true do
-  local v = redis.call('LPOP', KEYS[1])
-  if not v then return n end
-  redis.call('RPUSH', KEYS[2], v)
-  n = n + 1
-end
-"#
-);
-fn take_script() -> &'static Script {
-    static S: OnceLock<Script> = OnceLock::new();
-    S.get_or_init(|| Script::new(TAKE_LUA))
-}
-
-fn reclaim_script() -> &'static Script {
-    static S: OnceLock<Script> = OnceLock::new();
-    S.get_or_init(|| Script::new(RECLAIM_LUA))
-}
 
 /// Moves sale `sale_id`'s processing list of worker `worker_id` back to the
 /// sale's queue; returns the number of messages moved.
@@ -71,10 +22,7 @@ fn reclaim_script() -> &'static Script {
 /// Errors: Redis failures (then nothing or everything was moved).
 pub fn reclaim(con: &mut Connection, sale_id: u64, worker_id: &str) -> redis::RedisResult<u64> {
     let k = SaleKeys::new(sale_id);
-    reclaim_script()
-        .key(k.processing(worker_id))
-        .key(k.queue())
-        .invoke(con)
+    reliable_queue::reclaim(con, &k.processing(worker_id), &k.queue())
 }
 
 /// Every sale id in `seckill:sales`, ascending, read with `SSCAN` (never
@@ -202,11 +150,10 @@ impl Consumer {
     /// Errors: Redis failures (the caller reclaims its processing list).
     pub fn take(&mut self, sale_id: u64, max: usize) -> redis::RedisResult<Vec<Vec<u8>>> {
         let k = SaleKeys::new(sale_id);
-        let cmd = if self.lmove { "LMOVE" } else { "RPOPLPUSH" };
-        let mut inv = take_script().key(k.queue());
-        inv.key(k.processing(&self.worker_id)).arg(max).arg(cmd);
+        let (queue, processing) = (k.queue(), k.processing(&self.worker_id));
+        let lmove = self.lmove;
         let con = self.con()?;
-        inv.invoke(con)
+        reliable_queue::take(con, &queue, &processing, max, lmove)
     }
 
     /// Waits up to the block time for one message of sale `sale_id`
