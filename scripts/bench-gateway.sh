@@ -8,6 +8,10 @@
 #   3. POST purchase after the sell-out     the in-memory fast path;
 # 2 is run for each Redis mode in BENCH_MODES (default "2 1 0": group commit
 # over 2 or 1 pipelining Redis threads, and 0 = one round trip per purchase);
+# 1-3 with SECKILL_AUTH=none (the user id of the body), then
+#   5. POST purchase, plentiful stock, SECKILL_AUTH=none / HS256 / EdDSA
+#      tokens, a distinct token (and user) per request, default Redis mode:
+#      the cost of verifying buyer tokens (issue 12), as ratios to none;
 #   4. redis-benchmark, 50 clients, EVALSHA of the same reservation script
 #      with distinct users, unpipelined: the one-round-trip Redis ceiling;
 # then the ratios against the issue's targets.
@@ -30,8 +34,10 @@ ensure_package redis-benchmark redis-tools
 SECONDS_EACH=${BENCH_SECONDS:-10}
 MODES=${BENCH_MODES:-"2 1 0"}
 CONNS=64
-cargo build --release -q -p seckill-gateway
-GW=${BENCH_GATEWAY:-target/release/seckill-gateway}
+cargo build --release -q -p seckill-gateway -p seckill-reconciler
+TARGET=${CARGO_TARGET_DIR:-target}
+GW=${BENCH_GATEWAY:-$TARGET/release/seckill-gateway}
+RECONCILER=$TARGET/release/seckill-reconciler
 
 free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
 WORK=$(mktemp -d)
@@ -62,9 +68,12 @@ load_sale() { # ID STOCK
 load_sale 1 1000000000
 load_sale 2 0
 
-start_gateway() { # REDIS_THREADS
+start_gateway() { # REDIS_THREADS [KEY_FILE: buyer tokens; none: SECKILL_AUTH=none]
+  local auth=none keys=""
+  if [ -n "${2:-}" ]; then auth=jwt; keys=$2; fi
   SECKILL_LISTEN=127.0.0.1:$GPORT SECKILL_REDIS_URL=redis://127.0.0.1:$RPORT/ \
-    SECKILL_GATEWAY_REDIS_THREADS=$1 RUST_LOG=warn "$GW" &
+    SECKILL_AUTH=$auth SECKILL_AUTH_KEYS=$keys \
+    SECKILL_GATEWAY_REDIS_THREADS=$1 RUST_LOG=warn "$GW" 2>"$WORK/gateway.log" &
   GW_PID=$!
   for _ in $(seq 100); do port_open 127.0.0.1 "$GPORT" && break; sleep 0.05; done
 }
@@ -93,6 +102,30 @@ function init(args)
   for i = 1, count do
     reqs[i] = wrk.format("POST", nil, {["Content-Type"] = "application/json"},
       '{"user_id":"b' .. run .. '-' .. tid .. '-' .. i .. '"}')
+  end
+end
+function request()
+  n = n + 1
+  if n > count then n = 1 end
+  return reqs[n]
+end
+LUA
+
+# Tokens: one per request, read from a file (one a line) before the run;
+# thread t sends lines t, t+threads, ... (distinct users, every one new).
+cat >"$WORK/tokens.lua" <<'LUA'
+local threads = 0
+function setup(thread) thread:set("tid", threads); threads = threads + 1 end
+local reqs, n, count = {}, 0, 0
+function init(args)
+  local i = 0
+  for line in io.lines(os.getenv("BENCH_TOKENS")) do
+    if i % 2 == tid then
+      count = count + 1
+      reqs[count] = wrk.format("POST", nil, {["Content-Type"] = "application/json",
+        ["Authorization"] = "Bearer " .. line}, '{}')
+    end
+    i = i + 1
   end
 end
 function request()
@@ -140,6 +173,25 @@ for m in $MODES; do
   run_wrk "purchase_redis_threads_$m" "http://127.0.0.1:$GPORT/v1/sales/1/purchases" "$WORK/buy.lua"
   stop_gateway
 done
+# Buyer tokens: the same purchases with SECKILL_AUTH=none, HS256 and EdDSA
+# tokens, a distinct token per request (no verified token is met twice,
+# so every request is a signature check).
+TOKENS_N=${BENCH_TOKENS_N:-$(( 45000 * SECONDS_EACH ))}
+for alg in HS256 EdDSA; do
+  "$RECONCILER" token keygen --alg "$alg" --kid "bench-$alg" --out "$WORK/sign-$alg.jwks" \
+    --public "$WORK/gw-$alg.jwks" >/dev/null
+  "$RECONCILER" token issue --user "t$alg$(date +%s)" --key "$WORK/sign-$alg.jwks" --ttl 1h \
+    --count "$TOKENS_N" >"$WORK/tokens-$alg.txt"
+done
+start_gateway "$first_mode"
+run_wrk auth_none "http://127.0.0.1:$GPORT/v1/sales/1/purchases" "$WORK/buy.lua"
+stop_gateway
+for alg in HS256 EdDSA; do
+  start_gateway "$first_mode" "$WORK/gw-$alg.jwks"
+  BENCH_TOKENS="$WORK/tokens-$alg.txt" run_wrk "auth_$alg" \
+    "http://127.0.0.1:$GPORT/v1/sales/1/purchases" "$WORK/tokens.lua"
+  stop_gateway
+done
 echo "sale 1 units reserved: $(( 1000000000 - $(rc GET 'seckill:{sale:1}:stock') ))"
 
 # The reservation script, loaded as the gateway loads it.
@@ -179,4 +231,11 @@ awk -v p="$best_rps" -v h="$hz" -v s="$so" -v r="$rb_rps" -v q="$p99" 'BEGIN {
   printf "  purchase / redis-benchmark EVALSHA %.2f  (target >= 1.0)\n", p/r
   printf "  sold-out / healthz ceiling        %.2f  (target >= 0.9)\n", s/h
   printf "  purchase p99 at 64 connections    %.2f ms (target <= 5)\n", q
+}'
+an=$(awk '{print $1}' "$WORK/auth_none"); ah=$(awk '{print $1}' "$WORK/auth_HS256"); ae=$(awk '{print $1}' "$WORK/auth_EdDSA")
+echo
+echo "buyer tokens, a distinct token per request (SECKILL_GATEWAY_REDIS_THREADS=$first_mode):"
+awk -v n="$an" -v h="$ah" -v e="$ae" 'BEGIN {
+  printf "  HS256 / SECKILL_AUTH=none         %.2f  (target >= 0.9)\n", h/n
+  printf "  EdDSA / SECKILL_AUTH=none         %.2f  (target >= 0.8)\n", e/n
 }'

@@ -11,9 +11,13 @@
 #      when missing;
 #   3. migrates a new database seckill_demo_<time>_<pid> and creates a sale
 #      (a new sale id every run) that opens 5 s later;
-#   4. starts the gateway and two workers;
+#   4. makes a new Ed25519 key for buyer tokens (the signing file for the
+#      simulator, the public half for the gateway: SECKILL_AUTH_KEYS), starts
+#      the gateway and two workers;
 #   5. runs the load simulator (seckill-load): distinct users as fast as
-#      they can, 5 % clicking twice, 7 hostile requests mixed in;
+#      they can, each with its signed token, 5 % clicking twice, 10 hostile
+#      requests mixed in (3 of them with a forged, an expired and another
+#      user's token: 401, 401, 403);
 #   6. waits for the queue to drain, runs the reconciler;
 #   7. prints the report and exits 0 only if every invariant holds;
 #   8. stops everything it started and tells where the logs and the review
@@ -148,7 +152,7 @@ fi
 cargo build --release -p seckill-gateway -p seckill-worker -p seckill-reconciler \
   -p seckill-tests --bins >"$RUN/build.log" 2>&1 \
   || { tail -20 "$RUN/build.log" >&2; exit 2; }
-BIN=$ROOT/target/release
+BIN=${CARGO_TARGET_DIR:-$ROOT/target}/release
 
 say "step 2/8: finding Redis and MySQL"
 if [ "$PRIVATE" = 1 ]; then
@@ -229,8 +233,14 @@ SALE=$(RUST_LOG=warn "$BIN/seckill-reconciler" sale create --sku "DEMO-$STAMP" \
 say "  sale $SALE"
 
 say "step 4/8: starting the gateway and two workers"
+# Buyer tokens: the simulator signs with the private key, the gateway holds
+# only the public half (docs/IDENTITY.md).
+KID=$(RUST_LOG=warn "$BIN/seckill-reconciler" token keygen --alg EdDSA --kid "demo-$STAMP" \
+  --out "$RUN/signing-keys.jwks" --public "$RUN/gateway-keys.jwks" 2>>"$RUN/reconciler.log")
+say "  buyer token key $KID (EdDSA): $RUN/gateway-keys.jwks"
 GW_PORT=$(free_port)
-SECKILL_LISTEN=127.0.0.1:$GW_PORT "$BIN/seckill-gateway" >"$RUN/gateway.log" 2>&1 &
+SECKILL_AUTH_KEYS="$RUN/gateway-keys.jwks" SECKILL_LISTEN=127.0.0.1:$GW_PORT \
+  "$BIN/seckill-gateway" >"$RUN/gateway.log" 2>&1 &
 PIDS+=($!)
 for w in 1 2; do
   SECKILL_WORKER_ID="demo-w$w" SECKILL_WORKER_METRICS_LISTEN="127.0.0.1:$(free_port)" \
@@ -241,11 +251,12 @@ done
 wait_port "$GW_PORT" 15 || { echo "the gateway did not start: see $RUN/gateway.log" >&2; exit 2; }
 say "  gateway http://127.0.0.1:$GW_PORT, workers demo-w1 and demo-w2"
 
-say "step 5/8: $USERS users over $CONNECTIONS connections (5 % click twice, 7 hostile requests)"
+say "step 5/8: $USERS users with signed tokens over $CONNECTIONS connections (5 % click twice, 10 hostile requests: 3 with bad tokens)"
 say "step 6/8: the simulator then waits for the queue to drain"
 set +e
 "$BIN/seckill-load" --sale "$SALE" --url "http://127.0.0.1:$GW_PORT" \
-  --users "$USERS" --connections "$CONNECTIONS" --duplicates 0.05 --hostile 7 \
+  --users "$USERS" --connections "$CONNECTIONS" --duplicates 0.05 --hostile 10 \
+  --key "$RUN/signing-keys.jwks" \
   --user-prefix demo --wait-open --drain-timeout 300s | tee "$RUN/load-report.txt"
 LOAD_RC=${PIPESTATUS[0]}
 say "  running the reconciler (grace 0 s; review file $RUN/review.sqlite3)"

@@ -5,9 +5,19 @@
 #   - redis-server (each test starts its own private instance on a free port);
 #   - a MariaDB/MySQL server on 127.0.0.1:3306 (started when nothing listens);
 #   - an account that can log in over TCP (see scripts/lib/mysql.sh);
-#   - systemd-analyze (for the unit-file checks).
-# Then: cargo build --workspace && cargo test --workspace. Exits non-zero on
-# any failure. Extra arguments go to `cargo test` (e.g. a test name filter).
+#   - systemd-analyze (for the unit-file checks);
+#   - setpriv (util-linux: every spawned server dies with its test);
+#   - promtool (Debian's `prometheus`, for tests/tests/metrics_promtool.rs;
+#     installed without starting the Prometheus service, see
+#     scripts/lib/services.sh).
+# Checks that vendor/tiny_http is tiny_http 0.12.0 plus its patch files
+# (vendor/tiny_http/check-patches.sh; skipped with a message when crates.io
+# cannot be reached). Then builds and tests the workspace with the worker's
+# test-only crash points (`--features seckill-worker/crash-points`: the
+# crash tests need them; no release build has them), and the worker's unit
+# tests once more without them (a build without the feature must ignore
+# SECKILL_WORKER_CRASH_AT). Exits non-zero on any failure. Extra arguments
+# go to the workspace's `cargo test` (e.g. a test name filter).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 . scripts/lib/services.sh
@@ -15,7 +25,12 @@ cd "$(dirname "$0")/.."
 ensure_redis_server
 ensure_mysql_test_account   # exports SECKILL_TEST_MYSQL_URL
 ensure_package systemd-analyze systemd
+ensure_package setpriv util-linux
+ensure_promtool
 
-echo "test.sh: MySQL for tests: ${SECKILL_TEST_MYSQL_URL%%@*}@... ; redis-server: $(command -v redis-server)"
-cargo build --workspace --all-targets
-cargo test --workspace "$@"
+echo "test.sh: MySQL for tests: ${SECKILL_TEST_MYSQL_URL%%@*}@... ; redis-server: $(command -v redis-server); promtool: $(command -v promtool)"
+vendor/tiny_http/check-patches.sh
+features=(--features seckill-worker/crash-points)
+cargo build --workspace --all-targets "${features[@]}"
+cargo test --workspace "${features[@]}" "$@"
+cargo test -p seckill-worker --lib

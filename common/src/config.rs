@@ -48,6 +48,35 @@ pub struct Config {
     /// default 1,000,000, about 80 MB). A sold-out sale with more buyers
     /// than fit is answered with one `HGET` per purchase instead.
     pub gateway_buyers_max: usize,
+    /// `SECKILL_GATEWAY_BUYER_RATE`: purchase attempts per second each
+    /// buyer may make on each sale, per gateway process (0-1000; `0`: no
+    /// buyer limit). Default 2. Beyond it 429 `too_many_requests`, no
+    /// Redis call.
+    pub gateway_buyer_rate: u32,
+    /// `SECKILL_GATEWAY_BUYER_BURST`: attempts a buyer may make at once
+    /// before the rate applies (1-1000). Default 5.
+    pub gateway_buyer_burst: u32,
+    /// `SECKILL_GATEWAY_ADDRESS_RATE`: requests per second from one client
+    /// address (an IPv6 client: its /64), every route but `/healthz`,
+    /// `/readyz` and `/metrics`, valid or not (0-1,000,000; `0`: no
+    /// address limit). Default 50.
+    pub gateway_address_rate: u32,
+    /// `SECKILL_GATEWAY_ADDRESS_BURST`: requests one address may send at
+    /// once before the rate applies (1-1,000,000). Default 100.
+    pub gateway_address_burst: u32,
+    /// `SECKILL_GATEWAY_LIMIT_SLOTS`: entries of each of the two limit
+    /// tables (buyers, addresses), 16 bytes each (1024-67,108,864; default
+    /// 1,048,576: 16 MiB per table). See `gateway/src/limits.rs` for what
+    /// happens when a table is full.
+    pub gateway_limit_slots: usize,
+    /// `SECKILL_GATEWAY_TRUSTED_PROXIES`: comma-separated addresses and
+    /// CIDR ranges whose `X-Forwarded-For` is believed, or `none`. Default
+    /// `127.0.0.1,::1` (the shipped nginx runs on the gateway's host).
+    pub gateway_trusted_proxies: crate::trusted::TrustedProxies,
+    /// `SECKILL_GATEWAY_PURCHASES_IN_FLIGHT`: most purchases of one gateway
+    /// waiting for Redis at once (1-1,000,000; default 1024); beyond it
+    /// 503 `overloaded` at once.
+    pub gateway_purchases_in_flight: usize,
     /// `SECKILL_REDIS_TIMEOUT`: connect, read and write timeout of
     /// non-blocking Redis calls (gateway, reconciler, worker bookkeeping).
     pub redis_timeout: Duration,
@@ -86,6 +115,32 @@ pub struct Config {
     /// `SECKILL_RECONCILE_GRACE`: reservations younger than this are skipped,
     /// so messages still on their way are not reported (default 60s).
     pub reconcile_grace: Duration,
+    /// `SECKILL_AUTH`: how the gateway learns who buys: `jwt` (default, a
+    /// signed token in `Authorization: Bearer`) or `none` (the `user_id`
+    /// of the body, believed as sent: development only).
+    pub auth: AuthMode,
+    /// `SECKILL_AUTH_KEYS`: the gateway's key file, a JWKS document
+    /// (`common/src/token.rs`), read at start. Required with `jwt`.
+    pub auth_keys: Option<PathBuf>,
+    /// `SECKILL_AUTH_AUDIENCE`: the `aud` every token must carry (default
+    /// `seckill`).
+    pub auth_audience: String,
+    /// `SECKILL_AUTH_LEEWAY`: clock skew allowed on `exp`, `nbf` and `iat`,
+    /// whole seconds (0-300 s; default 30s).
+    pub auth_leeway: Duration,
+    /// `SECKILL_AUTH_CACHE_MAX`: most verified tokens remembered (each
+    /// until its `exp`) so a retry costs a lookup, not a signature check;
+    /// about 150 bytes each (0-10,000,000; default 200,000; 0 = none).
+    pub auth_cache_max: usize,
+}
+
+/// `SECKILL_AUTH`: where the buyer of a purchase comes from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AuthMode {
+    /// A verified JWT's `sub` (the default).
+    Jwt,
+    /// The body's `user_id`, unverified: development only.
+    None,
 }
 
 impl Default for Config {
@@ -99,6 +154,13 @@ impl Default for Config {
             gateway_redis_threads: 2,
             gateway_write_timeout: Duration::from_secs(5),
             gateway_buyers_max: 1_000_000,
+            gateway_buyer_rate: 2,
+            gateway_buyer_burst: 5,
+            gateway_address_rate: 50,
+            gateway_address_burst: 100,
+            gateway_limit_slots: 1 << 20,
+            gateway_trusted_proxies: crate::trusted::TrustedProxies::loopback(),
+            gateway_purchases_in_flight: 1024,
             redis_timeout: Duration::from_millis(1000),
             mysql_timeout: Duration::from_secs(10),
             review_db: PathBuf::from("./seckill-review.sqlite3"),
@@ -111,6 +173,11 @@ impl Default for Config {
             worker_expiry_every: Duration::from_millis(200),
             reconcile_lookback: Duration::from_secs(24 * 3600),
             reconcile_grace: Duration::from_secs(60),
+            auth: AuthMode::Jwt,
+            auth_keys: None,
+            auth_audience: "seckill".to_string(),
+            auth_leeway: Duration::from_secs(30),
+            auth_cache_max: 200_000,
         }
     }
 }
@@ -191,6 +258,43 @@ impl Config {
             c.gateway_buyers_max =
                 parse_int("SECKILL_GATEWAY_BUYERS_MAX", v, 0, 100_000_000, INT_BUYERS)?;
         }
+        if let Some(v) = get("SECKILL_GATEWAY_BUYER_RATE") {
+            c.gateway_buyer_rate =
+                parse_int("SECKILL_GATEWAY_BUYER_RATE", v, 0, 1000, INT_0_1000)? as u32;
+        }
+        if let Some(v) = get("SECKILL_GATEWAY_BUYER_BURST") {
+            c.gateway_buyer_burst =
+                parse_int("SECKILL_GATEWAY_BUYER_BURST", v, 1, 1000, INT_1_1000)? as u32;
+        }
+        if let Some(v) = get("SECKILL_GATEWAY_ADDRESS_RATE") {
+            c.gateway_address_rate =
+                parse_int("SECKILL_GATEWAY_ADDRESS_RATE", v, 0, 1_000_000, INT_0_1M)? as u32;
+        }
+        if let Some(v) = get("SECKILL_GATEWAY_ADDRESS_BURST") {
+            c.gateway_address_burst =
+                parse_int("SECKILL_GATEWAY_ADDRESS_BURST", v, 1, 1_000_000, INT_1_1M)? as u32;
+        }
+        if let Some(v) = get("SECKILL_GATEWAY_LIMIT_SLOTS") {
+            c.gateway_limit_slots =
+                parse_int("SECKILL_GATEWAY_LIMIT_SLOTS", v, 1024, 1 << 26, INT_SLOTS)?;
+        }
+        if let Some(v) = get("SECKILL_GATEWAY_TRUSTED_PROXIES") {
+            c.gateway_trusted_proxies =
+                crate::trusted::TrustedProxies::parse(v).map_err(|_| ConfigError {
+                    variable: "SECKILL_GATEWAY_TRUSTED_PROXIES",
+                    value: v.to_string(),
+                    expected: "none, or comma-separated IP addresses and CIDR ranges such as 127.0.0.1,10.0.0.0/8",
+                })?;
+        }
+        if let Some(v) = get("SECKILL_GATEWAY_PURCHASES_IN_FLIGHT") {
+            c.gateway_purchases_in_flight = parse_int(
+                "SECKILL_GATEWAY_PURCHASES_IN_FLIGHT",
+                v,
+                1,
+                1_000_000,
+                INT_1_1M,
+            )?;
+        }
         if let Some(v) = get("SECKILL_REDIS_TIMEOUT") {
             c.redis_timeout = parse_duration("SECKILL_REDIS_TIMEOUT", v)?;
         }
@@ -235,6 +339,47 @@ impl Config {
         if let Some(v) = get("SECKILL_RECONCILE_GRACE") {
             c.reconcile_grace = parse_duration_or_zero("SECKILL_RECONCILE_GRACE", v)?;
         }
+        if let Some(v) = get("SECKILL_AUTH") {
+            c.auth = match v {
+                "jwt" => AuthMode::Jwt,
+                "none" => AuthMode::None,
+                _ => {
+                    return Err(ConfigError {
+                        variable: "SECKILL_AUTH",
+                        value: v.to_string(),
+                        expected: "jwt or none",
+                    })
+                }
+            };
+        }
+        if let Some(v) = get("SECKILL_AUTH_KEYS") {
+            c.auth_keys = Some(PathBuf::from(v));
+        }
+        if let Some(v) = get("SECKILL_AUTH_AUDIENCE") {
+            if !crate::is_valid_token(v) {
+                return Err(ConfigError {
+                    variable: "SECKILL_AUTH_AUDIENCE",
+                    value: v.to_string(),
+                    expected: crate::TOKEN_RULE,
+                });
+            }
+            c.auth_audience = v.to_string();
+        }
+        if let Some(v) = get("SECKILL_AUTH_LEEWAY") {
+            let d = parse_duration_or_zero("SECKILL_AUTH_LEEWAY", v)?;
+            if d > Duration::from_secs(300) || d.subsec_nanos() != 0 {
+                return Err(ConfigError {
+                    variable: "SECKILL_AUTH_LEEWAY",
+                    value: v.to_string(),
+                    expected: "whole seconds from 0s to 300s, such as 30s",
+                });
+            }
+            c.auth_leeway = d;
+        }
+        if let Some(v) = get("SECKILL_AUTH_CACHE_MAX") {
+            c.auth_cache_max =
+                parse_int("SECKILL_AUTH_CACHE_MAX", v, 0, 10_000_000, INT_AUTH_CACHE)?;
+        }
         Ok(c)
     }
 
@@ -254,6 +399,12 @@ const INT_0_1024: &str = "an integer from 0 (auto) to 1024";
 const INT_0_64: &str = "an integer from 0 (one round trip per purchase) to 64";
 const INT_BODY: &str = "a byte count from 64 to 1048576";
 const INT_BUYERS: &str = "an integer from 0 to 100000000";
+const INT_AUTH_CACHE: &str = "an integer from 0 to 10000000";
+const INT_0_1000: &str = "an integer from 0 (no limit) to 1000";
+const INT_1_1000: &str = "an integer from 1 to 1000";
+const INT_0_1M: &str = "an integer from 0 (no limit) to 1000000";
+const INT_1_1M: &str = "an integer from 1 to 1000000";
+const INT_SLOTS: &str = "an integer from 1024 to 67108864";
 const INT_BATCH: &str = "an integer from 1 to 10000";
 const INT_ATTEMPTS: &str = "an integer from 1 to 1000";
 const DURATION: &str = "a duration with a unit between 1ms and 30 days, such as 500ms, 60s or 24h";
@@ -355,6 +506,14 @@ mod tests {
         assert_eq!(c.gateway_threads, 0);
         assert_eq!(c.gateway_redis_threads, 2);
         assert_eq!(c.gateway_write_timeout, Duration::from_secs(5));
+        assert_eq!((c.gateway_buyer_rate, c.gateway_buyer_burst), (2, 5));
+        assert_eq!((c.gateway_address_rate, c.gateway_address_burst), (50, 100));
+        assert_eq!(c.gateway_limit_slots, 1 << 20);
+        assert_eq!(
+            c.gateway_trusted_proxies,
+            crate::trusted::TrustedProxies::loopback()
+        );
+        assert_eq!(c.gateway_purchases_in_flight, 1024);
         assert_eq!(c.redis_timeout, Duration::from_millis(1000));
         assert_eq!(c.mysql_timeout, Duration::from_secs(10));
         assert_eq!(c.worker_block, Duration::from_secs(1));
@@ -362,6 +521,11 @@ mod tests {
         assert_eq!(c.worker_metrics_listen.to_string(), "127.0.0.1:9101");
         assert_eq!(c.reconcile_lookback, Duration::from_secs(86_400));
         assert_eq!(c.reconcile_grace, Duration::from_secs(60));
+        assert_eq!(c.auth, AuthMode::Jwt);
+        assert_eq!(c.auth_keys, None);
+        assert_eq!(c.auth_audience, "seckill");
+        assert_eq!(c.auth_leeway, Duration::from_secs(30));
+        assert_eq!(c.auth_cache_max, 200_000);
     }
 
     #[test]
@@ -374,6 +538,13 @@ mod tests {
             ("SECKILL_BODY_LIMIT", "8192"),
             ("SECKILL_GATEWAY_REDIS_THREADS", "0"),
             ("SECKILL_GATEWAY_WRITE_TIMEOUT", "30s"),
+            ("SECKILL_GATEWAY_BUYER_RATE", "0"),
+            ("SECKILL_GATEWAY_BUYER_BURST", "9"),
+            ("SECKILL_GATEWAY_ADDRESS_RATE", "7"),
+            ("SECKILL_GATEWAY_ADDRESS_BURST", "8"),
+            ("SECKILL_GATEWAY_LIMIT_SLOTS", "4096"),
+            ("SECKILL_GATEWAY_TRUSTED_PROXIES", "none"),
+            ("SECKILL_GATEWAY_PURCHASES_IN_FLIGHT", "3"),
             ("SECKILL_REDIS_TIMEOUT", "250ms"),
             ("SECKILL_MYSQL_TIMEOUT", "3s"),
             ("SECKILL_REVIEW_DB", "/var/lib/seckill/review.sqlite3"),
@@ -385,8 +556,18 @@ mod tests {
             ("SECKILL_WORKER_METRICS_LISTEN", "127.0.0.1:9200"),
             ("SECKILL_RECONCILE_LOOKBACK", "48h"),
             ("SECKILL_RECONCILE_GRACE", "0s"),
+            ("SECKILL_AUTH", "none"),
+            ("SECKILL_AUTH_KEYS", "/etc/seckill/keys.jwks"),
+            ("SECKILL_AUTH_AUDIENCE", "shop-7"),
+            ("SECKILL_AUTH_LEEWAY", "0s"),
+            ("SECKILL_AUTH_CACHE_MAX", "0"),
         ]))
         .unwrap();
+        assert_eq!(c.auth, AuthMode::None);
+        assert_eq!(c.auth_keys, Some(PathBuf::from("/etc/seckill/keys.jwks")));
+        assert_eq!(c.auth_audience, "shop-7");
+        assert_eq!(c.auth_leeway, Duration::ZERO);
+        assert_eq!(c.auth_cache_max, 0);
         assert_eq!(c.redis_url, "redis://10.0.0.1:7000/2");
         assert_eq!(c.mysql_url, "mysql://app:pw@db:3306/shop");
         assert_eq!(c.listen.to_string(), "0.0.0.0:9000");
@@ -395,6 +576,11 @@ mod tests {
         assert_eq!(c.body_limit_bytes, 8192);
         assert_eq!(c.gateway_redis_threads, 0);
         assert_eq!(c.gateway_write_timeout, Duration::from_secs(30));
+        assert_eq!((c.gateway_buyer_rate, c.gateway_buyer_burst), (0, 9));
+        assert_eq!((c.gateway_address_rate, c.gateway_address_burst), (7, 8));
+        assert_eq!(c.gateway_limit_slots, 4096);
+        assert!(c.gateway_trusted_proxies.ranges().is_empty());
+        assert_eq!(c.gateway_purchases_in_flight, 3);
         assert_eq!(c.redis_timeout, Duration::from_millis(250));
         assert_eq!(c.mysql_timeout, Duration::from_secs(3));
         assert_eq!(
@@ -421,6 +607,13 @@ mod tests {
             ("SECKILL_BODY_LIMIT", "10"),
             ("SECKILL_GATEWAY_REDIS_THREADS", "65"),
             ("SECKILL_GATEWAY_WRITE_TIMEOUT", "5"),
+            ("SECKILL_GATEWAY_BUYER_RATE", "1001"),
+            ("SECKILL_GATEWAY_BUYER_BURST", "0"),
+            ("SECKILL_GATEWAY_ADDRESS_RATE", "-5"),
+            ("SECKILL_GATEWAY_ADDRESS_BURST", "0"),
+            ("SECKILL_GATEWAY_LIMIT_SLOTS", "1000"),
+            ("SECKILL_GATEWAY_TRUSTED_PROXIES", "10.0.0.0/8,proxy"),
+            ("SECKILL_GATEWAY_PURCHASES_IN_FLIGHT", "0"),
             ("SECKILL_REDIS_TIMEOUT", "500"),
             ("SECKILL_MYSQL_TIMEOUT", "0s"),
             ("SECKILL_WORKER_ID", "bad id"),
@@ -432,6 +625,11 @@ mod tests {
             ("SECKILL_WORKER_METRICS_LISTEN", "nowhere"),
             ("SECKILL_RECONCILE_LOOKBACK", "yesterday"),
             ("SECKILL_RECONCILE_GRACE", "60"),
+            ("SECKILL_AUTH", "JWT"),
+            ("SECKILL_AUTH_AUDIENCE", "a b"),
+            ("SECKILL_AUTH_LEEWAY", "10m"),
+            ("SECKILL_AUTH_LEEWAY", "1500ms"),
+            ("SECKILL_AUTH_CACHE_MAX", "-1"),
         ];
         for (var, val) in cases {
             let err = Config::from_map(&map(&[(var, val)])).unwrap_err();

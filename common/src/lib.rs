@@ -13,6 +13,7 @@
 //!
 //! # Layout
 //!
+//! - [`backoff`]: the capped exponential backoff of every retry loop.
 //! - [`config`]: every `SECKILL_*` variable, its default, the pure parser.
 //! - [`keys`]: the Redis key schema (one hash tag per sale).
 //! - [`lua`]: the key-type guard every writing script runs first.
@@ -23,11 +24,12 @@
 //! - [`message`]: the versioned JSON order message.
 //! - [`data_loss`]: detecting that Redis lost a sale's reservations, the pause.
 //! - [`dead_letter`]: the entry the worker writes to a dead-letter list.
-//! - [`metrics`]: counters, gauges, histograms and the Prometheus text format.
+//! - [`metrics`]: bucket bounds and the Prometheus text rendering shared on top of `prometheus-client`.
 //! - [`schema`]: MySQL tables, migrations, connection options.
 //! - [`sale`]: a sale and the load script that never overwrites live stock.
 //! - [`redis_server`]: the check of the Redis server on every connect
 //!   (eviction policy, persistence, writability).
+//! - [`reliable_queue`]: the atomic take and reclaim moves of the reliable queue.
 //! - [`release`]: the release (rollback) script that puts a reserved unit back on sale.
 //! - [`owned_key`]: extend or delete a lock key only while it holds our token.
 //! - [`reorder`]: the operator's "queue this order message again" script.
@@ -39,10 +41,13 @@
 //! - [`notify`]: systemd readiness (`sd_notify`) for `Type=notify` units.
 //! - [`shutdown`]: the SIGINT/SIGTERM flag and logging set-up.
 //! - [`start`]: the start-up and exit codes every binary shares.
+//! - [`trusted`]: the trusted proxies whose `X-Forwarded-For` the gateway believes.
 //! - [`timefmt`]: RFC 3339 / `now+30s` parsing and formatting of Unix ms.
+//! - [`token`]: buyer tokens: the JWKS key file, key generation, minting.
 #![forbid(unsafe_code)]
 #![deny(missing_docs)]
 
+pub mod backoff;
 pub mod config;
 pub mod data_loss;
 pub mod dead_letter;
@@ -59,6 +64,7 @@ pub mod owned_key;
 pub mod payment;
 pub mod redis_server;
 pub mod release;
+pub mod reliable_queue;
 pub mod reorder;
 pub mod reservation;
 pub mod sale;
@@ -66,8 +72,10 @@ pub mod schema;
 pub mod shutdown;
 pub mod start;
 pub mod timefmt;
+pub mod token;
+pub mod trusted;
 
-pub use config::{Config, ConfigError};
+pub use config::{AuthMode, Config, ConfigError};
 pub use shutdown::Shutdown;
 
 /// The rule [`is_valid_token`] checks, as a literal, so that messages can

@@ -60,6 +60,17 @@ mod tests {
             parse_time_ms("2026-11-29T20:00:00+08:00", 0),
             parse_time_ms("2026-11-29T12:00:00Z", 0)
         );
-        assert!(parse_time_ms("tomorrow", 0).is_err());
+        assert_eq!(
+            parse_time_ms("tomorrow", 0),
+            Err("expected RFC 3339 (2026-11-29T20:00:00Z), now or now+30s".to_string())
+        );
+        assert_eq!(
+            parse_time_ms("now+soon", 0),
+            Err("expected now+DURATION such as now+30s or now+2h".to_string())
+        );
+        assert_eq!(
+            parse_time_ms("1969-12-31T23:59:59Z", 0),
+            Err("before 1970".to_string())
+        );
     }
 }

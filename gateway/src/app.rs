@@ -1,11 +1,15 @@
 //! Owns the state shared by every gateway thread ([`App`]: settings,
-//! metrics, the sold-out memory, the way purchases reach Redis, the Redis
-//! links the reading routes borrow). Nothing here does work.
+//! metrics, the buyer identity, the sold-out memory, the way purchases reach
+//! Redis, the Redis links the reading routes borrow, the rate limits and the
+//! in-flight bound). Nothing here does work.
 
 use crate::buyers::Loader;
+use crate::identity::Identity;
+use crate::limits::Limits;
 use crate::metrics::Metrics;
 use crate::redis_link::LinkPool;
 use crate::reserver::Reserver;
+use crate::shed::Shed;
 use crate::soldout::SoldOutCache;
 use std::sync::atomic::{AtomicBool, AtomicUsize};
 use std::sync::Arc;
@@ -39,4 +43,12 @@ pub struct App {
     /// 503 until it is fixed (a policy changed on a live connection would
     /// otherwise be seen only at the next reconnect).
     pub redis_unfit: AtomicBool,
+    /// Who a request is from (`SECKILL_AUTH`, `identity.rs`).
+    pub identity: Identity,
+    /// The per-buyer and per-address rate limits (`limits.rs`).
+    pub limits: Limits,
+    /// `SECKILL_GATEWAY_TRUSTED_PROXIES` (`client_addr.rs`).
+    pub trusted_proxies: seckill_common::trusted::TrustedProxies,
+    /// The bound on purchases waiting for Redis (`shed.rs`).
+    pub shed: Shed,
 }

@@ -11,24 +11,27 @@
 //! that serves their connection, so reading or draining a slow body holds
 //! up only that client's own connection. So:
 //!
-//! - a declared length above [`DRAIN_MAX`]: the gateway answers 413 through
-//!   `Request::upgrade` at once, without reading the body, and the
-//!   connection ends after the drain ("parked"): it lasts until the client
-//!   has sent the declared length or goes away. The reverse proxy
-//!   (`systemd/nginx-seckill.conf`) caps bodies so none reaches the gateway;
+//! - a declared length above [`DRAIN_MAX`]: the gateway answers 413 at once
+//!   with `Request::respond_and_close`, without reading the body, and the
+//!   connection ends ("parked"): the client reads the 413, then end of
+//!   stream. The reverse proxy (`systemd/nginx-seckill.conf`) caps bodies
+//!   so none reaches the gateway;
 //! - a declared length up to [`DRAIN_MAX`] is read when within
-//!   `SECKILL_BODY_LIMIT` (413 otherwise, then drained by tiny_http);
+//!   `SECKILL_BODY_LIMIT` (413 otherwise, then drained by tiny_http; with
+//!   `Expect: 100-continue` the body was never asked for, so tiny_http
+//!   closes the connection instead, patch 0009);
 //! - `Transfer-Encoding` (with or without `Content-Length`), a repeated or
 //!   unparsable `Content-Length` are refused with 400 before any body is
 //!   read: tiny_http would otherwise let `Transfer-Encoding` win silently.
 
 use crate::app::App;
 use crate::reply::Reply;
-use std::io::{Read, Write};
+use std::io::Read;
 use tiny_http::Request;
 
 /// Largest declared body the gateway reads or drains before answering:
-/// 1 MiB. Larger ones are answered 413 at once, then drained ("parked").
+/// 1 MiB. Larger ones are answered 413 at once and their connection closed
+/// ("parked").
 pub const DRAIN_MAX: usize = 1 << 20;
 
 /// What to do with a request, decided from its headers alone.
@@ -39,7 +42,7 @@ pub enum Plan {
     Read,
     /// Refuse now with this reply; dropping the request reads nothing.
     Refuse(Reply),
-    /// The declared body is too large to read: answer first, then drain.
+    /// The declared body is too large to read: answer now and close.
     Park,
 }
 
@@ -94,50 +97,18 @@ pub fn read_limited(rq: &mut Request, limit: usize) -> Result<Vec<u8>, Reply> {
     }
 }
 
-/// Answers `reply`, then drains and closes the connection on a thread of its
-/// own (see the file's top comment).
-///
-/// `Request::upgrade` is the only tiny_http call that hands back the
-/// connection without dropping the body reader, and the response it writes
-/// carries no body. So it writes an interim `100 Continue` (which HTTP/1.1
-/// clients skip), and the real answer follows on the handed-back stream with
-/// its own `Content-Length` and `Connection: close`. A write error is
-/// ignored: the client may be gone.
+/// Answers `reply` at once and closes the connection without reading the
+/// declared body (`Request::respond_and_close` of the vendored tiny_http,
+/// patch 0008): `Connection: close`, then end of stream; at most 64 KiB of
+/// the body are read and discarded on the way out, and no further request
+/// of the connection is read. No `100 Continue` goes out, whatever the
+/// client's `Expect`. A write error is ignored: the client may be gone.
 pub fn park(app: &App, rq: Request, reply: Reply) {
     app.metrics.parked.inc();
     log::warn!(
-        "parking a connection from {:?}: declared body of {:?} bytes",
+        "closing a connection from {:?}: declared body of {:?} bytes",
         rq.remote_addr(),
         rq.body_length()
     );
-    let interim = tiny_http::Response::empty(100);
-    let mut stream = rq.upgrade("seckill-refused", interim);
-    let mut head = format!(
-        "HTTP/1.1 {} {}\r\nContent-Type: {}\r\nContent-Length: {}\r\nConnection: close\r\n",
-        reply.status,
-        reason(reply.status),
-        reply.content_type,
-        reply.body.len()
-    );
-    if let Some((name, value)) = reply.extra {
-        head.push_str(&format!("{name}: {value}\r\n"));
-    }
-    head.push_str("\r\n");
-    head.push_str(&reply.body);
-    let _ = stream
-        .write_all(head.as_bytes())
-        .and_then(|_| stream.flush());
-    // Dropping the stream drains the rest of the declared body (with a fixed
-    // buffer in the patched tiny_http), which lasts until the client has sent
-    // it or goes away. This is the connection's own thread, and no further
-    // request is read from an upgraded connection, so only this client waits.
-    drop(stream);
-}
-
-fn reason(status: u16) -> &'static str {
-    match status {
-        413 => "Payload Too Large",
-        503 => "Service Unavailable",
-        _ => "Refused",
-    }
+    let _ = rq.respond_and_close(reply.into_response());
 }

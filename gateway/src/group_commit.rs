@@ -187,13 +187,13 @@ fn run_batch(link: &mut Link, batch: &[Job], metrics: &Metrics) -> Vec<Outcome> 
             // No connection: nothing was sent.
             return results;
         }
-        metrics.abandoned.add((todo.len() - sent.len()) as u64);
+        metrics.abandoned.inc_by((todo.len() - sent.len()) as u64);
         todo = sent;
         if todo.is_empty() {
             return results;
         }
         metrics.pipelines.inc();
-        metrics.pipelined.add(todo.len() as u64);
+        metrics.pipelined.inc_by(todo.len() as u64);
         let replies: Vec<Value> = match reply {
             Ok(r) => r,
             Err(Unavailable) => return results,

@@ -1,10 +1,15 @@
 //! Owns the life of one request on the thread that read it from its
 //! connection (tiny_http calls [`handle`] there: one thread per connection,
-//! no hand-off): route it, take its body safely (`body.rs`), call the
-//! route (a purchase: `purchase::buy`), answer, and count it.
+//! no hand-off): route it, charge it to its client address (429 beyond
+//! the address's share), take its body safely (`body.rs`), call the
+//! route (a purchase: `purchase::buy`; a status read: the buyer from
+//! `identity.rs`), answer, and count it.
 
 use crate::app::App;
 use crate::body::{self, Plan};
+use crate::client_addr::{self, Client};
+use crate::identity;
+use crate::limits::Verdict;
 use crate::metrics::Outcome;
 use crate::reply::Reply;
 use crate::routes::{self, Label, Route};
@@ -28,16 +33,50 @@ pub fn handle(app: &App, rq: Request) {
     if app.closing.load(Ordering::SeqCst) {
         finish(app, rq, label, Reply::unavailable(), start);
     } else {
+        // Charged before anything else is looked at, so invalid requests
+        // count against their address too.
+        let limited = !within_address_share(app, &rq, &route);
         match body::plan(&rq) {
             Plan::Refuse(reply) => finish(app, rq, label, reply, start),
             Plan::Park => {
                 count(app, label, 413, start);
                 body::park(app, rq, Reply::payload_too_large());
             }
+            Plan::Read if limited => finish(app, rq, label, Reply::too_many_requests(), start),
             Plan::Read => serve(app, rq, route, start),
         }
     }
     app.active.fetch_sub(1, Ordering::SeqCst);
+}
+
+/// Charges `rq` to its client address (`client_addr.rs`, `limits.rs`);
+/// false when it is beyond the address's share (then counted as limited).
+/// `/healthz`, `/readyz` and `/metrics` are not charged: probes and
+/// scrapers must not be refused, and the proxy does not expose `/metrics`.
+fn within_address_share(app: &App, rq: &Request, route: &Route) -> bool {
+    if matches!(route, Route::Healthz | Route::Readyz | Route::Metrics) {
+        return true;
+    }
+    let forwarded = rq
+        .headers()
+        .iter()
+        .filter(|h| h.field.equiv("X-Forwarded-For"))
+        .map(|h| h.value.as_str());
+    let peer = rq.remote_addr().map(|a| a.ip());
+    let addr = match client_addr::client(peer, forwarded, &app.trusted_proxies) {
+        Client::Address(addr) => addr,
+        Client::TrustedProxy => return true,
+    };
+    match app.limits.charge_address(addr) {
+        Verdict::Allowed => true,
+        v => {
+            app.metrics.limited_address.inc();
+            if v == Verdict::TableFull {
+                app.metrics.limit_table_full.inc();
+            }
+            false
+        }
+    }
 }
 
 /// Calls the route and answers, all on this connection's thread: a slow
@@ -47,34 +86,49 @@ fn serve(app: &App, mut rq: Request, route: Route, start: Instant) {
     let label = route.label();
     let reply = match route {
         Route::Purchase(sale_id) => {
+            let creds = identity::credentials(&rq);
             // Up to 1 KiB is in memory already; a longer body comes from the
             // client now, and only this client's connection waits for it.
             match body::read_limited(&mut rq, app.body_limit) {
-                Ok(body) => purchase::buy(app, sale_id, &body),
+                Ok(body) => purchase::buy(app, sale_id, &body, &creds),
                 Err(reply) => {
                     app.metrics.outcome(Outcome::Invalid);
                     reply
                 }
             }
         }
+        Route::PurchaseStatus(sale_id, user) => status(app, &rq, sale_id, Some(&user)),
+        Route::MyPurchase(sale_id) => status(app, &rq, sale_id, None),
         other => answer(app, other),
     };
     finish(app, rq, label, reply, start);
 }
 
-/// The reply to every route but a purchase.
+/// A purchase status read: only the token's own (`identity.rs`).
+fn status(app: &App, rq: &Request, sale_id: u64, path_user: Option<&str>) -> Reply {
+    let creds = identity::credentials(rq);
+    match app.identity.reader(&creds, path_user, &app.metrics) {
+        Ok(user) => queries::purchase_status(app, sale_id, &user),
+        Err(reply) => reply,
+    }
+}
+
+/// The reply to every route but a purchase and a status read.
 fn answer(app: &App, route: Route) -> Reply {
     match route {
-        Route::PurchaseStatus(sale_id, user) => queries::purchase_status(app, sale_id, &user),
         Route::Sale(sale_id) => queries::sale(app, sale_id),
         Route::Healthz => Reply::json(200, serde_json::json!({ "status": "ok" })),
         Route::Readyz => queries::ready(app),
-        Route::Metrics => Reply::text(200, app.metrics.render(), "text/plain; version=0.0.4"),
+        Route::Metrics => match app.metrics.render() {
+            Ok(page) => Reply::text(200, page, seckill_common::metrics::CONTENT_TYPE),
+            Err(_) => Reply::error(500, "metrics_unavailable"),
+        },
         Route::WrongMethod(allow) => Reply::method_not_allowed(allow),
         Route::NoSuchSale => Reply::sale_not_found(),
         Route::Invalid(detail) => Reply::invalid(detail),
         Route::NotFound => Reply::not_found(),
-        Route::Purchase(_) => Reply::not_found(), // never: `serve` takes it
+        // Never: `serve` takes these.
+        Route::Purchase(_) | Route::PurchaseStatus(..) | Route::MyPurchase(_) => Reply::not_found(),
     }
 }
 

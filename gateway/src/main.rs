@@ -10,6 +10,7 @@
 //! - [`routes`]: the URL table and strict id parsing.
 //! - [`body`]: taking request bodies without letting tiny_http harm the
 //!   process (huge declared lengths, slow bodies).
+//! - [`identity`]: the buyer: bearer tokens verified and remembered.
 //! - [`purchase`]: one purchase, from body to reply; [`queries`]: the
 //!   reading routes.
 //! - [`reserver`]: the two ways a purchase reaches Redis, behind one type.
@@ -19,7 +20,12 @@
 //!   pool of them the reading routes borrow.
 //! - [`soldout`]: the sold-out fast path, ordered by the sale's reservation
 //!   sequence; [`buyers`]: a sold-out sale's buyers, loaded once and bounded.
-//! - [`reply`], [`metrics`]: answers and `/metrics`.
+//! - [`limits`]: the per-buyer and per-address rate limits in fixed-size
+//!   tables; [`client_addr`]: which address a request is charged to
+//!   (trusted proxies and `X-Forwarded-For`); [`shed`]: the bound on
+//!   purchases waiting for Redis.
+//! - [`reply`], [`metrics`]: answers and `/metrics` (`prometheus-client`);
+//!   `metrics_cost` (tests only) benchmarks the metrics of a purchase.
 //!
 //! Exit codes: 0 after SIGTERM/SIGINT, 2 bad configuration or cannot
 //! listen, 1 any other failure.
@@ -28,9 +34,14 @@
 mod app;
 mod body;
 mod buyers;
+mod client_addr;
 mod group_commit;
 mod handler;
+mod identity;
+mod limits;
 mod metrics;
+#[cfg(test)]
+mod metrics_cost;
 mod purchase;
 mod queries;
 mod redis_link;
@@ -38,6 +49,7 @@ mod reply;
 mod reserver;
 mod routes;
 mod server;
+mod shed;
 mod soldout;
 
 use seckill_common::start;

@@ -1,14 +1,32 @@
 //! Owns the gateway's Prometheus metrics: requests by route and status,
 //! purchase outcomes, a latency histogram per route, Redis errors, requests
 //! in flight, parked connections (declared body too large), and the group
-//! commit's pipelines. Lock-free atomics; rendered by `/metrics`.
+//! commit's pipelines, requests refused by the limits and purchases shed.
+//! `prometheus-client` metrics in one registry, with a handle to each
+//! series kept here so that counting a request never looks a label set up;
+//! rendered by `/metrics`.
 
 use crate::routes::{Label, LABELS};
-use seckill_common::metrics::{Counter, Exposition, Gauge, Histogram, LATENCY_BUCKETS_S};
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::Histogram;
+use prometheus_client::registry::Registry;
+use seckill_common::metrics::latency_histogram;
+use std::sync::OnceLock;
 use std::time::Duration;
 
-/// Status codes counted one by one; any other code is counted as `other`.
-pub const STATUSES: [u16; 12] = [200, 202, 400, 403, 404, 405, 409, 410, 413, 500, 503, 0];
+/// Status codes counted one by one; any other code is counted as `other`
+/// (the last entry, 0).
+pub const STATUSES: [u16; 14] = [
+    200, 202, 400, 401, 403, 404, 405, 409, 410, 413, 429, 500, 503, 0,
+];
+
+/// The `status` label of each entry of [`STATUSES`].
+const STATUS_LABELS: [&str; STATUSES.len()] = [
+    "200", "202", "400", "401", "403", "404", "405", "409", "410", "413", "429", "500", "503",
+    "other",
+];
 
 /// What a purchase attempt came to (the `outcome` label).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -37,9 +55,13 @@ pub enum Outcome {
     ClosedAfterBuyerRead,
     /// 503 `sale_paused`: the sale is paused (e.g. Redis lost data).
     Paused,
+    /// 401 `invalid_token` or `token_expired` (`identity.rs`).
+    InvalidToken,
+    /// 403 `user_mismatch`: the body names another user than the token.
+    UserMismatch,
 }
 
-const OUTCOMES: [&str; 11] = [
+const OUTCOMES: [&str; 13] = [
     "reserved",
     "already_purchased",
     "sold_out",
@@ -51,23 +73,41 @@ const OUTCOMES: [&str; 11] = [
     "unavailable",
     "closed_after_buyer_read",
     "paused",
+    "invalid_token",
+    "user_mismatch",
 ];
+
+/// The label set of `seckill_gateway_requests_total`: route, then status.
+type RequestLabels = [(&'static str, &'static str); 2];
+
+/// One label (`route` or `outcome`) and its value.
+type OneLabel = [(&'static str, &'static str); 1];
 
 /// Every gateway metric. One instance per process, shared by `Arc`.
 #[derive(Debug)]
 pub struct Metrics {
-    requests: Vec<[Counter; STATUSES.len()]>,
+    /// What `/metrics` renders; holds a clone of every handle below.
+    registry: Registry,
+    /// `seckill_gateway_requests_total`: a series appears with the first
+    /// request of its route and status (as the page showed before: no
+    /// zero series for the 84 pairs never seen).
+    requests: Family<RequestLabels, Counter>,
+    /// The handle of each route × status series, once it exists.
+    request_slots: Vec<[OnceLock<Counter>; STATUSES.len()]>,
+    /// One latency histogram per route, in [`LABELS`] order.
     latency: Vec<Histogram>,
-    outcomes: [Counter; OUTCOMES.len()],
+    /// One counter per outcome, in [`OUTCOMES`] order.
+    outcomes: Vec<Counter>,
     /// Failed Redis calls (connection refused, timeouts, error replies).
     pub redis_errors: Counter,
     /// Successful Redis (re)connects of every thread.
     pub redis_connects: Counter,
     /// Requests being handled right now.
     pub in_flight: Gauge,
-    /// Connections answered 413 at once and then drained (a declared body
-    /// over 1 MiB; see `body.rs`). Each holds its connection's thread and
-    /// socket until the client has sent the body or goes away.
+    /// Connections answered 413 at once and closed without reading their
+    /// body (a declared body over 1 MiB; see `body.rs`). Each holds its
+    /// connection's thread and socket only for the lingering close: at most
+    /// 64 KiB of the body read, 5 s at most per read.
     pub parked: Counter,
     /// Purchases sent in Redis pipelines (group commit) and the pipelines.
     pub pipelined: Counter,
@@ -85,30 +125,154 @@ pub struct Metrics {
     /// Redis (re)connects refused because the server is unfit to hold the
     /// sale (an eviction policy that can delete its keys).
     pub redis_refused: Counter,
+    /// Tokens whose signature and claims were checked (not in memory).
+    pub tokens_verified: Counter,
+    /// Tokens found in the memory of verified tokens (no signature check).
+    pub token_cache_hits: Counter,
+    /// Purchases answered 429 by the per-buyer limit (`limits.rs`).
+    pub limited_buyer: Counter,
+    /// Requests answered 429 by the per-address limit (`limits.rs`).
+    pub limited_address: Counter,
+    /// Of those 429s, the ones refused because the key was new and its
+    /// set of the limit table held only active keys.
+    pub limit_table_full: Counter,
+    /// Purchases answered 503 `overloaded`: the in-flight bound was
+    /// reached (`shed.rs`).
+    pub shed: Counter,
+}
+
+/// Registers a fresh metric of type `M` under `name` (a counter without its
+/// `_total`; `help` without its final full stop, see `seckill_common::metrics`)
+/// and returns its handle.
+fn add<M>(r: &mut Registry, name: &str, help: &str) -> M
+where
+    M: Default + Clone + prometheus_client::registry::Metric,
+{
+    let m = M::default();
+    r.register(name, help, m.clone());
+    m
 }
 
 impl Default for Metrics {
     fn default() -> Self {
+        let mut r = Registry::default();
+        let requests = Family::<RequestLabels, Counter>::default();
+        r.register(
+            "seckill_gateway_requests",
+            "HTTP requests answered, by route and status",
+            requests.clone(),
+        );
+        let purchases = Family::<OneLabel, Counter>::default();
+        r.register(
+            "seckill_gateway_purchases",
+            "Purchase attempts by outcome",
+            purchases.clone(),
+        );
+        let outcomes = OUTCOMES
+            .iter()
+            .map(|o| purchases.get_or_create(&[("outcome", o)]).clone())
+            .collect();
+        let durations = Family::<OneLabel, Histogram, fn() -> Histogram>::new_with_constructor(
+            latency_histogram,
+        );
+        r.register(
+            "seckill_gateway_request_duration_seconds",
+            "Time from taking a request off the queue to its answer, by route",
+            durations.clone(),
+        );
+        let latency = LABELS
+            .iter()
+            .map(|(_, route)| durations.get_or_create(&[("route", route)]).clone())
+            .collect();
+        let limited = Family::<OneLabel, Counter>::default();
+        r.register(
+            "seckill_gateway_limited",
+            "Requests answered 429 too_many_requests, by the limit that refused them",
+            limited.clone(),
+        );
+        let limited_buyer = limited.get_or_create(&[("limit", "buyer")]).clone();
+        let limited_address = limited.get_or_create(&[("limit", "address")]).clone();
         Metrics {
-            requests: LABELS
+            request_slots: LABELS
                 .iter()
-                .map(|_| std::array::from_fn(|_| Counter::default()))
+                .map(|_| std::array::from_fn(|_| OnceLock::new()))
                 .collect(),
-            latency: LABELS
-                .iter()
-                .map(|_| Histogram::new(LATENCY_BUCKETS_S))
-                .collect(),
-            outcomes: std::array::from_fn(|_| Counter::default()),
-            redis_errors: Counter::default(),
-            redis_connects: Counter::default(),
-            in_flight: Gauge::default(),
-            parked: Counter::default(),
-            pipelined: Counter::default(),
-            pipelines: Counter::default(),
-            abandoned: Counter::default(),
-            buyers_remembered: Gauge::default(),
-            redis_persistence_off: Gauge::default(),
-            redis_refused: Counter::default(),
+            requests,
+            latency,
+            outcomes,
+            redis_errors: add(
+                &mut r,
+                "seckill_gateway_redis_errors",
+                "Redis calls that failed (connection, timeout or error reply)",
+            ),
+            redis_connects: add(
+                &mut r,
+                "seckill_gateway_redis_connects",
+                "Successful Redis connects and reconnects",
+            ),
+            in_flight: add(
+                &mut r,
+                "seckill_gateway_requests_in_flight",
+                "Requests being handled now",
+            ),
+            parked: add(
+                &mut r,
+                "seckill_gateway_parked_connections",
+                "Connections answered 413 at once and closed unread (declared body too large)",
+            ),
+            pipelined: add(
+                &mut r,
+                "seckill_gateway_pipelined_purchases",
+                "Purchases sent to Redis in group-commit pipelines",
+            ),
+            pipelines: add(
+                &mut r,
+                "seckill_gateway_redis_pipelines",
+                "Pipelines sent by the group-commit threads",
+            ),
+            abandoned: add(
+                &mut r,
+                "seckill_gateway_abandoned_purchases",
+                "Purchases not sent to Redis because their client had already been answered 503",
+            ),
+            buyers_remembered: add(
+                &mut r,
+                "seckill_gateway_buyers_remembered",
+                "Buyers of sold-out sales held in memory (bounded by SECKILL_GATEWAY_BUYERS_MAX)",
+            ),
+            redis_persistence_off: add(
+                &mut r,
+                "seckill_gateway_redis_persistence_off",
+                "1 when Redis persists nothing (no AOF, no RDB): a restart loses reservations",
+            ),
+            redis_refused: add(
+                &mut r,
+                "seckill_gateway_redis_refused",
+                "Redis connects refused: an eviction policy that can delete the sale's keys",
+            ),
+            tokens_verified: add(
+                &mut r,
+                "seckill_gateway_tokens_verified",
+                "Buyer tokens whose signature and claims were checked (not found in memory)",
+            ),
+            token_cache_hits: add(
+                &mut r,
+                "seckill_gateway_token_cache_hits",
+                "Buyer tokens found in the memory of verified tokens (no signature check)",
+            ),
+            limited_buyer,
+            limited_address,
+            limit_table_full: add(
+                &mut r,
+                "seckill_gateway_limit_table_full",
+                "429s given to a new key because its set of the limit table held only active keys",
+            ),
+            shed: add(
+                &mut r,
+                "seckill_gateway_shed",
+                "Purchases answered 503 overloaded: SECKILL_GATEWAY_PURCHASES_IN_FLIGHT were waiting for Redis",
+            ),
+            registry: r,
         }
     }
 }
@@ -120,117 +284,35 @@ impl Metrics {
             .iter()
             .position(|&c| c == status)
             .unwrap_or(STATUSES.len() - 1);
-        if let Some(row) = self.requests.get(label as usize) {
-            row[s].inc();
+        if let (Some(slot), Some((_, route))) = (
+            self.request_slots.get(label as usize).map(|row| &row[s]),
+            LABELS.get(label as usize),
+        ) {
+            slot.get_or_init(|| {
+                self.requests
+                    .get_or_create(&[("route", route), ("status", STATUS_LABELS[s])])
+                    .clone()
+            })
+            .inc();
         }
         if let Some(h) = self.latency.get(label as usize) {
-            h.observe_duration(took);
+            h.observe(took.as_secs_f64());
         }
     }
 
     /// Counts one purchase outcome.
     pub fn outcome(&self, o: Outcome) {
-        self.outcomes[o as usize].inc();
+        if let Some(c) = self.outcomes.get(o as usize) {
+            c.inc();
+        }
     }
 
-    /// The `/metrics` page (Prometheus text format 0.0.4).
-    pub fn render(&self) -> String {
-        let mut e = Exposition::new();
-        for (i, (_, route)) in LABELS.iter().enumerate() {
-            for (j, code) in STATUSES.iter().enumerate() {
-                let v = self.requests[i][j].get();
-                if v == 0 {
-                    continue;
-                }
-                let status = if *code == 0 {
-                    "other".to_string()
-                } else {
-                    code.to_string()
-                };
-                e.counter(
-                    "seckill_gateway_requests_total",
-                    "HTTP requests answered, by route and status.",
-                    &[("route", route), ("status", &status)],
-                    v,
-                );
-            }
-        }
-        for (i, name) in OUTCOMES.iter().enumerate() {
-            e.counter(
-                "seckill_gateway_purchases_total",
-                "Purchase attempts by outcome.",
-                &[("outcome", name)],
-                self.outcomes[i].get(),
-            );
-        }
-        for (i, (_, route)) in LABELS.iter().enumerate() {
-            e.histogram(
-                "seckill_gateway_request_duration_seconds",
-                "Time from taking a request off the queue to its answer, by route.",
-                &[("route", route)],
-                &self.latency[i],
-            );
-        }
-        e.counter(
-            "seckill_gateway_redis_errors_total",
-            "Redis calls that failed (connection, timeout or error reply).",
-            &[],
-            self.redis_errors.get(),
-        );
-        e.counter(
-            "seckill_gateway_redis_connects_total",
-            "Successful Redis connects and reconnects.",
-            &[],
-            self.redis_connects.get(),
-        );
-        e.gauge(
-            "seckill_gateway_requests_in_flight",
-            "Requests being handled now.",
-            &[],
-            self.in_flight.get(),
-        );
-        e.counter(
-            "seckill_gateway_parked_connections_total",
-            "Connections answered 413 at once and then drained (declared body too large).",
-            &[],
-            self.parked.get(),
-        );
-        e.counter(
-            "seckill_gateway_pipelined_purchases_total",
-            "Purchases sent to Redis in group-commit pipelines.",
-            &[],
-            self.pipelined.get(),
-        );
-        e.counter(
-            "seckill_gateway_redis_pipelines_total",
-            "Pipelines sent by the group-commit threads.",
-            &[],
-            self.pipelines.get(),
-        );
-        e.counter(
-            "seckill_gateway_abandoned_purchases_total",
-            "Purchases not sent to Redis because their client had already been answered 503.",
-            &[],
-            self.abandoned.get(),
-        );
-        e.gauge(
-            "seckill_gateway_buyers_remembered",
-            "Buyers of sold-out sales held in memory (bounded by SECKILL_GATEWAY_BUYERS_MAX).",
-            &[],
-            self.buyers_remembered.get(),
-        );
-        e.gauge(
-            "seckill_gateway_redis_persistence_off",
-            "1 when Redis persists nothing (no AOF, no RDB): a restart loses reservations.",
-            &[],
-            self.redis_persistence_off.get(),
-        );
-        e.counter(
-            "seckill_gateway_redis_refused_total",
-            "Redis connects refused: an eviction policy that can delete the sale's keys.",
-            &[],
-            self.redis_refused.get(),
-        );
-        e.finish()
+    /// The `/metrics` page (Prometheus text format 0.0.4; serve it with
+    /// `seckill_common::metrics::CONTENT_TYPE`).
+    ///
+    /// Errors: never in practice (every metric here encodes into a
+    /// `String`); passed on from the library.
+    pub fn render(&self) -> Result<String, std::fmt::Error> {
+        seckill_common::metrics::render(&self.registry)
     }
 }

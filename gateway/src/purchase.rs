@@ -1,9 +1,11 @@
 //! Owns `POST /v1/sales/{sale_id}/purchases`: the strict reading of the JSON
-//! body, the sold-out fast path in front of Redis ([`admit`]) and the
+//! body, the buyer's share and the sold-out fast path in front of Redis
+//! ([`admit`]), the in-flight bound ([`buy`]) and the
 //! mapping of a reservation outcome to the API's answers (202, 409, 410,
 //! 403, 404, 503 `unavailable` or `sale_paused`: [`conclude`]), and the
 //! whole purchase from body to reply ([`buy`]; the Redis call between the
-//! halves is `reserver.rs`).
+//! halves is `reserver.rs`). The buyer is the token's (`identity.rs`); the
+//! body's `user_id` is optional then, and must agree with the token.
 //!
 //! Unknown fields in the body are refused (400): a client that sends, say,
 //! `"quantity": 2` must learn that it is not honoured rather than be
@@ -11,6 +13,8 @@
 
 use crate::app::App;
 use crate::buyers;
+use crate::identity::Credentials;
+use crate::limits::Verdict;
 use crate::metrics::Outcome;
 use crate::redis_link::Unavailable;
 use crate::reply::Reply;
@@ -21,25 +25,34 @@ use serde::Deserialize;
 use serde_json::json;
 use std::time::Instant;
 
-/// The request body, `{"user_id": "..."}` and nothing else.
+/// The request body, `{"user_id": "..."}` (or `{}` with a token) and
+/// nothing else.
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 struct PurchaseBody {
-    user_id: String,
+    #[serde(default, deserialize_with = "some_string")]
+    user_id: Option<String>,
+}
+
+/// A present `user_id` must be a string (`null` is refused, not "absent").
+fn some_string<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<String>, D::Error> {
+    String::deserialize(d).map(Some)
 }
 
 /// The rule for `user_id`, as told to clients.
 pub const USER_ID_RULE: &str = concat!("user_id must be ", seckill_common::token_rule!());
 
-const EXPECTED: &str = "expected {\"user_id\": \"...\"} with a string user_id and no other field";
+const EXPECTED: &str =
+    "expected {\"user_id\": \"...\"} with a string user_id and no other field (or {} with a token)";
 
-/// Reads the user id from a purchase body.
+/// Reads the user id, if any, from a purchase body; `required` (with
+/// `SECKILL_AUTH=none`) makes a missing one a 400.
 ///
 /// Errors: the 400 reply (`invalid_request` with a detail) for an empty,
 /// malformed, truncated, non-UTF-8 or too deeply nested body (serde_json
-/// stops at 128 levels), a missing, non-string or duplicate `user_id`, an
-/// unknown field, or a user id that breaks the rule.
-pub fn parse_body(body: &[u8]) -> Result<String, Reply> {
+/// stops at 128 levels), a missing (when `required`), non-string, null or
+/// duplicate `user_id`, an unknown field, or a user id that breaks the rule.
+pub fn parse_body(body: &[u8], required: bool) -> Result<Option<String>, Reply> {
     if body.iter().all(u8::is_ascii_whitespace) {
         return Err(Reply::invalid("empty body"));
     }
@@ -52,44 +65,62 @@ pub fn parse_body(body: &[u8]) -> Result<String, Reply> {
         Reply::invalid(match e.classify() {
             Category::Eof => "truncated JSON",
             Category::Syntax | Category::Io => "malformed JSON",
-            Category::Data => {
-                "expected {\"user_id\": \"...\"} with a string user_id and no other field"
-            }
+            Category::Data => EXPECTED,
         })
     })?;
-    if !seckill_common::is_valid_token(&parsed.user_id) {
-        return Err(Reply::invalid(USER_ID_RULE));
+    match parsed.user_id {
+        None if required => Err(Reply::invalid(EXPECTED)),
+        Some(u) if !seckill_common::is_valid_token(&u) => Err(Reply::invalid(USER_ID_RULE)),
+        u => Ok(u),
     }
-    Ok(parsed.user_id)
 }
 
-/// One purchase whose body is in memory, from body to reply: the sold-out
-/// fast path ([`admit`]), the reservation ([`crate::reserver::Reserver`]:
+/// One purchase whose body is in memory, from body to reply: the buyer's
+/// share and the sold-out fast path ([`admit`]), the in-flight bound
+/// (503 `overloaded` beyond it, `shed.rs`), the reservation ([`crate::reserver::Reserver`]:
 /// group commit or one round trip), and the reply ([`conclude`]).
-pub fn buy(app: &App, sale_id: u64, body: &[u8]) -> Reply {
-    let user_id = match admit(app, sale_id, body) {
+pub fn buy(app: &App, sale_id: u64, body: &[u8], creds: &Credentials) -> Reply {
+    let user_id = match admit(app, sale_id, body, creds) {
         Ok(u) => u,
         Err(reply) => return reply,
+    };
+    let Some(_place) = app.shed.try_admit() else {
+        app.metrics.shed.inc();
+        return Reply::overloaded();
     };
     let outcome = app.reserver.reserve(app, sale_id, &user_id);
     conclude(app, sale_id, &user_id, outcome)
 }
 
-/// The first half of a purchase, before Redis: reads the user id from
-/// `body` and tries the sold-out fast path. For a sold-out sale a buyer's
+/// The first half of a purchase, before Redis: reads the body, takes the
+/// buyer from the token in `creds` (or the body's `user_id` with
+/// `SECKILL_AUTH=none`) and tries the sold-out fast path. For a sold-out sale a buyer's
 /// retry is 409 with its reservation id, from the buyers in memory or,
 /// while they are not, from one `HGET` of that buyer (`buyers.rs`).
 ///
-/// Errors: the final reply when no reservation script is needed (400, or
-/// 409/410/403/404 from memory, 503 when the buyer cannot be read).
-pub fn admit(app: &App, sale_id: u64, body: &[u8]) -> Result<String, Reply> {
-    let user_id = parse_body(body).inspect_err(|_| app.metrics.outcome(Outcome::Invalid))?;
+/// Errors: the final reply when no reservation script is needed (400, 401,
+/// 403 `user_mismatch`, or 409/410/403/404 from memory, 429 beyond the
+/// buyer's share before a Redis call, 503 when the buyer cannot be read).
+pub fn admit(app: &App, sale_id: u64, body: &[u8], creds: &Credentials) -> Result<String, Reply> {
+    let body_user = parse_body(body, app.identity.body_names_buyer())
+        .inspect_err(|_| app.metrics.outcome(Outcome::Invalid))?;
+    let user_id = app
+        .identity
+        .buyer(creds, body_user, &app.metrics)
+        .inspect_err(|r| {
+            app.metrics.outcome(match r.status {
+                401 => Outcome::InvalidToken,
+                _ => Outcome::UserMismatch,
+            })
+        })?;
     if app.redis_unfit.load(std::sync::atomic::Ordering::Acquire) {
-        app.metrics.outcome(Outcome::Unavailable);
-        return Err(Reply::unavailable());
+        return Err(unavailable(app));
     }
     let (closed, set) = match app.soldout.get(sale_id, Instant::now()) {
-        Known::Ask => return Ok(user_id),
+        Known::Ask => {
+            limit_buyer(app, sale_id, &user_id)?;
+            return Ok(user_id);
+        }
         Known::Closed(c, set) => (c, set),
     };
     if closed != Closed::SoldOut {
@@ -101,16 +132,13 @@ pub fn admit(app: &App, sale_id: u64, body: &[u8]) -> Result<String, Reply> {
             app.metrics.outcome(Outcome::ClosedFromMemory);
             set.lookup(&user_id)
         }
-        None => match buyers::lookup_one(app, sale_id, &user_id) {
-            Ok(r) => {
-                app.metrics.outcome(Outcome::ClosedAfterBuyerRead);
-                r
-            }
-            Err(Unavailable) => {
-                app.metrics.outcome(Outcome::Unavailable);
-                return Err(Reply::unavailable());
-            }
-        },
+        None => {
+            limit_buyer(app, sale_id, &user_id)?;
+            let r = buyers::lookup_one(app, sale_id, &user_id)
+                .map_err(|Unavailable| unavailable(app))?;
+            app.metrics.outcome(Outcome::ClosedAfterBuyerRead);
+            r
+        }
     };
     Err(match holds {
         Some(rid) => already_purchased(&rid),
@@ -174,6 +202,31 @@ pub fn conclude(
     }
 }
 
+fn unavailable(app: &App) -> Reply {
+    app.metrics.outcome(Outcome::Unavailable);
+    Reply::unavailable()
+}
+
+/// The per-buyer share (`limits.rs`), charged by every attempt that would
+/// call Redis (the reservation script, or the buyer's `HGET` of a sold-out
+/// sale); an attempt answered from memory (410, 409, 403, 404) costs no
+/// share, so a buyer who keeps clicking after the sell-out still hears
+/// `sold_out`.
+///
+/// Errors: 429 `too_many_requests` beyond the share.
+fn limit_buyer(app: &App, sale_id: u64, user_id: &str) -> Result<(), Reply> {
+    match app.limits.charge_buyer(sale_id, user_id) {
+        Verdict::Allowed => Ok(()),
+        v => {
+            app.metrics.limited_buyer.inc();
+            if v == Verdict::TableFull {
+                app.metrics.limit_table_full.inc();
+            }
+            Err(Reply::too_many_requests())
+        }
+    }
+}
+
 fn already_purchased(rid: &str) -> Reply {
     Reply::json(
         409,
@@ -194,7 +247,7 @@ mod tests {
     use super::*;
 
     fn detail(body: &[u8]) -> String {
-        let r = parse_body(body).unwrap_err();
+        let r = parse_body(body, true).unwrap_err();
         assert_eq!(r.status, 400);
         let v: serde_json::Value = serde_json::from_str(&r.body).unwrap();
         assert_eq!(v["error"], "invalid_request");
@@ -204,10 +257,15 @@ mod tests {
     #[test]
     fn a_valid_body_gives_the_user_id() {
         assert_eq!(
-            parse_body(br#"{"user_id":"alice-1.x_Y"}"#).unwrap(),
-            "alice-1.x_Y"
+            parse_body(br#"{"user_id":"alice-1.x_Y"}"#, true).unwrap(),
+            Some("alice-1.x_Y".into())
         );
-        assert_eq!(parse_body(b" {\"user_id\" : \"a\"}\n").unwrap(), "a");
+        assert_eq!(
+            parse_body(b" {\"user_id\" : \"a\"}\n", false).unwrap(),
+            Some("a".into())
+        );
+        assert_eq!(parse_body(b"{}", false).unwrap(), None);
+        assert!(parse_body(br#"{"user_id":null}"#, false).is_err());
     }
 
     #[test]

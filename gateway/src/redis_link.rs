@@ -2,7 +2,8 @@
 //! ([`Link`]), with reconnection and
 //! backoff: while Redis is down, callers get [`Unavailable`] at once (the
 //! client sees 503) instead of waiting on a connect per request, and the
-//! next attempt comes after 50 ms, doubling up to 1 s. Each (re)connect
+//! next attempt comes after 50 ms, doubling up to 1 s
+//! ([`seckill_common::backoff::Backoff`]). Each (re)connect
 //! checks the server (`seckill_common::redis_server`: an eviction policy
 //! that can delete the sale's keys is refused, so the gateway answers 503
 //! until it is fixed) and loads the reservation script (`SCRIPT LOAD`), so
@@ -12,6 +13,7 @@
 use crate::metrics::Metrics;
 use crossbeam_channel::{Receiver, Sender};
 use redis::{Client, Connection, RedisError};
+use seckill_common::backoff::Backoff;
 use seckill_common::redis_server::{self, ServerError};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -32,7 +34,9 @@ pub struct Link {
     timeout: Duration,
     con: Option<Connection>,
     next_try: Instant,
-    backoff: Duration,
+    /// Wait after a failed connect: [`BACKOFF_MIN`] doubling to
+    /// [`BACKOFF_MAX`], reset by a successful one.
+    backoff: Backoff,
     /// `metrics.redis_connects` when the last connect failed: once another
     /// thread has connected since, the backoff is cut short.
     connects_seen: u64,
@@ -47,7 +51,7 @@ impl Link {
             timeout,
             con: None,
             next_try: Instant::now(),
-            backoff: BACKOFF_MIN,
+            backoff: Backoff::new(BACKOFF_MIN, BACKOFF_MAX),
             connects_seen: 0,
             metrics,
         }
@@ -91,15 +95,15 @@ impl Link {
             match self.connect() {
                 Ok(c) => {
                     self.con = Some(c);
-                    self.backoff = BACKOFF_MIN;
+                    self.backoff.reset();
                     self.metrics.redis_connects.inc();
                 }
                 Err(e) => {
                     self.connects_seen = self.metrics.redis_connects.get();
                     self.metrics.redis_errors.inc();
-                    log::warn!("redis: connect: {e}; next attempt in {:?}", self.backoff);
-                    self.next_try = now + self.backoff;
-                    self.backoff = (self.backoff * 2).min(BACKOFF_MAX);
+                    let wait = self.backoff.next_delay();
+                    log::warn!("redis: connect: {e}; next attempt in {wait:?}");
+                    self.next_try = now + wait;
                     return Err(Unavailable);
                 }
             }

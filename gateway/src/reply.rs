@@ -6,7 +6,7 @@
 use serde_json::json;
 use tiny_http::{Header, Response};
 
-/// Seconds a client should wait before retrying a 503 (`Retry-After`).
+/// Seconds a client should wait before retrying a 503 or 429 (`Retry-After`).
 pub const RETRY_AFTER_S: &str = "1";
 
 /// One HTTP answer, built by a route and written by the handler loop.
@@ -80,6 +80,24 @@ impl Reply {
     /// reached or the gateway is saturated.
     pub fn unavailable() -> Reply {
         let mut r = Reply::error(503, "unavailable");
+        r.extra = Some(("Retry-After", RETRY_AFTER_S));
+        r
+    }
+
+    /// 429 `{"error": "too_many_requests"}` with `Retry-After: 1`: the
+    /// buyer's or the client address's share is used up (`limits.rs`;
+    /// rates are whole requests per second, so a token is back within 1 s).
+    pub fn too_many_requests() -> Reply {
+        let mut r = Reply::error(429, "too_many_requests");
+        r.extra = Some(("Retry-After", RETRY_AFTER_S));
+        r
+    }
+
+    /// 503 `{"error": "overloaded"}` with `Retry-After: 1`: the gateway
+    /// has as many purchases waiting for Redis as it takes (`shed.rs`).
+    /// Nothing was sent to Redis.
+    pub fn overloaded() -> Reply {
+        let mut r = Reply::error(503, "overloaded");
         r.extra = Some(("Retry-After", RETRY_AFTER_S));
         r
     }

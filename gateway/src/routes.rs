@@ -21,6 +21,8 @@ pub enum Route {
     Purchase(u64),
     /// `GET /v1/sales/{sale_id}/purchases/{user_id}`.
     PurchaseStatus(u64, String),
+    /// `GET /v1/sales/{sale_id}/purchases/me`: the token's own purchase.
+    MyPurchase(u64),
     /// A known path with the wrong method; holds the `Allow` value.
     WrongMethod(&'static str),
     /// A sale path whose id is not a sale id (404 `sale_not_found`).
@@ -71,7 +73,7 @@ impl Route {
             Route::Metrics => Label::Metrics,
             Route::Sale(_) => Label::Sale,
             Route::Purchase(_) => Label::Purchase,
-            Route::PurchaseStatus(..) => Label::PurchaseStatus,
+            Route::PurchaseStatus(..) | Route::MyPurchase(_) => Label::PurchaseStatus,
             _ => Label::Other,
         }
     }
@@ -111,6 +113,8 @@ pub fn route(method: &Method, url: &str) -> Route {
                 ["purchases", user] => {
                     if !get {
                         Route::WrongMethod("GET")
+                    } else if *user == "me" {
+                        Route::MyPurchase(sale)
                     } else if seckill_common::is_valid_token(user) {
                         Route::PurchaseStatus(sale, (*user).to_string())
                     } else {
@@ -136,6 +140,10 @@ mod tests {
         assert_eq!(
             route(&g, "/v1/sales/42/purchases/bob"),
             Route::PurchaseStatus(42, "bob".into())
+        );
+        assert_eq!(
+            route(&g, "/v1/sales/42/purchases/me"),
+            Route::MyPurchase(42)
         );
         assert_eq!(
             route(&g, "/v1/sales/42/purchases"),

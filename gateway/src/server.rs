@@ -8,10 +8,13 @@ use crate::app::App;
 use crate::buyers;
 use crate::group_commit::{self, QUEUE_CAPACITY};
 use crate::handler::handle;
+use crate::identity::Identity;
+use crate::limits::Limits;
 use crate::metrics::Metrics;
 use crate::redis_link::LinkPool;
 use crate::redis_link::{Link, BACKOFF_MAX};
 use crate::reserver::Reserver;
+use crate::shed::Shed;
 use crate::soldout::SoldOutCache;
 use seckill_common::{Config, Shutdown};
 use socket2::{Domain, Protocol, Socket, TcpKeepalive, Type};
@@ -44,6 +47,8 @@ pub enum GatewayError {
     Thread(std::io::Error),
     /// The accept loop stopped (e.g. out of file descriptors).
     Accept(String),
+    /// The identity settings cannot be used (no key file with `jwt`...).
+    Identity(crate::identity::IdentityError),
 }
 
 impl fmt::Display for GatewayError {
@@ -54,6 +59,7 @@ impl fmt::Display for GatewayError {
             GatewayError::Server(e) => write!(f, "http server: {e}"),
             GatewayError::Thread(e) => write!(f, "starting a thread: {e}"),
             GatewayError::Accept(e) => write!(f, "accepting connections: {e}"),
+            GatewayError::Identity(e) => write!(f, "{e}"),
         }
     }
 }
@@ -64,7 +70,10 @@ impl GatewayError {
     /// 2 when the gateway could not start (configuration, bind), else 1.
     pub fn exit_code(&self) -> u8 {
         match self {
-            GatewayError::RedisUrl(_) | GatewayError::Bind(..) | GatewayError::Server(_) => 2,
+            GatewayError::RedisUrl(_)
+            | GatewayError::Bind(..)
+            | GatewayError::Server(_)
+            | GatewayError::Identity(_) => 2,
             _ => 1,
         }
     }
@@ -122,6 +131,7 @@ fn bind(addr: SocketAddr, write_timeout: Duration) -> std::io::Result<TcpListene
 /// Errors: see [`GatewayError`].
 pub fn run(config: Config, shutdown: Shutdown, unblocker: Unblocker) -> Result<(), GatewayError> {
     let client = redis::Client::open(config.redis_url.as_str()).map_err(GatewayError::RedisUrl)?;
+    let identity = Identity::from_config(&config).map_err(GatewayError::Identity)?;
     let listener = bind(config.listen, config.gateway_write_timeout)
         .map_err(|e| GatewayError::Bind(config.listen, e))?;
     let metrics = Arc::new(Metrics::default());
@@ -146,6 +156,10 @@ pub fn run(config: Config, shutdown: Shutdown, unblocker: Unblocker) -> Result<(
         active: AtomicUsize::new(0),
         closing: AtomicBool::new(false),
         redis_unfit: AtomicBool::new(false),
+        identity,
+        limits: Limits::new(&config),
+        trusted_proxies: config.gateway_trusted_proxies.clone(),
+        shed: Shed::new(config.gateway_purchases_in_flight),
     });
     {
         let app = app.clone();
@@ -180,6 +194,25 @@ pub fn run(config: Config, shutdown: Shutdown, unblocker: Unblocker) -> Result<(
             0 => "one Redis round trip per purchase".to_string(),
             n => format!("group commit over {n} Redis threads"),
         }
+    );
+    let slots = app.limits.capacity().0.max(app.limits.capacity().1);
+    log::info!(
+        "limits: {}/s burst {} per buyer per sale, {}/s burst {} per client address (0: none), \
+         {} entries ({} MiB) per table; trusted proxies: [{}]; at most {} purchases in flight",
+        config.gateway_buyer_rate,
+        config.gateway_buyer_burst,
+        config.gateway_address_rate,
+        config.gateway_address_burst,
+        slots,
+        (slots * crate::limits::ENTRY_BYTES) >> 20,
+        config
+            .gateway_trusted_proxies
+            .ranges()
+            .iter()
+            .map(|r| r.to_string())
+            .collect::<Vec<_>>()
+            .join(", "),
+        config.gateway_purchases_in_flight,
     );
     start_readiness(app.clone(), shutdown.clone())?;
 

@@ -33,6 +33,15 @@ commands:
                                 --reorder   queue the order message again
                                 --rollback  release the reservation in Redis (stock +1)
                                 --dismiss   close the finding with the note
+  token keygen --alg HS256|EdDSA --kid KID --out FILE [--public FILE]
+                                add a new random key to the signing key file FILE (JWKS,
+                                created when missing) and its verifying half to --public
+                                (the gateway's SECKILL_AUTH_KEYS); prints the kid
+  token issue --user U --key FILE [--ttl 10m] [--kid KID] [--audience A] [--count N]
+                                print a buyer token for U signed with KID (default: the
+                                file's last key that can sign); audience default
+                                SECKILL_AUTH_AUDIENCE; --count N: N tokens, one a line,
+                                for users U-0 .. U-(N-1) (benchmarks)
   bench-read ID                 time the bare reads of a sale's flow records, ledger
                                 and orders (the benchmark's baseline); changes nothing
 
@@ -63,6 +72,40 @@ pub enum Command {
     Resolve(ResolveArgs),
     /// Time the bare reads of sale ID.
     BenchRead(u64),
+    /// Add a new key to key files.
+    TokenKeygen(TokenKeygen),
+    /// Print a buyer token.
+    TokenIssue(TokenIssue),
+}
+
+/// Arguments of `token keygen`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TokenKeygen {
+    /// `--alg`.
+    pub alg: seckill_common::token::Alg,
+    /// `--kid`: the id rule (1-64 of `A-Z a-z 0-9 _ . -`).
+    pub kid: String,
+    /// `--out`: the signing key file.
+    pub out: String,
+    /// `--public`: the gateway's key file.
+    pub public: Option<String>,
+}
+
+/// Arguments of `token issue`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TokenIssue {
+    /// `--user`: the buyer (`sub`), the user id rule.
+    pub user: String,
+    /// `--key`: the signing key file.
+    pub key: String,
+    /// `--ttl` in whole seconds (1 s to 30 days; default 10 minutes).
+    pub ttl_s: u64,
+    /// `--kid`.
+    pub kid: Option<String>,
+    /// `--audience`.
+    pub audience: Option<String>,
+    /// `--count`: tokens for `U-0 .. U-(N-1)` instead of one for `U`.
+    pub count: Option<u64>,
 }
 
 /// Arguments of `findings`, validated.
@@ -298,6 +341,8 @@ pub fn parse_at(
         }
         ["run"] => Command::Run,
         ["bench-read", id] => Command::BenchRead(parse_u64(id, "sale id")?),
+        ["token", "keygen"] => token_keygen(&mut opts)?,
+        ["token", "issue"] => token_issue(&mut opts)?,
         ["findings"] => findings(&mut opts)?,
         ["resolve", id] => resolve(id, &mut opts)?,
         ["sale", "create"] => sale_create(&mut opts, now_ms)?,
@@ -307,6 +352,75 @@ pub fn parse_at(
         return err(format!("unexpected option --{name}"));
     }
     Ok(cmd)
+}
+
+/// `token keygen --alg HS256|EdDSA --kid K --out FILE [--public FILE]`.
+fn token_keygen(opts: &mut Opts) -> Result<Command, UsageError> {
+    let alg = opts.take("alg").unwrap_or_default();
+    let alg = seckill_common::token::Alg::parse(&alg)
+        .ok_or_else(|| UsageError(format!("--alg {alg:?}: expected HS256 or EdDSA")))?;
+    let kid = opts
+        .take("kid")
+        .ok_or_else(|| UsageError("--kid is required".into()))?;
+    if !seckill_common::is_valid_token(&kid) {
+        return err(format!(
+            "--kid {kid:?}: expected {}",
+            seckill_common::TOKEN_RULE
+        ));
+    }
+    let out = opts
+        .take("out")
+        .ok_or_else(|| UsageError("--out is required".into()))?;
+    let public = opts.take("public");
+    Ok(Command::TokenKeygen(TokenKeygen {
+        alg,
+        kid,
+        out,
+        public,
+    }))
+}
+
+/// `token issue --user U --key FILE [--ttl 10m] [--kid K] [--audience A] [--count N]`.
+fn token_issue(opts: &mut Opts) -> Result<Command, UsageError> {
+    let user = opts
+        .take("user")
+        .ok_or_else(|| UsageError("--user is required".into()))?;
+    if !seckill_common::is_valid_token(&user) {
+        return err(format!(
+            "--user {user:?}: expected {}",
+            seckill_common::TOKEN_RULE
+        ));
+    }
+    let key = opts
+        .take("key")
+        .ok_or_else(|| UsageError("--key is required".into()))?;
+    let ttl = opts.take("ttl").unwrap_or_else(|| "10m".into());
+    let ttl_s = humantime::parse_duration(&ttl)
+        .ok()
+        .map(|d| d.as_secs())
+        .filter(|s| (1..=30 * 24 * 3600).contains(s))
+        .ok_or_else(|| {
+            UsageError(format!(
+                "--ttl {ttl:?}: expected a duration from 1s to 30d, such as 10m"
+            ))
+        })?;
+    let kid = opts.take("kid");
+    let audience = opts.take("audience");
+    let count = match opts.take("count") {
+        None => None,
+        Some(c) => Some(parse_u64(&c, "--count")?.clamp(1, 100_000_000)),
+    };
+    if count.is_some() && !seckill_common::is_valid_token(&format!("{user}-99999999")) {
+        return err("--user with --count: U-N must stay within 64 characters");
+    }
+    Ok(Command::TokenIssue(TokenIssue {
+        user,
+        key,
+        ttl_s,
+        kid,
+        audience,
+        count,
+    }))
 }
 
 /// `findings [--state S] [--sale ID] [--json]`.

@@ -14,7 +14,7 @@
 //!   [`cli::Command`], one function per command.
 //! - Commands, one file each: [`run_cmd`] (`run`), [`findings_cmd`],
 //!   [`resolve_cmd`], [`sale_cmd`] (`sale create/load/show`), [`repair_cmd`]
-//!   (`sale repair`), [`bench_read`].
+//!   (`sale repair`), [`token_cmd`] (`token keygen/issue`), [`bench_read`].
 //! - Reconciliation: [`scan`] reads one sale in its documented order into
 //!   one value; [`rules`] holds one file per rule turning it into
 //!   observations; [`compensate`] is the one automatic fix.
@@ -49,6 +49,7 @@ mod sale_cmd;
 mod scan;
 mod settle;
 mod stored;
+mod token_cmd;
 
 use seckill_common::start::{self, EXIT_CONFIG, EXIT_USAGE};
 use seckill_common::Config;
@@ -102,5 +103,7 @@ fn run(
         cli::Command::Findings(args) => Ok(findings_cmd::findings(config, &args)?),
         cli::Command::Resolve(args) => Ok(resolve_cmd::resolve(config, &args)?),
         cli::Command::BenchRead(id) => Ok(bench_read::bench_read(config, id)?),
+        cli::Command::TokenKeygen(args) => Ok(token_cmd::keygen(&args)?),
+        cli::Command::TokenIssue(args) => Ok(token_cmd::issue(&args, &config.auth_audience)?),
     }
 }

@@ -746,11 +746,10 @@ mod tests {
                 Some(started),
             )
             .is_err());
-        assert!(review.db.execute("DELETE FROM actions", []).is_err());
-        assert!(review
-            .db
-            .execute("UPDATE actions SET actor = 'x'", [])
-            .is_err());
+        for sql in ["DELETE FROM actions", "UPDATE actions SET actor = 'x'"] {
+            let e = review.db.execute(sql, []).unwrap_err().to_string();
+            assert_eq!(e, "actions is append-only", "{sql}");
+        }
         review
             .db
             .execute(

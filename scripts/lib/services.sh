@@ -25,6 +25,31 @@ ensure_redis_server() {
   ensure_package redis-server redis-server
 }
 
+# ensure_promtool: installs Debian's `prometheus` (promtool's package) when
+# promtool is missing, without its recommended exporters, and without
+# starting the Prometheus server it ships: a policy-rc.d that refuses every
+# service start is put in place for the install (the one found is restored),
+# and the unit is disabled afterwards where systemd runs.
+ensure_promtool() {
+  if command -v promtool >/dev/null 2>&1; then return 0; fi
+  local sudo=""
+  [ "$(id -u)" -eq 0 ] || sudo="sudo"
+  local policy=/usr/sbin/policy-rc.d saved=""
+  if [ -e "$policy" ]; then
+    saved=$(mktemp)
+    $sudo cp -p "$policy" "$saved"
+  fi
+  printf '#!/bin/sh\nexit 101\n' | $sudo tee "$policy" >/dev/null
+  $sudo chmod 755 "$policy"
+  local rc=0
+  ensure_package promtool --no-install-recommends prometheus || rc=$?
+  if [ -n "$saved" ]; then $sudo mv "$saved" "$policy"; else $sudo rm -f "$policy"; fi
+  if command -v systemctl >/dev/null 2>&1 && [ -d /run/systemd/system ]; then
+    $sudo systemctl disable --now prometheus >/dev/null 2>&1 || true
+  fi
+  return "$rc"
+}
+
 # port_open HOST PORT: whether something accepts TCP connections there.
 port_open() {
   (exec 3<>"/dev/tcp/$1/$2") 2>/dev/null

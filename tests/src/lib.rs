@@ -19,6 +19,8 @@
 #![forbid(unsafe_code)]
 #![allow(clippy::missing_panics_doc)] // test support: panicking is the failure report
 
+pub mod auth;
+
 use mysql::prelude::Queryable;
 use std::net::TcpListener;
 use std::path::{Path, PathBuf};
@@ -154,7 +156,7 @@ impl RedisServer {
 
     fn launch(&mut self) -> Result<(), String> {
         self.stop();
-        let child = Command::new(redis_server_bin())
+        let child = dies_with_test(redis_server_bin())
             .args(["--port", &self.port.to_string()])
             .args(["--bind", "127.0.0.1"])
             .arg("--dir")
@@ -283,7 +285,9 @@ impl Drop for TestDb {
 }
 
 /// Path of a workspace binary (`seckill-gateway`, ...), built by
-/// `cargo test --workspace` next to the test executables.
+/// `cargo build --workspace --all-targets --features
+/// seckill-worker/crash-points` (as `scripts/test.sh` does) next to the test
+/// executables; the crash tests need the worker's crash points.
 pub fn bin(name: &str) -> PathBuf {
     let exe = std::env::current_exe().expect("current exe");
     // target/debug/deps/test-xxxx -> target/debug/NAME
@@ -295,7 +299,7 @@ pub fn bin(name: &str) -> PathBuf {
     let p = dir.join(name);
     assert!(
         p.exists(),
-        "{} is missing: run `cargo build --workspace` (scripts/test.sh does)",
+        "{} is missing: run `cargo build --workspace --all-targets --features seckill-worker/crash-points` (scripts/test.sh does)",
         p.display()
     );
     p
@@ -308,18 +312,35 @@ pub const DEAD_REDIS_URL: &str = "redis://127.0.0.1:1/";
 /// See [`DEAD_REDIS_URL`].
 pub const DEAD_MYSQL_URL: &str = "mysql://root@127.0.0.1:1/seckill_nowhere";
 
+/// A command for `program` that dies with the thread spawning it: it runs
+/// under `setpriv --pdeathsig KILL` (util-linux; `setpriv` execs, so the
+/// pid is the program's), so a test runner killed mid-test, or a test
+/// thread that ends without its `Drop`, leaves no server or binary behind.
+/// Spawn on the test's own thread: the signal fires when the spawning
+/// thread ends, and is armed once `setpriv` runs (a thread that ends in the
+/// first milliseconds, before the exec, may miss it).
+pub fn dies_with_test(program: impl AsRef<std::ffi::OsStr>) -> Command {
+    let mut c = Command::new("setpriv");
+    c.args(["--pdeathsig", "KILL", "--"]).arg(program);
+    c
+}
+
 /// A command for the workspace binary `name` (see [`bin`]) started from a
 /// cleared environment: only `PATH`, `RUST_LOG=warn`, and every URL at a
 /// dead port ([`DEAD_REDIS_URL`], [`DEAD_MYSQL_URL`]), the review file in a
-/// directory that does not exist. The caller sets the test's own servers.
+/// directory that does not exist, and the tests' buyer key file
+/// (`SECKILL_AUTH_KEYS`, [`auth::gateway_key_file`]), dying with the
+/// spawning thread ([`dies_with_test`]). The caller sets the test's own
+/// servers.
 pub fn command(name: &str) -> Command {
-    let mut c = Command::new(bin(name));
+    let mut c = dies_with_test(bin(name));
     c.env_clear()
         .env("PATH", std::env::var_os("PATH").unwrap_or_default())
         .env("RUST_LOG", "warn")
         .env("SECKILL_REDIS_URL", DEAD_REDIS_URL)
         .env("SECKILL_MYSQL_URL", DEAD_MYSQL_URL)
-        .env("SECKILL_REVIEW_DB", "/nonexistent/seckill-review.sqlite3");
+        .env("SECKILL_REVIEW_DB", "/nonexistent/seckill-review.sqlite3")
+        .env("SECKILL_AUTH_KEYS", auth::gateway_key_file());
     c
 }
 

@@ -93,7 +93,9 @@ fn a_crowd_of_5000_buys_exactly_500_units_into_500_orders_with_0_findings() {
         .args(["--sale", &sale.to_string()])
         .args(["--url", &format!("http://127.0.0.1:{port}")])
         .args(["--users", "5000", "--connections", "64"])
-        .args(["--duplicates", "0.1", "--hostile", "7", "--seed", "6"])
+        .args(["--duplicates", "0.1", "--hostile", "10", "--seed", "6"])
+        .arg("--key")
+        .arg(seckill_tests::auth::signing_key_file())
         .args(["--user-prefix", "e2e", "--drain-timeout", "60s", "--json"])
         .envs(common.iter().cloned())
         .output()
@@ -115,7 +117,11 @@ fn a_crowd_of_5000_buys_exactly_500_units_into_500_orders_with_0_findings() {
     let already = report["already_purchased"].as_u64().unwrap();
     let sold_out = report["sold_out"].as_u64().unwrap();
     assert_eq!(already + sold_out, 5_500 - 500);
-    assert_eq!(report["hostile"], 7);
+    // The 7 hostile bodies and paths, and a forged, an expired and another
+    // user's token: 401, 401, 403.
+    assert_eq!(report["hostile"], 10);
+    assert_eq!(report["answers"]["401"], 2);
+    assert_eq!(report["answers"]["403"], 1);
     assert!(report["invariants"]
         .as_array()
         .unwrap()

@@ -69,7 +69,9 @@ fn the_same_counts_hold_with_one_redis_round_trip_per_purchase() {
 fn one_user_50_times_at_once_gets_one_202_and_49_409_with_the_same_id() {
     let redis = RedisServer::start();
     open_sale(&redis, 2, 10);
-    let g = Gateway::start(&redis, &[]);
+    // All 50 must reach the script: a buyer share of 50 at once (the
+    // default of 5 is specified in gateway_limits.rs).
+    let g = Gateway::start(&redis, &[("SECKILL_GATEWAY_BUYER_BURST", "50")]);
     let handles: Vec<_> = (0..50)
         .map(|_| {
             let port = g.port;

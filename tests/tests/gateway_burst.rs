@@ -1,11 +1,11 @@
 //! Specifies that a burst of new keep-alive connections at a sale's opening
 //! is answered in full: every connection gets its answer while all of them
 //! stay open (the case that stalled tiny_http 0.12's thread pool; see
-//! gateway/vendor/tiny_http/PATCHES.md).
+//! vendor/tiny_http/patches/0002-task-pool-idle-count.patch).
 
 mod gateway_support;
 
-use gateway_support::{counts, open_sale, read_resp, Gateway};
+use gateway_support::{counts, format_request, open_sale, read_resp, Gateway};
 use seckill_tests::RedisServer;
 use std::io::{BufReader, Write};
 use std::net::TcpStream;
@@ -36,10 +36,7 @@ fn a_burst_of_400_new_keep_alive_connections_is_answered_in_full() {
                 let mut r = BufReader::new(s);
                 start.wait();
                 let body = format!(r#"{{"user_id":"burst-{i}"}}"#);
-                let req = format!(
-                    "POST /v1/sales/1/purchases HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
-                    body.len()
-                );
+                let req = format_request("POST", "/v1/sales/1/purchases", Some(&body), false);
                 r.get_mut().write_all(req.as_bytes()).unwrap();
                 let status = read_resp(&mut r).map(|resp| resp.status);
                 done.wait();

@@ -88,10 +88,7 @@ fn sigterm_under_load_exits_0_within_5s_and_every_202_has_its_records() {
                     i += 1;
                     // A new connection per purchase: a closed one ends the loop.
                     let body = format!(r#"{{"user_id":"t{t}-{i}"}}"#);
-                    let req = format!(
-                        "POST /v1/sales/3/purchases HTTP/1.1\r\nHost: x\r\nConnection: close\r\nContent-Length: {}\r\n\r\n{body}",
-                        body.len()
-                    );
+                    let req = format_request("POST", "/v1/sales/3/purchases", Some(&body), true);
                     let Ok(mut s) = std::net::TcpStream::connect(("127.0.0.1", port)) else {
                         break;
                     };

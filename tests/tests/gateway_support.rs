@@ -193,8 +193,17 @@ impl Client {
 }
 
 /// The bytes of one HTTP/1.1 request; `close` adds `Connection: close`.
+/// A purchase whose body names a `user_id`, and a status read of
+/// `/purchases/{user}`, carry that user's token
+/// (`seckill_tests::auth::token_for`), as a shop's client would.
 pub fn format_request(method: &str, path: &str, body: Option<&str>, close: bool) -> String {
     let mut r = format!("{method} {path} HTTP/1.1\r\nHost: 127.0.0.1\r\n");
+    if let Some(user) = acting_user(method, path, body) {
+        r.push_str(&format!(
+            "Authorization: Bearer {}\r\n",
+            seckill_tests::auth::token_for(&user)
+        ));
+    }
     if close {
         r.push_str("Connection: close\r\n");
     }
@@ -207,6 +216,21 @@ pub fn format_request(method: &str, path: &str, body: Option<&str>, close: bool)
         r.push_str("\r\n");
     }
     r
+}
+
+/// The user a request acts as (see [`format_request`]), if any.
+fn acting_user(method: &str, path: &str, body: Option<&str>) -> Option<String> {
+    let rest = path.strip_prefix("/v1/sales/")?;
+    let (_, tail) = rest.split_once('/')?;
+    let user = match (method, tail.strip_prefix("purchases")?) {
+        ("POST", "") => {
+            let v: serde_json::Value = serde_json::from_str(body?).ok()?;
+            v.get("user_id")?.as_str()?.to_string()
+        }
+        ("GET", u) => u.strip_prefix('/')?.to_string(),
+        _ => return None,
+    };
+    seckill_common::is_valid_token(&user).then_some(user)
 }
 
 /// One request on a new connection.

@@ -137,8 +137,10 @@ fn dismiss_closes_with_the_note_and_actions_are_append_only() {
     assert_eq!(w.run(), 0);
     assert_eq!(w.findings()[0]["state"], "resolved");
     let c = rusqlite::Connection::open(w.review_path()).unwrap();
-    assert!(c.execute("DELETE FROM actions", []).is_err());
-    assert!(c.execute("UPDATE actions SET actor = 'x'", []).is_err());
+    for sql in ["DELETE FROM actions", "UPDATE actions SET actor = 'x'"] {
+        let e = c.execute(sql, []).unwrap_err().to_string();
+        assert_eq!(e, "actions is append-only", "{sql}");
+    }
 }
 
 #[test]

@@ -130,10 +130,10 @@ fn a_lost_flow_record_gives_order_without_flow_with_what_redis_should_hold() {
     let f = &w.findings()[0];
     let should = &f["evidence"]["redis_should_hold"][0];
     assert_eq!(should["key"], k.flow());
-    assert!(should["value"]
-        .as_str()
-        .unwrap()
-        .contains("\"user_id\":\"u1\""));
+    let value: serde_json::Value = serde_json::from_str(should["value"].as_str().unwrap()).unwrap();
+    assert_eq!(value["user_id"], "u1");
+    assert_eq!(value["reservation_id"], rids[0].as_str());
+    assert_eq!(value["sale_id"], w.sale);
     assert!(f["order_id"].as_i64().unwrap() > 0);
 }
 
@@ -242,17 +242,25 @@ fn more_orders_than_stock_is_a_critical_oversell() {
          VALUES ('ffffffffffffffffffffffffffffffff', {sale}, 'intruder', 'confirmed')",
     );
     assert_eq!(w.run(), 1);
-    let keys = w.finding_keys();
-    assert!(
-        keys.contains(&key("stock_mismatch", "oversell", "open")),
-        "{keys:?}"
-    );
-    assert!(keys.contains(&key(
-        "order_without_flow",
-        "ffffffffffffffffffffffffffffffff",
-        "open"
-    )));
+    let intruder = "ffffffffffffffffffffffffffffffff";
+    let mut keys = w.finding_keys();
+    keys.sort();
+    let mut expected = vec![
+        key("stock_mismatch", "oversell", "open"),
+        key("order_without_flow", intruder, "open"),
+        key("order_without_ledger", intruder, "open"),
+    ];
+    expected.sort();
+    assert_eq!(keys, expected);
     let f = w.findings();
+    let no_ledger = f
+        .iter()
+        .find(|f| f["kind"] == "order_without_ledger")
+        .unwrap();
+    assert_eq!(
+        no_ledger["evidence"]["not_fixed"],
+        "no Redis flow record to cross-check against"
+    );
     let oversell = f.iter().find(|f| f["subject"] == "oversell").unwrap();
     assert_eq!(oversell["severity"], "critical");
 }

@@ -163,7 +163,8 @@ fn release_and_load_refuse_a_key_of_the_wrong_type_and_change_nothing() {
     let _: () = redis::cmd("DEL").arg(SALES).query(&mut con).unwrap();
     let _: () = redis::Cmd::set(SALES, "x").query(&mut con).unwrap();
     let other = test_sale(4, 5, -1000, 600_000);
-    assert!(seckill_common::sale::load_into_redis(&mut con, &other, 0).is_err());
+    let e = seckill_common::sale::load_into_redis(&mut con, &other, 0).unwrap_err();
+    assert_eq!(e.code(), Some("WRONGTYPE"), "{e}");
     let k4 = SaleKeys::new(4);
     assert_eq!(dump(&mut con, &[k4.meta(), k4.stock()]), vec![None, None]);
     // Everything fixed: the release goes through once.

@@ -127,3 +127,65 @@ fn a_paused_worker_whose_batch_was_reclaimed_resumes_without_a_double_effect() {
     assert_eq!(w1.metric("seckill_worker_orders_applied_total"), 0);
     assert_exactly_once(&db, &redis, sale, 200);
 }
+
+/// The crash points are in no build but the tests': `seckill-worker`'s
+/// `crash-points` feature exists, is not a default feature, and no
+/// workspace crate enables it through a dependency (which, by feature
+/// unification, would put it in `cargo build --release`). Only the test
+/// build names it (`scripts/test.sh`: `--features
+/// seckill-worker/crash-points`); the worker's unit test
+/// `crash::tests::without_the_feature_every_value_is_ignored` checks that a
+/// build without it ignores `SECKILL_WORKER_CRASH_AT`.
+#[test]
+fn crash_points_are_a_feature_no_crate_and_no_default_enables() {
+    let cargo = option_env!("CARGO").unwrap_or("cargo");
+    let out = std::process::Command::new(cargo)
+        .args([
+            "metadata",
+            "--no-deps",
+            "--offline",
+            "--format-version",
+            "1",
+        ])
+        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .output()
+        .expect("run cargo metadata");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let meta: serde_json::Value = serde_json::from_slice(&out.stdout).expect("metadata JSON");
+    let packages = meta["packages"].as_array().expect("packages");
+    let worker = packages
+        .iter()
+        .find(|p| p["name"] == "seckill-worker")
+        .expect("seckill-worker in the workspace");
+    let features = worker["features"].as_object().expect("features");
+    assert!(features.contains_key("crash-points"), "{features:?}");
+    let default = features.get("default").cloned().unwrap_or_default();
+    assert!(
+        !default.to_string().contains("crash-points"),
+        "default features of seckill-worker: {default}"
+    );
+    let mut enabling = Vec::new();
+    for p in packages {
+        for d in p["dependencies"].as_array().expect("dependencies") {
+            let turns_on = d["features"]
+                .as_array()
+                .is_some_and(|f| f.iter().any(|f| f == "crash-points"));
+            if d["name"] == "seckill-worker" && turns_on {
+                enabling.push(format!("{} depends on it: {d}", p["name"]));
+            }
+        }
+        if p["name"] == "seckill-worker" {
+            continue;
+        }
+        for (name, list) in p["features"].as_object().expect("features") {
+            if list.to_string().contains("crash-points") {
+                enabling.push(format!("{} has feature {name} = {list}", p["name"]));
+            }
+        }
+    }
+    assert_eq!(enabling, Vec::<String>::new());
+}

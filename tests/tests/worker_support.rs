@@ -43,8 +43,34 @@ impl Default for Opts {
     }
 }
 
+/// Waits for the worker's log to say what it did with
+/// `SECKILL_WORKER_CRASH_AT` and fails unless it armed `point`: a worker
+/// built without the `crash-points` feature ignores the variable, and a
+/// crash test against it would wait for a crash that never comes.
+fn assert_crash_point_armed(log: &std::path::Path, point: &str) {
+    let mut text = String::new();
+    seckill_tests::wait_until(
+        Duration::from_secs(30),
+        "the worker to log its crash point",
+        || {
+            text = std::fs::read_to_string(log).unwrap_or_default();
+            text.contains("SECKILL_WORKER_CRASH_AT=")
+        },
+    );
+    assert!(
+        text.contains(&format!(
+            "crash point armed: SECKILL_WORKER_CRASH_AT={point} "
+        )),
+        "this seckill-worker did not arm crash point {point}: build it with \
+         `cargo build --workspace --all-targets --features seckill-worker/crash-points` \
+         (scripts/test.sh does); its log:\n{text}"
+    );
+}
+
 impl WorkerProc {
-    /// Starts worker `id` against `redis` and `db`.
+    /// Starts worker `id` against `redis` and `db`; with `opts.crash_at`,
+    /// waits until the worker logged that it armed that crash point (it
+    /// needs a build with the `crash-points` feature).
     pub fn start(redis: &RedisServer, db: &TestDb, id: &str, opts: &Opts) -> WorkerProc {
         let logs = TempDir::new();
         let port = seckill_tests::free_port();
@@ -71,6 +97,9 @@ impl WorkerProc {
             cmd.env("SECKILL_WORKER_CRASH_AT", p);
         }
         let child = cmd.spawn().expect("start seckill-worker");
+        if let Some(p) = opts.crash_at {
+            assert_crash_point_armed(&logs.path().join("stderr.log"), p);
+        }
         WorkerProc {
             id: id.to_string(),
             metrics_port: port,

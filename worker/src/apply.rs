@@ -44,14 +44,16 @@
 
 use crate::error::ApplyError;
 use mysql::prelude::Queryable;
-use mysql::{Conn, IsolationLevel, Params, TxOpts, Value};
+use mysql::{Conn, IsolationLevel, Params, Transaction, TxOpts, Value};
 use seckill_common::message::OrderMessage;
 use seckill_common::order::OrderStatus;
+use seckill_common::schema::placeholders;
 use std::collections::{HashMap, HashSet};
 use std::time::Duration;
 
 /// A message whose buyer already holds an order of the sale made from a
-/// different reservation (`orders_sale_live_user` allows one unreleased order per buyer): the
+/// different reservation (`orders_sale_live_user` allows one unreleased
+/// order per buyer): the
 /// message cannot become an order, and it is not "already done" either.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Conflict {
@@ -83,6 +85,17 @@ pub enum Applied {
     /// MySQL stock cannot cover the new orders of this batch (an oversell
     /// attempt): rolled back, nothing written.
     StockExhausted,
+}
+
+impl Applied {
+    /// `Done` with nothing inserted, nothing already done, no conflict.
+    pub fn nothing() -> Applied {
+        Applied::Done {
+            inserted: 0,
+            already: 0,
+            conflicts: Vec::new(),
+        }
+    }
 }
 
 /// The server-side limits every worker session sets right after it
@@ -243,6 +256,7 @@ fn set_limits(conn: &mut Conn, l: SessionLimits) -> Result<(), ApplyError> {
     }
 }
 
+/// The transaction of the module documentation, steps 1 to 5.
 fn apply_in_transaction(
     conn: &mut Conn,
     sale_id: u64,
@@ -251,6 +265,7 @@ fn apply_in_transaction(
     let opts = TxOpts::default().set_isolation_level(Some(IsolationLevel::ReadCommitted));
     // Dropping `tx` without commit rolls back, so every `?` below is safe.
     let mut tx = conn.start_transaction(opts)?;
+    // Step 1: lock the sale row.
     let sale: Option<(i64, Option<u64>)> = tx.exec_first(
         "SELECT available_stock, payment_window_ms FROM sales WHERE id = ? FOR UPDATE",
         (sale_id,),
@@ -261,111 +276,26 @@ fn apply_in_transaction(
     };
     if msgs.is_empty() {
         tx.rollback()?;
-        return Ok(Applied::Done {
-            inserted: 0,
-            already: 0,
-            conflicts: Vec::new(),
-        });
+        return Ok(Applied::nothing());
     }
-
-    // Step 2: which of these are already orders, and which buyers hold one.
-    let sql = format!(
-        "SELECT id, reservation_id, sale_id, live_user_id FROM orders WHERE reservation_id IN ({}) \
-         OR (sale_id = ? AND live_user_id IN ({}))",
-        seckill_common::schema::placeholders(msgs.len()),
-        seckill_common::schema::placeholders(msgs.len())
-    );
-    let mut params: Vec<Value> = msgs
-        .iter()
-        .map(|m| Value::from(m.reservation_id.as_str()))
-        .collect();
-    params.push(Value::from(sale_id));
-    params.extend(msgs.iter().map(|m| Value::from(m.user_id.as_str())));
-    let existing: Vec<(u64, String, u64, Option<String>)> =
-        tx.exec(sql, Params::Positional(params))?;
-    let mut seen_rids: HashSet<&str> = existing.iter().map(|(_, r, _, _)| r.as_str()).collect();
-    // Buyer -> (order id, or None for an order of this batch; reservation id).
-    let mut holders: HashMap<&str, (Option<u64>, &str)> = existing
-        .iter()
-        .filter(|(_, _, s, _)| *s == sale_id)
-        .filter_map(|(id, r, _, u)| Some((u.as_deref()?, (Some(*id), r.as_str()))))
-        .collect();
-    let mut new: Vec<&OrderMessage> = Vec::with_capacity(msgs.len());
-    let mut refused: Vec<(usize, Option<u64>, &str)> = Vec::new();
-    let mut already = 0;
-    for (i, m) in msgs.iter().enumerate() {
-        if seen_rids.contains(m.reservation_id.as_str()) {
-            // An order of this reservation exists, or a repeat in the batch.
-            already += 1;
-        } else if let Some((id, rid)) = holders.get(m.user_id.as_str()) {
-            refused.push((i, *id, rid));
-        } else {
-            seen_rids.insert(m.reservation_id.as_str());
-            holders.insert(m.user_id.as_str(), (None, m.reservation_id.as_str()));
-            new.push(m);
-        }
-    }
-    if new.is_empty() {
+    let existing = existing_orders(&mut tx, sale_id, msgs)?;
+    let plan = Plan::sort(sale_id, msgs, &existing);
+    if plan.new.is_empty() {
         tx.commit()?;
         return Ok(Applied::Done {
             inserted: 0,
-            already,
-            conflicts: conflicts(refused, &HashMap::new()),
+            already: plan.already,
+            conflicts: conflicts(plan.refused, &HashMap::new()),
         });
     }
-    let n = new.len();
+    let n = plan.new.len();
     if available < n as i64 {
         tx.rollback()?;
         return Ok(Applied::StockExhausted);
     }
-
-    // Step 3: the orders.
-    let sql = format!(
-        "INSERT IGNORE INTO orders (reservation_id, sale_id, user_id, quantity, status, reserved_at, pay_by) VALUES {}",
-        vec!["(?, ?, ?, 1, ?, FROM_UNIXTIME(? / 1000), FROM_UNIXTIME(? / 1000))"; n].join(",")
-    );
-    let status = match window_ms {
-        None => OrderStatus::Confirmed,
-        Some(_) => OrderStatus::PendingPayment,
-    };
-    let mut params = Vec::with_capacity(n * 6);
-    for m in &new {
-        params.push(Value::from(m.reservation_id.as_str()));
-        params.push(Value::from(sale_id));
-        params.push(Value::from(m.user_id.as_str()));
-        params.push(Value::from(status.as_str()));
-        params.push(Value::from(m.reserved_at_ms));
-        params.push(Value::from(
-            window_ms.map(|w| m.reserved_at_ms.saturating_add(w)),
-        ));
-    }
-    tx.exec_drop(sql, Params::Positional(params))?;
-    if tx.affected_rows() != n as u64 {
-        return Err(ApplyError::Transient(format!(
-            "inserted {} of {n} new orders of sale {sale_id}: concurrent insert",
-            tx.affected_rows()
-        )));
-    }
-
-    // Step 4: the stock ledger, one row per new order.
-    let sql = format!(
-        "INSERT IGNORE INTO stock_ledger (reservation_id, sale_id, user_id, delta, reason) VALUES {}",
-        vec!["(?, ?, ?, -1, 'order')"; n].join(",")
-    );
-    let mut params = Vec::with_capacity(n * 3);
-    for m in &new {
-        params.push(Value::from(m.reservation_id.as_str()));
-        params.push(Value::from(sale_id));
-        params.push(Value::from(m.user_id.as_str()));
-    }
-    tx.exec_drop(sql, Params::Positional(params))?;
-    if tx.affected_rows() != n as u64 {
-        return Err(ApplyError::Transient(format!(
-            "inserted {} of {n} ledger rows of sale {sale_id}: concurrent insert",
-            tx.affected_rows()
-        )));
-    }
-
+    let terms = Terms { sale_id, window_ms };
+    insert_all(&mut tx, &ORDERS, &terms, &plan.new)?;
+    insert_all(&mut tx, &LEDGER, &terms, &plan.new)?;
     // Step 5: the guarded decrement.
     tx.exec_drop(
         "UPDATE sales SET available_stock = available_stock - ? WHERE id = ? AND available_stock >= ?",
@@ -375,29 +305,192 @@ fn apply_in_transaction(
         tx.rollback()?;
         return Ok(Applied::StockExhausted);
     }
-    // Ids of this batch's orders that a conflict points at.
-    let mut ids: HashMap<String, u64> = HashMap::new();
+    let ids = batch_order_ids(&mut tx, &plan.refused)?;
+    let conflicts = conflicts(plan.refused, &ids);
+    tx.commit()?;
+    Ok(Applied::Done {
+        inserted: n,
+        already: plan.already,
+        conflicts,
+    })
+}
+
+/// An order row read by step 2: `(id, reservation_id, sale_id,
+/// live_user_id)` (`None` once the order was released).
+type OrderRow = (u64, String, u64, Option<String>);
+
+/// Step 2's read: the orders of these reservation ids, and the orders of
+/// sale `sale_id` held by these buyers.
+///
+/// Errors: MySQL failures.
+fn existing_orders(
+    tx: &mut Transaction<'_>,
+    sale_id: u64,
+    msgs: &[&OrderMessage],
+) -> Result<Vec<OrderRow>, ApplyError> {
+    let sql = format!(
+        "SELECT id, reservation_id, sale_id, live_user_id FROM orders WHERE reservation_id IN ({}) \
+         OR (sale_id = ? AND live_user_id IN ({}))",
+        placeholders(msgs.len()),
+        placeholders(msgs.len())
+    );
+    let mut params: Vec<Value> = msgs
+        .iter()
+        .map(|m| Value::from(m.reservation_id.as_str()))
+        .collect();
+    params.push(Value::from(sale_id));
+    params.extend(msgs.iter().map(|m| Value::from(m.user_id.as_str())));
+    Ok(tx.exec(sql, Params::Positional(params))?)
+}
+
+/// Step 2's verdict on each message of a batch.
+struct Plan<'m> {
+    /// The messages that become orders, in batch order.
+    new: Vec<&'m OrderMessage>,
+    /// `(position, order id or None for an order of this batch,
+    /// reservation id of that order)` of each message whose buyer holds an
+    /// order from another reservation.
+    refused: Vec<(usize, Option<u64>, &'m str)>,
+    /// Messages whose reservation id has an order (or repeats one of the
+    /// batch).
+    already: usize,
+}
+
+impl<'m> Plan<'m> {
+    /// Sorts `msgs` given the `existing` orders of step 2.
+    fn sort(sale_id: u64, msgs: &[&'m OrderMessage], existing: &'m [OrderRow]) -> Plan<'m> {
+        let mut seen_rids: HashSet<&str> = existing.iter().map(|(_, r, _, _)| r.as_str()).collect();
+        // Buyer -> (order id, or None for an order of this batch; reservation id).
+        let mut holders: HashMap<&str, (Option<u64>, &str)> = existing
+            .iter()
+            .filter(|(_, _, s, _)| *s == sale_id)
+            .filter_map(|(id, r, _, u)| Some((u.as_deref()?, (Some(*id), r.as_str()))))
+            .collect();
+        let mut plan = Plan {
+            new: Vec::with_capacity(msgs.len()),
+            refused: Vec::new(),
+            already: 0,
+        };
+        for (i, m) in msgs.iter().copied().enumerate() {
+            if seen_rids.contains(m.reservation_id.as_str()) {
+                // An order of this reservation exists, or a repeat in the batch.
+                plan.already += 1;
+            } else if let Some((id, rid)) = holders.get(m.user_id.as_str()) {
+                plan.refused.push((i, *id, rid));
+            } else {
+                seen_rids.insert(m.reservation_id.as_str());
+                holders.insert(m.user_id.as_str(), (None, m.reservation_id.as_str()));
+                plan.new.push(m);
+            }
+        }
+        plan
+    }
+}
+
+/// One multi-row `INSERT IGNORE` of steps 3 and 4: a row per new order.
+struct MultiInsert {
+    /// `INSERT IGNORE INTO table (columns) VALUES`.
+    head: &'static str,
+    /// One row's `(...)`; its placeholders take [`MultiInsert::values`].
+    row: &'static str,
+    /// The values of one message's row, in the order of `row`'s placeholders.
+    values: fn(&Terms, &OrderMessage) -> Vec<Value>,
+    /// What the rows are, for the error text.
+    what: &'static str,
+}
+
+/// The sale's terms the rows of a batch are written with.
+struct Terms {
+    /// The sale.
+    sale_id: u64,
+    /// `sales.payment_window_ms`: `None` when orders are final at creation.
+    window_ms: Option<u64>,
+}
+
+/// Step 3: the orders (`quantity = 1`; `confirmed`, or `pending_payment`
+/// with its `pay_by` when the sale has a payment window).
+const ORDERS: MultiInsert = MultiInsert {
+    head: "INSERT IGNORE INTO orders (reservation_id, sale_id, user_id, quantity, status, reserved_at, pay_by) VALUES",
+    row: "(?, ?, ?, 1, ?, FROM_UNIXTIME(? / 1000), FROM_UNIXTIME(? / 1000))",
+    values: |t, m| {
+        let status = match t.window_ms {
+            None => OrderStatus::Confirmed,
+            Some(_) => OrderStatus::PendingPayment,
+        };
+        vec![
+            Value::from(m.reservation_id.as_str()),
+            Value::from(t.sale_id),
+            Value::from(m.user_id.as_str()),
+            Value::from(status.as_str()),
+            Value::from(m.reserved_at_ms),
+            Value::from(t.window_ms.map(|w| m.reserved_at_ms.saturating_add(w))),
+        ]
+    },
+    what: "new orders",
+};
+
+/// Step 4: the stock ledger, one row per new order.
+const LEDGER: MultiInsert = MultiInsert {
+    head:
+        "INSERT IGNORE INTO stock_ledger (reservation_id, sale_id, user_id, delta, reason) VALUES",
+    row: "(?, ?, ?, -1, 'order')",
+    values: |t, m| {
+        vec![
+            Value::from(m.reservation_id.as_str()),
+            Value::from(t.sale_id),
+            Value::from(m.user_id.as_str()),
+        ]
+    },
+    what: "ledger rows",
+};
+
+/// Inserts one `spec` row per message of `new`, in one statement.
+///
+/// Errors: MySQL failures; [`ApplyError::Transient`] when fewer rows went
+/// in than asked (a concurrent insert outside this protocol).
+fn insert_all(
+    tx: &mut Transaction<'_>,
+    spec: &MultiInsert,
+    terms: &Terms,
+    new: &[&OrderMessage],
+) -> Result<(), ApplyError> {
+    let (n, sale_id) = (new.len(), terms.sale_id);
+    let sql = format!("{} {}", spec.head, vec![spec.row; n].join(","));
+    let params: Vec<Value> = new.iter().flat_map(|m| (spec.values)(terms, m)).collect();
+    tx.exec_drop(sql, Params::Positional(params))?;
+    if tx.affected_rows() != n as u64 {
+        return Err(ApplyError::Transient(format!(
+            "inserted {} of {n} {} of sale {sale_id}: concurrent insert",
+            tx.affected_rows(),
+            spec.what
+        )));
+    }
+    Ok(())
+}
+
+/// The ids of this batch's orders that conflicts point at (the refusals
+/// whose order id is `None`), by reservation id.
+///
+/// Errors: MySQL failures.
+fn batch_order_ids(
+    tx: &mut Transaction<'_>,
+    refused: &[(usize, Option<u64>, &str)],
+) -> Result<HashMap<String, u64>, ApplyError> {
     let wanted: Vec<&str> = refused
         .iter()
         .filter(|(_, id, _)| id.is_none())
         .map(|(_, _, rid)| *rid)
         .collect();
-    if !wanted.is_empty() {
-        let sql = format!(
-            "SELECT reservation_id, id FROM orders WHERE reservation_id IN ({})",
-            seckill_common::schema::placeholders(wanted.len())
-        );
-        let params: Vec<Value> = wanted.iter().map(|r| Value::from(*r)).collect();
-        let rows: Vec<(String, u64)> = tx.exec(sql, Params::Positional(params))?;
-        ids.extend(rows);
+    if wanted.is_empty() {
+        return Ok(HashMap::new());
     }
-    let conflicts = conflicts(refused, &ids);
-    tx.commit()?;
-    Ok(Applied::Done {
-        inserted: n,
-        already,
-        conflicts,
-    })
+    let sql = format!(
+        "SELECT reservation_id, id FROM orders WHERE reservation_id IN ({})",
+        placeholders(wanted.len())
+    );
+    let params: Vec<Value> = wanted.iter().map(|r| Value::from(*r)).collect();
+    let rows: Vec<(String, u64)> = tx.exec(sql, Params::Positional(params))?;
+    Ok(rows.into_iter().collect())
 }
 
 /// Turns the refused messages into [`Conflict`]s; `ids` gives the order id of

@@ -1,8 +1,9 @@
 //! Owns what happens to one batch taken from a sale's queue: parse, apply in
 //! MySQL (one transaction, retried on deadlocks and lost connections; message
 //! by message when the batch cannot go through whole), then settle it in
-//! Redis in one `MULTI`: statuses, dead letters, requeues, and removal from
-//! the processing list.
+//! Redis ([`crate::queue::Consumer::settle`], one `MULTI`: statuses, dead
+//! letters, requeues, and removal from the processing list). A [`Batch`]
+//! records each message's outcome once, whichever path decided it.
 //!
 //! Order of effects, and why a crash anywhere is harmless: MySQL commits
 //! first; Redis is settled after. A crash in between leaves the batch in the
@@ -29,13 +30,14 @@
 //! reservation R`, status `failed`), not confirmed; the same reservation id
 //! again is "already done" (idempotency).
 
-use crate::apply::{Applied, Conflict};
-use crate::consume::{CrashPoint, Worker};
+use crate::apply::{Applied, Db};
+use crate::crash::{CrashPoint, CrashPoints};
 use crate::error::ApplyError;
+use crate::metrics::Metrics;
+use crate::queue::{Consumer, Settlement};
 use seckill_common::dead_letter::DeadLetter;
-use seckill_common::keys::PurchaseStatus;
-use seckill_common::keys::SaleKeys;
 use seckill_common::message::OrderMessage;
+use seckill_common::{Config, Shutdown};
 use std::time::Instant;
 
 /// How handling a batch ended.
@@ -46,312 +48,416 @@ pub enum BatchEnd {
     /// Shutdown came while MySQL could not be reached: the batch stays in
     /// the processing list, to be reclaimed.
     Interrupted,
-    /// Settling in Redis failed: the batch stays in the processing list;
-    /// the caller reconnects and reclaims it (a harmless redelivery).
+    /// Reading the flow records, counting attempts or settling in Redis
+    /// failed: the batch stays in the processing list; the caller
+    /// reconnects and reclaims it (a harmless redelivery).
     RedisFailed,
-}
-
-/// One message that MySQL refused, with why and whether to give up at once.
-struct Failure {
-    raw: usize,
-    reason: String,
-    /// Dead-letter now whatever the attempt count (unknown sale, stock gone).
-    final_now: bool,
-}
-
-/// The Redis writes that finish a batch.
-#[derive(Default)]
-struct Settlement {
-    confirmed: Vec<String>,
-    /// Dead letters whose reservation's status becomes `failed`.
-    dead: Vec<DeadLetter>,
-    /// Dead letters the fence refused: status and attempts left alone (the
-    /// reservation was released, or never made).
-    fenced: Vec<DeadLetter>,
-    requeue: Vec<usize>,
 }
 
 /// Dead-letter reason of a message the fence refused.
 pub const NO_FLOW_RECORD: &str =
     "no matching flow record: the reservation was released or never made";
 
-/// How one fenced application came out.
-enum Attempt {
-    /// Shutdown came while MySQL could not be reached.
-    Interrupted,
-    /// Reading the flow records failed.
-    RedisFailed(redis::RedisError),
-    /// MySQL answered for these positions in `valid` (the ones the fence
-    /// passed; empty, with a `Done` of nothing, when it passed none).
-    Answer(Vec<usize>, Result<Applied, String>),
+/// What became of one message of a batch. Set once by whichever step
+/// decided it; only `Refused` is replaced later (by its attempt count).
+#[derive(Debug)]
+enum Outcome {
+    /// Parsed, for this sale, waiting for MySQL.
+    Pending,
+    /// Its order exists now (made by this batch or before): status
+    /// `confirmed`, attempts cleared.
+    Confirmed,
+    /// MySQL refused it: one failed attempt to count, then dead letter or
+    /// requeue; `final_now` dead-letters it whatever the count (unknown
+    /// sale, stock gone, the buyer's other order).
+    Refused { reason: String, final_now: bool },
+    /// Dead-lettered; status `failed` and attempts cleared when it names a
+    /// reservation.
+    Dead(DeadLetter),
+    /// Dead-lettered by the fence: status and attempts left alone.
+    Fenced(DeadLetter),
+    /// Back on the queue for another attempt.
+    Requeued,
+}
+
+/// One message of a batch as taken from the queue.
+#[derive(Debug)]
+struct Entry {
+    raw: Vec<u8>,
+    /// `None` when it did not parse or belongs to another sale (then its
+    /// outcome is `Dead` from the start).
+    message: Option<OrderMessage>,
+    outcome: Outcome,
+}
+
+/// One batch taken from a sale's queue (oldest first), each message with
+/// its outcome. Positions (`usize`) index the batch as taken.
+#[derive(Debug)]
+pub struct Batch {
+    sale_id: u64,
+    /// The worker handling it, named in its dead letters.
+    worker_id: String,
+    entries: Vec<Entry>,
 }
 
 fn lossy(raw: &[u8]) -> String {
     String::from_utf8_lossy(raw).into_owned()
 }
 
-impl Worker {
-    /// Handles `raw`, the messages just moved into this worker's processing
-    /// list of sale `sale_id` (oldest first).
-    pub(crate) fn handle_batch(&mut self, sale_id: u64, raw: Vec<Vec<u8>>) -> BatchEnd {
-        self.crash_if(CrashPoint::AfterMove);
-        let started = Instant::now();
-        let mut s = Settlement::default();
-        let mut valid: Vec<(usize, OrderMessage)> = Vec::with_capacity(raw.len());
-        for (i, r) in raw.iter().enumerate() {
-            match OrderMessage::parse(r) {
-                Ok(m) if m.sale_id == sale_id => valid.push((i, m)),
-                Ok(m) => s.dead.push(self.dead_letter(
-                    r,
-                    format!(
-                        "order message for sale {} in the queue of sale {sale_id}",
-                        m.sale_id
-                    ),
-                    0,
-                    Some(m.reservation_id),
-                )),
-                Err(e) => s.dead.push(self.dead_letter(r, e.to_string(), 0, None)),
-            }
-        }
+/// A dead letter of `raw` written by `worker`, logged.
+fn dead_letter(
+    worker: &str,
+    raw: &[u8],
+    reason: String,
+    attempts: u32,
+    reservation_id: Option<String>,
+) -> DeadLetter {
+    log::warn!("dead-lettering {:?}: {reason}", lossy(raw));
+    DeadLetter {
+        message: lossy(raw),
+        reason,
+        attempts,
+        worker: worker.to_string(),
+        at_ms: seckill_common::now_ms(),
+        reservation_id,
+    }
+}
 
-        let mut failures: Vec<Failure> = Vec::new();
-        // Positions in `valid` that the fence refused (dead-lettered below).
-        let mut fenced: Vec<usize> = Vec::new();
-        if !valid.is_empty() {
-            let all: Vec<usize> = (0..valid.len()).collect();
-            let (live, whole) = match self.apply_fenced(sale_id, &raw, &valid, &all, &mut fenced) {
-                Attempt::Interrupted => return BatchEnd::Interrupted,
-                Attempt::RedisFailed(e) => {
-                    log::warn!("sale {sale_id}: reading flow records: {e}");
-                    return BatchEnd::RedisFailed;
-                }
-                Attempt::Answer(live, r) => (live, r),
-            };
-            match whole {
-                Ok(Applied::Done {
-                    inserted,
-                    already,
-                    conflicts,
-                }) => {
-                    self.count_done(inserted, already);
-                    self.settle_done(&valid, &live, conflicts, &mut s, &mut failures);
-                }
-                Ok(Applied::UnknownSale) => {
-                    for p in &live {
-                        failures.push(Failure {
-                            raw: valid[*p].0,
-                            reason: format!("unknown sale {sale_id}"),
-                            final_now: true,
-                        });
-                    }
-                }
-                Ok(Applied::StockExhausted) | Err(_) => {
-                    if let Err(e) = &whole {
-                        log::warn!("sale {sale_id}: batch of {}: {e}; one by one", live.len());
-                    } else {
-                        log::warn!(
-                            "sale {sale_id}: MySQL stock cannot cover a batch of {}; one by one",
-                            live.len()
+/// Whether a whole-batch answer sends the batch through message by
+/// message (stock that cannot cover all of it, or a server error that one
+/// message may be causing).
+fn needs_one_by_one(answer: &Result<Applied, String>) -> bool {
+    matches!(answer, Ok(Applied::StockExhausted) | Err(_))
+}
+
+impl Batch {
+    /// Parses `raw`, the messages taken from sale `sale_id`'s queue by
+    /// `worker_id`. A message that does not parse, or belongs to another
+    /// sale, is dead-lettered at attempt 0 at once.
+    pub fn parse(sale_id: u64, worker_id: &str, raw: Vec<Vec<u8>>) -> Batch {
+        let entries = raw
+            .into_iter()
+            .map(|raw| {
+                let dead =
+                    |reason, rid| Outcome::Dead(dead_letter(worker_id, &raw, reason, 0, rid));
+                let (message, outcome) = match OrderMessage::parse(&raw) {
+                    Ok(m) if m.sale_id == sale_id => (Some(m), Outcome::Pending),
+                    Ok(m) => {
+                        let reason = format!(
+                            "order message for sale {} in the queue of sale {sale_id}",
+                            m.sale_id
                         );
+                        (None, dead(reason, Some(m.reservation_id)))
                     }
-                    for p in live {
-                        let i = valid[p].0;
-                        let one = match self.apply_fenced(sale_id, &raw, &valid, &[p], &mut fenced)
-                        {
-                            Attempt::Interrupted => return BatchEnd::Interrupted,
-                            Attempt::RedisFailed(e) => {
-                                log::warn!("sale {sale_id}: reading flow records: {e}");
-                                return BatchEnd::RedisFailed;
-                            }
-                            Attempt::Answer(l, _) if l.is_empty() => continue,
-                            Attempt::Answer(_, r) => r,
+                    Err(e) => (None, dead(e.to_string(), None)),
+                };
+                Entry {
+                    raw,
+                    message,
+                    outcome,
+                }
+            })
+            .collect();
+        Batch {
+            sale_id,
+            worker_id: worker_id.to_string(),
+            entries,
+        }
+    }
+
+    /// The sale whose queue the batch came from.
+    pub fn sale_id(&self) -> u64 {
+        self.sale_id
+    }
+
+    /// The positions still waiting for MySQL.
+    pub fn pending(&self) -> Vec<usize> {
+        self.positions(|o| matches!(o, Outcome::Pending))
+    }
+
+    /// The positions MySQL refused whose attempts are not counted yet.
+    pub fn refused(&self) -> Vec<usize> {
+        self.positions(|o| matches!(o, Outcome::Refused { .. }))
+    }
+
+    fn positions(&self, f: impl Fn(&Outcome) -> bool) -> Vec<usize> {
+        (0..self.entries.len())
+            .filter(|i| self.entries[*i].message.is_some() && f(&self.entries[*i].outcome))
+            .collect()
+    }
+
+    /// The parsed messages at `which` (positions without one are skipped;
+    /// [`Batch::pending`] and [`Batch::refused`] return none such).
+    pub fn messages(&self, which: &[usize]) -> Vec<&OrderMessage> {
+        which
+            .iter()
+            .filter_map(|i| self.entries.get(*i)?.message.as_ref())
+            .collect()
+    }
+
+    /// The reservation ids of [`Batch::messages`]`(which)`, in that order.
+    pub fn rids(&self, which: &[usize]) -> Vec<&str> {
+        self.messages(which)
+            .into_iter()
+            .map(|m| m.reservation_id.as_str())
+            .collect()
+    }
+
+    /// The fence's verdict on the messages at `which`, given `flows`, their
+    /// flow records in the order of [`Batch::rids`]`(which)`: a message whose
+    /// record is missing or differs byte for byte from it is dead-lettered
+    /// with [`NO_FLOW_RECORD`]. Returns the positions that passed and how
+    /// many did not.
+    pub fn fence(&mut self, which: &[usize], flows: Vec<Option<Vec<u8>>>) -> (Vec<usize>, usize) {
+        let (mut live, mut fenced) = (Vec::new(), 0);
+        let with_message: Vec<usize> = which
+            .iter()
+            .copied()
+            .filter(|i| self.entries.get(*i).is_some_and(|e| e.message.is_some()))
+            .collect();
+        for (i, flow) in with_message.into_iter().zip(flows) {
+            let e = &mut self.entries[i];
+            if flow.as_deref() == Some(e.raw.as_slice()) {
+                live.push(i);
+                continue;
+            }
+            let rid = e.message.as_ref().map(|m| m.reservation_id.clone());
+            let dl = dead_letter(&self.worker_id, &e.raw, NO_FLOW_RECORD.into(), 0, rid);
+            e.outcome = Outcome::Fenced(dl);
+            fenced += 1;
+        }
+        (live, fenced)
+    }
+
+    /// Records MySQL's answer for the messages at `live`, in the order they
+    /// were given to [`Db::apply`]: `Done` confirms them, except its
+    /// conflicts (final refusals: the buyer holds another order); an
+    /// unknown sale or exhausted stock is a final refusal of all of them; a
+    /// server error (`Err`) a refusal that counts as one failed attempt.
+    pub fn record(&mut self, live: &[usize], answer: Result<Applied, String>, metrics: &Metrics) {
+        let refuse_all = |reason: String, final_now| -> Vec<Outcome> {
+            live.iter()
+                .map(|_| Outcome::Refused {
+                    reason: reason.clone(),
+                    final_now,
+                })
+                .collect()
+        };
+        let outcomes = match answer {
+            Ok(Applied::Done {
+                inserted,
+                already,
+                conflicts,
+            }) => {
+                metrics.applied.inc_by(inserted as u64);
+                metrics.already_done.inc_by(already as u64);
+                let mut out: Vec<Outcome> = live.iter().map(|_| Outcome::Confirmed).collect();
+                for c in conflicts {
+                    if let Some(o) = out.get_mut(c.index) {
+                        *o = Outcome::Refused {
+                            reason: format!(
+                                "user already holds order {} from reservation {}",
+                                c.order_id, c.reservation_id
+                            ),
+                            final_now: true,
                         };
-                        match one {
-                            Ok(Applied::Done {
-                                inserted,
-                                already,
-                                conflicts,
-                            }) => {
-                                self.count_done(inserted, already);
-                                self.settle_done(&valid, &[p], conflicts, &mut s, &mut failures);
-                            }
-                            Ok(Applied::UnknownSale) => failures.push(Failure {
-                                raw: i,
-                                reason: format!("unknown sale {sale_id}"),
-                                final_now: true,
-                            }),
-                            Ok(Applied::StockExhausted) => failures.push(Failure {
-                                raw: i,
-                                reason: "stock exhausted in MySQL".into(),
-                                final_now: true,
-                            }),
-                            Err(e) => failures.push(Failure {
-                                raw: i,
-                                reason: e,
-                                final_now: false,
-                            }),
-                        }
                     }
                 }
+                out
+            }
+            Ok(Applied::UnknownSale) => refuse_all(format!("unknown sale {}", self.sale_id), true),
+            Ok(Applied::StockExhausted) => refuse_all("stock exhausted in MySQL".into(), true),
+            Err(e) => refuse_all(e, false),
+        };
+        for (&i, o) in live.iter().zip(outcomes) {
+            if let Some(e) = self.entries.get_mut(i) {
+                e.outcome = o;
             }
         }
-        for p in fenced {
-            let (i, m) = &valid[p];
-            s.fenced.push(self.dead_letter(
-                &raw[*i],
-                NO_FLOW_RECORD.into(),
-                0,
-                Some(m.reservation_id.clone()),
-            ));
+    }
+
+    /// Decides each refused message at `refused` (from [`Batch::refused`])
+    /// given its attempt count in `counts` (same order): dead letter when
+    /// the refusal is final or the count reached `max`
+    /// (`SECKILL_WORKER_MAX_ATTEMPTS`; the reason then starts `max
+    /// attempts: `), else back on the queue.
+    pub fn give_up_or_requeue(&mut self, refused: &[usize], counts: Vec<u32>, max: u32) {
+        for (&i, n) in refused.iter().zip(counts) {
+            let Some(e) = self.entries.get_mut(i) else {
+                continue;
+            };
+            let Outcome::Refused { reason, final_now } =
+                std::mem::replace(&mut e.outcome, Outcome::Requeued)
+            else {
+                continue;
+            };
+            if final_now || n >= max {
+                let reason = if final_now {
+                    reason
+                } else {
+                    format!("max attempts: {reason}")
+                };
+                let rid = e.message.as_ref().map(|m| m.reservation_id.clone());
+                e.outcome = Outcome::Dead(dead_letter(&self.worker_id, &e.raw, reason, n, rid));
+            } else {
+                log::warn!(
+                    "sale {}: attempt {n} of {max} failed: {reason}; requeued",
+                    self.sale_id
+                );
+            }
+        }
+    }
+
+    /// The Redis writes that finish the batch. A message without a final
+    /// outcome (none is left once the batch was applied and its refusals
+    /// counted) is not in them and stays in the processing list.
+    pub fn settlement(&self) -> Settlement<'_> {
+        let mut s = Settlement::default();
+        for e in &self.entries {
+            match &e.outcome {
+                Outcome::Pending | Outcome::Refused { .. } => continue,
+                Outcome::Confirmed => match &e.message {
+                    Some(m) => s.confirmed.push(m.reservation_id.as_str()),
+                    None => continue,
+                },
+                Outcome::Dead(d) => s.dead.push(d),
+                Outcome::Fenced(d) => s.fenced.push(d),
+                Outcome::Requeued => s.requeue.push(&e.raw),
+            }
+            s.remove.push(&e.raw);
+        }
+        s
+    }
+}
+
+/// Handles one batch for the worker that took it, with the worker's
+/// clients borrowed for the time.
+pub struct Handler<'a> {
+    config: &'a Config,
+    db: &'a mut Db,
+    consumer: &'a mut Consumer,
+    metrics: &'a Metrics,
+    shutdown: &'a Shutdown,
+    crash: &'a mut CrashPoints,
+}
+
+impl<'a> Handler<'a> {
+    /// A handler over the worker's configuration, clients and crash points.
+    pub fn new(
+        config: &'a Config,
+        db: &'a mut Db,
+        consumer: &'a mut Consumer,
+        metrics: &'a Metrics,
+        shutdown: &'a Shutdown,
+        crash: &'a mut CrashPoints,
+    ) -> Handler<'a> {
+        Handler {
+            config,
+            db,
+            consumer,
+            metrics,
+            shutdown,
+            crash,
+        }
+    }
+
+    /// Handles `raw`, the messages just moved into this worker's processing
+    /// list of sale `sale_id` (oldest first): parse, apply, settle.
+    pub fn handle(mut self, sale_id: u64, raw: Vec<Vec<u8>>) -> BatchEnd {
+        self.crash.reached(CrashPoint::AfterMove);
+        let started = Instant::now();
+        let mut batch = Batch::parse(sale_id, &self.config.worker_id, raw);
+        if let Err(end) = self.apply(&mut batch) {
+            return end;
         }
         self.metrics
             .batch_seconds
-            .observe_duration(started.elapsed());
-        self.crash_if(CrashPoint::AfterCommit);
-
-        if !failures.is_empty() {
-            if let Err(e) = self.count_failures(sale_id, &raw, &valid, failures, &mut s) {
-                log::warn!("sale {sale_id}: counting failed attempts: {e}");
-                return BatchEnd::RedisFailed;
-            }
-        }
-        match self.settle(sale_id, &raw, &s) {
-            Ok(()) => {
-                let dead = s.dead.len() + s.fenced.len();
-                self.metrics.dead_lettered.add(dead as u64);
-                self.metrics.requeued.add(s.requeue.len() as u64);
-                BatchEnd::Settled
-            }
-            Err(e) => {
-                log::warn!("sale {sale_id}: settling a batch in redis: {e}");
-                BatchEnd::RedisFailed
-            }
-        }
+            .observe(started.elapsed().as_secs_f64());
+        self.crash.reached(CrashPoint::AfterCommit);
+        self.settle(batch)
     }
 
-    fn count_done(&self, inserted: usize, already: usize) {
-        self.metrics.applied.add(inserted as u64);
-        self.metrics.already_done.add(already as u64);
-    }
-
-    fn dead_letter(
-        &self,
-        raw: &[u8],
-        reason: String,
-        attempts: u32,
-        reservation_id: Option<String>,
-    ) -> DeadLetter {
-        log::warn!("dead-lettering {:?}: {reason}", lossy(raw));
-        DeadLetter {
-            message: lossy(raw),
-            reason,
-            attempts,
-            worker: self.config.worker_id.clone(),
-            at_ms: seckill_common::now_ms(),
-            reservation_id,
+    /// Applies the pending messages: the whole batch in one transaction,
+    /// or, when MySQL stock cannot cover it or the server refuses it,
+    /// message by message; every answer goes to [`Batch::record`].
+    fn apply(&mut self, batch: &mut Batch) -> Result<(), BatchEnd> {
+        let all = batch.pending();
+        if all.is_empty() {
+            return Ok(());
         }
-    }
-
-    /// Records what a committed application did for the messages at
-    /// positions `live` of `valid`: confirmed, except the conflicts, which
-    /// are final failures (dead letter, status `failed`).
-    fn settle_done(
-        &self,
-        valid: &[(usize, OrderMessage)],
-        live: &[usize],
-        conflicts: Vec<Conflict>,
-        s: &mut Settlement,
-        failures: &mut Vec<Failure>,
-    ) {
-        let mut refused = vec![false; live.len()];
-        for c in conflicts {
-            if let Some(r) = refused.get_mut(c.index) {
-                *r = true;
-            }
-            failures.push(Failure {
-                raw: valid[live[c.index]].0,
-                reason: format!(
-                    "user already holds order {} from reservation {}",
-                    c.order_id, c.reservation_id
-                ),
-                final_now: true,
-            });
+        let (live, whole) = self.apply_fenced(batch, &all)?;
+        if !needs_one_by_one(&whole) {
+            batch.record(&live, whole, self.metrics);
+            return Ok(());
         }
-        for (p, refused) in live.iter().zip(refused) {
-            if !refused {
-                s.confirmed.push(valid[*p].1.reservation_id.clone());
+        let sale_id = batch.sale_id();
+        match &whole {
+            Err(e) => log::warn!("sale {sale_id}: batch of {}: {e}; one by one", live.len()),
+            Ok(_) => log::warn!(
+                "sale {sale_id}: MySQL stock cannot cover a batch of {}; one by one",
+                live.len()
+            ),
+        }
+        for p in live {
+            let (one, answer) = self.apply_fenced(batch, &[p])?;
+            // An empty `one`: the fence refused the message this time.
+            if !one.is_empty() {
+                batch.record(&one, answer, self.metrics);
             }
         }
+        Ok(())
     }
 
-    /// The fence: reads the flow records of the messages at positions
-    /// `which` of `valid` in one `HMGET` and returns the positions whose
-    /// flow record is missing or differs byte for byte from the queued
-    /// message.
+    /// The fence: reads the flow records of the messages at `which` in one
+    /// `HMGET` and dead-letters those without a matching one
+    /// ([`Batch::fence`]); returns the positions that passed.
     ///
-    /// Errors: Redis failures.
-    fn stale(
-        &mut self,
-        sale_id: u64,
-        raw: &[Vec<u8>],
-        valid: &[(usize, OrderMessage)],
-        which: &[usize],
-    ) -> redis::RedisResult<Vec<usize>> {
-        let mut cmd = redis::cmd("HMGET");
-        cmd.arg(SaleKeys::new(sale_id).flow());
-        for p in which {
-            cmd.arg(valid[*p].1.reservation_id.as_str());
-        }
-        let flows: Vec<Option<Vec<u8>>> = cmd.query(self.consumer.con()?)?;
-        Ok(which
-            .iter()
-            .zip(flows)
-            .filter(|(p, f)| f.as_deref() != Some(raw[valid[**p].0].as_slice()))
-            .map(|(p, _)| *p)
-            .collect())
+    /// Errors: `RedisFailed` when the read failed.
+    fn fence(&mut self, batch: &mut Batch, which: &[usize]) -> Result<Vec<usize>, BatchEnd> {
+        let sale_id = batch.sale_id();
+        let flows = match self.consumer.flow_records(sale_id, &batch.rids(which)) {
+            Ok(f) => f,
+            Err(e) => {
+                log::warn!("sale {sale_id}: reading flow records: {e}");
+                return Err(BatchEnd::RedisFailed);
+            }
+        };
+        let (live, fenced) = batch.fence(which, flows);
+        self.metrics.fenced.inc_by(fenced as u64);
+        Ok(live)
     }
 
-    /// Applies the messages at positions `which` of `valid` until MySQL
-    /// gives an answer, each attempt fenced: right before it (after any
-    /// retry wait and the MySQL connect, immediately before `BEGIN`) the
-    /// flow records are read, and messages without a matching one are
-    /// moved to `fenced` and never applied. Deadlocks and lock-wait timeouts
-    /// are retried on the same connection, lost connections on a new one,
-    /// both with capped exponential backoff and never counted against the
-    /// messages. An `Err` answer is a server error that counts as a failed
-    /// application.
+    /// Applies the messages at `which` until MySQL gives an answer, each
+    /// attempt fenced: right before it (after any retry wait and the MySQL
+    /// connect, immediately before `BEGIN`) the flow records are read, and
+    /// messages without a matching one are dead-lettered and never applied.
+    /// Deadlocks and lock-wait timeouts are retried on the same connection,
+    /// lost connections on a new one, both with [`crate::RETRY`] backoff
+    /// and never counted against the messages. Returns the positions
+    /// applied (empty, with a `Done` of nothing, when the fence passed
+    /// none) and the answer; an `Err` answer is a server error that counts
+    /// as a failed application.
+    ///
+    /// Errors: `Interrupted` when shutdown came while MySQL could not be
+    /// reached, `RedisFailed` when the fence could not read.
     fn apply_fenced(
         &mut self,
-        sale_id: u64,
-        raw: &[Vec<u8>],
-        valid: &[(usize, OrderMessage)],
+        batch: &mut Batch,
         which: &[usize],
-        fenced: &mut Vec<usize>,
-    ) -> Attempt {
+    ) -> Result<(Vec<usize>, Result<Applied, String>), BatchEnd> {
+        let sale_id = batch.sale_id();
         let mut live = which.to_vec();
-        let mut backoff = crate::consume::Backoff::new();
+        let mut backoff = crate::RETRY;
         let answer = loop {
             // Connect first, so that nothing but BEGIN follows the fence.
             let r = match self.db.connect() {
                 Err(e) => Err(e),
                 Ok(()) => {
-                    let stale = match self.stale(sale_id, raw, valid, &live) {
-                        Ok(stale) => stale,
-                        Err(e) => return Attempt::RedisFailed(e),
-                    };
-                    live.retain(|p| !stale.contains(p));
-                    self.metrics.fenced.add(stale.len() as u64);
-                    fenced.extend(stale);
+                    live = self.fence(batch, &live)?;
                     if live.is_empty() {
-                        let none = Applied::Done {
-                            inserted: 0,
-                            already: 0,
-                            conflicts: Vec::new(),
-                        };
-                        return Attempt::Answer(live, Ok(none));
+                        return Ok((live, Ok(Applied::nothing())));
                     }
-                    let msgs: Vec<&OrderMessage> = live.iter().map(|p| &valid[*p].1).collect();
-                    self.db.apply(sale_id, &msgs)
+                    self.db.apply(sale_id, &batch.messages(&live))
                 }
             };
             match r {
@@ -366,91 +472,161 @@ impl Worker {
                     log::warn!("sale {sale_id}: {e}; reconnecting");
                 }
             }
-            if !backoff.sleep(&self.shutdown) {
-                return Attempt::Interrupted;
+            if !backoff.sleep(self.shutdown) {
+                return Err(BatchEnd::Interrupted);
             }
         };
         self.metrics.batches.inc();
         self.metrics.batch_size.observe(live.len() as f64);
-        Attempt::Answer(live, answer)
+        Ok((live, answer))
     }
 
-    /// Adds one failed application per refused message in Redis, then
-    /// dead-letters those that reached `SECKILL_WORKER_MAX_ATTEMPTS` (or
-    /// cannot succeed) and requeues the rest.
-    fn count_failures(
-        &mut self,
-        sale_id: u64,
-        raw: &[Vec<u8>],
-        valid: &[(usize, OrderMessage)],
-        failures: Vec<Failure>,
-        s: &mut Settlement,
-    ) -> redis::RedisResult<()> {
-        let k = SaleKeys::new(sale_id);
-        let rid_of = |i: usize| {
-            valid
-                .iter()
-                .find(|(j, _)| *j == i)
-                .map(|(_, m)| m.reservation_id.clone())
-                .unwrap_or_default()
+    /// Counts one failed attempt per refused message in Redis, decides
+    /// each ([`Batch::give_up_or_requeue`]), then settles the batch
+    /// ([`Consumer::settle`]).
+    fn settle(&mut self, mut batch: Batch) -> BatchEnd {
+        let sale_id = batch.sale_id();
+        let refused = batch.refused();
+        if !refused.is_empty() {
+            match self.consumer.count_attempts(sale_id, &batch.rids(&refused)) {
+                Ok(counts) => {
+                    batch.give_up_or_requeue(&refused, counts, self.config.worker_max_attempts)
+                }
+                Err(e) => {
+                    log::warn!("sale {sale_id}: counting failed attempts: {e}");
+                    return BatchEnd::RedisFailed;
+                }
+            }
+        }
+        let s = batch.settlement();
+        match self.consumer.settle(sale_id, &s) {
+            Ok(()) => {
+                let dead = s.dead.len() + s.fenced.len();
+                self.metrics.dead_lettered.inc_by(dead as u64);
+                self.metrics.requeued.inc_by(s.requeue.len() as u64);
+                BatchEnd::Settled
+            }
+            Err(e) => {
+                log::warn!("sale {sale_id}: settling a batch in redis: {e}");
+                BatchEnd::RedisFailed
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::apply::Conflict;
+
+    fn msg(sale_id: u64, n: u32) -> Vec<u8> {
+        OrderMessage {
+            v: 1,
+            reservation_id: rid(n),
+            sale_id,
+            user_id: format!("u{n}"),
+            reserved_at_ms: 1_000,
+        }
+        .to_json()
+        .into_bytes()
+    }
+
+    fn rid(n: u32) -> String {
+        format!("{n:032x}")
+    }
+
+    fn reasons(d: &[&DeadLetter]) -> Vec<(String, u32, Option<String>)> {
+        d.iter()
+            .map(|d| (d.reason.clone(), d.attempts, d.reservation_id.clone()))
+            .collect()
+    }
+
+    fn dl(reason: &str, attempts: u32, n: u32) -> (String, u32, Option<String>) {
+        (reason.to_string(), attempts, Some(rid(n)))
+    }
+
+    /// Seven messages, each decided by a different step, end in exactly
+    /// one list each; every one of them leaves the processing list.
+    #[test]
+    fn each_message_gets_one_outcome_whichever_step_decides_it() {
+        let raw = vec![
+            b"not json".to_vec(),
+            msg(8, 1), // another sale's
+            msg(7, 2), // applied
+            msg(7, 3), // the buyer's other order
+            msg(7, 4), // fenced
+            msg(7, 5), // server error, attempt 1 of 3: requeued
+            msg(7, 6), // server error, attempt 3 of 3: dead
+        ];
+        let metrics = Metrics::new("w1");
+        let mut b = Batch::parse(7, "w1", raw.clone());
+        assert_eq!(b.pending(), [2, 3, 4, 5, 6]);
+        assert_eq!(b.rids(&[2, 4]), [rid(2), rid(4)]);
+        let flows = [2, 3, 4, 5, 6].map(|i| (i != 4).then(|| raw[i].clone()));
+        let (live, fenced) = b.fence(&b.pending(), flows.to_vec());
+        assert_eq!((live.as_slice(), fenced), (&[2, 3, 5, 6][..], 1));
+        let conflict = Conflict {
+            index: 1,
+            order_id: 40,
+            reservation_id: rid(9),
         };
-        let mut p = redis::pipe();
-        for f in &failures {
-            p.hincr(k.attempts(), rid_of(f.raw), 1);
-        }
-        let counts: Vec<u32> = p.query(self.consumer.con()?)?;
-        let max = self.config.worker_max_attempts;
-        for (f, n) in failures.into_iter().zip(counts) {
-            if f.final_now || n >= max {
-                let reason = if f.final_now {
-                    f.reason
-                } else {
-                    format!("max attempts: {}", f.reason)
-                };
-                let dl = self.dead_letter(&raw[f.raw], reason, n, Some(rid_of(f.raw)));
-                s.dead.push(dl);
-            } else {
-                log::warn!(
-                    "sale {sale_id}: attempt {n} of {max} failed: {}; requeued",
-                    f.reason
-                );
-                s.requeue.push(f.raw);
-            }
-        }
-        Ok(())
+        let done = Applied::Done {
+            inserted: 1,
+            already: 0,
+            conflicts: vec![conflict],
+        };
+        b.record(&[2, 3], Ok(done), &metrics);
+        b.record(&[5, 6], Err("trigger says no".into()), &metrics);
+        assert_eq!(metrics.applied.get(), 1);
+        assert_eq!(b.pending(), Vec::<usize>::new());
+        let refused = b.refused();
+        assert_eq!(refused, [3, 5, 6]);
+        b.give_up_or_requeue(&refused, vec![1, 1, 3], 3);
+        assert_eq!(b.refused(), Vec::<usize>::new());
+
+        let s = b.settlement();
+        assert_eq!(s.confirmed, [rid(2)]);
+        assert_eq!(
+            reasons(&s.fenced),
+            [dl(NO_FLOW_RECORD, 0, 4)],
+            "{:?}",
+            s.fenced
+        );
+        let dead = reasons(&s.dead);
+        assert_eq!(dead.len(), 4, "{dead:?}");
+        assert_eq!(dead[0].1, 0);
+        assert_eq!(dead[0].2, None);
+        assert_eq!(
+            dead[1],
+            dl("order message for sale 8 in the queue of sale 7", 0, 1)
+        );
+        let held = format!("user already holds order 40 from reservation {}", rid(9));
+        assert_eq!(dead[2], dl(&held, 1, 3));
+        assert_eq!(dead[3], dl("max attempts: trigger says no", 3, 6));
+        assert_eq!(s.requeue, [raw[5].as_slice()]);
+        let all: Vec<&[u8]> = raw.iter().map(Vec::as_slice).collect();
+        assert_eq!(s.remove, all);
     }
 
-    /// One `MULTI`: confirmed statuses (and their attempt counts cleared),
-    /// dead letters with status `failed`, requeues, and `LREM` of every
-    /// message of the batch from this worker's processing list.
-    fn settle(&mut self, sale_id: u64, raw: &[Vec<u8>], s: &Settlement) -> redis::RedisResult<()> {
-        let k = SaleKeys::new(sale_id);
-        let mut p = redis::pipe();
-        p.atomic();
-        for rid in &s.confirmed {
-            p.hset(k.status(), rid, PurchaseStatus::Confirmed.as_str())
-                .ignore();
-            p.hdel(k.attempts(), rid).ignore();
-        }
-        for d in &s.fenced {
-            p.lpush(k.dead_letter(), d.to_json()).ignore();
-        }
-        for d in &s.dead {
-            p.lpush(k.dead_letter(), d.to_json()).ignore();
-            if let Some(rid) = &d.reservation_id {
-                p.hset(k.status(), rid, PurchaseStatus::Failed.as_str())
-                    .ignore();
-                p.hdel(k.attempts(), rid).ignore();
-            }
-        }
-        for i in &s.requeue {
-            p.lpush(k.queue(), &raw[*i]).ignore();
-        }
-        let processing = k.processing(&self.config.worker_id);
-        // The oldest message sits at the right end: search from there.
-        for r in raw {
-            p.lrem(&processing, -1, r).ignore();
-        }
-        self.consumer.run_pipe(&p)
+    #[test]
+    fn an_unknown_sale_or_exhausted_stock_is_a_final_refusal_of_each() {
+        let metrics = Metrics::new("w1");
+        let mut b = Batch::parse(7, "w1", vec![msg(7, 1), msg(7, 2)]);
+        b.record(&[0], Ok(Applied::UnknownSale), &metrics);
+        b.record(&[1], Ok(Applied::StockExhausted), &metrics);
+        b.give_up_or_requeue(&b.refused(), vec![1, 1], 5);
+        let s = b.settlement();
+        assert_eq!(
+            reasons(&s.dead),
+            [
+                dl("unknown sale 7", 1, 1),
+                dl("stock exhausted in MySQL", 1, 2)
+            ]
+        );
+        assert!(s.confirmed.is_empty() && s.requeue.is_empty());
+        assert!(needs_one_by_one(&Ok(Applied::StockExhausted)));
+        assert!(needs_one_by_one(&Err(String::new())));
+        assert!(!needs_one_by_one(&Ok(Applied::UnknownSale)));
+        assert!(!needs_one_by_one(&Ok(Applied::nothing())));
     }
 }

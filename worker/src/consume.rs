@@ -11,7 +11,8 @@
 //! plus one pass. Sales are rediscovered from `seckill:sales` every 2 s.
 
 use crate::apply::Db;
-use crate::batch::BatchEnd;
+use crate::batch::{BatchEnd, Handler};
+use crate::crash::CrashPoints;
 use crate::loss_watch::PausedSales;
 use crate::metrics::Metrics;
 use crate::queue::Consumer;
@@ -23,72 +24,6 @@ use std::time::{Duration, Instant};
 /// How often the set of sales is read again (a new sale is consumed within
 /// this time plus one block).
 pub const SALES_REFRESH: Duration = Duration::from_secs(2);
-
-/// First and largest pause between retries of a failed MySQL or Redis call.
-const BACKOFF_FIRST: Duration = Duration::from_millis(20);
-const BACKOFF_MAX: Duration = Duration::from_secs(1);
-
-/// Capped exponential backoff that wakes early on shutdown.
-pub struct Backoff {
-    next: Duration,
-}
-
-impl Backoff {
-    /// Starts at 20 ms, doubling up to 1 s.
-    pub fn new() -> Backoff {
-        Backoff {
-            next: BACKOFF_FIRST,
-        }
-    }
-
-    /// Sleeps the next pause in slices of at most 50 ms; `false` when the
-    /// shutdown flag was set before or during it.
-    pub fn sleep(&mut self, shutdown: &Shutdown) -> bool {
-        let until = Instant::now() + self.next;
-        self.next = (self.next * 2).min(BACKOFF_MAX);
-        while !shutdown.is_triggered() {
-            let now = Instant::now();
-            if now >= until {
-                return true;
-            }
-            std::thread::sleep((until - now).min(Duration::from_millis(50)));
-        }
-        false
-    }
-}
-
-impl Default for Backoff {
-    fn default() -> Self {
-        Backoff::new()
-    }
-}
-
-/// Test-only crash points (`SECKILL_WORKER_CRASH_AT`, for the crash tests;
-/// never set it in production): the process aborts, as under `kill -9`, the
-/// first time it reaches the point.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum CrashPoint {
-    /// A batch was moved into the processing list; MySQL not touched yet.
-    AfterMove,
-    /// MySQL committed the batch; Redis not settled yet.
-    AfterCommit,
-    /// Like `AfterMove`, but the process stops itself (`SIGSTOP`) instead,
-    /// to test a paused worker that resumes after being reclaimed.
-    StopAfterMove,
-}
-
-impl CrashPoint {
-    /// Reads `SECKILL_WORKER_CRASH_AT` (`after_move`, `after_commit`,
-    /// `stop_after_move`); anything else means none.
-    pub fn from_env() -> Option<CrashPoint> {
-        match std::env::var("SECKILL_WORKER_CRASH_AT").ok()?.as_str() {
-            "after_move" => Some(CrashPoint::AfterMove),
-            "after_commit" => Some(CrashPoint::AfterCommit),
-            "stop_after_move" => Some(CrashPoint::StopAfterMove),
-            _ => None,
-        }
-    }
-}
 
 /// Whether `e` is an interrupted system call (`EINTR`). redis 1.x keeps an
 /// I/O error as an `Arc<dyn Error>`, which is what `source` returns, so the
@@ -107,12 +42,13 @@ fn interrupted(e: &redis::RedisError) -> bool {
 
 /// The consuming side of one worker process.
 pub struct Worker {
-    pub(crate) config: Config,
-    pub(crate) db: Db,
-    pub(crate) consumer: Consumer,
-    pub(crate) metrics: Arc<Metrics>,
-    pub(crate) shutdown: Shutdown,
-    crash: Option<CrashPoint>,
+    config: Config,
+    db: Db,
+    consumer: Consumer,
+    metrics: Arc<Metrics>,
+    shutdown: Shutdown,
+    /// Test builds only (`crate::crash`); nothing armed otherwise.
+    crash: CrashPoints,
     sales: Vec<u64>,
     sales_read: Option<Instant>,
     /// Index into `sales` of the queue to block on in the next idle pass.
@@ -142,7 +78,7 @@ impl Worker {
             consumer,
             metrics,
             shutdown,
-            crash: CrashPoint::from_env(),
+            crash: CrashPoints::from_env(),
             sales: Vec::new(),
             sales_read: None,
             idle_turn: 0,
@@ -157,26 +93,6 @@ impl Worker {
         self.paused = paused;
     }
 
-    pub(crate) fn crash_if(&mut self, point: CrashPoint) {
-        let armed = self.crash;
-        match (armed, point) {
-            (Some(CrashPoint::AfterMove), CrashPoint::AfterMove)
-            | (Some(CrashPoint::AfterCommit), CrashPoint::AfterCommit) => {
-                log::error!("test crash point {point:?} reached: aborting");
-                std::process::abort();
-            }
-            (Some(CrashPoint::StopAfterMove), CrashPoint::AfterMove) => {
-                self.crash = None;
-                log::warn!("test crash point {point:?} reached: stopping myself");
-                let pid = std::process::id().to_string();
-                let _ = std::process::Command::new("kill")
-                    .args(["-STOP", &pid])
-                    .status();
-            }
-            _ => {}
-        }
-    }
-
     /// The sales this worker last read from `seckill:sales` (ascending):
     /// the ones it may have processing lists for.
     pub fn sales(&self) -> &[u64] {
@@ -186,7 +102,7 @@ impl Worker {
     /// Waits until Redis and MySQL both answer (retrying with backoff);
     /// `false` when shutdown came first.
     pub fn wait_for_dependencies(&mut self) -> bool {
-        let mut backoff = Backoff::new();
+        let mut backoff = crate::RETRY;
         loop {
             let redis = self.consumer.con().map(|_| ());
             let mysql = self.db.ping();
@@ -248,10 +164,10 @@ impl Worker {
     /// finished (or, when MySQL is unreachable, left in the processing list)
     /// before returning.
     pub fn run(&mut self) {
-        let mut backoff = Backoff::new();
+        let mut backoff = crate::RETRY;
         while !self.shutdown.is_triggered() {
             match self.pass() {
-                Ok(()) => backoff = Backoff::new(),
+                Ok(()) => backoff.reset(),
                 Err(e) if self.shutdown.is_triggered() => {
                     // Typically the signal interrupted the blocking call
                     // (EINTR); the server may still have moved a message,
@@ -278,7 +194,7 @@ impl Worker {
             Ok(0) => {}
             Ok(n) => {
                 log::info!("put {n} untouched messages back on their queues");
-                self.metrics.reclaimed.add(n);
+                self.metrics.reclaimed.inc_by(n);
             }
             Err(e) => log::warn!("putting my processing lists back on exit: {e}"),
         }
@@ -295,16 +211,13 @@ impl Worker {
             if n > 0 {
                 log::warn!("moved {n} messages of my previous run back to their queues");
             }
-            self.metrics.reclaimed.add(n);
+            self.metrics.reclaimed.inc_by(n);
             self.must_reclaim = false;
         }
         self.refresh_sales()?;
         let sales = self.paused.unpaused(&self.sales);
         if sales.is_empty() {
-            let mut idle = Backoff {
-                next: self.config.worker_block,
-            };
-            idle.sleep(&self.shutdown);
+            seckill_common::backoff::sleep_unless(self.config.worker_block, &self.shutdown);
             return Ok(());
         }
         let mut took_any = false;
@@ -354,7 +267,15 @@ impl Worker {
     }
 
     fn finish(&mut self, sale: u64, batch: Vec<Vec<u8>>) {
-        match self.handle_batch(sale, batch) {
+        let handler = Handler::new(
+            &self.config,
+            &mut self.db,
+            &mut self.consumer,
+            &self.metrics,
+            &self.shutdown,
+            &mut self.crash,
+        );
+        match handler.handle(sale, batch) {
             BatchEnd::Settled => {}
             BatchEnd::Interrupted => {
                 log::warn!("sale {sale}: stopping with a batch unapplied in my processing list")

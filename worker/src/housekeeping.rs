@@ -260,7 +260,7 @@ impl Housekeeping {
         let sales = queue::sales(con)?;
         if reclaim_due {
             let n = reclaim_dead(con, &self.worker_id, &sales)?;
-            self.metrics.reclaimed.add(n);
+            self.metrics.reclaimed.inc_by(n);
             *last_reclaim = Some(Instant::now());
         }
         if gauge_due {

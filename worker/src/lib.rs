@@ -5,13 +5,15 @@
 //! # Layout
 //!
 //! - [`consume`]: the consuming loop (fair passes over every sale's queue,
-//!   blocking only when all are empty), backoff, test crash points.
+//!   blocking only when all are empty).
 //! - [`batch`]: one batch from taking to settling: parse, fence (apply only
 //!   messages whose flow record Redis still holds), apply, dead-letter,
-//!   requeue, one `MULTI` to finish it in Redis.
+//!   requeue; one [`batch::Batch`] records each message's outcome.
 //! - [`apply`]: the MySQL transaction (orders, stock ledger, guarded stock
 //!   decrement), idempotent by reservation id.
-//! - [`queue`]: the Redis side of the reliable queue (take, block, reclaim).
+//! - [`queue`]: the Redis side of the reliable queue (take, block, the
+//!   fence's read, attempt counts, the `MULTI` that settles a batch,
+//!   reclaim).
 //! - [`housekeeping`]: heartbeat, reclaim of dead workers' processing lists,
 //!   queue gauges.
 //! - [`loss_watch`]: the data-loss watch (Redis behind MySQL's reservation
@@ -19,14 +21,25 @@
 //! - [`expiry`]: the expiry sweep (pending orders past their deadline back
 //!   on sale; the Redis step of every release).
 //! - [`payments`]: the payment consumer (payment queue -> MySQL).
-//! - [`metrics`]: counters and the `/metrics` listener.
+//! - [`metrics`]: `prometheus-client` metrics and the `/metrics` listener.
 //! - [`error`]: why `run` stops, and how MySQL failures are classified.
+//! - [`crash`]: test-only crash points (`SECKILL_WORKER_CRASH_AT`).
+//!
+//! # Features
+//!
+//! - `crash-points` (off by default, for tests only): compiles in the crash
+//!   points of [`crash`]. No crate enables it, so `cargo build --release`
+//!   (or `-p seckill-worker`) never has them and ignores the variable;
+//!   `scripts/test.sh` builds and tests with
+//!   `--features seckill-worker/crash-points`, and the test harness refuses
+//!   to run a crash test against a worker built without it.
 #![forbid(unsafe_code)]
 #![deny(missing_docs)]
 
 pub mod apply;
 pub mod batch;
 pub mod consume;
+pub mod crash;
 pub mod error;
 pub mod expiry;
 pub mod housekeeping;
@@ -37,8 +50,14 @@ pub mod queue;
 
 pub use error::WorkerError;
 
+use seckill_common::backoff::Backoff;
 use seckill_common::{Config, Shutdown};
 use std::sync::Arc;
+use std::time::Duration;
+
+/// The worker's backoff between retries of a failed MySQL or Redis call:
+/// 20 ms doubling up to 1 s (copy it to start one).
+pub const RETRY: Backoff = Backoff::new(Duration::from_millis(20), Duration::from_secs(1));
 
 /// Runs the worker until `shutdown` is set: serves `/metrics`, waits for
 /// Redis and MySQL, registers, reclaims its own processing lists of a
@@ -63,13 +82,9 @@ pub fn run(config: Config, shutdown: Shutdown) -> Result<(), WorkerError> {
     let limits = apply::SessionLimits::for_heartbeat(config.worker_heartbeat_ttl);
     let db = apply::Db::new(&config.mysql_url, config.mysql_timeout, limits)
         .map_err(WorkerError::BadMysqlUrl)?;
-    let metrics = Arc::new(metrics::Metrics::default());
-    let (addr, _http) = metrics::serve(
-        config.worker_metrics_listen,
-        metrics.clone(),
-        config.worker_id.clone(),
-    )
-    .map_err(WorkerError::MetricsListen)?;
+    let metrics = Arc::new(metrics::Metrics::new(&config.worker_id));
+    let (addr, _http) = metrics::serve(config.worker_metrics_listen, metrics.clone())
+        .map_err(WorkerError::MetricsListen)?;
     log::info!(
         "worker {}: metrics on http://{addr}/metrics",
         config.worker_id
@@ -87,7 +102,7 @@ pub fn run(config: Config, shutdown: Shutdown) -> Result<(), WorkerError> {
         return Ok(());
     }
     // Register before consuming so others know whose lists these are.
-    let mut backoff = consume::Backoff::new();
+    let mut backoff = RETRY;
     loop {
         let r =
             queue::open(&client, config.redis_timeout, config.redis_timeout).and_then(|mut c| {

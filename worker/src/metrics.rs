@@ -2,9 +2,19 @@
 //! format, like the gateway's): orders applied, batches and their sizes and
 //! durations, retries, dead letters, reclaimed messages, and per sale the
 //! queue length, the processing-list length and the age of the oldest
-//! queued message.
+//! queued message. `prometheus-client` metrics in one registry; the
+//! worker's own series carry the label `worker`, the per-sale ones (the
+//! same for every worker) do not.
 
-use seckill_common::metrics::{Counter, Exposition, Histogram, LATENCY_BUCKETS_S, SIZE_BUCKETS};
+use prometheus_client::collector::Collector;
+use prometheus_client::encoding::{DescriptorEncoder, EncodeMetric};
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::ConstGauge;
+use prometheus_client::metrics::histogram::Histogram;
+use prometheus_client::metrics::MetricType;
+use prometheus_client::registry::Registry;
+use seckill_common::metrics::{latency_histogram, size_histogram};
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
@@ -19,7 +29,8 @@ pub struct SaleGauges {
     /// Messages in every registered worker's processing list of the sale.
     pub processing: i64,
     /// Age in ms of the oldest queued message (`reserved_at_ms` to now, by
-    /// this machine's clock); 0 when the queue is empty.
+    /// this machine's clock); 0 when the queue is empty. Exposed in seconds
+    /// (`seckill_queue_oldest_age_seconds`).
     pub oldest_age_ms: i64,
 }
 
@@ -27,6 +38,8 @@ pub struct SaleGauges {
 /// gauges are replaced whole under a mutex about once a second.
 #[derive(Debug)]
 pub struct Metrics {
+    /// What `/metrics` renders; holds a clone of every handle below.
+    registry: Registry,
     /// Orders created (one per newly inserted order row).
     pub applied: Counter,
     /// Messages whose order already existed (redelivery, duplicate push).
@@ -55,142 +68,168 @@ pub struct Metrics {
     pub data_loss_detected: Counter,
     /// Redis errors seen by the consuming loop.
     pub redis_errors: Counter,
-    /// Per-sale queue figures.
-    pub sales: Mutex<Vec<SaleGauges>>,
+    /// Per-sale queue figures (read by [`SaleFigures`] at each scrape).
+    pub sales: Arc<Mutex<Vec<SaleGauges>>>,
 }
 
-impl Default for Metrics {
-    fn default() -> Self {
-        Metrics {
-            applied: Counter::default(),
-            already_done: Counter::default(),
-            batches: Counter::default(),
-            batch_size: Histogram::new(SIZE_BUCKETS),
-            batch_seconds: Histogram::new(LATENCY_BUCKETS_S),
-            retries_transient: Counter::default(),
-            retries_connection: Counter::default(),
-            dead_lettered: Counter::default(),
-            fenced: Counter::default(),
-            requeued: Counter::default(),
-            reclaimed: Counter::default(),
-            data_loss_detected: Counter::default(),
-            redis_errors: Counter::default(),
-            sales: Mutex::new(Vec::new()),
-        }
-    }
+/// Registers a fresh counter as `name` (without `_total`; `help` without
+/// its final full stop, see `seckill_common::metrics`) and returns it.
+fn counter(r: &mut Registry, name: &str, help: &str) -> Counter {
+    let c = Counter::default();
+    r.register(name, help, c.clone());
+    c
+}
+
+/// Registers `h` as `name` and returns it.
+fn histogram(r: &mut Registry, name: &str, help: &str, h: Histogram) -> Histogram {
+    r.register(name, help, h.clone());
+    h
 }
 
 impl Metrics {
-    /// The `/metrics` page of worker `worker_id`.
-    pub fn render(&self, worker_id: &str) -> String {
-        let w = [("worker", worker_id)];
-        let mut e = Exposition::new();
-        e.counter(
-            "seckill_worker_orders_applied_total",
-            "Orders created in MySQL.",
-            &w,
-            self.applied.get(),
+    /// The metrics of worker `worker_id` (the value of every series' label
+    /// `worker`, but the per-sale gauges').
+    pub fn new(worker_id: &str) -> Metrics {
+        let mut root = Registry::default();
+        let sales = Arc::new(Mutex::new(Vec::new()));
+        root.register_collector(Box::new(SaleFigures(sales.clone())));
+        let r = root.sub_registry_with_label(("worker".into(), worker_id.to_string().into()));
+        let retries = Family::<[(&'static str, &'static str); 1], Counter>::default();
+        r.register(
+            "seckill_worker_retries",
+            "MySQL transactions retried, by cause",
+            retries.clone(),
         );
-        e.counter(
-            "seckill_worker_messages_already_done_total",
-            "Messages whose order already existed (redelivered or duplicated).",
-            &w,
-            self.already_done.get(),
+        let retries_transient = retries
+            .get_or_create(&[("cause", "deadlock_or_lock_wait")])
+            .clone();
+        let retries_connection = retries.get_or_create(&[("cause", "connection")]).clone();
+        let applied = counter(
+            r,
+            "seckill_worker_orders_applied",
+            "Orders created in MySQL",
         );
-        e.counter(
-            "seckill_worker_batches_total",
-            "Batches applied in MySQL.",
-            &w,
-            self.batches.get(),
+        let already_done = counter(
+            r,
+            "seckill_worker_messages_already_done",
+            "Messages whose order already existed (redelivered or duplicated)",
         );
-        e.histogram(
+        let batches = counter(r, "seckill_worker_batches", "Batches applied in MySQL");
+        let batch_size = histogram(
+            r,
             "seckill_worker_batch_size",
-            "Messages per batch.",
-            &w,
-            &self.batch_size,
+            "Messages per batch",
+            size_histogram(),
         );
-        e.histogram(
+        let batch_seconds = histogram(
+            r,
             "seckill_worker_batch_seconds",
-            "Time to apply one batch in MySQL, retries included.",
-            &w,
-            &self.batch_seconds,
+            "Time to apply one batch in MySQL, retries included",
+            latency_histogram(),
         );
-        let help = "MySQL transactions retried, by cause.";
-        e.counter(
-            "seckill_worker_retries_total",
-            help,
-            &[("worker", worker_id), ("cause", "deadlock_or_lock_wait")],
-            self.retries_transient.get(),
+        let dead_lettered = counter(
+            r,
+            "seckill_worker_dead_lettered",
+            "Messages moved to a dead-letter list",
         );
-        e.counter(
-            "seckill_worker_retries_total",
-            help,
-            &[("worker", worker_id), ("cause", "connection")],
-            self.retries_connection.get(),
+        let fenced = counter(
+            r,
+            "seckill_worker_fenced",
+            "Messages dead-lettered without applying: Redis held no matching flow record",
         );
-        e.counter(
-            "seckill_worker_dead_lettered_total",
-            "Messages moved to a dead-letter list.",
-            &w,
-            self.dead_lettered.get(),
+        let requeued = counter(
+            r,
+            "seckill_worker_requeued",
+            "Messages put back on the queue after a failed application",
         );
-        e.counter(
-            "seckill_worker_fenced_total",
-            "Messages dead-lettered without applying: Redis held no matching flow record.",
-            &w,
-            self.fenced.get(),
+        let reclaimed = counter(
+            r,
+            "seckill_worker_reclaimed",
+            "Messages moved back to a queue from a processing list",
         );
-        e.counter(
-            "seckill_worker_requeued_total",
-            "Messages put back on the queue after a failed application.",
-            &w,
-            self.requeued.get(),
+        let data_loss_detected = counter(
+            r,
+            "seckill_worker_redis_data_loss",
+            "Sales found with Redis behind MySQL's reservation sequence (paused)",
         );
-        e.counter(
-            "seckill_worker_reclaimed_total",
-            "Messages moved back to a queue from a processing list.",
-            &w,
-            self.reclaimed.get(),
+        let redis_errors = counter(
+            r,
+            "seckill_worker_redis_errors",
+            "Redis errors in the consuming loop",
         );
-        e.counter(
-            "seckill_worker_redis_data_loss_total",
-            "Sales found with Redis behind MySQL's reservation sequence (paused).",
-            &w,
-            self.data_loss_detected.get(),
-        );
-        e.counter(
-            "seckill_worker_redis_errors_total",
-            "Redis errors in the consuming loop.",
-            &w,
-            self.redis_errors.get(),
-        );
-        let sales = self.sales.lock().map(|s| s.clone()).unwrap_or_default();
-        let ids: Vec<String> = sales.iter().map(|s| s.sale_id.to_string()).collect();
-        for (s, id) in sales.iter().zip(&ids) {
-            e.gauge(
-                "seckill_queue_length",
-                "Messages waiting in a sale's queue.",
-                &[("sale", id)],
-                s.queued,
-            );
+        Metrics {
+            registry: root,
+            applied,
+            already_done,
+            batches,
+            batch_size,
+            batch_seconds,
+            retries_transient,
+            retries_connection,
+            dead_lettered,
+            fenced,
+            requeued,
+            reclaimed,
+            data_loss_detected,
+            redis_errors,
+            sales,
         }
-        for (s, id) in sales.iter().zip(&ids) {
-            e.gauge(
-                "seckill_processing_length",
-                "Messages in the processing lists of a sale (all workers).",
-                &[("sale", id)],
-                s.processing,
-            );
+    }
+
+    /// The `/metrics` page (Prometheus text format 0.0.4; serve it with
+    /// `seckill_common::metrics::CONTENT_TYPE`).
+    ///
+    /// Errors: passed on from the library (never in practice: the page is
+    /// written into a `String`).
+    pub fn render(&self) -> Result<String, std::fmt::Error> {
+        seckill_common::metrics::render(&self.registry)
+    }
+}
+
+/// Writes the per-sale gauges from the figures the housekeeping thread last
+/// stored: `seckill_queue_length`, `seckill_processing_length` and
+/// `seckill_queue_oldest_age_seconds`, each with the label `sale`; nothing
+/// while no sale is known.
+#[derive(Debug)]
+struct SaleFigures(Arc<Mutex<Vec<SaleGauges>>>);
+
+/// Name, HELP (with its full stop: a collector's text is written as given)
+/// and value of each per-sale gauge.
+type SaleGauge = (&'static str, &'static str, fn(&SaleGauges) -> f64);
+
+const SALE_GAUGES: [SaleGauge; 3] = [
+    (
+        "seckill_queue_length",
+        "Messages waiting in a sale's queue.",
+        |s| s.queued as f64,
+    ),
+    (
+        "seckill_processing_length",
+        "Messages in the processing lists of a sale (all workers).",
+        |s| s.processing as f64,
+    ),
+    (
+        "seckill_queue_oldest_age_seconds",
+        "Age in seconds of the oldest queued message of a sale (0: empty).",
+        |s| s.oldest_age_ms as f64 / 1000.0,
+    ),
+];
+
+impl Collector for SaleFigures {
+    fn encode(&self, mut encoder: DescriptorEncoder) -> Result<(), std::fmt::Error> {
+        let sales = self.0.lock().map(|s| s.clone()).unwrap_or_default();
+        if sales.is_empty() {
+            return Ok(());
         }
-        for (s, id) in sales.iter().zip(&ids) {
-            e.gauge(
-                "seckill_queue_oldest_age_ms",
-                "Age in ms of the oldest queued message of a sale (0: empty).",
-                &[("sale", id)],
-                s.oldest_age_ms,
-            );
+        for (name, help, value) in SALE_GAUGES {
+            let mut family = encoder.encode_descriptor(name, help, None, MetricType::Gauge)?;
+            for s in &sales {
+                let id = s.sale_id.to_string();
+                let labels = [("sale", id.as_str())];
+                ConstGauge::new(value(s)).encode(family.encode_family(&labels)?)?;
+            }
         }
-        e.finish()
+        Ok(())
     }
 }
 
@@ -202,7 +241,6 @@ impl Metrics {
 pub fn serve(
     listen: SocketAddr,
     metrics: Arc<Metrics>,
-    worker_id: String,
 ) -> Result<(SocketAddr, JoinHandle<()>), String> {
     let server = tiny_http::Server::http(listen).map_err(|e| format!("{listen}: {e}"))?;
     let bound = server
@@ -214,16 +252,21 @@ pub fn serve(
         .spawn(move || {
             for req in server.incoming_requests() {
                 let resp = if req.url() == "/metrics" && *req.method() == tiny_http::Method::Get {
-                    let body = metrics.render(&worker_id);
-                    let ct = tiny_http::Header::from_bytes(
-                        &b"Content-Type"[..],
-                        &b"text/plain; version=0.0.4"[..],
-                    );
-                    let mut r = tiny_http::Response::from_string(body);
-                    if let Ok(h) = ct {
-                        r = r.with_header(h);
+                    match metrics.render() {
+                        Ok(body) => {
+                            let ct = tiny_http::Header::from_bytes(
+                                &b"Content-Type"[..],
+                                seckill_common::metrics::CONTENT_TYPE.as_bytes(),
+                            );
+                            let mut r = tiny_http::Response::from_string(body);
+                            if let Ok(h) = ct {
+                                r = r.with_header(h);
+                            }
+                            r
+                        }
+                        Err(_) => tiny_http::Response::from_string("metrics unavailable\n")
+                            .with_status_code(500),
                     }
-                    r
                 } else {
                     tiny_http::Response::from_string("not found\n").with_status_code(404)
                 };

@@ -1,66 +1,20 @@
 //! Owns the worker's side of the reliable queue in Redis: taking a batch from
-//! a sale's queue into this worker's processing list, settling a finished
-//! batch (statuses, dead letters, requeues, removal from the processing list
-//! in one `MULTI`), and moving a processing list back to its queue.
+//! a sale's queue into this worker's processing list, the batch's reads and
+//! counts (the fence's flow records, failed attempts), settling a finished
+//! batch ([`Consumer::settle`]: statuses, dead letters, requeues, removal
+//! from the processing list in one `MULTI`), and moving a processing list
+//! back to its queue.
 //!
 //! Protocol (keys in `seckill_common::keys`): the gateway `LPUSH`es onto
 //! `queue`; a worker moves from its right end (oldest first) onto the left
 //! end of `processing:WORKER`, so a message is always in exactly one list
 //! and a crash anywhere leaves it recoverable from the processing list.
 
-use redis::{Client, Connection, Script};
-use seckill_common::keys::{SaleKeys, SALES};
-use std::sync::OnceLock;
+use redis::{Client, Connection};
+use seckill_common::dead_letter::DeadLetter;
+use seckill_common::keys::{PurchaseStatus, SaleKeys, SALES};
+use seckill_common::reliable_queue;
 use std::time::Duration;
-
-/// Moves up to `ARGV[1]` messages from the queue (`KEYS[1]`, right end) to
-/// the processing list (`KEYS[2]`, left end) without blocking, one `LMOVE`
-/// (or `RPOPLPUSH` when `ARGV[2]` says the server predates 6.2) each, and
-/// returns them oldest first. Atomic, one round trip.
-const TAKE_LUA: &str = r#"
-local out = {}
-for i = 1, tonumber(ARGV[1]) do
-  local v
-  if ARGV[2] == 'LMOVE' then
-    v = redis.call('LMOVE', KEYS[1], KEYS[2], 'RIGHT', 'LEFT')
-  else
-    v = redis.call('RPOPLPUSH', KEYS[1], KEYS[2])
-  end
-  if not v then break end
-  out[#out + 1] = v
-end
-return out
-"#;
-
-/// Moves every message of a processing list (`KEYS[1]`) back to the
-/// consuming (right) end of its queue (`KEYS[2]`), the oldest ending
-/// rightmost so it is taken first again; returns how many. Atomic: a message
-/// is never in both lists or in neither (both types are checked before the
-/// first `LPOP`, so an `RPUSH` cannot fail after it). Works on every Redis
-/// version.
-const RECLAIM_LUA: &str = concat!(
-    seckill_common::lua_expect_types!(),
-    r#"
-local bad = expect_types({KEYS[1], 'list', KEYS[2], 'list'})
-if bad then return bad end
-local n = 0
-while true do
-  local v = redis.call('LPOP', KEYS[1])
-  if not v then return n end
-  redis.call('RPUSH', KEYS[2], v)
-  n = n + 1
-end
-"#
-);
-fn take_script() -> &'static Script {
-    static S: OnceLock<Script> = OnceLock::new();
-    S.get_or_init(|| Script::new(TAKE_LUA))
-}
-
-fn reclaim_script() -> &'static Script {
-    static S: OnceLock<Script> = OnceLock::new();
-    S.get_or_init(|| Script::new(RECLAIM_LUA))
-}
 
 /// Moves sale `sale_id`'s processing list of worker `worker_id` back to the
 /// sale's queue; returns the number of messages moved.
@@ -68,10 +22,7 @@ fn reclaim_script() -> &'static Script {
 /// Errors: Redis failures (then nothing or everything was moved).
 pub fn reclaim(con: &mut Connection, sale_id: u64, worker_id: &str) -> redis::RedisResult<u64> {
     let k = SaleKeys::new(sale_id);
-    reclaim_script()
-        .key(k.processing(worker_id))
-        .key(k.queue())
-        .invoke(con)
+    reliable_queue::reclaim(con, &k.processing(worker_id), &k.queue())
 }
 
 /// Every sale id in `seckill:sales`, ascending, read with `SSCAN` (never
@@ -199,11 +150,10 @@ impl Consumer {
     /// Errors: Redis failures (the caller reclaims its processing list).
     pub fn take(&mut self, sale_id: u64, max: usize) -> redis::RedisResult<Vec<Vec<u8>>> {
         let k = SaleKeys::new(sale_id);
-        let cmd = if self.lmove { "LMOVE" } else { "RPOPLPUSH" };
-        let mut inv = take_script().key(k.queue());
-        inv.key(k.processing(&self.worker_id)).arg(max).arg(cmd);
+        let (queue, processing) = (k.queue(), k.processing(&self.worker_id));
+        let lmove = self.lmove;
         let con = self.con()?;
-        inv.invoke(con)
+        reliable_queue::take(con, &queue, &processing, max, lmove)
     }
 
     /// Waits up to the block time for one message of sale `sale_id`
@@ -266,13 +216,94 @@ impl Consumer {
         Ok(n)
     }
 
-    /// Runs `pipe` (built by [`crate::settle`]) on the ordinary connection.
+    /// The fence's read: the flow records of reservations `rids` of sale
+    /// `sale_id` (one `HMGET` of its flow hash), in the order of `rids`;
+    /// `None` where there is none.
     ///
     /// Errors: Redis failures.
-    pub fn run_pipe(&mut self, pipe: &redis::Pipeline) -> redis::RedisResult<()> {
-        let con = self.con()?;
-        pipe.query::<()>(con)
+    pub fn flow_records(
+        &mut self,
+        sale_id: u64,
+        rids: &[&str],
+    ) -> redis::RedisResult<Vec<Option<Vec<u8>>>> {
+        let mut cmd = redis::cmd("HMGET");
+        cmd.arg(SaleKeys::new(sale_id).flow());
+        for rid in rids {
+            cmd.arg(*rid);
+        }
+        cmd.query(self.con()?)
     }
+
+    /// Adds one failed application to each of reservations `rids` of sale
+    /// `sale_id` (`HINCRBY` of its attempts hash, one pipeline) and returns
+    /// the new counts, in the order of `rids`.
+    ///
+    /// Errors: Redis failures (some counts may have been added).
+    pub fn count_attempts(&mut self, sale_id: u64, rids: &[&str]) -> redis::RedisResult<Vec<u32>> {
+        let k = SaleKeys::new(sale_id);
+        let mut p = redis::pipe();
+        for rid in rids {
+            p.hincr(k.attempts(), *rid, 1);
+        }
+        p.query(self.con()?)
+    }
+
+    /// Settles a finished batch of sale `sale_id` in one `MULTI`, in this
+    /// order: the `confirmed` statuses (their attempt counts cleared), the
+    /// `fenced` dead letters (status and attempts left alone), the `dead`
+    /// ones (status `failed` and attempts cleared when they name a
+    /// reservation), the `requeue`d messages back on the queue, and `LREM`
+    /// of every `remove`d message from this worker's processing list.
+    ///
+    /// Errors: Redis failures (then nothing was written: the batch stays
+    /// in the processing list and is reclaimed).
+    pub fn settle(&mut self, sale_id: u64, s: &Settlement<'_>) -> redis::RedisResult<()> {
+        let k = SaleKeys::new(sale_id);
+        let mut p = redis::pipe();
+        p.atomic();
+        for rid in &s.confirmed {
+            p.hset(k.status(), *rid, PurchaseStatus::Confirmed.as_str())
+                .ignore();
+            p.hdel(k.attempts(), *rid).ignore();
+        }
+        for d in &s.fenced {
+            p.lpush(k.dead_letter(), d.to_json()).ignore();
+        }
+        for d in &s.dead {
+            p.lpush(k.dead_letter(), d.to_json()).ignore();
+            if let Some(rid) = &d.reservation_id {
+                p.hset(k.status(), rid, PurchaseStatus::Failed.as_str())
+                    .ignore();
+                p.hdel(k.attempts(), rid).ignore();
+            }
+        }
+        for raw in &s.requeue {
+            p.lpush(k.queue(), *raw).ignore();
+        }
+        let processing = k.processing(&self.worker_id);
+        // The oldest message sits at the right end: search from there.
+        for raw in &s.remove {
+            p.lrem(&processing, -1, *raw).ignore();
+        }
+        p.query::<()>(self.con()?)
+    }
+}
+
+/// The Redis writes that finish one batch ([`Consumer::settle`]), each
+/// list oldest message first.
+#[derive(Debug, Default)]
+pub struct Settlement<'a> {
+    /// Reservation ids whose status becomes `confirmed`.
+    pub confirmed: Vec<&'a str>,
+    /// Dead letters the fence wrote: status and attempts left alone (the
+    /// reservation was released, or never made).
+    pub fenced: Vec<&'a DeadLetter>,
+    /// Dead letters whose reservation's status becomes `failed`.
+    pub dead: Vec<&'a DeadLetter>,
+    /// Messages pushed back on the queue for another attempt.
+    pub requeue: Vec<&'a [u8]>,
+    /// Messages removed from the processing list.
+    pub remove: Vec<&'a [u8]>,
 }
 
 /// Opens a connection with the given connect and read timeout (the write

@@ -21,7 +21,11 @@ options:
   --connections N       keep-alive connections, one thread each (default 64)
   --duplicates F        share of users who click twice, 0 to 1 (default 0.05)
   --rate N              requests per second in total; 0 = as fast as possible (default 0)
-  --hostile N           hostile requests mixed in (default 7: one of each kind)
+  --hostile N           hostile requests mixed in (default: one of each kind, 7, or
+                        10 with --key: forged, expired and another user's tokens too)
+  --key FILE            sign each buyer's token with the last signing key of this JWKS
+                        file (seckill-reconciler token keygen); without it no tokens are
+                        sent (a gateway with SECKILL_AUTH=none, or --baseline)
   --user-prefix P       user ids are P-0, P-1, ... (default: u<seconds since epoch>)
   --seed N              seed of the plan's shuffle (default: from the clock)
   --wait-open           sleep until the sale's starts_at (MySQL's clock) before sending
@@ -71,6 +75,8 @@ pub struct Options {
     pub verify: bool,
     /// JSON report instead of text.
     pub json: bool,
+    /// `--key`: the signing key file of the crowd's tokens.
+    pub key: Option<std::path::PathBuf>,
 }
 
 /// What the command line asked for.
@@ -145,7 +151,9 @@ pub fn parse(
         baseline: false,
         verify: true,
         json: false,
+        key: None,
     };
+    let mut hostile_given = false;
     while let Some(arg) = p.next()? {
         match arg {
             Short('h') | Long("help") => return Ok(Parsed::Help),
@@ -155,7 +163,11 @@ pub fn parse(
             Long("connections") => o.connections = num(p.value()?, "connections")?,
             Long("duplicates") => o.duplicates = num(p.value()?, "duplicates")?,
             Long("rate") => o.rate = num(p.value()?, "rate")?,
-            Long("hostile") => o.hostile = num(p.value()?, "hostile")?,
+            Long("hostile") => {
+                o.hostile = num(p.value()?, "hostile")?;
+                hostile_given = true;
+            }
+            Long("key") => o.key = Some(text(p.value()?, "key")?.into()),
             Long("user-prefix") => o.user_prefix = text(p.value()?, "user-prefix")?,
             Long("seed") => o.seed = num(p.value()?, "seed")?,
             Long("wait-open") => o.wait_open = true,
@@ -168,6 +180,9 @@ pub fn parse(
         }
     }
     o.sale_id = sale_id.ok_or_else(|| UsageError("--sale ID is required".into()))?;
+    if o.key.is_some() && !hostile_given {
+        o.hostile = 10;
+    }
     if let Some(u) = url {
         let hostport = u
             .strip_prefix("http://")

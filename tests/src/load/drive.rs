@@ -3,7 +3,7 @@
 //! records every answer; a progress line goes to stderr once a second.
 
 use super::http::{self, Connection};
-use super::plan::Step;
+use super::plan::{Hostile, Step};
 use std::io::{IsTerminal, Write};
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
@@ -24,7 +24,8 @@ pub struct Record {
     pub done_ms: u32,
     /// `reservation_id` of a 202 or 409 answer.
     pub reservation_id: Option<String>,
-    /// `error` of a 403 answer (`sale_not_started` or `sale_ended`).
+    /// `error` of a 401 or 403 answer (`sale_not_started`, `sale_ended`,
+    /// `user_mismatch`, `invalid_token`, `token_expired`).
     pub error_code: Option<String>,
 }
 
@@ -61,6 +62,68 @@ pub struct DriveSpec<'a> {
     pub rate: f64,
     /// Per-request timeout.
     pub timeout: Duration,
+    /// The crowd's tokens, when the gateway verifies them.
+    pub tokens: Option<&'a Tokens>,
+}
+
+/// The tokens of a crowd, minted before the first request is sent (so
+/// that signing costs the measured run nothing).
+pub struct Tokens {
+    /// User number -> its token.
+    pub users: Vec<String>,
+    /// `hostile-token`'s token signed with a random key of the real `kid`.
+    pub forged: String,
+    /// `hostile-token`'s token, expired two minutes ago.
+    pub expired: String,
+    /// `hostile-token`'s valid token (for a body naming another user, and
+    /// the bodies refused before any token is looked at).
+    pub other_user: String,
+    /// The token of the user the unknown-sale request names.
+    pub unknown_sale: String,
+}
+
+impl Tokens {
+    /// Tokens for users `PREFIX-0 .. PREFIX-(users-1)` and the hostile
+    /// kinds, signed by `key` for `audience`, valid for `ttl_s`.
+    ///
+    /// Errors: the key cannot sign.
+    pub fn mint(
+        key: &seckill_common::token::Key,
+        audience: &str,
+        prefix: &str,
+        users: u32,
+        ttl_s: u64,
+    ) -> Result<Tokens, seckill_common::token::MintError> {
+        use seckill_common::token::{generate, Claims, MintError, Signer};
+        let signer = Signer::new(key)?;
+        let claims = |u: &str| Claims::new(u, audience, ttl_s);
+        let users = (0..users)
+            .map(|u| signer.mint(&claims(&format!("{prefix}-{u}"))))
+            .collect::<Result<Vec<_>, _>>()?;
+        let forger = generate(key.alg, &key.kid)
+            .map_err(|e| MintError::Sign(e.to_string()))
+            .and_then(|k| Signer::new(&k))?;
+        let mut expired = claims("hostile-token");
+        expired.exp = expired.exp.saturating_sub(ttl_s + 120);
+        Ok(Tokens {
+            users,
+            forged: forger.mint(&claims("hostile-token"))?,
+            expired: signer.mint(&expired)?,
+            other_user: signer.mint(&claims("hostile-token"))?,
+            unknown_sale: signer.mint(&claims("hostile-unknown-sale"))?,
+        })
+    }
+
+    /// The token step `s` carries, if any.
+    fn for_step(&self, s: Step) -> Option<&str> {
+        match s {
+            Step::Purchase(u) => self.users.get(u as usize).map(String::as_str),
+            Step::Hostile(Hostile::ForgedToken) => Some(&self.forged),
+            Step::Hostile(Hostile::ExpiredToken) => Some(&self.expired),
+            Step::Hostile(Hostile::UnknownSale) => Some(&self.unknown_sale),
+            Step::Hostile(_) => Some(&self.other_user),
+        }
+    }
 }
 
 #[derive(Default)]
@@ -75,6 +138,7 @@ struct Counters {
 
 /// The bytes of step `s`.
 fn request_bytes(spec: &DriveSpec<'_>, s: Step) -> Vec<u8> {
+    let token = spec.tokens.and_then(|t| t.for_step(s));
     match s {
         Step::Purchase(u) => {
             let body = format!(r#"{{"user_id":"{}-{u}"}}"#, spec.user_prefix);
@@ -82,11 +146,12 @@ fn request_bytes(spec: &DriveSpec<'_>, s: Step) -> Vec<u8> {
                 spec.host,
                 &format!("/v1/sales/{}/purchases", spec.sale_id),
                 body.as_bytes(),
+                token,
             )
         }
         Step::Hostile(h) => {
             let (path, body) = h.path_and_body(spec.sale_id);
-            http::post_json(spec.host, &path, &body)
+            http::post_json(spec.host, &path, &body, token)
         }
     }
 }
@@ -139,7 +204,7 @@ pub fn run(spec: &DriveSpec<'_>, plan: &[Step]) -> Outcome {
                             let rid = matches!(r.status, 202 | 409)
                                 .then(|| http::json_str(&r.body, "reservation_id"))
                                 .flatten();
-                            let code = (r.status == 403)
+                            let code = matches!(r.status, 401 | 403)
                                 .then(|| http::json_str(&r.body, "error"))
                                 .flatten();
                             Record {

@@ -251,11 +251,15 @@ fn read_chunked(r: &mut BufReader<TcpStream>) -> Result<Vec<u8>, HttpError> {
     }
 }
 
-/// A complete `POST` request with a JSON body, keep-alive.
-pub fn post_json(host: &str, path: &str, body: &[u8]) -> Vec<u8> {
+/// A complete `POST` request with a JSON body, keep-alive, with
+/// `Authorization: Bearer <token>` when a token is given.
+pub fn post_json(host: &str, path: &str, body: &[u8], token: Option<&str>) -> Vec<u8> {
+    let auth = token
+        .map(|t| format!("Authorization: Bearer {t}\r\n"))
+        .unwrap_or_default();
     let mut req = format!(
         "POST {path} HTTP/1.1\r\nHost: {host}\r\nContent-Type: application/json\r\n\
-         Content-Length: {}\r\n\r\n",
+         {auth}Content-Length: {}\r\n\r\n",
         body.len()
     )
     .into_bytes();
@@ -275,7 +279,7 @@ mod tests {
 
     #[test]
     fn post_json_is_one_well_formed_request() {
-        let r = post_json("h:1", "/v1/sales/3/purchases", br#"{"user_id":"a"}"#);
+        let r = post_json("h:1", "/v1/sales/3/purchases", br#"{"user_id":"a"}"#, None);
         let text = String::from_utf8(r).unwrap();
         assert!(text.starts_with("POST /v1/sales/3/purchases HTTP/1.1\r\nHost: h:1\r\n"));
         assert!(text.ends_with("Content-Length: 15\r\n\r\n{\"user_id\":\"a\"}"));

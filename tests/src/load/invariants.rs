@@ -68,9 +68,14 @@ pub fn tally(plan: &[Step], records: &[Record]) -> Tally {
             }
             Some(Step::Hostile(h)) => {
                 t.hostile += 1;
-                if !h.allowed().contains(&r.status) {
-                    t.hostile_misanswered
-                        .push(format!("{} answered {}", h.name(), r.status));
+                let code_ok = h.code().is_none_or(|c| r.error_code.as_deref() == Some(c));
+                if !h.allowed().contains(&r.status) || !code_ok {
+                    t.hostile_misanswered.push(format!(
+                        "{} answered {} {}",
+                        h.name(),
+                        r.status,
+                        r.error_code.as_deref().unwrap_or("")
+                    ));
                 }
             }
             None => t.unexpected += 1,

@@ -29,12 +29,15 @@ use std::time::Duration;
 pub enum LoadError {
     /// Redis or MySQL could not be read.
     State(state::StateError),
+    /// The `--key` file cannot be used, or holds no key that can sign.
+    Key(String),
 }
 
 impl fmt::Display for LoadError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             LoadError::State(e) => write!(f, "cannot check the sale: {e}"),
+            LoadError::Key(e) => write!(f, "--key: {e}"),
         }
     }
 }
@@ -87,8 +90,31 @@ pub fn run(o: &cli::Options, config: &seckill_common::Config) -> Result<bool, Lo
         hostile: o.hostile,
         spread: o.connections,
         seed: o.seed,
+        identity: o.key.is_some(),
     };
     let steps = plan::build(&spec);
+    let tokens = match &o.key {
+        None => None,
+        Some(path) => {
+            let set = seckill_common::token::load(path)
+                .map_err(|e| LoadError::Key(format!("{}: {e}", path.display())))?;
+            let key = set
+                .keys
+                .iter()
+                .rev()
+                .find(|k| k.can_sign())
+                .ok_or_else(|| {
+                    LoadError::Key(format!("{}: no key that can sign", path.display()))
+                })?;
+            eprintln!("load: minting {} tokens with key {}", o.users, key.kid);
+            // Valid well past the longest run (drain timeout included).
+            let ttl_s = 3600 + o.drain_timeout.as_secs();
+            Some(
+                drive::Tokens::mint(key, &config.auth_audience, &o.user_prefix, o.users, ttl_s)
+                    .map_err(|e| LoadError::Key(e.to_string()))?,
+            )
+        }
+    };
     let drive_spec = drive::DriveSpec {
         addr: o.addr,
         host: &o.host,
@@ -97,6 +123,7 @@ pub fn run(o: &cli::Options, config: &seckill_common::Config) -> Result<bool, Lo
         connections: o.connections,
         rate: o.rate,
         timeout: o.timeout,
+        tokens: tokens.as_ref(),
     };
     let outcome = drive::run(&drive_spec, &steps);
     let tally = invariants::tally(&steps, &outcome.records);

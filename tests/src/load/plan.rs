@@ -19,10 +19,26 @@ pub enum Hostile {
     Oversized,
     /// `/v1/sales/abc/purchases` -> 400 or 404.
     NonNumericSale,
+    /// A token with the right `kid` signed by another key -> 401
+    /// `invalid_token` (only when the crowd carries tokens).
+    ForgedToken,
+    /// A token that expired two minutes ago -> 401 `token_expired`.
+    ExpiredToken,
+    /// A valid token of one user for a body naming another -> 403
+    /// `user_mismatch`.
+    OtherUserToken,
 }
 
 impl Hostile {
-    /// Every kind, in the order they are mixed in.
+    /// The kinds that need tokens, mixed in after [`Hostile::ALL`] when the
+    /// crowd carries tokens.
+    pub const IDENTITY: [Hostile; 3] = [
+        Hostile::ForgedToken,
+        Hostile::ExpiredToken,
+        Hostile::OtherUserToken,
+    ];
+
+    /// Every kind that needs no token, in the order they are mixed in.
     pub const ALL: [Hostile; 7] = [
         Hostile::TruncatedJson,
         Hostile::NumericUser,
@@ -43,6 +59,20 @@ impl Hostile {
             Hostile::UnknownSale => "unknown_sale",
             Hostile::Oversized => "body_over_limit",
             Hostile::NonNumericSale => "non_numeric_sale_id",
+            Hostile::ForgedToken => "forged_token",
+            Hostile::ExpiredToken => "expired_token",
+            Hostile::OtherUserToken => "other_users_token",
+        }
+    }
+
+    /// The `error` code the answer must carry, where one is documented
+    /// beside the status (the identity kinds).
+    pub fn code(self) -> Option<&'static str> {
+        match self {
+            Hostile::ForgedToken => Some("invalid_token"),
+            Hostile::ExpiredToken => Some("token_expired"),
+            Hostile::OtherUserToken => Some("user_mismatch"),
+            _ => None,
         }
     }
 
@@ -54,6 +84,8 @@ impl Hostile {
             Hostile::UnknownSale => &[404],
             Hostile::Oversized => &[413, 0],
             Hostile::NonNumericSale => &[400, 404],
+            Hostile::ForgedToken | Hostile::ExpiredToken => &[401],
+            Hostile::OtherUserToken => &[403],
             _ => &[400],
         }
     }
@@ -84,6 +116,10 @@ impl Hostile {
                 "/v1/sales/abc/purchases".to_string(),
                 br#"{"user_id":"hostile-abc"}"#.to_vec(),
             ),
+            // The token (`drive.rs`) is of `hostile-token`; the mismatch
+            // names someone else.
+            Hostile::ForgedToken | Hostile::ExpiredToken => (purchases, b"{}".to_vec()),
+            Hostile::OtherUserToken => (purchases, br#"{"user_id":"hostile-victim"}"#.to_vec()),
         }
     }
 }
@@ -111,6 +147,8 @@ pub struct PlanSpec {
     pub spread: u32,
     /// Seed of the shuffle.
     pub seed: u64,
+    /// The crowd carries tokens: the identity kinds are mixed in too.
+    pub identity: bool,
 }
 
 /// splitmix64: a tiny, well-mixed generator; the plan needs repeatability,
@@ -166,8 +204,17 @@ pub fn build(spec: &PlanSpec) -> Vec<Step> {
         }
     }
     let n = order.len().max(1) as u64;
+    let kinds: Vec<Hostile> = if spec.identity {
+        Hostile::ALL
+            .iter()
+            .chain(&Hostile::IDENTITY)
+            .copied()
+            .collect()
+    } else {
+        Hostile::ALL.to_vec()
+    };
     for h in 0..spec.hostile {
-        let kind = Hostile::ALL[h as usize % Hostile::ALL.len()];
+        let kind = kinds[h as usize % kinds.len()];
         keyed.push((rng.below(n) * 4 + 2, Step::Hostile(kind)));
     }
     keyed.sort_by_key(|(k, _)| *k);
@@ -187,6 +234,7 @@ mod tests {
             hostile: 9,
             spread: 64,
             seed: 7,
+            identity: false,
         };
         let plan = build(&spec);
         assert_eq!(plan.len(), 1000 + 100 + 9);

@@ -7,9 +7,10 @@ use std::str::FromStr;
 
 use std::sync::mpsc::Sender;
 
-use crate::util::{EqualReader, FusedReader};
+use crate::util::{Closing, EqualReader, FusedReader};
 use crate::{HTTPVersion, Header, Method, Response, StatusCode};
 use chunked_transfer::Decoder;
+use std::sync::Arc;
 
 /// Represents an HTTP request made by a client.
 ///
@@ -75,9 +76,9 @@ pub struct Request {
     // If Some, a message must be sent after responding
     notify_when_responded: Option<Sender<()>>,
 
-    // seckill patch: set by `upgrade`, read by the connection, so that no
-    // further request is read from a connection handed over by `upgrade`.
-    upgraded: Option<std::sync::Arc<std::sync::atomic::AtomicBool>>,
+    // seckill patch: the connection's closing state, set by
+    // `respond_and_close`.
+    closing: Arc<Closing>,
 }
 
 struct NotifyOnDrop<R> {
@@ -139,6 +140,7 @@ pub fn new_request<R, W>(
     remote_addr: Option<SocketAddr>,
     mut source_data: R,
     writer: W,
+    closing: Arc<Closing>,
 ) -> Result<Request, RequestCreationError>
 where
     R: Read + Send + 'static,
@@ -170,7 +172,9 @@ where
             .map(|h| h.value.as_str())
         {
             None => false,
-            Some(v) if v.eq_ignore_ascii_case("100-continue") => true,
+            // seckill patch: an HTTP/1.0 request's 100-continue is ignored
+            // (RFC 9110, 10.1.1: a 1.0 client may not understand a 100).
+            Some(v) if v.eq_ignore_ascii_case("100-continue") => version >= HTTPVersion(1, 1),
             _ => return Err(RequestCreationError::ExpectationFailed),
         }
     };
@@ -217,6 +221,7 @@ where
             Box::new(Cursor::new(buffer)) as Box<dyn Read + Send + 'static>
         } else {
             let (data_reader, _) = EqualReader::new(source_data, content_length); // TODO:
+            let data_reader = data_reader.with_closing(closing.clone());
             Box::new(FusedReader::new(data_reader)) as Box<dyn Read + Send + 'static>
         }
     } else if transfer_encoding.is_some() {
@@ -242,7 +247,7 @@ where
         body_length: content_length,
         must_send_continue: expects_continue,
         notify_when_responded: None,
-        upgraded: None,
+        closing,
     })
 }
 
@@ -326,11 +331,6 @@ impl Request {
 
         self.response_writer.as_mut().unwrap().flush().ok(); // TODO: unused result
 
-        // seckill patch: the connection belongs to the caller from now on,
-        // whatever the request's own `Connection` header said.
-        if let Some(flag) = self.upgraded.take() {
-            flag.store(true, std::sync::atomic::Ordering::SeqCst);
-        }
         let stream = CustomStream::new(self.extract_reader_impl(), self.extract_writer_impl());
         if let Some(sender) = self.notify_when_responded.take() {
             let stream = NotifyOnDrop {
@@ -367,19 +367,22 @@ impl Request {
     ///
     /// If the client sent a `Expect: 100-continue` header with the request, calling this
     ///  function will send back a `100 Continue` response.
+    ///
+    /// seckill patch (RFC 9110, 10.1.1): the `100 Continue` is sent on the
+    /// first call only, and is the status line alone (upstream's carried
+    /// `Content-Length`, which a 1xx must not). A request answered without
+    /// calling this function gets no `100`; if it declared a body, the
+    /// answer says `Connection: close` and the connection ends unread, as
+    /// with `respond_and_close` (the client, given a final status, may not
+    /// send the body at all: reading on would take its next request for
+    /// the body).
     #[inline]
     pub fn as_reader(&mut self) -> &mut dyn Read {
         if self.must_send_continue {
-            let msg = Response::new_empty(StatusCode(100));
-            msg.raw_print(
-                self.response_writer.as_mut().unwrap().by_ref(),
-                self.http_version.clone(),
-                &self.headers,
-                true,
-                None,
-            )
-            .ok();
-            self.response_writer.as_mut().unwrap().flush().ok();
+            if let Some(writer) = self.response_writer.as_mut() {
+                writer.write_all(b"HTTP/1.1 100 Continue\r\n\r\n").ok();
+                writer.flush().ok();
+            }
             self.must_send_continue = false;
         }
 
@@ -443,14 +446,73 @@ impl Request {
     where
         R: Read,
     {
-        let res = self.respond_impl(response);
+        let res = self.respond_impl(response, false);
         if let Some(sender) = self.notify_when_responded.take() {
             sender.send(()).unwrap();
         }
         res
     }
 
-    fn respond_impl<R>(&mut self, response: Response<R>) -> Result<(), IoError>
+    /// seckill patch: sends `response` with `Connection: close` and ends the
+    /// connection without reading the rest of the request's body: the
+    /// answer to give before a body one will not read (413 for a declared
+    /// length too large, say). No `100 Continue` is ever sent for this
+    /// request.
+    ///
+    /// After the answer the sending half of the socket is shut down (the
+    /// client reads the answer, then end of stream), at most
+    /// 64 KiB of the unread body are read and discarded, each read waiting
+    /// 5 s at most (a lingering close, so that bytes already on their way do
+    /// not make the kernel reset the connection under the answer), and no
+    /// further request is read from the connection: bytes after the body
+    /// get no answer.
+    ///
+    /// Errors: the write error, as `respond`'s (a client that closed is not
+    /// one).
+    pub fn respond_and_close<R>(mut self, response: Response<R>) -> Result<(), IoError>
+    where
+        R: Read,
+    {
+        self.must_send_continue = false;
+        let res = self.respond_impl(response, true);
+        if let Some(sender) = self.notify_when_responded.take() {
+            sender.send(()).unwrap();
+        }
+        res
+    }
+
+    /// seckill patch: `close` as `respond_and_close` does.
+    fn respond_impl<R>(&mut self, mut response: Response<R>, close: bool) -> Result<(), IoError>
+    where
+        R: Read,
+    {
+        // seckill patch: a final answer to an `Expect: 100-continue` whose
+        // body was never asked for (see `as_reader`) closes the connection.
+        let close = close || (self.must_send_continue && self.declares_body());
+        if close {
+            self.closing.mark();
+            response.push_connection_close();
+        }
+        let res = self.write_response(response);
+        if close {
+            self.closing.shut_write();
+        }
+        res
+    }
+
+    /// seckill patch: whether the request declared a body (a non-zero
+    /// `Content-Length`, or a `Transfer-Encoding`).
+    fn declares_body(&self) -> bool {
+        match self.body_length {
+            Some(n) => n > 0,
+            None => self
+                .headers
+                .iter()
+                .any(|h| h.field.equiv("Transfer-Encoding")),
+        }
+    }
+
+    fn write_response<R>(&mut self, response: Response<R>) -> Result<(), IoError>
     where
         R: Read,
     {
@@ -483,15 +545,6 @@ impl Request {
         self.notify_when_responded = Some(sender);
         self
     }
-
-    /// seckill patch: the flag `upgrade` sets (see the field).
-    pub(crate) fn with_upgrade_flag(
-        mut self,
-        flag: std::sync::Arc<std::sync::atomic::AtomicBool>,
-    ) -> Self {
-        self.upgraded = Some(flag);
-        self
-    }
 }
 
 impl fmt::Debug for Request {
@@ -508,7 +561,7 @@ impl Drop for Request {
     fn drop(&mut self) {
         if self.response_writer.is_some() {
             let response = Response::empty(500);
-            let _ = self.respond_impl(response); // ignoring any potential error
+            let _ = self.respond_impl(response, false); // ignoring any potential error
             if let Some(sender) = self.notify_when_responded.take() {
                 sender.send(()).unwrap();
             }

@@ -2,6 +2,9 @@ use std::io::Read;
 use std::io::Result as IoResult;
 use std::sync::mpsc::channel;
 use std::sync::mpsc::{Receiver, Sender};
+use std::sync::Arc;
+
+use crate::util::closing::{Closing, LINGER_MAX_BYTES};
 
 /// A `Reader` that reads exactly the number of bytes from a sub-reader.
 ///
@@ -15,6 +18,8 @@ where
     reader: R,
     size: usize,
     last_read_signal: Sender<IoResult<()>>,
+    // seckill patch: once set, the drain stops after LINGER_MAX_BYTES.
+    closing: Option<Arc<Closing>>,
 }
 
 impl<R> EqualReader<R>
@@ -28,9 +33,16 @@ where
             reader,
             size,
             last_read_signal: tx,
+            closing: None,
         };
 
         (r, rx)
+    }
+
+    /// seckill patch: the connection's closing state (see `util::closing`).
+    pub(crate) fn with_closing(mut self, closing: Arc<Closing>) -> Self {
+        self.closing = Some(closing);
+        self
     }
 }
 
@@ -65,6 +77,10 @@ where
 {
     fn drop(&mut self) {
         let mut remaining_to_read = self.size;
+        // seckill patch: after `respond_and_close`, only a lingering drain.
+        if self.closing.as_ref().map_or(false, |c| c.is_set()) {
+            remaining_to_read = remaining_to_read.min(LINGER_MAX_BYTES);
+        }
         // seckill patch: upstream allocated the whole remaining length in one
         // piece (`vec![0; remaining_to_read]`, on every pass), so dropping a
         // request that declared `Content-Length: 1000000000000` aborted the

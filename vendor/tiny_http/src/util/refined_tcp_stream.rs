@@ -1,13 +1,15 @@
 use std::io::Result as IoResult;
 use std::io::{Read, Write};
 use std::net::{Shutdown, SocketAddr};
+use std::sync::Arc;
 
 use crate::connection::Connection;
 #[cfg(any(feature = "ssl-openssl", feature = "ssl-rustls"))]
 use crate::ssl::SslStream;
 
 pub(crate) enum Stream {
-    Http(Connection),
+    // seckill patch: shared, so that `socket` can hand it out.
+    Http(Arc<Connection>),
     #[cfg(any(feature = "ssl-openssl", feature = "ssl-rustls"))]
     Https(SslStream),
 }
@@ -18,7 +20,7 @@ pub(crate) enum Stream {
 impl Stream {
     fn try_clone(&self) -> IoResult<Self> {
         match self {
-            Stream::Http(tcp_stream) => tcp_stream.try_clone().map(Stream::Http),
+            Stream::Http(tcp_stream) => tcp_stream.try_clone().map(|c| Stream::Http(Arc::new(c))),
             #[cfg(any(feature = "ssl-openssl", feature = "ssl-rustls"))]
             Stream::Https(ssl_stream) => Ok(Stream::Https(ssl_stream.clone())),
         }
@@ -27,7 +29,7 @@ impl Stream {
 
 impl From<Connection> for Stream {
     fn from(tcp_stream: Connection) -> Self {
-        Stream::Http(tcp_stream)
+        Stream::Http(Arc::new(tcp_stream))
     }
 }
 
@@ -60,7 +62,7 @@ impl Stream {
 impl Read for Stream {
     fn read(&mut self, buf: &mut [u8]) -> IoResult<usize> {
         match self {
-            Stream::Http(tcp_stream) => tcp_stream.read(buf),
+            Stream::Http(tcp_stream) => (&**tcp_stream).read(buf),
             #[cfg(any(feature = "ssl-openssl", feature = "ssl-rustls"))]
             Stream::Https(ssl_stream) => ssl_stream.read(buf),
         }
@@ -70,7 +72,7 @@ impl Read for Stream {
 impl Write for Stream {
     fn write(&mut self, buf: &[u8]) -> IoResult<usize> {
         match self {
-            Stream::Http(tcp_stream) => tcp_stream.write(buf),
+            Stream::Http(tcp_stream) => (&**tcp_stream).write(buf),
             #[cfg(any(feature = "ssl-openssl", feature = "ssl-rustls"))]
             Stream::Https(ssl_stream) => ssl_stream.write(buf),
         }
@@ -78,7 +80,7 @@ impl Write for Stream {
 
     fn flush(&mut self) -> IoResult<()> {
         match self {
-            Stream::Http(tcp_stream) => tcp_stream.flush(),
+            Stream::Http(tcp_stream) => (&**tcp_stream).flush(),
             #[cfg(any(feature = "ssl-openssl", feature = "ssl-rustls"))]
             Stream::Https(ssl_stream) => ssl_stream.flush(),
         }
@@ -123,6 +125,15 @@ impl RefinedTcpStream {
 
     pub(crate) fn peer_addr(&mut self) -> IoResult<Option<SocketAddr>> {
         self.stream.peer_addr()
+    }
+
+    /// seckill patch: the socket, shared (none for a TLS stream).
+    pub(crate) fn socket(&self) -> Option<Arc<Connection>> {
+        match &self.stream {
+            Stream::Http(c) => Some(c.clone()),
+            #[cfg(any(feature = "ssl-openssl", feature = "ssl-rustls"))]
+            Stream::Https(_) => None,
+        }
     }
 }
 

@@ -246,6 +246,14 @@ where
         self.chunked_threshold.unwrap_or(32768)
     }
 
+    /// seckill patch: adds `Connection: close`, which `add_header` refuses
+    /// (for `Request::respond_and_close`).
+    pub(crate) fn push_connection_close(&mut self) {
+        if let Ok(h) = Header::from_bytes(&b"Connection"[..], &b"close"[..]) {
+            self.headers.push(h);
+        }
+    }
+
     /// Adds a header to the list.
     /// Does all the checks.
     pub fn add_header<H>(&mut self, header: H)

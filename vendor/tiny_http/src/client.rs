@@ -8,7 +8,7 @@ use std::net::SocketAddr;
 use std::str::FromStr;
 
 use crate::common::{HTTPVersion, Method};
-use crate::util::RefinedTcpStream;
+use crate::util::{Closing, RefinedTcpStream};
 use crate::util::{SequentialReader, SequentialReaderBuilder, SequentialWriterBuilder};
 use crate::Request;
 
@@ -35,9 +35,9 @@ pub struct ClientConnection {
     // true if the connection goes through SSL
     secure: bool,
 
-    // seckill patch: set when a request of this connection was upgraded; no
-    // request is read from the connection after that.
-    upgraded: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    // seckill patch: set when a request was answered with
+    // `respond_and_close`; no request is read after that.
+    closing: std::sync::Arc<Closing>,
 }
 
 /// Error that can happen when reading a request.
@@ -78,6 +78,7 @@ impl ClientConnection {
     ) -> ClientConnection {
         let remote_addr = read_socket.peer_addr();
         let secure = read_socket.secure();
+        let closing = Closing::new(write_socket.socket());
 
         let mut source = SequentialReaderBuilder::new(BufReader::with_capacity(1024, read_socket));
         let first_header = source.next().unwrap();
@@ -89,7 +90,7 @@ impl ClientConnection {
             next_header_source: first_header,
             no_more_requests: false,
             secure,
-            upgraded: Default::default(),
+            closing,
         }
     }
 
@@ -151,11 +152,10 @@ impl ClientConnection {
                 let line = self.read_header_line()?;
 
                 // seckill patch: an earlier request of this connection was
-                // upgraded (the gateway answers a huge body that way and
-                // closes): bytes after it are no request to serve, and get
-                // no answer. The line is read first because that waits until
-                // the earlier request's reader is released.
-                if self.upgraded.load(std::sync::atomic::Ordering::SeqCst) {
+                // answered with `respond_and_close` while this line was
+                // awaited (the queueing mode reads ahead): it is no request
+                // to serve, and gets no answer.
+                if self.closing.is_set() {
                     return Err(ReadError::ReadIoError(IoError::from(
                         ErrorKind::ConnectionAborted,
                     )));
@@ -210,6 +210,7 @@ impl ClientConnection {
             *self.remote_addr.as_ref().unwrap(),
             data_source,
             writer,
+            self.closing.clone(),
         )
         .map_err(|e| {
             use crate::request;
@@ -236,7 +237,8 @@ impl Iterator for ClientConnection {
 
         // the client sent a "connection: close" header in this previous request
         //  or is using HTTP 1.0, meaning that no new request will come
-        if self.no_more_requests {
+        // seckill patch: or a request was answered with `respond_and_close`.
+        if self.no_more_requests || self.closing.is_set() {
             return None;
         }
 
@@ -292,8 +294,6 @@ impl Iterator for ClientConnection {
 
                 Ok(rq) => rq,
             };
-
-            let rq = rq.with_upgrade_flag(self.upgraded.clone());
 
             // checking HTTP version
             if *rq.http_version() > (1, 1) {

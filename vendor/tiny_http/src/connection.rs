@@ -77,9 +77,46 @@ impl std::io::Write for Connection {
         }
     }
 }
+// seckill patch: reads and writes through a shared reference, so that a
+// connection's socket can be shared (see `util::closing`).
+impl std::io::Read for &Connection {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        match self {
+            Connection::Tcp(s) => (&*s).read(buf),
+            #[cfg(unix)]
+            Connection::Unix(s) => (&*s).read(buf),
+        }
+    }
+}
+impl std::io::Write for &Connection {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        match self {
+            Connection::Tcp(s) => (&*s).write(buf),
+            #[cfg(unix)]
+            Connection::Unix(s) => (&*s).write(buf),
+        }
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        match self {
+            Connection::Tcp(s) => (&*s).flush(),
+            #[cfg(unix)]
+            Connection::Unix(s) => (&*s).flush(),
+        }
+    }
+}
 impl Connection {
+    /// seckill patch: bounds each read of the socket (see `util::closing`).
+    pub(crate) fn set_read_timeout(&self, d: Option<std::time::Duration>) -> std::io::Result<()> {
+        match self {
+            Self::Tcp(s) => s.set_read_timeout(d),
+            #[cfg(unix)]
+            Self::Unix(s) => s.set_read_timeout(d),
+        }
+    }
+
     /// Gets the peer's address. Some for TCP, None for Unix sockets.
-    pub(crate) fn peer_addr(&mut self) -> std::io::Result<Option<SocketAddr>> {
+    pub(crate) fn peer_addr(&self) -> std::io::Result<Option<SocketAddr>> {
         match self {
             Self::Tcp(s) => s.peer_addr().map(Some),
             #[cfg(unix)]

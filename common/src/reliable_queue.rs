@@ -1,0 +1,84 @@
+//! Owns the scripts of the reliable queue's moves: taking a batch from a
+//! sale's queue into a worker's processing list, and moving a processing
+//! list back to its queue (reclaim). Each is atomic, so a message is always
+//! in exactly one list. The protocol around them is the worker's
+//! (`worker/src/queue.rs`).
+
+use redis::{Connection, Script};
+use std::sync::OnceLock;
+
+/// Moves up to `ARGV[1]` messages from the queue (`KEYS[1]`, right end) to
+/// the processing list (`KEYS[2]`, left end) without blocking, one `LMOVE`
+/// (or `RPOPLPUSH` when `ARGV[2]` says the server predates 6.2) each, and
+/// returns them oldest first. Atomic, one round trip.
+const TAKE_LUA: &str = r#"
+local out = {}
+for i = 1, tonumber(ARGV[1]) do
+  local v
+  if ARGV[2] == 'LMOVE' then
+    v = redis.call('LMOVE', KEYS[1], KEYS[2], 'RIGHT', 'LEFT')
+  else
+    v = redis.call('RPOPLPUSH', KEYS[1], KEYS[2])
+  end
+  if not v then break end
+  out[#out + 1] = v
+end
+return out
+"#;
+
+/// Moves every message of a processing list (`KEYS[1]`) back to the
+/// consuming (right) end of its queue (`KEYS[2]`), the oldest ending
+/// rightmost so it is taken first again; returns how many. Atomic: a message
+/// is never in both lists or in neither (both types are checked before the
+/// first `LPOP`, so an `RPUSH` cannot fail after it). Works on every Redis
+/// version.
+const RECLAIM_LUA: &str = concat!(
+    crate::lua_expect_types!(),
+    r#"
+local bad = expect_types({KEYS[1], 'list', KEYS[2], 'list'})
+if bad then return bad end
+local n = 0
+while true do
+  local v = redis.call('LPOP', KEYS[1])
+  if not v then return n end
+  redis.call('RPUSH', KEYS[2], v)
+  n = n + 1
+end
+"#
+);
+
+/// Moves up to `max` messages from the right end of `queue` to the left end
+/// of `processing` in one atomic script (`LMOVE` when `lmove`, else
+/// `RPOPLPUSH` for Redis before 6.2); returns them oldest first.
+///
+/// Errors: Redis failures (`WRONGTYPE` when a key holds another type).
+pub fn take(
+    con: &mut Connection,
+    queue: &str,
+    processing: &str,
+    max: usize,
+    lmove: bool,
+) -> redis::RedisResult<Vec<Vec<u8>>> {
+    static SCRIPT: OnceLock<Script> = OnceLock::new();
+    SCRIPT
+        .get_or_init(|| Script::new(TAKE_LUA))
+        .key(queue)
+        .key(processing)
+        .arg(max)
+        .arg(if lmove { "LMOVE" } else { "RPOPLPUSH" })
+        .invoke(con)
+}
+
+/// Moves every message of `processing` back to the consuming end of
+/// `queue`, oldest rightmost, in one atomic script; returns how many.
+///
+/// Errors: Redis failures, or the script's refusal, with nothing moved,
+/// when either key holds another type.
+pub fn reclaim(con: &mut Connection, processing: &str, queue: &str) -> redis::RedisResult<u64> {
+    static SCRIPT: OnceLock<Script> = OnceLock::new();
+    SCRIPT
+        .get_or_init(|| Script::new(RECLAIM_LUA))
+        .key(processing)
+        .key(queue)
+        .invoke(con)
+}

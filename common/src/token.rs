@@ -1,0 +1,502 @@
+//! Owns buyer tokens outside the gateway's hot path: the key file (a JWKS
+//! document, RFC 7517, with the key types of RFC 7518 §6.4 and RFC 8037),
+//! key generation, and minting a token (a compact JWS, RFC 7515/7519) for
+//! operators, the demo, the load simulator and the tests. The gateway
+//! verifies with the keys read here (`gateway/src/identity.rs`).
+//!
+//! # The key file
+//!
+//! ```json
+//! {"keys": [
+//!   {"kty": "oct", "kid": "shop-hs-2026-06", "alg": "HS256", "k": "<base64url secret>"},
+//!   {"kty": "OKP", "crv": "Ed25519", "kid": "shop-ed-2026-06", "alg": "EdDSA",
+//!    "x": "<base64url public key>", "d": "<base64url private key: signing files only>"}
+//! ]}
+//! ```
+//!
+//! Each key needs `kid` (the gateway's rule for ids: 1-64 of
+//! `A-Z a-z 0-9 _ . -`, unique in the file), `alg` (`HS256` or `EdDSA`)
+//! and the matching `kty`. An HS256 secret has at least 32 bytes (RFC 7518
+//! §3.2); an Ed25519 `x` (and `d`) exactly 32. Other members (`use`,
+//! `key_ops`...) are ignored. A gateway's file holds the public half of
+//! Ed25519 keys (no `d`), so a gateway holds nothing that can mint a
+//! token; HS256 secrets are shared by necessity.
+
+use base64::engine::general_purpose::URL_SAFE_NO_PAD;
+use base64::Engine as _;
+use jsonwebtoken::{DecodingKey, EncodingKey};
+use serde::{Deserialize, Serialize};
+use std::fmt;
+use std::io::Read;
+use std::path::Path;
+
+/// A signature algorithm the gateway accepts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Alg {
+    /// HMAC with SHA-256 over a shared secret (RFC 7518 §3.2).
+    Hs256,
+    /// Ed25519 signatures (RFC 8037): gateways hold only public keys.
+    EdDsa,
+}
+
+impl Alg {
+    /// The JOSE name (`HS256`, `EdDSA`).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Alg::Hs256 => "HS256",
+            Alg::EdDsa => "EdDSA",
+        }
+    }
+
+    /// Reads a JOSE name; `None` for any other algorithm.
+    pub fn parse(s: &str) -> Option<Alg> {
+        match s {
+            "HS256" => Some(Alg::Hs256),
+            "EdDSA" => Some(Alg::EdDsa),
+            _ => None,
+        }
+    }
+
+    /// The `jsonwebtoken` algorithm.
+    pub fn jwt(self) -> jsonwebtoken::Algorithm {
+        match self {
+            Alg::Hs256 => jsonwebtoken::Algorithm::HS256,
+            Alg::EdDsa => jsonwebtoken::Algorithm::EdDSA,
+        }
+    }
+}
+
+/// The key material of one key.
+#[derive(Clone, PartialEq, Eq)]
+enum Material {
+    /// An HS256 secret (at least 32 bytes).
+    Secret(Vec<u8>),
+    /// An Ed25519 public key and, in a signing file, its private seed.
+    Ed25519 {
+        public: [u8; 32],
+        private: Option<[u8; 32]>,
+    },
+}
+
+/// One key of a key file.
+#[derive(Clone, PartialEq, Eq)]
+pub struct Key {
+    /// The `kid` that tokens name in their header.
+    pub kid: String,
+    /// The key's algorithm: a token must name exactly this one.
+    pub alg: Alg,
+    material: Material,
+}
+
+impl fmt::Debug for Key {
+    // Never prints key material.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "Key({} {})", self.kid, self.alg.as_str())
+    }
+}
+
+impl Key {
+    /// The key that verifies tokens of this key.
+    pub fn decoding_key(&self) -> DecodingKey {
+        match &self.material {
+            Material::Secret(s) => DecodingKey::from_secret(s),
+            Material::Ed25519 { public, .. } => DecodingKey::from_ed_der(public),
+        }
+    }
+
+    /// Whether the key can sign (an HS256 secret, or an Ed25519 key with `d`).
+    pub fn can_sign(&self) -> bool {
+        !matches!(self.material, Material::Ed25519 { private: None, .. })
+    }
+
+    fn encoding_key(&self) -> Option<EncodingKey> {
+        match &self.material {
+            Material::Secret(s) => Some(EncodingKey::from_secret(s)),
+            Material::Ed25519 { private, .. } => {
+                // PKCS#8 v1 of an Ed25519 seed (RFC 8410 §7): a fixed
+                // 16-byte prefix, then the 32 bytes.
+                let mut der = vec![
+                    0x30, 0x2e, 0x02, 0x01, 0x00, 0x30, 0x05, 0x06, 0x03, 0x2b, 0x65, 0x70, 0x04,
+                    0x22, 0x04, 0x20,
+                ];
+                der.extend_from_slice(private.as_ref()?);
+                Some(EncodingKey::from_ed_der(&der))
+            }
+        }
+    }
+
+    /// The key as a JWK; `private` keeps an Ed25519 key's `d` (a signing
+    /// file), otherwise only the public half is written. HS256 secrets are
+    /// always written (a gateway needs them).
+    pub fn to_jwk(&self, private: bool) -> serde_json::Value {
+        let b64 = |b: &[u8]| URL_SAFE_NO_PAD.encode(b);
+        match &self.material {
+            Material::Secret(s) => serde_json::json!({
+                "kty": "oct", "kid": self.kid, "alg": "HS256", "k": b64(s),
+            }),
+            Material::Ed25519 { public, private: d } => {
+                let mut v = serde_json::json!({
+                    "kty": "OKP", "crv": "Ed25519", "kid": self.kid, "alg": "EdDSA",
+                    "x": b64(public),
+                });
+                if let (true, Some(d)) = (private, d) {
+                    v["d"] = serde_json::Value::String(b64(d));
+                }
+                v
+            }
+        }
+    }
+}
+
+/// The keys of one key file, in file order.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct KeySet {
+    /// At least one key; `kid`s are unique.
+    pub keys: Vec<Key>,
+}
+
+impl KeySet {
+    /// The key named `kid`.
+    pub fn find(&self, kid: &str) -> Option<&Key> {
+        self.keys.iter().find(|k| k.kid == kid)
+    }
+
+    /// The JWKS document of these keys (see [`Key::to_jwk`] for `private`).
+    pub fn to_jwks(&self, private: bool) -> String {
+        let keys: Vec<_> = self.keys.iter().map(|k| k.to_jwk(private)).collect();
+        let mut s =
+            serde_json::to_string_pretty(&serde_json::json!({ "keys": keys })).unwrap_or_default();
+        s.push('\n');
+        s
+    }
+}
+
+/// Why a key file cannot be used.
+#[derive(Debug)]
+#[non_exhaustive]
+pub enum KeyFileError {
+    /// The file could not be read.
+    Read(std::io::Error),
+    /// Not a JWKS document (`{"keys": [...]}`), with serde's message.
+    NotJwks(String),
+    /// The file has no key.
+    NoKeys,
+    /// Key number `index` (from 0) is unusable, and why.
+    BadKey {
+        /// Its position in `keys`.
+        index: usize,
+        /// What is wrong, e.g. `an HS256 secret needs at least 32 bytes`.
+        reason: String,
+    },
+    /// Two keys share this `kid`.
+    DuplicateKid(String),
+}
+
+impl fmt::Display for KeyFileError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            KeyFileError::Read(e) => write!(f, "cannot read the key file: {e}"),
+            KeyFileError::NotJwks(e) => {
+                write!(
+                    f,
+                    "the key file is not a JWKS document {{\"keys\": [...]}}: {e}"
+                )
+            }
+            KeyFileError::NoKeys => write!(f, "the key file holds no key"),
+            KeyFileError::BadKey { index, reason } => write!(f, "key {index}: {reason}"),
+            KeyFileError::DuplicateKid(k) => write!(f, "two keys have kid {k:?}"),
+        }
+    }
+}
+
+impl std::error::Error for KeyFileError {}
+
+/// One JWK as written in the file; members we do not use are ignored.
+#[derive(Deserialize)]
+struct RawJwk {
+    kty: Option<String>,
+    kid: Option<String>,
+    alg: Option<String>,
+    crv: Option<String>,
+    k: Option<String>,
+    x: Option<String>,
+    d: Option<String>,
+}
+
+#[derive(Deserialize)]
+struct RawJwks {
+    keys: Vec<RawJwk>,
+}
+
+/// Reads and checks the key file at `path` ([`parse`]).
+///
+/// Errors: [`KeyFileError`].
+pub fn load(path: &Path) -> Result<KeySet, KeyFileError> {
+    let text = std::fs::read_to_string(path).map_err(KeyFileError::Read)?;
+    parse(&text)
+}
+
+/// Parses and checks a JWKS document (the rules are in the file's top
+/// comment). An Ed25519 key with `d` must have the `x` that `d` gives.
+///
+/// Errors: [`KeyFileError`] naming the first unusable key.
+pub fn parse(text: &str) -> Result<KeySet, KeyFileError> {
+    let raw: RawJwks =
+        serde_json::from_str(text).map_err(|e| KeyFileError::NotJwks(e.to_string()))?;
+    if raw.keys.is_empty() {
+        return Err(KeyFileError::NoKeys);
+    }
+    let mut keys: Vec<Key> = Vec::with_capacity(raw.keys.len());
+    for (index, j) in raw.keys.into_iter().enumerate() {
+        let bad = |reason: &str| KeyFileError::BadKey {
+            index,
+            reason: reason.to_string(),
+        };
+        let key = one_key(j).map_err(|r| bad(&r))?;
+        if keys.iter().any(|k| k.kid == key.kid) {
+            return Err(KeyFileError::DuplicateKid(key.kid));
+        }
+        keys.push(key);
+    }
+    Ok(KeySet { keys })
+}
+
+fn one_key(j: RawJwk) -> Result<Key, String> {
+    let kid = j.kid.ok_or("no kid")?;
+    if !crate::is_valid_token(&kid) {
+        return Err(format!("kid must be {}", crate::TOKEN_RULE));
+    }
+    let alg_name = j.alg.ok_or("no alg (HS256 or EdDSA)")?;
+    let alg = Alg::parse(&alg_name)
+        .ok_or(format!("alg {alg_name:?} is not accepted (HS256 or EdDSA)"))?;
+    let b64 = |name: &str, v: Option<String>| -> Result<Vec<u8>, String> {
+        let v = v.ok_or(format!("no {name}"))?;
+        URL_SAFE_NO_PAD
+            .decode(v.trim_end_matches('='))
+            .map_err(|_| format!("{name} is not base64url"))
+    };
+    let material = match (alg, j.kty.as_deref()) {
+        (Alg::Hs256, Some("oct")) => {
+            let k = b64("k", j.k)?;
+            if k.len() < 32 {
+                return Err("an HS256 secret needs at least 32 bytes (RFC 7518 3.2)".into());
+            }
+            Material::Secret(k)
+        }
+        (Alg::EdDsa, Some("OKP")) => {
+            if j.crv.as_deref() != Some("Ed25519") {
+                return Err("an EdDSA key needs crv Ed25519".into());
+            }
+            let x: [u8; 32] = b64("x", j.x)?
+                .try_into()
+                .map_err(|_| "x must be 32 bytes".to_string())?;
+            let private = match j.d {
+                None => None,
+                Some(d) => {
+                    let d: [u8; 32] = b64("d", Some(d))?
+                        .try_into()
+                        .map_err(|_| "d must be 32 bytes".to_string())?;
+                    if ed25519_public(&d) != x {
+                        return Err("x is not the public key of d".into());
+                    }
+                    Some(d)
+                }
+            };
+            ed25519_dalek::VerifyingKey::from_bytes(&x)
+                .map_err(|_| "x is not an Ed25519 public key".to_string())?;
+            Material::Ed25519 { public: x, private }
+        }
+        (Alg::Hs256, _) => return Err("an HS256 key needs kty oct".into()),
+        (Alg::EdDsa, _) => return Err("an EdDSA key needs kty OKP".into()),
+    };
+    Ok(Key { kid, alg, material })
+}
+
+fn ed25519_public(seed: &[u8; 32]) -> [u8; 32] {
+    ed25519_dalek::SigningKey::from_bytes(seed)
+        .verifying_key()
+        .to_bytes()
+}
+
+/// A new random key (32 bytes from `/dev/urandom`: the HS256 secret, or
+/// the Ed25519 seed).
+///
+/// Errors: the random source cannot be read; `kid` breaks the id rule
+/// (`InvalidInput`).
+pub fn generate(alg: Alg, kid: &str) -> std::io::Result<Key> {
+    if !crate::is_valid_token(kid) {
+        return Err(std::io::Error::new(
+            std::io::ErrorKind::InvalidInput,
+            format!("kid must be {}", crate::TOKEN_RULE),
+        ));
+    }
+    let mut seed = [0u8; 32];
+    std::fs::File::open("/dev/urandom")?.read_exact(&mut seed)?;
+    let material = match alg {
+        Alg::Hs256 => Material::Secret(seed.to_vec()),
+        Alg::EdDsa => Material::Ed25519 {
+            public: ed25519_public(&seed),
+            private: Some(seed),
+        },
+    };
+    Ok(Key {
+        kid: kid.to_string(),
+        alg,
+        material,
+    })
+}
+
+/// The claims of a buyer token. `sub` is the buyer; times are Unix seconds.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Claims {
+    /// The buyer's user id (the gateway's rule: 1-64 of `A-Z a-z 0-9 _ . -`).
+    pub sub: String,
+    /// The audience (the gateway's `SECKILL_AUTH_AUDIENCE`, default `seckill`).
+    pub aud: String,
+    /// Expiry (required by the gateway).
+    pub exp: u64,
+    /// Issued at.
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub iat: Option<u64>,
+    /// Not before.
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub nbf: Option<u64>,
+}
+
+impl Claims {
+    /// Claims for `sub` and `aud`, issued now, valid for `ttl_s` seconds.
+    pub fn new(sub: &str, aud: &str, ttl_s: u64) -> Claims {
+        let now = crate::now_ms() / 1000;
+        Claims {
+            sub: sub.to_string(),
+            aud: aud.to_string(),
+            exp: now + ttl_s,
+            iat: Some(now),
+            nbf: None,
+        }
+    }
+}
+
+/// Why a token could not be minted.
+#[derive(Debug)]
+#[non_exhaustive]
+pub enum MintError {
+    /// The key has no private half (an Ed25519 key without `d`).
+    NotASigningKey(String),
+    /// The signing library refused (its message).
+    Sign(String),
+}
+
+impl fmt::Display for MintError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            MintError::NotASigningKey(kid) => write!(
+                f,
+                "key {kid:?} cannot sign: an Ed25519 key needs its private part d"
+            ),
+            MintError::Sign(e) => write!(f, "signing: {e}"),
+        }
+    }
+}
+
+impl std::error::Error for MintError {}
+
+/// A key ready to sign many tokens.
+pub struct Signer {
+    kid: String,
+    header: jsonwebtoken::Header,
+    key: EncodingKey,
+}
+
+impl Signer {
+    /// A signer for `key`.
+    ///
+    /// Errors: [`MintError::NotASigningKey`].
+    pub fn new(key: &Key) -> Result<Signer, MintError> {
+        let enc = key
+            .encoding_key()
+            .ok_or_else(|| MintError::NotASigningKey(key.kid.clone()))?;
+        let mut header = jsonwebtoken::Header::new(key.alg.jwt());
+        header.kid = Some(key.kid.clone());
+        Ok(Signer {
+            kid: key.kid.clone(),
+            header,
+            key: enc,
+        })
+    }
+
+    /// The signing key's `kid`.
+    pub fn kid(&self) -> &str {
+        &self.kid
+    }
+
+    /// A compact JWS of `claims` (`header.payload.signature`, base64url).
+    ///
+    /// Errors: [`MintError::Sign`].
+    pub fn mint(&self, claims: &Claims) -> Result<String, MintError> {
+        jsonwebtoken::encode(&self.header, claims, &self.key)
+            .map_err(|e| MintError::Sign(e.to_string()))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn generated_keys_round_trip_and_keep_d_only_in_signing_files() {
+        let ed = generate(Alg::EdDsa, "e1").unwrap();
+        let hs = generate(Alg::Hs256, "h1").unwrap();
+        let set = KeySet {
+            keys: vec![hs.clone(), ed.clone()],
+        };
+        let signing = parse(&set.to_jwks(true)).unwrap();
+        assert_eq!(signing, set);
+        let public = parse(&set.to_jwks(false)).unwrap();
+        assert!(public.find("h1").unwrap().can_sign());
+        assert!(!public.find("e1").unwrap().can_sign());
+        assert!(signing.find("e1").unwrap().can_sign());
+        assert!(matches!(
+            Signer::new(public.find("e1").unwrap()),
+            Err(MintError::NotASigningKey(_))
+        ));
+        let t = Signer::new(&ed)
+            .unwrap()
+            .mint(&Claims::new("alice", "seckill", 60))
+            .unwrap();
+        assert_eq!(t.split('.').count(), 3);
+    }
+
+    #[test]
+    fn unusable_key_files_are_refused_with_the_reason() {
+        let bad = |s: &str| match parse(s) {
+            Err(KeyFileError::BadKey { reason, .. }) => reason,
+            other => panic!("{other:?}"),
+        };
+        assert!(matches!(parse("[]"), Err(KeyFileError::NotJwks(_))));
+        assert!(matches!(parse(r#"{"keys":[]}"#), Err(KeyFileError::NoKeys)));
+        assert!(
+            bad(r#"{"keys":[{"kty":"oct","kid":"a","alg":"HS256","k":"c2hvcnQ"}]}"#)
+                .contains("32 bytes")
+        );
+        assert!(
+            bad(r#"{"keys":[{"kty":"oct","kid":"a","alg":"none","k":"x"}]}"#)
+                .contains("not accepted")
+        );
+        assert!(bad(
+            r#"{"keys":[{"kty":"OKP","crv":"Ed25519","kid":"a","alg":"EdDSA","x":"AAAA"}]}"#
+        )
+        .contains("32 bytes"));
+        assert!(
+            bad(r#"{"keys":[{"kty":"OKP","kid":"a","alg":"HS256","k":"x"}]}"#).contains("kty oct")
+        );
+        assert!(
+            bad(r#"{"keys":[{"kty":"oct","kid":"a b","alg":"HS256","k":"x"}]}"#).contains("kid")
+        );
+        let k = URL_SAFE_NO_PAD.encode([7u8; 32]);
+        let two = format!(
+            r#"{{"keys":[{{"kty":"oct","kid":"a","alg":"HS256","k":"{k}"}},{{"kty":"oct","kid":"a","alg":"HS256","k":"{k}"}}]}}"#
+        );
+        assert!(matches!(parse(&two), Err(KeyFileError::DuplicateKid(_))));
+    }
+}

@@ -1,0 +1,130 @@
+//! Owns `token keygen` and `token issue`: making the key files of buyer
+//! tokens and minting a token from one, for operators, the demo and tests
+//! (the shop's login service mints its own; docs/IDENTITY.md).
+
+use crate::cli::{TokenIssue, TokenKeygen};
+use crate::output::outln;
+use seckill_common::token::{self, Claims, KeySet, Signer};
+use std::path::Path;
+
+/// Why a token command failed (exit 2).
+#[derive(Debug)]
+#[non_exhaustive]
+pub enum TokenError {
+    /// A key file could not be read or used.
+    KeyFile(String, token::KeyFileError),
+    /// A key file could not be written.
+    Write(String, std::io::Error),
+    /// No random bytes for a new key.
+    Random(std::io::Error),
+    /// The kid asked for is in the file already (`keygen`) or not at all
+    /// (`issue`), or the file has no key that can sign.
+    Kid(String),
+    /// Signing failed.
+    Mint(token::MintError),
+}
+
+impl std::fmt::Display for TokenError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            TokenError::KeyFile(p, e) => write!(f, "{p}: {e}"),
+            TokenError::Write(p, e) => write!(f, "writing {p}: {e}"),
+            TokenError::Random(e) => write!(f, "reading random bytes: {e}"),
+            TokenError::Kid(m) => f.write_str(m),
+            TokenError::Mint(e) => write!(f, "{e}"),
+        }
+    }
+}
+
+impl std::error::Error for TokenError {}
+
+/// Reads the key file at `path`, or an empty set when it does not exist.
+fn existing(path: &str) -> Result<Vec<token::Key>, TokenError> {
+    if !Path::new(path).exists() {
+        return Ok(Vec::new());
+    }
+    token::load(Path::new(path))
+        .map(|s| s.keys)
+        .map_err(|e| TokenError::KeyFile(path.to_string(), e))
+}
+
+/// Writes `keys` as a JWKS document to `path` (mode 0600: it may hold
+/// secrets), replacing the file through a rename.
+fn write(path: &str, keys: Vec<token::Key>, private: bool) -> Result<(), TokenError> {
+    use std::io::Write;
+    use std::os::unix::fs::OpenOptionsExt;
+    let text = KeySet { keys }.to_jwks(private);
+    let tmp = format!("{path}.tmp");
+    let w = |e| TokenError::Write(path.to_string(), e);
+    let mut f = std::fs::OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .mode(0o600)
+        .open(&tmp)
+        .map_err(w)?;
+    f.write_all(text.as_bytes()).map_err(w)?;
+    f.sync_all().map_err(w)?;
+    std::fs::rename(&tmp, path).map_err(w)
+}
+
+/// `token keygen`: a new random key added to the signing file `--out`
+/// (created when missing) and, with `--public`, its verifying half added
+/// to the gateway's file (an Ed25519 key without `d`; an HS256 secret as
+/// it is). Prints the kid.
+///
+/// Errors: [`TokenError`] (a kid already in either file, unreadable files).
+pub fn keygen(a: &TokenKeygen) -> Result<u8, TokenError> {
+    let mut signing = existing(&a.out)?;
+    let mut public = match &a.public {
+        Some(p) => existing(p)?,
+        None => Vec::new(),
+    };
+    if signing.iter().chain(&public).any(|k| k.kid == a.kid) {
+        return Err(TokenError::Kid(format!(
+            "kid {:?} is in the key file already",
+            a.kid
+        )));
+    }
+    let key = token::generate(a.alg, &a.kid).map_err(TokenError::Random)?;
+    signing.push(key.clone());
+    write(&a.out, signing, true)?;
+    if let Some(p) = &a.public {
+        public.push(key);
+        write(p, public, false)?;
+    }
+    outln!("{}", a.kid);
+    Ok(0)
+}
+
+/// `token issue`: prints one token for `--user` (or `--count` of them for
+/// `U-0 ..`), valid for `--ttl`, signed by `--kid` or else the last key of
+/// `--key` that can sign.
+///
+/// Errors: [`TokenError`].
+pub fn issue(a: &TokenIssue, audience: &str) -> Result<u8, TokenError> {
+    let set = token::load(Path::new(&a.key)).map_err(|e| TokenError::KeyFile(a.key.clone(), e))?;
+    let key = match &a.kid {
+        Some(kid) => set
+            .find(kid)
+            .ok_or_else(|| TokenError::Kid(format!("{}: no key with kid {kid:?}", a.key)))?,
+        None => set
+            .keys
+            .iter()
+            .rev()
+            .find(|k| k.can_sign())
+            .ok_or_else(|| TokenError::Kid(format!("{}: no key that can sign", a.key)))?,
+    };
+    let signer = Signer::new(key).map_err(TokenError::Mint)?;
+    let aud = a.audience.as_deref().unwrap_or(audience);
+    let Some(n) = a.count else {
+        let claims = Claims::new(&a.user, aud, a.ttl_s);
+        outln!("{}", signer.mint(&claims).map_err(TokenError::Mint)?);
+        return Ok(0);
+    };
+    for i in 0..n {
+        let claims = Claims::new(&format!("{}-{i}", a.user), aud, a.ttl_s);
+        outln!("{}", signer.mint(&claims).map_err(TokenError::Mint)?);
+    }
+    Ok(0)
+}

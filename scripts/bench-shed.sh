@@ -1,0 +1,88 @@
+#!/usr/bin/env bash
+# Benchmarks load shedding (issue 12, "Shedding an overload") and prints
+# figures (not a test: nothing here passes or fails on a number).
+#
+# Offered load is counted in purchases in flight: seckill-shed-bench runs N
+# keep-alive connections that each buy as fast as they are answered (a
+# distinct user per purchase; a shed purchase is sent again at once). 1x is
+# the capacity measured first: BENCH_SHED_CAPACITY connections (default 64,
+# where purchase throughput stops growing on the 2-core development machine,
+# docs/PERFORMANCE.md) against a gateway with no bound in the way; then 1x,
+# 2x and 5x that many connections against a gateway whose in-flight bound
+# (SECKILL_GATEWAY_PURCHASES_IN_FLIGHT) is the capacity. For each it prints
+# admitted purchases/s, p50 and p99 of the admitted (202) purchases, and
+# the share shed (503 overloaded); then p99 at 5x / p99 at 1x (target <= 2).
+# Rate limits are off (a rate of 0) so that only shedding acts.
+#
+# A private redis-server (AOF everysec, no rewrites) on a free port; the
+# machine's Redis is never touched. Usage: scripts/bench-shed.sh
+# (BENCH_SECONDS each run, default 10; BENCH_SHED_BACKOFF_MS: how long a shed
+# client waits before its retry, default 0 = a retry storm).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+. scripts/lib/services.sh
+
+ensure_redis_server
+SECONDS_EACH=${BENCH_SECONDS:-10}
+CAP=${BENCH_SHED_CAPACITY:-64}
+cargo build --release -q -p seckill-gateway -p seckill-tests --bin seckill-gateway --bin seckill-shed-bench
+BIN=${CARGO_TARGET_DIR:-target}/release
+
+free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+WORK=$(mktemp -d)
+RPORT=$(free_port)
+GPORT=$(free_port)
+GW_PID=""
+cleanup() {
+  [ -n "$GW_PID" ] && kill "$GW_PID" 2>/dev/null || true
+  [ -n "${R_PID:-}" ] && kill "$R_PID" 2>/dev/null || true
+  rm -rf "$WORK"
+}
+trap cleanup EXIT
+
+redis-server --port "$RPORT" --bind 127.0.0.1 --dir "$WORK" --save "" \
+  --appendonly yes --appendfsync everysec --auto-aof-rewrite-percentage 0 \
+  --daemonize no --loglevel warning >/dev/null &
+R_PID=$!
+rc() { redis-cli -p "$RPORT" "$@"; }
+for _ in $(seq 100); do rc PING >/dev/null 2>&1 && break; sleep 0.05; done
+now_ms=$(( $(date +%s%3N) - 1000 )); end_ms=$(( now_ms + 3600000 ))
+rc HSET "seckill:{sale:1}:meta" total_stock 1000000000 starts_at_ms "$now_ms" ends_at_ms "$end_ms" >/dev/null
+rc SET "seckill:{sale:1}:stock" 1000000000 >/dev/null
+rc SADD seckill:sales 1 >/dev/null
+
+start_gateway() { # IN_FLIGHT_BOUND
+  SECKILL_LISTEN=127.0.0.1:$GPORT SECKILL_REDIS_URL=redis://127.0.0.1:$RPORT/ \
+    SECKILL_GATEWAY_PURCHASES_IN_FLIGHT=$1 SECKILL_GATEWAY_BUYER_RATE=0 \
+    SECKILL_GATEWAY_ADDRESS_RATE=0 RUST_LOG=warn "$BIN/seckill-gateway" &
+  GW_PID=$!
+  for _ in $(seq 100); do port_open 127.0.0.1 "$GPORT" && break; sleep 0.05; done
+}
+stop_gateway() {
+  kill -TERM "$GW_PID"; wait "$GW_PID" || true; GW_PID=""
+}
+run() { # NAME CONNECTIONS -> prints and stores "admitted/s p50 p99 shed other"
+  local out
+  out=$("$BIN/seckill-shed-bench" "127.0.0.1:$GPORT" 1 "$2" "$SECONDS_EACH" "$1-$(date +%s)")
+  echo "$out" >"$WORK/$1"
+  read -r rps p50 p99 shed other <<<"$out"
+  printf '%-26s %4d conns  %8.0f admitted/s   p50 %7.2f ms   p99 %7.2f ms   shed %5.1f %%   other %s\n' \
+    "$1" "$2" "$rps" "$p50" "$p99" "$(awk -v s="$shed" 'BEGIN{print s*100}')" "$other"
+}
+
+echo "bench-shed: $(nproc) cores, ${SECONDS_EACH}s each, capacity taken as $CAP purchases in flight"
+start_gateway 1000000
+run capacity_unbounded "$CAP"
+run 5x_unbounded $(( CAP * 5 ))
+stop_gateway
+start_gateway "$CAP"
+run 1x_bound "$CAP"
+run 2x_bound $(( CAP * 2 ))
+run 5x_bound $(( CAP * 5 ))
+stop_gateway
+p1=$(awk '{print $3}' "$WORK/1x_bound"); p5=$(awk '{print $3}' "$WORK/5x_bound")
+pu=$(awk '{print $3}' "$WORK/5x_unbounded")
+echo
+awk -v a="$p1" -v b="$p5" -v u="$pu" 'BEGIN {
+  printf "p99 at 5x / p99 at 1x, bound %d: %.2f (target <= 2); without the bound: %.2f\n", '"$CAP"', b/a, u/a
+}'

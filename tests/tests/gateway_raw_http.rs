@@ -1,0 +1,169 @@
+//! Specifies the gateway's HTTP framing on a raw socket, byte for byte
+//! (issue 11, section 5): a body the gateway will not read is answered at
+//! once and the connection closed, with no 1xx the client did not ask for;
+//! `Expect: 100-continue` is honoured as RFC 9110 section 10.1.1 says: a
+//! `100 Continue` only before a body the gateway is going to read, never
+//! before a final answer given without reading it, and never to HTTP/1.0.
+
+mod gateway_support;
+
+use gateway_support::*;
+use seckill_tests::RedisServer;
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::time::Duration;
+
+const SALE: u64 = 5;
+const PATH: &str = "/v1/sales/5/purchases";
+
+/// Starts Redis (sale `SALE`, stock 10) and the gateway, runs `client`
+/// against the port, then checks that Redis is unchanged and that a valid
+/// purchase right after is answered 202.
+fn then_a_purchase_succeeds(client: impl FnOnce(u16)) {
+    let redis = RedisServer::start();
+    open_sale(&redis, SALE, 10);
+    let g = Gateway::start(&redis, &[]);
+    let before = snapshot(&redis, SALE);
+    client(g.port);
+    assert_eq!(before, snapshot(&redis, SALE), "Redis changed");
+    assert_eq!(buy(g.port, SALE, "after").status, 202);
+    assert_eq!(counts(&redis, SALE), (9, 1, 1));
+}
+
+fn connect(port: u16) -> TcpStream {
+    let s = TcpStream::connect(("127.0.0.1", port)).expect("connect");
+    // A guard against a hang, not a timed assertion: a read that waits
+    // this long fails the test.
+    s.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+    s
+}
+
+/// Every byte the gateway sends until it closes the connection. A read
+/// error (a reset instead of the end of stream) fails the test.
+fn read_to_end_of_stream(s: &mut TcpStream) -> String {
+    let mut out = Vec::new();
+    if let Err(e) = s.read_to_end(&mut out) {
+        panic!(
+            "{e} after {:?}: the connection must end with end of stream",
+            String::from_utf8_lossy(&out)
+        );
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+/// Checks that `all` is one 413 answer with `Connection: close` and the
+/// `payload_too_large` body, and nothing else (no interim answer).
+fn assert_one_413_and_nothing_else(all: &str) {
+    assert!(all.starts_with("HTTP/1.1 413 "), "{all:?}");
+    assert_eq!(all.matches("HTTP/1.").count(), 1, "{all:?}");
+    assert!(!all.contains(" 100 "), "{all:?}");
+    let (head, body) = all.split_once("\r\n\r\n").expect("a head");
+    assert!(
+        head.lines()
+            .any(|l| l.eq_ignore_ascii_case("Connection: close")),
+        "{head:?}"
+    );
+    let json: serde_json::Value = serde_json::from_str(body).expect("a JSON body");
+    assert_eq!(json["error"], "payload_too_large", "{body:?}");
+}
+
+#[test]
+fn a_declared_terabyte_gets_413_first_and_then_end_of_stream() {
+    then_a_purchase_succeeds(|port| {
+        let mut s = connect(port);
+        let head =
+            format!("POST {PATH} HTTP/1.1\r\nHost: x\r\nContent-Length: 1000000000000\r\n\r\n");
+        s.write_all(head.as_bytes()).unwrap();
+        s.write_all(b"0123456789").unwrap();
+        assert_one_413_and_nothing_else(&read_to_end_of_stream(&mut s));
+    });
+}
+
+#[test]
+fn expect_100_continue_with_a_declared_terabyte_gets_413_and_no_100() {
+    then_a_purchase_succeeds(|port| {
+        let mut s = connect(port);
+        let head = format!(
+            "POST {PATH} HTTP/1.1\r\nHost: x\r\nExpect: 100-continue\r\nContent-Length: 1000000000000\r\n\r\n"
+        );
+        s.write_all(head.as_bytes()).unwrap();
+        assert_one_413_and_nothing_else(&read_to_end_of_stream(&mut s));
+    });
+}
+
+#[test]
+fn expect_100_continue_with_a_length_over_the_limit_gets_413_and_no_100() {
+    // 8,000 bytes: over the 4 KiB default limit, under the 1 MiB the gateway
+    // would drain. The body is never asked for, so none is sent, and the
+    // connection must close rather than wait for it.
+    then_a_purchase_succeeds(|port| {
+        let mut s = connect(port);
+        let head = format!(
+            "POST {PATH} HTTP/1.1\r\nHost: x\r\nExpect: 100-continue\r\nContent-Length: 8000\r\n\r\n"
+        );
+        s.write_all(head.as_bytes()).unwrap();
+        assert_one_413_and_nothing_else(&read_to_end_of_stream(&mut s));
+    });
+}
+
+/// Reads one head (up to its empty line) byte by byte, so that nothing
+/// after it is taken from the socket.
+fn read_head(s: &mut TcpStream) -> String {
+    let mut head = Vec::new();
+    let mut byte = [0u8; 1];
+    while !head.ends_with(b"\r\n\r\n") {
+        match s.read(&mut byte) {
+            Ok(1) => head.push(byte[0]),
+            other => panic!("{other:?} after {:?}", String::from_utf8_lossy(&head)),
+        }
+    }
+    String::from_utf8_lossy(&head).into_owned()
+}
+
+#[test]
+fn expect_100_continue_with_a_valid_purchase_gets_100_before_the_body_is_sent() {
+    let redis = RedisServer::start();
+    open_sale(&redis, SALE, 10);
+    let g = Gateway::start(&redis, &[]);
+    let mut s = connect(g.port);
+    let body = r#"{"user_id":"expects"}"#;
+    let head = format!(
+        "POST {PATH} HTTP/1.1\r\nHost: x\r\nExpect: 100-continue\r\nAuthorization: Bearer {}\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n",
+        seckill_tests::auth::token_for("expects"),
+        body.len()
+    );
+    s.write_all(head.as_bytes()).unwrap();
+    // Nothing of the body is sent until the 100 has arrived.
+    assert_eq!(read_head(&mut s), "HTTP/1.1 100 Continue\r\n\r\n");
+    s.write_all(body.as_bytes()).unwrap();
+    let answer = read_head(&mut s);
+    assert!(answer.starts_with("HTTP/1.1 202 "), "{answer:?}");
+    assert_eq!(counts(&redis, SALE), (9, 1, 1));
+    // The connection stays usable: the next request is served.
+    s.write_all(format_request("GET", "/healthz", None, true).as_bytes())
+        .unwrap();
+    let rest = read_to_end_of_stream(&mut s);
+    assert!(rest.contains("HTTP/1.1 200 "), "{rest:?}");
+    assert!(!rest.contains(" 100 "), "{rest:?}");
+}
+
+#[test]
+fn expect_100_continue_in_http_1_0_gets_no_100() {
+    // RFC 9110 10.1.1: a server must ignore a 100-continue expectation in an
+    // HTTP/1.0 request (such a client may take the 100 for the answer).
+    let redis = RedisServer::start();
+    open_sale(&redis, SALE, 10);
+    let g = Gateway::start(&redis, &[]);
+    let mut s = connect(g.port);
+    let body = r#"{"user_id":"ten"}"#;
+    let req = format!(
+        "POST {PATH} HTTP/1.0\r\nExpect: 100-continue\r\nAuthorization: Bearer {}\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
+        seckill_tests::auth::token_for("ten"),
+        body.len()
+    );
+    s.write_all(req.as_bytes()).unwrap();
+    let all = read_to_end_of_stream(&mut s);
+    assert!(all.starts_with("HTTP/1.0 202 "), "{all:?}");
+    assert_eq!(all.matches("HTTP/1.").count(), 1, "{all:?}");
+    assert_eq!(counts(&redis, SALE), (9, 1, 1));
+}

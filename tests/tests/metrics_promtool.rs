@@ -1,0 +1,286 @@
+//! Checks the `/metrics` page of every binary that serves one (the gateway
+//! and the worker; the reconciler exposes no metrics) with Prometheus' own
+//! linter, `promtool check metrics`, after a little traffic has given the
+//! counters and histograms values: exit 0 and no lint output, the content
+//! type of the text format 0.0.4, and exactly the metric families the
+//! README and DESIGN.md list. promtool comes from Debian's `prometheus`
+//! package, which `scripts/test.sh` installs; without it these tests fail.
+
+mod gateway_support;
+#[path = "worker_support.rs"]
+mod support;
+
+use gateway_support::{buy, get, open_sale, Client, Gateway};
+use seckill_tests::{create_sale, wait_until, RedisServer, TestDb};
+use std::collections::BTreeSet;
+use std::io::Write;
+use std::process::{Command, Stdio};
+use std::time::Duration;
+use support::{reserve_users, wait_drained, wait_orders, Opts, WorkerProc};
+
+/// What both binaries send as `Content-Type` with `/metrics`.
+const TEXT_FORMAT: &str = "text/plain; version=0.0.4; charset=utf-8";
+
+const LONG: Duration = Duration::from_secs(60);
+
+/// Runs `promtool check metrics` on `page` and returns (exit code, what it
+/// printed on stdout and stderr). Panics, saying how to install it, when
+/// promtool is missing: a check that cannot run must not pass.
+fn promtool_check(page: &str) -> (Option<i32>, String) {
+    let spawned = Command::new("promtool")
+        .args(["check", "metrics"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn();
+    let mut child = match spawned {
+        Ok(c) => c,
+        Err(e) => panic!(
+            "cannot run promtool ({e}): install Debian's package `prometheus` \
+             (`apt-get install -y --no-install-recommends prometheus`; \
+             ./scripts/test.sh does this when promtool is missing)"
+        ),
+    };
+    child
+        .stdin
+        .take()
+        .expect("promtool's stdin")
+        .write_all(page.as_bytes())
+        .expect("write the page to promtool");
+    let out = child.wait_with_output().expect("wait for promtool");
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    (out.status.code(), text)
+}
+
+/// Asserts that promtool accepts `page` without a single lint.
+fn assert_promtool_clean(page: &str) {
+    let (code, said) = promtool_check(page);
+    assert_eq!(
+        (code, said.as_str()),
+        (Some(0), ""),
+        "promtool check metrics on:\n{page}"
+    );
+}
+
+/// The metric family names of the `# TYPE` lines of `page`, with the type.
+fn families(page: &str) -> BTreeSet<String> {
+    page.lines()
+        .filter_map(|l| l.strip_prefix("# TYPE "))
+        .map(String::from)
+        .collect()
+}
+
+/// The value of the sample line `series` (name and labels exactly as
+/// written) on `page`.
+fn sample(page: &str, series: &str) -> Option<f64> {
+    page.lines()
+        .find_map(|l| l.strip_prefix(series)?.strip_prefix(' ')?.parse().ok())
+}
+
+#[test]
+fn the_gateways_metrics_pass_promtool_after_purchases() {
+    let redis = RedisServer::start();
+    open_sale(&redis, 1, 5);
+    let g = Gateway::start(&redis, &[]);
+    let mut c = Client::connect(g.port);
+    let statuses: Vec<u16> = ["u1", "u1", "u2"]
+        .iter()
+        .map(|u| c.buy(1, u).status)
+        .collect();
+    assert_eq!(statuses, [202, 409, 202]);
+    assert_eq!(buy(g.port, 99, "u1").status, 404);
+    assert_eq!(get(g.port, "/v1/sales/1").status, 200);
+
+    // A request is counted just after its answer is written: wait until
+    // the last one is.
+    // A request is counted after its answer is written, on its
+    // connection's thread: wait until every answer sent is counted.
+    let want: Vec<(&str, f64)> = vec![
+        (
+            r#"seckill_gateway_requests_total{route="purchase",status="202"}"#,
+            2.0,
+        ),
+        (
+            r#"seckill_gateway_requests_total{route="purchase",status="409"}"#,
+            1.0,
+        ),
+        (
+            r#"seckill_gateway_requests_total{route="purchase",status="404"}"#,
+            1.0,
+        ),
+        (
+            r#"seckill_gateway_requests_total{route="sale",status="200"}"#,
+            1.0,
+        ),
+        (
+            r#"seckill_gateway_purchases_total{outcome="reserved"}"#,
+            2.0,
+        ),
+        (
+            r#"seckill_gateway_purchases_total{outcome="sold_out"}"#,
+            0.0,
+        ),
+        (
+            r#"seckill_gateway_purchases_total{outcome="already_purchased"}"#,
+            1.0,
+        ),
+        (
+            r#"seckill_gateway_purchases_total{outcome="unknown_sale"}"#,
+            1.0,
+        ),
+        (r#"seckill_gateway_purchases_total{outcome="paused"}"#, 0.0),
+        (
+            r#"seckill_gateway_request_duration_seconds_count{route="purchase"}"#,
+            4.0,
+        ),
+        (
+            r#"seckill_gateway_request_duration_seconds_bucket{route="purchase",le="+Inf"}"#,
+            4.0,
+        ),
+        (
+            r#"seckill_gateway_request_duration_seconds_count{route="sale"}"#,
+            1.0,
+        ),
+        (
+            r#"seckill_gateway_request_duration_seconds_count{route="readyz"}"#,
+            0.0,
+        ),
+        ("seckill_gateway_redis_errors_total", 0.0),
+        ("seckill_gateway_shed_total", 0.0),
+        (r#"seckill_gateway_limited_total{limit="buyer"}"#, 0.0),
+        (r#"seckill_gateway_limited_total{limit="address"}"#, 0.0),
+    ];
+    let mut m = get(g.port, "/metrics");
+    wait_until(LONG, "every request to be counted", || {
+        m = get(g.port, "/metrics");
+        want.iter()
+            .all(|(series, v)| sample(&m.body, series) == Some(*v))
+    });
+    assert_eq!(m.status, 200);
+    assert_eq!(m.header("Content-Type"), Some(TEXT_FORMAT));
+    assert_promtool_clean(&m.body);
+    let page = &m.body;
+    let expected: BTreeSet<String> = [
+        "seckill_gateway_requests_total counter",
+        "seckill_gateway_purchases_total counter",
+        "seckill_gateway_request_duration_seconds histogram",
+        "seckill_gateway_redis_errors_total counter",
+        "seckill_gateway_redis_connects_total counter",
+        "seckill_gateway_requests_in_flight gauge",
+        "seckill_gateway_parked_connections_total counter",
+        "seckill_gateway_pipelined_purchases_total counter",
+        "seckill_gateway_redis_pipelines_total counter",
+        "seckill_gateway_abandoned_purchases_total counter",
+        "seckill_gateway_buyers_remembered gauge",
+        "seckill_gateway_redis_persistence_off gauge",
+        "seckill_gateway_redis_refused_total counter",
+        "seckill_gateway_tokens_verified_total counter",
+        "seckill_gateway_token_cache_hits_total counter",
+        "seckill_gateway_limited_total counter",
+        "seckill_gateway_limit_table_full_total counter",
+        "seckill_gateway_shed_total counter",
+    ]
+    .map(String::from)
+    .into();
+    assert_eq!(families(page), expected, "{page}");
+    for (series, v) in &want {
+        assert_eq!(sample(page, series), Some(*v), "{series} on:\n{page}");
+    }
+    // A route × status pair never answered has no series (as before).
+    assert!(!page.contains(r#"route="purchase",status="410""#), "{page}");
+}
+
+#[test]
+fn the_workers_metrics_pass_promtool_after_orders() {
+    let redis = RedisServer::start();
+    let db = TestDb::create();
+    let sale = create_sale(&db, &redis, 10, -1000, 600_000);
+    reserve_users(&redis, sale, "u", 3);
+    let w = WorkerProc::start(&redis, &db, "w1", &Opts::default());
+    wait_orders(&db, sale, 3, LONG);
+    wait_drained(&redis, sale, LONG);
+    // The housekeeping thread refreshes the per-sale gauges about once a
+    // second; wait for the drained queue to show.
+    // The per-sale gauges are refreshed by the worker's housekeeping, not
+    // by the batch: wait until they show the drained sale.
+    let queue_series = format!("seckill_queue_length{{sale=\"{sale}\"}}");
+    let processing_series = format!("seckill_processing_length{{sale=\"{sale}\"}}");
+    wait_until(LONG, "the per-sale gauges", || {
+        let page = w.metrics();
+        sample(&page, &queue_series) == Some(0.0) && sample(&page, &processing_series) == Some(0.0)
+    });
+
+    let raw = w.metrics();
+    let (head, page) = raw.split_once("\r\n\r\n").expect("an HTTP response");
+    assert!(
+        head.starts_with("HTTP/1.1 200") || head.starts_with("HTTP/1.0 200"),
+        "{head}"
+    );
+    let content_type = head
+        .lines()
+        .find_map(|l| l.strip_prefix("Content-Type: "))
+        .map(str::trim);
+    assert_eq!(content_type, Some(TEXT_FORMAT), "{head}");
+    assert_promtool_clean(page);
+    let expected: BTreeSet<String> = [
+        "seckill_worker_orders_applied_total counter",
+        "seckill_worker_messages_already_done_total counter",
+        "seckill_worker_batches_total counter",
+        "seckill_worker_batch_size histogram",
+        "seckill_worker_batch_seconds histogram",
+        "seckill_worker_retries_total counter",
+        "seckill_worker_dead_lettered_total counter",
+        "seckill_worker_fenced_total counter",
+        "seckill_worker_requeued_total counter",
+        "seckill_worker_reclaimed_total counter",
+        "seckill_worker_redis_data_loss_total counter",
+        "seckill_worker_redis_errors_total counter",
+        "seckill_queue_length gauge",
+        "seckill_processing_length gauge",
+        "seckill_queue_oldest_age_seconds gauge",
+    ]
+    .map(String::from)
+    .into();
+    assert_eq!(families(page), expected, "{page}");
+    for (series, v) in [
+        (
+            r#"seckill_worker_orders_applied_total{worker="w1"}"#.to_string(),
+            3.0,
+        ),
+        (
+            r#"seckill_worker_messages_already_done_total{worker="w1"}"#.into(),
+            0.0,
+        ),
+        (r#"seckill_worker_batch_size_sum{worker="w1"}"#.into(), 3.0),
+        (
+            r#"seckill_worker_retries_total{worker="w1",cause="connection"}"#.into(),
+            0.0,
+        ),
+        (
+            r#"seckill_worker_retries_total{worker="w1",cause="deadlock_or_lock_wait"}"#.into(),
+            0.0,
+        ),
+        (
+            r#"seckill_worker_dead_lettered_total{worker="w1"}"#.into(),
+            0.0,
+        ),
+        (format!("seckill_processing_length{{sale=\"{sale}\"}}"), 0.0),
+        (
+            format!("seckill_queue_oldest_age_seconds{{sale=\"{sale}\"}}"),
+            0.0,
+        ),
+    ] {
+        assert_eq!(sample(page, &series), Some(v), "{series} on:\n{page}");
+    }
+    let batches = sample(page, r#"seckill_worker_batches_total{worker="w1"}"#);
+    assert!(matches!(batches, Some(b) if b >= 1.0), "{page}");
+    assert_eq!(
+        sample(page, r#"seckill_worker_batch_seconds_count{worker="w1"}"#),
+        sample(page, r#"seckill_worker_batch_size_count{worker="w1"}"#),
+        "{page}"
+    );
+}
