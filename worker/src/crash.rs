@@ -26,6 +26,11 @@ pub enum CrashPoint {
     /// to test a paused worker that resumes after being reclaimed; fires
     /// once.
     StopAfterMove,
+    /// The expiry sweep expired orders in MySQL; their Redis step not done.
+    ExpireAfterMysql,
+    /// The expiry sweep did one release's Redis step; MySQL does not know
+    /// yet that it is done.
+    ExpireAfterRedis,
 }
 
 impl CrashPoint {
@@ -35,6 +40,8 @@ impl CrashPoint {
             CrashPoint::AfterMove => "after_move",
             CrashPoint::AfterCommit => "after_commit",
             CrashPoint::StopAfterMove => "stop_after_move",
+            CrashPoint::ExpireAfterMysql => "expire_after_mysql",
+            CrashPoint::ExpireAfterRedis => "expire_after_redis",
         }
     }
 }
@@ -52,7 +59,7 @@ impl CrashPoints {
     }
 
     /// Arms the point `value` names (`after_move`, `after_commit`,
-    /// `stop_after_move`) in a build with crash points, and logs it
+    /// `stop_after_move`, `expire_after_mysql`, `expire_after_redis`) in a build with crash points, and logs it
     /// (`crash point armed: SECKILL_WORKER_CRASH_AT=...`, which the test
     /// harness waits for). Any other value, and every value in a build
     /// without them, arms nothing and is logged as ignored.
@@ -71,12 +78,15 @@ impl CrashPoints {
             CrashPoint::AfterMove,
             CrashPoint::AfterCommit,
             CrashPoint::StopAfterMove,
+            CrashPoint::ExpireAfterMysql,
+            CrashPoint::ExpireAfterRedis,
         ];
         let armed = points.into_iter().find(|p| p.as_str() == value);
         match armed {
             Some(_) => log::warn!("crash point armed: {ENV}={value} (tests only)"),
             None => log::warn!(
-                "{ENV}={value} ignored: not a crash point (after_move, after_commit, stop_after_move)"
+                "{ENV}={value} ignored: not a crash point (after_move, after_commit, \
+                 stop_after_move, expire_after_mysql, expire_after_redis)"
             ),
         }
         CrashPoints { armed }
@@ -87,14 +97,15 @@ impl CrashPoints {
         self.armed
     }
 
-    /// The worker reached `point` (`AfterMove` or `AfterCommit`): aborts
-    /// when armed there, stops itself once when `StopAfterMove` is armed
+    /// The worker reached `point`: aborts when armed there, stops itself once when `StopAfterMove` is armed
     /// and `point` is `AfterMove`.
     #[cfg(feature = "crash-points")]
     pub fn reached(&mut self, point: CrashPoint) {
         match (self.armed, point) {
             (Some(CrashPoint::AfterMove), CrashPoint::AfterMove)
-            | (Some(CrashPoint::AfterCommit), CrashPoint::AfterCommit) => {
+            | (Some(CrashPoint::AfterCommit), CrashPoint::AfterCommit)
+            | (Some(CrashPoint::ExpireAfterMysql), CrashPoint::ExpireAfterMysql)
+            | (Some(CrashPoint::ExpireAfterRedis), CrashPoint::ExpireAfterRedis) => {
                 log::error!("test crash point {point:?} reached: aborting");
                 std::process::abort();
             }

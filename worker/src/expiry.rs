@@ -15,10 +15,12 @@
 //! on every machine that applies orders, so the deadline lag is the pause
 //! and not a timer's period (design note, "Order lifecycle").
 //!
-//! Test-only crash points (`SECKILL_WORKER_CRASH_AT`, as in `consume.rs`):
+//! Test-only crash points (`crash.rs`, builds with the `crash-points`
+//! feature only):
 //! `expire_after_mysql` aborts right after a pass expired orders in MySQL,
 //! `expire_after_redis` right after a Redis step and before its mark.
 
+use crate::crash::{CrashPoint, CrashPoints};
 use crate::queue;
 use crate::WorkerError;
 use seckill_common::lifecycle::{self, Completed};
@@ -65,26 +67,6 @@ pub fn start(
     .map_err(|e| WorkerError::Thread(e.to_string()))
 }
 
-/// Where the test crash points of the sweep sit.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Crash {
-    AfterMysql,
-    AfterRedis,
-}
-
-fn crash_point() -> Option<Crash> {
-    match std::env::var("SECKILL_WORKER_CRASH_AT").ok()?.as_str() {
-        "expire_after_mysql" => Some(Crash::AfterMysql),
-        "expire_after_redis" => Some(Crash::AfterRedis),
-        _ => None,
-    }
-}
-
-fn crash(point: Crash) -> ! {
-    log::error!("test crash point {point:?} reached: aborting");
-    std::process::abort()
-}
-
 impl Expiry {
     /// Starts the thread.
     ///
@@ -96,7 +78,7 @@ impl Expiry {
     }
 
     fn run(self) {
-        let armed = crash_point();
+        let mut crash = CrashPoints::from_env();
         let mut redis: Option<redis::Connection> = None;
         let mut db: Option<mysql::Conn> = None;
         let mut last_error = String::new();
@@ -108,7 +90,7 @@ impl Expiry {
                 db = seckill_common::schema::connect(&self.mysql_url, self.mysql_timeout).ok();
             }
             let busy = match (redis.as_mut(), db.as_mut()) {
-                (Some(con), Some(conn)) => match self.pass(conn, con, armed) {
+                (Some(con), Some(conn)) => match self.pass(conn, con, &mut crash) {
                     Ok(busy) => {
                         last_error.clear();
                         busy
@@ -147,17 +129,13 @@ impl Expiry {
         &self,
         db: &mut mysql::Conn,
         con: &mut redis::Connection,
-        armed: Option<Crash>,
+        crash: &mut CrashPoints,
     ) -> Result<bool, lifecycle::LifecycleError> {
         let expired = lifecycle::expire_due(db, self.batch)?;
-        if expired > 0 && armed == Some(Crash::AfterMysql) {
-            crash(Crash::AfterMysql);
+        if expired > 0 {
+            crash.reached(CrashPoint::ExpireAfterMysql);
         }
-        let mut between = || {
-            if armed == Some(Crash::AfterRedis) {
-                crash(Crash::AfterRedis);
-            }
-        };
+        let mut between = || crash.reached(CrashPoint::ExpireAfterRedis);
         let done: Completed = lifecycle::complete_releases(db, con, self.batch, &mut between)?;
         if expired > 0 || done.released > 0 || done.already > 0 || done.not_found > 0 {
             log::info!(
