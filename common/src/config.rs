@@ -231,155 +231,10 @@ impl Config {
     pub fn from_map(vars: &HashMap<String, String>) -> Result<Config, ConfigError> {
         let mut c = Config::default();
         let get = |name: &str| vars.get(name).map(|s| s.trim()).filter(|s| !s.is_empty());
-
-        if let Some(v) = get("SECKILL_REDIS_URL") {
-            c.redis_url = parse_url("SECKILL_REDIS_URL", v, &["redis://"])?;
-        }
-        if let Some(v) = get("SECKILL_MYSQL_URL") {
-            c.mysql_url = parse_url("SECKILL_MYSQL_URL", v, &["mysql://"])?;
-        }
-        if let Some(v) = get("SECKILL_LISTEN") {
-            c.listen = parse_addr("SECKILL_LISTEN", v)?;
-        }
-        if let Some(v) = get("SECKILL_GATEWAY_THREADS") {
-            c.gateway_threads = parse_int("SECKILL_GATEWAY_THREADS", v, 0, 1024, INT_0_1024)?;
-        }
-        if let Some(v) = get("SECKILL_BODY_LIMIT") {
-            c.body_limit_bytes = parse_int("SECKILL_BODY_LIMIT", v, 64, 1 << 20, INT_BODY)?;
-        }
-        if let Some(v) = get("SECKILL_GATEWAY_REDIS_THREADS") {
-            c.gateway_redis_threads =
-                parse_int("SECKILL_GATEWAY_REDIS_THREADS", v, 0, 64, INT_0_64)?;
-        }
-        if let Some(v) = get("SECKILL_GATEWAY_WRITE_TIMEOUT") {
-            c.gateway_write_timeout = parse_duration("SECKILL_GATEWAY_WRITE_TIMEOUT", v)?;
-        }
-        if let Some(v) = get("SECKILL_GATEWAY_BUYERS_MAX") {
-            c.gateway_buyers_max =
-                parse_int("SECKILL_GATEWAY_BUYERS_MAX", v, 0, 100_000_000, INT_BUYERS)?;
-        }
-        if let Some(v) = get("SECKILL_GATEWAY_BUYER_RATE") {
-            c.gateway_buyer_rate =
-                parse_int("SECKILL_GATEWAY_BUYER_RATE", v, 0, 1000, INT_0_1000)? as u32;
-        }
-        if let Some(v) = get("SECKILL_GATEWAY_BUYER_BURST") {
-            c.gateway_buyer_burst =
-                parse_int("SECKILL_GATEWAY_BUYER_BURST", v, 1, 1000, INT_1_1000)? as u32;
-        }
-        if let Some(v) = get("SECKILL_GATEWAY_ADDRESS_RATE") {
-            c.gateway_address_rate =
-                parse_int("SECKILL_GATEWAY_ADDRESS_RATE", v, 0, 1_000_000, INT_0_1M)? as u32;
-        }
-        if let Some(v) = get("SECKILL_GATEWAY_ADDRESS_BURST") {
-            c.gateway_address_burst =
-                parse_int("SECKILL_GATEWAY_ADDRESS_BURST", v, 1, 1_000_000, INT_1_1M)? as u32;
-        }
-        if let Some(v) = get("SECKILL_GATEWAY_LIMIT_SLOTS") {
-            c.gateway_limit_slots =
-                parse_int("SECKILL_GATEWAY_LIMIT_SLOTS", v, 1024, 1 << 26, INT_SLOTS)?;
-        }
-        if let Some(v) = get("SECKILL_GATEWAY_TRUSTED_PROXIES") {
-            c.gateway_trusted_proxies =
-                crate::trusted::TrustedProxies::parse(v).map_err(|_| ConfigError {
-                    variable: "SECKILL_GATEWAY_TRUSTED_PROXIES",
-                    value: v.to_string(),
-                    expected: "none, or comma-separated IP addresses and CIDR ranges such as 127.0.0.1,10.0.0.0/8",
-                })?;
-        }
-        if let Some(v) = get("SECKILL_GATEWAY_PURCHASES_IN_FLIGHT") {
-            c.gateway_purchases_in_flight = parse_int(
-                "SECKILL_GATEWAY_PURCHASES_IN_FLIGHT",
-                v,
-                1,
-                1_000_000,
-                INT_1_1M,
-            )?;
-        }
-        if let Some(v) = get("SECKILL_REDIS_TIMEOUT") {
-            c.redis_timeout = parse_duration("SECKILL_REDIS_TIMEOUT", v)?;
-        }
-        if let Some(v) = get("SECKILL_MYSQL_TIMEOUT") {
-            c.mysql_timeout = parse_duration("SECKILL_MYSQL_TIMEOUT", v)?;
-        }
-        if let Some(v) = get("SECKILL_REVIEW_DB") {
-            c.review_db = PathBuf::from(v);
-        }
-        if let Some(v) = get("SECKILL_WORKER_ID") {
-            if !crate::is_valid_token(v) {
-                return Err(ConfigError {
-                    variable: "SECKILL_WORKER_ID",
-                    value: v.to_string(),
-                    expected: crate::TOKEN_RULE,
-                });
-            }
-            c.worker_id = v.to_string();
-        }
-        if let Some(v) = get("SECKILL_WORKER_BATCH") {
-            c.worker_batch = parse_int("SECKILL_WORKER_BATCH", v, 1, 10_000, INT_BATCH)?;
-        }
-        if let Some(v) = get("SECKILL_WORKER_MAX_ATTEMPTS") {
-            c.worker_max_attempts =
-                parse_int("SECKILL_WORKER_MAX_ATTEMPTS", v, 1, 1000, INT_ATTEMPTS)? as u32;
-        }
-        if let Some(v) = get("SECKILL_WORKER_BLOCK") {
-            c.worker_block = parse_duration("SECKILL_WORKER_BLOCK", v)?;
-        }
-        if let Some(v) = get("SECKILL_WORKER_HEARTBEAT_TTL") {
-            c.worker_heartbeat_ttl = parse_duration("SECKILL_WORKER_HEARTBEAT_TTL", v)?;
-        }
-        if let Some(v) = get("SECKILL_WORKER_METRICS_LISTEN") {
-            c.worker_metrics_listen = parse_addr("SECKILL_WORKER_METRICS_LISTEN", v)?;
-        }
-        if let Some(v) = get("SECKILL_WORKER_EXPIRY_EVERY") {
-            c.worker_expiry_every = parse_duration("SECKILL_WORKER_EXPIRY_EVERY", v)?;
-        }
-        if let Some(v) = get("SECKILL_RECONCILE_LOOKBACK") {
-            c.reconcile_lookback = parse_duration("SECKILL_RECONCILE_LOOKBACK", v)?;
-        }
-        if let Some(v) = get("SECKILL_RECONCILE_GRACE") {
-            c.reconcile_grace = parse_duration_or_zero("SECKILL_RECONCILE_GRACE", v)?;
-        }
-        if let Some(v) = get("SECKILL_AUTH") {
-            c.auth = match v {
-                "jwt" => AuthMode::Jwt,
-                "none" => AuthMode::None,
-                _ => {
-                    return Err(ConfigError {
-                        variable: "SECKILL_AUTH",
-                        value: v.to_string(),
-                        expected: "jwt or none",
-                    })
-                }
-            };
-        }
-        if let Some(v) = get("SECKILL_AUTH_KEYS") {
-            c.auth_keys = Some(PathBuf::from(v));
-        }
-        if let Some(v) = get("SECKILL_AUTH_AUDIENCE") {
-            if !crate::is_valid_token(v) {
-                return Err(ConfigError {
-                    variable: "SECKILL_AUTH_AUDIENCE",
-                    value: v.to_string(),
-                    expected: crate::TOKEN_RULE,
-                });
-            }
-            c.auth_audience = v.to_string();
-        }
-        if let Some(v) = get("SECKILL_AUTH_LEEWAY") {
-            let d = parse_duration_or_zero("SECKILL_AUTH_LEEWAY", v)?;
-            if d > Duration::from_secs(300) || d.subsec_nanos() != 0 {
-                return Err(ConfigError {
-                    variable: "SECKILL_AUTH_LEEWAY",
-                    value: v.to_string(),
-                    expected: "whole seconds from 0s to 300s, such as 30s",
-                });
-            }
-            c.auth_leeway = d;
-        }
-        if let Some(v) = get("SECKILL_AUTH_CACHE_MAX") {
-            c.auth_cache_max =
-                parse_int("SECKILL_AUTH_CACHE_MAX", v, 0, 10_000_000, INT_AUTH_CACHE)?;
-        }
+        read_services(&mut c, &get)?;
+        read_gateway(&mut c, &get)?;
+        read_worker(&mut c, &get)?;
+        read_auth(&mut c, &get)?;
         Ok(c)
     }
 
@@ -393,6 +248,175 @@ impl Config {
             .map(|n| n.get() * 16)
             .unwrap_or(32)
     }
+}
+
+/// A variable's trimmed value; `None` when unset or blank.
+type Get<'a> = dyn Fn(&str) -> Option<&'a str> + 'a;
+
+/// The URLs, timeouts and paths every binary reads.
+fn read_services(c: &mut Config, get: &Get<'_>) -> Result<(), ConfigError> {
+    if let Some(v) = get("SECKILL_REDIS_URL") {
+        c.redis_url = parse_url("SECKILL_REDIS_URL", v, &["redis://"])?;
+    }
+    if let Some(v) = get("SECKILL_MYSQL_URL") {
+        c.mysql_url = parse_url("SECKILL_MYSQL_URL", v, &["mysql://"])?;
+    }
+    if let Some(v) = get("SECKILL_REDIS_TIMEOUT") {
+        c.redis_timeout = parse_duration("SECKILL_REDIS_TIMEOUT", v)?;
+    }
+    if let Some(v) = get("SECKILL_MYSQL_TIMEOUT") {
+        c.mysql_timeout = parse_duration("SECKILL_MYSQL_TIMEOUT", v)?;
+    }
+    if let Some(v) = get("SECKILL_REVIEW_DB") {
+        c.review_db = PathBuf::from(v);
+    }
+    Ok(())
+}
+
+/// The gateway's variables (`SECKILL_LISTEN`, `SECKILL_BODY_LIMIT`, `SECKILL_GATEWAY_*`).
+fn read_gateway(c: &mut Config, get: &Get<'_>) -> Result<(), ConfigError> {
+    if let Some(v) = get("SECKILL_LISTEN") {
+        c.listen = parse_addr("SECKILL_LISTEN", v)?;
+    }
+    if let Some(v) = get("SECKILL_GATEWAY_THREADS") {
+        c.gateway_threads = parse_int("SECKILL_GATEWAY_THREADS", v, 0, 1024, INT_0_1024)?;
+    }
+    if let Some(v) = get("SECKILL_BODY_LIMIT") {
+        c.body_limit_bytes = parse_int("SECKILL_BODY_LIMIT", v, 64, 1 << 20, INT_BODY)?;
+    }
+    if let Some(v) = get("SECKILL_GATEWAY_REDIS_THREADS") {
+        c.gateway_redis_threads = parse_int("SECKILL_GATEWAY_REDIS_THREADS", v, 0, 64, INT_0_64)?;
+    }
+    if let Some(v) = get("SECKILL_GATEWAY_WRITE_TIMEOUT") {
+        c.gateway_write_timeout = parse_duration("SECKILL_GATEWAY_WRITE_TIMEOUT", v)?;
+    }
+    if let Some(v) = get("SECKILL_GATEWAY_BUYERS_MAX") {
+        c.gateway_buyers_max =
+            parse_int("SECKILL_GATEWAY_BUYERS_MAX", v, 0, 100_000_000, INT_BUYERS)?;
+    }
+    if let Some(v) = get("SECKILL_GATEWAY_BUYER_RATE") {
+        c.gateway_buyer_rate =
+            parse_int("SECKILL_GATEWAY_BUYER_RATE", v, 0, 1000, INT_0_1000)? as u32;
+    }
+    if let Some(v) = get("SECKILL_GATEWAY_BUYER_BURST") {
+        c.gateway_buyer_burst =
+            parse_int("SECKILL_GATEWAY_BUYER_BURST", v, 1, 1000, INT_1_1000)? as u32;
+    }
+    if let Some(v) = get("SECKILL_GATEWAY_ADDRESS_RATE") {
+        c.gateway_address_rate =
+            parse_int("SECKILL_GATEWAY_ADDRESS_RATE", v, 0, 1_000_000, INT_0_1M)? as u32;
+    }
+    if let Some(v) = get("SECKILL_GATEWAY_ADDRESS_BURST") {
+        c.gateway_address_burst =
+            parse_int("SECKILL_GATEWAY_ADDRESS_BURST", v, 1, 1_000_000, INT_1_1M)? as u32;
+    }
+    if let Some(v) = get("SECKILL_GATEWAY_LIMIT_SLOTS") {
+        c.gateway_limit_slots =
+            parse_int("SECKILL_GATEWAY_LIMIT_SLOTS", v, 1024, 1 << 26, INT_SLOTS)?;
+    }
+    if let Some(v) = get("SECKILL_GATEWAY_TRUSTED_PROXIES") {
+        c.gateway_trusted_proxies =
+            crate::trusted::TrustedProxies::parse(v).map_err(|_| ConfigError {
+                variable: "SECKILL_GATEWAY_TRUSTED_PROXIES",
+                value: v.to_string(),
+                expected: "none, or comma-separated IP addresses and CIDR ranges such as 127.0.0.1,10.0.0.0/8",
+            })?;
+    }
+    if let Some(v) = get("SECKILL_GATEWAY_PURCHASES_IN_FLIGHT") {
+        c.gateway_purchases_in_flight = parse_int(
+            "SECKILL_GATEWAY_PURCHASES_IN_FLIGHT",
+            v,
+            1,
+            1_000_000,
+            INT_1_1M,
+        )?;
+    }
+    Ok(())
+}
+
+/// The worker's and the reconciler's variables (`SECKILL_WORKER_*`, `SECKILL_RECONCILE_*`).
+fn read_worker(c: &mut Config, get: &Get<'_>) -> Result<(), ConfigError> {
+    if let Some(v) = get("SECKILL_WORKER_ID") {
+        if !crate::is_valid_token(v) {
+            return Err(ConfigError {
+                variable: "SECKILL_WORKER_ID",
+                value: v.to_string(),
+                expected: crate::TOKEN_RULE,
+            });
+        }
+        c.worker_id = v.to_string();
+    }
+    if let Some(v) = get("SECKILL_WORKER_BATCH") {
+        c.worker_batch = parse_int("SECKILL_WORKER_BATCH", v, 1, 10_000, INT_BATCH)?;
+    }
+    if let Some(v) = get("SECKILL_WORKER_MAX_ATTEMPTS") {
+        c.worker_max_attempts =
+            parse_int("SECKILL_WORKER_MAX_ATTEMPTS", v, 1, 1000, INT_ATTEMPTS)? as u32;
+    }
+    if let Some(v) = get("SECKILL_WORKER_BLOCK") {
+        c.worker_block = parse_duration("SECKILL_WORKER_BLOCK", v)?;
+    }
+    if let Some(v) = get("SECKILL_WORKER_HEARTBEAT_TTL") {
+        c.worker_heartbeat_ttl = parse_duration("SECKILL_WORKER_HEARTBEAT_TTL", v)?;
+    }
+    if let Some(v) = get("SECKILL_WORKER_METRICS_LISTEN") {
+        c.worker_metrics_listen = parse_addr("SECKILL_WORKER_METRICS_LISTEN", v)?;
+    }
+    if let Some(v) = get("SECKILL_WORKER_EXPIRY_EVERY") {
+        c.worker_expiry_every = parse_duration("SECKILL_WORKER_EXPIRY_EVERY", v)?;
+    }
+    if let Some(v) = get("SECKILL_RECONCILE_LOOKBACK") {
+        c.reconcile_lookback = parse_duration("SECKILL_RECONCILE_LOOKBACK", v)?;
+    }
+    if let Some(v) = get("SECKILL_RECONCILE_GRACE") {
+        c.reconcile_grace = parse_duration_or_zero("SECKILL_RECONCILE_GRACE", v)?;
+    }
+    Ok(())
+}
+
+/// The buyer identity's variables (`SECKILL_AUTH*`).
+fn read_auth(c: &mut Config, get: &Get<'_>) -> Result<(), ConfigError> {
+    if let Some(v) = get("SECKILL_AUTH") {
+        c.auth = match v {
+            "jwt" => AuthMode::Jwt,
+            "none" => AuthMode::None,
+            _ => {
+                return Err(ConfigError {
+                    variable: "SECKILL_AUTH",
+                    value: v.to_string(),
+                    expected: "jwt or none",
+                })
+            }
+        };
+    }
+    if let Some(v) = get("SECKILL_AUTH_KEYS") {
+        c.auth_keys = Some(PathBuf::from(v));
+    }
+    if let Some(v) = get("SECKILL_AUTH_AUDIENCE") {
+        if !crate::is_valid_token(v) {
+            return Err(ConfigError {
+                variable: "SECKILL_AUTH_AUDIENCE",
+                value: v.to_string(),
+                expected: crate::TOKEN_RULE,
+            });
+        }
+        c.auth_audience = v.to_string();
+    }
+    if let Some(v) = get("SECKILL_AUTH_LEEWAY") {
+        let d = parse_duration_or_zero("SECKILL_AUTH_LEEWAY", v)?;
+        if d > Duration::from_secs(300) || d.subsec_nanos() != 0 {
+            return Err(ConfigError {
+                variable: "SECKILL_AUTH_LEEWAY",
+                value: v.to_string(),
+                expected: "whole seconds from 0s to 300s, such as 30s",
+            });
+        }
+        c.auth_leeway = d;
+    }
+    if let Some(v) = get("SECKILL_AUTH_CACHE_MAX") {
+        c.auth_cache_max = parse_int("SECKILL_AUTH_CACHE_MAX", v, 0, 10_000_000, INT_AUTH_CACHE)?;
+    }
+    Ok(())
 }
 
 const INT_0_1024: &str = "an integer from 0 (auto) to 1024";

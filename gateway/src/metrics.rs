@@ -153,6 +153,23 @@ where
     m
 }
 
+/// Registers a family of counters with one label under `name` and returns
+/// the handle of each series, one per entry of `values`, in order.
+fn one_label_counters(
+    r: &mut Registry,
+    name: &str,
+    help: &str,
+    label: &'static str,
+    values: &[&'static str],
+) -> Vec<Counter> {
+    let family = Family::<OneLabel, Counter>::default();
+    r.register(name, help, family.clone());
+    values
+        .iter()
+        .map(|v| family.get_or_create(&[(label, v)]).clone())
+        .collect()
+}
+
 impl Default for Metrics {
     fn default() -> Self {
         let mut r = Registry::default();
@@ -162,16 +179,13 @@ impl Default for Metrics {
             "HTTP requests answered, by route and status",
             requests.clone(),
         );
-        let purchases = Family::<OneLabel, Counter>::default();
-        r.register(
+        let outcomes = one_label_counters(
+            &mut r,
             "seckill_gateway_purchases",
             "Purchase attempts by outcome",
-            purchases.clone(),
+            "outcome",
+            &OUTCOMES,
         );
-        let outcomes = OUTCOMES
-            .iter()
-            .map(|o| purchases.get_or_create(&[("outcome", o)]).clone())
-            .collect();
         let durations = Family::<OneLabel, Histogram, fn() -> Histogram>::new_with_constructor(
             latency_histogram,
         );
@@ -184,14 +198,15 @@ impl Default for Metrics {
             .iter()
             .map(|(_, route)| durations.get_or_create(&[("route", route)]).clone())
             .collect();
-        let limited = Family::<OneLabel, Counter>::default();
-        r.register(
+        let [limited_buyer, limited_address]: [Counter; 2] = one_label_counters(
+            &mut r,
             "seckill_gateway_limited",
             "Requests answered 429 too_many_requests, by the limit that refused them",
-            limited.clone(),
-        );
-        let limited_buyer = limited.get_or_create(&[("limit", "buyer")]).clone();
-        let limited_address = limited.get_or_create(&[("limit", "address")]).clone();
+            "limit",
+            &["buyer", "address"],
+        )
+        .try_into()
+        .unwrap_or_default();
         Metrics {
             request_slots: LABELS
                 .iter()

@@ -22,10 +22,11 @@ fn survives_a_crowd(launcher: &[&str], crowd: usize, at_least: usize) {
     let redis = RedisServer::start();
     open_sale(&redis, 1, 10);
     let port = free_port();
-    let mut child = Command::new(launcher[0])
+    let mut child = seckill_tests::dies_with_test(launcher[0])
         .args(&launcher[1..])
         .arg(bin("seckill-gateway"))
         .env_clear()
+        .env("SECKILL_AUTH_KEYS", seckill_tests::auth::gateway_key_file())
         .env("SECKILL_LISTEN", format!("127.0.0.1:{port}"))
         .env("SECKILL_REDIS_URL", redis.url())
         .env("SECKILL_GATEWAY_THREADS", "4")
