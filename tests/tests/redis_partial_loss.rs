@@ -34,7 +34,8 @@ fn a_lost_buyers_hash_stock_or_meta_pauses_the_sale_until_each_repair() {
     let dir = TempDir::new();
     let sale = create_sale(&db, &redis, 10, -1000, 600_000);
     let k = SaleKeys::new(sale);
-    let g = Gateway::start(&redis, &[]);
+    // The same buyers retry on purpose: no per-buyer limit.
+    let g = Gateway::start(&redis, &[("SECKILL_GATEWAY_BUYER_RATE", "0")]);
     let _w = WorkerProc::start(&redis, &db, "w1", &Opts::default());
     let mut c = Client::connect(g.port);
     let mut holders: Vec<(String, String)> = Vec::new();
@@ -154,7 +155,8 @@ fn a_broken_key_of_one_sale_stops_neither_the_orders_nor_the_checks_of_another()
         .arg("abc")
         .query(&mut redis.con())
         .unwrap();
-    let g = Gateway::start(&redis, &[]);
+    // The same buyers retry on purpose: no per-buyer limit.
+    let g = Gateway::start(&redis, &[("SECKILL_GATEWAY_BUYER_RATE", "0")]);
     let _w = WorkerProc::start(&redis, &db, "w1", &Opts::default());
     let mut c = Client::connect(g.port);
     for i in 0..5 {

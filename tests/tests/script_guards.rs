@@ -53,7 +53,8 @@ fn a_purchase_with_any_written_key_of_the_wrong_type_changes_nothing() {
     let redis = RedisServer::start();
     let db = TestDb::create();
     let sale = create_sale(&db, &redis, 10, -1000, 600_000);
-    let g = Gateway::start(&redis, &[]);
+    // The same buyer retries once per key: no per-buyer limit.
+    let g = Gateway::start(&redis, &[("SECKILL_GATEWAY_BUYER_RATE", "0")]);
     let k = SaleKeys::new(sale);
     let keys = purchase_keys(k);
     assert_eq!(buy(g.port, sale, "first").status, 202);
