@@ -132,6 +132,26 @@ pub struct Config {
     /// until its `exp`) so a retry costs a lookup, not a signature check;
     /// about 150 bytes each (0-10,000,000; default 200,000; 0 = none).
     pub auth_cache_max: usize,
+    /// `SECKILL_PAYMENT_SECRET`: the secret shared with the payment service,
+    /// with which it signs `POST /v1/payments` (`payment.rs`; at least 16
+    /// bytes). Unset: the gateway answers that route 503
+    /// `payments_not_configured`.
+    pub payment_secret: Option<Secret>,
+    /// `SECKILL_PAYMENT_TOLERANCE`: how far a signature's timestamp may be
+    /// from the gateway's clock, either way, whole seconds (1-3600 s;
+    /// default 300s). A captured request is refused after it.
+    pub payment_tolerance: Duration,
+}
+
+/// A secret value: compared and used as bytes, never printed (`Debug`
+/// shows its length only).
+#[derive(Clone, PartialEq, Eq)]
+pub struct Secret(pub Vec<u8>);
+
+impl fmt::Debug for Secret {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "Secret({} bytes)", self.0.len())
+    }
 }
 
 /// `SECKILL_AUTH`: where the buyer of a purchase comes from.
@@ -178,6 +198,8 @@ impl Default for Config {
             auth_audience: "seckill".to_string(),
             auth_leeway: Duration::from_secs(30),
             auth_cache_max: 200_000,
+            payment_secret: None,
+            payment_tolerance: Duration::from_secs(300),
         }
     }
 }
@@ -235,6 +257,7 @@ impl Config {
         read_gateway(&mut c, &get)?;
         read_worker(&mut c, &get)?;
         read_auth(&mut c, &get)?;
+        read_payments(&mut c, &get)?;
         Ok(c)
     }
 
@@ -370,6 +393,32 @@ fn read_worker(c: &mut Config, get: &Get<'_>) -> Result<(), ConfigError> {
     }
     if let Some(v) = get("SECKILL_RECONCILE_GRACE") {
         c.reconcile_grace = parse_duration_or_zero("SECKILL_RECONCILE_GRACE", v)?;
+    }
+    Ok(())
+}
+
+/// The payment webhook's variables (`SECKILL_PAYMENT_*`).
+fn read_payments(c: &mut Config, get: &Get<'_>) -> Result<(), ConfigError> {
+    if let Some(v) = get("SECKILL_PAYMENT_SECRET") {
+        if v.len() < 16 {
+            return Err(ConfigError {
+                variable: "SECKILL_PAYMENT_SECRET",
+                value: format!("({} bytes)", v.len()),
+                expected: "a secret of at least 16 bytes",
+            });
+        }
+        c.payment_secret = Some(Secret(v.as_bytes().to_vec()));
+    }
+    if let Some(v) = get("SECKILL_PAYMENT_TOLERANCE") {
+        let d = parse_duration("SECKILL_PAYMENT_TOLERANCE", v)?;
+        if d > Duration::from_secs(3600) || d.subsec_nanos() != 0 {
+            return Err(ConfigError {
+                variable: "SECKILL_PAYMENT_TOLERANCE",
+                value: v.to_string(),
+                expected: "whole seconds from 1s to 3600s, such as 300s",
+            });
+        }
+        c.payment_tolerance = d;
     }
     Ok(())
 }
@@ -549,6 +598,8 @@ mod tests {
         assert_eq!(c.auth_keys, None);
         assert_eq!(c.auth_audience, "seckill");
         assert_eq!(c.auth_leeway, Duration::from_secs(30));
+        assert_eq!(c.payment_secret, None);
+        assert_eq!(c.payment_tolerance, Duration::from_secs(300));
         assert_eq!(c.auth_cache_max, 200_000);
     }
 
@@ -585,8 +636,20 @@ mod tests {
             ("SECKILL_AUTH_AUDIENCE", "shop-7"),
             ("SECKILL_AUTH_LEEWAY", "0s"),
             ("SECKILL_AUTH_CACHE_MAX", "0"),
+            ("SECKILL_PAYMENT_SECRET", "0123456789abcdef"),
+            ("SECKILL_PAYMENT_TOLERANCE", "60s"),
         ]))
         .unwrap();
+        assert_eq!(c.payment_secret, Some(Secret(b"0123456789abcdef".to_vec())));
+        assert_eq!(format!("{:?}", c.payment_secret), "Some(Secret(16 bytes))");
+        assert_eq!(c.payment_tolerance, Duration::from_secs(60));
+        for (k, v) in [
+            ("SECKILL_PAYMENT_SECRET", "short"),
+            ("SECKILL_PAYMENT_TOLERANCE", "2h"),
+            ("SECKILL_PAYMENT_TOLERANCE", "0s"),
+        ] {
+            assert_eq!(Config::from_map(&map(&[(k, v)])).unwrap_err().variable, k);
+        }
         assert_eq!(c.auth, AuthMode::None);
         assert_eq!(c.auth_keys, Some(PathBuf::from("/etc/seckill/keys.jwks")));
         assert_eq!(c.auth_audience, "shop-7");

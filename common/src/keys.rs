@@ -10,7 +10,8 @@
 //! | `seckill:{sale:ID}:stock` | string | units left to reserve, never below 0 |
 //! | `seckill:{sale:ID}:buyers` | hash | user id -> reservation id (one purchase per user) |
 //! | `seckill:{sale:ID}:flow` | hash | reservation id -> order message JSON: the flow record |
-//! | `seckill:{sale:ID}:status` | hash | reservation id -> `queued` / `confirmed` / `failed` / `expired` / `cancelled` |
+//! | `seckill:{sale:ID}:status` | hash | reservation id -> `queued` / `confirmed` / `pending_payment` / `paid` / `failed` / `expired` / `cancelled` (the worker writes `confirmed` or `pending_payment` only over `queued` or nothing, so a later lifecycle status stands) |
+//! | `seckill:{sale:ID}:pay_by` | hash | reservation id -> payment deadline, Unix ms (written with `pending_payment`, for the status route) |
 //! | `seckill:{sale:ID}:released` | hash | reservation id -> the flow record of an order whose unit went back on sale (expired or cancelled): the evidence, and what makes the release's Redis step happen once |
 //! | `seckill:{sale:ID}:queue` | list | order messages; `LPUSH` in, `BLMOVE RIGHT LEFT` out |
 //! | `seckill:{sale:ID}:processing:WORKER` | list | messages a worker has taken and not yet finished |
@@ -29,8 +30,15 @@
 pub enum PurchaseStatus {
     /// Reserved in Redis, its order message on its way (`queued`).
     Queued,
-    /// The worker has committed its order to MySQL (`confirmed`).
+    /// The worker has committed its order to MySQL, final at creation (a
+    /// sale without a payment window: `confirmed`).
     Confirmed,
+    /// The worker has committed its order to MySQL, waiting for its
+    /// payment until the deadline in the sale's `pay_by` hash
+    /// (`pending_payment`).
+    PendingPayment,
+    /// The payment service paid it in time (`paid`).
+    Paid,
     /// It will never be an order: dead-lettered or released (`failed`).
     Failed,
     /// Its order's payment deadline passed; the unit is back on sale (`expired`).
@@ -45,6 +53,8 @@ impl PurchaseStatus {
         match self {
             PurchaseStatus::Queued => "queued",
             PurchaseStatus::Confirmed => "confirmed",
+            PurchaseStatus::PendingPayment => "pending_payment",
+            PurchaseStatus::Paid => "paid",
             PurchaseStatus::Failed => "failed",
             PurchaseStatus::Expired => "expired",
             PurchaseStatus::Cancelled => "cancelled",
@@ -103,6 +113,11 @@ impl SaleKeys {
     pub fn status(&self) -> String {
         self.key("status")
     }
+    /// Hash reservation id -> payment deadline (Unix ms) of an order
+    /// created `pending_payment`.
+    pub fn pay_by(&self) -> String {
+        self.key("pay_by")
+    }
     /// Hash reservation id -> flow record of a released order (see the
     /// lifecycle mode of `release.rs`).
     pub fn released(&self) -> String {
@@ -160,6 +175,7 @@ mod tests {
             k.dead_letter_archive(),
             k.reorder_marks(),
             k.released(),
+            k.pay_by(),
         ] {
             assert!(key.starts_with("seckill:{sale:42}:"), "{key}");
         }

@@ -71,6 +71,7 @@ pub mod sale;
 pub mod schema;
 pub mod shutdown;
 pub mod start;
+pub mod status_write;
 pub mod timefmt;
 pub mod token;
 pub mod trusted;

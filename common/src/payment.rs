@@ -6,6 +6,12 @@
 //! replayed inside it is the same `payment_id`, applied once), the queued
 //! message, and the Redis keys of the payment queue.
 //!
+//! The same queue carries the buyer's cancellations
+//! (`DELETE /v1/sales/{id}/purchases/me`, [`CancelMessage`]): the gateway
+//! is Redis-only, and a cancellation needs the same durability on its way
+//! to MySQL. [`Queued::parse`] tells the two apart by the field `kind`
+//! (absent in a payment, `cancel` in a cancellation).
+//!
 //! The queue follows the order queue's rules: `LPUSH` into
 //! [`QUEUE`], a worker `BLMOVE`s into its own processing list
 //! ([`processing`]) and removes the message only after MySQL committed;
@@ -188,6 +194,107 @@ impl PaymentMessage {
     }
 }
 
+/// The `kind` of a queued cancellation.
+pub const KIND_CANCEL: &str = "cancel";
+
+/// A buyer's cancellation as queued for the workers (the worker calls
+/// `lifecycle::cancel`, then does the release's Redis step).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CancelMessage {
+    /// Format version, 1.
+    pub v: u32,
+    /// Always [`KIND_CANCEL`].
+    pub kind: String,
+    /// The sale.
+    pub sale_id: u64,
+    /// The buyer (the token's `sub`).
+    pub user_id: String,
+    /// The reservation the gateway found for the buyer (for the logs and
+    /// the attempt count; MySQL cancels the buyer's pending order).
+    pub reservation_id: String,
+    /// When the gateway received it, Unix ms.
+    pub received_ms: u64,
+}
+
+impl CancelMessage {
+    /// A cancellation of `user_id`'s order `reservation_id` in `sale_id`.
+    pub fn new(sale_id: u64, user_id: &str, reservation_id: &str, received_ms: u64) -> Self {
+        CancelMessage {
+            v: 1,
+            kind: KIND_CANCEL.to_string(),
+            sale_id,
+            user_id: user_id.to_string(),
+            reservation_id: reservation_id.to_string(),
+            received_ms,
+        }
+    }
+
+    /// The queued JSON.
+    pub fn to_json(&self) -> String {
+        serde_json::to_string(self).unwrap_or_default()
+    }
+}
+
+/// One message of the payment queue.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Queued {
+    /// A payment from the payment service.
+    Payment(PaymentMessage),
+    /// A buyer's cancellation.
+    Cancel(CancelMessage),
+}
+
+#[derive(Deserialize)]
+struct KindOnly {
+    #[serde(default)]
+    kind: Option<String>,
+}
+
+impl Queued {
+    /// Reads a queued message of either kind; checks the ids' shapes.
+    ///
+    /// Errors: not JSON of either shape, an unknown `kind`, an id of the
+    /// wrong shape.
+    pub fn parse(raw: &[u8]) -> Result<Queued, String> {
+        let k: KindOnly = serde_json::from_slice(raw).map_err(|e| e.to_string())?;
+        match k.kind.as_deref() {
+            None => PaymentMessage::parse(raw).map(Queued::Payment),
+            Some(KIND_CANCEL) => {
+                let m: CancelMessage = serde_json::from_slice(raw).map_err(|e| e.to_string())?;
+                if m.v != 1
+                    || m.sale_id == 0
+                    || !crate::ids::is_valid_reservation_id(&m.reservation_id)
+                    || !crate::is_valid_token(&m.user_id)
+                {
+                    return Err("bad version or id".into());
+                }
+                Ok(Queued::Cancel(m))
+            }
+            Some(other) => Err(format!("unknown kind {other:?}")),
+        }
+    }
+
+    /// The field of [`ATTEMPTS`] that counts this message's failures: the
+    /// payment id, or `cancel:RESERVATION` (a payment id never holds `:`).
+    pub fn attempts_field(&self) -> String {
+        match self {
+            Queued::Payment(m) => m.payment_id.clone(),
+            Queued::Cancel(m) => format!("cancel:{}", m.reservation_id),
+        }
+    }
+}
+
+/// Queues a cancellation durably (`LPUSH` [`QUEUE`]).
+///
+/// Errors: Redis failures (a repeat is harmless: a second cancellation of
+/// an order no longer pending changes nothing).
+pub fn enqueue_cancel<C: redis::ConnectionLike>(
+    con: &mut C,
+    m: &CancelMessage,
+) -> redis::RedisResult<()> {
+    redis::cmd("LPUSH").arg(QUEUE).arg(m.to_json()).query(con)
+}
+
 /// Queues `m` durably (`LPUSH` [`QUEUE`]).
 ///
 /// Errors: Redis failures (nothing queued, or unknown on a broken
@@ -208,6 +315,29 @@ pub fn dead_letter_entry(raw: &[u8], reason: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_queue_tells_payments_from_cancellations() {
+        let rid = "0123456789abcdef0123456789abcdef";
+        let p = PaymentMessage {
+            v: 1,
+            reservation_id: rid.into(),
+            payment_id: "pay-1".into(),
+            amount_cents: 5,
+            received_ms: 9,
+        };
+        assert_eq!(
+            Queued::parse(p.to_json().as_bytes()),
+            Ok(Queued::Payment(p.clone()))
+        );
+        let c = CancelMessage::new(7, "alice", rid, 9);
+        let q = Queued::parse(c.to_json().as_bytes()).unwrap();
+        assert_eq!(q.attempts_field(), format!("cancel:{rid}"));
+        assert_eq!(q, Queued::Cancel(c));
+        assert!(Queued::parse(br#"{"kind":"refund"}"#).is_err());
+        let bad = CancelMessage::new(7, "a b", rid, 9);
+        assert!(Queued::parse(bad.to_json().as_bytes()).is_err());
+    }
 
     #[test]
     fn a_signature_is_checked_for_body_timestamp_and_secret() {

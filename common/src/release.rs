@@ -9,7 +9,7 @@
 //! and a copy of the order message still waiting in the sale's queue is
 //! removed so no worker turns it into an order afterwards. It refuses, and
 //! changes nothing, while the unit may already be an order: when the status
-//! is `confirmed` (the worker marks it after its MySQL commit, before it
+//! is `confirmed`, `pending_payment` or `paid` (the worker marks it after its MySQL commit, before it
 //! removes the message from its processing list) or when the message sits in
 //! a processing list. Repeating a release finds no flow record and changes
 //! nothing, so stock goes up exactly once however often it is run.
@@ -76,7 +76,8 @@ if lifecycle then
   redis.call('HSET', KEYS[4], ARGV[1], ARGV[2])
   return {'released', tostring(stock)}
 end
-if redis.call('HGET', KEYS[4], ARGV[1]) == 'confirmed' then return {'confirmed'} end
+local st = redis.call('HGET', KEYS[4], ARGV[1])
+if st == 'confirmed' or st == 'pending_payment' or st == 'paid' then return {'confirmed'} end
 for i = 8, #KEYS do
   if redis.call('LPOS', KEYS[i], msg) then return {'in_flight', KEYS[i]} end
 end

@@ -51,4 +51,9 @@ pub struct App {
     pub trusted_proxies: seckill_common::trusted::TrustedProxies,
     /// The bound on purchases waiting for Redis (`shed.rs`).
     pub shed: Shed,
+    /// `SECKILL_PAYMENT_SECRET`: the payment service's signing secret
+    /// (`payments.rs`); `None`: payments are refused 503.
+    pub payment_secret: Option<seckill_common::config::Secret>,
+    /// `SECKILL_PAYMENT_TOLERANCE`, whole seconds.
+    pub payment_tolerance_s: u64,
 }

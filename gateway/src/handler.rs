@@ -3,7 +3,8 @@
 //! no hand-off): route it, charge it to its client address (429 beyond
 //! the address's share), take its body safely (`body.rs`), call the
 //! route (a purchase: `purchase::buy`; a status read: the buyer from
-//! `identity.rs`), answer, and count it.
+//! `identity.rs`; a payment or a cancellation: `payments.rs`), answer, and
+//! count it.
 
 use crate::app::App;
 use crate::body::{self, Plan};
@@ -13,7 +14,8 @@ use crate::limits::Verdict;
 use crate::metrics::Outcome;
 use crate::reply::Reply;
 use crate::routes::{self, Label, Route};
-use crate::{purchase, queries};
+use crate::{payments, purchase, queries};
+use seckill_common::payment;
 use std::sync::atomic::Ordering;
 use std::time::Instant;
 use tiny_http::Request;
@@ -53,8 +55,14 @@ pub fn handle(app: &App, rq: Request) {
 /// false when it is beyond the address's share (then counted as limited).
 /// `/healthz`, `/readyz` and `/metrics` are not charged: probes and
 /// scrapers must not be refused, and the proxy does not expose `/metrics`.
+/// Nor is `POST /v1/payments`: the payment service sends every payment
+/// from a few addresses, and each request is signed (an unsigned one
+/// costs one HMAC and gets 401).
 fn within_address_share(app: &App, rq: &Request, route: &Route) -> bool {
-    if matches!(route, Route::Healthz | Route::Readyz | Route::Metrics) {
+    if matches!(
+        route,
+        Route::Healthz | Route::Readyz | Route::Metrics | Route::Payment
+    ) {
         return true;
     }
     let forwarded = rq
@@ -99,6 +107,20 @@ fn serve(app: &App, mut rq: Request, route: Route, start: Instant) {
         }
         Route::PurchaseStatus(sale_id, user) => status(app, &rq, sale_id, Some(&user)),
         Route::MyPurchase(sale_id) => status(app, &rq, sale_id, None),
+        Route::CancelMyPurchase(sale_id) => {
+            payments::cancel(app, sale_id, &identity::credentials(&rq))
+        }
+        Route::Payment => {
+            let signature = rq
+                .headers()
+                .iter()
+                .find(|h| h.field.equiv(payment::SIGNATURE_HEADER))
+                .map(|h| h.value.as_str().to_string());
+            match body::read_limited(&mut rq, app.body_limit) {
+                Ok(body) => payments::pay(app, signature.as_deref(), &body),
+                Err(reply) => reply,
+            }
+        }
         other => answer(app, other),
     };
     finish(app, rq, label, reply, start);
@@ -128,7 +150,11 @@ fn answer(app: &App, route: Route) -> Reply {
         Route::Invalid(detail) => Reply::invalid(detail),
         Route::NotFound => Reply::not_found(),
         // Never: `serve` takes these.
-        Route::Purchase(_) | Route::PurchaseStatus(..) | Route::MyPurchase(_) => Reply::not_found(),
+        Route::Purchase(_)
+        | Route::PurchaseStatus(..)
+        | Route::MyPurchase(_)
+        | Route::CancelMyPurchase(_)
+        | Route::Payment => Reply::not_found(),
     }
 }
 

@@ -42,6 +42,7 @@ mod limits;
 mod metrics;
 #[cfg(test)]
 mod metrics_cost;
+mod payments;
 mod purchase;
 mod queries;
 mod redis_link;

@@ -67,7 +67,11 @@ pub fn sale(app: &App, sale_id: u64) -> Reply {
 }
 
 /// `GET /v1/sales/{sale_id}/purchases/{user_id}`: `HGET buyers user`, then
-/// `HGET status rid`. A reservation without a status reads as `queued`.
+/// one pipeline of `HGET status rid` and `HGET pay_by rid`. A reservation
+/// without a status reads as `queued`; `pending_payment` carries `pay_by`
+/// (RFC 3339 UTC, the deadline MySQL holds). The statuses: `queued`,
+/// `confirmed` (final at creation), `pending_payment`, `paid`, `expired`,
+/// `cancelled`, `failed`.
 pub fn purchase_status(app: &App, sale_id: u64, user_id: &str) -> Reply {
     let k = SaleKeys::new(sale_id);
     let found = app.links.with(|link| {
@@ -78,20 +82,31 @@ pub fn purchase_status(app: &App, sale_id: u64, user_id: &str) -> Reply {
                 .query::<Option<String>>(con)
         })?;
         let Some(rid) = rid else { return Ok(None) };
-        let status = link.with(|con| {
-            redis::cmd("HGET")
+        let (status, pay_by) = link.with(|con| {
+            redis::pipe()
+                .cmd("HGET")
                 .arg(k.status())
                 .arg(&rid)
-                .query::<Option<String>>(con)
+                .cmd("HGET")
+                .arg(k.pay_by())
+                .arg(&rid)
+                .query::<(Option<String>, Option<u64>)>(con)
         })?;
         Ok(Some((
             rid,
             status.unwrap_or_else(|| PurchaseStatus::Queued.as_str().to_string()),
+            pay_by,
         )))
     });
     match found {
-        Ok(Some((rid, status))) => {
-            Reply::json(200, json!({ "reservation_id": rid, "status": status }))
+        Ok(Some((rid, status, pay_by))) => {
+            let mut body = json!({ "reservation_id": rid, "status": status });
+            if status == PurchaseStatus::PendingPayment.as_str() {
+                if let Some(ms) = pay_by {
+                    body["pay_by"] = json!(seckill_common::timefmt::format_ms(ms));
+                }
+            }
+            Reply::json(200, body)
         }
         Ok(None) => Reply::error(404, "purchase_not_found"),
         Err(_) => Reply::unavailable(),

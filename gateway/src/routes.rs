@@ -23,6 +23,12 @@ pub enum Route {
     PurchaseStatus(u64, String),
     /// `GET /v1/sales/{sale_id}/purchases/me`: the token's own purchase.
     MyPurchase(u64),
+    /// `DELETE /v1/sales/{sale_id}/purchases/me`: the token's buyer cancels
+    /// the unpaid order (`payments.rs`).
+    CancelMyPurchase(u64),
+    /// `POST /v1/payments`: the payment service reports a payment
+    /// (`payments.rs`).
+    Payment,
     /// A known path with the wrong method; holds the `Allow` value.
     WrongMethod(&'static str),
     /// A sale path whose id is not a sale id (404 `sale_not_found`).
@@ -51,10 +57,14 @@ pub enum Label {
     Metrics,
     /// Anything else.
     Other,
+    /// `POST /v1/payments`.
+    Payment,
+    /// `DELETE /v1/sales/{id}/purchases/me`.
+    Cancel,
 }
 
 /// Every label, in index order.
-pub const LABELS: [(Label, &str); 7] = [
+pub const LABELS: [(Label, &str); 9] = [
     (Label::Purchase, "purchase"),
     (Label::PurchaseStatus, "purchase_status"),
     (Label::Sale, "sale"),
@@ -62,6 +72,8 @@ pub const LABELS: [(Label, &str); 7] = [
     (Label::Readyz, "readyz"),
     (Label::Metrics, "metrics"),
     (Label::Other, "other"),
+    (Label::Payment, "payment"),
+    (Label::Cancel, "cancel"),
 ];
 
 impl Route {
@@ -74,6 +86,8 @@ impl Route {
             Route::Sale(_) => Label::Sale,
             Route::Purchase(_) => Label::Purchase,
             Route::PurchaseStatus(..) | Route::MyPurchase(_) => Label::PurchaseStatus,
+            Route::Payment => Label::Payment,
+            Route::CancelMyPurchase(_) => Label::Cancel,
             _ => Label::Other,
         }
     }
@@ -103,6 +117,7 @@ pub fn route(method: &Method, url: &str) -> Route {
         ["healthz"] => want(get, "GET", Route::Healthz),
         ["readyz"] => want(get, "GET", Route::Readyz),
         ["metrics"] => want(get, "GET", Route::Metrics),
+        ["v1", "payments"] => want(*method == Method::Post, "POST", Route::Payment),
         ["v1", "sales", id, rest @ ..] if rest.len() <= 2 => {
             let Some(sale) = parse_sale_id(id) else {
                 return Route::NoSuchSale;
@@ -110,11 +125,14 @@ pub fn route(method: &Method, url: &str) -> Route {
             match rest {
                 [] => want(get, "GET", Route::Sale(sale)),
                 ["purchases"] => want(*method == Method::Post, "POST", Route::Purchase(sale)),
+                ["purchases", "me"] => match *method {
+                    Method::Get => Route::MyPurchase(sale),
+                    Method::Delete => Route::CancelMyPurchase(sale),
+                    _ => Route::WrongMethod("GET, DELETE"),
+                },
                 ["purchases", user] => {
                     if !get {
                         Route::WrongMethod("GET")
-                    } else if *user == "me" {
-                        Route::MyPurchase(sale)
                     } else if seckill_common::is_valid_token(user) {
                         Route::PurchaseStatus(sale, (*user).to_string())
                     } else {
@@ -151,6 +169,20 @@ mod tests {
         );
         assert_eq!(route(&p, "/healthz"), Route::WrongMethod("GET"));
         assert_eq!(route(&g, "/metrics"), Route::Metrics);
+        assert_eq!(route(&p, "/v1/payments"), Route::Payment);
+        assert_eq!(route(&g, "/v1/payments"), Route::WrongMethod("POST"));
+        assert_eq!(
+            route(&Method::Delete, "/v1/sales/42/purchases/me"),
+            Route::CancelMyPurchase(42)
+        );
+        assert_eq!(
+            route(&p, "/v1/sales/42/purchases/me"),
+            Route::WrongMethod("GET, DELETE")
+        );
+        assert_eq!(
+            route(&Method::Delete, "/v1/sales/42/purchases/bob"),
+            Route::WrongMethod("GET")
+        );
     }
 
     #[test]

@@ -160,6 +160,8 @@ pub fn run(config: Config, shutdown: Shutdown, unblocker: Unblocker) -> Result<(
         limits: Limits::new(&config),
         trusted_proxies: config.gateway_trusted_proxies.clone(),
         shed: Shed::new(config.gateway_purchases_in_flight),
+        payment_secret: config.payment_secret.clone(),
+        payment_tolerance_s: config.payment_tolerance.as_secs(),
     });
     {
         let app = app.clone();

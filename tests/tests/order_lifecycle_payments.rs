@@ -2,8 +2,8 @@
 //! worker: the same payment delivered 10 times is one `paid` and no ledger
 //! change; a wrong amount leaves the order pending; a payment after the
 //! order expired leaves it expired; both become reconciler findings; an
-//! unknown reservation is recorded and changes nothing. (The gateway's
-//! `POST /v1/payments`, which signs-checks and queues, is not built yet.)
+//! unknown reservation is recorded and changes nothing. (The same over
+//! the gateway's signed `POST /v1/payments`: `order_lifecycle_http.rs`.)
 
 #[path = "worker_support.rs"]
 mod support;

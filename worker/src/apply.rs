@@ -79,6 +79,10 @@ pub enum Applied {
         already: usize,
         /// Messages whose buyer holds an order from another reservation.
         conflicts: Vec<Conflict>,
+        /// The sale's payment window (`sales.payment_window_ms`): the
+        /// orders' `pay_by` is each reservation time + it; `None` when
+        /// orders are final at creation.
+        window_ms: Option<u64>,
     },
     /// `sales` has no row for the sale: nothing written.
     UnknownSale,
@@ -94,6 +98,7 @@ impl Applied {
             inserted: 0,
             already: 0,
             conflicts: Vec::new(),
+            window_ms: None,
         }
     }
 }
@@ -286,6 +291,7 @@ fn apply_in_transaction(
             inserted: 0,
             already: plan.already,
             conflicts: conflicts(plan.refused, &HashMap::new()),
+            window_ms,
         });
     }
     let n = plan.new.len();
@@ -312,6 +318,7 @@ fn apply_in_transaction(
         inserted: n,
         already: plan.already,
         conflicts,
+        window_ms,
     })
 }
 

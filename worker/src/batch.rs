@@ -37,6 +37,7 @@ use crate::metrics::Metrics;
 use crate::queue::{Consumer, Settlement};
 use seckill_common::dead_letter::DeadLetter;
 use seckill_common::message::OrderMessage;
+use seckill_common::status_write::Created;
 use seckill_common::{Config, Shutdown};
 use std::time::Instant;
 
@@ -65,8 +66,9 @@ enum Outcome {
     /// Parsed, for this sale, waiting for MySQL.
     Pending,
     /// Its order exists now (made by this batch or before): status
-    /// `confirmed`, attempts cleared.
-    Confirmed,
+    /// `confirmed`, or `pending_payment` with this deadline (Unix ms),
+    /// attempts cleared.
+    Confirmed(Option<u64>),
     /// MySQL refused it: one failed attempt to count, then dead letter or
     /// requeue; `final_now` dead-letters it whatever the count (unknown
     /// sale, stock gone, the buyer's other order).
@@ -248,10 +250,21 @@ impl Batch {
                 inserted,
                 already,
                 conflicts,
+                window_ms,
             }) => {
                 metrics.applied.inc_by(inserted as u64);
                 metrics.already_done.inc_by(already as u64);
-                let mut out: Vec<Outcome> = live.iter().map(|_| Outcome::Confirmed).collect();
+                let mut out: Vec<Outcome> = live
+                    .iter()
+                    .map(|&i| {
+                        let at = self
+                            .entries
+                            .get(i)
+                            .and_then(|e| e.message.as_ref())
+                            .map(|m| m.reserved_at_ms);
+                        Outcome::Confirmed(window_ms.zip(at).map(|(w, at)| at.saturating_add(w)))
+                    })
+                    .collect();
                 for c in conflicts {
                     if let Some(o) = out.get_mut(c.index) {
                         *o = Outcome::Refused {
@@ -316,8 +329,11 @@ impl Batch {
         for e in &self.entries {
             match &e.outcome {
                 Outcome::Pending | Outcome::Refused { .. } => continue,
-                Outcome::Confirmed => match &e.message {
-                    Some(m) => s.confirmed.push(m.reservation_id.as_str()),
+                Outcome::Confirmed(pay_by_ms) => match &e.message {
+                    Some(m) => s.confirmed.push(Created {
+                        reservation_id: m.reservation_id.as_str(),
+                        pay_by_ms: *pay_by_ms,
+                    }),
                     None => continue,
                 },
                 Outcome::Dead(d) => s.dead.push(d),
@@ -574,6 +590,7 @@ mod tests {
             inserted: 1,
             already: 0,
             conflicts: vec![conflict],
+            window_ms: None,
         };
         b.record(&[2, 3], Ok(done), &metrics);
         b.record(&[5, 6], Err("trigger says no".into()), &metrics);
@@ -585,7 +602,13 @@ mod tests {
         assert_eq!(b.refused(), Vec::<usize>::new());
 
         let s = b.settlement();
-        assert_eq!(s.confirmed, [rid(2)]);
+        assert_eq!(
+            s.confirmed,
+            [Created {
+                reservation_id: &rid(2),
+                pay_by_ms: None
+            }]
+        );
         assert_eq!(
             reasons(&s.fenced),
             [dl(NO_FLOW_RECORD, 0, 4)],

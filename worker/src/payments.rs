@@ -6,12 +6,23 @@
 //! not, a repeat is one payment). A payment that fails
 //! `SECKILL_WORKER_MAX_ATTEMPTS` times, or does not parse, goes to the
 //! dead-letter list.
+//!
+//! After a payment that made its order `paid` (applied now, or found
+//! applied before: a redelivery repairs a lost write) the reservation's
+//! Redis status becomes `paid`, for `GET .../purchases/me`. The same queue
+//! carries the buyers' cancellations (`payment::Queued::Cancel`): the
+//! MySQL step (`lifecycle::cancel`, which decides) and then the release's
+//! Redis step (`lifecycle::redis_step`; a failure there is completed by
+//! the next expiry sweep). A cancellation of an order no longer pending,
+//! or of none, changes nothing and is logged.
 
 use crate::queue;
 use crate::WorkerError;
+use mysql::prelude::Queryable;
 use redis::Commands;
-use seckill_common::lifecycle;
-use seckill_common::payment::{self, PaymentMessage};
+use seckill_common::keys::{PurchaseStatus, SaleKeys};
+use seckill_common::lifecycle::{self, Cancelled, Paid, PaymentOutcome};
+use seckill_common::payment::{self, CancelMessage, PaymentMessage, Queued};
 use seckill_common::{Config, Shutdown};
 use std::thread::JoinHandle;
 use std::time::Duration;
@@ -96,30 +107,28 @@ impl Consumer {
             .query(con)
             .map_err(|e| e.to_string())?;
         let Some(raw) = raw else { return Ok(()) };
-        let m = match PaymentMessage::parse(&raw) {
+        let m = match Queued::parse(&raw) {
             Ok(m) => m,
             Err(why) => return dead_letter(con, mine, &raw, &format!("unparsable: {why}")),
         };
-        match lifecycle::pay(db, &m.payment()) {
-            Ok(done) => {
-                log::info!(
-                    "payment {} for {}: {done:?}",
-                    m.payment_id,
-                    m.reservation_id
-                );
-                redis::pipe()
-                    .atomic()
-                    .lrem(mine, 1, &raw)
-                    .hdel(payment::ATTEMPTS, &m.payment_id)
-                    .query::<()>(con)
-                    .map_err(|e| e.to_string())
-            }
+        let applied = match &m {
+            Queued::Payment(p) => apply_payment(con, db, p),
+            Queued::Cancel(c) => apply_cancel(con, db, c),
+        };
+        let field = m.attempts_field();
+        match applied {
+            Ok(()) => redis::pipe()
+                .atomic()
+                .lrem(mine, 1, &raw)
+                .hdel(payment::ATTEMPTS, &field)
+                .query::<()>(con)
+                .map_err(|e| e.to_string()),
             Err(e) => {
                 let n: u32 = con
-                    .hincr(payment::ATTEMPTS, &m.payment_id, 1)
+                    .hincr(payment::ATTEMPTS, &field, 1)
                     .map_err(|e| e.to_string())?;
                 if n >= self.config.worker_max_attempts {
-                    return dead_letter(con, mine, &raw, &e.to_string());
+                    return dead_letter(con, mine, &raw, &e);
                 }
                 redis::pipe()
                     .atomic()
@@ -127,10 +136,86 @@ impl Consumer {
                     .lpush(payment::QUEUE, &raw)
                     .query::<()>(con)
                     .map_err(|e| e.to_string())?;
-                Err(e.to_string())
+                Err(e)
             }
         }
     }
+}
+
+/// Applies one payment in MySQL; when its order is paid, its Redis status
+/// becomes `paid`.
+///
+/// Errors: MySQL or Redis failures, as text (the message is retried; the
+/// payment id makes the repeat one payment).
+fn apply_payment(
+    con: &mut redis::Connection,
+    db: &mut mysql::Conn,
+    m: &PaymentMessage,
+) -> Result<(), String> {
+    let done = lifecycle::pay(db, &m.payment()).map_err(|e| e.to_string())?;
+    log::info!(
+        "payment {} for {}: {done:?}",
+        m.payment_id,
+        m.reservation_id
+    );
+    if let Paid::Applied(PaymentOutcome::Paid) | Paid::Duplicate(PaymentOutcome::Paid) = done {
+        let sale: Option<u64> = db
+            .exec_first(
+                "SELECT sale_id FROM orders WHERE reservation_id = ?",
+                (&m.reservation_id,),
+            )
+            .map_err(|e| e.to_string())?;
+        if let Some(sale) = sale {
+            con.hset::<_, _, _, ()>(
+                SaleKeys::new(sale).status(),
+                &m.reservation_id,
+                PurchaseStatus::Paid.as_str(),
+            )
+            .map_err(|e| e.to_string())?;
+        }
+    }
+    Ok(())
+}
+
+/// Applies one cancellation: the MySQL step decides, the Redis step of the
+/// release follows.
+///
+/// Errors: MySQL failures (nothing changed, retried), as text. A failed
+/// Redis step is logged and left to the next sweep (MySQL's decision
+/// stands; retrying the message would find the order no longer pending).
+fn apply_cancel(
+    con: &mut redis::Connection,
+    db: &mut mysql::Conn,
+    m: &CancelMessage,
+) -> Result<(), String> {
+    match lifecycle::cancel(db, m.sale_id, &m.user_id).map_err(|e| e.to_string())? {
+        Cancelled::Done(rid) => {
+            log::info!("sale {}: {} cancelled order {rid}", m.sale_id, m.user_id);
+            let steps = lifecycle::pending_redis_steps(db, Some(m.sale_id), usize::MAX)
+                .map_err(|e| e.to_string())?;
+            for o in steps.iter().filter(|o| o.reservation_id == rid) {
+                if let Err(e) = lifecycle::redis_step(db, con, o, &mut || {}) {
+                    log::warn!(
+                        "sale {}: cancelled {rid}: {e}; the sweep completes it",
+                        m.sale_id
+                    );
+                }
+            }
+        }
+        Cancelled::NoOrder => log::info!(
+            "sale {}: cancellation of {} by {}: no order, nothing changed",
+            m.sale_id,
+            m.reservation_id,
+            m.user_id
+        ),
+        Cancelled::NotPending(st) => log::info!(
+            "sale {}: cancellation of {} by {}: order is {st}, nothing changed",
+            m.sale_id,
+            m.reservation_id,
+            m.user_id
+        ),
+    }
+    Ok(())
 }
 
 /// Moves everything left in this worker's processing list back to the queue.

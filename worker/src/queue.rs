@@ -14,6 +14,7 @@ use redis::{Client, Connection};
 use seckill_common::dead_letter::DeadLetter;
 use seckill_common::keys::{PurchaseStatus, SaleKeys, SALES};
 use seckill_common::reliable_queue;
+use seckill_common::status_write::{self, Created};
 use std::time::Duration;
 
 /// Moves sale `sale_id`'s processing list of worker `worker_id` back to the
@@ -249,7 +250,8 @@ impl Consumer {
     }
 
     /// Settles a finished batch of sale `sale_id` in one `MULTI`, in this
-    /// order: the `confirmed` statuses (their attempt counts cleared), the
+    /// order: the `confirmed` / `pending_payment` statuses (over `queued`
+    /// only, `status_write.rs`; their attempt counts cleared), the
     /// `fenced` dead letters (status and attempts left alone), the `dead`
     /// ones (status `failed` and attempts cleared when they name a
     /// reservation), the `requeue`d messages back on the queue, and `LREM`
@@ -261,10 +263,10 @@ impl Consumer {
         let k = SaleKeys::new(sale_id);
         let mut p = redis::pipe();
         p.atomic();
-        for rid in &s.confirmed {
-            p.hset(k.status(), *rid, PurchaseStatus::Confirmed.as_str())
-                .ignore();
-            p.hdel(k.attempts(), *rid).ignore();
+        // Only over `queued`: a lifecycle status written meanwhile stands.
+        status_write::add_created(&mut p, sale_id, &s.confirmed);
+        for c in &s.confirmed {
+            p.hdel(k.attempts(), c.reservation_id).ignore();
         }
         for d in &s.fenced {
             p.lpush(k.dead_letter(), d.to_json()).ignore();
@@ -293,8 +295,9 @@ impl Consumer {
 /// list oldest message first.
 #[derive(Debug, Default)]
 pub struct Settlement<'a> {
-    /// Reservation ids whose status becomes `confirmed`.
-    pub confirmed: Vec<&'a str>,
+    /// Orders whose status becomes `confirmed` or `pending_payment` (only
+    /// over `queued`: `status_write.rs`).
+    pub confirmed: Vec<Created<'a>>,
     /// Dead letters the fence wrote: status and attempts left alone (the
     /// reservation was released, or never made).
     pub fenced: Vec<&'a DeadLetter>,

@@ -1,0 +1,200 @@
+//! Owns the two lifecycle routes that write: `POST /v1/payments` (the
+//! payment service reports a payment: the signature check of
+//! `seckill_common::payment`, the strict body, then the durable queue for
+//! the workers) and `DELETE /v1/sales/{sale_id}/purchases/me` (the buyer
+//! cancels an unpaid order: queued for the workers on the same queue).
+//! The gateway stays Redis-only: MySQL decides both, in the worker.
+//!
+//! `POST /v1/payments`: no `SECKILL_PAYMENT_SECRET` → 503
+//! `payments_not_configured`; a missing, malformed or wrong signature →
+//! 401 `bad_signature`; a timestamp further than
+//! `SECKILL_PAYMENT_TOLERANCE` from now → 401 `signature_expired`; a body
+//! that is not exactly `{"reservation_id", "payment_id", "amount_cents"}`
+//! with ids of the right shape → 400 `invalid_request`; else queued → 202.
+//! The signature is checked before the body is read as JSON, so an
+//! unsigned body learns nothing. A reservation id the system never issued
+//! cannot be told apart in Redis cheaply (a reservation id names no sale),
+//! so it is queued too, and the worker records it (`payments.outcome =
+//! unknown_reservation`, nothing else changes). A replay inside the
+//! tolerance is the same `payment_id`: one payment (MySQL's `payments`
+//! key).
+//!
+//! `DELETE .../purchases/me` reads the buyer's reservation and its status
+//! from Redis: `pending_payment` → the cancellation is queued, 202
+//! `{"reservation_id", "status": "pending_payment", "cancellation":
+//! "queued"}`; `cancelled` → 202 with that status (a repeat); no purchase
+//! → 404 `purchase_not_found`; any other status (`queued`: not an order
+//! yet, retry; `paid`, `expired`, `confirmed`, `failed`) → 409
+//! `not_cancellable` with the status, nothing changed. The worker's MySQL
+//! step decides: an order paid or expired meanwhile stays so.
+
+use crate::app::App;
+use crate::identity::Credentials;
+use crate::redis_link::Unavailable;
+use crate::reply::Reply;
+use seckill_common::keys::{PurchaseStatus, SaleKeys};
+use seckill_common::payment::{
+    self, CancelMessage, PaymentMessage, PaymentRequest, SignatureError,
+};
+use serde_json::json;
+
+const EXPECTED: &str = "expected {\"reservation_id\": \"<32 hex>\", \"payment_id\": \"...\", \"amount_cents\": <integer>} and no other field";
+
+/// `POST /v1/payments` with its raw `body` and the value of its
+/// `Seckill-Signature` header (see the module doc for the answers).
+pub fn pay(app: &App, signature: Option<&str>, body: &[u8]) -> Reply {
+    let Some(secret) = &app.payment_secret else {
+        return Reply::error(503, "payments_not_configured");
+    };
+    let now_ms = seckill_common::now_ms();
+    match payment::verify(
+        &secret.0,
+        signature,
+        body,
+        now_ms / 1000,
+        app.payment_tolerance_s,
+    ) {
+        Ok(()) => {}
+        Err(SignatureError::OutsideTolerance(off)) => {
+            log::info!("payment refused: signature timestamp {off} s off");
+            return Reply::error(401, "signature_expired");
+        }
+        Err(e) => {
+            log::info!("payment refused: {e}");
+            return Reply::error(401, "bad_signature");
+        }
+    }
+    let req = match parse_body(body) {
+        Ok(r) => r,
+        Err(reply) => return reply,
+    };
+    let m = PaymentMessage {
+        v: 1,
+        reservation_id: req.reservation_id,
+        payment_id: req.payment_id,
+        amount_cents: req.amount_cents,
+        received_ms: now_ms,
+    };
+    match app
+        .links
+        .with(|link| link.with(|con| payment::enqueue(con, &m)))
+    {
+        Ok(()) => Reply::json(
+            202,
+            json!({ "payment_id": m.payment_id, "status": "queued" }),
+        ),
+        Err(Unavailable) => Reply::unavailable(),
+    }
+}
+
+/// Reads a payment body strictly.
+///
+/// Errors: 400 `invalid_request` with a detail.
+fn parse_body(body: &[u8]) -> Result<PaymentRequest, Reply> {
+    if body.iter().find(|b| !b.is_ascii_whitespace()) != Some(&b'{') {
+        return Err(Reply::invalid(EXPECTED));
+    }
+    let r: PaymentRequest = serde_json::from_slice(body).map_err(|e| {
+        use serde_json::error::Category;
+        Reply::invalid(match e.classify() {
+            Category::Eof => "truncated JSON",
+            Category::Syntax | Category::Io => "malformed JSON",
+            Category::Data => EXPECTED,
+        })
+    })?;
+    if !seckill_common::ids::is_valid_reservation_id(&r.reservation_id) {
+        return Err(Reply::invalid(
+            "reservation_id must be 32 lowercase hex digits",
+        ));
+    }
+    if !seckill_common::is_valid_token(&r.payment_id) {
+        return Err(Reply::invalid(concat!(
+            "payment_id must be ",
+            seckill_common::token_rule!()
+        )));
+    }
+    Ok(r)
+}
+
+/// `DELETE /v1/sales/{sale_id}/purchases/me` (see the module doc).
+pub fn cancel(app: &App, sale_id: u64, creds: &Credentials) -> Reply {
+    let user = match app.identity.reader(creds, None, &app.metrics) {
+        Ok(u) => u,
+        Err(reply) => return reply,
+    };
+    let k = SaleKeys::new(sale_id);
+    let found = app.links.with(|link| {
+        let rid = link.with(|con| {
+            redis::cmd("HGET")
+                .arg(k.buyers())
+                .arg(&user)
+                .query::<Option<String>>(con)
+        })?;
+        let Some(rid) = rid else { return Ok(None) };
+        let status = link.with(|con| {
+            redis::cmd("HGET")
+                .arg(k.status())
+                .arg(&rid)
+                .query::<Option<String>>(con)
+        })?;
+        let status = status.unwrap_or_else(|| PurchaseStatus::Queued.as_str().to_string());
+        if status == PurchaseStatus::PendingPayment.as_str() {
+            let m = CancelMessage::new(sale_id, &user, &rid, seckill_common::now_ms());
+            link.with(|con| payment::enqueue_cancel(con, &m))?;
+        }
+        Ok(Some((rid, status)))
+    });
+    match found {
+        Ok(Some((rid, status))) if status == PurchaseStatus::PendingPayment.as_str() => {
+            Reply::json(
+                202,
+                json!({ "reservation_id": rid, "status": status, "cancellation": "queued" }),
+            )
+        }
+        Ok(Some((rid, status))) if status == PurchaseStatus::Cancelled.as_str() => {
+            Reply::json(202, json!({ "reservation_id": rid, "status": status }))
+        }
+        Ok(Some((rid, status))) => Reply::json(
+            409,
+            json!({ "error": "not_cancellable", "reservation_id": rid, "status": status }),
+        ),
+        Ok(None) => Reply::error(404, "purchase_not_found"),
+        Err(Unavailable) => Reply::unavailable(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn detail(body: &str) -> String {
+        let r = parse_body(body.as_bytes()).unwrap_err();
+        assert_eq!(r.status, 400);
+        let v: serde_json::Value = serde_json::from_str(&r.body).unwrap();
+        v["detail"].as_str().unwrap().to_string()
+    }
+
+    #[test]
+    fn a_payment_body_is_read_strictly() {
+        let rid = "0123456789abcdef0123456789abcdef";
+        let ok = format!(r#"{{"reservation_id":"{rid}","payment_id":"p-1","amount_cents":1999}}"#);
+        assert_eq!(parse_body(ok.as_bytes()).unwrap().amount_cents, 1999);
+        assert_eq!(detail(r#"{"reservation_id":"#), "truncated JSON");
+        assert_eq!(detail("{x}"), "malformed JSON");
+        for b in [
+            "[]".to_string(),
+            "{}".to_string(),
+            format!(r#"{{"reservation_id":"{rid}","payment_id":"p","amount_cents":-1}}"#),
+            format!(r#"{{"reservation_id":"{rid}","payment_id":"p","amount_cents":1,"x":1}}"#),
+        ] {
+            assert_eq!(detail(&b), EXPECTED, "{b}");
+        }
+        assert!(
+            detail(r#"{"reservation_id":"ABC","payment_id":"p","amount_cents":1}"#)
+                .starts_with("reservation_id")
+        );
+        let bad_pid =
+            format!(r#"{{"reservation_id":"{rid}","payment_id":"a b","amount_cents":1}}"#);
+        assert!(detail(&bad_pid).starts_with("payment_id"));
+    }
+}
