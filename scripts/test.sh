@@ -9,7 +9,10 @@
 #   - setpriv (util-linux: every spawned server dies with its test);
 #   - promtool (Debian's `prometheus`, for tests/tests/metrics_promtool.rs;
 #     installed without starting the Prometheus service, see
-#     scripts/lib/services.sh).
+#     scripts/lib/services.sh; its `prometheus` server is run privately by
+#     tests/tests/ops_prometheus.rs);
+#   - nginx (for tests/tests/ops_nginx.rs; installed without starting the
+#     system's nginx).
 # Checks that vendor/tiny_http is tiny_http 0.12.0 plus its patch files
 # (vendor/tiny_http/check-patches.sh; skipped with a message when crates.io
 # cannot be reached). Then builds and tests the workspace with the worker's
@@ -27,8 +30,9 @@ ensure_mysql_test_account   # exports SECKILL_TEST_MYSQL_URL
 ensure_package systemd-analyze systemd
 ensure_package setpriv util-linux
 ensure_promtool
+ensure_nginx
 
-echo "test.sh: MySQL for tests: ${SECKILL_TEST_MYSQL_URL%%@*}@... ; redis-server: $(command -v redis-server); promtool: $(command -v promtool)"
+echo "test.sh: MySQL for tests: ${SECKILL_TEST_MYSQL_URL%%@*}@... ; redis-server: $(command -v redis-server); promtool: $(command -v promtool); nginx: $(command -v nginx || echo /usr/sbin/nginx)"
 vendor/tiny_http/check-patches.sh
 features=(--features seckill-worker/crash-points)
 cargo build --workspace --all-targets "${features[@]}"

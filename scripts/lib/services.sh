@@ -25,13 +25,14 @@ ensure_redis_server() {
   ensure_package redis-server redis-server
 }
 
-# ensure_promtool: installs Debian's `prometheus` (promtool's package) when
-# promtool is missing, without its recommended exporters, and without
-# starting the Prometheus server it ships: a policy-rc.d that refuses every
-# service start is put in place for the install (the one found is restored),
-# and the unit is disabled afterwards where systemd runs.
-ensure_promtool() {
-  if command -v promtool >/dev/null 2>&1; then return 0; fi
+# ensure_package_unstarted COMMAND SERVICE PACKAGE...: like ensure_package,
+# but the services the packages ship are not started: a policy-rc.d that
+# refuses every service start is put in place for the install (the one
+# found is restored), and the unit SERVICE is disabled afterwards where
+# systemd runs. The tests start their own private instances.
+ensure_package_unstarted() {
+  local cmd=$1 service=$2; shift 2
+  if command -v "$cmd" >/dev/null 2>&1 || [ -x "/usr/sbin/$cmd" ]; then return 0; fi
   local sudo=""
   [ "$(id -u)" -eq 0 ] || sudo="sudo"
   local policy=/usr/sbin/policy-rc.d saved=""
@@ -42,12 +43,26 @@ ensure_promtool() {
   printf '#!/bin/sh\nexit 101\n' | $sudo tee "$policy" >/dev/null
   $sudo chmod 755 "$policy"
   local rc=0
-  ensure_package promtool --no-install-recommends prometheus || rc=$?
+  ensure_package "$cmd" "$@" || rc=$?
   if [ -n "$saved" ]; then $sudo mv "$saved" "$policy"; else $sudo rm -f "$policy"; fi
   if command -v systemctl >/dev/null 2>&1 && [ -d /run/systemd/system ]; then
-    $sudo systemctl disable --now prometheus >/dev/null 2>&1 || true
+    $sudo systemctl disable --now "$service" >/dev/null 2>&1 || true
   fi
   return "$rc"
+}
+
+# ensure_promtool: installs Debian's `prometheus` (promtool's package, which
+# also ships the `prometheus` server that tests/tests/ops_prometheus.rs
+# runs privately) when promtool is missing, without its recommended
+# exporters and without starting the system's Prometheus service.
+ensure_promtool() {
+  ensure_package_unstarted promtool prometheus --no-install-recommends prometheus
+}
+
+# ensure_nginx: installs Debian's `nginx` (for tests/tests/ops_nginx.rs,
+# which runs its own private nginx) without starting the system's nginx.
+ensure_nginx() {
+  ensure_package_unstarted nginx nginx --no-install-recommends nginx
 }
 
 # port_open HOST PORT: whether something accepts TCP connections there.

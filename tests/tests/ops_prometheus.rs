@@ -1,0 +1,238 @@
+//! Runs the shipped monitoring for real: a private Prometheus (Debian's
+//! `prometheus` binary; free port, data in a temp dir, 1 s scrape and rule
+//! intervals) on `ops/prometheus/prometheus.yml` (only targets, intervals
+//! and the rule file's path replaced) with `ops/prometheus/seckill.rules.yml`,
+//! scraping a real gateway and worker during a small sale. Every expression
+//! of `ops/grafana/seckill.json` and every rule is asked through the HTTP
+//! API (`/api/v1/query`): each is valid, each panel query returns data,
+//! every rule evaluates without error, nothing fires while all is healthy,
+//! and a dead letter (a malformed message pushed to the sale's queue) fires
+//! `SeckillDeadLetters` (its `for` is 0) and nothing else.
+
+mod gateway_support;
+mod ops_support;
+#[path = "worker_support.rs"]
+mod support;
+
+use gateway_support::{buy, Gateway};
+use ops_support::{http_get, replace_once, repo_file, url_encode};
+use redis::Commands;
+use seckill_common::keys::SaleKeys;
+use seckill_tests::{
+    create_sale, dies_with_test, free_port, wait_until, RedisServer, TempDir, TestDb,
+};
+use serde_json::Value;
+use std::process::{Child, Stdio};
+use std::time::Duration;
+use support::{dead_letters, wait_orders, Opts, WorkerProc};
+
+const LONG: Duration = Duration::from_secs(60);
+
+/// Rules in `seckill.rules.yml` (recording and alerting), as promtool counts them.
+const RULES: usize = 21;
+
+/// A private Prometheus server, killed on drop.
+struct Prometheus {
+    port: u16,
+    child: Child,
+    dir: TempDir,
+}
+
+impl Prometheus {
+    /// Starts Prometheus on the shipped configuration, scraping the
+    /// gateway on `gateway` and the worker on `worker` (metrics ports).
+    fn start(gateway: u16, worker: u16) -> Prometheus {
+        let dir = TempDir::new();
+        let shipped = std::fs::read_to_string(repo_file("ops/prometheus/prometheus.yml"))
+            .expect("read ops/prometheus/prometheus.yml");
+        let rules = repo_file("ops/prometheus/seckill.rules.yml");
+        let mut conf = replace_once(&shipped, "scrape_interval: 15s", "scrape_interval: 1s");
+        conf = replace_once(&conf, "evaluation_interval: 15s", "evaluation_interval: 1s");
+        conf = replace_once(
+            &conf,
+            "/etc/prometheus/seckill.rules.yml",
+            &rules.display().to_string(),
+        );
+        conf = replace_once(
+            &conf,
+            "['127.0.0.1:8080']",
+            &format!("['127.0.0.1:{gateway}']"),
+        );
+        conf = replace_once(
+            &conf,
+            "['127.0.0.1:9101', '127.0.0.1:9102']",
+            &format!("['127.0.0.1:{worker}']"),
+        );
+        let conf_path = dir.path().join("prometheus.yml");
+        std::fs::write(&conf_path, conf).expect("write prometheus.yml");
+        let port = free_port();
+        let log = std::fs::File::create(dir.path().join("prometheus.log")).expect("log file");
+        let child = dies_with_test("prometheus")
+            .arg(format!("--config.file={}", conf_path.display()))
+            .arg(format!(
+                "--storage.tsdb.path={}",
+                dir.path().join("data").display()
+            ))
+            .arg(format!("--web.listen-address=127.0.0.1:{port}"))
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(log)
+            .spawn()
+            .unwrap_or_else(|e| {
+                panic!(
+                    "cannot run prometheus ({e}): install Debian's package `prometheus` \
+                     (./scripts/test.sh does this when promtool is missing)"
+                )
+            });
+        let mut p = Prometheus { port, child, dir };
+        wait_until(LONG, "Prometheus to be ready", || {
+            assert!(
+                p.child.try_wait().expect("try_wait").is_none(),
+                "prometheus exited: {}",
+                p.log()
+            );
+            matches!(http_get(port, "/-/ready"), Some((200, _)))
+        });
+        p
+    }
+
+    /// What Prometheus logged.
+    fn log(&self) -> String {
+        std::fs::read_to_string(self.dir.path().join("prometheus.log")).unwrap_or_default()
+    }
+
+    /// `GET /api/v1/PATH` as JSON; panics unless it answered 200 with
+    /// `"status": "success"`.
+    fn api(&self, path: &str) -> Value {
+        let (status, body) = http_get(self.port, &format!("/api/v1/{path}"))
+            .unwrap_or_else(|| panic!("no answer to /api/v1/{path}: {}", self.log()));
+        let v: Value = serde_json::from_str(&body)
+            .unwrap_or_else(|e| panic!("/api/v1/{path}: not JSON ({e}): {body}"));
+        assert_eq!(
+            (status, &v["status"]),
+            (200, &Value::from("success")),
+            "{path}: {body}"
+        );
+        v["data"].clone()
+    }
+
+    /// The result vector of the instant query `expr` (panics when invalid).
+    fn query(&self, expr: &str) -> Vec<Value> {
+        let data = self.api(&format!("query?query={}", url_encode(expr)));
+        data["result"].as_array().cloned().unwrap_or_default()
+    }
+
+    /// Active alerts as (name, state, worker label).
+    fn alerts(&self) -> Vec<(String, String, String)> {
+        let data = self.api("alerts");
+        let text = |v: &Value| v.as_str().unwrap_or("").to_string();
+        data["alerts"]
+            .as_array()
+            .map(|a| {
+                a.iter()
+                    .map(|x| {
+                        (
+                            text(&x["labels"]["alertname"]),
+                            text(&x["state"]),
+                            text(&x["labels"]["worker"]),
+                        )
+                    })
+                    .collect()
+            })
+            .unwrap_or_default()
+    }
+}
+
+impl Drop for Prometheus {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Every panel expression of the shipped dashboard.
+fn dashboard_exprs() -> Vec<String> {
+    let text = std::fs::read_to_string(repo_file("ops/grafana/seckill.json"))
+        .expect("read ops/grafana/seckill.json");
+    let d: Value = serde_json::from_str(&text).expect("the dashboard is JSON");
+    let panels = d["panels"].as_array().expect("panels");
+    let exprs: Vec<String> = panels
+        .iter()
+        .flat_map(|p| p["targets"].as_array().cloned().unwrap_or_default())
+        .map(|t| {
+            t["expr"]
+                .as_str()
+                .expect("every target has an expr")
+                .to_string()
+        })
+        .collect();
+    assert_eq!(panels.len(), 12);
+    exprs
+}
+
+#[test]
+fn every_dashboard_and_rule_query_works_on_a_real_prometheus_and_a_dead_letter_fires_its_alert() {
+    let redis = RedisServer::start();
+    let db = TestDb::create();
+    let sale = create_sale(&db, &redis, 20, -1000, 600_000);
+    let g = Gateway::start(&redis, &[]);
+    let w = WorkerProc::start(&redis, &db, "w1", &Opts::default());
+    for i in 0..5 {
+        assert_eq!(buy(g.port, sale, &format!("u{i}")).status, 202);
+    }
+    wait_orders(&db, sale, 5, LONG);
+    let p = Prometheus::start(g.port, w.metrics_port);
+
+    wait_until(LONG, "both targets to be scraped", || {
+        let up = p.query("up");
+        up.len() == 2 && up.iter().all(|s| s["value"][1] == "1")
+    });
+
+    // The dashboard: every query valid at once, and each returns data once
+    // its window holds enough samples.
+    let exprs = dashboard_exprs();
+    assert_eq!(exprs.len(), 18);
+    for e in &exprs {
+        p.query(e);
+    }
+    for e in &exprs {
+        wait_until(LONG, &format!("data for {e}"), || !p.query(e).is_empty());
+    }
+
+    // The rules: all loaded, each evaluated without error, each query valid.
+    let mut rules: Vec<Value> = Vec::new();
+    wait_until(LONG, "every rule to be evaluated", || {
+        let data = p.api("rules");
+        rules = data["groups"]
+            .as_array()
+            .map(|g| {
+                g.iter()
+                    .flat_map(|g| g["rules"].as_array().cloned().unwrap_or_default())
+                    .collect()
+            })
+            .unwrap_or_default();
+        rules.len() == RULES && rules.iter().all(|r| r["health"] == "ok")
+    });
+    for r in &rules {
+        p.query(r["query"].as_str().expect("a rule's query"));
+    }
+    // Healthy: nothing fires or is pending.
+    assert_eq!(p.alerts(), vec![], "{}", p.log());
+
+    // A dead letter fires its alert.
+    let _: () = redis
+        .con()
+        .lpush(SaleKeys::new(sale).queue(), "this is not json")
+        .expect("push a malformed message");
+    wait_until(LONG, "the message to be dead-lettered", || {
+        dead_letters(&redis, sale).len() == 1
+    });
+    wait_until(LONG, "SeckillDeadLetters to fire", || {
+        p.alerts()
+            .contains(&("SeckillDeadLetters".into(), "firing".into(), "w1".into()))
+    });
+    assert_eq!(
+        p.alerts(),
+        vec![("SeckillDeadLetters".into(), "firing".into(), "w1".into())]
+    );
+}

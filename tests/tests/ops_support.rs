@@ -1,0 +1,56 @@
+//! Shared by the `ops_*` tests: templating a shipped configuration file
+//! (each replaced piece must occur exactly once, so a change of the file's
+//! shape fails the test instead of being silently missed), the path of a
+//! repository file, and a plain HTTP/1.0 GET. Included with `mod ops_support;`.
+#![allow(dead_code)] // each test file uses a different part
+
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::path::PathBuf;
+use std::time::Duration;
+
+/// The path of `rel` (e.g. `ops/prometheus/seckill.rules.yml`) in the repository.
+pub fn repo_file(rel: &str) -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("..")
+        .join(rel)
+}
+
+/// `text` with its one occurrence of `from` replaced by `to`; panics when
+/// `from` occurs zero or several times.
+pub fn replace_once(text: &str, from: &str, to: &str) -> String {
+    assert_eq!(
+        text.matches(from).count(),
+        1,
+        "expected exactly one {from:?} in the shipped file:\n{text}"
+    );
+    text.replacen(from, to, 1)
+}
+
+/// `s` percent-encoded for a URL query value (every byte but the
+/// unreserved ones).
+pub fn url_encode(s: &str) -> String {
+    s.bytes()
+        .map(|b| match b {
+            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'.' | b'_' | b'~' => {
+                (b as char).to_string()
+            }
+            _ => format!("%{b:02X}"),
+        })
+        .collect()
+}
+
+/// `GET path` on 127.0.0.1:`port` with HTTP/1.0 (so the answer is neither
+/// chunked nor kept alive): (status, body), or `None` when nothing answers.
+pub fn http_get(port: u16, path: &str) -> Option<(u16, String)> {
+    let mut s = TcpStream::connect(("127.0.0.1", port)).ok()?;
+    s.set_read_timeout(Some(Duration::from_secs(30))).ok()?;
+    s.write_all(format!("GET {path} HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n").as_bytes())
+        .ok()?;
+    let mut raw = Vec::new();
+    s.read_to_end(&mut raw).ok()?;
+    let text = String::from_utf8_lossy(&raw);
+    let (head, body) = text.split_once("\r\n\r\n")?;
+    let status = head.split(' ').nth(1)?.parse().ok()?;
+    Some((status, body.to_string()))
+}
