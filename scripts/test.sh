@@ -9,7 +9,12 @@
 #   - setpriv (util-linux: every spawned server dies with its test);
 #   - promtool (Debian's `prometheus`, for tests/tests/metrics_promtool.rs;
 #     installed without starting the Prometheus service, see
-#     scripts/lib/services.sh).
+#     scripts/lib/services.sh);
+#   - schemathesis (PyPI, the version services.sh pins, for
+#     tests/tests/api_contract.rs) in a virtual environment under the build
+#     directory, `${CARGO_TARGET_DIR:-target}/venv-schemathesis`, with
+#     Debian's python3-venv when python3 lacks venv; its `st` is exported as
+#     SECKILL_SCHEMATHESIS.
 # Checks that vendor/tiny_http is tiny_http 0.12.0 plus its patch files
 # (vendor/tiny_http/check-patches.sh; skipped with a message when crates.io
 # cannot be reached). Then builds and tests the workspace with the worker's
@@ -27,8 +32,9 @@ ensure_mysql_test_account   # exports SECKILL_TEST_MYSQL_URL
 ensure_package systemd-analyze systemd
 ensure_package setpriv util-linux
 ensure_promtool
+ensure_schemathesis
 
-echo "test.sh: MySQL for tests: ${SECKILL_TEST_MYSQL_URL%%@*}@... ; redis-server: $(command -v redis-server); promtool: $(command -v promtool)"
+echo "test.sh: MySQL for tests: ${SECKILL_TEST_MYSQL_URL%%@*}@... ; redis-server: $(command -v redis-server); promtool: $(command -v promtool); schemathesis: $SECKILL_SCHEMATHESIS"
 vendor/tiny_http/check-patches.sh
 features=(--features seckill-worker/crash-points)
 cargo build --workspace --all-targets "${features[@]}"
