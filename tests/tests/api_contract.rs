@@ -54,7 +54,7 @@ fn schemathesis() -> PathBuf {
         path.is_file(),
         "schemathesis is missing at {}: run ./scripts/test.sh (it installs it), or \
          `python3 -m venv <target>/venv-schemathesis && \
-         <target>/venv-schemathesis/bin/pip install schemathesis==<the version scripts/test.sh pins>`, \
+         <target>/venv-schemathesis/bin/pip install schemathesis==<SCHEMATHESIS_VERSION of scripts/lib/services.sh>`, \
          or set SECKILL_SCHEMATHESIS to an `st` executable",
         path.display()
     );
