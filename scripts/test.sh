@@ -12,7 +12,12 @@
 #     scripts/lib/services.sh; its `prometheus` server is run privately by
 #     tests/tests/ops_prometheus.rs);
 #   - nginx (for tests/tests/ops_nginx.rs; installed without starting the
-#     system's nginx).
+#     system's nginx);
+#   - schemathesis (PyPI, the version services.sh pins, for
+#     tests/tests/api_contract.rs) in a virtual environment under the build
+#     directory, `${CARGO_TARGET_DIR:-target}/venv-schemathesis`, with
+#     Debian's python3-venv when python3 lacks venv; its `st` is exported as
+#     SECKILL_SCHEMATHESIS.
 # Checks that vendor/tiny_http is tiny_http 0.12.0 plus its patch files
 # (vendor/tiny_http/check-patches.sh; skipped with a message when crates.io
 # cannot be reached). Then builds and tests the workspace with the worker's
@@ -31,8 +36,9 @@ ensure_package systemd-analyze systemd
 ensure_package setpriv util-linux
 ensure_promtool
 ensure_nginx
+ensure_schemathesis
 
-echo "test.sh: MySQL for tests: ${SECKILL_TEST_MYSQL_URL%%@*}@... ; redis-server: $(command -v redis-server); promtool: $(command -v promtool); nginx: $(command -v nginx || echo /usr/sbin/nginx)"
+echo "test.sh: MySQL for tests: ${SECKILL_TEST_MYSQL_URL%%@*}@... ; redis-server: $(command -v redis-server); promtool: $(command -v promtool); nginx: $(command -v nginx || echo /usr/sbin/nginx); schemathesis: $SECKILL_SCHEMATHESIS"
 vendor/tiny_http/check-patches.sh
 features=(--features seckill-worker/crash-points)
 cargo build --workspace --all-targets "${features[@]}"

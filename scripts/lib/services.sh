@@ -128,3 +128,30 @@ SQL
   fi
   export SECKILL_TEST_MYSQL_URL="mysql://seckill_test:seckill_test@127.0.0.1:3306/"
 }
+
+# The schemathesis release tests/tests/api_contract.rs runs (PyPI).
+SCHEMATHESIS_VERSION=4.32.5
+
+# ensure_schemathesis: installs schemathesis $SCHEMATHESIS_VERSION in a
+# virtual environment under the build directory
+# (${CARGO_TARGET_DIR:-target}/venv-schemathesis) when it is missing or
+# another version, installing Debian's python3-venv first when needed, and
+# exports SECKILL_SCHEMATHESIS (its `st`) for the contract test.
+ensure_schemathesis() {
+  local venv
+  venv="$(realpath -m "${CARGO_TARGET_DIR:-target}")/venv-schemathesis"
+  local st="$venv/bin/st"
+  if [ -x "$st" ] && [ "$("$st" --version 2>/dev/null)" = "st, version $SCHEMATHESIS_VERSION" ]; then
+    export SECKILL_SCHEMATHESIS="$st"
+    return 0
+  fi
+  ensure_package python3 python3
+  if ! python3 -c 'import ensurepip, venv' >/dev/null 2>&1; then
+    ensure_package no-such-command-venv python3-venv
+  fi
+  echo "installing schemathesis $SCHEMATHESIS_VERSION in $venv (for tests/tests/api_contract.rs)" >&2
+  rm -rf "$venv"
+  python3 -m venv "$venv"
+  "$venv/bin/pip" install -q "schemathesis==$SCHEMATHESIS_VERSION" >&2
+  export SECKILL_SCHEMATHESIS="$st"
+}
