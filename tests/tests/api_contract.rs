@@ -8,6 +8,12 @@
 //! purchase), with a valid buyer token, a bounded number of examples and a
 //! fixed seed. Redis stays healthy throughout, so a 5xx is a failure.
 //!
+//! The gateway has a payment secret (`SECKILL_PAYMENT_SECRET`), so
+//! `POST /v1/payments` is served rather than 503 `payments_not_configured`;
+//! schemathesis does not know the secret, so every payment it sends is 401
+//! `bad_signature` or `signature_expired` (the signature is checked before
+//! the body), and nothing reaches the payment queue.
+//!
 //! schemathesis is found at `SECKILL_SCHEMATHESIS` (set by
 //! `scripts/test.sh`, which installs it in a virtual environment under the
 //! target directory when missing), else at
@@ -31,6 +37,9 @@ const BUYER: &str = "alice";
 const MAX_EXAMPLES: &str = "50";
 /// The fixed seed of the data generation, so that a failure reproduces.
 const SEED: &str = "15";
+/// The gateway's payment secret (at least 16 bytes); schemathesis is not
+/// told it.
+const PAYMENT_SECRET: &str = "contract-test-secret-0123";
 /// A run still going after this long has hung: it is killed and fails.
 const HANG: Duration = Duration::from_secs(600);
 
@@ -93,7 +102,7 @@ fn every_answer_conforms_to_the_contract() {
     open_sale(&redis, 2, 0);
     load_sale(&redis, 3, 10, 3_600_000, 600_000);
     load_sale(&redis, 4, 10, -7_200_000, 3_600_000);
-    let gw = Gateway::start(&redis, &[]);
+    let gw = Gateway::start(&redis, &[("SECKILL_PAYMENT_SECRET", PAYMENT_SECRET)]);
     let token = seckill_tests::auth::token_for(BUYER);
     let work = seckill_tests::TempDir::new();
     let (out_path, err_path) = (work.path().join("stdout"), work.path().join("stderr"));
@@ -153,8 +162,10 @@ fn every_answer_conforms_to_the_contract() {
     );
 
     // What the run did, from the gateway's own counters: no 5xx at all,
-    // exactly one reservation (the buyer's, in sale 1), and its status
-    // read back through a link.
+    // exactly one reservation (the buyer's, in sale 1), its status read
+    // back through a link, its cancellation refused (still `queued`: no
+    // worker runs), payments refused for their signature, and nothing
+    // queued on the payment queue (no payment, no cancellation).
     let page = get(gw.port, "/metrics").body;
     let answered: Vec<&str> = page
         .lines()
@@ -177,6 +188,25 @@ fn every_answer_conforms_to_the_contract() {
         ) >= 1.0,
         "no status read found the reservation:\n{page}"
     );
+    assert!(
+        sample(
+            &page,
+            r#"seckill_gateway_requests_total{route="cancel",status="409"}"#
+        ) >= 1.0,
+        "no cancellation met the reservation:\n{page}"
+    );
+    assert!(
+        sample(
+            &page,
+            r#"seckill_gateway_requests_total{route="payment",status="401"}"#
+        ) >= 1.0,
+        "no payment reached the signature check:\n{page}"
+    );
+    let queued: u64 = redis::cmd("LLEN")
+        .arg(seckill_common::payment::QUEUE)
+        .query(&mut redis.con())
+        .expect("LLEN payments");
+    assert_eq!(queued, 0);
     let buyers: Vec<String> = redis::cmd("HKEYS")
         .arg(SaleKeys::new(1).buyers())
         .query(&mut redis.con())
