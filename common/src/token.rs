@@ -302,8 +302,13 @@ fn one_key(j: RawJwk) -> Result<Key, String> {
                     Some(d)
                 }
             };
-            ed25519_dalek::VerifyingKey::from_bytes(&x)
+            let public = ed25519_dalek::VerifyingKey::from_bytes(&x)
                 .map_err(|_| "x is not an Ed25519 public key".to_string())?;
+            // A small-order point verifies forged signatures (RFC 8032,
+            // 5.1.7 leaves it to the verifier): such a key is never real.
+            if public.is_weak() {
+                return Err("x is a weak (small-order) Ed25519 point".into());
+            }
             Material::Ed25519 { public: x, private }
         }
         (Alg::Hs256, _) => return Err("an HS256 key needs kty oct".into()),
@@ -498,5 +503,23 @@ mod tests {
             r#"{{"keys":[{{"kty":"oct","kid":"a","alg":"HS256","k":"{k}"}},{{"kty":"oct","kid":"a","alg":"HS256","k":"{k}"}}]}}"#
         );
         assert!(matches!(parse(&two), Err(KeyFileError::DuplicateKid(_))));
+    }
+
+    #[test]
+    fn a_small_order_ed25519_key_is_refused() {
+        // The identity point (1, 0...): with it as the key, a forged
+        // signature `R = identity, s = 0` verifies for any message.
+        let mut identity = [0u8; 32];
+        identity[0] = 1;
+        let x = URL_SAFE_NO_PAD.encode(identity);
+        let file = format!(
+            r#"{{"keys":[{{"kty":"OKP","crv":"Ed25519","kid":"w","alg":"EdDSA","x":"{x}"}}]}}"#
+        );
+        match parse(&file) {
+            Err(KeyFileError::BadKey { reason, .. }) => {
+                assert_eq!(reason, "x is a weak (small-order) Ed25519 point");
+            }
+            other => panic!("{other:?}"),
+        }
     }
 }

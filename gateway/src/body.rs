@@ -97,6 +97,15 @@ pub fn read_limited(rq: &mut Request, limit: usize) -> Result<Vec<u8>, Reply> {
     }
 }
 
+/// Answers `reply` (a 400 for a request whose body cannot be framed:
+/// `Transfer-Encoding`, a missing, repeated or malformed `Content-Length`)
+/// and closes the connection as [`park`] does: where such a body ends is
+/// unknown, so bytes after the head must never be read as the next request
+/// (request smuggling, RFC 9112, 6.3 and 11.2).
+pub fn refuse(rq: Request, reply: Reply) {
+    let _ = rq.respond_and_close(reply.into_response());
+}
+
 /// Answers `reply` at once and closes the connection without reading the
 /// declared body (`Request::respond_and_close` of the vendored tiny_http,
 /// patch 0008): `Connection: close`, then end of stream; at most 64 KiB of

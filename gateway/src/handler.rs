@@ -39,7 +39,12 @@ pub fn handle(app: &App, rq: Request) {
         // count against their address too.
         let limited = !within_address_share(app, &rq, &route);
         match body::plan(&rq) {
-            Plan::Refuse(reply) => finish(app, rq, label, reply, start),
+            Plan::Refuse(reply) => {
+                // The body's framing is unknown (RFC 9112, 6.3): nothing
+                // after it on this connection can be read as a request.
+                count(app, label, reply.status, start);
+                body::refuse(rq, reply);
+            }
             Plan::Park => {
                 count(app, label, 413, start);
                 body::park(app, rq, Reply::payload_too_large());

@@ -167,3 +167,33 @@ fn expect_100_continue_in_http_1_0_gets_no_100() {
     assert_eq!(all.matches("HTTP/1.").count(), 1, "{all:?}");
     assert_eq!(counts(&redis, SALE), (9, 1, 1));
 }
+
+/// A purchase whose body cannot be framed, with a whole second request as
+/// its "body": the gateway must answer 400 and close, never serve the
+/// smuggled request (RFC 9112, 6.3 and 11.2).
+fn assert_smuggled_request_is_never_served(framing: &str) {
+    then_a_purchase_succeeds(|port| {
+        let smuggled = format!("GET /v1/sales/{SALE} HTTP/1.1\r\nHost: x\r\n\r\n");
+        let req = format!(
+            "POST {PATH} HTTP/1.1\r\nHost: x\r\n{framing}Content-Type: application/json\r\n\r\n{smuggled}"
+        );
+        let mut s = connect(port);
+        s.write_all(req.as_bytes()).unwrap();
+        let all = read_to_end_of_stream(&mut s);
+        assert!(all.starts_with("HTTP/1.1 400 "), "{framing:?}: {all:?}");
+        assert_eq!(all.matches("HTTP/1.").count(), 1, "{framing:?}: {all:?}");
+        assert!(all.contains("\"invalid_request\""), "{framing:?}: {all:?}");
+    });
+}
+
+#[test]
+fn a_request_smuggled_after_a_refused_transfer_encoding_is_never_served() {
+    assert_smuggled_request_is_never_served("Transfer-Encoding: chunked\r\n");
+    assert_smuggled_request_is_never_served("Transfer-Encoding: chunked\r\nContent-Length: 2\r\n");
+}
+
+#[test]
+fn a_request_smuggled_after_a_refused_content_length_is_never_served() {
+    assert_smuggled_request_is_never_served("Content-Length: 2\r\nContent-Length: 40\r\n");
+    assert_smuggled_request_is_never_served("Content-Length: +2\r\n");
+}

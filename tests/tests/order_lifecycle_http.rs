@@ -162,7 +162,11 @@ fn paid_cancelled_and_expired_units_are_sold_again_and_the_books_balance() {
     let db = TestDb::create();
     let review = TempDir::new();
     let file = review.path().join("review.sqlite3");
-    let sale = create_sale(&redis, &db, &file, 200, "2s");
+    // 6 s, not the 2 s: on a loaded 2-core CI machine, 200
+    // purchases, their orders and 150 signed payments and cancellations
+    // over HTTP took longer than 2 s, and a payer then met its deadline (a
+    // late payment, not a test of the books).
+    let sale = create_sale(&redis, &db, &file, 200, "6s");
     let g = gateway(&redis);
     let _w = WorkerProc::start(&redis, &db, "w1", &Opts::default());
 
@@ -420,13 +424,18 @@ fn refused_payments_change_nothing_and_odd_ones_are_recorded() {
     assert_eq!(code, 1, "the mismatch is open: {out}");
     let (_, json) = seckill_tests::reconciler(&redis, &db, &file, &["findings", "--json"]);
     let v: serde_json::Value = serde_json::from_str(&json).expect("findings json");
-    let kinds: Vec<&str> = v
+    let mut kinds: Vec<&str> = v
         .as_array()
         .unwrap()
         .iter()
         .map(|f| f["kind"].as_str().unwrap())
         .collect();
-    assert_eq!(kinds, ["payment_amount_mismatch"]);
+    kinds.sort_unstable();
+    // The unknown reservation's money is a finding of its own (sale 0).
+    assert_eq!(
+        kinds,
+        ["payment_amount_mismatch", "payment_unknown_reservation"]
+    );
 }
 
 #[test]

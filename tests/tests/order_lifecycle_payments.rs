@@ -185,7 +185,8 @@ fn payments_apply_once_and_odd_ones_become_findings() {
         kinds,
         [
             ("late_payment", "pay-late"),
-            ("payment_amount_mismatch", "pay-1")
+            ("payment_amount_mismatch", "pay-1"),
+            ("payment_unknown_reservation", "pay-unknown"),
         ]
         .map(|(a, b)| (a.to_string(), b.to_string()))
     );
