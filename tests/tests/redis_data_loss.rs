@@ -54,7 +54,8 @@ fn a_redis_that_lost_reservations_pauses_the_sale_until_repaired_from_mysql() {
     let dir = TempDir::new();
     let sale = create_sale(&db, &redis, 500, -1000, 600_000);
     let k = SaleKeys::new(sale);
-    let g = Gateway::start(&redis, &[]);
+    // The lost buyers retry in a loop on purpose: no per-buyer limit.
+    let g = Gateway::start(&redis, &[("SECKILL_GATEWAY_BUYER_RATE", "0")]);
     let _w = WorkerProc::start(&redis, &db, "w1", &Opts::default());
     let mut c = Client::connect(g.port);
     let mut rids = buy_all(&mut c, sale, (0..100).map(|i| format!("u{i}")));
