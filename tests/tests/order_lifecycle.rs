@@ -12,7 +12,7 @@ use redis::Commands;
 use seckill_common::keys::SaleKeys;
 use seckill_tests::{RedisServer, TempDir, TestDb};
 use std::time::{Duration, Instant};
-use support::{reserve_users, wait_orders, Opts, WorkerProc};
+use support::{dead_letters, reserve_users, wait_drained, wait_orders, Opts, WorkerProc};
 
 const LONG: Duration = Duration::from_secs(120);
 
@@ -278,4 +278,42 @@ fn a_release_done_in_mysql_only_is_completed_by_the_reconciler_once() {
     assert_eq!(code, 0, "{out}");
     assert_released_once(&db, &redis, sale, 10, 10, 0);
     let _ = Instant::now();
+}
+
+/// A worker dies right after committing a batch of a windowed sale; the
+/// orders expire and their units go back on sale before another worker
+/// reclaims the dead one's processing list. The redelivered messages are
+/// of released units: they leave the list with no dead letter and no
+/// finding (before, the fence dead-lettered each: one open finding per
+/// unit for a person, hostile pass).
+#[test]
+fn redelivered_messages_of_released_units_are_settled_without_dead_letters() {
+    let redis = RedisServer::start();
+    let db = TestDb::create();
+    let sale = create_windowed_sale(&redis, &db, 20, "1ms");
+    reserve_users(&redis, sale, "u", 20);
+    let mut dying = WorkerProc::start(
+        &redis,
+        &db,
+        "w-dies",
+        &Opts {
+            batch: 32,
+            crash_at: Some("after_commit"),
+            ..Opts::default()
+        },
+    );
+    assert!(!dying.wait_exit(LONG).success(), "the crash point fired");
+    assert_eq!(
+        status_count(&db, sale, "pending_payment") + status_count(&db, sale, "expired"),
+        20
+    );
+    let _w = WorkerProc::start(&redis, &db, "w-lives", &Opts::default());
+    seckill_tests::wait_until(LONG, "every unit released in MySQL and Redis", || {
+        count(&db, &format!("SELECT COUNT(*) FROM orders WHERE sale_id = {sale} AND status = 'expired' AND redis_released_at IS NOT NULL")) == 20
+    });
+    // The dead worker's list is reclaimed (heartbeat TTL 3 s) and drained.
+    wait_drained(&redis, sale, LONG);
+    assert_eq!(dead_letters(&redis, sale).len(), 0);
+    assert_released_once(&db, &redis, sale, 20, 20, 0);
+    reconcile_clean(&redis, &db);
 }

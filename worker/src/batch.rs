@@ -78,6 +78,12 @@ enum Outcome {
     Dead(DeadLetter),
     /// Dead-lettered by the fence: status and attempts left alone.
     Fenced(DeadLetter),
+    /// Its unit was released already (the order expired or was cancelled,
+    /// and the release moved its flow record to the `released` hash): a
+    /// redelivery of a message whose order exists. It only leaves the
+    /// processing list; MySQL is not asked (a released unit may be sold
+    /// again, so nothing may insert its order now), status left alone.
+    Released,
     /// Back on the queue for another attempt.
     Requeued,
 }
@@ -206,21 +212,35 @@ impl Batch {
     }
 
     /// The fence's verdict on the messages at `which`, given `flows`, their
-    /// flow records in the order of [`Batch::rids`]`(which)`: a message whose
-    /// record is missing or differs byte for byte from it is dead-lettered
-    /// with [`NO_FLOW_RECORD`]. Returns the positions that passed and how
-    /// many did not.
-    pub fn fence(&mut self, which: &[usize], flows: Vec<Option<Vec<u8>>>) -> (Vec<usize>, usize) {
+    /// flow records in the order of [`Batch::rids`]`(which)`, and
+    /// `released`, their records in the sale's `released` hash in the same
+    /// order (empty when no flow record was missing): a message whose
+    /// released record is exactly it is [`Outcome::Released`]; any other
+    /// whose flow record is missing or differs byte for byte from it is
+    /// dead-lettered with [`NO_FLOW_RECORD`]. Returns the positions that
+    /// passed and how many were dead-lettered.
+    pub fn fence(
+        &mut self,
+        which: &[usize],
+        flows: Vec<Option<Vec<u8>>>,
+        released: Vec<Option<Vec<u8>>>,
+    ) -> (Vec<usize>, usize) {
         let (mut live, mut fenced) = (Vec::new(), 0);
         let with_message: Vec<usize> = which
             .iter()
             .copied()
             .filter(|i| self.entries.get(*i).is_some_and(|e| e.message.is_some()))
             .collect();
+        let mut released = released.into_iter();
         for (i, flow) in with_message.into_iter().zip(flows) {
+            let gone = released.next().flatten();
             let e = &mut self.entries[i];
             if flow.as_deref() == Some(e.raw.as_slice()) {
                 live.push(i);
+                continue;
+            }
+            if flow.is_none() && gone.as_deref() == Some(e.raw.as_slice()) {
+                e.outcome = Outcome::Released;
                 continue;
             }
             let rid = e.message.as_ref().map(|m| m.reservation_id.clone());
@@ -339,6 +359,7 @@ impl Batch {
                 Outcome::Dead(d) => s.dead.push(d),
                 Outcome::Fenced(d) => s.fenced.push(d),
                 Outcome::Requeued => s.requeue.push(&e.raw),
+                Outcome::Released => {}
             }
             s.remove.push(&e.raw);
         }
@@ -438,7 +459,18 @@ impl<'a> Handler<'a> {
                 return Err(BatchEnd::RedisFailed);
             }
         };
-        let (live, fenced) = batch.fence(which, flows);
+        let released = if flows.iter().any(Option::is_none) {
+            match self.consumer.released_records(sale_id, &batch.rids(which)) {
+                Ok(r) => r,
+                Err(e) => {
+                    log::warn!("sale {sale_id}: reading released records: {e}");
+                    return Err(BatchEnd::RedisFailed);
+                }
+            }
+        } else {
+            Vec::new()
+        };
+        let (live, fenced) = batch.fence(which, flows, released);
         self.metrics.fenced.inc_by(fenced as u64);
         Ok(live)
     }
@@ -579,7 +611,7 @@ mod tests {
         assert_eq!(b.pending(), [2, 3, 4, 5, 6]);
         assert_eq!(b.rids(&[2, 4]), [rid(2), rid(4)]);
         let flows = [2, 3, 4, 5, 6].map(|i| (i != 4).then(|| raw[i].clone()));
-        let (live, fenced) = b.fence(&b.pending(), flows.to_vec());
+        let (live, fenced) = b.fence(&b.pending(), flows.to_vec(), Vec::new());
         assert_eq!((live.as_slice(), fenced), (&[2, 3, 5, 6][..], 1));
         let conflict = Conflict {
             index: 1,
@@ -651,5 +683,24 @@ mod tests {
         assert!(needs_one_by_one(&Err(String::new())));
         assert!(!needs_one_by_one(&Ok(Applied::UnknownSale)));
         assert!(!needs_one_by_one(&Ok(Applied::nothing())));
+    }
+
+    /// A redelivered message whose unit the lifecycle released (its flow
+    /// record moved to `released`) leaves the processing list with no
+    /// dead letter and no MySQL call; a missing flow record that was not
+    /// released is still fenced.
+    #[test]
+    fn a_redelivery_of_a_released_unit_only_leaves_the_processing_list() {
+        let raw = vec![msg(7, 1), msg(7, 2), msg(7, 3)];
+        let mut b = Batch::parse(7, "w1", raw.clone());
+        let flows = vec![Some(raw[0].clone()), None, None];
+        let released = vec![None, Some(raw[1].clone()), Some(msg(7, 9))];
+        let (live, fenced) = b.fence(&b.pending(), flows, released);
+        assert_eq!((live.as_slice(), fenced), (&[0][..], 1));
+        assert_eq!(b.pending(), [0]);
+        let s = b.settlement();
+        assert_eq!(reasons(&s.fenced), [dl(NO_FLOW_RECORD, 0, 3)]);
+        assert!(s.dead.is_empty() && s.requeue.is_empty() && s.confirmed.is_empty());
+        assert_eq!(s.remove, [raw[1].as_slice(), raw[2].as_slice()]);
     }
 }

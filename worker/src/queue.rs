@@ -235,6 +235,25 @@ impl Consumer {
         cmd.query(self.con()?)
     }
 
+    /// The records of reservations `rids` of sale `sale_id` in its
+    /// `released` hash (the flow records the order lifecycle moved there
+    /// when it gave their units back), one `HMGET`, in the order of
+    /// `rids`; `None` where there is none.
+    ///
+    /// Errors: Redis failures.
+    pub fn released_records(
+        &mut self,
+        sale_id: u64,
+        rids: &[&str],
+    ) -> redis::RedisResult<Vec<Option<Vec<u8>>>> {
+        let mut cmd = redis::cmd("HMGET");
+        cmd.arg(SaleKeys::new(sale_id).released());
+        for rid in rids {
+            cmd.arg(*rid);
+        }
+        cmd.query(self.con()?)
+    }
+
     /// Adds one failed application to each of reservations `rids` of sale
     /// `sale_id` (`HINCRBY` of its attempts hash, one pipeline) and returns
     /// the new counts, in the order of `rids`.
