@@ -180,6 +180,15 @@ impl PaymentMessage {
         {
             return Err("bad version or id".into());
         }
+        // The gateway's clock wrote it; a time MySQL's FROM_UNIXTIME cannot
+        // take (error 1292, retried in vain) or one before this system
+        // existed (it would count as paid in time) is not one of ours.
+        if !RECEIVED_MS_RANGE.contains(&m.received_ms) {
+            return Err(format!(
+                "received_ms {} outside {RECEIVED_MS_RANGE:?}",
+                m.received_ms
+            ));
+        }
         Ok(m)
     }
 
@@ -193,6 +202,10 @@ impl PaymentMessage {
         }
     }
 }
+
+/// The receipt times a queued payment may carry, Unix ms: from
+/// 2020-01-01 to MariaDB's `FROM_UNIXTIME` limit (2038-01-19).
+pub const RECEIVED_MS_RANGE: std::ops::RangeInclusive<u64> = 1_577_836_800_000..=2_147_483_647_000;
 
 /// The `kind` of a queued cancellation.
 pub const KIND_CANCEL: &str = "cancel";
@@ -324,7 +337,7 @@ mod tests {
             reservation_id: rid.into(),
             payment_id: "pay-1".into(),
             amount_cents: 5,
-            received_ms: 9,
+            received_ms: 1_764_400_000_000,
         };
         assert_eq!(
             Queued::parse(p.to_json().as_bytes()),
@@ -337,6 +350,16 @@ mod tests {
         assert!(Queued::parse(br#"{"kind":"refund"}"#).is_err());
         let bad = CancelMessage::new(7, "a b", rid, 9);
         assert!(Queued::parse(bad.to_json().as_bytes()).is_err());
+        for at in [0, 1_577_836_799_999, 2_147_483_647_001, u64::MAX] {
+            let odd = PaymentMessage {
+                received_ms: at,
+                ..p.clone()
+            };
+            assert_eq!(
+                Queued::parse(odd.to_json().as_bytes()),
+                Err(format!("received_ms {at} outside {:?}", RECEIVED_MS_RANGE)),
+            );
+        }
     }
 
     #[test]
