@@ -344,6 +344,40 @@ pub fn command(name: &str) -> Command {
     c
 }
 
+/// Creates a sale of `stock` units at 1999 cents, open now for an hour,
+/// with `--payment-window window`, through `seckill-reconciler sale create`
+/// (review file `review`); returns its id.
+pub fn create_windowed_sale(
+    redis: &RedisServer,
+    db: &TestDb,
+    review: &Path,
+    stock: u64,
+    window: &str,
+) -> u64 {
+    let stock = stock.to_string();
+    let args = [
+        "sale",
+        "create",
+        "--sku",
+        "LC-1",
+        "--stock",
+        &stock,
+        "--starts-at",
+        "now",
+        "--ends-at",
+        "now+1h",
+        "--price-cents",
+        "1999",
+        "--payment-window",
+        window,
+    ];
+    let (code, out) = reconciler(redis, db, review, &args);
+    assert_eq!(code, 0, "{out}");
+    out.lines()
+        .find_map(|l| l.trim().parse().ok())
+        .expect("the new sale id")
+}
+
 /// Runs `seckill-reconciler ARGS` ([`command`]) against the test's Redis
 /// and database, with the review file `review` and no grace period;
 /// returns the exit code and stdout followed by stderr.

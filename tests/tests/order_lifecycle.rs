@@ -16,35 +16,12 @@ use support::{dead_letters, reserve_users, wait_drained, wait_orders, Opts, Work
 
 const LONG: Duration = Duration::from_secs(120);
 
-/// Creates a sale of `stock` units through `sale create` with
-/// `--payment-window window`; returns its id.
+/// A sale of `stock` units with `--payment-window window`
+/// ([`seckill_tests::create_windowed_sale`], with a review file of its own).
 fn create_windowed_sale(redis: &RedisServer, db: &TestDb, stock: u64, window: &str) -> u64 {
     let review = TempDir::new();
-    let (code, out) = seckill_tests::reconciler(
-        redis,
-        db,
-        &review.path().join("review.sqlite3"),
-        &[
-            "sale",
-            "create",
-            "--sku",
-            "LC-1",
-            "--stock",
-            &stock.to_string(),
-            "--starts-at",
-            "now",
-            "--ends-at",
-            "now+1h",
-            "--price-cents",
-            "1999",
-            "--payment-window",
-            window,
-        ],
-    );
-    assert_eq!(code, 0, "{out}");
-    out.lines()
-        .find_map(|l| l.trim().parse().ok())
-        .expect("the new sale id")
+    let file = review.path().join("review.sqlite3");
+    seckill_tests::create_windowed_sale(redis, db, &file, stock, window)
 }
 
 fn count(db: &TestDb, sql: &str) -> i64 {

@@ -30,41 +30,6 @@ fn gateway(redis: &RedisServer) -> Gateway {
     Gateway::start(redis, &[("SECKILL_PAYMENT_SECRET", SECRET)])
 }
 
-fn create_sale(
-    redis: &RedisServer,
-    db: &TestDb,
-    review: &std::path::Path,
-    stock: u64,
-    window: &str,
-) -> u64 {
-    let stock = stock.to_string();
-    let (code, out) = seckill_tests::reconciler(
-        redis,
-        db,
-        review,
-        &[
-            "sale",
-            "create",
-            "--sku",
-            "LC-HTTP",
-            "--stock",
-            &stock,
-            "--starts-at",
-            "now",
-            "--ends-at",
-            "now+1h",
-            "--price-cents",
-            "1999",
-            "--payment-window",
-            window,
-        ],
-    );
-    assert_eq!(code, 0, "{out}");
-    out.lines()
-        .find_map(|l| l.trim().parse().ok())
-        .expect("the new sale id")
-}
-
 /// `POST /v1/payments` with `body` and the header `signature` (none when `None`).
 fn post_payment(port: u16, body: &str, signature: Option<&str>) -> Resp {
     let mut r =
@@ -166,7 +131,7 @@ fn paid_cancelled_and_expired_units_are_sold_again_and_the_books_balance() {
     // purchases, their orders and 150 signed payments and cancellations
     // over HTTP took longer than 2 s, and a payer then met its deadline (a
     // late payment, not a test of the books).
-    let sale = create_sale(&redis, &db, &file, 200, "6s");
+    let sale = seckill_tests::create_windowed_sale(&redis, &db, &file, 200, "6s");
     let g = gateway(&redis);
     let _w = WorkerProc::start(&redis, &db, "w1", &Opts::default());
 
@@ -281,7 +246,7 @@ fn refused_payments_change_nothing_and_odd_ones_are_recorded() {
     let db = TestDb::create();
     let review = TempDir::new();
     let file = review.path().join("review.sqlite3");
-    let sale = create_sale(&redis, &db, &file, 3, "1h");
+    let sale = seckill_tests::create_windowed_sale(&redis, &db, &file, 3, "1h");
     let g = gateway(&redis);
     let _w = WorkerProc::start(&redis, &db, "w1", &Opts::default());
     let buyers = users("u", 2);
@@ -457,7 +422,7 @@ fn the_workers_status_write_never_overwrites_a_lifecycle_status() {
     let db = TestDb::create();
     let review = TempDir::new();
     let file = review.path().join("review.sqlite3");
-    let sale = create_sale(&redis, &db, &file, 3, "1h");
+    let sale = seckill_tests::create_windowed_sale(&redis, &db, &file, 3, "1h");
     reserve_users(&redis, sale, "s", 3);
     let k = SaleKeys::new(sale);
     let st = statuses(&redis, sale);

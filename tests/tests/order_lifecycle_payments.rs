@@ -18,40 +18,6 @@ use support::{reserve_users, wait_orders, Opts, WorkerProc};
 
 const LONG: Duration = Duration::from_secs(120);
 
-fn create_windowed_sale(
-    redis: &RedisServer,
-    db: &TestDb,
-    review: &std::path::Path,
-    stock: u64,
-    window: &str,
-) -> u64 {
-    let (code, out) = seckill_tests::reconciler(
-        redis,
-        db,
-        review,
-        &[
-            "sale",
-            "create",
-            "--sku",
-            "LC-1",
-            "--stock",
-            &stock.to_string(),
-            "--starts-at",
-            "now",
-            "--ends-at",
-            "now+1h",
-            "--price-cents",
-            "1999",
-            "--payment-window",
-            window,
-        ],
-    );
-    assert_eq!(code, 0, "{out}");
-    out.lines()
-        .find_map(|l| l.trim().parse().ok())
-        .expect("the new sale id")
-}
-
 fn pay(redis: &RedisServer, rid: &str, payment_id: &str, amount_cents: u64) {
     enqueue(
         &mut redis.con(),
@@ -81,8 +47,8 @@ fn payments_apply_once_and_odd_ones_become_findings() {
     let db = TestDb::create();
     let review = TempDir::new();
     let file = review.path().join("review.sqlite3");
-    let sale = create_windowed_sale(&redis, &db, &file, 3, "1h");
-    let late_sale = create_windowed_sale(&redis, &db, &file, 1, "1ms");
+    let sale = seckill_tests::create_windowed_sale(&redis, &db, &file, 3, "1h");
+    let late_sale = seckill_tests::create_windowed_sale(&redis, &db, &file, 1, "1ms");
     reserve_users(&redis, sale, "u", 3);
     reserve_users(&redis, late_sale, "l", 1);
     let _w = WorkerProc::start(&redis, &db, "w1", &Opts::default());
