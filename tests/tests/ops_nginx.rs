@@ -203,16 +203,18 @@ fn purchases_through_nginx_are_balanced_over_two_gateways_and_big_bodies_get_413
     let g2 = Gateway::start(&redis, &[]);
     let n = Nginx::start(&[g1.port, g2.port]);
 
-    for i in 0..40 {
+    // 30 purchases and 2 more requests below: within nginx's per-address
+    // burst of 40 (limit_req), however fast they go.
+    for i in 0..30 {
         let r = gateway_support::buy(n.port, 1, &format!("u{i}"));
         assert_eq!(r.status, 202, "{r:?} {}", n.log());
     }
     let ok = r#"seckill_gateway_requests_total{route="purchase",status="202"}"#;
     wait_until(LONG, "every purchase to be counted", || {
-        metric(g1.port, ok) + metric(g2.port, ok) == 40.0
+        metric(g1.port, ok) + metric(g2.port, ok) == 30.0
     });
     // One nginx worker, round robin, no failure: strictly alternating.
-    assert_eq!((metric(g1.port, ok), metric(g2.port, ok)), (20.0, 20.0));
+    assert_eq!((metric(g1.port, ok), metric(g2.port, ok)), (15.0, 15.0));
 
     // Above client_max_body_size 4k: nginx answers 413 itself.
     let body = format!(r#"{{"user_id":"big","pad":"{}"}}"#, "a".repeat(5000));
@@ -227,13 +229,13 @@ fn purchases_through_nginx_are_balanced_over_two_gateways_and_big_bodies_get_413
     let r = request(n.port, "POST", "/v1/sales/1/purchases", Some(&body));
     assert_eq!(r.status, 202, "{r:?}");
     wait_until(LONG, "the small purchase to be counted", || {
-        purchases_counted(g1.port) + purchases_counted(g2.port) == 41.0
+        purchases_counted(g1.port) + purchases_counted(g2.port) == 31.0
     });
     // Metrics stay private.
     assert_eq!(get(n.port, "/metrics").status, 404);
     assert_eq!(
         purchases_counted(g1.port) + purchases_counted(g2.port),
-        41.0
+        31.0
     );
 }
 
