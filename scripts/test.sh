@@ -4,7 +4,7 @@
 # Ensures what the tests need, installing Debian packages when missing:
 #   - redis-server (each test starts its own private instance on a free port);
 #   - a MariaDB/MySQL server on 127.0.0.1:3306 (started when nothing listens);
-#   - an account that can log in over TCP (see scripts/lib/mysql.sh);
+#   - an account that can log in over TCP (see scripts/lib/services.sh);
 #   - systemd-analyze (for the unit-file checks);
 #   - setpriv (util-linux: every spawned server dies with its test);
 #   - promtool (Debian's `prometheus`, for tests/tests/metrics_promtool.rs;
