@@ -21,7 +21,7 @@
 //! `expire_after_redis` right after a Redis step and before its mark.
 
 use crate::crash::{CrashPoint, CrashPoints};
-use crate::queue;
+use crate::links::Links;
 use crate::WorkerError;
 use seckill_common::lifecycle::{self, Completed};
 use seckill_common::{Config, Shutdown};
@@ -79,35 +79,17 @@ impl Expiry {
 
     fn run(self) {
         let mut crash = CrashPoints::from_env();
-        let mut redis: Option<redis::Connection> = None;
-        let mut db: Option<mysql::Conn> = None;
-        let mut last_error = String::new();
+        let mut links = Links::new(
+            self.client.clone(),
+            self.redis_timeout,
+            self.mysql_url.clone(),
+            self.mysql_timeout,
+            "expiry sweep",
+        );
         while !self.shutdown.is_triggered() {
-            if redis.is_none() {
-                redis = queue::open(&self.client, self.redis_timeout, self.redis_timeout).ok();
-            }
-            if db.is_none() {
-                db = seckill_common::schema::connect(&self.mysql_url, self.mysql_timeout).ok();
-            }
-            let busy = match (redis.as_mut(), db.as_mut()) {
-                (Some(con), Some(conn)) => match self.pass(conn, con, &mut crash) {
-                    Ok(busy) => {
-                        last_error.clear();
-                        busy
-                    }
-                    Err(e) => {
-                        let e = e.to_string();
-                        if e != last_error {
-                            log::warn!("expiry sweep: {e}");
-                            last_error = e;
-                        }
-                        redis = None;
-                        db = None;
-                        false
-                    }
-                },
-                _ => false,
-            };
+            let busy = links
+                .run(|con, conn| self.pass(conn, con, &mut crash))
+                .unwrap_or(false);
             if !busy {
                 self.pause();
             }

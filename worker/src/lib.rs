@@ -16,6 +16,7 @@
 //!   reclaim).
 //! - [`housekeeping`]: heartbeat, reclaim of dead workers' processing lists,
 //!   queue gauges.
+//! - [`links`]: the lazily opened connections of the background threads.
 //! - [`loss_watch`]: the data-loss watch (Redis behind MySQL's reservation
 //!   sequence pauses the sale) and the paused sales the loop skips.
 //! - [`expiry`]: the expiry sweep (pending orders past their deadline back
@@ -43,6 +44,7 @@ pub mod crash;
 pub mod error;
 pub mod expiry;
 pub mod housekeeping;
+pub mod links;
 pub mod loss_watch;
 pub mod metrics;
 pub mod payments;

@@ -11,8 +11,8 @@
 //! sales set too; a closed sale cannot sell again). Each costs one MySQL
 //! write per pass per worker (the checkpoint).
 
+use crate::links::Links;
 use crate::metrics::Metrics;
-use crate::queue;
 use mysql::prelude::Queryable;
 use seckill_common::data_loss::{self, SaleState, WATCH_EVERY};
 use seckill_common::Shutdown;
@@ -83,31 +83,15 @@ impl LossWatch {
     }
 
     fn run(self) {
-        let mut redis: Option<redis::Connection> = None;
-        let mut db: Option<mysql::Conn> = None;
-        // The last failure logged: the same one every 200 ms is said once.
-        let mut last_error = String::new();
+        let mut links = Links::new(
+            self.client.clone(),
+            self.redis_timeout,
+            self.mysql_url.clone(),
+            self.mysql_timeout,
+            "data-loss watch",
+        );
         while !self.shutdown.is_triggered() {
-            if redis.is_none() {
-                redis = queue::open(&self.client, self.redis_timeout, self.redis_timeout).ok();
-            }
-            if db.is_none() {
-                db = seckill_common::schema::connect(&self.mysql_url, self.mysql_timeout).ok();
-            }
-            if let (Some(con), Some(conn)) = (redis.as_mut(), db.as_mut()) {
-                match self.pass(con, conn) {
-                    Ok(()) => last_error.clear(),
-                    Err(e) => {
-                        let e = e.to_string();
-                        if e != last_error {
-                            log::warn!("{e}");
-                            last_error = e;
-                        }
-                        redis = None;
-                        db = None;
-                    }
-                }
-            }
+            links.run(|con, conn| self.pass(con, conn));
             std::thread::sleep(WATCH_EVERY);
         }
     }
