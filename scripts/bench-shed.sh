@@ -12,7 +12,9 @@
 # (SECKILL_GATEWAY_PURCHASES_IN_FLIGHT) is the capacity. For each it prints
 # admitted purchases/s, p50 and p99 of the admitted (202) purchases, and
 # the share shed (503 overloaded); then p99 at 5x / p99 at 1x (target <= 2).
-# Rate limits are off (a rate of 0) so that only shedding acts.
+# Rate limits are off (a rate of 0) so that only shedding acts, and the
+# buyer is the body's user id (SECKILL_AUTH=none: token checks are
+# bench-gateway.sh's figure, not this one's).
 #
 # A private redis-server (AOF everysec, no rewrites) on a free port; the
 # machine's Redis is never touched. Usage: scripts/bench-shed.sh
@@ -28,33 +30,13 @@ CAP=${BENCH_SHED_CAPACITY:-64}
 cargo build --release -q -p seckill-gateway -p seckill-tests --bin seckill-gateway --bin seckill-shed-bench
 BIN=${CARGO_TARGET_DIR:-target}/release
 
-free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
-WORK=$(mktemp -d)
-RPORT=$(free_port)
-GPORT=$(free_port)
-GW_PID=""
-cleanup() {
-  [ -n "$GW_PID" ] && kill "$GW_PID" 2>/dev/null || true
-  [ -n "${R_PID:-}" ] && kill "$R_PID" 2>/dev/null || true
-  rm -rf "$WORK"
-}
-trap cleanup EXIT
-
-redis-server --port "$RPORT" --bind 127.0.0.1 --dir "$WORK" --save "" \
-  --appendonly yes --appendfsync everysec --auto-aof-rewrite-percentage 0 \
-  --daemonize no --loglevel warning >/dev/null &
-R_PID=$!
-rc() { redis-cli -p "$RPORT" "$@"; }
-for _ in $(seq 100); do rc PING >/dev/null 2>&1 && break; sleep 0.05; done
-now_ms=$(( $(date +%s%3N) - 1000 )); end_ms=$(( now_ms + 3600000 ))
-rc HSET "seckill:{sale:1}:meta" total_stock 1000000000 starts_at_ms "$now_ms" ends_at_ms "$end_ms" >/dev/null
-rc SET "seckill:{sale:1}:stock" 1000000000 >/dev/null
-rc SADD seckill:sales 1 >/dev/null
+. scripts/lib/bench_redis.sh
+load_sale 1 1000000000
 
 start_gateway() { # IN_FLIGHT_BOUND
   SECKILL_LISTEN=127.0.0.1:$GPORT SECKILL_REDIS_URL=redis://127.0.0.1:$RPORT/ \
     SECKILL_GATEWAY_PURCHASES_IN_FLIGHT=$1 SECKILL_GATEWAY_BUYER_RATE=0 \
-    SECKILL_GATEWAY_ADDRESS_RATE=0 RUST_LOG=warn "$BIN/seckill-gateway" &
+    SECKILL_GATEWAY_ADDRESS_RATE=0 SECKILL_AUTH=none RUST_LOG=warn "$BIN/seckill-gateway" &
   GW_PID=$!
   for _ in $(seq 100); do port_open 127.0.0.1 "$GPORT" && break; sleep 0.05; done
 }
