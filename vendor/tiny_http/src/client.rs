@@ -48,6 +48,8 @@ enum ReadError {
     /// the client sent an unrecognized `Expect` header
     ExpectationFailed(HTTPVersion),
     ReadIoError(IoError),
+    /// seckill patch: the stream ended inside a body read up front.
+    BodyTooShort(HTTPVersion),
     /// seckill patch: a request line or header line over
     /// `MAX_HEADER_LINE`, or a header over `MAX_HEADER_BYTES` in all
     HeaderTooLarge,
@@ -133,14 +135,37 @@ impl ClientConnection {
 
     /// seckill patch: `read_next_line`, with a line over the limit as
     /// `ReadError::HeaderTooLarge`.
-    fn read_header_line(&mut self) -> Result<AsciiString, ReadError> {
+    ///
+    /// seckill patch: and a line that is not ASCII (a TLS handshake sent to
+    /// the plain port, say) as `not_ascii`, so that it gets its 400.
+    fn read_header_line(&mut self, not_ascii: ReadError) -> Result<AsciiString, ReadError> {
         self.read_next_line().map_err(|e| {
             if e.kind() == ErrorKind::InvalidData && e.to_string() == "header line too long" {
                 ReadError::HeaderTooLarge
+            } else if e.kind() == ErrorKind::InvalidInput {
+                not_ascii
             } else {
                 ReadError::ReadIoError(e)
             }
         })
+    }
+
+    /// seckill patch: answers a request that cannot be read with a 400 that
+    /// says why, as JSON (`{"error":"invalid_request","detail":…}`, the
+    /// gateway's error shape) and `Connection: close`: where the next
+    /// request would start is unknown, so the connection ends. Upstream
+    /// sent an empty 400 and, for a non-ASCII line or a short body, closed
+    /// without any answer.
+    fn answer_bad_request(&mut self, version: HTTPVersion, detail: &str) {
+        use crate::{Header, Response, StatusCode};
+        let body = format!("{{\"error\":\"invalid_request\",\"detail\":\"{detail}\"}}");
+        let mut response = Response::from_string(body).with_status_code(StatusCode(400));
+        if let Ok(h) = Header::from_bytes(&b"Content-Type"[..], &b"application/json"[..]) {
+            response.add_header(h);
+        }
+        response.push_connection_close();
+        let writer = self.sink.next().unwrap();
+        response.raw_print(writer, version, &[], false, None).ok();
     }
 
     /// Reads a request from the stream.
@@ -149,7 +174,7 @@ impl ClientConnection {
         let (method, path, version, headers) = {
             // reading the request line
             let (method, path, version) = {
-                let line = self.read_header_line()?;
+                let line = self.read_header_line(ReadError::WrongRequestLine)?;
 
                 // seckill patch: an earlier request of this connection was
                 // answered with `respond_and_close` while this line was
@@ -171,7 +196,7 @@ impl ClientConnection {
                 let mut headers = Vec::new();
                 let mut header_bytes = 0;
                 loop {
-                    let line = self.read_header_line()?;
+                    let line = self.read_header_line(ReadError::WrongHeader(version.clone()))?;
 
                     if line.is_empty() {
                         break;
@@ -219,6 +244,7 @@ impl ClientConnection {
                 request::RequestCreationError::ExpectationFailed => {
                     ReadError::ExpectationFailed(version)
                 }
+                request::RequestCreationError::BodyTooShort => ReadError::BodyTooShort(version),
             }
         })?;
 
@@ -244,22 +270,22 @@ impl Iterator for ClientConnection {
 
         loop {
             let rq = match self.read() {
+                // seckill patch: each 400 says why (`answer_bad_request`).
                 Err(ReadError::WrongRequestLine) => {
-                    let writer = self.sink.next().unwrap();
-                    let response = Response::new_empty(StatusCode(400));
-                    response
-                        .raw_print(writer, HTTPVersion(1, 1), &[], false, None)
-                        .ok();
+                    self.answer_bad_request(HTTPVersion(1, 1), "malformed request line");
                     return None; // we don't know where the next request would start,
                                  // se we have to close
                 }
 
                 Err(ReadError::WrongHeader(ver)) => {
-                    let writer = self.sink.next().unwrap();
-                    let response = Response::new_empty(StatusCode(400));
-                    response.raw_print(writer, ver, &[], false, None).ok();
+                    self.answer_bad_request(ver, "malformed header line");
                     return None; // we don't know where the next request would start,
                                  // se we have to close
+                }
+
+                Err(ReadError::BodyTooShort(ver)) => {
+                    self.answer_bad_request(ver, "the body ended before its Content-Length");
+                    return None;
                 }
 
                 Err(ReadError::ReadIoError(ref err)) if err.kind() == ErrorKind::TimedOut => {

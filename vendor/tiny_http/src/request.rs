@@ -113,6 +113,10 @@ pub enum RequestCreationError {
 
     /// Error while reading data from the socket during the creation of the `Request`.
     CreationIoError(IoError),
+
+    /// seckill patch: the stream ended before the declared `Content-Length`
+    /// of a body read up front (1 KiB or less).
+    BodyTooShort,
 }
 
 impl From<IoError> for RequestCreationError {
@@ -209,10 +213,9 @@ where
                 let read = source_data.read(&mut buffer[offset..])?;
                 if read == 0 {
                     // the socket returned EOF, but we were before the expected content-length
-                    // aborting
-                    let info = "Connection has been closed before we received enough data";
-                    let err = IoError::new(ErrorKind::ConnectionAborted, info);
-                    return Err(RequestCreationError::CreationIoError(err));
+                    // seckill patch: aborting with an error the connection
+                    // answers (400), not an I/O error it closes on silently.
+                    return Err(RequestCreationError::BodyTooShort);
                 }
 
                 offset += read;
