@@ -20,6 +20,7 @@
 #![allow(clippy::missing_panics_doc)] // test support: panicking is the failure report
 
 pub mod auth;
+pub mod load_report;
 
 use mysql::prelude::Queryable;
 use std::net::TcpListener;

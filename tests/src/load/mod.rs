@@ -31,6 +31,10 @@ pub enum LoadError {
     State(state::StateError),
     /// The `--key` file cannot be used, or holds no key that can sign.
     Key(String),
+    /// Nothing accepts connections at the gateway's address (checked once
+    /// before the crowd is sent: a run where no request can be answered is
+    /// no run, whatever `--no-verify` says).
+    Unreachable(std::net::SocketAddr, std::io::Error),
 }
 
 impl fmt::Display for LoadError {
@@ -38,6 +42,9 @@ impl fmt::Display for LoadError {
         match self {
             LoadError::State(e) => write!(f, "cannot check the sale: {e}"),
             LoadError::Key(e) => write!(f, "--key: {e}"),
+            LoadError::Unreachable(addr, e) => {
+                write!(f, "cannot connect to the gateway at {addr}: {e}")
+            }
         }
     }
 }
@@ -54,8 +61,11 @@ impl From<state::StateError> for LoadError {
 /// `--no-verify`) and prints the report on stdout. Returns whether every
 /// invariant held.
 ///
-/// Errors: [`LoadError`] when Redis or MySQL cannot be read.
+/// Errors: [`LoadError`] when Redis or MySQL cannot be read, the key
+/// cannot sign, or the gateway does not accept a connection.
 pub fn run(o: &cli::Options, config: &seckill_common::Config) -> Result<bool, LoadError> {
+    std::net::TcpStream::connect_timeout(&o.addr, o.timeout)
+        .map_err(|e| LoadError::Unreachable(o.addr, e))?;
     let needs_store = o.verify || o.wait_open;
     let redis_url = (!o.baseline).then_some(config.redis_url.as_str());
     let mut store = if needs_store {

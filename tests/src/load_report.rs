@@ -1,0 +1,46 @@
+//! Owns what the tests read from `seckill-load --json`: the names of the
+//! invariants it checks, in the order of its report
+//! (`tests/src/load/invariants.rs`), and each one's verdict.
+
+/// Every invariant `seckill-load` checks when it verifies Redis and MySQL,
+/// in report order (docs/OPERATIONS.md shows a report).
+pub const INVARIANTS: [&str; 13] = [
+    "purchases_answered",
+    "hostile_refused",
+    "one_reservation_per_user",
+    "reserved_le_stock",
+    "no_undersell",
+    "redis_stock",
+    "redis_flow_records",
+    "queues_drained",
+    "orders_match_reservations",
+    "every_202_has_its_order",
+    "no_user_with_two_orders",
+    "ledger_rows_match_orders",
+    "mysql_stock",
+];
+
+/// The report's `(name, ok)` pairs, in its order.
+pub fn verdicts(report: &serde_json::Value) -> Vec<(String, bool)> {
+    report["invariants"]
+        .as_array()
+        .map(|list| {
+            list.iter()
+                .map(|c| {
+                    (
+                        c["name"].as_str().unwrap_or("?").to_string(),
+                        c["ok"].as_bool().unwrap_or(false),
+                    )
+                })
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// [`INVARIANTS`], each with `ok` unless it is named in `failing`.
+pub fn expected(failing: &[&str]) -> Vec<(String, bool)> {
+    INVARIANTS
+        .iter()
+        .map(|name| (name.to_string(), !failing.contains(name)))
+        .collect()
+}
