@@ -201,3 +201,44 @@ impl LinkPool {
         r
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The reading routes answer 503 on [`Unavailable`]; this is the pool's
+    /// side of it: with every link borrowed, a read waits for one (at most
+    /// three Redis timeouts) and then gives up, and the link once returned
+    /// serves again.
+    #[test]
+    fn with_every_link_borrowed_a_read_is_unavailable_until_one_comes_back() {
+        let client = match redis::Client::open("redis://127.0.0.1:1/") {
+            Ok(c) => c,
+            Err(e) => panic!("a valid URL: {e}"),
+        };
+        let metrics = Arc::new(Metrics::default());
+        let pool = Arc::new(LinkPool::new(
+            &client,
+            1,
+            Duration::from_millis(10),
+            &metrics,
+        ));
+        let (held, is_held) = crossbeam_channel::bounded::<()>(0);
+        let (release, released) = crossbeam_channel::bounded::<()>(0);
+        let holder = {
+            let pool = pool.clone();
+            std::thread::spawn(move || {
+                pool.with(|_| {
+                    let _ = held.send(());
+                    let _ = released.recv();
+                    Ok(1)
+                })
+            })
+        };
+        assert_eq!(is_held.recv(), Ok(()));
+        assert_eq!(pool.with(|_| Ok(2)), Err(Unavailable));
+        assert_eq!(release.send(()), Ok(()));
+        assert_eq!(holder.join().ok(), Some(Ok(1)));
+        assert_eq!(pool.with(|_| Ok(3)), Ok(3));
+    }
+}
