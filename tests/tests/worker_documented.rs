@@ -1,7 +1,8 @@
 //! Specifies documented worker behaviours no other test exercised (issue
 //! 17): a message in another sale's queue is dead-lettered at once with its
-//! reason and makes no order; and a worker goes on after its Redis restarts
-//! (AOF on), ordering what was queued before and after.
+//! reason and makes no order; a worker goes on after its Redis restarts
+//! (AOF on), ordering what was queued before and after; and a busy sale
+//! does not starve a quiet one (one batch per sale per pass).
 
 #[path = "worker_support.rs"]
 mod worker_support;
@@ -60,4 +61,34 @@ fn a_worker_goes_on_after_its_redis_restarts() {
     reserve_users(&redis, sale, "after", 5);
     wait_orders(&db, sale, 10, Duration::from_secs(30));
     worker_support::assert_exactly_once(&db, &redis, sale, 20);
+}
+
+/// docs/DESIGN.md "Fair over many sales": each pass takes at most one batch
+/// from every sale. With 500 messages queued for a busy sale and 1 for a
+/// quiet one, the quiet sale's order is committed in the first pass: either
+/// before the busy sale's first batch, or right after it — never behind
+/// more of the busy sale's orders (the orders' auto-increment ids give the
+/// commit order of the one worker).
+#[test]
+fn a_busy_sale_does_not_starve_a_quiet_one() {
+    let redis = RedisServer::start();
+    let db = TestDb::create();
+    let busy = create_sale(&db, &redis, 500, -1000, 600_000);
+    let quiet = create_sale(&db, &redis, 5, -1000, 600_000);
+    reserve_users(&redis, busy, "busy", 500);
+    reserve_users(&redis, quiet, "quiet", 1);
+    let opts = Opts {
+        batch: 10,
+        ..Opts::default()
+    };
+    let _w = WorkerProc::start(&redis, &db, "w1", &opts);
+    wait_orders(&db, busy, 500, Duration::from_secs(60));
+    wait_orders(&db, quiet, 1, Duration::from_secs(20));
+    let before_quiet = db.count(&format!(
+        "SELECT COUNT(*) FROM orders WHERE id < (SELECT id FROM orders WHERE sale_id = {quiet})"
+    ));
+    assert!(
+        before_quiet == 0 || before_quiet == 10,
+        "{before_quiet} orders of the busy sale were committed before the quiet sale's one"
+    );
 }
