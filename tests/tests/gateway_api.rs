@@ -194,6 +194,7 @@ fn sold_out_is_answered_from_memory_and_restored_stock_is_seen_within_a_second()
     let mut c = Client::connect(g.port);
     let bought = c.buy(6, "u0");
     assert_eq!(bought.status, 202);
+    let window = Instant::now();
     assert_eq!(c.buy(6, "u1").status, 410);
     // From memory now: the script is not run again (no Redis call).
     let calls = || gateway_support::evalsha_calls(&redis);
@@ -204,7 +205,7 @@ fn sold_out_is_answered_from_memory_and_restored_stock_is_seen_within_a_second()
         bought.json()["reservation_id"]
     );
     let before = calls();
-    for i in 2..50 {
+    for i in 2..22 {
         assert_eq!(c.buy(6, &format!("u{i}")).status, 410);
         // The buyer's retry is still 409 with the same reservation id.
         let again = c.buy(6, "u0");
@@ -214,7 +215,19 @@ fn sold_out_is_answered_from_memory_and_restored_stock_is_seen_within_a_second()
             first.json()["reservation_id"]
         );
     }
-    assert!(calls() - before < 5, "the fast path called Redis");
+    // Within one recheck window (RECHECK_AFTER, 500 ms, from the first 410
+    // on) not one script call; past it, at most one recheck per window and
+    // per inconclusive retry (20 ms: soldout.rs's unit tests pin those
+    // rules with an injected clock). 40 keep-alive requests take a few ms,
+    // so the first branch is the one that runs unless the machine stalls.
+    let spent = window.elapsed();
+    let made = calls() - before;
+    if spent < Duration::from_millis(500) {
+        assert_eq!(made, 0, "the fast path called Redis");
+    } else {
+        let bound = spent.as_millis() as u64 / 20 + 1;
+        assert!(made <= bound, "{made} script calls in {spent:?}");
+    }
     // An operator puts a unit back.
     let _: () = redis.con().incr(SaleKeys::new(6).stock(), 1).unwrap();
     let restored = Instant::now();

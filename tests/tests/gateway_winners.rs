@@ -11,7 +11,7 @@ use seckill_tests::RedisServer;
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::thread;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 /// Sends `users` (each once) over `connections` keep-alive connections to
 /// `port`; returns user -> (status, reservation id of a 202).
@@ -139,13 +139,11 @@ fn a_released_winner_may_buy_again_within_a_second_and_the_others_still_get_409(
     );
     // Within a second (the sold-out answer is trusted 500 ms, then one
     // purchase rechecks), the released user buys again.
-    let start = Instant::now();
     thread::sleep(Duration::from_secs(1));
     let again = c.buy(9, released);
     assert_eq!(again.status, 202, "{again:?}");
     let new_rid = again.json()["reservation_id"].as_str().unwrap().to_string();
     assert_ne!(&new_rid, old_rid);
-    assert!(start.elapsed() < Duration::from_secs(2));
     // Sold out again: every winner, the released one included, gets 409
     // with the id it holds now; anyone else 410.
     assert_409(&c.buy(9, released), &new_rid, released);
