@@ -189,6 +189,16 @@ pub fn dead_letters(con: &mut redis::Connection, sale_id: u64) -> redis::RedisRe
     Ok(out)
 }
 
+/// Reads the payment queue's dead-letter list (`seckill:payments:dlq`),
+/// raw entries head first ([`LIST_CHUNK`] at a time).
+pub fn payment_dead_letters(con: &mut redis::Connection) -> redis::RedisResult<Vec<Vec<u8>>> {
+    let mut out = Vec::new();
+    for_each_in_list(con, seckill_common::payment::DEAD_LETTERS, |raw| {
+        out.push(raw.to_vec())
+    })?;
+    Ok(out)
+}
+
 /// The reservation id inside a queued order message, without a full parse
 /// (the reservation script writes it first after the version).
 pub fn message_rid(raw: &[u8]) -> Option<&[u8]> {

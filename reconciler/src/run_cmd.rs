@@ -173,9 +173,14 @@ fn pass(
             }
         }
         // Payments the worker could tie to no sale (an unknown reservation)
-        // are money received for nothing: findings of "sale 0".
+        // are money received for nothing, and the payment queue's dead
+        // letters are payments and cancellations never applied: findings
+        // of "sale 0", recorded together (recording closes the unseen).
+        lock.keep()?;
         let orphans = crate::mysql_read::odd_payments(&mut mysql, None)?;
-        let observations = crate::rules::payments::observe(0, &orphans);
+        let mut observations = crate::rules::payments::observe(0, &orphans);
+        let dead = crate::redis_read::payment_dead_letters(&mut redis)?;
+        observations.extend(crate::rules::payment_dead_letter::observations(&dead));
         record(review, run_id, 0, &observations, counts, true)?;
         if !skipped.is_empty() {
             return Err(RunError::Refused(format!(

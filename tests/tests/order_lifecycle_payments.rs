@@ -157,3 +157,107 @@ fn payments_apply_once_and_odd_ones_become_findings() {
         .map(|(a, b)| (a.to_string(), b.to_string()))
     );
 }
+
+/// The payment queue's dead letters (a message the workers cannot apply)
+/// are `dead_letter` findings of sale 0, one per entry, which only
+/// `--dismiss` closes; a dismissed one stays closed while its entry stays.
+#[test]
+fn payments_the_workers_give_up_on_are_dead_letter_findings_of_sale_0() {
+    let redis = RedisServer::start();
+    let db = TestDb::create();
+    let review = TempDir::new();
+    let file = review.path().join("review.sqlite3");
+    let _sale = seckill_tests::create_windowed_sale(&redis, &db, &file, 1, "1h");
+    let rid = "0123456789abcdef0123456789abcdef";
+    // Received in 1970: refused at parse, dead-lettered at once.
+    enqueue(
+        &mut redis.con(),
+        &PaymentMessage {
+            v: 1,
+            reservation_id: rid.into(),
+            payment_id: "pay-1970".into(),
+            amount_cents: 1999,
+            received_ms: 1_000,
+        },
+    )
+    .unwrap();
+    let _: () = redis
+        .con()
+        .lpush(seckill_common::payment::QUEUE, "not json")
+        .unwrap();
+    let _w = WorkerProc::start(&redis, &db, "w1", &Opts::default());
+    seckill_tests::wait_until(LONG, "two payment dead letters", || {
+        redis
+            .con()
+            .llen::<_, i64>(seckill_common::payment::DEAD_LETTERS)
+            .unwrap()
+            == 2
+    });
+
+    let (code, out) = seckill_tests::reconciler(&redis, &db, &file, &["run"]);
+    assert_eq!(code, 1, "open findings: {out}");
+    let (_, json) = seckill_tests::reconciler(&redis, &db, &file, &["findings", "--json"]);
+    let v: serde_json::Value = serde_json::from_str(&json).expect("findings json");
+    let mut found: Vec<(String, i64, String, String)> = v
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|f| {
+            (
+                f["kind"].as_str().unwrap().to_string(),
+                f["sale_id"].as_i64().unwrap(),
+                f["subject"].as_str().unwrap().to_string(),
+                f["evidence"]["reason"].as_str().unwrap().to_string(),
+            )
+        })
+        .collect();
+    found.sort();
+    assert_eq!(found.len(), 2, "{found:?}");
+    // Sorted: `payment-entry:` before `payment:`.
+    assert_eq!((&found[0].0, found[0].1), (&"dead_letter".to_string(), 0));
+    assert!(found[0].2.starts_with("payment-entry:"), "{found:?}");
+    assert!(found[0].3.starts_with("unparsable: "), "{found:?}");
+    assert_eq!(
+        (&found[1].0, found[1].1, found[1].2.as_str()),
+        (&"dead_letter".to_string(), 0, "payment:pay-1970")
+    );
+    assert!(found[1].3.starts_with("unparsable: "), "{found:?}");
+
+    // Only --dismiss applies: the finding names no reservation.
+    let id = v.as_array().unwrap()[0]["id"].as_i64().unwrap().to_string();
+    let (code, out) = seckill_tests::reconciler(
+        &redis,
+        &db,
+        &file,
+        &["resolve", &id, "--reorder", "--by", "op"],
+    );
+    // Exit 2: refused (the reconciler's documented exit codes).
+    assert_eq!(code, 2, "{out}");
+    assert!(
+        out.contains("names no reservation; only --dismiss applies"),
+        "{out}"
+    );
+    for f in v.as_array().unwrap() {
+        let id = f["id"].as_i64().unwrap().to_string();
+        let (code, out) = seckill_tests::reconciler(
+            &redis,
+            &db,
+            &file,
+            &[
+                "resolve",
+                &id,
+                "--dismiss",
+                "--by",
+                "op",
+                "--note",
+                "refunded by hand",
+            ],
+        );
+        assert_eq!(code, 0, "{out}");
+    }
+    // The entries are still there; the dismissed findings stay closed.
+    let (code, out) = seckill_tests::reconciler(&redis, &db, &file, &["run"]);
+    assert_eq!(code, 0, "{out}");
+    let (_, open) = seckill_tests::reconciler(&redis, &db, &file, &["findings", "--json"]);
+    assert_eq!(open.trim(), "[]");
+}

@@ -46,7 +46,7 @@ pub fn observations(sale_id: u64, dead: DeadLetters) -> Vec<Observation> {
 
 /// FNV-1a, 64 bits: a stable name for a dead-letter entry without an id
 /// (std's hasher is not stable across Rust releases).
-fn fnv1a(bytes: &[u8]) -> u64 {
+pub(crate) fn fnv1a(bytes: &[u8]) -> u64 {
     bytes.iter().fold(0xcbf2_9ce4_8422_2325, |h, &b| {
         (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3)
     })

@@ -15,11 +15,13 @@
 //! | a sale Redis sells that MySQL lacks | [`sale_missing_in_mysql`] | critical, one per sale |
 //! | released in MySQL, held in Redis | [`released_held`] | `auto_fixed` by doing the release's Redis step |
 //! | a payment not applied as `paid` | [`payments`] | open, one per payment id (`late_payment`, `payment_amount_mismatch`, ...) |
+//! | an entry of the payment queue's dead letters | [`payment_dead_letter`] | `dead_letter` of sale 0, open, one per entry; only `--dismiss` |
 
 pub mod dead_letter;
 pub mod flow_without_order;
 pub mod order_without_flow;
 pub mod order_without_ledger;
+pub mod payment_dead_letter;
 pub mod payments;
 pub mod redis_data_loss;
 pub mod released_held;
