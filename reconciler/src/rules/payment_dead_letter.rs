@@ -93,7 +93,8 @@ mod tests {
                 .into_bytes(),
         ];
         let got = observations(&entries);
-        let summary: Vec<(Kind, u64, &str, Option<&str>, Option<&str>)> = got
+        type Row<'a> = (Kind, u64, &'a str, Option<&'a str>, Option<&'a str>);
+        let summary: Vec<Row<'_>> = got
             .iter()
             .map(|o| {
                 (
