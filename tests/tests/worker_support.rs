@@ -30,6 +30,8 @@ pub struct Opts {
     pub max_attempts: u32,
     pub heartbeat_ttl: &'static str,
     pub crash_at: Option<&'static str>,
+    /// `SECKILL_WORKER_EXPIRY_EVERY` (the expiry sweep's idle pause).
+    pub expiry_every: &'static str,
 }
 
 impl Default for Opts {
@@ -39,6 +41,7 @@ impl Default for Opts {
             max_attempts: 5,
             heartbeat_ttl: "3s",
             crash_at: None,
+            expiry_every: "200ms",
         }
     }
 }
@@ -84,6 +87,7 @@ impl WorkerProc {
             .env("SECKILL_WORKER_MAX_ATTEMPTS", opts.max_attempts.to_string())
             .env("SECKILL_WORKER_BLOCK", "200ms")
             .env("SECKILL_WORKER_HEARTBEAT_TTL", opts.heartbeat_ttl)
+            .env("SECKILL_WORKER_EXPIRY_EVERY", opts.expiry_every)
             .env("SECKILL_MYSQL_TIMEOUT", "5s")
             .env("SECKILL_WORKER_METRICS_LISTEN", format!("127.0.0.1:{port}"))
             .stdin(Stdio::null())
