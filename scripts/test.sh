@@ -11,6 +11,9 @@
 #     installed without starting the Prometheus service, see
 #     scripts/lib/services.sh; its `prometheus` server is run privately by
 #     tests/tests/ops_prometheus.rs);
+#   - prometheus-node-exporter (Debian; tests/tests/ops_prometheus.rs runs
+#     one privately to export the reconciler's metrics file; installed
+#     without starting the system's exporter);
 #   - nginx (for tests/tests/ops_nginx.rs; installed without starting the
 #     system's nginx);
 #   - schemathesis (PyPI, the version services.sh pins, for
@@ -35,6 +38,7 @@ ensure_mysql_test_account   # exports SECKILL_TEST_MYSQL_URL
 ensure_package systemd-analyze systemd
 ensure_package setpriv util-linux
 ensure_promtool
+ensure_node_exporter
 ensure_nginx
 ensure_schemathesis
 

@@ -115,6 +115,11 @@ pub struct Config {
     /// `SECKILL_RECONCILE_GRACE`: reservations younger than this are skipped,
     /// so messages still on their way are not reported (default 60s).
     pub reconcile_grace: Duration,
+    /// `SECKILL_RECONCILER_METRICS_FILE`: where `run` writes its metrics in
+    /// the Prometheus text format after each run, for node_exporter's
+    /// textfile collector (`reconciler/src/metrics_file.rs`; default none:
+    /// no file; an empty value means none too).
+    pub reconciler_metrics_file: Option<PathBuf>,
     /// `SECKILL_AUTH`: how the gateway learns who buys: `jwt` (default, a
     /// signed token in `Authorization: Bearer`) or `none` (the `user_id`
     /// of the body, believed as sent: development only).
@@ -193,6 +198,7 @@ impl Default for Config {
             worker_expiry_every: Duration::from_millis(200),
             reconcile_lookback: Duration::from_secs(24 * 3600),
             reconcile_grace: Duration::from_secs(60),
+            reconciler_metrics_file: None,
             auth: AuthMode::Jwt,
             auth_keys: None,
             auth_audience: "seckill".to_string(),
@@ -393,6 +399,9 @@ fn read_worker(c: &mut Config, get: &Get<'_>) -> Result<(), ConfigError> {
     }
     if let Some(v) = get("SECKILL_RECONCILE_GRACE") {
         c.reconcile_grace = parse_duration_or_zero("SECKILL_RECONCILE_GRACE", v)?;
+    }
+    if let Some(v) = get("SECKILL_RECONCILER_METRICS_FILE") {
+        c.reconciler_metrics_file = (!v.is_empty()).then(|| PathBuf::from(v));
     }
     Ok(())
 }
@@ -631,6 +640,10 @@ mod tests {
             ("SECKILL_WORKER_METRICS_LISTEN", "127.0.0.1:9200"),
             ("SECKILL_RECONCILE_LOOKBACK", "48h"),
             ("SECKILL_RECONCILE_GRACE", "0s"),
+            (
+                "SECKILL_RECONCILER_METRICS_FILE",
+                "/run/seckill-metrics/seckill_reconciler.prom",
+            ),
             ("SECKILL_AUTH", "none"),
             ("SECKILL_AUTH_KEYS", "/etc/seckill/keys.jwks"),
             ("SECKILL_AUTH_AUDIENCE", "shop-7"),
@@ -682,6 +695,12 @@ mod tests {
         assert_eq!(c.worker_metrics_listen.to_string(), "127.0.0.1:9200");
         assert_eq!(c.reconcile_lookback, Duration::from_secs(48 * 3600));
         assert_eq!(c.reconcile_grace, Duration::ZERO);
+        assert_eq!(
+            c.reconciler_metrics_file,
+            Some(PathBuf::from(
+                "/run/seckill-metrics/seckill_reconciler.prom"
+            ))
+        );
     }
 
     #[test]

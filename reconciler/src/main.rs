@@ -26,6 +26,8 @@
 //! - Operator actions: [`settle`] (write-ahead audit: started row, effect,
 //!   completion), [`dead_letter_archive`] (settled dead letters), [`lock`]
 //!   (the run lock in Redis).
+//! - [`metrics_file`]: the figures `run` leaves for Prometheus
+//!   (node_exporter's textfile collector).
 //! - [`error`], [`output`]: the error enum and stdout that tolerates a
 //!   closed pipe.
 #![forbid(unsafe_code)]
@@ -37,6 +39,7 @@ mod dead_letter_archive;
 mod error;
 mod findings_cmd;
 mod lock;
+mod metrics_file;
 mod mysql_read;
 mod output;
 mod redis_read;

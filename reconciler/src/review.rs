@@ -615,6 +615,46 @@ impl Review {
         )?;
         Ok(n.max(0) as u64)
     }
+
+    /// Open findings per (kind, severity), only the pairs that have some;
+    /// a stored name this build does not know is skipped.
+    ///
+    /// Errors: [`ReviewError::Sqlite`].
+    pub fn open_by_kind(
+        &self,
+    ) -> Result<Vec<(findings::Kind, findings::Severity, u64)>, ReviewError> {
+        let mut q = self.db.prepare(
+            "SELECT kind, severity, COUNT(*) FROM findings WHERE state = 'open'
+             GROUP BY kind, severity",
+        )?;
+        let rows = q.query_map([], |r| {
+            Ok((
+                r.get::<_, String>(0)?,
+                r.get::<_, String>(1)?,
+                r.get::<_, i64>(2)?,
+            ))
+        })?;
+        let mut out = Vec::new();
+        for row in rows {
+            let (kind, severity, n) = row?;
+            if let (Ok(k), Ok(sv)) = (kind.parse(), severity.parse()) {
+                out.push((k, sv, n.max(0) as u64));
+            }
+        }
+        Ok(out)
+    }
+
+    /// When the last run that did not fail finished (RFC 3339, as stored),
+    /// `None` when none has.
+    ///
+    /// Errors: [`ReviewError::Sqlite`].
+    pub fn last_success(&self) -> Result<Option<String>, ReviewError> {
+        Ok(self.db.query_row(
+            "SELECT MAX(finished_at) FROM runs WHERE outcome IN ('clean', 'open_findings')",
+            [],
+            |r| r.get(0),
+        )?)
+    }
 }
 
 fn is_busy(e: &rusqlite::Error) -> bool {

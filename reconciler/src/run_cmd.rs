@@ -11,6 +11,7 @@
 
 use crate::error::RunError;
 use crate::lock::{RunLock, LOCK_WAIT};
+use crate::metrics_file::{self, RunFigures};
 use crate::review::findings::Kind;
 use crate::review::{ActionKind, ActionStatus};
 use crate::review::{Review, RunCounts};
@@ -45,13 +46,31 @@ pub fn run(config: &Config, shutdown: &Shutdown) -> Result<u8, RunError> {
         Err(_) => None,
     };
     let error = result.as_ref().err().map(|e| e.to_string());
+    let finished_ms = now_ms();
     review.finish_run(
         run_id,
-        &format_ms(now_ms()),
+        &format_ms(finished_ms),
         &counts,
         open_after,
         error.as_deref(),
     )?;
+    if let Some(path) = &config.reconciler_metrics_file {
+        // The run's result stands whatever happens to its metrics file; a
+        // missing file shows as a stale reconciler in the alerts.
+        let written = RunFigures::read(
+            &review,
+            finished_ms,
+            result.is_ok(),
+            started.elapsed().as_secs_f64(),
+            &counts,
+        )
+        .map_err(|e| e.to_string())
+        .and_then(|f| metrics_file::render(&f).map_err(|e| e.to_string()))
+        .and_then(|text| metrics_file::write(path, &text).map_err(|e| e.to_string()));
+        if let Err(e) = written {
+            log::error!("metrics file {}: {e}", path.display());
+        }
+    }
     let by_kind: Vec<String> = Kind::ALL
         .iter()
         .zip(counts.by_kind)

@@ -59,6 +59,15 @@ ensure_promtool() {
   ensure_package_unstarted promtool prometheus --no-install-recommends prometheus
 }
 
+# ensure_node_exporter: installs Debian's `prometheus-node-exporter` (its
+# textfile collector exports the reconciler's metrics file;
+# tests/tests/ops_prometheus.rs runs one privately) without starting the
+# system's exporter.
+ensure_node_exporter() {
+  ensure_package_unstarted prometheus-node-exporter prometheus-node-exporter \
+    --no-install-recommends prometheus-node-exporter
+}
+
 # ensure_nginx: installs Debian's `nginx` (for tests/tests/ops_nginx.rs,
 # which runs its own private nginx) without starting the system's nginx.
 ensure_nginx() {

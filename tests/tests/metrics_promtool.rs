@@ -1,5 +1,6 @@
 //! Checks the `/metrics` page of every binary that serves one (the gateway
-//! and the worker; the reconciler exposes no metrics) with Prometheus' own
+//! and the worker) and the reconciler's metrics file (a oneshot: it leaves
+//! a file for node_exporter's textfile collector) with Prometheus' own
 //! linter, `promtool check metrics`, after a little traffic has given the
 //! counters and histograms values: exit 0 and no lint output, the content
 //! type of the text format 0.0.4, and exactly the metric families the
@@ -283,4 +284,73 @@ fn the_workers_metrics_pass_promtool_after_orders() {
         sample(page, r#"seckill_worker_batch_size_count{worker="w1"}"#),
         "{page}"
     );
+}
+
+/// `seckill-reconciler run` writes its figures to
+/// `SECKILL_RECONCILER_METRICS_FILE`: promtool accepts the file, it holds
+/// the run's exact figures, and a failed run says so while keeping the
+/// last success's time.
+#[test]
+fn the_reconcilers_metrics_file_passes_promtool_and_holds_the_runs_figures() {
+    use redis::Commands;
+    let redis = RedisServer::start();
+    let db = TestDb::create();
+    let sale = create_sale(&db, &redis, 5, -1000, 600_000);
+    let dlq = seckill_common::keys::SaleKeys::new(sale).dead_letter();
+    let _: () = redis.con().lpush(dlq, "not a dead-letter entry").unwrap();
+    let dir = seckill_tests::TempDir::new();
+    let file = dir.path().join("seckill_reconciler.prom");
+    let run = |mysql_url: String| {
+        seckill_tests::command("seckill-reconciler")
+            .env("SECKILL_REDIS_URL", redis.url())
+            .env("SECKILL_MYSQL_URL", mysql_url)
+            .env("SECKILL_REVIEW_DB", dir.path().join("review.sqlite3"))
+            .env("SECKILL_RECONCILE_GRACE", "0s")
+            .env("SECKILL_RECONCILER_METRICS_FILE", &file)
+            .arg("run")
+            .output()
+            .expect("run seckill-reconciler")
+            .status
+            .code()
+    };
+    assert_eq!(run(db.url()), Some(1), "one open finding");
+    let text = std::fs::read_to_string(&file).expect("the metrics file");
+    assert_promtool_clean(&text);
+    let mode = std::os::unix::fs::PermissionsExt::mode(
+        &std::fs::metadata(&file).expect("stat").permissions(),
+    );
+    assert_eq!(mode & 0o777, 0o644, "readable by node_exporter");
+    let open = |kind: &str, severity: &str| {
+        sample(
+            &text,
+            &format!(r#"seckill_reconciler_open_findings{{kind="{kind}",severity="{severity}"}}"#),
+        )
+    };
+    assert_eq!(open("dead_letter", "normal"), Some(1.0));
+    assert_eq!(open("stock_mismatch", "critical"), Some(0.0));
+    assert_eq!(sample(&text, "seckill_reconciler_sales_checked"), Some(1.0));
+    assert_eq!(
+        sample(&text, "seckill_reconciler_last_run_success"),
+        Some(1.0)
+    );
+    let finished = sample(&text, "seckill_reconciler_last_run_timestamp_seconds");
+    assert!(finished.is_some(), "{text}");
+    assert_eq!(
+        sample(&text, "seckill_reconciler_last_success_timestamp_seconds"),
+        finished
+    );
+
+    // MySQL unreachable: the run fails (exit 2), and says so.
+    assert_eq!(run(seckill_tests::DEAD_MYSQL_URL.to_string()), Some(2));
+    let failed = std::fs::read_to_string(&file).expect("the metrics file");
+    assert_promtool_clean(&failed);
+    assert_eq!(
+        sample(&failed, "seckill_reconciler_last_run_success"),
+        Some(0.0)
+    );
+    assert_eq!(
+        sample(&failed, "seckill_reconciler_last_success_timestamp_seconds"),
+        finished
+    );
+    assert!(sample(&failed, "seckill_reconciler_last_run_timestamp_seconds") > finished);
 }

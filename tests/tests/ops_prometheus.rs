@@ -7,7 +7,9 @@
 //! API (`/api/v1/query`): each is valid, each panel query returns data,
 //! every rule evaluates without error, nothing fires while all is healthy,
 //! and a dead letter (a malformed message pushed to the sale's queue) fires
-//! `SeckillDeadLetters` (its `for` is 0) and nothing else.
+//! `SeckillDeadLetters` (its `for` is 0) and nothing else; then an oversell
+//! found by a reconciliation run fires `SeckillOversold` through the
+//! reconciler's metrics file, exported by a private node_exporter.
 
 mod gateway_support;
 mod ops_support;
@@ -15,6 +17,7 @@ mod ops_support;
 mod support;
 
 use gateway_support::{buy, Gateway};
+use mysql::prelude::Queryable;
 use ops_support::{http_get, replace_once, repo_file, url_encode};
 use redis::Commands;
 use seckill_common::keys::SaleKeys;
@@ -29,7 +32,7 @@ use support::{dead_letters, wait_orders, Opts, WorkerProc};
 const LONG: Duration = Duration::from_secs(60);
 
 /// Rules in `seckill.rules.yml` (recording and alerting), as promtool counts them.
-const RULES: usize = 21;
+const RULES: usize = 25;
 
 /// A private Prometheus server, killed on drop.
 struct Prometheus {
@@ -40,8 +43,9 @@ struct Prometheus {
 
 impl Prometheus {
     /// Starts Prometheus on the shipped configuration, scraping the
-    /// gateway on `gateway` and the worker on `worker` (metrics ports).
-    fn start(gateway: u16, worker: u16) -> Prometheus {
+    /// gateway on `gateway`, the worker on `worker` (metrics ports) and
+    /// node_exporter on `textfile` (the reconciler's metrics file).
+    fn start(gateway: u16, worker: u16, textfile: u16) -> Prometheus {
         let dir = TempDir::new();
         let shipped = std::fs::read_to_string(repo_file("ops/prometheus/prometheus.yml"))
             .expect("read ops/prometheus/prometheus.yml");
@@ -62,6 +66,11 @@ impl Prometheus {
             &conf,
             "['127.0.0.1:9101', '127.0.0.1:9102']",
             &format!("['127.0.0.1:{worker}']"),
+        );
+        conf = replace_once(
+            &conf,
+            "['127.0.0.1:9100']",
+            &format!("['127.0.0.1:{textfile}']"),
         );
         let conf_path = dir.path().join("prometheus.yml");
         std::fs::write(&conf_path, conf).expect("write prometheus.yml");
@@ -150,6 +159,56 @@ impl Drop for Prometheus {
     }
 }
 
+/// A private node_exporter with only its textfile collector, over `dir`.
+struct NodeExporter {
+    port: u16,
+    _child: KillOnDrop,
+}
+
+/// Kills and reaps its child on drop.
+struct KillOnDrop(Child);
+
+impl Drop for KillOnDrop {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+impl NodeExporter {
+    fn start(dir: &std::path::Path) -> NodeExporter {
+        let port = free_port();
+        let child = dies_with_test("prometheus-node-exporter")
+            .arg("--collector.disable-defaults")
+            .arg("--collector.textfile")
+            .arg(format!("--collector.textfile.directory={}", dir.display()))
+            .arg(format!("--web.listen-address=127.0.0.1:{port}"))
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap_or_else(|e| {
+                panic!(
+                    "cannot run prometheus-node-exporter ({e}): install Debian's package \
+                     `prometheus-node-exporter` (./scripts/test.sh does this when it is missing)"
+                )
+            });
+        let mut child = KillOnDrop(child);
+        wait_until(LONG, "node_exporter to export the metrics file", || {
+            assert!(
+                child.0.try_wait().expect("try_wait").is_none(),
+                "node_exporter exited"
+            );
+            matches!(http_get(port, "/metrics"), Some((200, body))
+                if body.contains("seckill_reconciler_last_run_success 1"))
+        });
+        NodeExporter {
+            port,
+            _child: child,
+        }
+    }
+}
+
 /// Every panel expression of the shipped dashboard.
 fn dashboard_exprs() -> Vec<String> {
     let text = std::fs::read_to_string(repo_file("ops/grafana/seckill.json"))
@@ -166,7 +225,7 @@ fn dashboard_exprs() -> Vec<String> {
                 .to_string()
         })
         .collect();
-    assert_eq!(panels.len(), 12);
+    assert_eq!(panels.len(), 14);
     exprs
 }
 
@@ -181,17 +240,35 @@ fn every_dashboard_and_rule_query_works_on_a_real_prometheus_and_a_dead_letter_f
         assert_eq!(buy(g.port, sale, &format!("u{i}")).status, 202);
     }
     wait_orders(&db, sale, 5, LONG);
-    let p = Prometheus::start(g.port, w.metrics_port);
+    // The reconciler's metrics file after a clean run, exported by a
+    // private node_exporter's textfile collector (as in production).
+    let metrics_dir = TempDir::new();
+    let review = TempDir::new();
+    let ran = seckill_tests::command("seckill-reconciler")
+        .env("SECKILL_REDIS_URL", redis.url())
+        .env("SECKILL_MYSQL_URL", db.url())
+        .env("SECKILL_REVIEW_DB", review.path().join("review.sqlite3"))
+        .env("SECKILL_RECONCILE_GRACE", "0s")
+        .env(
+            "SECKILL_RECONCILER_METRICS_FILE",
+            metrics_dir.path().join("seckill_reconciler.prom"),
+        )
+        .arg("run")
+        .status()
+        .expect("run seckill-reconciler");
+    assert_eq!(ran.code(), Some(0), "a clean run");
+    let exporter = NodeExporter::start(metrics_dir.path());
+    let p = Prometheus::start(g.port, w.metrics_port, exporter.port);
 
-    wait_until(LONG, "both targets to be scraped", || {
+    wait_until(LONG, "the three targets to be scraped", || {
         let up = p.query("up");
-        up.len() == 2 && up.iter().all(|s| s["value"][1] == "1")
+        up.len() == 3 && up.iter().all(|s| s["value"][1] == "1")
     });
 
     // The dashboard: every query valid at once, and each returns data once
     // its window holds enough samples.
     let exprs = dashboard_exprs();
-    assert_eq!(exprs.len(), 18);
+    assert_eq!(exprs.len(), 20);
     for e in &exprs {
         p.query(e);
     }
@@ -234,5 +311,48 @@ fn every_dashboard_and_rule_query_works_on_a_real_prometheus_and_a_dead_letter_f
     assert_eq!(
         p.alerts(),
         vec![("SeckillDeadLetters".into(), "firing".into(), "w1".into())]
+    );
+
+    // An oversell (16 orders written behind the system's back: 21 of 20
+    // units) found by the next reconciliation run fires SeckillOversold
+    // through the metrics file and node_exporter.
+    let mut c = db.conn();
+    for i in 0..16 {
+        c.exec_drop(
+            "INSERT INTO orders (reservation_id, sale_id, user_id, status) VALUES (?, ?, ?, 'confirmed')",
+            (format!("{i:032x}"), sale, format!("forged-{i}")),
+        )
+        .expect("insert an order");
+    }
+    let ran = seckill_tests::command("seckill-reconciler")
+        .env("SECKILL_REDIS_URL", redis.url())
+        .env("SECKILL_MYSQL_URL", db.url())
+        .env("SECKILL_REVIEW_DB", review.path().join("review.sqlite3"))
+        .env("SECKILL_RECONCILE_GRACE", "0s")
+        .env(
+            "SECKILL_RECONCILER_METRICS_FILE",
+            metrics_dir.path().join("seckill_reconciler.prom"),
+        )
+        .arg("run")
+        .status()
+        .expect("run seckill-reconciler");
+    assert_eq!(ran.code(), Some(1), "open findings");
+    wait_until(LONG, "SeckillOversold to fire", || {
+        p.alerts()
+            .contains(&("SeckillOversold".into(), "firing".into(), String::new()))
+    });
+    let mut firing = p.alerts();
+    firing.sort();
+    assert_eq!(
+        firing,
+        vec![
+            ("SeckillDeadLetters".into(), "firing".into(), "w1".into()),
+            (
+                "SeckillOpenFindings".into(),
+                "pending".into(),
+                String::new()
+            ),
+            ("SeckillOversold".into(), "firing".into(), String::new()),
+        ]
     );
 }

@@ -1,0 +1,196 @@
+//! Owns the metrics file `run` leaves behind for Prometheus: a oneshot has
+//! no `/metrics` to scrape, so after each run the reconciler writes its
+//! figures in the text format to `SECKILL_RECONCILER_METRICS_FILE`, which
+//! node_exporter's textfile collector exports (docs/OPERATIONS.md, "Alerts
+//! and the dashboard"). The alerts `SeckillReconcilerStale`,
+//! `SeckillReconcilerFailing`, `SeckillOversold` and `SeckillOpenFindings`
+//! read it.
+//!
+//! Series (all gauges, names as the Prometheus conventions want):
+//! - `seckill_reconciler_last_run_timestamp_seconds`: when the last run
+//!   finished (Unix s);
+//! - `seckill_reconciler_last_run_success`: 1 when it finished its pass
+//!   (with or without open findings), 0 when it failed;
+//! - `seckill_reconciler_last_success_timestamp_seconds`: when the last run
+//!   that did not fail finished (absent until one has);
+//! - `seckill_reconciler_last_run_duration_seconds`, `…_sales_checked`;
+//! - `seckill_reconciler_open_findings{kind, severity}`: open findings
+//!   after the run, one series per kind and severity (zeros included, so an
+//!   alert sees 0, not nothing). Kinds are the finding kinds (13): bounded.
+
+use crate::review::findings::{Kind, Severity};
+use crate::review::{Review, ReviewError, RunCounts};
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::registry::Registry;
+use std::io::Write;
+use std::path::Path;
+use std::sync::atomic::AtomicU64;
+
+/// A gauge of `f64` values (timestamps, seconds).
+type FloatGauge = Gauge<f64, AtomicU64>;
+
+/// What one run leaves in the file.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RunFigures {
+    /// When the run finished, Unix ms.
+    pub finished_ms: u64,
+    /// Whether it finished its pass.
+    pub success: bool,
+    /// When the last run that did not fail finished, Unix ms (this one if
+    /// it succeeded).
+    pub last_success_ms: Option<u64>,
+    /// How long it took, s.
+    pub duration_s: f64,
+    /// Sales it reconciled.
+    pub sales_checked: u64,
+    /// Open findings after it, by kind and severity (pairs absent are 0).
+    pub open: Vec<(Kind, Severity, u64)>,
+}
+
+impl RunFigures {
+    /// The figures of a run that ended at `finished_ms`, read from the
+    /// review store for what spans runs.
+    ///
+    /// Errors: [`ReviewError`] from the review store.
+    pub fn read(
+        review: &Review,
+        finished_ms: u64,
+        success: bool,
+        duration_s: f64,
+        counts: &RunCounts,
+    ) -> Result<RunFigures, ReviewError> {
+        let last_success_ms = review
+            .last_success()?
+            .and_then(|t| seckill_common::timefmt::parse_time_ms(&t, finished_ms).ok());
+        Ok(RunFigures {
+            finished_ms,
+            success,
+            last_success_ms,
+            duration_s,
+            sales_checked: counts.sales_checked,
+            open: review.open_by_kind()?,
+        })
+    }
+}
+
+type Labels = [(&'static str, &'static str); 2];
+
+/// The file's text (Prometheus text format 0.0.4, `# EOF` last).
+///
+/// Errors: never in practice (encoding into a `String`).
+pub fn render(f: &RunFigures) -> Result<String, std::fmt::Error> {
+    let mut r = Registry::default();
+    let mut gauge = |name: &str, help: &str, v: f64| {
+        let g = FloatGauge::default();
+        g.set(v);
+        r.register(name, help, g);
+    };
+    gauge(
+        "seckill_reconciler_last_run_timestamp_seconds",
+        "When the last reconciliation run finished, Unix seconds",
+        f.finished_ms as f64 / 1000.0,
+    );
+    gauge(
+        "seckill_reconciler_last_run_success",
+        "1 when the last run finished its pass (open findings or not), 0 when it failed",
+        if f.success { 1.0 } else { 0.0 },
+    );
+    if let Some(ms) = f.last_success_ms {
+        gauge(
+            "seckill_reconciler_last_success_timestamp_seconds",
+            "When the last run that did not fail finished, Unix seconds",
+            ms as f64 / 1000.0,
+        );
+    }
+    gauge(
+        "seckill_reconciler_last_run_duration_seconds",
+        "How long the last run took",
+        f.duration_s,
+    );
+    gauge(
+        "seckill_reconciler_sales_checked",
+        "Sales the last run reconciled",
+        f.sales_checked as f64,
+    );
+    let open = Family::<Labels, Gauge>::default();
+    r.register(
+        "seckill_reconciler_open_findings",
+        "Open findings after the last run, by kind and severity",
+        open.clone(),
+    );
+    for &kind in Kind::ALL.iter() {
+        for &severity in Severity::ALL.iter() {
+            let n = f
+                .open
+                .iter()
+                .find(|(k, s, _)| *k == kind && *s == severity)
+                .map_or(0, |(_, _, n)| *n);
+            open.get_or_create(&[("kind", kind.as_str()), ("severity", severity.as_str())])
+                .set(n as i64);
+        }
+    }
+    seckill_common::metrics::render(&r)
+}
+
+/// Writes `text` to `path` whole or not at all (a temporary file in the
+/// same directory, then a rename, as node_exporter's textfile collector
+/// asks), readable by others (`0644`: node_exporter runs as another user).
+///
+/// Errors: I/O errors of the directory or the file.
+pub fn write(path: &Path, text: &str) -> std::io::Result<()> {
+    use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
+    let tmp = path.with_extension("prom.tmp");
+    let mut f = std::fs::OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .mode(0o644)
+        .open(&tmp)?;
+    f.write_all(text.as_bytes())?;
+    f.sync_all()?;
+    // The process umask (0077 in the unit) narrowed the mode at creation.
+    std::fs::set_permissions(&tmp, std::fs::Permissions::from_mode(0o644))?;
+    std::fs::rename(&tmp, path)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_file_holds_every_series_with_its_value() {
+        let f = RunFigures {
+            finished_ms: 1_764_400_000_500,
+            success: true,
+            last_success_ms: Some(1_764_400_000_500),
+            duration_s: 0.25,
+            sales_checked: 3,
+            open: vec![
+                (Kind::StockMismatch, Severity::Critical, 1),
+                (Kind::DeadLetter, Severity::Normal, 2),
+            ],
+        };
+        let text = match render(&f) {
+            Ok(t) => t,
+            Err(e) => panic!("render: {e}"),
+        };
+        for line in [
+            "seckill_reconciler_last_run_timestamp_seconds 1764400000.5",
+            "seckill_reconciler_last_run_success 1.0",
+            "seckill_reconciler_last_success_timestamp_seconds 1764400000.5",
+            "seckill_reconciler_last_run_duration_seconds 0.25",
+            "seckill_reconciler_sales_checked 3.0",
+            r#"seckill_reconciler_open_findings{kind="stock_mismatch",severity="critical"} 1"#,
+            r#"seckill_reconciler_open_findings{kind="dead_letter",severity="normal"} 2"#,
+            r#"seckill_reconciler_open_findings{kind="dead_letter",severity="critical"} 0"#,
+        ] {
+            assert!(text.lines().any(|l| l == line), "{line} not in\n{text}");
+        }
+        let series = text
+            .lines()
+            .filter(|l| l.starts_with("seckill_reconciler_open_findings{"))
+            .count();
+        assert_eq!(series, Kind::ALL.len() * Severity::ALL.len());
+    }
+}
