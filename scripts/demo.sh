@@ -19,7 +19,8 @@
 #      requests mixed in (3 of them with a forged, an expired and another
 #      user's token: 401, 401, 403);
 #   6. waits for the queue to drain, runs the reconciler;
-#   7. prints the report and exits 0 only if every invariant holds;
+#   7. prints the report (and writes it as JSON to .demo/run-*/demo.json)
+#      and exits 0 only if every invariant holds;
 #   8. stops everything it started and tells where the logs and the review
 #      file are (.demo/run-<time>-<pid>/).
 # The machine's existing data are never touched: the demo database is new
@@ -257,7 +258,8 @@ set +e
 "$BIN/seckill-load" --sale "$SALE" --url "http://127.0.0.1:$GW_PORT" \
   --users "$USERS" --connections "$CONNECTIONS" --duplicates 0.05 --hostile 10 \
   --key "$RUN/signing-keys.jwks" \
-  --user-prefix demo --wait-open --drain-timeout 300s | tee "$RUN/load-report.txt"
+  --user-prefix demo --wait-open --drain-timeout 300s \
+  --report-json "$RUN/load-report.json" | tee "$RUN/load-report.txt"
 LOAD_RC=${PIPESTATUS[0]}
 say "  running the reconciler (grace 0 s; review file $RUN/review.sqlite3)"
 SECKILL_RECONCILE_GRACE=0s SECKILL_REVIEW_DB="$RUN/review.sqlite3" RUST_LOG=warn \
@@ -282,7 +284,17 @@ say "  logs: $RUN/{gateway,worker-1,worker-2,reconciler}.log; report: $RUN/load-
 say "  review file: $RUN/review.sqlite3"
 CLEAN_STOP=1
 for c in $STOP_CODES; do [ "$c" = 0 ] || CLEAN_STOP=0; done
-if [ "$LOAD_RC" = 0 ] && [ "$REC_RC" = 0 ] && [ "$CLEAN_STOP" = 1 ]; then
+PASSED=false
+if [ "$LOAD_RC" = 0 ] && [ "$REC_RC" = 0 ] && [ "$CLEAN_STOP" = 1 ]; then PASSED=true; fi
+# The same verdict for programs: the simulator's JSON report (its
+# invariants by name) with the reconciler's exit and the stop codes.
+LOAD_JSON=null
+[ -s "$RUN/load-report.json" ] && LOAD_JSON=$(cat "$RUN/load-report.json")
+printf '{"sale":%s,"load_exit":%s,"reconciler_exit":%s,"stop_codes":[%s],"pass":%s,"load":%s}\n' \
+  "$SALE" "$LOAD_RC" "$REC_RC" "$(echo $STOP_CODES | tr ' ' ',')" "$PASSED" "$LOAD_JSON" \
+  >"$RUN/demo.json"
+say "  report (JSON): $RUN/demo.json"
+if [ "$PASSED" = true ]; then
   say "PASS: sale $SALE sold exactly what it reserved, nothing lost, nothing doubled"
   exit 0
 fi

@@ -1,7 +1,8 @@
 //! Specifies `scripts/demo.sh` itself: on this machine, with a small sale
 //! (50 units, 2,000 users), the one-command flash sale builds, runs every
 //! service, verifies every invariant, finds nothing to reconcile, stops
-//! everything and exits 0. It runs against this test's private Redis and a
+//! everything and exits 0; its JSON report (`demo.json`) says the same,
+//! every invariant by name. It runs against this test's private Redis and a
 //! new `seckill_demo_*` database on the test MySQL server (dropped at the
 //! end), and leaves no key behind in Redis.
 
@@ -39,6 +40,41 @@ fn the_demo_sells_50_units_to_2000_users_and_exits_0() {
         "{stdout}"
     );
     assert!(stdout.contains("PASS: sale "), "{stdout}");
+    // The JSON report: every invariant by name, the exact answers.
+    let path = stdout
+        .lines()
+        .find_map(|l| l.split_once("report (JSON): ").map(|(_, p)| p.trim()))
+        .expect("the demo names its JSON report");
+    let report: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(path).expect("read demo.json"))
+            .expect("demo.json is JSON");
+    assert_eq!(
+        (
+            &report["pass"],
+            &report["load_exit"],
+            &report["reconciler_exit"],
+            &report["stop_codes"]
+        ),
+        (
+            &serde_json::json!(true),
+            &serde_json::json!(0),
+            &serde_json::json!(0),
+            &serde_json::json!([0, 0, 0])
+        )
+    );
+    assert_eq!(
+        seckill_tests::load_report::verdicts(&report["load"]),
+        seckill_tests::load_report::expected(&[])
+    );
+    let load = &report["load"];
+    assert_eq!(
+        (&load["accepted"], &load["answers"]["202"]),
+        (&50.into(), &50.into())
+    );
+    assert_eq!(
+        (&load["hostile"], &load["answers"]["403"]),
+        (&10.into(), &1.into())
+    );
     let left: Vec<String> = redis::cmd("KEYS").arg("*").query(&mut redis.con()).unwrap();
     assert!(left.is_empty(), "the demo left keys behind: {left:?}");
 }

@@ -34,6 +34,7 @@ options:
   --baseline            the server is seckill-baseline: no Redis, orders written at once
   --no-verify           send and report, skip the Redis and MySQL checks
   --json                print the report as JSON on stdout
+  --report-json FILE    also write the JSON report to FILE (stdout keeps the text)
   -h, --help            this text
 
 Redis and MySQL: SECKILL_REDIS_URL, SECKILL_MYSQL_URL (as the services use).
@@ -75,6 +76,8 @@ pub struct Options {
     pub verify: bool,
     /// JSON report instead of text.
     pub json: bool,
+    /// `--report-json FILE`: the JSON report written there too.
+    pub report_json: Option<std::path::PathBuf>,
     /// `--key`: the signing key file of the crowd's tokens.
     pub key: Option<std::path::PathBuf>,
 }
@@ -151,6 +154,7 @@ pub fn parse(
         baseline: false,
         verify: true,
         json: false,
+        report_json: None,
         key: None,
     };
     let mut hostile_given = false;
@@ -176,6 +180,7 @@ pub fn parse(
             Long("baseline") => o.baseline = true,
             Long("no-verify") => o.verify = false,
             Long("json") => o.json = true,
+            Long("report-json") => o.report_json = Some(text(p.value()?, "report-json")?.into()),
             other => return Err(other.unexpected().into()),
         }
     }
@@ -248,6 +253,8 @@ mod tests {
                 "--drain-timeout",
                 "500ms",
                 "--json",
+                "--report-json",
+                "/tmp/r.json",
             ]),
             listen(),
             1,
@@ -258,6 +265,7 @@ mod tests {
         assert_eq!(o.addr.to_string(), "127.0.0.1:9000");
         assert_eq!(o.drain_timeout, Duration::from_millis(500));
         assert!(o.json && o.verify);
+        assert_eq!(o.report_json, Some("/tmp/r.json".into()));
     }
 
     #[test]

@@ -35,6 +35,8 @@ pub enum LoadError {
     /// before the crowd is sent: a run where no request can be answered is
     /// no run, whatever `--no-verify` says).
     Unreachable(std::net::SocketAddr, std::io::Error),
+    /// The `--report-json` file cannot be written.
+    Report(std::path::PathBuf, std::io::Error),
 }
 
 impl fmt::Display for LoadError {
@@ -45,6 +47,7 @@ impl fmt::Display for LoadError {
             LoadError::Unreachable(addr, e) => {
                 write!(f, "cannot connect to the gateway at {addr}: {e}")
             }
+            LoadError::Report(path, e) => write!(f, "--report-json {}: {e}", path.display()),
         }
     }
 }
@@ -186,6 +189,10 @@ pub fn run(o: &cli::Options, config: &seckill_common::Config) -> Result<bool, Lo
             .map(|(s, last)| last - s),
         checks: &checks,
     };
+    if let Some(path) = &o.report_json {
+        std::fs::write(path, format!("{}\n", rep.to_json()))
+            .map_err(|e| LoadError::Report(path.clone(), e))?;
+    }
     if o.json {
         println!("{}", rep.to_json());
     } else {
