@@ -88,7 +88,7 @@ pub enum Parsed {
     /// `--help`.
     Help,
     /// A run.
-    Run(Options),
+    Run(Box<Options>),
 }
 
 /// A command line that cannot be run.
@@ -219,7 +219,7 @@ pub fn parse(
             o.user_prefix
         )));
     }
-    Ok(Parsed::Run(o))
+    Ok(Parsed::Run(Box::new(o)))
 }
 
 #[cfg(test)]
