@@ -18,7 +18,11 @@
 #      they can, each with its signed token, 5 % clicking twice, 10 hostile
 #      requests mixed in (3 of them with a forged, an expired and another
 #      user's token: 401, 401, 403);
-#   6. waits for the queue to drain, runs the reconciler;
+#   6. waits for the queue to drain; then the order lifecycle: a simulated
+#      payment service pays 70 % of the winners (signed POST /v1/payments),
+#      the rest let the payment window (15 s) pass, their units go back on
+#      sale and buyers who were told sold out buy and pay for them; runs
+#      the reconciler;
 #   7. prints the report (and writes it as JSON to .demo/run-*/demo.json)
 #      and exits 0 only if every invariant holds;
 #   8. stops everything it started and tells where the logs and the review
@@ -33,8 +37,10 @@
 # commands that remove them.
 #
 # usage: scripts/demo.sh [--stock N] [--users N] [--connections N] [--keep-db]
-#                        [--private]
-# (or SECKILL_DEMO_STOCK, SECKILL_DEMO_USERS, SECKILL_DEMO_CONNECTIONS);
+#                        [--private] [--pay-share F] [--payment-window DUR]
+# (or SECKILL_DEMO_STOCK, SECKILL_DEMO_USERS, SECKILL_DEMO_CONNECTIONS,
+# SECKILL_DEMO_PAY_SHARE (0.7), SECKILL_DEMO_PAYMENT_WINDOW (15s: longer
+# than the crowd and the drain, or the payers would be late));
 # --private (or SECKILL_DEMO_PRIVATE=1): always start private servers.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -47,6 +53,8 @@ STOCK=${SECKILL_DEMO_STOCK:-1000}
 USERS=${SECKILL_DEMO_USERS:-50000}
 CONNECTIONS=${SECKILL_DEMO_CONNECTIONS:-64}
 KEEP_DB=0
+PAY_SHARE=${SECKILL_DEMO_PAY_SHARE:-0.7}
+PAYMENT_WINDOW=${SECKILL_DEMO_PAYMENT_WINDOW:-15s}
 PRIVATE=${SECKILL_DEMO_PRIVATE:-0}
 usage() { awk 'NR > 1 && /^#/ { sub(/^# ?/, ""); print; next } NR > 1 { exit }' "$0"; }
 needs_value() { # OPTION REST_COUNT
@@ -58,6 +66,8 @@ while [ $# -gt 0 ]; do
     --users) needs_value "$1" $#; USERS=$2; shift 2 ;;
     --connections) needs_value "$1" $#; CONNECTIONS=$2; shift 2 ;;
     --keep-db) KEEP_DB=1; shift ;;
+    --pay-share) needs_value "$1" $#; PAY_SHARE=$2; shift 2 ;;
+    --payment-window) needs_value "$1" $#; PAYMENT_WINDOW=$2; shift 2 ;;
     --private) PRIVATE=1; shift ;;
     -h|--help) usage; exit 0 ;;
     *) echo "demo.sh: unknown argument $1" >&2; usage >&2; exit 64 ;;
@@ -230,10 +240,13 @@ mariadb $(mysql_client_args "$MYSQL_SERVER") "$DB_NAME" \
   -e "ALTER TABLE sales AUTO_INCREMENT = $(( $(date +%s) * 1000 + $$ % 1000 ))"
 SALE=$(RUST_LOG=warn "$BIN/seckill-reconciler" sale create --sku "DEMO-$STAMP" \
   --title "Demo phone" --price-cents 49900 --stock "$STOCK" \
-  --starts-at now+5s --ends-at now+1h 2>>"$RUN/reconciler.log")
+  --starts-at now+5s --ends-at now+1h --payment-window "$PAYMENT_WINDOW" 2>>"$RUN/reconciler.log")
 say "  sale $SALE"
 
 say "step 4/8: starting the gateway and two workers"
+# The secret the simulated payment service signs its webhooks with.
+SECKILL_PAYMENT_SECRET=$(od -An -N24 -tx1 /dev/urandom | tr -d ' \n')
+export SECKILL_PAYMENT_SECRET
 # Buyer tokens: the simulator signs with the private key, the gateway holds
 # only the public half (docs/IDENTITY.md).
 KID=$(RUST_LOG=warn "$BIN/seckill-reconciler" token keygen --alg EdDSA --kid "demo-$STAMP" \
@@ -253,13 +266,13 @@ wait_port "$GW_PORT" 15 || { echo "the gateway did not start: see $RUN/gateway.l
 say "  gateway http://127.0.0.1:$GW_PORT, workers demo-w1 and demo-w2"
 
 say "step 5/8: $USERS users with signed tokens over $CONNECTIONS connections (5 % click twice, 10 hostile requests: 3 with bad tokens)"
-say "step 6/8: the simulator then waits for the queue to drain"
+say "step 6/8: the simulator then waits for the queue to drain, pays $PAY_SHARE of the winners, lets the rest expire ($PAYMENT_WINDOW) and sells their units again"
 set +e
 "$BIN/seckill-load" --sale "$SALE" --url "http://127.0.0.1:$GW_PORT" \
   --users "$USERS" --connections "$CONNECTIONS" --duplicates 0.05 --hostile 10 \
   --key "$RUN/signing-keys.jwks" \
   --user-prefix demo --wait-open --drain-timeout 300s \
-  --report-json "$RUN/load-report.json" | tee "$RUN/load-report.txt"
+  --report-json "$RUN/load-report.json" --pay-share "$PAY_SHARE" | tee "$RUN/load-report.txt"
 LOAD_RC=${PIPESTATUS[0]}
 say "  running the reconciler (grace 0 s; review file $RUN/review.sqlite3)"
 SECKILL_RECONCILE_GRACE=0s SECKILL_REVIEW_DB="$RUN/review.sqlite3" RUST_LOG=warn \

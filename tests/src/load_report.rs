@@ -20,6 +20,15 @@ pub const INVARIANTS: [&str; 13] = [
     "mysql_stock",
 ];
 
+/// The invariants of the order-lifecycle phase (`--pay-share`), after
+/// [`INVARIANTS`] in the report (`tests/src/load/lifecycle.rs`).
+pub const LIFECYCLE: [&str; 4] = [
+    "payments_applied_once",
+    "unpaid_orders_expired",
+    "returned_units_resold",
+    "lifecycle_books",
+];
+
 /// The report's `(name, ok)` pairs, in its order.
 pub fn verdicts(report: &serde_json::Value) -> Vec<(String, bool)> {
     report["invariants"]
@@ -42,5 +51,14 @@ pub fn expected(failing: &[&str]) -> Vec<(String, bool)> {
     INVARIANTS
         .iter()
         .map(|name| (name.to_string(), !failing.contains(name)))
+        .collect()
+}
+
+/// [`INVARIANTS`] then [`LIFECYCLE`], each with `ok`.
+pub fn expected_with_lifecycle() -> Vec<(String, bool)> {
+    INVARIANTS
+        .iter()
+        .chain(LIFECYCLE.iter())
+        .map(|name| (name.to_string(), true))
         .collect()
 }

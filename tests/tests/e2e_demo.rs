@@ -1,6 +1,7 @@
 //! Specifies `scripts/demo.sh` itself: on this machine, with a small sale
 //! (50 units, 2,000 users), the one-command flash sale builds, runs every
-//! service, verifies every invariant, finds nothing to reconcile, stops
+//! service, verifies every invariant, takes 35 payments, lets 15 orders
+//! expire and sells those 15 units again, finds nothing to reconcile, stops
 //! everything and exits 0; its JSON report (`demo.json`) says the same,
 //! every invariant by name. It runs against this test's private Redis and a
 //! new `seckill_demo_*` database on the test MySQL server (dropped at the
@@ -15,6 +16,9 @@ fn the_demo_sells_50_units_to_2000_users_and_exits_0() {
     let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
     let mut cmd = Command::new(root.join("scripts/demo.sh"));
     cmd.args(["--stock", "50", "--users", "2000", "--connections", "32"]);
+    // Payers pay 70 % (35) of the winners; the other 15 orders expire
+    // after 4 s, and 15 buyers told sold out buy and pay for those units.
+    cmd.args(["--pay-share", "0.7", "--payment-window", "4s"]);
     let redis = RedisServer::start();
     cmd.env("SECKILL_REDIS_URL", redis.url());
     // The account scripts/test.sh set up (root, or seckill_test when root
@@ -64,7 +68,32 @@ fn the_demo_sells_50_units_to_2000_users_and_exits_0() {
     );
     assert_eq!(
         seckill_tests::load_report::verdicts(&report["load"]),
-        seckill_tests::load_report::expected(&[])
+        seckill_tests::load_report::expected_with_lifecycle()
+    );
+    let life = &report["load"]["lifecycle"];
+    let figures: Vec<(&str, i64)> = [
+        "winners",
+        "paid_first",
+        "expired",
+        "resold",
+        "paid",
+        "pending",
+        "available_stock",
+    ]
+    .iter()
+    .map(|k| (*k, life[k].as_i64().unwrap_or(-1)))
+    .collect();
+    assert_eq!(
+        figures,
+        vec![
+            ("winners", 50),
+            ("paid_first", 35),
+            ("expired", 15),
+            ("resold", 15),
+            ("paid", 50),
+            ("pending", 0),
+            ("available_stock", 0)
+        ]
     );
     let load = &report["load"];
     assert_eq!(

@@ -35,6 +35,10 @@ options:
   --no-verify           send and report, skip the Redis and MySQL checks
   --json                print the report as JSON on stdout
   --report-json FILE    also write the JSON report to FILE (stdout keeps the text)
+  --pay-share F         then the order lifecycle: a simulated payment service pays
+                        share F (0 to 1) of the winners (POST /v1/payments, signed with
+                        SECKILL_PAYMENT_SECRET), the rest let the sale's payment window
+                        pass, buyers told sold out buy the returned units and pay
   -h, --help            this text
 
 Redis and MySQL: SECKILL_REDIS_URL, SECKILL_MYSQL_URL (as the services use).
@@ -78,6 +82,8 @@ pub struct Options {
     pub json: bool,
     /// `--report-json FILE`: the JSON report written there too.
     pub report_json: Option<std::path::PathBuf>,
+    /// `--pay-share F`: run the order-lifecycle phase, paying share F.
+    pub pay_share: Option<f64>,
     /// `--key`: the signing key file of the crowd's tokens.
     pub key: Option<std::path::PathBuf>,
 }
@@ -155,6 +161,7 @@ pub fn parse(
         verify: true,
         json: false,
         report_json: None,
+        pay_share: None,
         key: None,
     };
     let mut hostile_given = false;
@@ -181,6 +188,7 @@ pub fn parse(
             Long("no-verify") => o.verify = false,
             Long("json") => o.json = true,
             Long("report-json") => o.report_json = Some(text(p.value()?, "report-json")?.into()),
+            Long("pay-share") => o.pay_share = Some(num(p.value()?, "pay-share")?),
             other => return Err(other.unexpected().into()),
         }
     }
@@ -199,6 +207,14 @@ pub fn parse(
             .and_then(|mut a| a.next())
             .ok_or_else(|| UsageError(format!("--url {u:?}: cannot resolve {hostport:?}")))?;
         o.host = hostport.to_string();
+    }
+    if o.pay_share.is_some_and(|f: f64| !(0.0..=1.0).contains(&f)) {
+        return Err(UsageError("--pay-share: 0 to 1".into()));
+    }
+    if o.pay_share.is_some() && (o.baseline || !o.verify) {
+        return Err(UsageError(
+            "--pay-share needs the gateway and the checks (not --baseline or --no-verify)".into(),
+        ));
     }
     if o.users == 0 || o.users > 10_000_000 {
         return Err(UsageError("--users: 1 to 10000000".into()));

@@ -109,8 +109,15 @@ pub struct Check {
     pub detail: String,
 }
 
+impl Check {
+    /// A verdict named `name`.
+    pub fn new(name: &'static str, ok: bool, detail: String) -> Check {
+        Check { name, ok, detail }
+    }
+}
+
 fn check(name: &'static str, ok: bool, detail: String) -> Check {
-    Check { name, ok, detail }
+    Check::new(name, ok, detail)
 }
 
 /// What the checks compare against.

@@ -10,12 +10,15 @@
 //! - [`drive`]: one thread per connection sends the plan and records every answer.
 //! - [`state`]: what is read from Redis and MySQL, and the wait for the workers.
 //! - [`invariants`]: the answers counted and every invariant checked (pure).
+//! - [`lifecycle`]: `--pay-share`: payments, expiries and the resale after
+//!   the crowd, and their invariants.
 //! - [`report`]: the report as text or JSON.
 
 pub mod cli;
 pub mod drive;
 pub mod http;
 pub mod invariants;
+pub mod lifecycle;
 pub mod plan;
 pub mod report;
 pub mod state;
@@ -37,6 +40,8 @@ pub enum LoadError {
     Unreachable(std::net::SocketAddr, std::io::Error),
     /// The `--report-json` file cannot be written.
     Report(std::path::PathBuf, std::io::Error),
+    /// `--pay-share` cannot run on this sale or configuration.
+    Lifecycle(String),
 }
 
 impl fmt::Display for LoadError {
@@ -48,6 +53,7 @@ impl fmt::Display for LoadError {
                 write!(f, "cannot connect to the gateway at {addr}: {e}")
             }
             LoadError::Report(path, e) => write!(f, "--report-json {}: {e}", path.display()),
+            LoadError::Lifecycle(e) => write!(f, "--pay-share: {e}"),
         }
     }
 }
@@ -146,6 +152,7 @@ pub fn run(o: &cli::Options, config: &seckill_common::Config) -> Result<bool, Lo
     let mut redis_state = None;
     let mut mysql_state = None;
     let mut checks = Vec::new();
+    let mut life = None;
     if let (true, Some(st)) = (o.verify, store.as_mut()) {
         if !o.baseline {
             eprintln!("load: waiting for the workers to drain the queue");
@@ -164,6 +171,35 @@ pub fn run(o: &cli::Options, config: &seckill_common::Config) -> Result<bool, Lo
             mysql: mysql_state.as_ref(),
         };
         checks = invariants::checks(&tally, &facts);
+        if let (Some(share), Some(row)) = (o.pay_share, sale) {
+            let window_ms = row.payment_window_ms.ok_or_else(|| {
+                LoadError::Lifecycle(
+                    "the sale has no payment window (sale create --payment-window)".into(),
+                )
+            })?;
+            let secret = config
+                .payment_secret
+                .as_ref()
+                .ok_or_else(|| LoadError::Lifecycle("SECKILL_PAYMENT_SECRET is not set".into()))?;
+            let lspec = lifecycle::LifecycleSpec {
+                addr: o.addr,
+                host: &o.host,
+                sale_id: o.sale_id,
+                user_prefix: &o.user_prefix,
+                timeout: o.timeout,
+                tokens: tokens.as_ref(),
+                pay_share: share,
+                secret: &secret.0,
+                price_cents: row.price_cents,
+                window_ms,
+                total_stock: row.total_stock,
+                wait: o.drain_timeout,
+            };
+            eprintln!("load: the order lifecycle: payments, expiries, resale");
+            let l = lifecycle::run(&lspec, &steps, &outcome.records, st)?;
+            checks.extend(lifecycle::checks(&lspec, &l));
+            life = Some(l);
+        }
     }
     let starts = sale.map(|s| s.starts_at_ms);
     let rep = report::Report {
@@ -188,6 +224,7 @@ pub fn run(o: &cli::Options, config: &seckill_common::Config) -> Result<bool, Lo
             .zip(mysql_state.as_ref().and_then(|m| m.last_order_ms))
             .map(|(s, last)| last - s),
         checks: &checks,
+        lifecycle: life.as_ref(),
     };
     if let Some(path) = &o.report_json {
         std::fs::write(path, format!("{}\n", rep.to_json()))

@@ -42,6 +42,8 @@ pub struct Report<'a> {
     pub open_to_last_order_ms: Option<i64>,
     /// The invariants (empty with `--no-verify`).
     pub checks: &'a [Check],
+    /// The order-lifecycle phase (`--pay-share`), when it ran.
+    pub lifecycle: Option<&'a crate::load::lifecycle::LifecycleOutcome>,
 }
 
 impl Report<'_> {
@@ -108,6 +110,12 @@ impl Report<'_> {
             "open_to_first_request_ms": self.open_to_first_request_ms,
             "open_to_last_202_ms": self.open_to_last_202_ms,
             "open_to_last_order_ms": self.open_to_last_order_ms,
+            "lifecycle": self.lifecycle.map(|l| json!({
+                "winners": l.winners, "paid_first": l.paid_first, "resold": l.resold,
+                "payments_refused": l.payments_refused, "paid": l.end.paid,
+                "expired": l.end.expired, "pending": l.end.pending,
+                "available_stock": l.end.available, "elapsed_s": l.elapsed_s,
+            })),
             "invariants": self.checks.iter().map(|c| json!({
                 "name": c.name, "ok": c.ok, "detail": c.detail,
             })).collect::<Vec<_>>(),
@@ -169,6 +177,20 @@ impl Report<'_> {
                 m.available_stock,
                 self.total_stock,
                 m.users_with_two_orders
+            );
+        }
+        if let Some(l) = self.lifecycle {
+            let _ = writeln!(
+                s,
+                "  lifecycle   {} of {} winners paid, {} expired and went back on sale, {} resold and paid: {} paid, {} pending, available_stock {} ({:.1} s)",
+                l.paid_first,
+                l.winners,
+                l.end.expired,
+                l.resold,
+                l.end.paid,
+                l.end.pending,
+                l.end.available,
+                l.elapsed_s
             );
         }
         let mut timing = Vec::new();

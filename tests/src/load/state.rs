@@ -50,10 +50,31 @@ impl From<mysql::Error> for StateError {
 pub struct SaleRow {
     /// `sales.total_stock`.
     pub total_stock: u64,
+    /// `sales.price_cents`.
+    pub price_cents: u64,
+    /// `sales.payment_window_ms` (`None`: orders are final at creation).
+    pub payment_window_ms: Option<u64>,
     /// `sales.starts_at` in Unix ms.
     pub starts_at_ms: i64,
     /// MySQL's `NOW(3)` in Unix ms when read.
     pub mysql_now_ms: i64,
+}
+
+/// The sale's orders by lifecycle status, as MySQL holds them.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct LifecycleCounts {
+    /// `sales.available_stock`.
+    pub available: i64,
+    /// Orders `paid`.
+    pub paid: u64,
+    /// Orders `pending_payment`.
+    pub pending: u64,
+    /// Orders `expired`.
+    pub expired: u64,
+    /// Stock ledger rows with reason `release`.
+    pub released: u64,
+    /// Rows of `payments` for the sale.
+    pub payments: u64,
 }
 
 /// Redis and MySQL connections for one run.
@@ -125,17 +146,20 @@ impl Store {
 
     /// The sale's row. Errors: [`StateError::UnknownSale`].
     pub fn sale(&mut self) -> Result<SaleRow, StateError> {
-        let row: Option<(u64, i64, i64)> = self.mysql.exec_first(
+        let row: Option<(u64, i64, i64, u64, Option<u64>)> = self.mysql.exec_first(
             "SELECT total_stock,
                     CAST(ROUND(UNIX_TIMESTAMP(starts_at) * 1000) AS SIGNED),
-                    CAST(ROUND(UNIX_TIMESTAMP(NOW(3)) * 1000) AS SIGNED)
+                    CAST(ROUND(UNIX_TIMESTAMP(NOW(3)) * 1000) AS SIGNED),
+                    price_cents, payment_window_ms
              FROM sales WHERE id = ?",
             (self.sale_id,),
         )?;
-        let (total_stock, starts_at_ms, mysql_now_ms) =
+        let (total_stock, starts_at_ms, mysql_now_ms, price_cents, payment_window_ms) =
             row.ok_or(StateError::UnknownSale(self.sale_id))?;
         Ok(SaleRow {
             total_stock,
+            price_cents,
+            payment_window_ms,
             starts_at_ms,
             mysql_now_ms,
         })
@@ -213,6 +237,40 @@ impl Store {
             processing,
             dead_letters,
         }))
+    }
+
+    /// The sale's orders by lifecycle status, in one statement.
+    pub fn lifecycle_counts(&mut self) -> Result<LifecycleCounts, StateError> {
+        let id = self.sale_id;
+        let row: Option<(i64, u64, u64, u64, u64, u64)> = self.mysql.exec_first(
+            "SELECT s.available_stock,
+                    (SELECT COUNT(*) FROM orders WHERE sale_id = s.id AND status = 'paid'),
+                    (SELECT COUNT(*) FROM orders WHERE sale_id = s.id AND status = 'pending_payment'),
+                    (SELECT COUNT(*) FROM orders WHERE sale_id = s.id AND status = 'expired'),
+                    (SELECT COUNT(*) FROM stock_ledger WHERE sale_id = s.id AND reason = 'release'),
+                    (SELECT COUNT(*) FROM payments WHERE sale_id = s.id)
+             FROM sales s WHERE s.id = ?",
+            (id,),
+        )?;
+        let (available, paid, pending, expired, released, payments) =
+            row.ok_or(StateError::UnknownSale(id))?;
+        Ok(LifecycleCounts {
+            available,
+            paid,
+            pending,
+            expired,
+            released,
+            payments,
+        })
+    }
+
+    /// The sale's Redis stock (0 without Redis or without the key).
+    pub fn redis_stock(&mut self) -> Result<i64, StateError> {
+        let k = SaleKeys::new(self.sale_id);
+        match self.redis.as_mut() {
+            Some(r) => Ok(r.get::<_, Option<i64>>(k.stock())?.unwrap_or(0)),
+            None => Ok(0),
+        }
     }
 
     /// The sale's MySQL figures.
