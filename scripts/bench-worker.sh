@@ -6,7 +6,8 @@
 # printing orders/s and the ratio to batch size 1 (one transaction per order).
 # Before each drain it times the raw rate of the same MariaDB taking the same
 # rows (order + ledger row per message, multi-row INSERTs of one batch, one
-# commit per batch) and prints worker / raw (issue 16 target: >= 0.5), and
+# commit per batch; at most 2,000 commits, so batch 1 stays quick) and
+# prints worker / raw (issue 16 target: >= 0.5), and
 # Redis's server time per order by command (INFO commandstats).
 # BENCH_WORKER_BIN runs another worker binary (e.g. a build of an older
 # commit, for before/after figures in one session).
