@@ -6,8 +6,12 @@
 # MySQL database. Then times, against the same data:
 #   - `seckill-reconciler bench-read ID`: merely reading the three data sets
 #     (flow records by HSCAN, ledger rows and orders by streamed SELECT);
-#   - `seckill-reconciler run`: the whole reconciliation, with peak RSS.
-# Target (issue 5): run <= 2 x read time, memory bounded.
+#   - `seckill-reconciler run`: the whole reconciliation, with peak RSS;
+# each with its CPU time (the client's, MySQL's and Redis's: on 2 shared
+# cores wall time drifts with other work, CPU much less), BENCH_ROUNDS
+# rounds (default 2). BENCH_COMPARE_BIN: another build (say, of an older
+# commit) measured first in each round on the same data (before/after).
+# Targets: issue 5 run <= 2 x read time, memory bounded; issue 16 <= 1.3 x.
 #
 # Usage: scripts/bench-reconciler.sh [N]
 # MySQL server: SECKILL_TEST_MYSQL_URL (default mysql://root@127.0.0.1:3306/).
@@ -90,15 +94,35 @@ redis-cli -p "$PORT" SET 'seckill:{sale:1}:stock' 0 >/dev/null
 redis-cli -p "$PORT" SADD seckill:sales 1 >/dev/null
 echo "built in $(echo "$(date +%s.%N) - $t0" | bc) s" >&2
 
-for round in 1 2; do
-  read_ms=$("$BIN" bench-read 1 | sed -n 's/.*read_ms=\([0-9]*\).*/\1/p')
-  /usr/bin/time -v "$BIN" run 2>"$WORK/time.txt" >/dev/null || true
+# cpu_ticks PID: utime + stime of a process in clock ticks (0 when gone).
+cpu_ticks() { awk '{ sub(/.*\) /, ""); print $12 + $13 }' "/proc/$1/stat" 2>/dev/null || echo 0; }
+MYSQLD_PID=$(pidof mariadbd mysqld 2>/dev/null | awk '{print $1}')
+TICK=$(getconf CLK_TCK)
+# servers_ticks: MySQL's and this Redis's ticks together.
+servers_ticks() { echo $(( $(cpu_ticks "${MYSQLD_PID:-0}") + $(cpu_ticks "$REDIS_PID") )); }
+# client_ms FILE: user + system time from /usr/bin/time -v, in ms.
+client_ms() { awk -F': ' '/User time|System time/ { s += $2 } END { printf "%d", s * 1000 }' "$1"; }
+
+for round in $(seq 1 "${BENCH_ROUNDS:-2}"); do
+for RUN_BIN in ${BENCH_COMPARE_BIN:-} "$BIN"; do
+  s0=$(servers_ticks)
+  /usr/bin/time -v "$RUN_BIN" bench-read 1 >"$WORK/read.txt" 2>"$WORK/read-time.txt"
+  s1=$(servers_ticks)
+  read_ms=$(sed -n 's/.*read_ms=\([0-9]*\).*/\1/p' "$WORK/read.txt")
+  read_cpu=$(( $(client_ms "$WORK/read-time.txt") + (s1 - s0) * 1000 / TICK ))
+  /usr/bin/time -v "$RUN_BIN" run 2>"$WORK/time.txt" >/dev/null || true
+  s2=$(servers_ticks)
+  run_cpu=$(( $(client_ms "$WORK/time.txt") + (s2 - s1) * 1000 / TICK ))
   code=$(sed -n 's/.*Exit status: //p' "$WORK/time.txt")
   wall=$(sed -n 's/.*Elapsed (wall clock) time (h:mm:ss or m:ss): //p' "$WORK/time.txt")
   rss=$(sed -n 's/.*Maximum resident set size (kbytes): //p' "$WORK/time.txt")
   run_ms=$(echo "$wall" | awk -F: '{ if (NF == 3) print int(($1 * 3600 + $2 * 60 + $3) * 1000); else print int(($1 * 60 + $2) * 1000) }')
   summary=$(grep 'seckill-reconciler: run' "$WORK/time.txt" || true)
+  [ -n "${BENCH_COMPARE_BIN:-}" ] && echo "  ($RUN_BIN)"
   printf 'round %d: N=%d  bare read %d ms  run %d ms  ratio %.2f  peak RSS %d MiB  exit %s\n' \
     "$round" "$N" "$read_ms" "$run_ms" "$(echo "$run_ms / $read_ms" | bc -l)" $(( rss / 1024 )) "$code"
+  printf '  CPU (client + MySQL + Redis): bare read %d ms  run %d ms  ratio %.2f\n' \
+    "$read_cpu" "$run_cpu" "$(echo "$run_cpu / $read_cpu" | bc -l)"
   echo "  $summary"
+done
 done

@@ -4,10 +4,17 @@
 # private redis-server, then times one release-built seckill-worker draining
 # them into MariaDB with batch sizes BENCH_BATCHES (default "1 16 256"),
 # printing orders/s and the ratio to batch size 1 (one transaction per order).
+# Before each drain it times the raw rate of the same MariaDB taking the same
+# rows (order + ledger row per message, multi-row INSERTs of one batch, one
+# commit per batch; at most 2,000 commits, so batch 1 stays quick) and
+# prints worker / raw (issue 16 target: >= 0.5), and
+# Redis's server time per order by command (INFO commandstats).
+# BENCH_WORKER_BIN runs another worker binary (e.g. a build of an older
+# commit, for before/after figures in one session).
 #
 # MySQL: SECKILL_TEST_MYSQL_URL (server URL, no database) when set, else the
 # account scripts/test.sh sets up. The database seckill_demo_bench_worker is
-# dropped and recreated for each batch size. Target (issue 4): batch 256 at
+# dropped and recreated for each run. Target (issue 4): batch 256 at
 # least 20 x batch 1 on the same machine.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -33,5 +40,7 @@ for _ in $(seq 1 100); do port_open 127.0.0.1 "$port" && break; sleep 0.1; done
 echo "bench-worker: $messages messages, batch sizes: $batches; $(nproc) cores;" \
   "MariaDB $(mariadb --protocol=TCP -h127.0.0.1 -P3306 -uroot -N -e 'SELECT VERSION()' 2>/dev/null || echo '?')"
 # shellcheck disable=SC2086 # batch sizes are separate arguments
-target/release/examples/bench_worker target/release/seckill-worker \
+BENCH_MYSQL_PID=$(pidof mariadbd mysqld 2>/dev/null | awk '{print $1}') \
+BENCH_REDIS_PID=$redis_pid \
+  target/release/examples/bench_worker "${BENCH_WORKER_BIN:-target/release/seckill-worker}" \
   "redis://127.0.0.1:$port/" "$SECKILL_TEST_MYSQL_URL" "$messages" $batches

@@ -8,23 +8,32 @@ use redis::{Connection, Script};
 use std::sync::OnceLock;
 
 /// Moves up to `ARGV[1]` messages from the queue (`KEYS[1]`, right end) to
-/// the processing list (`KEYS[2]`, left end) without blocking, one `LMOVE`
-/// (or `RPOPLPUSH` when `ARGV[2]` says the server predates 6.2) each, and
-/// returns them oldest first. Atomic, one round trip.
-const TAKE_LUA: &str = r#"
+/// the processing list (`KEYS[2]`, left end) without blocking and returns
+/// them oldest first: the same lists as one `LMOVE queue processing RIGHT
+/// LEFT` per message, in three commands (`LRANGE`, `LTRIM`, `LPUSH` of up
+/// to 1,000 values each) instead of one per message (docs/PERFORMANCE.md,
+/// worker). Atomic, one round trip, every Redis version. Both types are
+/// checked first, so nothing is trimmed from the queue that the push could
+/// then fail to place.
+const TAKE_LUA: &str = concat!(
+    crate::lua_expect_types!(),
+    r#"
+local bad = expect_types({KEYS[1], 'list', KEYS[2], 'list'})
+if bad then return bad end
+local n = tonumber(ARGV[1])
+if n < 1 then return {} end
+local newest_first = redis.call('LRANGE', KEYS[1], -n, -1)
+local got = #newest_first
+if got == 0 then return newest_first end
+redis.call('LTRIM', KEYS[1], 0, -got - 1)
 local out = {}
-for i = 1, tonumber(ARGV[1]) do
-  local v
-  if ARGV[2] == 'LMOVE' then
-    v = redis.call('LMOVE', KEYS[1], KEYS[2], 'RIGHT', 'LEFT')
-  else
-    v = redis.call('RPOPLPUSH', KEYS[1], KEYS[2])
-  end
-  if not v then break end
-  out[#out + 1] = v
+for i = got, 1, -1 do out[#out + 1] = newest_first[i] end
+for i = 1, got, 1000 do
+  redis.call('LPUSH', KEYS[2], unpack(out, i, math.min(i + 999, got)))
 end
 return out
-"#;
+"#
+);
 
 /// Moves every message of a processing list (`KEYS[1]`) back to the
 /// consuming (right) end of its queue (`KEYS[2]`), the oldest ending
@@ -48,16 +57,15 @@ end
 );
 
 /// Moves up to `max` messages from the right end of `queue` to the left end
-/// of `processing` in one atomic script (`LMOVE` when `lmove`, else
-/// `RPOPLPUSH` for Redis before 6.2); returns them oldest first.
+/// of `processing` in one atomic script; returns them oldest first.
 ///
-/// Errors: Redis failures (`WRONGTYPE` when a key holds another type).
+/// Errors: Redis failures, or the script's refusal, with nothing moved,
+/// when either key holds another type.
 pub fn take(
     con: &mut Connection,
     queue: &str,
     processing: &str,
     max: usize,
-    lmove: bool,
 ) -> redis::RedisResult<Vec<Vec<u8>>> {
     static SCRIPT: OnceLock<Script> = OnceLock::new();
     SCRIPT
@@ -65,7 +73,6 @@ pub fn take(
         .key(queue)
         .key(processing)
         .arg(max)
-        .arg(if lmove { "LMOVE" } else { "RPOPLPUSH" })
         .invoke(con)
 }
 

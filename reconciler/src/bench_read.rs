@@ -1,7 +1,8 @@
 //! Owns `seckill-reconciler bench-read ID`: the benchmark's baseline. It reads
 //! the three data sets of one sale exactly as `run` reads them (flow records
-//! by `HSCAN`, ledger deductions and orders by streamed `SELECT`) and does
-//! nothing with them, then prints the counts and the time in ms. Read-only.
+//! by `HSCAN`, orders and ledger rows by streamed `SELECT` in one snapshot,
+//! `mysql_read::snapshot`) and does nothing with them, then prints the
+//! counts and the time in ms. Read-only.
 
 use crate::error::RunError;
 use crate::run_cmd::redis_connect;
@@ -21,9 +22,9 @@ pub fn bench_read(config: &Config, id: u64) -> Result<u8, RunError> {
         |_, _| flows += 1,
         || Ok::<(), RunError>(()),
     )?;
-    let ledger = crate::mysql_read::deducted_ids(&mut mysql, id)?.len();
     let mut orders = 0u64;
-    crate::mysql_read::for_each_order_id(&mut mysql, id, |_| orders += 1)?;
+    let snap = crate::mysql_read::snapshot(&mut mysql, id, |_| orders += 1)?;
+    let ledger = snap.map_or(0, |s| s.deducted.len());
     crate::output::outln!(
         "flow_records={flows} ledger_rows={ledger} orders={orders} read_ms={}",
         started.elapsed().as_millis()

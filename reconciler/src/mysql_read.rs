@@ -1,7 +1,7 @@
 //! Owns what the reconciler reads from MySQL: the sales to check, a sale's
-//! books (totals in one consistent snapshot), the stock ledger and the orders
-//! streamed row by row (never loaded whole), and point look-ups for the few
-//! reservations that need a closer look.
+//! snapshot (its totals, the orders and the stock ledger streamed row by
+//! row, never loaded whole, in one consistent snapshot), and point look-ups
+//! for the few reservations that need a closer look.
 //!
 //! Reservation ids travel as `u128` (32 hex digits decoded): 16 bytes per
 //! order instead of a 56-byte `String`, and they sort and binary-search fast.
@@ -80,10 +80,35 @@ pub fn sales_to_check(db: &mut Conn, lookback: Duration) -> mysql::Result<Vec<u6
     )
 }
 
-/// The books of sale `sale_id`; `None` when MySQL has no such sale. The
-/// three reads share one snapshot, so a worker's commit is either wholly in
-/// them or wholly out.
-pub fn books(db: &mut Conn, sale_id: u64) -> mysql::Result<Option<Books>> {
+/// What one consistent snapshot of a sale's MySQL side holds
+/// ([`snapshot`]).
+#[derive(Debug)]
+pub struct Snapshot {
+    /// The totals.
+    pub books: Books,
+    /// The reservation ids of the stock deductions (ledger rows with
+    /// reason `order` or `compensation`), sorted; ids that are not 32 hex
+    /// digits are skipped (no order can match them either).
+    pub deducted: Vec<u128>,
+}
+
+/// Reads sale `sale_id`'s MySQL side in one consistent snapshot, each table
+/// once: the sale row, the reservation ids of its orders that hold a unit
+/// (not the released ones, whose flow record Redis keeps in `released`),
+/// streamed into `on_order` one at a time (the raw bytes of
+/// `orders.reservation_id`) and counted, then its ledger rows, streamed,
+/// summed and the deductions' ids kept. `None` when MySQL has no such
+/// sale. A worker's commit is either wholly in it or wholly out. The
+/// totals come from the same streams, not from `COUNT(*)` and `SUM`
+/// queries that would read both tables a second time (docs/PERFORMANCE.md,
+/// reconciler).
+///
+/// Errors: MySQL failures.
+pub fn snapshot(
+    db: &mut Conn,
+    sale_id: u64,
+    mut on_order: impl FnMut(&[u8]),
+) -> mysql::Result<Option<Snapshot>> {
     db.query_drop("START TRANSACTION WITH CONSISTENT SNAPSHOT, READ ONLY")?;
     let result = (|| {
         let sale: Option<(i64, i64)> = db.exec_first(
@@ -93,67 +118,60 @@ pub fn books(db: &mut Conn, sale_id: u64) -> mysql::Result<Option<Books>> {
         let Some((total_stock, available_stock)) = sale else {
             return Ok(None);
         };
-        let ledger = seckill_common::schema::ledger_deductions(db, sale_id)?;
-        let orders: Option<i64> = db.exec_first(
+        let mut orders = 0i64;
+        let rows = db.exec_iter(
             format!(
-                "SELECT COUNT(*) FROM orders WHERE sale_id = ? AND status NOT IN {RELEASED_SQL}"
+                "SELECT reservation_id FROM orders WHERE sale_id = ? AND status NOT IN {RELEASED_SQL}"
             ),
             (sale_id,),
         )?;
-        Ok(Some(Books {
-            total_stock,
-            available_stock,
-            ledger_deductions: ledger,
-            orders: orders.unwrap_or(0),
+        for row in rows {
+            let mut row = row?;
+            orders += 1;
+            if let Some(Ok(id)) = row.take_opt::<Vec<u8>, _>(0) {
+                on_order(&id);
+            }
+        }
+        let (deducted, ledger_deductions) = ledger(db, sale_id)?;
+        Ok(Some(Snapshot {
+            books: Books {
+                total_stock,
+                available_stock,
+                ledger_deductions,
+                orders,
+            },
+            deducted,
         }))
     })();
     db.query_drop("COMMIT")?;
     result
 }
 
-/// Streams the reservation ids of the sale's stock deductions (ledger rows
-/// with reason `order` or `compensation`) and returns them sorted; ids that
-/// are not 32 hex digits are skipped (no order can match them either).
-pub fn deducted_ids(db: &mut Conn, sale_id: u64) -> mysql::Result<Vec<u128>> {
-    let mut out = Vec::new();
+/// Streams every ledger row of the sale: the sorted ids of its deductions
+/// (reason `order` or `compensation`) and the units the whole ledger
+/// deducts (`-SUM(delta)`, as `seckill_common::schema::ledger_deductions`).
+fn ledger(db: &mut Conn, sale_id: u64) -> mysql::Result<(Vec<u128>, i64)> {
+    let mut ids = Vec::new();
+    let mut deducted = 0i64;
     let rows = db.exec_iter(
-        "SELECT reservation_id FROM stock_ledger
-         WHERE sale_id = ? AND reason IN ('order', 'compensation')",
+        "SELECT reservation_id, delta, reason IN ('order', 'compensation')
+         FROM stock_ledger WHERE sale_id = ?",
         (sale_id,),
     )?;
     for row in rows {
         let mut row = row?;
+        deducted -= row.take_opt::<i64, _>(1).and_then(Result::ok).unwrap_or(0);
+        if row.take_opt::<i64, _>(2).and_then(Result::ok) != Some(1) {
+            continue;
+        }
         if let Some(Ok(id)) = row.take_opt::<Vec<u8>, _>(0) {
             if let Some(v) = rid_to_u128(&id) {
-                out.push(v);
+                ids.push(v);
             }
         }
     }
-    out.sort_unstable();
-    Ok(out)
-}
-
-/// Streams the reservation ids of the sale's orders that hold a unit (not
-/// the released ones, whose flow record Redis keeps in `released`) into
-/// `f`, one at a time (the raw bytes of `orders.reservation_id`).
-pub fn for_each_order_id(
-    db: &mut Conn,
-    sale_id: u64,
-    mut f: impl FnMut(&[u8]),
-) -> mysql::Result<()> {
-    let rows = db.exec_iter(
-        format!(
-            "SELECT reservation_id FROM orders WHERE sale_id = ? AND status NOT IN {RELEASED_SQL}"
-        ),
-        (sale_id,),
-    )?;
-    for row in rows {
-        let mut row = row?;
-        if let Some(Ok(id)) = row.take_opt::<Vec<u8>, _>(0) {
-            f(&id);
-        }
-    }
-    Ok(())
+    ids.sort_unstable();
+    Ok((ids, deducted))
 }
 
 /// The orders among `rids` (any number; looked up [`LOOKUP_CHUNK`] at a time).

@@ -3,10 +3,12 @@
 //! gathered into one [`SaleScan`] value for the rules (`rules/`) to judge.
 //!
 //! Order of reads:
-//! 1. Redis totals (one `MULTI`) and MySQL books (one snapshot);
-//! 2. the orders' reservation ids, streamed into a sorted `Vec<u128>`
-//!    (16 bytes per order: the only memory that grows with the sale);
-//! 3. the ledger's deductions, streamed, marking orders that have one;
+//! 1. Redis totals (one `MULTI`);
+//! 2. MySQL in one snapshot (`mysql_read::snapshot`): the books, the
+//!    orders' reservation ids streamed into a sorted `Vec<u128>` (16 bytes
+//!    per order: the only memory that grows with the sale), the ledger's
+//!    deductions streamed (16 bytes each); then
+//! 3. the orders that have a deduction are marked;
 //! 4. the flow records by `HSCAN`, marking orders that have one; a flow record
 //!    with no order and older than the grace period becomes a candidate;
 //! 5. the dead-letter list;
@@ -112,11 +114,11 @@ impl Bits {
 /// Errors: Redis or MySQL failures, or what `ctx.tick` returns.
 pub fn scan(ctx: &mut Ctx<'_>, sale_id: u64) -> Result<Option<SaleScan>, RunError> {
     let totals = redis_read::totals(ctx.redis, sale_id)?;
-    let Some(books) = mysql_read::books(ctx.mysql, sale_id)? else {
+    let Some((books, orders, odd_orders, deducted)) = read_mysql(ctx, sale_id)? else {
         return Ok(None);
     };
-    let (orders, odd_orders) = order_ids(ctx, sale_id, &books)?;
-    let has_ledger = ledger_marks(ctx, sale_id, &orders)?;
+    let has_ledger = ledger_marks(&orders, &deducted);
+    drop(deducted);
     let flows = flow_marks(ctx, sale_id, &orders, totals.now_ms)?;
     let dead = redis_read::dead_letters(ctx.redis, sale_id)?;
     let unordered = unordered(ctx, sale_id, flows.candidates)?;
@@ -174,35 +176,40 @@ fn released_held(ctx: &mut Ctx<'_>, sale_id: u64) -> Result<Vec<ReleasedOrder>, 
         .collect())
 }
 
-/// Step 2: the orders' reservation ids, sorted and distinct, and those that
-/// are not one of ours (as text).
-fn order_ids(
+/// Step 2: the books, the orders' reservation ids (sorted and distinct),
+/// those that are not one of ours (as text), and the ledger's deductions
+/// (sorted), in one snapshot; `None` when MySQL has no such sale.
+#[allow(clippy::type_complexity)]
+fn read_mysql(
     ctx: &mut Ctx<'_>,
     sale_id: u64,
-    books: &Books,
-) -> Result<(Vec<u128>, Vec<String>), RunError> {
-    let mut orders: Vec<u128> = Vec::with_capacity(books.orders.max(0) as usize);
+) -> Result<Option<(Books, Vec<u128>, Vec<String>, Vec<u128>)>, RunError> {
+    let mut orders: Vec<u128> = Vec::new();
     let mut odd: Vec<String> = Vec::new();
-    mysql_read::for_each_order_id(ctx.mysql, sale_id, |id| match rid_to_u128(id) {
+    let snap = mysql_read::snapshot(ctx.mysql, sale_id, |id| match rid_to_u128(id) {
         Some(v) => orders.push(v),
         None => odd.push(String::from_utf8_lossy(id).into_owned()),
     })?;
+    let Some(snap) = snap else {
+        return Ok(None);
+    };
     orders.sort_unstable();
     orders.dedup();
     (ctx.tick)()?;
-    Ok((orders, odd))
+    Ok(Some((snap.books, orders, odd, snap.deducted)))
 }
 
-/// Step 3: which of `orders` have a ledger deduction.
-fn ledger_marks(ctx: &mut Ctx<'_>, sale_id: u64, orders: &[u128]) -> Result<Bits, RunError> {
+/// Step 3: which of `orders` have a deduction (both sorted: one merge).
+fn ledger_marks(orders: &[u128], deducted: &[u128]) -> Bits {
     let mut has_ledger = Bits::new(orders.len());
-    for v in mysql_read::deducted_ids(ctx.mysql, sale_id)? {
-        if let Ok(i) = orders.binary_search(&v) {
+    let mut d = deducted.iter().peekable();
+    for (i, v) in orders.iter().enumerate() {
+        while d.next_if(|x| *x < v).is_some() {}
+        if d.peek() == Some(&v) {
             has_ledger.set(i);
         }
     }
-    (ctx.tick)()?;
-    Ok(has_ledger)
+    has_ledger
 }
 
 /// What step 4 read.
@@ -315,4 +322,22 @@ fn unordered(
         });
     }
     Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::ledger_marks;
+
+    /// The merge marks exactly the orders whose id is among the deductions,
+    /// with deductions before, between, after and equal to the orders.
+    #[test]
+    fn ledger_marks_are_the_orders_with_a_deduction() {
+        let orders = [3u128, 5, 9, 12];
+        let deducted = [1u128, 5, 5, 7, 12, 40];
+        let marks = ledger_marks(&orders, &deducted);
+        let got: Vec<bool> = (0..orders.len()).map(|i| marks.get(i)).collect();
+        assert_eq!(got, [false, true, false, true]);
+        let none = ledger_marks(&orders, &[]);
+        assert!((0..orders.len()).all(|i| !none.get(i)));
+    }
 }

@@ -2,8 +2,8 @@
 //! nothing (issue 10 §2): with any key it writes holding the wrong type (or
 //! a counter that is not an integer), a purchase is answered 503 and every
 //! key is left byte for byte as it was; once the key is fixed, the same user
-//! buys and exactly one order is made. The release and load scripts refuse
-//! the same way.
+//! buys and exactly one order is made. The release, load and worker's take
+//! scripts refuse the same way.
 
 #[path = "gateway_support.rs"]
 mod gateway_support;
@@ -174,4 +174,60 @@ fn release_and_load_refuse_a_key_of_the_wrong_type_and_change_nothing() {
         release(&mut con, 3, &rid, &[]).unwrap(),
         seckill_common::release::ReleaseOutcome::Released { stock_after: 5 }
     );
+}
+
+/// The worker's take script (`seckill_common::reliable_queue::take`): the
+/// same lists as one `LMOVE queue processing RIGHT LEFT` per message, oldest
+/// first; with the processing list of the wrong type it refuses and the
+/// queue keeps every message (the script trims the queue only after both
+/// types were checked).
+#[test]
+fn the_take_moves_like_lmove_and_refuses_a_processing_list_of_the_wrong_type() {
+    use seckill_common::reliable_queue::take;
+    let redis = RedisServer::start();
+    let mut con = redis.con();
+    let (queue, processing) = ("q", "p");
+    // Pushed oldest first onto the left: m1 is the rightmost.
+    for m in ["m1", "m2", "m3", "m4", "m5"] {
+        let _: () = redis::cmd("LPUSH")
+            .arg(queue)
+            .arg(m)
+            .query(&mut con)
+            .unwrap();
+    }
+    let got = take(&mut con, queue, processing, 3).unwrap();
+    assert_eq!(got, [b"m1".to_vec(), b"m2".to_vec(), b"m3".to_vec()]);
+    let list = |con: &mut redis::Connection, k: &str| -> Vec<String> {
+        redis::cmd("LRANGE")
+            .arg(k)
+            .arg(0)
+            .arg(-1)
+            .query(con)
+            .unwrap()
+    };
+    assert_eq!(list(&mut con, queue), ["m5", "m4"]);
+    assert_eq!(list(&mut con, processing), ["m3", "m2", "m1"]);
+    // More than is left: the rest, and the queue key is gone.
+    let got = take(&mut con, queue, processing, 10).unwrap();
+    assert_eq!(got, [b"m4".to_vec(), b"m5".to_vec()]);
+    assert_eq!(list(&mut con, processing), ["m5", "m4", "m3", "m2", "m1"]);
+    let exists: u32 = redis::cmd("EXISTS").arg(queue).query(&mut con).unwrap();
+    assert_eq!(exists, 0);
+    assert!(take(&mut con, queue, processing, 10).unwrap().is_empty());
+
+    let _: () = redis::cmd("RPUSH")
+        .arg(queue)
+        .arg("m6")
+        .query(&mut con)
+        .unwrap();
+    let _: () = redis::cmd("SET")
+        .arg("bad")
+        .arg("x")
+        .query(&mut con)
+        .unwrap();
+    let e = take(&mut con, queue, "bad", 10).unwrap_err();
+    assert!(e.to_string().contains("WRONGTYPE"), "{e}");
+    assert_eq!(list(&mut con, queue), ["m6"]);
+    let bad: String = redis::cmd("GET").arg("bad").query(&mut con).unwrap();
+    assert_eq!(bad, "x");
 }

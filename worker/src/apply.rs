@@ -2,7 +2,8 @@
 //! order messages into orders, stock ledger rows and one guarded stock
 //! decrement, idempotently (a redelivered message changes nothing).
 //!
-//! Transaction, at `READ COMMITTED` (no gap locks, so fewer deadlocks):
+//! Transaction, at `READ COMMITTED` (no gap locks, so fewer deadlocks; set
+//! once per session, so `BEGIN` is one round trip):
 //!
 //! 1. `SELECT available_stock FROM sales WHERE id = ? FOR UPDATE` locks the
 //!    sale row first. Every worker applying this sale queues here, so the
@@ -27,24 +28,29 @@
 //!    AND available_stock >= n` with `n` = new orders. No row changed: the
 //!    batch would oversell; roll back and report [`Applied::StockExhausted`].
 //!
+//! The fresh path, tried first: most batches are new reservations, so the
+//! transaction skips step 2's read (a 512-value `IN` over two indexes, ~10 %
+//! of a batch's time, docs/PERFORMANCE.md) and lets the unique keys do it:
+//! step 1, then step 3 for every message. When all of them went in, no
+//! message had an order (`orders_reservation`) and no buyer held one
+//! (`orders_sale_live_user`), which is exactly what step 2 would have
+//! found; steps 4 and 5 follow as above. When fewer went in (a redelivery,
+//! a conflict, a repeat within the batch), or the stock cannot cover every
+//! message, it rolls back and the batch goes through steps 1 to 5 in a new
+//! transaction. The fence (`batch.rs`) was read once before both.
+//!
 //! If step 3 or 4 inserts fewer rows than expected (someone inserted the same
 //! order outside this protocol meanwhile) the transaction is rolled back and
 //! reported as [`ApplyError::Transient`], so it is retried from step 1.
 //!
-//! A worker that stops making progress inside its transaction (SIGSTOP, a
-//! hung host) must not keep the sale row locked: every session sets the
-//! [`SessionLimits`] derived from `SECKILL_WORKER_HEARTBEAT_TTL`, so the
-//! server ends such a session (and rolls its transaction back) before the
-//! other workers reclaim the frozen worker's processing list, and a worker
-//! waiting for the lock gets 1205 (retried, never counted against the
-//! messages) instead of waiting 50 s. When the frozen worker resumes, its
-//! next statement or `COMMIT` finds the session gone (a connection error):
-//! it reconnects and applies its batch again, which the idempotency by
-//! reservation id turns into "already done".
+//! Every session sets the limits of [`crate::session`] when it opens (a
+//! worker frozen inside its transaction must not keep the sale row locked).
 
 use crate::error::ApplyError;
+use crate::session::set_limits;
+pub use crate::session::SessionLimits;
 use mysql::prelude::Queryable;
-use mysql::{Conn, IsolationLevel, Params, Transaction, TxOpts, Value};
+use mysql::{Conn, Params, Transaction, TxOpts, Value};
 use seckill_common::message::OrderMessage;
 use seckill_common::order::OrderStatus;
 use seckill_common::schema::placeholders;
@@ -102,53 +108,6 @@ impl Applied {
         }
     }
 }
-
-/// The server-side limits every worker session sets right after it
-/// connects, in whole seconds (the unit of these MariaDB variables), all
-/// derived from the heartbeat TTL by [`SessionLimits::for_heartbeat`].
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct SessionLimits {
-    /// `idle_transaction_timeout` (MariaDB 10.3+): a session idle this long
-    /// inside a transaction is killed and its transaction rolled back. The
-    /// worker sends its statements back to back (the fence's Redis read is
-    /// before `BEGIN`), so only a worker that stopped is ever idle there.
-    pub idle_transaction_s: u64,
-    /// `innodb_lock_wait_timeout`: longest wait for a row lock (the sale
-    /// row) before error 1205, which is retried.
-    pub lock_wait_s: u64,
-    /// `net_read_timeout` and `net_write_timeout`: longest stall of the
-    /// server reading a statement from, or writing a result to, a worker
-    /// (one that stopped half-way through a packet); the session is then
-    /// aborted.
-    pub net_s: u64,
-}
-
-impl SessionLimits {
-    /// Half the heartbeat TTL, rounded down to whole seconds, at least 1 s
-    /// (the smallest value these variables accept), for all four limits.
-    ///
-    /// Why half: other workers reclaim a silent worker's processing list
-    /// between 2/3 of a TTL and 1.5 TTL after its last heartbeat (it beats
-    /// every TTL/3; they look every TTL/2), so with a TTL of 2 s or more
-    /// the server has released the sale row before the reclaimed messages
-    /// are applied, and every other worker of the sale is held at most
-    /// TTL/2 (the default TTL of 15 s gives 7 s). With a TTL below 2 s the
-    /// limits stay 1 s. A waiter started waiting after the frozen
-    /// session's last statement, so its 1205 hardly ever comes before that
-    /// session ends (none in `tests/tests/worker_frozen.rs`).
-    pub fn for_heartbeat(ttl: Duration) -> SessionLimits {
-        let s = (ttl.as_secs() / 2).max(1);
-        SessionLimits {
-            idle_transaction_s: s,
-            lock_wait_s: s,
-            net_s: s,
-        }
-    }
-}
-
-/// `ER_UNKNOWN_SYSTEM_VARIABLE`: the server has no `idle_transaction_timeout`
-/// (MySQL, MariaDB before 10.3).
-const UNKNOWN_SYSTEM_VARIABLE: u16 = 1193;
 
 /// One MySQL connection, opened lazily and dropped after a connection error.
 pub struct Db {
@@ -231,52 +190,111 @@ impl Db {
     }
 }
 
-/// Sets `limits` on a new session. A server without
-/// `idle_transaction_timeout` gets the other limits and a warning: there a
-/// worker frozen between two statements holds its locks until its
-/// connection dies.
-///
-/// Errors: as [`ApplyError`] (the session is not used then).
-fn set_limits(conn: &mut Conn, l: SessionLimits) -> Result<(), ApplyError> {
-    let common = format!(
-        "innodb_lock_wait_timeout = {}, net_read_timeout = {n}, net_write_timeout = {n}",
-        l.lock_wait_s,
-        n = l.net_s
-    );
-    let all = format!(
-        "SET SESSION idle_transaction_timeout = {}, {common}",
-        l.idle_transaction_s
-    );
-    match conn.query_drop(all) {
-        Err(mysql::Error::MySqlError(e)) if e.code == UNKNOWN_SYSTEM_VARIABLE => {
-            log::warn!(
-                "mysql has no idle_transaction_timeout ({}): a worker stopped inside \
-                 its transaction keeps the sale row locked until its connection dies",
-                e.message
-            );
-            conn.query_drop(format!("SET SESSION {common}"))?;
-            Ok(())
-        }
-        r => r.map_err(ApplyError::from),
-    }
-}
-
-/// The transaction of the module documentation, steps 1 to 5.
+/// The fresh path, then, when it declines, steps 1 to 5 (module
+/// documentation).
 fn apply_in_transaction(
     conn: &mut Conn,
     sale_id: u64,
     msgs: &[&OrderMessage],
 ) -> Result<Applied, ApplyError> {
-    let opts = TxOpts::default().set_isolation_level(Some(IsolationLevel::ReadCommitted));
-    // Dropping `tx` without commit rolls back, so every `?` below is safe.
-    let mut tx = conn.start_transaction(opts)?;
-    // Step 1: lock the sale row.
+    match apply_fresh(conn, sale_id, msgs)? {
+        Some(applied) => Ok(applied),
+        None => apply_checked(conn, sale_id, msgs),
+    }
+}
+
+/// Step 1: `BEGIN` and the sale row locked; `None` (rolled back) when the
+/// sale has no row. Returns the transaction, `available_stock` and
+/// `payment_window_ms`. Dropping the transaction without commit rolls it
+/// back, so every `?` after this is safe.
+///
+/// Errors: MySQL failures.
+fn lock_sale(
+    conn: &mut Conn,
+    sale_id: u64,
+) -> Result<Option<(Transaction<'_>, i64, Option<u64>)>, ApplyError> {
+    let mut tx = conn.start_transaction(TxOpts::default())?;
     let sale: Option<(i64, Option<u64>)> = tx.exec_first(
         "SELECT available_stock, payment_window_ms FROM sales WHERE id = ? FOR UPDATE",
         (sale_id,),
     )?;
-    let Some((available, window_ms)) = sale else {
+    match sale {
+        Some((available, window_ms)) => Ok(Some((tx, available, window_ms))),
+        None => {
+            tx.rollback()?;
+            Ok(None)
+        }
+    }
+}
+
+/// The fresh path (module documentation): `Some` with the answer when
+/// every message became an order (or there is nothing to do, or no sale);
+/// `None`, rolled back, when the checked path must decide.
+///
+/// Errors: MySQL failures.
+fn apply_fresh(
+    conn: &mut Conn,
+    sale_id: u64,
+    msgs: &[&OrderMessage],
+) -> Result<Option<Applied>, ApplyError> {
+    let Some((mut tx, available, window_ms)) = lock_sale(conn, sale_id)? else {
+        return Ok(Some(Applied::UnknownSale));
+    };
+    let n = msgs.len();
+    if n == 0 {
         tx.rollback()?;
+        return Ok(Some(Applied::nothing()));
+    }
+    if available < n as i64 {
+        tx.rollback()?;
+        return Ok(None);
+    }
+    let terms = Terms { sale_id, window_ms };
+    if insert_rows(&mut tx, &ORDERS, &terms, msgs)? != n as u64 {
+        tx.rollback()?;
+        return Ok(None);
+    }
+    if !ledger_and_decrement(&mut tx, &terms, msgs)? {
+        tx.rollback()?;
+        return Ok(Some(Applied::StockExhausted));
+    }
+    tx.commit()?;
+    Ok(Some(Applied::Done {
+        inserted: n,
+        already: 0,
+        conflicts: Vec::new(),
+        window_ms,
+    }))
+}
+
+/// Steps 4 and 5 after step 3 inserted an order for each of `new`; `false`
+/// when the guarded decrement changed no row (the caller rolls back).
+///
+/// Errors: MySQL failures; [`ApplyError::Transient`] as [`insert_all`].
+fn ledger_and_decrement(
+    tx: &mut Transaction<'_>,
+    terms: &Terms,
+    new: &[&OrderMessage],
+) -> Result<bool, ApplyError> {
+    insert_all(tx, &LEDGER, terms, new)?;
+    let n = new.len() as u64;
+    // Step 5: the guarded decrement.
+    tx.exec_drop(
+        "UPDATE sales SET available_stock = available_stock - ? WHERE id = ? AND available_stock >= ?",
+        (n, terms.sale_id, n),
+    )?;
+    Ok(tx.affected_rows() == 1)
+}
+
+/// Steps 1 to 5 of the module documentation, step 2's read included.
+///
+/// Errors: MySQL failures.
+fn apply_checked(
+    conn: &mut Conn,
+    sale_id: u64,
+    msgs: &[&OrderMessage],
+) -> Result<Applied, ApplyError> {
+    let Some((mut tx, available, window_ms)) = lock_sale(conn, sale_id)? else {
         return Ok(Applied::UnknownSale);
     };
     if msgs.is_empty() {
@@ -301,13 +319,7 @@ fn apply_in_transaction(
     }
     let terms = Terms { sale_id, window_ms };
     insert_all(&mut tx, &ORDERS, &terms, &plan.new)?;
-    insert_all(&mut tx, &LEDGER, &terms, &plan.new)?;
-    // Step 5: the guarded decrement.
-    tx.exec_drop(
-        "UPDATE sales SET available_stock = available_stock - ? WHERE id = ? AND available_stock >= ?",
-        (n as u64, sale_id, n as u64),
-    )?;
-    if tx.affected_rows() != 1 {
+    if !ledger_and_decrement(&mut tx, &terms, &plan.new)? {
         tx.rollback()?;
         return Ok(Applied::StockExhausted);
     }
@@ -451,7 +463,23 @@ const LEDGER: MultiInsert = MultiInsert {
     what: "ledger rows",
 };
 
-/// Inserts one `spec` row per message of `new`, in one statement.
+/// Inserts one `spec` row per message of `new`, in one statement; returns
+/// how many went in (the others were ignored).
+///
+/// Errors: MySQL failures.
+fn insert_rows(
+    tx: &mut Transaction<'_>,
+    spec: &MultiInsert,
+    terms: &Terms,
+    new: &[&OrderMessage],
+) -> Result<u64, ApplyError> {
+    let sql = format!("{} {}", spec.head, vec![spec.row; new.len()].join(","));
+    let params: Vec<Value> = new.iter().flat_map(|m| (spec.values)(terms, m)).collect();
+    tx.exec_drop(sql, Params::Positional(params))?;
+    Ok(tx.affected_rows())
+}
+
+/// [`insert_rows`], all of them or an error.
 ///
 /// Errors: MySQL failures; [`ApplyError::Transient`] when fewer rows went
 /// in than asked (a concurrent insert outside this protocol).
@@ -462,10 +490,7 @@ fn insert_all(
     new: &[&OrderMessage],
 ) -> Result<(), ApplyError> {
     let (n, sale_id) = (new.len(), terms.sale_id);
-    let sql = format!("{} {}", spec.head, vec![spec.row; n].join(","));
-    let params: Vec<Value> = new.iter().flat_map(|m| (spec.values)(terms, m)).collect();
-    tx.exec_drop(sql, Params::Positional(params))?;
-    if tx.affected_rows() != n as u64 {
+    if insert_rows(tx, spec, terms, new)? != n as u64 {
         return Err(ApplyError::Transient(format!(
             "inserted {} of {n} {} of sale {sale_id}: concurrent insert",
             tx.affected_rows(),
@@ -515,26 +540,4 @@ fn conflicts(
             reservation_id: rid.to_string(),
         })
         .collect()
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn limits_are_half_the_heartbeat_in_whole_seconds_and_at_least_one() {
-        let l = |ms| SessionLimits::for_heartbeat(Duration::from_millis(ms));
-        assert_eq!(
-            l(15_000),
-            SessionLimits {
-                idle_transaction_s: 7,
-                lock_wait_s: 7,
-                net_s: 7
-            }
-        );
-        assert_eq!(l(6_000).idle_transaction_s, 3);
-        assert_eq!(l(3_000).lock_wait_s, 1);
-        assert_eq!(l(1_000).net_s, 1);
-        assert_eq!(l(100).idle_transaction_s, 1);
-    }
 }

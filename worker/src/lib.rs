@@ -14,6 +14,8 @@
 //! - [`queue`]: the Redis side of the reliable queue (take, block, the
 //!   fence's read, attempt counts, the `MULTI` that settles a batch,
 //!   reclaim).
+//! - [`session`]: what every MySQL session sets when it opens (the limits
+//!   that end a frozen worker's session, `READ COMMITTED`).
 //! - [`housekeeping`]: heartbeat, reclaim of dead workers' processing lists,
 //!   queue gauges.
 //! - [`links`]: the lazily opened connections of the background threads.
@@ -49,6 +51,7 @@ pub mod loss_watch;
 pub mod metrics;
 pub mod payments;
 pub mod queue;
+pub mod session;
 
 pub use error::WorkerError;
 

@@ -137,10 +137,12 @@ fn is_stale(e: &io::Error) -> bool {
 }
 
 /// Reads one response; returns it and whether the connection stays open.
+/// The head is read as bytes into one reused buffer (no `String` per line,
+/// no lowercase copies): the simulator shares the cores with the server.
 fn read_response(r: &mut BufReader<TcpStream>) -> Result<(Response, bool), HttpError> {
-    let mut line = String::new();
+    let mut line: Vec<u8> = Vec::with_capacity(128);
     let mut head_bytes = 0usize;
-    let n = r.read_line(&mut line).map_err(HttpError::Io)?;
+    let n = r.read_until(b'\n', &mut line).map_err(HttpError::Io)?;
     if n == 0 {
         return Err(HttpError::Io(io::Error::new(
             io::ErrorKind::UnexpectedEof,
@@ -148,21 +150,22 @@ fn read_response(r: &mut BufReader<TcpStream>) -> Result<(Response, bool), HttpE
         )));
     }
     head_bytes += n;
-    let mut parts = line.split_whitespace();
+    let text = String::from_utf8_lossy(&line);
+    let mut parts = text.split_whitespace();
     let version = parts.next().unwrap_or("");
     if !version.starts_with("HTTP/1.") {
-        return Err(HttpError::Malformed(format!("status line {line:?}")));
+        return Err(HttpError::Malformed(format!("status line {text:?}")));
     }
     let status: u16 = parts
         .next()
         .and_then(|s| s.parse().ok())
-        .ok_or_else(|| HttpError::Malformed(format!("status line {line:?}")))?;
+        .ok_or_else(|| HttpError::Malformed(format!("status line {text:?}")))?;
     let mut keep_alive = version != "HTTP/1.0";
     let mut content_length: Option<usize> = None;
     let mut chunked = false;
     loop {
         line.clear();
-        let n = r.read_line(&mut line).map_err(HttpError::Io)?;
+        let n = r.read_until(b'\n', &mut line).map_err(HttpError::Io)?;
         head_bytes += n;
         if n == 0 {
             return Err(HttpError::Io(io::Error::new(
@@ -173,27 +176,31 @@ fn read_response(r: &mut BufReader<TcpStream>) -> Result<(Response, bool), HttpE
         if head_bytes > MAX_HEAD_BYTES {
             return Err(HttpError::Malformed("response head too large".into()));
         }
-        let l = line.trim_end();
+        let l = line.trim_ascii_end();
         if l.is_empty() {
             break;
         }
-        let Some((name, value)) = l.split_once(':') else {
-            return Err(HttpError::Malformed(format!("header {l:?}")));
+        let Some(colon) = l.iter().position(|&b| b == b':') else {
+            return Err(HttpError::Malformed(format!(
+                "header {:?}",
+                String::from_utf8_lossy(l)
+            )));
         };
-        let value = value.trim();
-        if name.eq_ignore_ascii_case("content-length") {
-            content_length = Some(
-                value
-                    .parse()
-                    .map_err(|_| HttpError::Malformed(format!("content-length {value:?}")))?,
-            );
-        } else if name.eq_ignore_ascii_case("transfer-encoding") {
-            chunked = value.to_ascii_lowercase().contains("chunked");
-        } else if name.eq_ignore_ascii_case("connection") {
-            let v = value.to_ascii_lowercase();
-            if v.contains("close") {
+        let (name, value) = (&l[..colon], l[colon + 1..].trim_ascii());
+        if name.eq_ignore_ascii_case(b"content-length") {
+            let v = std::str::from_utf8(value).ok().and_then(|v| v.parse().ok());
+            content_length = Some(v.ok_or_else(|| {
+                HttpError::Malformed(format!(
+                    "content-length {:?}",
+                    String::from_utf8_lossy(value)
+                ))
+            })?);
+        } else if name.eq_ignore_ascii_case(b"transfer-encoding") {
+            chunked = contains_ignore_case(value, b"chunked");
+        } else if name.eq_ignore_ascii_case(b"connection") {
+            if contains_ignore_case(value, b"close") {
                 keep_alive = false;
-            } else if v.contains("keep-alive") {
+            } else if contains_ignore_case(value, b"keep-alive") {
                 keep_alive = true;
             }
         }
@@ -219,6 +226,12 @@ fn read_response(r: &mut BufReader<TcpStream>) -> Result<(Response, bool), HttpE
         body
     };
     Ok((Response { status, body }, keep_alive))
+}
+
+/// Whether `hay` contains `needle`, ASCII case ignored.
+fn contains_ignore_case(hay: &[u8], needle: &[u8]) -> bool {
+    hay.windows(needle.len())
+        .any(|w| w.eq_ignore_ascii_case(needle))
 }
 
 fn read_chunked(r: &mut BufReader<TcpStream>) -> Result<Vec<u8>, HttpError> {
@@ -283,6 +296,13 @@ mod tests {
         let text = String::from_utf8(r).unwrap();
         assert!(text.starts_with("POST /v1/sales/3/purchases HTTP/1.1\r\nHost: h:1\r\n"));
         assert!(text.ends_with("Content-Length: 15\r\n\r\n{\"user_id\":\"a\"}"));
+    }
+
+    #[test]
+    fn header_values_match_without_case() {
+        assert!(contains_ignore_case(b"Keep-Alive", b"keep-alive"));
+        assert!(contains_ignore_case(b"gzip, CHUNKED", b"chunked"));
+        assert!(!contains_ignore_case(b"clos", b"close"));
     }
 
     #[test]

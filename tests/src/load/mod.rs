@@ -24,7 +24,7 @@ pub mod report;
 pub mod state;
 
 use std::fmt;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 /// Why a run could not be made (distinct from "an invariant failed").
 #[derive(Debug)]
@@ -89,15 +89,17 @@ pub fn run(o: &cli::Options, config: &seckill_common::Config) -> Result<bool, Lo
     };
     let mut sale = None;
     let mut reserved_before = 0;
+    let mut open_at = None;
     if let Some(st) = store.as_mut() {
         let row = st.sale()?;
         reserved_before = st.reserved_so_far()?;
         if o.wait_open {
             // A small margin so Redis's clock (the one that decides) agrees.
+            // The wait is served after the plan and every request are
+            // made, so the crowd's first request leaves at the opening.
             let wait_ms = row.starts_at_ms - row.mysql_now_ms + 30;
             if wait_ms > 0 {
-                eprintln!("load: waiting {wait_ms} ms for sale {} to open", o.sale_id);
-                std::thread::sleep(Duration::from_millis(wait_ms as u64));
+                open_at = Some(Instant::now() + Duration::from_millis(wait_ms as u64));
             }
         }
         sale = Some(row);
@@ -144,7 +146,18 @@ pub fn run(o: &cli::Options, config: &seckill_common::Config) -> Result<bool, Lo
         timeout: o.timeout,
         tokens: tokens.as_ref(),
     };
-    let outcome = drive::run(&drive_spec, &steps);
+    let requests = drive::format_all(&drive_spec, &steps);
+    if let Some(at) = open_at {
+        let left = at.saturating_duration_since(Instant::now());
+        eprintln!(
+            "load: {} requests ready; waiting {} ms for sale {} to open",
+            requests.len(),
+            left.as_millis(),
+            o.sale_id
+        );
+        std::thread::sleep(left);
+    }
+    let outcome = drive::run(&drive_spec, &requests);
     let tally = invariants::tally(&steps, &outcome.records);
 
     let mut drain_ms = None;
@@ -213,6 +226,7 @@ pub fn run(o: &cli::Options, config: &seckill_common::Config) -> Result<bool, Lo
         elapsed_s: outcome.elapsed.as_secs_f64(),
         errors: &outcome.errors,
         connects: outcome.connects,
+        cpu_us: outcome.cpu_us,
         redis: redis_state.as_ref(),
         mysql: mysql_state.as_ref(),
         drain_ms,

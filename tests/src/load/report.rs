@@ -28,6 +28,8 @@ pub struct Report<'a> {
     pub errors: &'a [String],
     /// TCP connections opened.
     pub connects: u64,
+    /// The simulator's own CPU while sending, in µs (`drive::Outcome`).
+    pub cpu_us: u64,
     /// Redis figures.
     pub redis: Option<&'a RedisState>,
     /// MySQL figures.
@@ -60,6 +62,11 @@ impl Report<'_> {
         self.requests() as f64 / self.elapsed_s.max(1e-6)
     }
 
+    /// The simulator's CPU per request while sending, in µs.
+    fn cpu_per_request_us(&self) -> f64 {
+        self.cpu_us as f64 / self.requests().max(1) as f64
+    }
+
     /// The report as JSON (one object; figures in ms and counts).
     pub fn to_json(&self) -> Value {
         let t = self.tally;
@@ -88,6 +95,8 @@ impl Report<'_> {
             "requests": self.requests(),
             "elapsed_s": self.elapsed_s,
             "requests_per_s": self.rate(),
+            "load_cpu_us_per_request": self.cpu_per_request_us(),
+            "load_cpu_ms": self.cpu_us as f64 / 1000.0,
             "latency_ms": {"p50": ms(t.latency_us[0]), "p90": ms(t.latency_us[1]),
                            "p99": ms(t.latency_us[2]), "max": ms(t.latency_us[3])},
             "answers": statuses,
@@ -156,6 +165,12 @@ impl Report<'_> {
             })
             .collect();
         let _ = writeln!(s, "  answers     {}", answers.join("  "));
+        let _ = writeln!(
+            s,
+            "  load CPU    {:.0} ms while sending = {:.1} us per request (the simulator's own)",
+            self.cpu_us as f64 / 1000.0,
+            self.cpu_per_request_us()
+        );
         if let Some(r) = self.redis {
             let _ = writeln!(
                 s,
