@@ -48,6 +48,7 @@
 #![deny(missing_docs)]
 
 pub mod backoff;
+pub mod buckets;
 pub mod config;
 pub mod data_loss;
 pub mod dead_letter;
@@ -74,6 +75,7 @@ pub mod start;
 pub mod status_write;
 pub mod timefmt;
 pub mod token;
+pub mod transfer;
 pub mod trusted;
 
 pub use config::{AuthMode, Config, ConfigError};
