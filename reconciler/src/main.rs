@@ -31,6 +31,8 @@
 #![forbid(unsafe_code)]
 
 mod bench_read;
+mod bucket_read;
+mod buckets_cmd;
 mod cli;
 mod compensate;
 mod dead_letter_archive;
@@ -96,7 +98,9 @@ fn run(
             Ok(0)
         }
         cli::Command::SaleCreate(args) => sale_cmd::create(config, &args),
-        cli::Command::SaleLoad(id) => sale_cmd::load(config, id),
+        cli::Command::SaleLoad(id) => sale_cmd::load(config, id, 1),
+        cli::Command::SaleLoadSplit(id, k) => sale_cmd::load(config, id, k),
+        cli::Command::SaleRebalance(id) => crate::buckets_cmd::rebalance(config, id),
         cli::Command::SaleShow(id) => sale_cmd::show(config, id),
         cli::Command::SaleRepair(args) => Ok(repair_cmd::repair(config, &args)?),
         cli::Command::Run => Ok(run_cmd::run(config, shutdown)?),
