@@ -1,0 +1,315 @@
+//! Specifies a hot sale split over buckets (`sale create --shards K`,
+//! `seckill_common::buckets`, `seckill_common::transfer`) with the real
+//! gateway, worker and reconciler on a private Redis and MySQL: no unit
+//! oversold in any bucket or in total, one purchase per buyer whatever the
+//! bucket, `sold_out` only once every bucket is empty (units are pulled to
+//! an empty home bucket, a half-done transfer included), and a transfer
+//! interrupted between its two steps completed exactly once by the
+//! reconciler.
+
+#[path = "gateway_support.rs"]
+mod gw;
+#[path = "worker_support.rs"]
+mod wk;
+
+use gw::{buy, get, Client, Gateway};
+use redis::Commands;
+use seckill_common::buckets::{home_bucket, load_into_redis};
+use seckill_common::keys::SaleKeys;
+use seckill_common::transfer::{self, Record};
+use seckill_tests::{create_split_sale, test_sale, RedisServer, TempDir, TestDb};
+use std::collections::{HashMap, HashSet};
+use std::time::Duration;
+
+/// The first `n` user ids `PREFIX-i` whose home bucket of `k` is `bucket`.
+fn users_of(prefix: &str, bucket: u32, k: u32, n: usize) -> Vec<String> {
+    (0..)
+        .map(|i| format!("{prefix}-{i}"))
+        .filter(|u| home_bucket(u, k) == bucket)
+        .take(n)
+        .collect()
+}
+
+/// Each bucket's stock, bucket 0 first.
+fn stocks(con: &mut redis::Connection, sale: u64, k: u32) -> Vec<i64> {
+    (0..k)
+        .map(|b| con.get(SaleKeys::bucket(sale, b).stock()).unwrap())
+        .collect()
+}
+
+/// Units taken in by, and given out of, each bucket (from the records).
+fn moved(con: &mut redis::Connection, sale: u64, k: u32) -> (Vec<u64>, Vec<u64>) {
+    let sum = |con: &mut redis::Connection, key: String, side: &str| -> u64 {
+        let recs: HashMap<String, String> = con.hgetall(key).unwrap();
+        recs.values()
+            .map(|r| Record::parse(r, side).unwrap().units)
+            .sum()
+    };
+    (0..k)
+        .map(|b| {
+            let kb = SaleKeys::bucket(sale, b);
+            (
+                sum(con, kb.transfers_in(), "from"),
+                sum(con, kb.transfers_out(), "to"),
+            )
+        })
+        .unzip()
+}
+
+/// Loads sale `id` of `stock` units, open for an hour, into Redis only,
+/// split over `k` buckets.
+fn load_split(redis: &RedisServer, id: u64, stock: u64, k: u32) {
+    let sale = test_sale(id, stock, -1000, 3_600_000);
+    assert!(load_into_redis(&mut redis.con(), &sale, k, 0).unwrap());
+}
+
+/// Buys until the answer is final: a 503 (Redis busy, or transfers kept
+/// moving under the pull) is retried, as a client would.
+fn buy_final(c: &mut Client, sale: u64, user: &str) -> (u16, serde_json::Value) {
+    loop {
+        let r = c.buy(sale, user);
+        if r.status != 503 {
+            return (r.status, r.json());
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    }
+}
+
+#[test]
+fn three_buckets_sell_exactly_300_units_to_1000_buyers_into_300_orders_one_each() {
+    let redis = RedisServer::start();
+    let db = TestDb::create();
+    let sale = create_split_sale(&db, &redis, 300, -1000, 3_600_000, 3);
+    let gateway = Gateway::start(&redis, &[("SECKILL_GATEWAY_BUYER_RATE", "0")]);
+    let _worker = wk::WorkerProc::start(&redis, &db, "bk-w1", &wk::Opts::default());
+    // Demand skewed by the hash: 600 buyers of bucket 0, 300 of 1, 100 of
+    // 2, against 100 units each, so buckets 0 and 1 drain first and pull.
+    let mut users = users_of("crowd", 0, 3, 600);
+    users.extend(users_of("crowd", 1, 3, 300));
+    users.extend(users_of("crowd", 2, 3, 100));
+    let port = gateway.port;
+    let answers: Vec<(String, u16, serde_json::Value)> = std::thread::scope(|s| {
+        let handles: Vec<_> = users
+            .chunks(1000 / 16 + 1)
+            .map(|chunk| {
+                s.spawn(move || {
+                    let mut c = Client::connect(port);
+                    chunk
+                        .iter()
+                        .map(|u| {
+                            let (st, body) = buy_final(&mut c, sale, u);
+                            (u.clone(), st, body)
+                        })
+                        .collect::<Vec<_>>()
+                })
+            })
+            .collect();
+        handles
+            .into_iter()
+            .flat_map(|h| h.join().unwrap())
+            .collect()
+    });
+    let winners: HashSet<&str> = answers
+        .iter()
+        .filter(|(_, st, _)| *st == 202)
+        .map(|(u, _, _)| u.as_str())
+        .collect();
+    let by_status = answers.iter().fold(HashMap::new(), |mut m, (_, st, _)| {
+        *m.entry(*st).or_insert(0) += 1;
+        m
+    });
+    assert_eq!(by_status, HashMap::from([(202, 300), (410, 700)]));
+    let mut con = redis.con();
+    assert_eq!(stocks(&mut con, sale, 3), [0, 0, 0]);
+    let (taken, given) = moved(&mut con, sale, 3);
+    assert_eq!(taken.iter().sum::<u64>(), given.iter().sum::<u64>());
+    assert!(taken[0] > 0, "bucket 0 pulled units: {taken:?}");
+    let mut flows = 0;
+    for b in 0..3 {
+        let kb = SaleKeys::bucket(sale, b);
+        let buyers: HashMap<String, String> = con.hgetall(kb.buyers()).unwrap();
+        assert!(buyers.keys().all(|u| home_bucket(u, 3) == b));
+        let n: usize = con.hlen(kb.flow()).unwrap();
+        assert_eq!(n, buyers.len());
+        let total: i64 = con.hget(kb.meta(), "total_stock").unwrap();
+        assert_eq!(total, n as i64, "bucket {b}: its total is what it sold");
+        flows += n;
+    }
+    assert_eq!(flows, 300);
+
+    wk::wait_orders(&db, sale, 300, Duration::from_secs(60));
+    let ordered: Vec<String> = mysql::prelude::Queryable::exec(
+        &mut db.conn(),
+        "SELECT user_id FROM orders WHERE sale_id = ?",
+        (sale,),
+    )
+    .unwrap();
+    let ordered_set: HashSet<&str> = ordered.iter().map(String::as_str).collect();
+    assert_eq!((ordered.len(), &ordered_set), (300, &winners));
+    let available = db.count(&format!(
+        "SELECT available_stock FROM sales WHERE id = {sale}"
+    ));
+    assert_eq!(available, 0);
+
+    let review = TempDir::new();
+    let path = review.path().join("review.sqlite3");
+    let (code, out) = seckill_tests::reconciler(&redis, &db, &path, &["run"]);
+    assert_eq!(code, 0, "{out}");
+    let (_, out) = seckill_tests::reconciler(&redis, &db, &path, &["findings", "--state", "all", "--json"]);
+    assert_eq!(out.trim(), "[]", "no finding at all");
+}
+
+#[test]
+fn buyers_of_a_drained_bucket_still_buy_until_the_whole_sale_is_sold() {
+    let redis = RedisServer::start();
+    let sale = 41;
+    load_split(&redis, sale, 30, 3);
+    let gateway = Gateway::start(&redis, &[]);
+    let home0 = users_of("drain", 0, 3, 31);
+    let mut c = Client::connect(gateway.port);
+    for (i, u) in home0.iter().take(30).enumerate() {
+        if i == 10 {
+            let s = get(gateway.port, &format!("/v1/sales/{sale}")).json();
+            assert_eq!(s["stock_remaining"], 20, "bucket 0 empty, the sale not");
+            assert_eq!(s["state"], "active");
+        }
+        let r = c.buy(sale, u);
+        assert_eq!(r.status, 202, "purchase {i} of a bucket-0 buyer: {}", r.error());
+    }
+    let mut con = redis.con();
+    assert_eq!(stocks(&mut con, sale, 3), [0, 0, 0]);
+    let (taken, given) = moved(&mut con, sale, 3);
+    assert_eq!(taken, [20, 0, 0]);
+    assert_eq!(given.iter().sum::<u64>(), 20);
+    let flows: usize = con.hlen(SaleKeys::new(sale).flow()).unwrap();
+    assert_eq!(flows, 30);
+    // Now, and only now, the sale is sold out, for every bucket's buyers.
+    assert_eq!(c.buy(sale, &home0[30]).error(), "sold_out");
+    for b in [1, 2] {
+        let u = &users_of("drain", b, 3, 1)[0];
+        assert_eq!(buy(gateway.port, sale, u).error(), "sold_out");
+    }
+    let status = get(gateway.port, &format!("/v1/sales/{sale}/purchases/{}", home0[0]));
+    assert_eq!((status.status, status.json()["status"].clone()), (200, "queued".into()));
+    let s = get(gateway.port, &format!("/v1/sales/{sale}")).json();
+    assert_eq!((s["stock_remaining"].clone(), s["state"].clone()), (0.into(), "sold_out".into()));
+}
+
+#[test]
+fn units_left_in_a_half_done_transfer_are_still_sold() {
+    let redis = RedisServer::start();
+    let sale = 42;
+    load_split(&redis, sale, 6, 3); // 2 units per bucket
+    let mut con = redis.con();
+    let (b0, b1, b2) = (
+        SaleKeys::bucket(sale, 0),
+        SaleKeys::bucket(sale, 1),
+        SaleKeys::bucket(sale, 2),
+    );
+    // Buckets 0 and 1 given to bucket 2 by step 1 alone (a mover that
+    // crashed): 4 units are in no bucket's stock, only in open records.
+    assert_eq!(transfer::take_out(&mut con, b0, 2, "t-0-to-2", 2).unwrap(), 2);
+    assert_eq!(transfer::take_out(&mut con, b1, 2, "t-1-to-2", 2).unwrap(), 2);
+    assert_eq!(stocks(&mut con, sale, 3), [0, 0, 2]);
+    let gateway = Gateway::start(&redis, &[]);
+    let buyers = users_of("half", 0, 3, 7);
+    for u in &buyers[..6] {
+        let r = buy(gateway.port, sale, u);
+        assert_eq!(r.status, 202, "{u}: {}", r.error());
+    }
+    assert_eq!(buy(gateway.port, sale, &buyers[6]).error(), "sold_out");
+    assert_eq!(stocks(&mut con, sale, 3), [0, 0, 0]);
+    let open: usize = con.hlen(b0.transfers_open()).unwrap();
+    let open1: usize = con.hlen(b1.transfers_open()).unwrap();
+    assert_eq!((open, open1), (0, 0));
+    let taken: HashMap<String, String> = con.hgetall(b2.transfers_in()).unwrap();
+    assert!(taken.contains_key("t-0-to-2") && taken.contains_key("t-1-to-2"));
+    let flows: usize = con.hlen(b0.flow()).unwrap();
+    assert_eq!(flows, 6, "every unit sold to bucket 0's buyers");
+}
+
+#[test]
+fn a_second_purchase_by_the_same_buyer_is_409_whatever_its_bucket() {
+    let redis = RedisServer::start();
+    let sale = 43;
+    load_split(&redis, sale, 6, 3);
+    let gateway = Gateway::start(&redis, &[("SECKILL_GATEWAY_BUYER_RATE", "0")]);
+    let mut c = Client::connect(gateway.port);
+    let mut ids = Vec::new();
+    for b in 0..3 {
+        let u = users_of("twice", b, 3, 1).remove(0);
+        let first = c.buy(sale, &u);
+        assert_eq!(first.status, 202);
+        let rid = first.json()["reservation_id"].clone();
+        let again = c.buy(sale, &u);
+        assert_eq!((again.status, again.json()["reservation_id"].clone()), (409, rid.clone()));
+        ids.push((u, rid));
+    }
+    // Sell the rest to buyers of bucket 0 (they pull from 1 and 2).
+    for u in users_of("rest", 0, 3, 3) {
+        assert_eq!(c.buy(sale, &u).status, 202);
+    }
+    assert_eq!(c.buy(sale, &users_of("late", 1, 3, 1)[0]).error(), "sold_out");
+    let mut con = redis.con();
+    for (b, (u, rid)) in ids.iter().enumerate() {
+        let again = c.buy(sale, u);
+        assert_eq!((again.status, again.json()["reservation_id"].clone()), (409, rid.clone()));
+        for other in 0..3u32 {
+            let held: bool = con.hexists(SaleKeys::bucket(sale, other).buyers(), u).unwrap();
+            assert_eq!(held, other == b as u32, "{u}'s mark is in its home bucket only");
+        }
+    }
+    let sold: usize = (0..3)
+        .map(|b| con.hlen::<_, usize>(SaleKeys::bucket(sale, b).flow()).unwrap())
+        .sum();
+    assert_eq!((sold, stocks(&mut con, sale, 3)), (6, vec![0, 0, 0]));
+}
+
+#[test]
+fn a_transfer_interrupted_between_its_steps_is_completed_once_by_the_reconciler() {
+    let redis = RedisServer::start();
+    let db = TestDb::create();
+    let sale = create_split_sale(&db, &redis, 30, -1000, 3_600_000, 3);
+    let review = TempDir::new();
+    let path = review.path().join("review.sqlite3");
+    let mut con = redis.con();
+    let (b0, b1) = (SaleKeys::bucket(sale, 0), SaleKeys::bucket(sale, 1));
+    // Step 1 alone: bucket 1 gives 4 units to bucket 0, then the mover dies.
+    assert_eq!(transfer::take_out(&mut con, b1, 0, "tid-1", 4).unwrap(), 4);
+    assert_eq!(stocks(&mut con, sale, 3), [10, 6, 10]);
+    let (code, show) = seckill_tests::reconciler(&redis, &db, &path, &["sale", "show", &sale.to_string()]);
+    assert_eq!(code, 0, "{show}");
+    assert!(show.contains("buckets           -            3"), "{show}");
+    let row1 = show
+        .lines()
+        .find(|l| l.starts_with(&format!("1       {{sale:{sale}:b1}}")))
+        .unwrap_or_else(|| panic!("no bucket 1 row: {show}"));
+    assert_eq!(
+        row1.split_whitespace().collect::<Vec<_>>(),
+        ["1", &format!("{{sale:{sale}:b1}}"), "6", "6", "10", "0", "0", "0", "0/1/1"]
+    );
+
+    for run in 0..2 {
+        let (code, out) = seckill_tests::reconciler(&redis, &db, &path, &["run"]);
+        assert_eq!(code, 0, "run {run}: {out}");
+        assert_eq!(stocks(&mut con, sale, 3), [14, 6, 10], "run {run}");
+        let (_, out) = seckill_tests::reconciler(&redis, &db, &path, &["findings", "--state", "all", "--json"]);
+        let f: Vec<serde_json::Value> = serde_json::from_str(&out).unwrap();
+        let keys: Vec<_> = f
+            .iter()
+            .map(|f| (f["kind"].clone(), f["subject"].clone(), f["state"].clone()))
+            .collect();
+        assert_eq!(
+            keys,
+            [("stock_mismatch".into(), "transfer_incomplete:tid-1".into(), "auto_fixed".into())],
+            "run {run}"
+        );
+    }
+    let total0: i64 = con.hget(b0.meta(), "total_stock").unwrap();
+    let open: usize = con.hlen(b1.transfers_open()).unwrap();
+    assert_eq!((total0, open), (14, 0));
+    // Step 2 once more (a second completer racing the first): nothing moves.
+    let rec = Record { peer: 0, units: 4, at_ms: 0 };
+    assert!(!transfer::complete(&mut con, b1, "tid-1", rec).unwrap());
+    assert_eq!(stocks(&mut con, sale, 3), [14, 6, 10]);
+}
