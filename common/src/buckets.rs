@@ -175,10 +175,17 @@ mod tests {
     #[test]
     fn the_home_bucket_is_fnv1a_and_stable() {
         // FNV-1a 64 of "a" is 0xaf63dc4c8601ec8c (the published test vector).
-        assert_eq!(home_bucket("a", 1000), (0xaf63_dc4c_8601_ec8c_u64 % 1000) as u32);
+        assert_eq!(
+            home_bucket("a", 1000),
+            (0xaf63_dc4c_8601_ec8c_u64 % 1000) as u32
+        );
         assert_eq!(home_bucket("anyone", 1), 0);
         let spread: Vec<usize> = (0..3)
-            .map(|b| (0..3000).filter(|i| home_bucket(&format!("u{i}"), 3) == b).count())
+            .map(|b| {
+                (0..3000)
+                    .filter(|i| home_bucket(&format!("u{i}"), 3) == b)
+                    .count()
+            })
             .collect();
         assert!(spread.iter().all(|&n| n > 800), "{spread:?}");
     }

@@ -27,6 +27,9 @@
 //! - [`metrics`]: bucket bounds and the Prometheus text rendering shared on top of `prometheus-client`.
 //! - [`schema`]: MySQL tables, migrations, connection options.
 //! - [`sale`]: a sale and the load script that never overwrites live stock.
+//! - [`buckets`]: a sale split over K buckets (hash tags, the buyer's home
+//!   bucket, shares, loading); [`transfer`]: moving units between buckets
+//!   with a record on each side, and the sold-out decision over all of them.
 //! - [`redis_server`]: the check of the Redis server on every connect
 //!   (eviction policy, persistence, writability).
 //! - [`reliable_queue`]: the atomic take and reclaim moves of the reliable queue.

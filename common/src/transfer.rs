@@ -334,7 +334,9 @@ pub fn pull<C: ConnectionLike>(
             complete_open(con, sale_id, buckets)?;
             continue;
         }
-        let donor = (0..first.len()).max_by_key(|&b| first[b].stock).unwrap_or(0);
+        let donor = (0..first.len())
+            .max_by_key(|&b| first[b].stock)
+            .unwrap_or(0);
         let left = first[donor].stock;
         if left > 0 {
             let half = (left as u64).div_ceil(2);
@@ -382,7 +384,9 @@ pub fn rebalance<C: ConnectionLike>(
         if snaps[home as usize].stock > 0 {
             continue;
         }
-        let donor = (0..snaps.len()).max_by_key(|&b| snaps[b].stock).unwrap_or(0);
+        let donor = (0..snaps.len())
+            .max_by_key(|&b| snaps[b].stock)
+            .unwrap_or(0);
         if snaps[donor].stock >= 2 {
             moved += transfer(con, keys[donor], home, (snaps[donor].stock as u64) / 2)?;
         }

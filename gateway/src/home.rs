@@ -59,7 +59,12 @@ impl BucketCounts {
     /// The keys of `user_id`'s home bucket in `sale_id`, and the sale's K.
     ///
     /// Errors: as [`BucketCounts::of`].
-    pub fn home(&self, app: &App, sale_id: u64, user_id: &str) -> Result<(SaleKeys, u32), Unavailable> {
+    pub fn home(
+        &self,
+        app: &App,
+        sale_id: u64,
+        user_id: &str,
+    ) -> Result<(SaleKeys, u32), Unavailable> {
         let k = self.of(app, sale_id)?;
         Ok((
             SaleKeys::bucket(sale_id, buckets::home_bucket(user_id, k)),
@@ -96,9 +101,9 @@ pub fn reach_stock(
             }) => {}
             _ => return outcome,
         }
-        let pulled = app.links.with(|link| {
-            link.with(|con| transfer::pull(con, home.sale_id, k, home.bucket))
-        })?;
+        let pulled = app
+            .links
+            .with(|link| link.with(|con| transfer::pull(con, home.sale_id, k, home.bucket)))?;
         match pulled {
             Pull::Ready => outcome = app.reserver.reserve(app, home, user_id),
             Pull::SoldOut { seq } => {

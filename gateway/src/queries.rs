@@ -4,9 +4,9 @@
 //! `GET /readyz` (Redis would take a purchase now).
 
 use crate::app::App;
+use crate::redis_link::Unavailable;
 use crate::reply::Reply;
 use seckill_common::keys::PurchaseStatus;
-use crate::redis_link::Unavailable;
 use seckill_common::keys::SaleKeys;
 use seckill_common::redis_server;
 use serde_json::json;
@@ -82,8 +82,11 @@ fn other_buckets_stock(app: &App, sale_id: u64, k: u32) -> Result<i64, Unavailab
     app.links.with(|link| {
         let mut sum = 0;
         for b in 1..k {
-            let s: Option<i64> =
-                link.with(|con| redis::cmd("GET").arg(SaleKeys::bucket(sale_id, b).stock()).query(con))?;
+            let s: Option<i64> = link.with(|con| {
+                redis::cmd("GET")
+                    .arg(SaleKeys::bucket(sale_id, b).stock())
+                    .query(con)
+            })?;
             sum += s.unwrap_or(0).max(0);
         }
         Ok(sum)

@@ -35,7 +35,12 @@ impl Reserver {
     /// sent within three Redis timeouts (then it never is). A purchase that
     /// was sent and got no answer may still have reserved (the script ran,
     /// the answer was lost); a client's retry is answered 409 with its id.
-    pub fn reserve(&self, app: &App, keys: SaleKeys, user_id: &str) -> Result<Replied, Unavailable> {
+    pub fn reserve(
+        &self,
+        app: &App,
+        keys: SaleKeys,
+        user_id: &str,
+    ) -> Result<Replied, Unavailable> {
         let rid = seckill_common::ids::new_reservation_id();
         match self {
             Reserver::RoundTrip => round_trip(app, keys, user_id, &rid),

@@ -46,15 +46,20 @@ pub fn totals(
         };
         let mut first = Vec::with_capacity(keys.len());
         for k in &keys {
-            let (stock, flows, total, open, time): (Option<i64>, i64, Option<i64>, u64, (u64, u64)) =
-                redis::pipe()
-                    .atomic()
-                    .get(k.stock())
-                    .hlen(k.flow())
-                    .hget(k.meta(), "total_stock")
-                    .hlen(k.transfers_open())
-                    .cmd("TIME")
-                    .query(con)?;
+            let (stock, flows, total, open, time): (
+                Option<i64>,
+                i64,
+                Option<i64>,
+                u64,
+                (u64, u64),
+            ) = redis::pipe()
+                .atomic()
+                .get(k.stock())
+                .hlen(k.flow())
+                .hget(k.meta(), "total_stock")
+                .hlen(k.transfers_open())
+                .cmd("TIME")
+                .query(con)?;
             sum.stock = match (sum.stock, stock) {
                 (Some(a), Some(b)) => Some(a + b),
                 _ => None,

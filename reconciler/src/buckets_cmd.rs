@@ -64,7 +64,11 @@ pub fn figures(con: &mut Connection, k: SaleKeys) -> redis::RedisResult<BucketFi
 /// The figures of every bucket of sale `id` (K = `k`), bucket 0 first.
 ///
 /// Errors: Redis failures.
-pub fn all_figures(con: &mut Connection, id: u64, k: u32) -> redis::RedisResult<Vec<BucketFigures>> {
+pub fn all_figures(
+    con: &mut Connection,
+    id: u64,
+    k: u32,
+) -> redis::RedisResult<Vec<BucketFigures>> {
     buckets::all(id, k)
         .into_iter()
         .map(|b| figures(con, b))

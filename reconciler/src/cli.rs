@@ -596,7 +596,11 @@ fn shards(opts: &mut Opts) -> Result<u32, UsageError> {
             .parse()
             .ok()
             .filter(|k| (1..=max).contains(k))
-            .ok_or_else(|| UsageError(format!("--shards {k:?}: expected an integer from 1 to {max}"))),
+            .ok_or_else(|| {
+                UsageError(format!(
+                    "--shards {k:?}: expected an integer from 1 to {max}"
+                ))
+            }),
     }
 }
 
@@ -713,7 +717,9 @@ mod tests {
         };
         assert_eq!(c.shards, 3);
         for bad in ["0", "65", "x"] {
-            let e = p(&format!("sale create --sku A --stock 9 --starts-at now --ends-at now+1h --shards {bad}"));
+            let e = p(&format!(
+                "sale create --sku A --stock 9 --starts-at now --ends-at now+1h --shards {bad}"
+            ));
             assert!(e.unwrap_err().0.contains("--shards"), "{bad}");
         }
         let e = p("sale create --sku A --stock 9 --starts-at now --ends-at now+1h --shards 2 --payment-window 1m");

@@ -14,12 +14,14 @@
 //!   [`cli::Command`], one function per command.
 //! - Commands, one file each: [`run_cmd`] (`run`), [`findings_cmd`],
 //!   [`resolve_cmd`], [`sale_cmd`] (`sale create/load/show`), [`repair_cmd`]
-//!   (`sale repair`), [`token_cmd`] (`token keygen/issue`), [`bench_read`].
+//!   (`sale repair`), [`token_cmd`] (`token keygen/issue`), [`bench_read`],
+//!   [`buckets_cmd`] (`sale rebalance`, the per-bucket table of `sale show`).
 //! - Reconciliation: [`scan`] reads one sale in its documented order into
 //!   one value; [`rules`] holds one file per rule turning it into
 //!   observations; [`compensate`] is the one automatic fix.
 //! - Reading: [`redis_read`] (`SSCAN`/`HSCAN`/`LRANGE` in chunks, never
-//!   `KEYS`), [`mysql_read`] (streamed `SELECT`s).
+//!   `KEYS`), [`mysql_read`] (streamed `SELECT`s), [`bucket_read`] (a sale
+//!   split over buckets: totals at one instant, transfer books).
 //! - The review store: [`review`] (file, migrations, runs, the append-only
 //!   audit log, one write transaction), [`review::findings`] (the findings
 //!   table), [`stored`] (its enums as stored names).

@@ -193,14 +193,10 @@ pub fn dead_letters_into(
     k: SaleKeys,
     out: &mut DeadLetters,
 ) -> redis::RedisResult<()> {
-    for_each_in_list(
-        con,
-        &k.dead_letter(),
-        |raw| match DeadLetter::parse(raw) {
-            Some(d) => out.entries.push(d),
-            None => out.foreign.push(String::from_utf8_lossy(raw).into_owned()),
-        },
-    )
+    for_each_in_list(con, &k.dead_letter(), |raw| match DeadLetter::parse(raw) {
+        Some(d) => out.entries.push(d),
+        None => out.foreign.push(String::from_utf8_lossy(raw).into_owned()),
+    })
 }
 
 /// The reservation id inside a queued order message, without a full parse

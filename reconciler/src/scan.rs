@@ -118,11 +118,7 @@ impl Bits {
 /// `None` when MySQL has no such sale.
 ///
 /// Errors: Redis or MySQL failures, or what `ctx.tick` returns.
-pub fn scan(
-    ctx: &mut Ctx<'_>,
-    sale_id: u64,
-    buckets: u32,
-) -> Result<Option<SaleScan>, RunError> {
+pub fn scan(ctx: &mut Ctx<'_>, sale_id: u64, buckets: u32) -> Result<Option<SaleScan>, RunError> {
     let totals = match buckets {
         1 => redis_read::totals(ctx.redis, sale_id)?,
         k => match crate::bucket_read::totals(ctx.redis, sale_id, k)? {

@@ -155,7 +155,12 @@ fn three_buckets_sell_exactly_300_units_to_1000_buyers_into_300_orders_one_each(
     let path = review.path().join("review.sqlite3");
     let (code, out) = seckill_tests::reconciler(&redis, &db, &path, &["run"]);
     assert_eq!(code, 0, "{out}");
-    let (_, out) = seckill_tests::reconciler(&redis, &db, &path, &["findings", "--state", "all", "--json"]);
+    let (_, out) = seckill_tests::reconciler(
+        &redis,
+        &db,
+        &path,
+        &["findings", "--state", "all", "--json"],
+    );
     assert_eq!(out.trim(), "[]", "no finding at all");
 }
 
@@ -174,7 +179,12 @@ fn buyers_of_a_drained_bucket_still_buy_until_the_whole_sale_is_sold() {
             assert_eq!(s["state"], "active");
         }
         let r = c.buy(sale, u);
-        assert_eq!(r.status, 202, "purchase {i} of a bucket-0 buyer: {}", r.error());
+        assert_eq!(
+            r.status,
+            202,
+            "purchase {i} of a bucket-0 buyer: {}",
+            r.error()
+        );
     }
     let mut con = redis.con();
     assert_eq!(stocks(&mut con, sale, 3), [0, 0, 0]);
@@ -189,10 +199,19 @@ fn buyers_of_a_drained_bucket_still_buy_until_the_whole_sale_is_sold() {
         let u = &users_of("drain", b, 3, 1)[0];
         assert_eq!(buy(gateway.port, sale, u).error(), "sold_out");
     }
-    let status = get(gateway.port, &format!("/v1/sales/{sale}/purchases/{}", home0[0]));
-    assert_eq!((status.status, status.json()["status"].clone()), (200, "queued".into()));
+    let status = get(
+        gateway.port,
+        &format!("/v1/sales/{sale}/purchases/{}", home0[0]),
+    );
+    assert_eq!(
+        (status.status, status.json()["status"].clone()),
+        (200, "queued".into())
+    );
     let s = get(gateway.port, &format!("/v1/sales/{sale}")).json();
-    assert_eq!((s["stock_remaining"].clone(), s["state"].clone()), (0.into(), "sold_out".into()));
+    assert_eq!(
+        (s["stock_remaining"].clone(), s["state"].clone()),
+        (0.into(), "sold_out".into())
+    );
 }
 
 #[test]
@@ -208,8 +227,14 @@ fn units_left_in_a_half_done_transfer_are_still_sold() {
     );
     // Buckets 0 and 1 given to bucket 2 by step 1 alone (a mover that
     // crashed): 4 units are in no bucket's stock, only in open records.
-    assert_eq!(transfer::take_out(&mut con, b0, 2, "t-0-to-2", 2).unwrap(), 2);
-    assert_eq!(transfer::take_out(&mut con, b1, 2, "t-1-to-2", 2).unwrap(), 2);
+    assert_eq!(
+        transfer::take_out(&mut con, b0, 2, "t-0-to-2", 2).unwrap(),
+        2
+    );
+    assert_eq!(
+        transfer::take_out(&mut con, b1, 2, "t-1-to-2", 2).unwrap(),
+        2
+    );
     assert_eq!(stocks(&mut con, sale, 3), [0, 0, 2]);
     let gateway = Gateway::start(&redis, &[]);
     let buyers = users_of("half", 0, 3, 7);
@@ -242,25 +267,43 @@ fn a_second_purchase_by_the_same_buyer_is_409_whatever_its_bucket() {
         assert_eq!(first.status, 202);
         let rid = first.json()["reservation_id"].clone();
         let again = c.buy(sale, &u);
-        assert_eq!((again.status, again.json()["reservation_id"].clone()), (409, rid.clone()));
+        assert_eq!(
+            (again.status, again.json()["reservation_id"].clone()),
+            (409, rid.clone())
+        );
         ids.push((u, rid));
     }
     // Sell the rest to buyers of bucket 0 (they pull from 1 and 2).
     for u in users_of("rest", 0, 3, 3) {
         assert_eq!(c.buy(sale, &u).status, 202);
     }
-    assert_eq!(c.buy(sale, &users_of("late", 1, 3, 1)[0]).error(), "sold_out");
+    assert_eq!(
+        c.buy(sale, &users_of("late", 1, 3, 1)[0]).error(),
+        "sold_out"
+    );
     let mut con = redis.con();
     for (b, (u, rid)) in ids.iter().enumerate() {
         let again = c.buy(sale, u);
-        assert_eq!((again.status, again.json()["reservation_id"].clone()), (409, rid.clone()));
+        assert_eq!(
+            (again.status, again.json()["reservation_id"].clone()),
+            (409, rid.clone())
+        );
         for other in 0..3u32 {
-            let held: bool = con.hexists(SaleKeys::bucket(sale, other).buyers(), u).unwrap();
-            assert_eq!(held, other == b as u32, "{u}'s mark is in its home bucket only");
+            let held: bool = con
+                .hexists(SaleKeys::bucket(sale, other).buyers(), u)
+                .unwrap();
+            assert_eq!(
+                held,
+                other == b as u32,
+                "{u}'s mark is in its home bucket only"
+            );
         }
     }
     let sold: usize = (0..3)
-        .map(|b| con.hlen::<_, usize>(SaleKeys::bucket(sale, b).flow()).unwrap())
+        .map(|b| {
+            con.hlen::<_, usize>(SaleKeys::bucket(sale, b).flow())
+                .unwrap()
+        })
         .sum();
     assert_eq!((sold, stocks(&mut con, sale, 3)), (6, vec![0, 0, 0]));
 }
@@ -277,7 +320,8 @@ fn a_transfer_interrupted_between_its_steps_is_completed_once_by_the_reconciler(
     // Step 1 alone: bucket 1 gives 4 units to bucket 0, then the mover dies.
     assert_eq!(transfer::take_out(&mut con, b1, 0, "tid-1", 4).unwrap(), 4);
     assert_eq!(stocks(&mut con, sale, 3), [10, 6, 10]);
-    let (code, show) = seckill_tests::reconciler(&redis, &db, &path, &["sale", "show", &sale.to_string()]);
+    let (code, show) =
+        seckill_tests::reconciler(&redis, &db, &path, &["sale", "show", &sale.to_string()]);
     assert_eq!(code, 0, "{show}");
     assert!(show.contains("buckets           -            3"), "{show}");
     let row1 = show
@@ -286,14 +330,29 @@ fn a_transfer_interrupted_between_its_steps_is_completed_once_by_the_reconciler(
         .unwrap_or_else(|| panic!("no bucket 1 row: {show}"));
     assert_eq!(
         row1.split_whitespace().collect::<Vec<_>>(),
-        ["1", &format!("{{sale:{sale}:b1}}"), "6", "6", "10", "0", "0", "0", "0/1/1"]
+        [
+            "1",
+            &format!("{{sale:{sale}:b1}}"),
+            "6",
+            "6",
+            "10",
+            "0",
+            "0",
+            "0",
+            "0/1/1"
+        ]
     );
 
     for run in 0..2 {
         let (code, out) = seckill_tests::reconciler(&redis, &db, &path, &["run"]);
         assert_eq!(code, 0, "run {run}: {out}");
         assert_eq!(stocks(&mut con, sale, 3), [14, 6, 10], "run {run}");
-        let (_, out) = seckill_tests::reconciler(&redis, &db, &path, &["findings", "--state", "all", "--json"]);
+        let (_, out) = seckill_tests::reconciler(
+            &redis,
+            &db,
+            &path,
+            &["findings", "--state", "all", "--json"],
+        );
         let f: Vec<serde_json::Value> = serde_json::from_str(&out).unwrap();
         let keys: Vec<_> = f
             .iter()
@@ -301,7 +360,11 @@ fn a_transfer_interrupted_between_its_steps_is_completed_once_by_the_reconciler(
             .collect();
         assert_eq!(
             keys,
-            [("stock_mismatch".into(), "transfer_incomplete:tid-1".into(), "auto_fixed".into())],
+            [(
+                "stock_mismatch".into(),
+                "transfer_incomplete:tid-1".into(),
+                "auto_fixed".into()
+            )],
             "run {run}"
         );
     }
@@ -309,7 +372,54 @@ fn a_transfer_interrupted_between_its_steps_is_completed_once_by_the_reconciler(
     let open: usize = con.hlen(b1.transfers_open()).unwrap();
     assert_eq!((total0, open), (14, 0));
     // Step 2 once more (a second completer racing the first): nothing moves.
-    let rec = Record { peer: 0, units: 4, at_ms: 0 };
+    let rec = Record {
+        peer: 0,
+        units: 4,
+        at_ms: 0,
+    };
     assert!(!transfer::complete(&mut con, b1, "tid-1", rec).unwrap());
     assert_eq!(stocks(&mut con, sale, 3), [14, 6, 10]);
+}
+
+#[test]
+fn resolve_refuses_to_roll_back_a_reservation_of_a_sale_split_over_buckets() {
+    let redis = RedisServer::start();
+    let db = TestDb::create();
+    let sale = create_split_sale(&db, &redis, 9, -1000, 3_600_000, 3);
+    let review = TempDir::new();
+    let path = review.path().join("review.sqlite3");
+    let mut con = redis.con();
+    let b1 = SaleKeys::bucket(sale, 1);
+    let user = users_of("lost", 1, 3, 1).remove(0);
+    let rid = seckill_common::ids::new_reservation_id();
+    let reply: redis::Value = seckill_common::reservation::prepare_in(b1, &user, &rid)
+        .invoke(&mut con)
+        .unwrap();
+    let outcome = seckill_common::reservation::parse_reply(&reply).unwrap();
+    assert_eq!(
+        outcome,
+        seckill_common::reservation::ReserveOutcome::Reserved(rid.clone())
+    );
+    // Its message is lost: a flow record in bucket 1 that never becomes an order.
+    let _: Option<String> = con.rpop(b1.queue(), None).unwrap();
+    let (code, out) = seckill_tests::reconciler(&redis, &db, &path, &["run"]);
+    assert_eq!(code, 1, "{out}");
+    let (_, out) = seckill_tests::reconciler(&redis, &db, &path, &["findings", "--json"]);
+    let f: Vec<serde_json::Value> = serde_json::from_str(&out).unwrap();
+    assert_eq!(f.len(), 1, "{out}");
+    assert_eq!(
+        (f[0]["kind"].as_str(), f[0]["reservation_id"].as_str()),
+        (Some("flow_without_order"), Some(rid.as_str()))
+    );
+    let id = f[0]["id"].to_string();
+    let (code, out) = seckill_tests::reconciler(
+        &redis,
+        &db,
+        &path,
+        &["resolve", &id, "--rollback", "--by", "alice"],
+    );
+    assert_eq!(code, 2, "{out}");
+    assert!(out.contains("split over 3 buckets"), "{out}");
+    let held: bool = con.hexists(b1.flow(), &rid).unwrap();
+    assert_eq!((held, stocks(&mut con, sale, 3)), (true, vec![3, 2, 3]));
 }

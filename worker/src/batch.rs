@@ -30,13 +30,13 @@
 //! reservation R`, status `failed`), not confirmed; the same reservation id
 //! again is "already done" (idempotency).
 
-use seckill_common::keys::SaleKeys;
 use crate::apply::{Applied, Db};
 use crate::crash::{CrashPoint, CrashPoints};
 use crate::error::ApplyError;
 use crate::metrics::Metrics;
 use crate::queue::{Consumer, Settlement};
 use seckill_common::dead_letter::DeadLetter;
+use seckill_common::keys::SaleKeys;
 use seckill_common::message::OrderMessage;
 use seckill_common::status_write::Created;
 use seckill_common::{Config, Shutdown};
@@ -471,7 +471,10 @@ impl<'a> Handler<'a> {
             }
         };
         let released = if flows.iter().any(Option::is_none) {
-            match self.consumer.released_records(batch.keys(), &batch.rids(which)) {
+            match self
+                .consumer
+                .released_records(batch.keys(), &batch.rids(which))
+            {
                 Ok(r) => r,
                 Err(e) => {
                     log::warn!("sale {sale_id}: reading released records: {e}");
@@ -547,7 +550,10 @@ impl<'a> Handler<'a> {
         let sale_id = batch.sale_id();
         let refused = batch.refused();
         if !refused.is_empty() {
-            match self.consumer.count_attempts(batch.keys(), &batch.rids(&refused)) {
+            match self
+                .consumer
+                .count_attempts(batch.keys(), &batch.rids(&refused))
+            {
                 Ok(counts) => {
                     batch.give_up_or_requeue(&refused, counts, self.config.worker_max_attempts)
                 }

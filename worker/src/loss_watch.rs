@@ -11,11 +11,11 @@
 //! sales set too; a closed sale cannot sell again). Each costs one MySQL
 //! write per pass per worker (the checkpoint).
 
-use seckill_common::keys::SaleKeys;
 use crate::links::Links;
 use crate::metrics::Metrics;
 use mysql::prelude::Queryable;
 use seckill_common::data_loss::{self, SaleState, WATCH_EVERY};
+use seckill_common::keys::SaleKeys;
 use seckill_common::Shutdown;
 use std::collections::HashSet;
 use std::sync::atomic::{AtomicBool, Ordering};
