@@ -102,16 +102,19 @@ pub struct BucketBooks {
     pub now_ms: u64,
 }
 
+/// `((share, total_stock), transfers:out, transfers:in, TIME)`.
+type BooksReply = (
+    (Option<i64>, Option<i64>),
+    Vec<(String, String)>,
+    Vec<(String, String)>,
+    (u64, u64),
+);
+
 /// Reads bucket `k`'s books atomically.
 ///
 /// Errors: Redis failures.
 pub fn books(con: &mut Connection, k: SaleKeys) -> redis::RedisResult<BucketBooks> {
-    let ((share, total), out, taken, time): (
-        (Option<i64>, Option<i64>),
-        Vec<(String, String)>,
-        Vec<(String, String)>,
-        (u64, u64),
-    ) = redis::pipe()
+    let ((share, total), out, taken, time): BooksReply = redis::pipe()
         .atomic()
         .cmd("HMGET")
         .arg(k.meta())
