@@ -252,8 +252,10 @@ pub struct Completed {
     pub took_in: bool,
 }
 
-/// Completes every open transfer of sale `sale_id` (K = `buckets`): each
-/// is taken into its destination once and closed.
+/// Completes every open transfer of sale `sale_id` (K = `buckets`) whose
+/// step 1 is at least `min_age_ms` old by its source's clock (0: all;
+/// the reconciler leaves younger ones to the mover that is completing
+/// them): each is taken into its destination once and closed.
 ///
 /// Errors: Redis failures; a malformed open record is left in place and
 /// skipped (the reconciler reports it).
@@ -261,16 +263,23 @@ pub fn complete_open<C: ConnectionLike>(
     con: &mut C,
     sale_id: u64,
     buckets: u32,
+    min_age_ms: u64,
 ) -> redis::RedisResult<Vec<Completed>> {
     let mut done = Vec::new();
     for from in crate::buckets::all(sale_id, buckets) {
-        let open: Vec<(String, String)> = redis::cmd("HGETALL")
-            .arg(from.transfers_open())
+        let (open, (secs, micros)): (Vec<(String, String)>, (u64, u64)) = redis::pipe()
+            .atomic()
+            .hgetall(from.transfers_open())
+            .cmd("TIME")
             .query(con)?;
+        let now_ms = secs * 1000 + micros / 1000;
         for (tid, json) in open {
             let Some(rec) = Record::parse(&json, "to") else {
                 continue;
             };
+            if rec.at_ms.saturating_add(min_age_ms) > now_ms {
+                continue;
+            }
             let took_in = complete(con, from, &tid, rec)?;
             done.push(Completed {
                 tid,
@@ -331,7 +340,7 @@ pub fn pull<C: ConnectionLike>(
             return Ok(Pull::Ready);
         }
         if first.iter().any(|s| s.open > 0) {
-            complete_open(con, sale_id, buckets)?;
+            complete_open(con, sale_id, buckets, 0)?;
             continue;
         }
         let donor = (0..first.len())
@@ -373,7 +382,7 @@ pub fn rebalance<C: ConnectionLike>(
     sale_id: u64,
     buckets: u32,
 ) -> redis::RedisResult<u64> {
-    complete_open(con, sale_id, buckets)?;
+    complete_open(con, sale_id, buckets, 0)?;
     let keys = crate::buckets::all(sale_id, buckets);
     let mut moved = 0;
     for home in 0..buckets {

@@ -115,7 +115,7 @@ pub fn rebalance(config: &Config, id: u64) -> Res<u8> {
         outln!("sale {id} has one bucket: nothing to move");
         return Ok(0);
     }
-    let completed = transfer::complete_open(&mut con, id, k)?;
+    let completed = transfer::complete_open(&mut con, id, k, 0)?;
     let moved = transfer::rebalance(&mut con, id, k)?;
     let figs = all_figures(&mut con, id, k)?;
     write_stdout(|w| {

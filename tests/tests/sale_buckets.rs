@@ -5,7 +5,7 @@
 //! bucket, `sold_out` only once every bucket is empty (units are pulled to
 //! an empty home bucket, a half-done transfer included), and a transfer
 //! interrupted between its two steps completed exactly once by the
-//! reconciler.
+//! reconciler, which finds nothing while units move.
 
 #[path = "gateway_support.rs"]
 mod gw;
@@ -63,6 +63,20 @@ fn load_split(redis: &RedisServer, id: u64, stock: u64, k: u32) {
     assert!(load_into_redis(&mut redis.con(), &sale, k, 0).unwrap());
 }
 
+/// `seckill-reconciler run` with the default grace period (30 s: the
+/// crowd's young reservations are not judged, the totals and transfers
+/// are), as the timer runs it during a sale; its exit code.
+fn run_during_sale(redis: &RedisServer, db: &TestDb, review: &std::path::Path) -> i32 {
+    let out = seckill_tests::command("seckill-reconciler")
+        .env("SECKILL_REDIS_URL", redis.url())
+        .env("SECKILL_MYSQL_URL", db.url())
+        .env("SECKILL_REVIEW_DB", review)
+        .arg("run")
+        .output()
+        .unwrap();
+    out.status.code().unwrap_or(-1)
+}
+
 /// Buys until the answer is final: a 503 (Redis busy, or transfers kept
 /// moving under the pull) is retried, as a client would.
 fn buy_final(c: &mut Client, sale: u64, user: &str) -> (u16, serde_json::Value) {
@@ -88,7 +102,19 @@ fn three_buckets_sell_exactly_300_units_to_1000_buyers_into_300_orders_one_each(
     users.extend(users_of("crowd", 1, 3, 300));
     users.extend(users_of("crowd", 2, 3, 100));
     let port = gateway.port;
+    let review = TempDir::new();
+    let path = review.path().join("review.sqlite3");
+    let selling = std::sync::atomic::AtomicBool::new(true);
+    let mut runs_during = Vec::new();
     let answers: Vec<(String, u16, serde_json::Value)> = std::thread::scope(|s| {
+        // The reconciler's timer during the sale: transfers are in flight.
+        let reconciling = s.spawn(|| {
+            let mut codes = Vec::new();
+            while selling.load(std::sync::atomic::Ordering::Acquire) || codes.is_empty() {
+                codes.push(run_during_sale(&redis, &db, &path));
+            }
+            codes
+        });
         let handles: Vec<_> = users
             .chunks(1000 / 16 + 1)
             .map(|chunk| {
@@ -104,11 +130,18 @@ fn three_buckets_sell_exactly_300_units_to_1000_buyers_into_300_orders_one_each(
                 })
             })
             .collect();
-        handles
+        let all = handles
             .into_iter()
             .flat_map(|h| h.join().unwrap())
-            .collect()
+            .collect();
+        selling.store(false, std::sync::atomic::Ordering::Release);
+        runs_during = reconciling.join().unwrap();
+        all
     });
+    assert!(
+        runs_during.iter().all(|c| *c == 0),
+        "runs during the sale found nothing: {runs_during:?}"
+    );
     let winners: HashSet<&str> = answers
         .iter()
         .filter(|(_, st, _)| *st == 202)
@@ -124,6 +157,18 @@ fn three_buckets_sell_exactly_300_units_to_1000_buyers_into_300_orders_one_each(
     let (taken, given) = moved(&mut con, sale, 3);
     assert_eq!(taken.iter().sum::<u64>(), given.iter().sum::<u64>());
     assert!(taken[0] > 0, "bucket 0 pulled units: {taken:?}");
+    let transfers: usize = (0..3)
+        .map(|b| {
+            con.hlen::<_, usize>(SaleKeys::bucket(sale, b).transfers_in())
+                .unwrap()
+        })
+        .sum();
+    eprintln!("{} reconciler runs during the sale", runs_during.len());
+    eprintln!(
+        "units moved in per bucket {taken:?} in {transfers} transfers; {} EVALSHA for 1,000 \
+         buyers (reservations, pulls' snapshots and transfer steps)",
+        gw::evalsha_calls(&redis)
+    );
     let mut flows = 0;
     for b in 0..3 {
         let kb = SaleKeys::bucket(sale, b);
@@ -151,8 +196,6 @@ fn three_buckets_sell_exactly_300_units_to_1000_buyers_into_300_orders_one_each(
     ));
     assert_eq!(available, 0);
 
-    let review = TempDir::new();
-    let path = review.path().join("review.sqlite3");
     let (code, out) = seckill_tests::reconciler(&redis, &db, &path, &["run"]);
     assert_eq!(code, 0, "{out}");
     let (_, out) = seckill_tests::reconciler(
@@ -319,6 +362,9 @@ fn a_transfer_interrupted_between_its_steps_is_completed_once_by_the_reconciler(
     let (b0, b1) = (SaleKeys::bucket(sale, 0), SaleKeys::bucket(sale, 1));
     // Step 1 alone: bucket 1 gives 4 units to bucket 0, then the mover dies.
     assert_eq!(transfer::take_out(&mut con, b1, 0, "tid-1", 4).unwrap(), 4);
+    // The reconciler leaves a transfer younger than 1 s
+    // (`rules::transfers::IN_FLIGHT_MS`) to its mover.
+    std::thread::sleep(Duration::from_millis(1100));
     assert_eq!(stocks(&mut con, sale, 3), [10, 6, 10]);
     let (code, show) =
         seckill_tests::reconciler(&redis, &db, &path, &["sale", "show", &sale.to_string()]);
@@ -422,4 +468,62 @@ fn resolve_refuses_to_roll_back_a_reservation_of_a_sale_split_over_buckets() {
     assert!(out.contains("split over 3 buckets"), "{out}");
     let held: bool = con.hexists(b1.flow(), &rid).unwrap();
     assert_eq!((held, stocks(&mut con, sale, 3)), (true, vec![3, 2, 3]));
+}
+
+#[test]
+fn reconciling_while_two_movers_shuffle_units_finds_nothing_and_loses_no_unit() {
+    let redis = RedisServer::start();
+    let db = TestDb::create();
+    let sale = create_split_sale(&db, &redis, 300, -1000, 3_600_000, 3);
+    let review = TempDir::new();
+    let path = review.path().join("review.sqlite3");
+    let moving = std::sync::atomic::AtomicBool::new(true);
+    let (runs, moves) = std::thread::scope(|s| {
+        let movers: Vec<_> = (0..2u32)
+            .map(|m| {
+                let (redis, moving) = (&redis, &moving);
+                s.spawn(move || {
+                    let mut con = redis.con();
+                    let mut n = 0u64;
+                    let mut i = m;
+                    while moving.load(std::sync::atomic::Ordering::Acquire) {
+                        let (from, to) = (i % 3, (i + 1 + m) % 3);
+                        let from = SaleKeys::bucket(sale, from);
+                        if to != from.bucket {
+                            n += transfer::transfer(&mut con, from, to, 1 + u64::from(i % 7))
+                                .unwrap();
+                        }
+                        i += 1;
+                        // Pauses, so that some of the runs' reads find the
+                        // buckets still and judge the totals.
+                        std::thread::sleep(Duration::from_millis(3));
+                    }
+                    n
+                })
+            })
+            .collect();
+        let runs: Vec<i32> = (0..4)
+            .map(|_| run_during_sale(&redis, &db, &path))
+            .collect();
+        moving.store(false, std::sync::atomic::Ordering::Release);
+        let moves: u64 = movers.into_iter().map(|h| h.join().unwrap()).sum();
+        (runs, moves)
+    });
+    eprintln!("{moves} units moved while 4 reconciler runs read");
+    assert!(moves > 0);
+    assert_eq!(runs, [0, 0, 0, 0]);
+    let mut con = redis.con();
+    assert_eq!(stocks(&mut con, sale, 3).iter().sum::<i64>(), 300);
+    let (taken, given) = moved(&mut con, sale, 3);
+    assert_eq!(taken.iter().sum::<u64>(), moves);
+    assert_eq!(given.iter().sum::<u64>(), moves);
+    let (code, out) = seckill_tests::reconciler(&redis, &db, &path, &["run"]);
+    assert_eq!(code, 0, "{out}");
+    let (_, out) = seckill_tests::reconciler(
+        &redis,
+        &db,
+        &path,
+        &["findings", "--state", "all", "--json"],
+    );
+    assert_eq!(out.trim(), "[]", "no finding at all");
 }

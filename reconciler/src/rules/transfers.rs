@@ -1,7 +1,8 @@
 //! Owns the transfer rule of a sale split over buckets (`stock_mismatch`
 //! findings whose subject names the broken equation, as for the totals):
 //! - `transfer_incomplete:TID`: a transfer stopped between its two steps
-//!   (`seckill_common::transfer`); completed here, exactly once (step 2 is
+//!   (`seckill_common::transfer`) at least [`IN_FLIGHT_MS`] ago (a younger
+//!   one is its mover's to finish); completed here, exactly once (step 2 is
 //!   idempotent by transfer id), finding `auto_fixed`;
 //! - `bucket_books:bB`: bucket B's `share + units in − units out ≠
 //!   total_stock`;
@@ -34,7 +35,7 @@ pub fn observe(
     buckets: u32,
 ) -> Result<Vec<Observation>, RunError> {
     let mut out = Vec::new();
-    for c in complete_open(redis, sale_id, buckets)? {
+    for c in complete_open(redis, sale_id, buckets, IN_FLIGHT_MS)? {
         let r = c.rec;
         log::info!(
             "sale {sale_id}: transfer {} of {} units from bucket {} to {} was half done: completed",
