@@ -527,3 +527,79 @@ fn reconciling_while_two_movers_shuffle_units_finds_nothing_and_loses_no_unit() 
     );
     assert_eq!(out.trim(), "[]", "no finding at all");
 }
+
+#[test]
+fn sale_create_with_shards_splits_the_stock_and_without_it_writes_todays_keys() {
+    let redis = RedisServer::start();
+    let db = TestDb::create();
+    let review = TempDir::new();
+    let path = review.path().join("review.sqlite3");
+    let create = |extra: &[&str]| -> u64 {
+        let mut args = vec![
+            "sale",
+            "create",
+            "--sku",
+            "HOT-1",
+            "--stock",
+            "10",
+            "--starts-at",
+            "now",
+            "--ends-at",
+            "now+1h",
+        ];
+        args.extend_from_slice(extra);
+        let (code, out) = seckill_tests::reconciler(&redis, &db, &path, &args);
+        assert_eq!(code, 0, "{out}");
+        out.lines().find_map(|l| l.trim().parse().ok()).unwrap()
+    };
+    let split = create(&["--shards", "3"]);
+    let plain = create(&[]);
+    let mut con = redis.con();
+    assert_eq!(stocks(&mut con, split, 3), [4, 3, 3]);
+    for b in 0..3 {
+        let meta: HashMap<String, String> = con.hgetall(SaleKeys::bucket(split, b).meta()).unwrap();
+        assert_eq!(meta["share"], meta["total_stock"]);
+        assert_eq!(
+            meta.get("buckets").map(String::as_str),
+            (b == 0).then_some("3")
+        );
+    }
+    let meta: HashMap<String, String> = con.hgetall(SaleKeys::new(plain).meta()).unwrap();
+    let mut fields: Vec<&str> = meta.keys().map(String::as_str).collect();
+    fields.sort_unstable();
+    assert_eq!(fields, ["ends_at_ms", "starts_at_ms", "total_stock"]);
+    let extra: bool = con.exists(SaleKeys::bucket(plain, 1).stock()).unwrap();
+    assert!(!extra, "a sale of one bucket has no other bucket");
+
+    // Bucket 0 sold out by hand (as buyers would): the rebalance refills it.
+    let _: () = con.set(SaleKeys::new(split).stock(), 0).unwrap();
+    let _: () = con
+        .hset(SaleKeys::new(split).meta(), "total_stock", 0)
+        .unwrap();
+    let _: () = con.hset(SaleKeys::new(split).meta(), "share", 0).unwrap();
+    let (code, out) = seckill_tests::reconciler(
+        &redis,
+        &db,
+        &path,
+        &["sale", "rebalance", &split.to_string()],
+    );
+    assert_eq!(code, 0, "{out}");
+    assert!(
+        out.contains("0 half-done transfer(s) completed, 1 unit(s) moved"),
+        "{out}"
+    );
+    assert_eq!(stocks(&mut con, split, 3), [1, 3, 2]);
+    let (code, out) = seckill_tests::reconciler(
+        &redis,
+        &db,
+        &path,
+        &["sale", "rebalance", &plain.to_string()],
+    );
+    assert_eq!(
+        (code, out.trim()),
+        (
+            0,
+            format!("sale {plain} has one bucket: nothing to move").as_str()
+        )
+    );
+}
