@@ -20,6 +20,18 @@
 //! | `seckill:{sale:ID}:dlq:archive` | list | settled dead-letter entries (JSON: the entry and the operator action that settled it) |
 //! | `seckill:{sale:ID}:reordered` | hash | reservation id -> mark of the last operator reorder (`ACTION_ID@TIME`), the evidence an interrupted `resolve --reorder` took effect |
 //!
+//! | `seckill:{sale:ID}:transfers:out` | hash | transfer id -> JSON `{"to", "units", "at_ms"}`: units this bucket gave to another (`buckets.rs`); kept for the reconciler |
+//! | `seckill:{sale:ID}:transfers:open` | hash | the same records, until the destination has taken them in (a half-done transfer while present) |
+//! | `seckill:{sale:ID}:transfers:in` | hash | transfer id -> JSON `{"from", "units", "at_ms"}`: units this bucket took from another |
+//!
+//! Buckets (a sale created with `--shards K`, `buckets.rs`): bucket 0 is the
+//! sale's own tag `{sale:ID}` above (so a one-bucket sale, the default, is
+//! exactly this table), bucket `B` ≥ 1 has the same keys under its own tag
+//! `{sale:ID:bB}` (`seckill:{sale:7:b2}:stock`), so that on a cluster the
+//! buckets land on different masters. Bucket 0's meta also holds `buckets`
+//! (K, absent for 1); every bucket's meta holds the window and its own
+//! `total_stock` (its share, moved with its transfers).
+//!
 //! Global keys: `seckill:sales` (set of sale ids loaded into Redis, for
 //! discovery), `seckill:workers` (set of worker ids that ever consumed) and
 //! `seckill:worker:WORKER:heartbeat` (string with a TTL).
@@ -76,21 +88,38 @@ pub fn worker_heartbeat(worker_id: &str) -> String {
     format!("seckill:worker:{worker_id}:heartbeat")
 }
 
-/// The keys of one sale. Cheap to build; holds only the sale id.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+/// The keys of one bucket of one sale (bucket 0, the sale's own tag, for
+/// a sale of one bucket). Cheap to build; holds only the two numbers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct SaleKeys {
     /// The sale id, as in MySQL's `sales.id`.
     pub sale_id: u64,
+    /// The bucket, 0 to K − 1 (see the module doc).
+    pub bucket: u32,
 }
 
 impl SaleKeys {
-    /// The keys of sale `sale_id`.
+    /// The keys of sale `sale_id` (its bucket 0: all of a one-bucket sale).
     pub fn new(sale_id: u64) -> Self {
-        SaleKeys { sale_id }
+        SaleKeys { sale_id, bucket: 0 }
+    }
+
+    /// The keys of bucket `bucket` of sale `sale_id`.
+    pub fn bucket(sale_id: u64, bucket: u32) -> Self {
+        SaleKeys { sale_id, bucket }
+    }
+
+    /// The hash tag of these keys, braces included: `{sale:ID}` for bucket
+    /// 0, `{sale:ID:bB}` for bucket B.
+    pub fn tag(&self) -> String {
+        match self.bucket {
+            0 => format!("{{sale:{}}}", self.sale_id),
+            b => format!("{{sale:{}:b{b}}}", self.sale_id),
+        }
     }
 
     fn key(&self, suffix: &str) -> String {
-        format!("seckill:{{sale:{}}}:{suffix}", self.sale_id)
+        format!("seckill:{}:{suffix}", self.tag())
     }
 
     /// Hash of `total_stock`, `starts_at_ms`, `ends_at_ms`.
@@ -153,6 +182,19 @@ impl SaleKeys {
     pub fn reorder_marks(&self) -> String {
         self.key("reordered")
     }
+    /// Hash transfer id -> record of units this bucket gave away.
+    pub fn transfers_out(&self) -> String {
+        self.key("transfers:out")
+    }
+    /// Hash transfer id -> record of a transfer out whose destination has
+    /// not confirmed taking it in yet.
+    pub fn transfers_open(&self) -> String {
+        self.key("transfers:open")
+    }
+    /// Hash transfer id -> record of units this bucket took from another.
+    pub fn transfers_in(&self) -> String {
+        self.key("transfers:in")
+    }
 }
 
 #[cfg(test)]
@@ -181,5 +223,14 @@ mod tests {
         }
         assert_eq!(k.stock(), "seckill:{sale:42}:stock");
         assert_eq!(k.processing("w1"), "seckill:{sale:42}:processing:w1");
+        assert_eq!(k, SaleKeys::bucket(42, 0));
+    }
+
+    #[test]
+    fn a_bucket_has_its_own_hash_tag() {
+        let b = SaleKeys::bucket(42, 2);
+        assert_eq!(b.stock(), "seckill:{sale:42:b2}:stock");
+        assert_eq!(b.transfers_in(), "seckill:{sale:42:b2}:transfers:in");
+        assert_eq!(b.processing("w1"), "seckill:{sale:42:b2}:processing:w1");
     }
 }

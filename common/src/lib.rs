@@ -27,6 +27,9 @@
 //! - [`metrics`]: bucket bounds and the Prometheus text rendering shared on top of `prometheus-client`.
 //! - [`schema`]: MySQL tables, migrations, connection options.
 //! - [`sale`]: a sale and the load script that never overwrites live stock.
+//! - [`buckets`]: a sale split over K buckets (hash tags, the buyer's home
+//!   bucket, shares, loading); [`transfer`]: moving units between buckets
+//!   with a record on each side, and the sold-out decision over all of them.
 //! - [`redis_server`]: the check of the Redis server on every connect
 //!   (eviction policy, persistence, writability).
 //! - [`reliable_queue`]: the atomic take and reclaim moves of the reliable queue.
@@ -48,6 +51,7 @@
 #![deny(missing_docs)]
 
 pub mod backoff;
+pub mod buckets;
 pub mod config;
 pub mod data_loss;
 pub mod dead_letter;
@@ -74,6 +78,7 @@ pub mod start;
 pub mod status_write;
 pub mod timefmt;
 pub mod token;
+pub mod transfer;
 pub mod trusted;
 
 pub use config::{AuthMode, Config, ConfigError};

@@ -211,7 +211,14 @@ impl From<redis::RedisError> for ReserveError {
 /// queued in a pipeline by a caller that groups many purchases per round trip.
 /// `reservation_id` must come from [`crate::ids::new_reservation_id`].
 pub fn prepare(sale_id: u64, user_id: &str, reservation_id: &str) -> ScriptInvocation<'static> {
-    let k = SaleKeys::new(sale_id);
+    prepare_in(SaleKeys::new(sale_id), user_id, reservation_id)
+}
+
+/// [`prepare`] on one bucket `k` of a sale split over buckets (the buyer's
+/// home bucket, `buckets::home_bucket`); the order message names the sale,
+/// not the bucket.
+pub fn prepare_in(k: SaleKeys, user_id: &str, reservation_id: &str) -> ScriptInvocation<'static> {
+    let sale_id = k.sale_id;
     let mut inv = reserve_script().prepare_invoke();
     inv.key(k.meta())
         .key(k.stock())

@@ -55,10 +55,15 @@ impl Created<'_> {
 /// (one `EVAL`, so it can sit inside the settle's `MULTI`); nothing when
 /// `created` is empty. Its reply is ignored.
 pub fn add_created(p: &mut redis::Pipeline, sale_id: u64, created: &[Created<'_>]) {
+    add_created_in(p, SaleKeys::new(sale_id), created)
+}
+
+/// [`add_created`] into bucket `k` of a sale split over buckets (where the
+/// reservations' flow records and statuses are).
+pub fn add_created_in(p: &mut redis::Pipeline, k: SaleKeys, created: &[Created<'_>]) {
     if created.is_empty() {
         return;
     }
-    let k = SaleKeys::new(sale_id);
     let cmd = p
         .cmd("EVAL")
         .arg(SET_CREATED_LUA)

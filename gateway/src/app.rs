@@ -21,6 +21,9 @@ pub struct App {
     pub metrics: Arc<Metrics>,
     /// The sold-out fast path.
     pub soldout: SoldOutCache,
+    /// Each sale's number of buckets, for routing a purchase to its
+    /// buyer's home bucket (`home.rs`).
+    pub buckets: crate::home::BucketCounts,
     /// Loads a sold-out sale's buyers into `soldout` (`buyers.rs`).
     pub buyers: Loader,
     /// Opens Redis connections (`SECKILL_REDIS_URL`).

@@ -220,12 +220,12 @@ fn load(con: &mut Connection, sale_id: u64, seq: u64, room: usize) -> redis::Red
 }
 
 /// The reservation id `user_id` holds in `sale_id`, read from Redis (one
-/// `HGET` on a shared link): the answer for a sold-out sale whose buyers
+/// `HGET` of its home bucket on a shared link): the answer for a sold-out sale whose buyers
 /// are not in memory.
 ///
 /// Errors: [`Unavailable`] when Redis cannot be read in time.
 pub fn lookup_one(app: &App, sale_id: u64, user_id: &str) -> Result<Option<String>, Unavailable> {
-    let key = SaleKeys::new(sale_id).buyers();
+    let key = app.buckets.home(app, sale_id, user_id)?.0.buyers();
     app.links.with(|link| {
         link.with(|con| {
             redis::cmd("HGET")

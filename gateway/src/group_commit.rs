@@ -12,7 +12,8 @@ use crate::metrics::Metrics;
 use crate::redis_link::{Link, Unavailable};
 use crossbeam_channel::Receiver;
 use redis::Value;
-use seckill_common::reservation::{own, parse, prepare, reserve_script, Replied};
+use seckill_common::keys::SaleKeys;
+use seckill_common::reservation::{own, parse, prepare_in, reserve_script, Replied};
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
 
@@ -31,6 +32,8 @@ pub type Outcome = Result<Replied, Unavailable>;
 pub struct Job {
     /// The sale.
     pub sale_id: u64,
+    /// The bucket of the sale (the buyer's home bucket; 0 for a sale of one).
+    pub bucket: u32,
     /// A valid user id (checked by the handler).
     pub user_id: String,
     /// A fresh id from `ids::new_reservation_id`.
@@ -174,7 +177,8 @@ fn run_batch(link: &mut Link, batch: &[Job], metrics: &Metrics) -> Vec<Outcome> 
                 p.ignore_errors();
                 for &i in &sent {
                     let j = &batch[i];
-                    p.invoke_script(&prepare(j.sale_id, &j.user_id, &j.reservation_id));
+                    let k = SaleKeys::bucket(j.sale_id, j.bucket);
+                    p.invoke_script(&prepare_in(k, &j.user_id, &j.reservation_id));
                 }
                 p
             });

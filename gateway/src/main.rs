@@ -13,7 +13,9 @@
 //! - [`identity`]: the buyer: bearer tokens verified and remembered.
 //! - [`purchase`]: one purchase, from body to reply; [`queries`]: the
 //!   reading routes.
-//! - [`reserver`]: the two ways a purchase reaches Redis, behind one type.
+//! - [`reserver`]: the two ways a purchase reaches Redis, behind one type;
+//!   [`home`]: which bucket of a sale split over buckets it goes to, and
+//!   the pull of units to an empty one before `sold_out`.
 //! - [`app`]: the state every thread shares.
 //! - [`group_commit`]: pipelining purchases to Redis from a few threads.
 //! - [`redis_link`]: one Redis connection with reconnect and backoff; the
@@ -37,6 +39,7 @@ mod buyers;
 mod client_addr;
 mod group_commit;
 mod handler;
+mod home;
 mod identity;
 mod limits;
 mod metrics;

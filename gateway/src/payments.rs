@@ -32,7 +32,7 @@ use crate::app::App;
 use crate::identity::Credentials;
 use crate::redis_link::Unavailable;
 use crate::reply::Reply;
-use seckill_common::keys::{PurchaseStatus, SaleKeys};
+use seckill_common::keys::PurchaseStatus;
 use seckill_common::payment::{
     self, CancelMessage, PaymentMessage, PaymentRequest, SignatureError,
 };
@@ -122,7 +122,9 @@ pub fn cancel(app: &App, sale_id: u64, creds: &Credentials) -> Reply {
         Ok(u) => u,
         Err(reply) => return reply,
     };
-    let k = SaleKeys::new(sale_id);
+    let Ok((k, _)) = app.buckets.home(app, sale_id, &user) else {
+        return Reply::unavailable();
+    };
     let found = app.links.with(|link| {
         let rid = link.with(|con| {
             redis::cmd("HGET")

@@ -88,8 +88,13 @@ pub fn buy(app: &App, sale_id: u64, body: &[u8], creds: &Credentials) -> Reply {
         app.metrics.shed.inc();
         return Reply::overloaded();
     };
-    let outcome = app.reserver.reserve(app, sale_id, &user_id);
-    conclude(app, sale_id, &user_id, outcome)
+    let (home, k) = match app.buckets.home(app, sale_id, &user_id) {
+        Ok(h) => h,
+        Err(Unavailable) => return unavailable(app),
+    };
+    let outcome = app.reserver.reserve(app, home, &user_id);
+    let outcome = crate::home::reach_stock(app, home, k, &user_id, outcome);
+    conclude(app, sale_id, k, &user_id, outcome)
 }
 
 /// The first half of a purchase, before Redis: reads the body, takes the
@@ -149,16 +154,21 @@ pub fn admit(app: &App, sale_id: u64, body: &[u8], creds: &Credentials) -> Resul
 /// The second half: the reply to what Redis said (or could not say), with
 /// the sold-out memory and the outcome counter updated. The memory is
 /// ordered by the reply's `seq`, never by the order in which connection
-/// threads get here (`soldout.rs`).
+/// threads get here (`soldout.rs`). For a sale of `buckets` > 1 a reply's
+/// `seq` is its bucket's while a sell-out's is the whole sale's
+/// (`home.rs`), so a reservation does not reopen the memory (its 500 ms
+/// recheck does) and its buyers are read one at a time from their home
+/// buckets, never loaded.
 pub fn conclude(
     app: &App,
     sale_id: u64,
+    buckets: u32,
     user_id: &str,
     outcome: Result<Replied, Unavailable>,
 ) -> Reply {
     let metrics = &app.metrics;
     let closed = |c: Closed, seq: u64, o: Outcome| {
-        if app.soldout.closed(sale_id, c, seq, Instant::now()) {
+        if app.soldout.closed(sale_id, c, seq, Instant::now()) && buckets == 1 {
             app.buyers.request(app, sale_id, seq);
         }
         metrics.outcome(o);
@@ -174,7 +184,9 @@ pub fn conclude(
     match outcome {
         ReserveOutcome::Reserved(rid) => {
             metrics.outcome(Outcome::Reserved);
-            app.soldout.reserved(sale_id, seq);
+            if buckets == 1 {
+                app.soldout.reserved(sale_id, seq);
+            }
             Reply::json(
                 202,
                 json!({ "reservation_id": rid, "status": PurchaseStatus::Queued.as_str() }),

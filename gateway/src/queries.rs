@@ -4,6 +4,7 @@
 //! `GET /readyz` (Redis would take a purchase now).
 
 use crate::app::App;
+use crate::redis_link::Unavailable;
 use crate::reply::Reply;
 use seckill_common::keys::PurchaseStatus;
 use seckill_common::keys::SaleKeys;
@@ -11,7 +12,8 @@ use seckill_common::redis_server;
 use serde_json::json;
 
 /// `GET /v1/sales/{sale_id}`: one pipeline of `HMGET meta`, `GET stock`,
-/// `TIME`. `state` is `paused` while the sale is paused (Redis lost data
+/// `TIME` (of bucket 0; for a sale split over buckets, `stock_remaining`
+/// adds the other buckets' stock). `state` is `paused` while the sale is paused (Redis lost data
 /// of it, until `sale repair`), else `upcoming` before the window, `ended`
 /// after it, `sold_out` when no stock is left, else `active`; times are
 /// RFC 3339 UTC.
@@ -42,7 +44,15 @@ pub fn sale(app: &App, sale_id: u64) -> Reply {
     };
     let paused = meta.get(3).is_some_and(Option::is_some);
     let now_ms = secs * 1000 + micros / 1000;
-    let stock = stock.unwrap_or(0).max(0);
+    let mut stock = stock.unwrap_or(0).max(0);
+    match app.buckets.of(app, sale_id) {
+        Ok(1) => {}
+        Ok(k) => match other_buckets_stock(app, sale_id, k) {
+            Ok(more) => stock += more,
+            Err(_) => return Reply::unavailable(),
+        },
+        Err(_) => return Reply::unavailable(),
+    }
     let state = if paused {
         "paused"
     } else if now_ms < starts {
@@ -66,6 +76,23 @@ pub fn sale(app: &App, sale_id: u64) -> Reply {
     )
 }
 
+/// The stock of buckets 1 .. `k` of `sale_id` (a sale split over `k`
+/// buckets), each never below 0: one `GET` per bucket.
+fn other_buckets_stock(app: &App, sale_id: u64, k: u32) -> Result<i64, Unavailable> {
+    app.links.with(|link| {
+        let mut sum = 0;
+        for b in 1..k {
+            let s: Option<i64> = link.with(|con| {
+                redis::cmd("GET")
+                    .arg(SaleKeys::bucket(sale_id, b).stock())
+                    .query(con)
+            })?;
+            sum += s.unwrap_or(0).max(0);
+        }
+        Ok(sum)
+    })
+}
+
 /// `GET /v1/sales/{sale_id}/purchases/{user_id}`: `HGET buyers user`, then
 /// one pipeline of `HGET status rid` and `HGET pay_by rid`. A reservation
 /// without a status reads as `queued`; `pending_payment` carries `pay_by`
@@ -73,7 +100,9 @@ pub fn sale(app: &App, sale_id: u64) -> Reply {
 /// `confirmed` (final at creation), `pending_payment`, `paid`, `expired`,
 /// `cancelled`, `failed`.
 pub fn purchase_status(app: &App, sale_id: u64, user_id: &str) -> Reply {
-    let k = SaleKeys::new(sale_id);
+    let Ok((k, _)) = app.buckets.home(app, sale_id, user_id) else {
+        return Reply::unavailable();
+    };
     let found = app.links.with(|link| {
         let rid = link.with(|con| {
             redis::cmd("HGET")

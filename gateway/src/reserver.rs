@@ -9,6 +9,7 @@ use crate::app::App;
 use crate::group_commit::{Job, Slot};
 use crate::redis_link::Unavailable;
 use crossbeam_channel::Sender;
+use seckill_common::keys::SaleKeys;
 use seckill_common::reservation::{self, Replied};
 use std::sync::Arc;
 use std::time::Duration;
@@ -26,21 +27,28 @@ pub enum Reserver {
 }
 
 impl Reserver {
-    /// Reserves one unit of `sale_id` for the valid `user_id`.
+    /// Reserves one unit in bucket `keys` (the buyer's home bucket,
+    /// `home.rs`; a one-bucket sale's own keys) for the valid `user_id`.
     ///
     /// Errors: [`Unavailable`] when Redis cannot be reached in time, or (group
     /// commit) when the Redis threads' queue is full, or the purchase was not
     /// sent within three Redis timeouts (then it never is). A purchase that
     /// was sent and got no answer may still have reserved (the script ran,
     /// the answer was lost); a client's retry is answered 409 with its id.
-    pub fn reserve(&self, app: &App, sale_id: u64, user_id: &str) -> Result<Replied, Unavailable> {
+    pub fn reserve(
+        &self,
+        app: &App,
+        keys: SaleKeys,
+        user_id: &str,
+    ) -> Result<Replied, Unavailable> {
         let rid = seckill_common::ids::new_reservation_id();
         match self {
-            Reserver::RoundTrip => round_trip(app, sale_id, user_id, &rid),
+            Reserver::RoundTrip => round_trip(app, keys, user_id, &rid),
             Reserver::GroupCommit { jobs } => {
                 let slot = Arc::new(Slot::default());
                 let job = Job {
-                    sale_id,
+                    sale_id: keys.sale_id,
+                    bucket: keys.bucket,
                     user_id: user_id.to_string(),
                     reservation_id: rid,
                     reply_to: slot.clone(),
@@ -61,8 +69,8 @@ fn pipeline_wait(app: &App) -> Duration {
     app.redis_timeout * 3
 }
 
-fn round_trip(app: &App, sale_id: u64, user_id: &str, rid: &str) -> Result<Replied, Unavailable> {
-    let inv = reservation::prepare(sale_id, user_id, rid);
+fn round_trip(app: &App, keys: SaleKeys, user_id: &str, rid: &str) -> Result<Replied, Unavailable> {
+    let inv = reservation::prepare_in(keys, user_id, rid);
     let reply = app
         .links
         .with(|link| link.with(|con| inv.invoke::<redis::Value>(con)))?;

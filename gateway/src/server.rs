@@ -148,6 +148,7 @@ pub fn run(config: Config, shutdown: Shutdown, unblocker: Unblocker) -> Result<(
         metrics: metrics.clone(),
         soldout: SoldOutCache::new(config.gateway_buyers_max),
         buyers: loader,
+        buckets: Default::default(),
         client: client.clone(),
         redis_timeout: config.redis_timeout,
         body_limit: config.body_limit_bytes,

@@ -15,15 +15,20 @@ usage: seckill-reconciler COMMAND [OPTIONS]
 commands:
   migrate                       create the MySQL database if missing and apply the schema
   sale create --sku SKU --stock N --starts-at T --ends-at T [--title TEXT] [--price-cents N]
-              [--payment-window D [--rebuy-after-release]]
+              [--payment-window D [--rebuy-after-release]] [--shards K]
                                 T: RFC 3339 (2026-11-29T20:00:00Z, +08:00 offsets too),
                                    now, now+30s, now+2h
                                 D: 15m, 30s, 500ms: orders wait that long for their payment,
                                    then their unit goes back on sale (default: none, orders
                                    are final at creation); --rebuy-after-release lets the
                                    buyer of an expired or cancelled order buy again
-  sale load ID                  put a MySQL sale into Redis unless Redis holds live state
-  sale show ID                  MySQL and Redis figures side by side
+                                K: split the stock over K buckets (1-64, default 1), each
+                                   under its own hash tag (not with --payment-window)
+  sale load ID [--shards K]     put a MySQL sale into Redis unless Redis holds live state
+                                (K: as it was created; Redis is where K is kept)
+  sale show ID                  MySQL and Redis figures side by side (per bucket)
+  sale rebalance ID             complete half-done transfers between the sale's buckets
+                                and move units to empty ones
   sale repair ID --by NAME [--note TEXT]
                                 rebuild a paused sale's Redis state from MySQL and resume it
   run                           reconcile every active or recent sale (exit 1: open findings)
@@ -60,6 +65,10 @@ pub enum Command {
     SaleCreate(SaleCreate),
     /// Load sale ID into Redis.
     SaleLoad(u64),
+    /// Load sale ID into Redis split over K > 1 buckets (`sale load ID --shards K`).
+    SaleLoadSplit(u64, u32),
+    /// Complete the open transfers of sale ID and refill its empty buckets.
+    SaleRebalance(u64),
     /// Show sale ID.
     SaleShow(u64),
     /// Rebuild a paused sale's Redis state from MySQL and resume it.
@@ -202,6 +211,9 @@ pub struct SaleCreate {
     /// `--rebuy-after-release` (only with a window): the buyer of an order
     /// that expired or was cancelled may buy again.
     pub rebuy_after_release: bool,
+    /// `--shards K`: buckets (1 ..= `buckets::MAX_BUCKETS`, default 1);
+    /// above 1 only without a payment window.
+    pub shards: u32,
 }
 
 /// Longest payment window: 7 days in ms.
@@ -332,7 +344,14 @@ pub fn parse_at(
     let cmd = match words.as_slice() {
         [] | ["help"] => Command::Help,
         ["migrate"] => Command::Migrate,
-        ["sale", "load", id] => Command::SaleLoad(parse_u64(id, "sale id")?),
+        ["sale", "load", id] => {
+            let id = parse_u64(id, "sale id")?;
+            match shards(&mut opts)? {
+                1 => Command::SaleLoad(id),
+                k => Command::SaleLoadSplit(id, k),
+            }
+        }
+        ["sale", "rebalance", id] => Command::SaleRebalance(parse_u64(id, "sale id")?),
         ["sale", "show", id] => Command::SaleShow(parse_u64(id, "sale id")?),
         ["sale", "repair", id] => {
             let sale_id = parse_u64(id, "sale id")?;
@@ -551,6 +570,10 @@ fn sale_create(opts: &mut Opts, now_ms: u64) -> Result<Command, UsageError> {
     if rebuy_after_release && payment_window_ms.is_none() {
         return err("--rebuy-after-release needs --payment-window");
     }
+    let shards = shards(opts)?;
+    if shards > 1 && payment_window_ms.is_some() {
+        return err("--shards above 1 cannot be combined with --payment-window yet");
+    }
     Ok(Command::SaleCreate(SaleCreate {
         sku,
         stock,
@@ -560,7 +583,25 @@ fn sale_create(opts: &mut Opts, now_ms: u64) -> Result<Command, UsageError> {
         price_cents,
         payment_window_ms,
         rebuy_after_release,
+        shards,
     }))
+}
+
+/// `--shards K`: 1 when absent.
+fn shards(opts: &mut Opts) -> Result<u32, UsageError> {
+    let max = seckill_common::buckets::MAX_BUCKETS;
+    match opts.take("shards") {
+        None => Ok(1),
+        Some(k) => k
+            .parse()
+            .ok()
+            .filter(|k| (1..=max).contains(k))
+            .ok_or_else(|| {
+                UsageError(format!(
+                    "--shards {k:?}: expected an integer from 1 to {max}"
+                ))
+            }),
+    }
 }
 
 #[cfg(test)]
@@ -585,6 +626,7 @@ mod tests {
                 price_cents: 1999,
                 payment_window_ms: None,
                 rebuy_after_release: false,
+                shards: 1,
             })
         );
         let c = p("sale create --sku A-1 --stock 10 --starts-at now --ends-at now+1h --payment-window 15m --rebuy-after-release").unwrap();
@@ -664,6 +706,24 @@ mod tests {
     fn simple_commands_parse() {
         assert_eq!(p("migrate").unwrap(), Command::Migrate);
         assert_eq!(p("sale load 42").unwrap(), Command::SaleLoad(42));
+        assert_eq!(
+            p("sale load 42 --shards 3").unwrap(),
+            Command::SaleLoadSplit(42, 3)
+        );
+        assert_eq!(p("sale rebalance 9").unwrap(), Command::SaleRebalance(9));
+        let c = p("sale create --sku A --stock 9 --starts-at now --ends-at now+1h --shards 3");
+        let Ok(Command::SaleCreate(c)) = c else {
+            panic!("{c:?}")
+        };
+        assert_eq!(c.shards, 3);
+        for bad in ["0", "65", "x"] {
+            let e = p(&format!(
+                "sale create --sku A --stock 9 --starts-at now --ends-at now+1h --shards {bad}"
+            ));
+            assert!(e.unwrap_err().0.contains("--shards"), "{bad}");
+        }
+        let e = p("sale create --sku A --stock 9 --starts-at now --ends-at now+1h --shards 2 --payment-window 1m");
+        assert!(e.unwrap_err().0.contains("--payment-window"));
         assert_eq!(p("sale show 7").unwrap(), Command::SaleShow(7));
         assert_eq!(
             p("sale repair 7 --by alice").unwrap(),

@@ -14,12 +14,14 @@
 //!   [`cli::Command`], one function per command.
 //! - Commands, one file each: [`run_cmd`] (`run`), [`findings_cmd`],
 //!   [`resolve_cmd`], [`sale_cmd`] (`sale create/load/show`), [`repair_cmd`]
-//!   (`sale repair`), [`token_cmd`] (`token keygen/issue`), [`bench_read`].
+//!   (`sale repair`), [`token_cmd`] (`token keygen/issue`), [`bench_read`],
+//!   [`buckets_cmd`] (`sale rebalance`, the per-bucket table of `sale show`).
 //! - Reconciliation: [`scan`] reads one sale in its documented order into
 //!   one value; [`rules`] holds one file per rule turning it into
 //!   observations; [`compensate`] is the one automatic fix.
 //! - Reading: [`redis_read`] (`SSCAN`/`HSCAN`/`LRANGE` in chunks, never
-//!   `KEYS`), [`mysql_read`] (streamed `SELECT`s).
+//!   `KEYS`), [`mysql_read`] (streamed `SELECT`s), [`bucket_read`] (a sale
+//!   split over buckets: totals at one instant, transfer books).
 //! - The review store: [`review`] (file, migrations, runs, the append-only
 //!   audit log, one write transaction), [`review::findings`] (the findings
 //!   table), [`stored`] (its enums as stored names).
@@ -33,6 +35,8 @@
 #![forbid(unsafe_code)]
 
 mod bench_read;
+mod bucket_read;
+mod buckets_cmd;
 mod cli;
 mod compensate;
 mod dead_letter_archive;
@@ -99,7 +103,9 @@ fn run(
             Ok(0)
         }
         cli::Command::SaleCreate(args) => sale_cmd::create(config, &args),
-        cli::Command::SaleLoad(id) => sale_cmd::load(config, id),
+        cli::Command::SaleLoad(id) => sale_cmd::load(config, id, 1),
+        cli::Command::SaleLoadSplit(id, k) => sale_cmd::load(config, id, k),
+        cli::Command::SaleRebalance(id) => crate::buckets_cmd::rebalance(config, id),
         cli::Command::SaleShow(id) => sale_cmd::show(config, id),
         cli::Command::SaleRepair(args) => Ok(repair_cmd::repair(config, &args)?),
         cli::Command::Run => Ok(run_cmd::run(config, shutdown)?),

@@ -22,6 +22,10 @@ pub struct RedisTotals {
     pub reservations: i64,
     /// Redis's clock (`TIME`), Unix ms: the clock of `reserved_at_ms`.
     pub now_ms: u64,
+    /// A sale split over buckets whose totals could not be read at one
+    /// instant (`bucket_read::totals`): `stock` and `reservations` are not
+    /// to be judged.
+    pub unsettled: bool,
 }
 
 /// Every member of a set, by `SSCAN`.
@@ -60,6 +64,7 @@ pub fn totals(con: &mut Connection, sale_id: u64) -> redis::RedisResult<RedisTot
         stock,
         reservations,
         now_ms: time.0 * 1000 + time.1 / 1000,
+        unsettled: false,
     })
 }
 
@@ -178,14 +183,7 @@ pub struct DeadLetters {
 /// time).
 pub fn dead_letters(con: &mut redis::Connection, sale_id: u64) -> redis::RedisResult<DeadLetters> {
     let mut out = DeadLetters::default();
-    for_each_in_list(
-        con,
-        &SaleKeys::new(sale_id).dead_letter(),
-        |raw| match DeadLetter::parse(raw) {
-            Some(d) => out.entries.push(d),
-            None => out.foreign.push(String::from_utf8_lossy(raw).into_owned()),
-        },
-    )?;
+    dead_letters_into(con, SaleKeys::new(sale_id), &mut out)?;
     Ok(out)
 }
 
@@ -197,6 +195,18 @@ pub fn payment_dead_letters(con: &mut redis::Connection) -> redis::RedisResult<V
         out.push(raw.to_vec())
     })?;
     Ok(out)
+}
+
+/// Adds the dead-letter list of bucket `k` to `out`.
+pub fn dead_letters_into(
+    con: &mut redis::Connection,
+    k: SaleKeys,
+    out: &mut DeadLetters,
+) -> redis::RedisResult<()> {
+    for_each_in_list(con, &k.dead_letter(), |raw| match DeadLetter::parse(raw) {
+        Some(d) => out.entries.push(d),
+        None => out.foreign.push(String::from_utf8_lossy(raw).into_owned()),
+    })
 }
 
 /// The reservation id inside a queued order message, without a full parse

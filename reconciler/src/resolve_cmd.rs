@@ -206,6 +206,15 @@ fn check(config: &Config, f: &Finding, args: &ResolveArgs) -> Result<Checked, Ru
         return Ok(Checked::Final(order_exists(args.action, order.id, &rid)));
     }
     let mut redis = redis_connect(config)?;
+    if let Some(k @ 2..) = seckill_common::buckets::count(&mut redis, sale_id)? {
+        // The release and reorder scripts name the sale's bucket 0 only: on
+        // another bucket they would find no flow record and report "already
+        // released" while the unit is still held.
+        return Ok(Checked::Final(Outcome::refused(format!(
+            "sale {sale_id} is split over {k} buckets: --{action} is not supported there yet; \
+             act in Redis by hand (docs/DESIGN.md, \"A sale split over buckets\") and --dismiss"
+        ))));
+    }
     let workers = crate::redis_read::set_members(&mut redis, WORKERS)?;
     let would = if args.action == ResolveAction::Reorder {
         match reorder(&mut redis, sale_id, &rid, &workers, None)? {

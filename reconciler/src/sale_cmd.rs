@@ -9,7 +9,7 @@ use crate::output::{outln, write_stdout};
 use mysql::prelude::Queryable;
 use redis::Commands;
 use seckill_common::keys::SaleKeys;
-use seckill_common::sale::{load_into_redis, Sale};
+use seckill_common::sale::Sale;
 use seckill_common::timefmt::format_ms;
 use seckill_common::Config;
 use std::collections::HashMap;
@@ -85,7 +85,7 @@ pub fn create(config: &Config, a: &SaleCreate) -> Res<u8> {
     )?;
     let id = db.last_insert_id();
     let sale = fetch_sale(&mut db, id)?.ok_or("the new sale vanished")?;
-    let loaded = match load_into_redis(&mut con, &sale, 0) {
+    let loaded = match seckill_common::buckets::load_into_redis(&mut con, &sale, a.shards, 0) {
         Ok(loaded) => loaded,
         Err(e) => {
             let undo = delete_sale(&mut db, id);
@@ -102,12 +102,16 @@ pub fn create(config: &Config, a: &SaleCreate) -> Res<u8> {
         return Ok(2);
     }
     eprintln!(
-        "created sale {id}: {} unit{} of {} from {} to {}",
+        "created sale {id}: {} unit{} of {} from {} to {}{}",
         sale.total_stock,
         if sale.total_stock == 1 { "" } else { "s" },
         sale.sku,
         format_ms(sale.starts_at_ms),
-        format_ms(sale.ends_at_ms)
+        format_ms(sale.ends_at_ms),
+        match a.shards {
+            1 => String::new(),
+            k => format!(", in {k} buckets"),
+        }
     );
     outln!("{id}");
     Ok(0)
@@ -151,8 +155,9 @@ fn describe_live(con: &mut redis::Connection, id: u64) -> String {
     }
 }
 
-/// `sale load`: puts a MySQL sale into Redis unless Redis holds its stock.
-pub fn load(config: &Config, id: u64) -> Res<u8> {
+/// `sale load`: puts a MySQL sale into Redis, split over `buckets`
+/// buckets, unless Redis holds its stock.
+pub fn load(config: &Config, id: u64, buckets: u32) -> Res<u8> {
     let mut db = seckill_common::schema::connect(&config.mysql_url, config.mysql_timeout)?;
     let Some(sale) = fetch_sale(&mut db, id)? else {
         eprintln!("seckill-reconciler: no sale {id} in MySQL");
@@ -160,7 +165,7 @@ pub fn load(config: &Config, id: u64) -> Res<u8> {
     };
     let ordered = order_count(&mut db, id)?;
     let mut con = redis_con(config)?;
-    if load_into_redis(&mut con, &sale, ordered)? {
+    if seckill_common::buckets::load_into_redis(&mut con, &sale, buckets, ordered)? {
         outln!(
             "loaded sale {id} into Redis with stock {} ({} total, {} already ordered)",
             sale.total_stock.saturating_sub(ordered),
@@ -190,12 +195,29 @@ pub fn show(config: &Config, id: u64) -> Res<u8> {
     let ledger = seckill_common::schema::ledger_deductions(&mut db, id)?;
     let mut con = redis_con(config)?;
     let k = SaleKeys::new(id);
-    let stock: Option<i64> = con.get(k.stock())?;
-    let meta: HashMap<String, u64> = read_meta(&mut con, id)?;
+    let mut stock: Option<i64> = con.get(k.stock())?;
+    let mut meta: HashMap<String, u64> = read_meta(&mut con, id)?;
     let paused: Option<String> = con.hget(k.meta(), "paused")?;
-    let flows: u64 = con.hlen(k.flow())?;
-    let queued: u64 = con.llen(k.queue())?;
-    let dead: u64 = con.llen(k.dead_letter())?;
+    let mut flows: u64 = con.hlen(k.flow())?;
+    let mut queued: u64 = con.llen(k.queue())?;
+    let mut dead: u64 = con.llen(k.dead_letter())?;
+    let buckets = seckill_common::buckets::count(&mut con, id)?.unwrap_or(1);
+    let figs = match buckets {
+        1 => Vec::new(),
+        n => crate::buckets_cmd::all_figures(&mut con, id, n)?,
+    };
+    if buckets > 1 {
+        // The sale's Redis column adds its buckets up.
+        stock = figs.iter().map(|f| f.stock).sum();
+        let total: Option<i64> = figs.iter().map(|f| f.total_stock).sum();
+        match total.and_then(|t| u64::try_from(t).ok()) {
+            Some(t) => meta.insert("total_stock".into(), t),
+            None => meta.remove("total_stock"),
+        };
+        flows = figs.iter().map(|f| f.flows).sum();
+        queued = figs.iter().map(|f| f.queued).sum();
+        dead = figs.iter().map(|f| f.dead).sum();
+    }
     let not_loaded = || "(not loaded)".to_string();
     let redis_window = match (meta.get("starts_at_ms"), meta.get("ends_at_ms")) {
         (Some(&s), Some(&e)) if (s, e) != (sale.starts_at_ms, sale.ends_at_ms) => {
@@ -233,6 +255,10 @@ pub fn show(config: &Config, id: u64) -> Res<u8> {
         writeln!(w, "reservations      -            {flows}")?;
         writeln!(w, "queued messages   -            {queued}")?;
         writeln!(w, "dead letters      -            {dead}")?;
+        if buckets > 1 {
+            writeln!(w, "buckets           -            {buckets}")?;
+            crate::buckets_cmd::write_table(w, id, &figs)?;
+        }
         if let Some(p) = &paused {
             writeln!(
                 w,

@@ -27,6 +27,13 @@
 //! Only the orders that hold a unit (confirmed, pending, paid) are expected
 //! to have a flow record (steps 2 and 4); a released one has its record in
 //! the sale's `released` hash.
+//!
+//! A sale split over buckets (`seckill_common::buckets`) is read bucket by
+//! bucket: the totals summed at one instant (`bucket_read::totals`), steps
+//! 4-6 on each bucket's flow records, dead letters, queue and processing
+//! lists (an order's flow record is in its buyer's home bucket; any bucket's
+//! record counts). Step 8 reads bucket 0 (sales with a payment window, the
+//! only ones that release, have one bucket).
 
 use crate::error::RunError;
 use crate::mysql_read::{self, rid_to_u128, u128_to_rid, Books, OddPayment, OrderDetail};
@@ -109,19 +116,47 @@ impl Bits {
     }
 }
 
-/// Scans sale `sale_id`; `None` when MySQL has no such sale.
+/// Scans sale `sale_id`, split over `buckets` buckets (1: not split);
+/// `None` when MySQL has no such sale.
 ///
 /// Errors: Redis or MySQL failures, or what `ctx.tick` returns.
-pub fn scan(ctx: &mut Ctx<'_>, sale_id: u64) -> Result<Option<SaleScan>, RunError> {
-    let totals = redis_read::totals(ctx.redis, sale_id)?;
+pub fn scan(ctx: &mut Ctx<'_>, sale_id: u64, buckets: u32) -> Result<Option<SaleScan>, RunError> {
+    let totals = match buckets {
+        1 => redis_read::totals(ctx.redis, sale_id)?,
+        k => match crate::bucket_read::totals(ctx.redis, sale_id, k)? {
+            Some(t) => t,
+            None => {
+                log::warn!("sale {sale_id}: transfers kept moving units; totals judged next run");
+                let mut t = redis_read::totals(ctx.redis, sale_id)?;
+                t.unsettled = true;
+                t
+            }
+        },
+    };
     let Some((books, orders, odd_orders, deducted)) = read_mysql(ctx, sale_id)? else {
         return Ok(None);
     };
     let has_ledger = ledger_marks(&orders, &deducted);
     drop(deducted);
-    let flows = flow_marks(ctx, sale_id, &orders, totals.now_ms)?;
-    let dead = redis_read::dead_letters(ctx.redis, sale_id)?;
-    let unordered = unordered(ctx, sale_id, flows.candidates)?;
+    let mut flows = FlowMarks {
+        has_flow: Bits::new(orders.len()),
+        candidates: HashMap::new(),
+        read: 0,
+        young: 0,
+    };
+    let mut dead = DeadLetters::default();
+    let mut unordered_all = Vec::new();
+    for k in seckill_common::buckets::all(sale_id, buckets) {
+        let f = flow_marks(ctx, k, &orders, totals.now_ms)?;
+        for (w, bits) in flows.has_flow.0.iter_mut().zip(&f.has_flow.0) {
+            *w |= bits;
+        }
+        flows.read += f.read;
+        flows.young += f.young;
+        redis_read::dead_letters_into(ctx.redis, k, &mut dead)?;
+        unordered_all.extend(unordered(ctx, k, f.candidates)?);
+    }
+    let unordered = unordered_all;
 
     let mut no_flow = odd_orders;
     let mut no_ledger = Vec::new();
@@ -225,10 +260,10 @@ struct FlowMarks {
     young: u64,
 }
 
-/// Step 4: the flow records, by `HSCAN`.
+/// Step 4: the flow records of bucket `k`, by `HSCAN`.
 fn flow_marks(
     ctx: &mut Ctx<'_>,
-    sale_id: u64,
+    k: SaleKeys,
     orders: &[u128],
     now_ms: u64,
 ) -> Result<FlowMarks, RunError> {
@@ -241,7 +276,7 @@ fn flow_marks(
     };
     redis_read::scan_hash(
         ctx.redis,
-        &SaleKeys::new(sale_id).flow(),
+        &k.flow(),
         |field, value| {
             m.read += 1;
             if let Some(i) = rid_to_u128(field).and_then(|v| orders.binary_search(&v).ok()) {
@@ -269,13 +304,12 @@ fn flow_marks(
 /// nor released meanwhile, with their status, in reservation id order.
 fn unordered(
     ctx: &mut Ctx<'_>,
-    sale_id: u64,
+    k: SaleKeys,
     mut candidates: HashMap<String, String>,
 ) -> Result<Vec<Unordered>, RunError> {
     if candidates.is_empty() {
         return Ok(Vec::new());
     }
-    let k = SaleKeys::new(sale_id);
     let mut lists = vec![k.queue()];
     for w in redis_read::set_members(ctx.redis, WORKERS)? {
         lists.push(k.processing(&w));

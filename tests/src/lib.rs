@@ -410,6 +410,19 @@ pub fn create_sale(
     starts_in_ms: i64,
     len_ms: u64,
 ) -> u64 {
+    create_split_sale(db, redis, stock, starts_in_ms, len_ms, 1)
+}
+
+/// [`create_sale`] split over `buckets` buckets
+/// (`seckill_common::buckets::load_into_redis`; 1: exactly [`create_sale`]).
+pub fn create_split_sale(
+    db: &TestDb,
+    redis: &RedisServer,
+    stock: u64,
+    starts_in_ms: i64,
+    len_ms: u64,
+    buckets: u32,
+) -> u64 {
     let mut sale = test_sale(0, stock, starts_in_ms, len_ms);
     let mut c = db.conn();
     c.exec_drop(
@@ -427,7 +440,8 @@ pub fn create_sale(
     )
     .expect("insert sale");
     sale.id = c.last_insert_id();
-    assert!(seckill_common::sale::load_into_redis(&mut redis.con(), &sale, 0).expect("load"));
+    let loaded = seckill_common::buckets::load_into_redis(&mut redis.con(), &sale, buckets, 0);
+    assert!(loaded.expect("load"));
     sale.id
 }
 

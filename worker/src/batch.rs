@@ -36,6 +36,7 @@ use crate::error::ApplyError;
 use crate::metrics::Metrics;
 use crate::queue::{Consumer, Settlement};
 use seckill_common::dead_letter::DeadLetter;
+use seckill_common::keys::SaleKeys;
 use seckill_common::message::OrderMessage;
 use seckill_common::status_write::Created;
 use seckill_common::{Config, Shutdown};
@@ -103,6 +104,8 @@ struct Entry {
 #[derive(Debug)]
 pub struct Batch {
     sale_id: u64,
+    /// The bucket of the sale whose queue it came from (0 for a sale of one).
+    bucket: u32,
     /// The worker handling it, named in its dead letters.
     worker_id: String,
     entries: Vec<Entry>,
@@ -168,6 +171,7 @@ impl Batch {
             .collect();
         Batch {
             sale_id,
+            bucket: 0,
             worker_id: worker_id.to_string(),
             entries,
         }
@@ -176,6 +180,12 @@ impl Batch {
     /// The sale whose queue the batch came from.
     pub fn sale_id(&self) -> u64 {
         self.sale_id
+    }
+
+    /// The keys of the bucket whose queue the batch came from: its flow
+    /// records, statuses and processing list are there.
+    pub fn keys(&self) -> SaleKeys {
+        SaleKeys::bucket(self.sale_id, self.bucket)
     }
 
     /// The positions still waiting for MySQL.
@@ -399,11 +409,12 @@ impl<'a> Handler<'a> {
     }
 
     /// Handles `raw`, the messages just moved into this worker's processing
-    /// list of sale `sale_id` (oldest first): parse, apply, settle.
-    pub fn handle(mut self, sale_id: u64, raw: Vec<Vec<u8>>) -> BatchEnd {
+    /// list of bucket `keys` of a sale (oldest first): parse, apply, settle.
+    pub fn handle(mut self, keys: SaleKeys, raw: Vec<Vec<u8>>) -> BatchEnd {
         self.crash.reached(CrashPoint::AfterMove);
         let started = Instant::now();
-        let mut batch = Batch::parse(sale_id, &self.config.worker_id, raw);
+        let mut batch = Batch::parse(keys.sale_id, &self.config.worker_id, raw);
+        batch.bucket = keys.bucket;
         if let Err(end) = self.apply(&mut batch) {
             return end;
         }
@@ -452,7 +463,7 @@ impl<'a> Handler<'a> {
     /// Errors: `RedisFailed` when the read failed.
     fn fence(&mut self, batch: &mut Batch, which: &[usize]) -> Result<Vec<usize>, BatchEnd> {
         let sale_id = batch.sale_id();
-        let flows = match self.consumer.flow_records(sale_id, &batch.rids(which)) {
+        let flows = match self.consumer.flow_records(batch.keys(), &batch.rids(which)) {
             Ok(f) => f,
             Err(e) => {
                 log::warn!("sale {sale_id}: reading flow records: {e}");
@@ -460,7 +471,10 @@ impl<'a> Handler<'a> {
             }
         };
         let released = if flows.iter().any(Option::is_none) {
-            match self.consumer.released_records(sale_id, &batch.rids(which)) {
+            match self
+                .consumer
+                .released_records(batch.keys(), &batch.rids(which))
+            {
                 Ok(r) => r,
                 Err(e) => {
                     log::warn!("sale {sale_id}: reading released records: {e}");
@@ -536,7 +550,10 @@ impl<'a> Handler<'a> {
         let sale_id = batch.sale_id();
         let refused = batch.refused();
         if !refused.is_empty() {
-            match self.consumer.count_attempts(sale_id, &batch.rids(&refused)) {
+            match self
+                .consumer
+                .count_attempts(batch.keys(), &batch.rids(&refused))
+            {
                 Ok(counts) => {
                     batch.give_up_or_requeue(&refused, counts, self.config.worker_max_attempts)
                 }
@@ -547,7 +564,7 @@ impl<'a> Handler<'a> {
             }
         }
         let s = batch.settlement();
-        match self.consumer.settle(sale_id, &s) {
+        match self.consumer.settle(batch.keys(), &s) {
             Ok(()) => {
                 let dead = s.dead.len() + s.fenced.len();
                 self.metrics.dead_lettered.inc_by(dead as u64);

@@ -16,6 +16,7 @@ use crate::crash::CrashPoints;
 use crate::loss_watch::PausedSales;
 use crate::metrics::Metrics;
 use crate::queue::Consumer;
+use seckill_common::keys::SaleKeys;
 use seckill_common::{Config, Shutdown};
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -49,7 +50,8 @@ pub struct Worker {
     shutdown: Shutdown,
     /// Test builds only (`crate::crash`); nothing armed otherwise.
     crash: CrashPoints,
-    sales: Vec<u64>,
+    /// The queues to consume: every bucket of every sale (`queue::buckets`).
+    sales: Vec<SaleKeys>,
     sales_read: Option<Instant>,
     /// Index into `sales` of the queue to block on in the next idle pass.
     idle_turn: usize,
@@ -60,7 +62,7 @@ pub struct Worker {
     /// messages is taken until the sale is repaired.
     paused: PausedSales,
     /// The last refusal logged per sale (`broken`).
-    broken_sales: HashMap<u64, String>,
+    broken_sales: HashMap<SaleKeys, String>,
 }
 
 impl Worker {
@@ -93,9 +95,9 @@ impl Worker {
         self.paused = paused;
     }
 
-    /// The sales this worker last read from `seckill:sales` (ascending):
-    /// the ones it may have processing lists for.
-    pub fn sales(&self) -> &[u64] {
+    /// The buckets of the sales this worker last read from `seckill:sales`
+    /// (ascending): the ones it may have processing lists for.
+    pub fn sales(&self) -> &[SaleKeys] {
         &self.sales
     }
 
@@ -128,9 +130,9 @@ impl Worker {
         if self.sales_read.is_some_and(|t| t.elapsed() < SALES_REFRESH) {
             return Ok(());
         }
-        let sales = crate::queue::sales(self.consumer.con()?)?;
+        let sales = crate::queue::buckets(self.consumer.con()?)?;
         if sales != self.sales {
-            log::info!("consuming {} sales", sales.len());
+            log::info!("consuming {} sale queues", sales.len());
         }
         self.sales = sales;
         self.sales_read = Some(Instant::now());
@@ -139,10 +141,13 @@ impl Worker {
 
     /// Logs (once per distinct error per sale) that Redis refused a command
     /// on one sale's keys; the sale is skipped until they are fixed.
-    fn broken(&mut self, sale: u64, e: &redis::RedisError) {
+    fn broken(&mut self, sale: SaleKeys, e: &redis::RedisError) {
         let text = e.to_string();
         if self.broken_sales.get(&sale) != Some(&text) {
-            log::error!("sale {sale}: skipped: Redis refused its queue or processing list: {text}");
+            log::error!(
+                "{}: skipped: Redis refused its queue or processing list: {text}",
+                sale.tag()
+            );
             self.broken_sales.insert(sale, text);
         }
     }
@@ -266,7 +271,7 @@ impl Worker {
         Ok(())
     }
 
-    fn finish(&mut self, sale: u64, batch: Vec<Vec<u8>>) {
+    fn finish(&mut self, sale: SaleKeys, batch: Vec<Vec<u8>>) {
         let handler = Handler::new(
             &self.config,
             &mut self.db,
@@ -278,7 +283,10 @@ impl Worker {
         match handler.handle(sale, batch) {
             BatchEnd::Settled => {}
             BatchEnd::Interrupted => {
-                log::warn!("sale {sale}: stopping with a batch unapplied in my processing list")
+                log::warn!(
+                    "{}: stopping with a batch unapplied in my processing list",
+                    sale.tag()
+                )
             }
             BatchEnd::RedisFailed => {
                 self.metrics.redis_errors.inc();

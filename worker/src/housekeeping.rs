@@ -89,18 +89,15 @@ pub enum Deregistered {
 pub fn deregister(
     con: &mut Connection,
     worker_id: &str,
-    known_sales: &[u64],
+    known_sales: &[SaleKeys],
 ) -> redis::RedisResult<Deregistered> {
     for _ in 0..DEREGISTER_TRIES {
         redis::cmd("WATCH").arg(keys::SALES).exec(con)?;
-        let mut sales = queue::sales(con)?;
+        let mut sales = queue::buckets(con)?;
         sales.extend_from_slice(known_sales);
         sales.sort_unstable();
         sales.dedup();
-        let lists: Vec<String> = sales
-            .iter()
-            .map(|s| SaleKeys::new(*s).processing(worker_id))
-            .collect();
+        let lists: Vec<String> = sales.iter().map(|s| s.processing(worker_id)).collect();
         let mut held = 0u64;
         if !lists.is_empty() {
             redis::cmd("WATCH").arg(&lists).exec(con)?;
@@ -132,7 +129,7 @@ pub fn deregister(
 /// messages moved.
 ///
 /// Errors: Redis failures.
-pub fn reclaim_dead(con: &mut Connection, me: &str, sales: &[u64]) -> redis::RedisResult<u64> {
+pub fn reclaim_dead(con: &mut Connection, me: &str, sales: &[SaleKeys]) -> redis::RedisResult<u64> {
     let workers: Vec<String> = con.smembers(keys::WORKERS)?;
     let mut moved = 0;
     for w in workers.iter().filter(|w| w.as_str() != me) {
@@ -143,7 +140,7 @@ pub fn reclaim_dead(con: &mut Connection, me: &str, sales: &[u64]) -> redis::Red
         for s in sales {
             let n = queue::reclaim(con, *s, w)?;
             if n > 0 {
-                log::warn!("reclaimed {n} messages of sale {s} from dead worker {w}");
+                log::warn!("reclaimed {n} messages of {} from dead worker {w}", s.tag());
             }
             moved += n;
         }
@@ -152,15 +149,16 @@ pub fn reclaim_dead(con: &mut Connection, me: &str, sales: &[u64]) -> redis::Red
 }
 
 /// The current figures of each sale's queue (lengths over all registered
-/// workers' processing lists, age of the oldest queued message).
+/// workers' processing lists, age of the oldest queued message), one per
+/// sale: the buckets of a sale split over buckets (`sales`, ascending, a
+/// sale's buckets together) are added up, the oldest age is their largest.
 ///
 /// Errors: Redis failures.
-pub fn gauges(con: &mut Connection, sales: &[u64]) -> redis::RedisResult<Vec<SaleGauges>> {
+pub fn gauges(con: &mut Connection, sales: &[SaleKeys]) -> redis::RedisResult<Vec<SaleGauges>> {
     let workers: Vec<String> = con.smembers(keys::WORKERS)?;
     let now = seckill_common::now_ms() as i64;
-    let mut out = Vec::with_capacity(sales.len());
-    for s in sales {
-        let k = SaleKeys::new(*s);
+    let mut out: Vec<SaleGauges> = Vec::with_capacity(sales.len());
+    for &k in sales {
         let mut p = redis::pipe();
         p.llen(k.queue()).lindex(k.queue(), -1);
         for w in &workers {
@@ -186,12 +184,20 @@ pub fn gauges(con: &mut Connection, sales: &[u64]) -> redis::RedisResult<Vec<Sal
             .and_then(|raw| OrderMessage::parse(&raw).ok())
             .map(|m| (now - m.reserved_at_ms as i64).max(0))
             .unwrap_or(0);
-        out.push(SaleGauges {
-            sale_id: *s,
-            queued,
-            processing: rest.iter().sum(),
-            oldest_age_ms,
-        });
+        let processing: i64 = rest.iter().sum();
+        match out.last_mut() {
+            Some(g) if g.sale_id == k.sale_id => {
+                g.queued += queued;
+                g.processing += processing;
+                g.oldest_age_ms = g.oldest_age_ms.max(oldest_age_ms);
+            }
+            _ => out.push(SaleGauges {
+                sale_id: k.sale_id,
+                queued,
+                processing,
+                oldest_age_ms,
+            }),
+        }
     }
     Ok(out)
 }
@@ -257,7 +263,7 @@ impl Housekeeping {
         if !reclaim_due && !gauge_due {
             return Ok(());
         }
-        let sales = queue::sales(con)?;
+        let sales = queue::buckets(con)?;
         if reclaim_due {
             let n = reclaim_dead(con, &self.worker_id, &sales)?;
             self.metrics.reclaimed.inc_by(n);

@@ -173,7 +173,7 @@ pub fn run(config: Config, shutdown: Shutdown) -> Result<(), WorkerError> {
 /// Deregisters this worker on a clean exit (see
 /// [`housekeeping::deregister`]); a failure only leaves it registered, which
 /// is logged and harmless.
-fn leave(client: &redis::Client, config: &Config, sales: &[u64]) {
+fn leave(client: &redis::Client, config: &Config, sales: &[seckill_common::keys::SaleKeys]) {
     let id = &config.worker_id;
     let r = queue::open(client, config.redis_timeout, config.redis_timeout)
         .and_then(|mut c| housekeeping::deregister(&mut c, id, sales));

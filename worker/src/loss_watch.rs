@@ -15,6 +15,7 @@ use crate::links::Links;
 use crate::metrics::Metrics;
 use mysql::prelude::Queryable;
 use seckill_common::data_loss::{self, SaleState, WATCH_EVERY};
+use seckill_common::keys::SaleKeys;
 use seckill_common::Shutdown;
 use std::collections::HashSet;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -34,12 +35,16 @@ pub struct PausedSales {
 impl PausedSales {
     /// `sales` without the paused ones, in order; none while the server is
     /// unfit (the worker takes nothing then).
-    pub fn unpaused(&self, sales: &[u64]) -> Vec<u64> {
+    pub fn unpaused(&self, sales: &[SaleKeys]) -> Vec<SaleKeys> {
         if self.unfit.load(Ordering::Acquire) {
             return Vec::new();
         }
         let p = self.sales.read().unwrap_or_else(|e| e.into_inner());
-        sales.iter().copied().filter(|s| !p.contains(s)).collect()
+        sales
+            .iter()
+            .copied()
+            .filter(|s| !p.contains(&s.sale_id))
+            .collect()
     }
 
     fn set(&self, sale_id: u64, paused: bool) {

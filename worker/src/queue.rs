@@ -17,12 +17,11 @@ use seckill_common::reliable_queue;
 use seckill_common::status_write::{self, Created};
 use std::time::Duration;
 
-/// Moves sale `sale_id`'s processing list of worker `worker_id` back to the
-/// sale's queue; returns the number of messages moved.
+/// Moves bucket `k`'s processing list of worker `worker_id` back to the
+/// bucket's queue; returns the number of messages moved.
 ///
 /// Errors: Redis failures (then nothing or everything was moved).
-pub fn reclaim(con: &mut Connection, sale_id: u64, worker_id: &str) -> redis::RedisResult<u64> {
-    let k = SaleKeys::new(sale_id);
+pub fn reclaim(con: &mut Connection, k: SaleKeys, worker_id: &str) -> redis::RedisResult<u64> {
     reliable_queue::reclaim(con, &k.processing(worker_id), &k.queue())
 }
 
@@ -49,6 +48,16 @@ pub fn sales(con: &mut Connection) -> redis::RedisResult<Vec<u64>> {
     ids.sort_unstable();
     ids.dedup();
     Ok(ids)
+}
+
+/// The keys of every bucket of every sale in `seckill:sales` ([`sales`],
+/// then `buckets::expand`: one `HMGET` per sale), ascending: the queues
+/// to consume (one per bucket; a sale of one bucket has one).
+///
+/// Errors: Redis failures.
+pub fn buckets(con: &mut Connection) -> redis::RedisResult<Vec<SaleKeys>> {
+    let ids = sales(con)?;
+    seckill_common::buckets::expand(con, &ids)
 }
 
 /// Whether the server at the other end of `con` has `LMOVE`/`BLMOVE`
@@ -145,28 +154,26 @@ impl Consumer {
         self.blocking = None;
     }
 
-    /// Takes up to `max` messages of sale `sale_id` without blocking; oldest
+    /// Takes up to `max` messages of bucket `k` without blocking; oldest
     /// first. Empty when the queue is empty.
     ///
     /// Errors: Redis failures (the caller reclaims its processing list).
-    pub fn take(&mut self, sale_id: u64, max: usize) -> redis::RedisResult<Vec<Vec<u8>>> {
-        let k = SaleKeys::new(sale_id);
+    pub fn take(&mut self, k: SaleKeys, max: usize) -> redis::RedisResult<Vec<Vec<u8>>> {
         let (queue, processing) = (k.queue(), k.processing(&self.worker_id));
         reliable_queue::take(self.con()?, &queue, &processing, max)
     }
 
-    /// Waits up to the block time for one message of sale `sale_id`
+    /// Waits up to the block time for one message of bucket `k`
     /// (`BLMOVE queue processing RIGHT LEFT`, or `BRPOPLPUSH` before Redis
     /// 6.2). `None` when none arrived.
     ///
     /// Errors: Redis failures; the blocking connection is then dropped.
-    pub fn wait_one(&mut self, sale_id: u64) -> redis::RedisResult<Option<Vec<u8>>> {
+    pub fn wait_one(&mut self, k: SaleKeys) -> redis::RedisResult<Option<Vec<u8>>> {
         // Read the server version first (it decides the command).
         self.con()?;
         if self.blocking.is_none() {
             self.blocking = Some(open(&self.client, self.timeout, self.block + self.timeout)?);
         }
-        let k = SaleKeys::new(sale_id);
         let secs = self.block.as_secs_f64();
         let cmd = if self.lmove {
             let mut c = redis::cmd("BLMOVE");
@@ -197,7 +204,7 @@ impl Consumer {
     /// and after any Redis error, when this worker holds no batch).
     ///
     /// Errors: Redis failures.
-    pub fn reclaim_own(&mut self, sales: &[u64]) -> redis::RedisResult<u64> {
+    pub fn reclaim_own(&mut self, sales: &[SaleKeys]) -> redis::RedisResult<u64> {
         let id = self.worker_id.clone();
         let con = self.con()?;
         let mut n = 0;
@@ -207,7 +214,7 @@ impl Consumer {
                 // A sale whose lists hold the wrong type is left as it is
                 // (its messages stay where they are); the others go on.
                 Err(e) if seckill_common::is_error_reply(&e) => {
-                    log::error!("sale {s}: cannot reclaim my processing list: {e}")
+                    log::error!("{}: cannot reclaim my processing list: {e}", s.tag())
                 }
                 Err(e) => return Err(e),
             }
@@ -215,25 +222,25 @@ impl Consumer {
         Ok(n)
     }
 
-    /// The fence's read: the flow records of reservations `rids` of sale
-    /// `sale_id` (one `HMGET` of its flow hash), in the order of `rids`;
+    /// The fence's read: the flow records of reservations `rids` in bucket
+    /// `k` (one `HMGET` of its flow hash), in the order of `rids`;
     /// `None` where there is none.
     ///
     /// Errors: Redis failures.
     pub fn flow_records(
         &mut self,
-        sale_id: u64,
+        k: SaleKeys,
         rids: &[&str],
     ) -> redis::RedisResult<Vec<Option<Vec<u8>>>> {
         let mut cmd = redis::cmd("HMGET");
-        cmd.arg(SaleKeys::new(sale_id).flow());
+        cmd.arg(k.flow());
         for rid in rids {
             cmd.arg(*rid);
         }
         cmd.query(self.con()?)
     }
 
-    /// The records of reservations `rids` of sale `sale_id` in its
+    /// The records of reservations `rids` of bucket `k` in its
     /// `released` hash (the flow records the order lifecycle moved there
     /// when it gave their units back), one `HMGET`, in the order of
     /// `rids`; `None` where there is none.
@@ -241,24 +248,23 @@ impl Consumer {
     /// Errors: Redis failures.
     pub fn released_records(
         &mut self,
-        sale_id: u64,
+        k: SaleKeys,
         rids: &[&str],
     ) -> redis::RedisResult<Vec<Option<Vec<u8>>>> {
         let mut cmd = redis::cmd("HMGET");
-        cmd.arg(SaleKeys::new(sale_id).released());
+        cmd.arg(k.released());
         for rid in rids {
             cmd.arg(*rid);
         }
         cmd.query(self.con()?)
     }
 
-    /// Adds one failed application to each of reservations `rids` of sale
-    /// `sale_id` (`HINCRBY` of its attempts hash, one pipeline) and returns
+    /// Adds one failed application to each of reservations `rids` of bucket
+    /// `k` (`HINCRBY` of its attempts hash, one pipeline) and returns
     /// the new counts, in the order of `rids`.
     ///
     /// Errors: Redis failures (some counts may have been added).
-    pub fn count_attempts(&mut self, sale_id: u64, rids: &[&str]) -> redis::RedisResult<Vec<u32>> {
-        let k = SaleKeys::new(sale_id);
+    pub fn count_attempts(&mut self, k: SaleKeys, rids: &[&str]) -> redis::RedisResult<Vec<u32>> {
         let mut p = redis::pipe();
         for rid in rids {
             p.hincr(k.attempts(), *rid, 1);
@@ -266,7 +272,7 @@ impl Consumer {
         p.query(self.con()?)
     }
 
-    /// Settles a finished batch of sale `sale_id` in one `MULTI`, in this
+    /// Settles a finished batch of bucket `k` in one `MULTI`, in this
     /// order: the `confirmed` / `pending_payment` statuses (over `queued`
     /// only, `status_write.rs`; their attempt counts cleared), the
     /// `fenced` dead letters (status and attempts left alone), the `dead`
@@ -276,12 +282,11 @@ impl Consumer {
     ///
     /// Errors: Redis failures (then nothing was written: the batch stays
     /// in the processing list and is reclaimed).
-    pub fn settle(&mut self, sale_id: u64, s: &Settlement<'_>) -> redis::RedisResult<()> {
-        let k = SaleKeys::new(sale_id);
+    pub fn settle(&mut self, k: SaleKeys, s: &Settlement<'_>) -> redis::RedisResult<()> {
         let mut p = redis::pipe();
         p.atomic();
         // Only over `queued`: a lifecycle status written meanwhile stands.
-        status_write::add_created(&mut p, sale_id, &s.confirmed);
+        status_write::add_created_in(&mut p, k, &s.confirmed);
         if !s.confirmed.is_empty() {
             // One HDEL of every field, not one per order (docs/PERFORMANCE.md).
             let rids: Vec<&str> = s.confirmed.iter().map(|c| c.reservation_id).collect();

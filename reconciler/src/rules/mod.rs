@@ -16,6 +16,7 @@
 //! | released in MySQL, held in Redis | [`released_held`] | `auto_fixed` by doing the release's Redis step |
 //! | a payment not applied as `paid` | [`payments`] | open, one per payment id (`late_payment`, `payment_amount_mismatch`, ...) |
 //! | an entry of the payment queue's dead letters | [`payment_dead_letter`] | `dead_letter` of sale 0, open, one per entry; only `--dismiss` |
+//! | transfers between a sale's buckets | [`transfers`] | `stock_mismatch`: a half-done transfer completed (`auto_fixed`); unbalanced bucket books, one-sided transfers open |
 
 pub mod dead_letter;
 pub mod flow_without_order;
@@ -27,6 +28,7 @@ pub mod redis_data_loss;
 pub mod released_held;
 pub mod sale_missing_in_mysql;
 pub mod stock_mismatch;
+pub mod transfers;
 
 use crate::error::RunError;
 use crate::review::findings::{Kind, Observation};
@@ -70,7 +72,14 @@ pub(crate) fn obs(
 ///
 /// Errors: Redis or MySQL failures, or what `ctx.tick` returns.
 pub fn reconcile_sale(ctx: &mut Ctx<'_>, sale_id: u64) -> Result<Option<SaleReport>, RunError> {
-    let Some(mut s) = scan::scan(ctx, sale_id)? else {
+    let buckets = seckill_common::buckets::count(ctx.redis, sale_id)?.unwrap_or(1);
+    // Before the scan: it completes half-done transfers, whose units the
+    // totals would otherwise find in no bucket.
+    let transfers = match buckets {
+        1 => Vec::new(),
+        k => transfers::observe(ctx.redis, sale_id, k)?,
+    };
+    let Some(mut s) = scan::scan(ctx, sale_id, buckets)? else {
         return Ok(None);
     };
     let mut report = SaleReport {
@@ -80,6 +89,7 @@ pub fn reconcile_sale(ctx: &mut Ctx<'_>, sale_id: u64) -> Result<Option<SaleRepo
         ..SaleReport::default()
     };
     let out = &mut report.observations;
+    out.extend(transfers);
     out.extend(flow_without_order::observe(&s));
     out.extend(order_without_flow::observe(&s));
     out.extend(order_without_ledger::observe(ctx.mysql, &mut s)?);

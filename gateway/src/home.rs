@@ -1,0 +1,119 @@
+//! Owns the routing of a purchase to its buyer's home bucket for a sale
+//! split over buckets (`seckill_common::buckets`): the memory of each
+//! sale's bucket count, and the pull of units to an empty home bucket
+//! before a buyer is told `sold_out` (`seckill_common::transfer::pull`).
+//!
+//! A one-bucket sale (the default) is routed to its own keys with no extra
+//! call once its count is remembered: one `HMGET` of its meta per sale per
+//! gateway process, the first time a purchase for it arrives.
+
+use crate::app::App;
+use crate::redis_link::Unavailable;
+use seckill_common::buckets;
+use seckill_common::keys::SaleKeys;
+use seckill_common::reservation::{Replied, ReserveOutcome};
+use seckill_common::transfer::{self, Pull, PULL_ROUNDS};
+use std::collections::HashMap;
+use std::sync::RwLock;
+
+/// Most sales whose bucket count is remembered; beyond it the memory is
+/// cleared (made-up sale ids are never remembered: only loaded sales are).
+pub const MAX_SALES: usize = 10_000;
+
+/// Sale id -> its number of buckets (K ≥ 1), for sales Redis holds. A
+/// sale's K never changes once loaded (`sale create`), so it is kept.
+#[derive(Debug, Default)]
+pub struct BucketCounts {
+    known: RwLock<HashMap<u64, u32>>,
+}
+
+impl BucketCounts {
+    /// The number of buckets of `sale_id`: from memory, else one `HMGET`
+    /// (`buckets::count`). A sale Redis does not hold counts as 1 and is
+    /// not remembered (the script then answers `unknown_sale`).
+    ///
+    /// Errors: [`Unavailable`] when Redis cannot be read in time.
+    pub fn of(&self, app: &App, sale_id: u64) -> Result<u32, Unavailable> {
+        if let Some(&k) = self
+            .known
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(&sale_id)
+        {
+            return Ok(k);
+        }
+        let Some(k) = app
+            .links
+            .with(|link| link.with(|con| buckets::count(con, sale_id)))?
+        else {
+            return Ok(1);
+        };
+        let mut known = self.known.write().unwrap_or_else(|p| p.into_inner());
+        if known.len() >= MAX_SALES {
+            known.clear();
+        }
+        known.insert(sale_id, k);
+        Ok(k)
+    }
+
+    /// The keys of `user_id`'s home bucket in `sale_id`, and the sale's K.
+    ///
+    /// Errors: as [`BucketCounts::of`].
+    pub fn home(
+        &self,
+        app: &App,
+        sale_id: u64,
+        user_id: &str,
+    ) -> Result<(SaleKeys, u32), Unavailable> {
+        let k = self.of(app, sale_id)?;
+        Ok((
+            SaleKeys::bucket(sale_id, buckets::home_bucket(user_id, k)),
+            k,
+        ))
+    }
+}
+
+/// For a sale of `k` > 1 buckets: when the home bucket `home` answered
+/// `sold_out`, pulls units into it and tries the purchase again (with a
+/// fresh reservation id each time), until a reply other than `sold_out`,
+/// or the whole sale is found sold out (`transfer::pull`); then the
+/// `sold_out` reply carries the sale's sequence. Any other outcome is
+/// returned as it is.
+///
+/// Errors: [`Unavailable`] when Redis cannot be reached, and when the
+/// buckets kept changing under [`PULL_ROUNDS`] attempts (never a false
+/// `sold_out`: the buyer retries).
+pub fn reach_stock(
+    app: &App,
+    home: SaleKeys,
+    k: u32,
+    user_id: &str,
+    mut outcome: Result<Replied, Unavailable>,
+) -> Result<Replied, Unavailable> {
+    if k <= 1 {
+        return outcome;
+    }
+    for _ in 0..PULL_ROUNDS {
+        match &outcome {
+            Ok(Replied {
+                outcome: ReserveOutcome::SoldOut,
+                ..
+            }) => {}
+            _ => return outcome,
+        }
+        let pulled = app
+            .links
+            .with(|link| link.with(|con| transfer::pull(con, home.sale_id, k, home.bucket)))?;
+        match pulled {
+            Pull::Ready => outcome = app.reserver.reserve(app, home, user_id),
+            Pull::SoldOut { seq } => {
+                return Ok(Replied {
+                    outcome: ReserveOutcome::SoldOut,
+                    seq,
+                })
+            }
+            Pull::Busy => return Err(Unavailable),
+        }
+    }
+    Err(Unavailable)
+}

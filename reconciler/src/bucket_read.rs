@@ -1,0 +1,164 @@
+//! Owns what the reconciler reads from the buckets of a sale split over
+//! buckets (`seckill_common::buckets`): the sale's Redis totals summed over
+//! its buckets at one instant, and each bucket's transfer books.
+//!
+//! No script reads two buckets (on a cluster they are on different
+//! masters), so the totals are read twice: each bucket's stock, flow record
+//! count, `total_stock` and open transfers in one `MULTI`, then each
+//! bucket's `total_stock` and open transfers again. Every transfer step
+//! changes its bucket's `total_stock`, and units in flight sit in an open
+//! record from step 1 until after step 2; so when no bucket had an open
+//! transfer and no `total_stock` moved between the two reads, the sums are
+//! those of one instant.
+
+use crate::redis_read::RedisTotals;
+use redis::Connection;
+use seckill_common::keys::SaleKeys;
+use seckill_common::transfer::Record;
+use std::collections::HashMap;
+use std::time::Duration;
+
+/// How many times [`totals`] reads before it gives up (transfers kept
+/// moving units meanwhile).
+pub const TOTALS_TRIES: usize = 5;
+
+/// Pause between two tries of [`totals`].
+pub const TOTALS_PAUSE: Duration = Duration::from_millis(20);
+
+/// The totals of sale `sale_id` over its `buckets` buckets; `None` when no
+/// two reads agreed within [`TOTALS_TRIES`] (the caller then judges no
+/// totals this run). `stock` is `None` when some bucket's stock is not
+/// loaded.
+///
+/// Errors: Redis failures.
+pub fn totals(
+    con: &mut Connection,
+    sale_id: u64,
+    buckets: u32,
+) -> redis::RedisResult<Option<RedisTotals>> {
+    let keys = seckill_common::buckets::all(sale_id, buckets);
+    for _ in 0..TOTALS_TRIES {
+        let mut sum = RedisTotals {
+            stock: Some(0),
+            reservations: 0,
+            now_ms: 0,
+            unsettled: false,
+        };
+        let mut first = Vec::with_capacity(keys.len());
+        for k in &keys {
+            let (stock, flows, total, open, time): (
+                Option<i64>,
+                i64,
+                Option<i64>,
+                u64,
+                (u64, u64),
+            ) = redis::pipe()
+                .atomic()
+                .get(k.stock())
+                .hlen(k.flow())
+                .hget(k.meta(), "total_stock")
+                .hlen(k.transfers_open())
+                .cmd("TIME")
+                .query(con)?;
+            sum.stock = match (sum.stock, stock) {
+                (Some(a), Some(b)) => Some(a + b),
+                _ => None,
+            };
+            sum.reservations += flows;
+            sum.now_ms = sum.now_ms.max(time.0 * 1000 + time.1 / 1000);
+            first.push((total, open));
+        }
+        let mut same = first.iter().all(|(_, open)| *open == 0);
+        for (k, before) in keys.iter().zip(&first) {
+            let again: (Option<i64>, u64) = redis::pipe()
+                .atomic()
+                .hget(k.meta(), "total_stock")
+                .hlen(k.transfers_open())
+                .query(con)?;
+            same &= again == *before;
+        }
+        if same {
+            return Ok(Some(sum));
+        }
+        std::thread::sleep(TOTALS_PAUSE);
+    }
+    Ok(None)
+}
+
+/// One bucket's transfer books, read in one `MULTI`.
+#[derive(Debug, Default)]
+pub struct BucketBooks {
+    /// Meta `share`: the units it was loaded with (`None`: not loaded).
+    pub share: Option<i64>,
+    /// Meta `total_stock`: its share moved by its transfers.
+    pub total_stock: Option<i64>,
+    /// Transfer id -> record, of the units it gave (`transfers:out`).
+    pub out: HashMap<String, Record>,
+    /// Transfer id -> record, of the units it took (`transfers:in`).
+    pub taken: HashMap<String, Record>,
+    /// Records of either hash that do not parse: transfer id, raw text.
+    pub malformed: Vec<(String, String)>,
+    /// Redis's clock at the read, Unix ms.
+    pub now_ms: u64,
+}
+
+/// `((share, total_stock), transfers:out, transfers:in, TIME)`.
+type BooksReply = (
+    (Option<i64>, Option<i64>),
+    Vec<(String, String)>,
+    Vec<(String, String)>,
+    (u64, u64),
+);
+
+/// Reads bucket `k`'s books atomically.
+///
+/// Errors: Redis failures.
+pub fn books(con: &mut Connection, k: SaleKeys) -> redis::RedisResult<BucketBooks> {
+    let ((share, total), out, taken, time): BooksReply = redis::pipe()
+        .atomic()
+        .cmd("HMGET")
+        .arg(k.meta())
+        .arg("share")
+        .arg("total_stock")
+        .hgetall(k.transfers_out())
+        .hgetall(k.transfers_in())
+        .cmd("TIME")
+        .query(con)?;
+    let mut b = BucketBooks {
+        share,
+        total_stock: total,
+        now_ms: time.0 * 1000 + time.1 / 1000,
+        ..BucketBooks::default()
+    };
+    for (tid, raw) in out {
+        match Record::parse(&raw, "to") {
+            Some(r) => {
+                b.out.insert(tid, r);
+            }
+            None => b.malformed.push((tid, raw)),
+        }
+    }
+    for (tid, raw) in taken {
+        match Record::parse(&raw, "from") {
+            Some(r) => {
+                b.taken.insert(tid, r);
+            }
+            None => b.malformed.push((tid, raw)),
+        }
+    }
+    Ok(b)
+}
+
+/// The transfer ids of bucket `k`'s open records (`HKEYS transfers:open`).
+///
+/// Errors: Redis failures.
+pub fn open_ids(con: &mut Connection, k: SaleKeys) -> redis::RedisResult<Vec<String>> {
+    redis::cmd("HKEYS").arg(k.transfers_open()).query(con)
+}
+
+/// The transfer ids bucket `k` has taken in (`HKEYS transfers:in`).
+///
+/// Errors: Redis failures.
+pub fn taken_ids(con: &mut Connection, k: SaleKeys) -> redis::RedisResult<Vec<String>> {
+    redis::cmd("HKEYS").arg(k.transfers_in()).query(con)
+}

@@ -1,0 +1,605 @@
+//! Specifies a hot sale split over buckets (`sale create --shards K`,
+//! `seckill_common::buckets`, `seckill_common::transfer`) with the real
+//! gateway, worker and reconciler on a private Redis and MySQL: no unit
+//! oversold in any bucket or in total, one purchase per buyer whatever the
+//! bucket, `sold_out` only once every bucket is empty (units are pulled to
+//! an empty home bucket, a half-done transfer included), and a transfer
+//! interrupted between its two steps completed exactly once by the
+//! reconciler, which finds nothing while units move.
+
+#[path = "gateway_support.rs"]
+mod gw;
+#[path = "worker_support.rs"]
+mod wk;
+
+use gw::{buy, get, Client, Gateway};
+use redis::Commands;
+use seckill_common::buckets::{home_bucket, load_into_redis};
+use seckill_common::keys::SaleKeys;
+use seckill_common::transfer::{self, Record};
+use seckill_tests::{create_split_sale, test_sale, RedisServer, TempDir, TestDb};
+use std::collections::{HashMap, HashSet};
+use std::time::Duration;
+
+/// The first `n` user ids `PREFIX-i` whose home bucket of `k` is `bucket`.
+fn users_of(prefix: &str, bucket: u32, k: u32, n: usize) -> Vec<String> {
+    (0..)
+        .map(|i| format!("{prefix}-{i}"))
+        .filter(|u| home_bucket(u, k) == bucket)
+        .take(n)
+        .collect()
+}
+
+/// Each bucket's stock, bucket 0 first.
+fn stocks(con: &mut redis::Connection, sale: u64, k: u32) -> Vec<i64> {
+    (0..k)
+        .map(|b| con.get(SaleKeys::bucket(sale, b).stock()).unwrap())
+        .collect()
+}
+
+/// Units taken in by, and given out of, each bucket (from the records).
+fn moved(con: &mut redis::Connection, sale: u64, k: u32) -> (Vec<u64>, Vec<u64>) {
+    let sum = |con: &mut redis::Connection, key: String, side: &str| -> u64 {
+        let recs: HashMap<String, String> = con.hgetall(key).unwrap();
+        recs.values()
+            .map(|r| Record::parse(r, side).unwrap().units)
+            .sum()
+    };
+    (0..k)
+        .map(|b| {
+            let kb = SaleKeys::bucket(sale, b);
+            (
+                sum(con, kb.transfers_in(), "from"),
+                sum(con, kb.transfers_out(), "to"),
+            )
+        })
+        .unzip()
+}
+
+/// Loads sale `id` of `stock` units, open for an hour, into Redis only,
+/// split over `k` buckets.
+fn load_split(redis: &RedisServer, id: u64, stock: u64, k: u32) {
+    let sale = test_sale(id, stock, -1000, 3_600_000);
+    assert!(load_into_redis(&mut redis.con(), &sale, k, 0).unwrap());
+}
+
+/// `seckill-reconciler run` with the default grace period (30 s: the
+/// crowd's young reservations are not judged, the totals and transfers
+/// are), as the timer runs it during a sale; its exit code.
+fn run_during_sale(redis: &RedisServer, db: &TestDb, review: &std::path::Path) -> i32 {
+    let out = seckill_tests::command("seckill-reconciler")
+        .env("SECKILL_REDIS_URL", redis.url())
+        .env("SECKILL_MYSQL_URL", db.url())
+        .env("SECKILL_REVIEW_DB", review)
+        .arg("run")
+        .output()
+        .unwrap();
+    out.status.code().unwrap_or(-1)
+}
+
+/// Buys until the answer is final: a 503 (Redis busy, or transfers kept
+/// moving under the pull) is retried, as a client would.
+fn buy_final(c: &mut Client, sale: u64, user: &str) -> (u16, serde_json::Value) {
+    loop {
+        let r = c.buy(sale, user);
+        if r.status != 503 {
+            return (r.status, r.json());
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    }
+}
+
+#[test]
+fn three_buckets_sell_exactly_300_units_to_1000_buyers_into_300_orders_one_each() {
+    let redis = RedisServer::start();
+    let db = TestDb::create();
+    let sale = create_split_sale(&db, &redis, 300, -1000, 3_600_000, 3);
+    let gateway = Gateway::start(&redis, &[("SECKILL_GATEWAY_BUYER_RATE", "0")]);
+    let _worker = wk::WorkerProc::start(&redis, &db, "bk-w1", &wk::Opts::default());
+    // Demand skewed by the hash: 600 buyers of bucket 0, 300 of 1, 100 of
+    // 2, against 100 units each, so buckets 0 and 1 drain first and pull.
+    let mut users = users_of("crowd", 0, 3, 600);
+    users.extend(users_of("crowd", 1, 3, 300));
+    users.extend(users_of("crowd", 2, 3, 100));
+    let port = gateway.port;
+    let review = TempDir::new();
+    let path = review.path().join("review.sqlite3");
+    let selling = std::sync::atomic::AtomicBool::new(true);
+    let mut runs_during = Vec::new();
+    let answers: Vec<(String, u16, serde_json::Value)> = std::thread::scope(|s| {
+        // The reconciler's timer during the sale: transfers are in flight.
+        let reconciling = s.spawn(|| {
+            let mut codes = Vec::new();
+            while selling.load(std::sync::atomic::Ordering::Acquire) || codes.is_empty() {
+                codes.push(run_during_sale(&redis, &db, &path));
+            }
+            codes
+        });
+        let handles: Vec<_> = users
+            .chunks(1000 / 16 + 1)
+            .map(|chunk| {
+                s.spawn(move || {
+                    let mut c = Client::connect(port);
+                    chunk
+                        .iter()
+                        .map(|u| {
+                            let (st, body) = buy_final(&mut c, sale, u);
+                            (u.clone(), st, body)
+                        })
+                        .collect::<Vec<_>>()
+                })
+            })
+            .collect();
+        let all = handles
+            .into_iter()
+            .flat_map(|h| h.join().unwrap())
+            .collect();
+        selling.store(false, std::sync::atomic::Ordering::Release);
+        runs_during = reconciling.join().unwrap();
+        all
+    });
+    assert!(
+        runs_during.iter().all(|c| *c == 0),
+        "runs during the sale found nothing: {runs_during:?}"
+    );
+    let winners: HashSet<&str> = answers
+        .iter()
+        .filter(|(_, st, _)| *st == 202)
+        .map(|(u, _, _)| u.as_str())
+        .collect();
+    let by_status = answers.iter().fold(HashMap::new(), |mut m, (_, st, _)| {
+        *m.entry(*st).or_insert(0) += 1;
+        m
+    });
+    assert_eq!(by_status, HashMap::from([(202, 300), (410, 700)]));
+    let mut con = redis.con();
+    assert_eq!(stocks(&mut con, sale, 3), [0, 0, 0]);
+    let (taken, given) = moved(&mut con, sale, 3);
+    assert_eq!(taken.iter().sum::<u64>(), given.iter().sum::<u64>());
+    assert!(taken[0] > 0, "bucket 0 pulled units: {taken:?}");
+    let transfers: usize = (0..3)
+        .map(|b| {
+            con.hlen::<_, usize>(SaleKeys::bucket(sale, b).transfers_in())
+                .unwrap()
+        })
+        .sum();
+    eprintln!("{} reconciler runs during the sale", runs_during.len());
+    eprintln!(
+        "units moved in per bucket {taken:?} in {transfers} transfers; {} EVALSHA for 1,000 \
+         buyers (reservations, pulls' snapshots and transfer steps)",
+        gw::evalsha_calls(&redis)
+    );
+    let mut flows = 0;
+    for b in 0..3 {
+        let kb = SaleKeys::bucket(sale, b);
+        let buyers: HashMap<String, String> = con.hgetall(kb.buyers()).unwrap();
+        assert!(buyers.keys().all(|u| home_bucket(u, 3) == b));
+        let n: usize = con.hlen(kb.flow()).unwrap();
+        assert_eq!(n, buyers.len());
+        let total: i64 = con.hget(kb.meta(), "total_stock").unwrap();
+        assert_eq!(total, n as i64, "bucket {b}: its total is what it sold");
+        flows += n;
+    }
+    assert_eq!(flows, 300);
+
+    wk::wait_orders(&db, sale, 300, Duration::from_secs(60));
+    let ordered: Vec<String> = mysql::prelude::Queryable::exec(
+        &mut db.conn(),
+        "SELECT user_id FROM orders WHERE sale_id = ?",
+        (sale,),
+    )
+    .unwrap();
+    let ordered_set: HashSet<&str> = ordered.iter().map(String::as_str).collect();
+    assert_eq!((ordered.len(), &ordered_set), (300, &winners));
+    let available = db.count(&format!(
+        "SELECT available_stock FROM sales WHERE id = {sale}"
+    ));
+    assert_eq!(available, 0);
+
+    let (code, out) = seckill_tests::reconciler(&redis, &db, &path, &["run"]);
+    assert_eq!(code, 0, "{out}");
+    let (_, out) = seckill_tests::reconciler(
+        &redis,
+        &db,
+        &path,
+        &["findings", "--state", "all", "--json"],
+    );
+    assert_eq!(out.trim(), "[]", "no finding at all");
+}
+
+#[test]
+fn buyers_of_a_drained_bucket_still_buy_until_the_whole_sale_is_sold() {
+    let redis = RedisServer::start();
+    let sale = 41;
+    load_split(&redis, sale, 30, 3);
+    let gateway = Gateway::start(&redis, &[]);
+    let home0 = users_of("drain", 0, 3, 31);
+    let mut c = Client::connect(gateway.port);
+    for (i, u) in home0.iter().take(30).enumerate() {
+        if i == 10 {
+            let s = get(gateway.port, &format!("/v1/sales/{sale}")).json();
+            assert_eq!(s["stock_remaining"], 20, "bucket 0 empty, the sale not");
+            assert_eq!(s["state"], "active");
+        }
+        let r = c.buy(sale, u);
+        assert_eq!(
+            r.status,
+            202,
+            "purchase {i} of a bucket-0 buyer: {}",
+            r.error()
+        );
+    }
+    let mut con = redis.con();
+    assert_eq!(stocks(&mut con, sale, 3), [0, 0, 0]);
+    let (taken, given) = moved(&mut con, sale, 3);
+    assert_eq!(taken, [20, 0, 0]);
+    assert_eq!(given.iter().sum::<u64>(), 20);
+    let flows: usize = con.hlen(SaleKeys::new(sale).flow()).unwrap();
+    assert_eq!(flows, 30);
+    // Now, and only now, the sale is sold out, for every bucket's buyers.
+    assert_eq!(c.buy(sale, &home0[30]).error(), "sold_out");
+    for b in [1, 2] {
+        let u = &users_of("drain", b, 3, 1)[0];
+        assert_eq!(buy(gateway.port, sale, u).error(), "sold_out");
+    }
+    let status = get(
+        gateway.port,
+        &format!("/v1/sales/{sale}/purchases/{}", home0[0]),
+    );
+    assert_eq!(
+        (status.status, status.json()["status"].clone()),
+        (200, "queued".into())
+    );
+    let s = get(gateway.port, &format!("/v1/sales/{sale}")).json();
+    assert_eq!(
+        (s["stock_remaining"].clone(), s["state"].clone()),
+        (0.into(), "sold_out".into())
+    );
+}
+
+#[test]
+fn units_left_in_a_half_done_transfer_are_still_sold() {
+    let redis = RedisServer::start();
+    let sale = 42;
+    load_split(&redis, sale, 6, 3); // 2 units per bucket
+    let mut con = redis.con();
+    let (b0, b1, b2) = (
+        SaleKeys::bucket(sale, 0),
+        SaleKeys::bucket(sale, 1),
+        SaleKeys::bucket(sale, 2),
+    );
+    // Buckets 0 and 1 given to bucket 2 by step 1 alone (a mover that
+    // crashed): 4 units are in no bucket's stock, only in open records.
+    assert_eq!(
+        transfer::take_out(&mut con, b0, 2, "t-0-to-2", 2).unwrap(),
+        2
+    );
+    assert_eq!(
+        transfer::take_out(&mut con, b1, 2, "t-1-to-2", 2).unwrap(),
+        2
+    );
+    assert_eq!(stocks(&mut con, sale, 3), [0, 0, 2]);
+    let gateway = Gateway::start(&redis, &[]);
+    let buyers = users_of("half", 0, 3, 7);
+    for u in &buyers[..6] {
+        let r = buy(gateway.port, sale, u);
+        assert_eq!(r.status, 202, "{u}: {}", r.error());
+    }
+    assert_eq!(buy(gateway.port, sale, &buyers[6]).error(), "sold_out");
+    assert_eq!(stocks(&mut con, sale, 3), [0, 0, 0]);
+    let open: usize = con.hlen(b0.transfers_open()).unwrap();
+    let open1: usize = con.hlen(b1.transfers_open()).unwrap();
+    assert_eq!((open, open1), (0, 0));
+    let taken: HashMap<String, String> = con.hgetall(b2.transfers_in()).unwrap();
+    assert!(taken.contains_key("t-0-to-2") && taken.contains_key("t-1-to-2"));
+    let flows: usize = con.hlen(b0.flow()).unwrap();
+    assert_eq!(flows, 6, "every unit sold to bucket 0's buyers");
+}
+
+#[test]
+fn a_second_purchase_by_the_same_buyer_is_409_whatever_its_bucket() {
+    let redis = RedisServer::start();
+    let sale = 43;
+    load_split(&redis, sale, 6, 3);
+    let gateway = Gateway::start(&redis, &[("SECKILL_GATEWAY_BUYER_RATE", "0")]);
+    let mut c = Client::connect(gateway.port);
+    let mut ids = Vec::new();
+    for b in 0..3 {
+        let u = users_of("twice", b, 3, 1).remove(0);
+        let first = c.buy(sale, &u);
+        assert_eq!(first.status, 202);
+        let rid = first.json()["reservation_id"].clone();
+        let again = c.buy(sale, &u);
+        assert_eq!(
+            (again.status, again.json()["reservation_id"].clone()),
+            (409, rid.clone())
+        );
+        ids.push((u, rid));
+    }
+    // Sell the rest to buyers of bucket 0 (they pull from 1 and 2).
+    for u in users_of("rest", 0, 3, 3) {
+        assert_eq!(c.buy(sale, &u).status, 202);
+    }
+    assert_eq!(
+        c.buy(sale, &users_of("late", 1, 3, 1)[0]).error(),
+        "sold_out"
+    );
+    let mut con = redis.con();
+    for (b, (u, rid)) in ids.iter().enumerate() {
+        let again = c.buy(sale, u);
+        assert_eq!(
+            (again.status, again.json()["reservation_id"].clone()),
+            (409, rid.clone())
+        );
+        for other in 0..3u32 {
+            let held: bool = con
+                .hexists(SaleKeys::bucket(sale, other).buyers(), u)
+                .unwrap();
+            assert_eq!(
+                held,
+                other == b as u32,
+                "{u}'s mark is in its home bucket only"
+            );
+        }
+    }
+    let sold: usize = (0..3)
+        .map(|b| {
+            con.hlen::<_, usize>(SaleKeys::bucket(sale, b).flow())
+                .unwrap()
+        })
+        .sum();
+    assert_eq!((sold, stocks(&mut con, sale, 3)), (6, vec![0, 0, 0]));
+}
+
+#[test]
+fn a_transfer_interrupted_between_its_steps_is_completed_once_by_the_reconciler() {
+    let redis = RedisServer::start();
+    let db = TestDb::create();
+    let sale = create_split_sale(&db, &redis, 30, -1000, 3_600_000, 3);
+    let review = TempDir::new();
+    let path = review.path().join("review.sqlite3");
+    let mut con = redis.con();
+    let (b0, b1) = (SaleKeys::bucket(sale, 0), SaleKeys::bucket(sale, 1));
+    // Step 1 alone: bucket 1 gives 4 units to bucket 0, then the mover dies.
+    assert_eq!(transfer::take_out(&mut con, b1, 0, "tid-1", 4).unwrap(), 4);
+    // The reconciler leaves a transfer younger than 1 s
+    // (`rules::transfers::IN_FLIGHT_MS`) to its mover.
+    std::thread::sleep(Duration::from_millis(1100));
+    assert_eq!(stocks(&mut con, sale, 3), [10, 6, 10]);
+    let (code, show) =
+        seckill_tests::reconciler(&redis, &db, &path, &["sale", "show", &sale.to_string()]);
+    assert_eq!(code, 0, "{show}");
+    assert!(show.contains("buckets           -            3"), "{show}");
+    let row1 = show
+        .lines()
+        .find(|l| l.starts_with(&format!("1       {{sale:{sale}:b1}}")))
+        .unwrap_or_else(|| panic!("no bucket 1 row: {show}"));
+    assert_eq!(
+        row1.split_whitespace().collect::<Vec<_>>(),
+        [
+            "1",
+            &format!("{{sale:{sale}:b1}}"),
+            "6",
+            "6",
+            "10",
+            "0",
+            "0",
+            "0",
+            "0/1/1"
+        ]
+    );
+
+    for run in 0..2 {
+        let (code, out) = seckill_tests::reconciler(&redis, &db, &path, &["run"]);
+        assert_eq!(code, 0, "run {run}: {out}");
+        assert_eq!(stocks(&mut con, sale, 3), [14, 6, 10], "run {run}");
+        let (_, out) = seckill_tests::reconciler(
+            &redis,
+            &db,
+            &path,
+            &["findings", "--state", "all", "--json"],
+        );
+        let f: Vec<serde_json::Value> = serde_json::from_str(&out).unwrap();
+        let keys: Vec<_> = f
+            .iter()
+            .map(|f| (f["kind"].clone(), f["subject"].clone(), f["state"].clone()))
+            .collect();
+        assert_eq!(
+            keys,
+            [(
+                "stock_mismatch".into(),
+                "transfer_incomplete:tid-1".into(),
+                "auto_fixed".into()
+            )],
+            "run {run}"
+        );
+    }
+    let total0: i64 = con.hget(b0.meta(), "total_stock").unwrap();
+    let open: usize = con.hlen(b1.transfers_open()).unwrap();
+    assert_eq!((total0, open), (14, 0));
+    // Step 2 once more (a second completer racing the first): nothing moves.
+    let rec = Record {
+        peer: 0,
+        units: 4,
+        at_ms: 0,
+    };
+    assert!(!transfer::complete(&mut con, b1, "tid-1", rec).unwrap());
+    assert_eq!(stocks(&mut con, sale, 3), [14, 6, 10]);
+}
+
+#[test]
+fn resolve_refuses_to_roll_back_a_reservation_of_a_sale_split_over_buckets() {
+    let redis = RedisServer::start();
+    let db = TestDb::create();
+    let sale = create_split_sale(&db, &redis, 9, -1000, 3_600_000, 3);
+    let review = TempDir::new();
+    let path = review.path().join("review.sqlite3");
+    let mut con = redis.con();
+    let b1 = SaleKeys::bucket(sale, 1);
+    let user = users_of("lost", 1, 3, 1).remove(0);
+    let rid = seckill_common::ids::new_reservation_id();
+    let reply: redis::Value = seckill_common::reservation::prepare_in(b1, &user, &rid)
+        .invoke(&mut con)
+        .unwrap();
+    let outcome = seckill_common::reservation::parse_reply(&reply).unwrap();
+    assert_eq!(
+        outcome,
+        seckill_common::reservation::ReserveOutcome::Reserved(rid.clone())
+    );
+    // Its message is lost: a flow record in bucket 1 that never becomes an order.
+    let _: Option<String> = con.rpop(b1.queue(), None).unwrap();
+    let (code, out) = seckill_tests::reconciler(&redis, &db, &path, &["run"]);
+    assert_eq!(code, 1, "{out}");
+    let (_, out) = seckill_tests::reconciler(&redis, &db, &path, &["findings", "--json"]);
+    let f: Vec<serde_json::Value> = serde_json::from_str(&out).unwrap();
+    assert_eq!(f.len(), 1, "{out}");
+    assert_eq!(
+        (f[0]["kind"].as_str(), f[0]["reservation_id"].as_str()),
+        (Some("flow_without_order"), Some(rid.as_str()))
+    );
+    let id = f[0]["id"].to_string();
+    let (code, out) = seckill_tests::reconciler(
+        &redis,
+        &db,
+        &path,
+        &["resolve", &id, "--rollback", "--by", "alice"],
+    );
+    assert_eq!(code, 2, "{out}");
+    assert!(out.contains("split over 3 buckets"), "{out}");
+    let held: bool = con.hexists(b1.flow(), &rid).unwrap();
+    assert_eq!((held, stocks(&mut con, sale, 3)), (true, vec![3, 2, 3]));
+}
+
+#[test]
+fn reconciling_while_two_movers_shuffle_units_finds_nothing_and_loses_no_unit() {
+    let redis = RedisServer::start();
+    let db = TestDb::create();
+    let sale = create_split_sale(&db, &redis, 300, -1000, 3_600_000, 3);
+    let review = TempDir::new();
+    let path = review.path().join("review.sqlite3");
+    let moving = std::sync::atomic::AtomicBool::new(true);
+    let (runs, moves) = std::thread::scope(|s| {
+        let movers: Vec<_> = (0..2u32)
+            .map(|m| {
+                let (redis, moving) = (&redis, &moving);
+                s.spawn(move || {
+                    let mut con = redis.con();
+                    let mut n = 0u64;
+                    let mut i = m;
+                    while moving.load(std::sync::atomic::Ordering::Acquire) {
+                        let (from, to) = (i % 3, (i + 1 + m) % 3);
+                        let from = SaleKeys::bucket(sale, from);
+                        if to != from.bucket {
+                            n += transfer::transfer(&mut con, from, to, 1 + u64::from(i % 7))
+                                .unwrap();
+                        }
+                        i += 1;
+                        // Pauses, so that some of the runs' reads find the
+                        // buckets still and judge the totals.
+                        std::thread::sleep(Duration::from_millis(3));
+                    }
+                    n
+                })
+            })
+            .collect();
+        let runs: Vec<i32> = (0..4)
+            .map(|_| run_during_sale(&redis, &db, &path))
+            .collect();
+        moving.store(false, std::sync::atomic::Ordering::Release);
+        let moves: u64 = movers.into_iter().map(|h| h.join().unwrap()).sum();
+        (runs, moves)
+    });
+    eprintln!("{moves} units moved while 4 reconciler runs read");
+    assert!(moves > 0);
+    assert_eq!(runs, [0, 0, 0, 0]);
+    let mut con = redis.con();
+    assert_eq!(stocks(&mut con, sale, 3).iter().sum::<i64>(), 300);
+    let (taken, given) = moved(&mut con, sale, 3);
+    assert_eq!(taken.iter().sum::<u64>(), moves);
+    assert_eq!(given.iter().sum::<u64>(), moves);
+    let (code, out) = seckill_tests::reconciler(&redis, &db, &path, &["run"]);
+    assert_eq!(code, 0, "{out}");
+    let (_, out) = seckill_tests::reconciler(
+        &redis,
+        &db,
+        &path,
+        &["findings", "--state", "all", "--json"],
+    );
+    assert_eq!(out.trim(), "[]", "no finding at all");
+}
+
+#[test]
+fn sale_create_with_shards_splits_the_stock_and_without_it_writes_todays_keys() {
+    let redis = RedisServer::start();
+    let db = TestDb::create();
+    let review = TempDir::new();
+    let path = review.path().join("review.sqlite3");
+    let create = |extra: &[&str]| -> u64 {
+        let mut args = vec![
+            "sale",
+            "create",
+            "--sku",
+            "HOT-1",
+            "--stock",
+            "10",
+            "--starts-at",
+            "now",
+            "--ends-at",
+            "now+1h",
+        ];
+        args.extend_from_slice(extra);
+        let (code, out) = seckill_tests::reconciler(&redis, &db, &path, &args);
+        assert_eq!(code, 0, "{out}");
+        out.lines().find_map(|l| l.trim().parse().ok()).unwrap()
+    };
+    let split = create(&["--shards", "3"]);
+    let plain = create(&[]);
+    let mut con = redis.con();
+    assert_eq!(stocks(&mut con, split, 3), [4, 3, 3]);
+    for b in 0..3 {
+        let meta: HashMap<String, String> = con.hgetall(SaleKeys::bucket(split, b).meta()).unwrap();
+        assert_eq!(meta["share"], meta["total_stock"]);
+        assert_eq!(
+            meta.get("buckets").map(String::as_str),
+            (b == 0).then_some("3")
+        );
+    }
+    let meta: HashMap<String, String> = con.hgetall(SaleKeys::new(plain).meta()).unwrap();
+    let mut fields: Vec<&str> = meta.keys().map(String::as_str).collect();
+    fields.sort_unstable();
+    assert_eq!(fields, ["ends_at_ms", "starts_at_ms", "total_stock"]);
+    let extra: bool = con.exists(SaleKeys::bucket(plain, 1).stock()).unwrap();
+    assert!(!extra, "a sale of one bucket has no other bucket");
+
+    // Bucket 0 sold out by hand (as buyers would): the rebalance refills it.
+    let _: () = con.set(SaleKeys::new(split).stock(), 0).unwrap();
+    let _: () = con
+        .hset(SaleKeys::new(split).meta(), "total_stock", 0)
+        .unwrap();
+    let _: () = con.hset(SaleKeys::new(split).meta(), "share", 0).unwrap();
+    let (code, out) = seckill_tests::reconciler(
+        &redis,
+        &db,
+        &path,
+        &["sale", "rebalance", &split.to_string()],
+    );
+    assert_eq!(code, 0, "{out}");
+    assert!(
+        out.contains("0 half-done transfer(s) completed, 1 unit(s) moved"),
+        "{out}"
+    );
+    assert_eq!(stocks(&mut con, split, 3), [1, 3, 2]);
+    let (code, out) = seckill_tests::reconciler(
+        &redis,
+        &db,
+        &path,
+        &["sale", "rebalance", &plain.to_string()],
+    );
+    assert_eq!(
+        (code, out.trim()),
+        (
+            0,
+            format!("sale {plain} has one bucket: nothing to move").as_str()
+        )
+    );
+}
