@@ -3,6 +3,7 @@
 //! Redis, the Redis links the reading routes borrow, the rate limits and the
 //! in-flight bound). Nothing here does work.
 
+use seckill_common::redis_target::Target;
 use crate::buyers::Loader;
 use crate::identity::Identity;
 use crate::limits::Limits;
@@ -24,7 +25,7 @@ pub struct App {
     /// Loads a sold-out sale's buyers into `soldout` (`buyers.rs`).
     pub buyers: Loader,
     /// Opens Redis connections (`SECKILL_REDIS_URL`).
-    pub client: redis::Client,
+    pub client: Target,
     /// `SECKILL_REDIS_TIMEOUT`.
     pub redis_timeout: Duration,
     /// `SECKILL_BODY_LIMIT`, bytes.

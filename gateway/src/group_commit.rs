@@ -1,6 +1,7 @@
 //! Owns the group commit: connection threads hand purchases over a bounded
 //! crossbeam channel to a few Redis threads, and each Redis thread sends
-//! whatever has queued up meanwhile as one pipeline of `EVALSHA` calls (up
+//! whatever has queued up meanwhile as one pipeline of `EVALSHA` calls (one
+//! per master on a Redis Cluster, `slot_router.rs`; up
 //! to [`MAX_BATCH`]) and sends each outcome back to the thread that waits
 //! for it, which answers its client. Each script call stays atomic on its
 //! own; the pipeline only saves round trips. A Redis thread never writes to
@@ -12,7 +13,9 @@ use crate::metrics::Metrics;
 use crate::redis_link::{Link, Unavailable};
 use crossbeam_channel::Receiver;
 use redis::Value;
+use seckill_common::keys::SaleKeys;
 use seckill_common::reservation::{own, parse, prepare, reserve_script, Replied};
+use seckill_common::slot_router::slot_of;
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
 
@@ -161,7 +164,9 @@ fn run_batch(link: &mut Link, batch: &[Job], metrics: &Metrics) -> Vec<Outcome> 
         // up (a reconnect may wait out a Redis stall) and just before the
         // write, so a purchase whose client gave up meanwhile is left out.
         // A second call (a retry on a fresh connection) resends the same.
-        let mut pipe: Option<redis::Pipeline> = None;
+        // Each purchase with its sale's cluster slot: on a cluster the
+        // batch goes as one pipeline per master (`Con::pipeline_by_slot`).
+        let mut pipe: Option<Vec<(u16, redis::Cmd)>> = None;
         let mut sent: Vec<usize> = Vec::new();
         let reply = link.with(|con| {
             let p = pipe.get_or_insert_with(|| {
@@ -170,18 +175,18 @@ fn run_batch(link: &mut Link, batch: &[Job], metrics: &Metrics) -> Vec<Outcome> 
                     .copied()
                     .filter(|&i| batch[i].reply_to.mark_sent())
                     .collect();
-                let mut p = redis::pipe();
-                p.ignore_errors();
-                for &i in &sent {
-                    let j = &batch[i];
-                    p.invoke_script(&prepare(j.sale_id, &j.user_id, &j.reservation_id));
-                }
-                p
+                sent.iter()
+                    .map(|&i| {
+                        let j = &batch[i];
+                        let inv = prepare(j.sale_id, &j.user_id, &j.reservation_id);
+                        (sale_slot(j.sale_id), redis::Cmd::invoke_script(&inv))
+                    })
+                    .collect()
             });
             if sent.is_empty() {
                 return Ok(Vec::new());
             }
-            p.query::<Vec<Value>>(con)
+            con.pipeline_by_slot(p)
         });
         if pipe.is_none() {
             // No connection: nothing was sent.
@@ -233,6 +238,11 @@ fn run_batch(link: &mut Link, batch: &[Job], metrics: &Metrics) -> Vec<Outcome> 
         todo = again;
     }
     results
+}
+
+/// The cluster slot of every key of sale `sale_id` (its hash tag).
+fn sale_slot(sale_id: u64) -> u16 {
+    slot_of(&SaleKeys::new(sale_id).stock())
 }
 
 #[cfg(test)]

@@ -4,6 +4,7 @@
 //! Redis threads, readiness, and the orderly stop on SIGTERM (requests
 //! being handled and purchases in a pipeline answered, exit 0).
 
+use seckill_common::redis_target::Target;
 use crate::app::App;
 use crate::buyers;
 use crate::group_commit::{self, QUEUE_CAPACITY};
@@ -130,7 +131,7 @@ fn bind(addr: SocketAddr, write_timeout: Duration) -> std::io::Result<TcpListene
 ///
 /// Errors: see [`GatewayError`].
 pub fn run(config: Config, shutdown: Shutdown, unblocker: Unblocker) -> Result<(), GatewayError> {
-    let client = redis::Client::open(config.redis_url.as_str()).map_err(GatewayError::RedisUrl)?;
+    let client = Target::open(config.redis_url.as_str()).map_err(GatewayError::RedisUrl)?;
     let identity = Identity::from_config(&config).map_err(GatewayError::Identity)?;
     let listener = bind(config.listen, config.gateway_write_timeout)
         .map_err(|e| GatewayError::Bind(config.listen, e))?;

@@ -11,6 +11,7 @@
 //! Each entry moves in one atomic script ([`dead_letter::archive`]), so a
 //! repeat, or two processes at once, move every entry exactly once.
 
+use seckill_common::redis_target::Con;
 use crate::redis_read;
 use seckill_common::dead_letter::{self, DeadLetter};
 use seckill_common::keys::SaleKeys;
@@ -37,7 +38,7 @@ pub struct SettledBy<'a> {
 /// Errors: Redis failures (entries moved before the failure stay moved; a
 /// repeat moves the rest).
 pub fn archive_entries_of(
-    con: &mut redis::Connection,
+    con: &mut Con,
     sale_id: u64,
     rid: &str,
     by: &SettledBy<'_>,

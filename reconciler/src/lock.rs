@@ -6,6 +6,7 @@
 //! `UNIQUE(reservation_id, reason)`), so even a lock lost to a long pause
 //! cannot deduct twice.
 
+use seckill_common::redis_target::Con;
 use redis::Commands;
 use seckill_common::keys::RECONCILE_LOCK;
 use seckill_common::owned_key;
@@ -61,7 +62,7 @@ impl From<redis::RedisError> for LockError {
 /// The held lock. Release it with [`RunLock::release`]; if the process dies
 /// it expires after [`LOCK_TTL`].
 pub struct RunLock {
-    con: redis::Connection,
+    con: Con,
     token: String,
     refreshed: Instant,
 }
@@ -70,7 +71,7 @@ impl RunLock {
     /// Takes the lock, waiting up to `wait` while another run holds it.
     ///
     /// Errors: [`LockError::Busy`] after the wait, or Redis failures.
-    pub fn acquire(mut con: redis::Connection, wait: Duration) -> Result<RunLock, LockError> {
+    pub fn acquire(mut con: Con, wait: Duration) -> Result<RunLock, LockError> {
         let token = format!(
             "{}:{}:{}",
             hostname(),

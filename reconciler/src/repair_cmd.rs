@@ -19,6 +19,7 @@
 //! Idempotent: a second repair finds every order restored and no duplicate,
 //! and writes the same state again. Audited: see [`repair`].
 
+use seckill_common::redis_target::Con;
 use crate::cli::RepairArgs;
 use crate::dead_letter_archive::{archive_entries_of, SettledBy};
 use crate::error::RunError;
@@ -124,7 +125,7 @@ pub fn repair(config: &Config, args: &RepairArgs) -> Result<u8, RunError> {
 /// then writes the rebuilt Redis state, the end of the pause and `mark` in
 /// one `MULTI`.
 fn rebuild(
-    con: &mut redis::Connection,
+    con: &mut Con,
     db: &mut mysql::Conn,
     sale: &Sale,
     started: &PendingAction,
@@ -178,11 +179,13 @@ fn rebuild(
     .ignore();
     pipe.hdel(k.meta(), "paused").ignore();
     pipe.set(k.stock(), out.stock).ignore();
-    pipe.sadd(keys::SALES, id).ignore();
     // MySQL first: a Redis that still says paused keeps the sale paused
     // (the watch leaves a pause only Redis holds alone) until this MULTI.
     data_loss::resume_mysql(db, id, out.seq, checkpoint).map_err(watch_error)?;
     pipe.query::<()>(con)?;
+    // Apart from the MULTI (another cluster slot than the sale's keys);
+    // a repeat of the repair adds it again.
+    con.sadd::<_, _, ()>(keys::SALES, id)?;
     // The released duplicates' dead letters go to the archive with this
     // action, as for a rollback (each moved atomically; a repeat moves the
     // rest).
@@ -216,7 +219,7 @@ fn rebuild(
 ///
 /// Errors: Redis failures.
 fn redis_marks(
-    con: &mut redis::Connection,
+    con: &mut Con,
     k: &SaleKeys,
 ) -> redis::RedisResult<(u64, Option<u64>)> {
     let (total, releases_now, ck): (Option<String>, Option<String>, Option<String>) =

@@ -25,6 +25,7 @@
 //! (`settle.rs`): `started` before, its completion after; an interrupted one
 //! is completed by the next `resolve` or `run` before they do anything else.
 
+use seckill_common::redis_target::Con;
 use crate::cli::{ResolveAction, ResolveArgs};
 use crate::error::RunError;
 use crate::output::outln;
@@ -53,7 +54,7 @@ enum Checked {
         /// The registered workers (their processing lists are checked).
         workers: Vec<String>,
         /// Redis, open.
-        redis: redis::Connection,
+        redis: Con,
         /// MySQL, open.
         mysql: mysql::Conn,
     },
@@ -242,7 +243,7 @@ fn check(config: &Config, f: &Finding, args: &ResolveArgs) -> Result<Checked, Ru
 /// The effect of a reorder or rollback that passed its checks (the scripts
 /// check the same conditions again, atomically).
 fn effect(
-    redis: &mut redis::Connection,
+    redis: &mut Con,
     mysql: &mut mysql::Conn,
     action: ResolveAction,
     sale_id: u64,
@@ -303,7 +304,7 @@ fn order_exists(action: ResolveAction, order_id: u64, rid: &str) -> Outcome {
 /// stopped before its first write): `Ok(stock)` when it would go ahead,
 /// `Err(outcome)` with its refusal otherwise.
 fn check_release(
-    redis: &mut redis::Connection,
+    redis: &mut Con,
     sale_id: u64,
     rid: &str,
     workers: &[String],
@@ -315,7 +316,7 @@ fn check_release(
 /// without `mark`, the reorder with it (the mark of the action's started
 /// row).
 fn reorder(
-    redis: &mut redis::Connection,
+    redis: &mut Con,
     sale_id: u64,
     rid: &str,
     workers: &[String],

@@ -9,6 +9,7 @@
 //! Exit codes: 0 no open findings, 1 open findings exist (in any sale, old
 //! ones included: they wait for a person), 2 could not run.
 
+use seckill_common::redis_target::Con;
 use crate::error::RunError;
 use crate::lock::{RunLock, LOCK_WAIT};
 use crate::review::findings::Kind;
@@ -25,7 +26,7 @@ use std::time::Instant;
 /// Opens a Redis connection with the configured timeouts and checks the
 /// server (`seckill_common::redis_server`: an eviction policy that can
 /// delete the sale's keys is refused, exit 2).
-pub fn redis_connect(config: &Config) -> Result<redis::Connection, RunError> {
+pub fn redis_connect(config: &Config) -> Result<Con, RunError> {
     let (con, _) = seckill_common::redis_server::connect(&config.redis_url, config.redis_timeout)?;
     Ok(con)
 }

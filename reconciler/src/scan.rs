@@ -26,6 +26,7 @@
 //! to have a flow record (steps 2 and 4); a released one has its record in
 //! the sale's `released` hash.
 
+use seckill_common::redis_target::Con;
 use crate::error::RunError;
 use crate::mysql_read::{self, rid_to_u128, u128_to_rid, Books, OddPayment, OrderDetail};
 use crate::redis_read::{self, DeadLetters, RedisTotals};
@@ -39,7 +40,7 @@ use std::time::Duration;
 /// Everything one sale's reconciliation needs.
 pub struct Ctx<'a> {
     /// Redis (reads and nothing else).
-    pub redis: &'a mut redis::Connection,
+    pub redis: &'a mut Con,
     /// MySQL (reads, and compensation).
     pub mysql: &'a mut mysql::Conn,
     /// Reservations younger than this are skipped.

@@ -33,6 +33,7 @@
 //! recorded as `no_change`. So however often an action is repeated or
 //! recovered, each closing of a finding has exactly one `done` row.
 
+use seckill_common::redis_target::Con;
 use crate::dead_letter_archive::{archive_entries_of, SettledBy};
 use crate::error::RunError;
 use crate::review::findings::{Finding, Resolution};
@@ -99,13 +100,13 @@ impl Outcome {
 #[allow(clippy::too_many_arguments)] // the action's who, what, why and how
 pub fn written_ahead(
     review: &Review,
-    redis: &mut redis::Connection,
+    redis: &mut Con,
     f: &Finding,
     action: ActionKind,
     actor: &str,
     note: Option<&str>,
     intent: &str,
-    effect: impl FnOnce(&mut redis::Connection, &PendingAction) -> Result<Outcome, RunError>,
+    effect: impl FnOnce(&mut Con, &PendingAction) -> Result<Outcome, RunError>,
 ) -> Result<Outcome, RunError> {
     let at = format_ms(now_ms());
     let detail = with_note(intent, note);
@@ -144,7 +145,7 @@ pub fn written_ahead(
 /// attempt does it).
 pub fn complete_pending(
     review: &Review,
-    connect: impl FnOnce() -> Result<redis::Connection, RunError>,
+    connect: impl FnOnce() -> Result<Con, RunError>,
 ) -> Result<usize, RunError> {
     if review.pending_actions()?.is_empty() {
         return Ok(0);
@@ -172,7 +173,7 @@ pub fn complete_pending(
 
 /// What an interrupted action `p` on finding `f` came to, read from Redis.
 fn observe(
-    redis: &mut redis::Connection,
+    redis: &mut Con,
     p: &PendingAction,
     f: &Finding,
 ) -> Result<Outcome, RunError> {
@@ -220,7 +221,7 @@ fn observe(
 /// What an interrupted `sale repair` came to: done exactly when its
 /// `MULTI` ran, which leaves the action's mark in the meta hash.
 fn observe_repair(
-    redis: &mut redis::Connection,
+    redis: &mut Con,
     p: &PendingAction,
     f: &Finding,
 ) -> Result<Outcome, RunError> {
@@ -244,7 +245,7 @@ fn observe_repair(
 /// siblings. Returns the outcome as recorded.
 fn complete(
     review: &Review,
-    redis: &mut redis::Connection,
+    redis: &mut Con,
     started: &PendingAction,
     outcome: &Outcome,
     note: Option<&str>,

@@ -11,6 +11,7 @@
 //! sales set too; a closed sale cannot sell again). Each costs one MySQL
 //! write per pass per worker (the checkpoint).
 
+use seckill_common::redis_target::{Con, Target};
 use crate::links::Links;
 use crate::metrics::Metrics;
 use mysql::prelude::Queryable;
@@ -55,7 +56,7 @@ impl PausedSales {
 /// What the watch thread needs.
 pub struct LossWatch {
     /// Redis client (the thread opens its own connection).
-    pub client: redis::Client,
+    pub client: Target,
     /// `SECKILL_MYSQL_URL`.
     pub mysql_url: String,
     /// `SECKILL_REDIS_TIMEOUT`.
@@ -98,7 +99,7 @@ impl LossWatch {
 
     fn pass(
         &self,
-        con: &mut redis::Connection,
+        con: &mut Con,
         db: &mut mysql::Conn,
     ) -> Result<(), data_loss::WatchError> {
         // A policy changed on a live connection would otherwise be seen

@@ -16,6 +16,7 @@
 //! the next expiry sweep). A cancellation of an order no longer pending,
 //! or of none, changes nothing and is logged.
 
+use seckill_common::redis_target::{Con, Target};
 use crate::queue;
 use crate::WorkerError;
 use mysql::prelude::Queryable;
@@ -32,7 +33,7 @@ use std::time::Duration;
 /// Errors: [`WorkerError::Thread`] when the thread could not be created.
 pub fn start(
     config: &Config,
-    client: &redis::Client,
+    client: &Target,
     shutdown: &Shutdown,
 ) -> Result<JoinHandle<()>, WorkerError> {
     let c = Consumer {
@@ -47,7 +48,7 @@ pub fn start(
 }
 
 struct Consumer {
-    client: redis::Client,
+    client: Target,
     config: Config,
     shutdown: Shutdown,
 }
@@ -58,7 +59,7 @@ const BLOCK: Duration = Duration::from_millis(200);
 impl Consumer {
     fn run(self) {
         let mine = payment::processing(&self.config.worker_id);
-        let mut redis: Option<redis::Connection> = None;
+        let mut redis: Option<Con> = None;
         let mut db: Option<mysql::Conn> = None;
         let mut reclaimed = false;
         while !self.shutdown.is_triggered() {
@@ -94,7 +95,7 @@ impl Consumer {
     /// Takes and applies at most one payment.
     fn one(
         &self,
-        con: &mut redis::Connection,
+        con: &mut Con,
         db: &mut mysql::Conn,
         mine: &str,
     ) -> Result<(), String> {
@@ -148,7 +149,7 @@ impl Consumer {
 /// Errors: MySQL or Redis failures, as text (the message is retried; the
 /// payment id makes the repeat one payment).
 fn apply_payment(
-    con: &mut redis::Connection,
+    con: &mut Con,
     db: &mut mysql::Conn,
     m: &PaymentMessage,
 ) -> Result<(), String> {
@@ -184,7 +185,7 @@ fn apply_payment(
 /// Redis step is logged and left to the next sweep (MySQL's decision
 /// stands; retrying the message would find the order no longer pending).
 fn apply_cancel(
-    con: &mut redis::Connection,
+    con: &mut Con,
     db: &mut mysql::Conn,
     m: &CancelMessage,
 ) -> Result<(), String> {
@@ -219,7 +220,7 @@ fn apply_cancel(
 }
 
 /// Moves everything left in this worker's processing list back to the queue.
-fn reclaim(con: &mut redis::Connection, mine: &str) -> Result<(), String> {
+fn reclaim(con: &mut Con, mine: &str) -> Result<(), String> {
     loop {
         let moved: Option<Vec<u8>> = redis::cmd("LMOVE")
             .arg(mine)
@@ -236,7 +237,7 @@ fn reclaim(con: &mut redis::Connection, mine: &str) -> Result<(), String> {
 
 /// Moves `raw` from the processing list to the dead letters with `reason`.
 fn dead_letter(
-    con: &mut redis::Connection,
+    con: &mut Con,
     mine: &str,
     raw: &[u8],
     reason: &str,

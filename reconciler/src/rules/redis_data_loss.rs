@@ -8,6 +8,7 @@
 //! known to be wrong, and the repair rebuilds it; the sale's other findings
 //! are left as they are.
 
+use seckill_common::redis_target::Con;
 use crate::error::RunError;
 use crate::review::findings::{Kind, Observation};
 use crate::rules::obs;
@@ -23,7 +24,7 @@ pub const SUBJECT: &str = "sale";
 ///
 /// Errors: Redis or MySQL failures.
 pub fn observe(
-    redis: &mut redis::Connection,
+    redis: &mut Con,
     mysql: &mut mysql::Conn,
     sale_id: u64,
 ) -> Result<Option<Observation>, RunError> {

@@ -5,6 +5,7 @@
 //! Redis step (`seckill_common::lifecycle::redis_step`, idempotent by
 //! reservation id), logged, finding `auto_fixed`.
 
+use seckill_common::redis_target::Con;
 use crate::error::RunError;
 use crate::review::findings::{Kind, Observation};
 use crate::rules::obs;
@@ -18,7 +19,7 @@ use serde_json::json;
 /// Errors: Redis or MySQL failures of a fix (the ones before stand).
 pub fn observe(
     mysql: &mut mysql::Conn,
-    redis: &mut redis::Connection,
+    redis: &mut Con,
     s: &SaleScan,
 ) -> Result<Vec<Observation>, RunError> {
     let mut out = Vec::with_capacity(s.released_held.len());

@@ -8,6 +8,7 @@
 //! The flow-record rules are not applied: without the sale row there are no
 //! books to compare with, and the dead letters already name each reservation.
 
+use seckill_common::redis_target::Con;
 use crate::error::RunError;
 use crate::redis_read;
 use crate::review::findings::{Kind, Observation};
@@ -28,7 +29,7 @@ pub const SUBJECT: &str = "sale";
 ///
 /// Errors: Redis or MySQL failures.
 pub fn observe(
-    redis: &mut redis::Connection,
+    redis: &mut Con,
     mysql: &mut mysql::Conn,
     sale_id: u64,
     lookback: Duration,
