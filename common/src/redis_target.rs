@@ -219,11 +219,12 @@ impl ConnectionLike for Con {
         }
     }
 
+    /// True on a cluster too: the crate's `ClusterConnection` sends a
+    /// plain pipeline (or `MULTI` block) to the master of its first
+    /// command's slot, which is right when all its keys share that slot
+    /// (the crate says false because it cannot check that).
     fn supports_pipelining(&self) -> bool {
-        match self {
-            Con::Single(c) => c.supports_pipelining(),
-            Con::Cluster(c) => c.con.supports_pipelining(),
-        }
+        true
     }
 
     fn check_connection(&mut self) -> bool {

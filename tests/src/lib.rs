@@ -20,6 +20,7 @@
 #![allow(clippy::missing_panics_doc)] // test support: panicking is the failure report
 
 pub mod auth;
+pub mod cluster;
 
 use mysql::prelude::Queryable;
 use std::net::TcpListener;
@@ -217,7 +218,7 @@ impl Drop for RedisServer {
     }
 }
 
-fn redis_server_bin() -> String {
+pub(crate) fn redis_server_bin() -> String {
     std::env::var("SECKILL_TEST_REDIS_SERVER").unwrap_or_else(|_| "redis-server".to_string())
 }
 
@@ -404,7 +405,7 @@ pub fn reconciler(redis: &RedisServer, db: &TestDb, review: &Path, args: &[&str]
 /// `starts_in_ms` may be negative (already open); the window lasts `len_ms`.
 pub fn create_sale(
     db: &TestDb,
-    redis: &RedisServer,
+    redis: &impl cluster::TestRedis,
     stock: u64,
     starts_in_ms: i64,
     len_ms: u64,
@@ -426,7 +427,7 @@ pub fn create_sale(
     )
     .expect("insert sale");
     sale.id = c.last_insert_id();
-    assert!(seckill_common::sale::load_into_redis(&mut redis.con(), &sale, 0).expect("load"));
+    assert!(seckill_common::sale::load_into_redis(&mut redis.target_con(), &sale, 0).expect("load"));
     sale.id
 }
 
