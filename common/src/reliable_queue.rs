@@ -4,7 +4,6 @@
 //! in exactly one list. The protocol around them is the worker's
 //! (`worker/src/queue.rs`).
 
-use crate::redis_target::Con;
 use redis::Script;
 use std::sync::OnceLock;
 
@@ -54,7 +53,7 @@ end
 ///
 /// Errors: Redis failures (`WRONGTYPE` when a key holds another type).
 pub fn take(
-    con: &mut Con,
+    con: &mut impl redis::ConnectionLike,
     queue: &str,
     processing: &str,
     max: usize,
@@ -75,7 +74,7 @@ pub fn take(
 ///
 /// Errors: Redis failures, or the script's refusal, with nothing moved,
 /// when either key holds another type.
-pub fn reclaim(con: &mut Con, processing: &str, queue: &str) -> redis::RedisResult<u64> {
+pub fn reclaim(con: &mut impl redis::ConnectionLike, processing: &str, queue: &str) -> redis::RedisResult<u64> {
     static SCRIPT: OnceLock<Script> = OnceLock::new();
     SCRIPT
         .get_or_init(|| Script::new(RECLAIM_LUA))
