@@ -382,7 +382,12 @@ pub fn create_windowed_sale(
 /// Runs `seckill-reconciler ARGS` ([`command`]) against the test's Redis
 /// and database, with the review file `review` and no grace period;
 /// returns the exit code and stdout followed by stderr.
-pub fn reconciler(redis: &RedisServer, db: &TestDb, review: &Path, args: &[&str]) -> (i32, String) {
+pub fn reconciler(
+    redis: &impl cluster::TestRedis,
+    db: &TestDb,
+    review: &Path,
+    args: &[&str],
+) -> (i32, String) {
     let out = command("seckill-reconciler")
         .env("SECKILL_REDIS_URL", redis.url())
         .env("SECKILL_MYSQL_URL", db.url())
