@@ -147,29 +147,42 @@ impl RedisCluster {
         }
     }
 
+    /// Sends `signal` (`STOP`, `CONT`) to the node on `port`: a stopped
+    /// replica misses the writes its master acknowledges meanwhile.
+    pub fn signal(&self, port: u16, signal: &str) {
+        let n = self.nodes.iter().find(|n| n.port == port).expect("a node of this cluster");
+        let pid = n.child.as_ref().expect("a running node").id();
+        let ok = Command::new("kill")
+            .arg(format!("-{signal}"))
+            .arg(pid.to_string())
+            .status()
+            .is_ok_and(|s| s.success());
+        assert!(ok, "kill -{signal} {pid}");
+    }
+
     /// `(first, last, master port, replica port)` rows of `CLUSTER SLOTS`.
     fn slots(&self) -> Vec<(u16, u16, u16, Option<u16>)> {
         for n in self.nodes.iter().filter(|n| n.child.is_some()) {
             let Ok(mut k) = node_con(n.port) else { continue };
             let Ok(rows) = redis::cmd("CLUSTER")
                 .arg("SLOTS")
-                .query::<Vec<(u16, u16, Vec<redis::Value>, Vec<redis::Value>)>>(&mut k)
-                .or_else(|_| {
-                    // Rows without a replica have three fields.
-                    redis::cmd("CLUSTER")
-                        .arg("SLOTS")
-                        .query::<Vec<(u16, u16, Vec<redis::Value>)>>(&mut k)
-                        .map(|v| v.into_iter().map(|(a, b, m)| (a, b, m, Vec::new())).collect())
-                })
+                .query::<Vec<Vec<redis::Value>>>(&mut k)
             else {
                 continue;
             };
-            let port = |v: &[redis::Value]| -> Option<u16> {
-                v.get(1).and_then(|p| redis::from_redis_value_ref::<u16>(p).ok())
+            let num = |v: Option<&redis::Value>| -> Option<u16> {
+                v.and_then(|p| redis::from_redis_value_ref::<u16>(p).ok())
+            };
+            // A row: first, last, [master ip, port, id], [replica ...]...
+            let port = |v: Option<&redis::Value>| -> Option<u16> {
+                match v {
+                    Some(redis::Value::Array(node)) => num(node.get(1)),
+                    _ => None,
+                }
             };
             return rows
-                .into_iter()
-                .filter_map(|(a, b, m, r)| Some((a, b, port(&m)?, port(&r))))
+                .iter()
+                .filter_map(|r| Some((num(r.first())?, num(r.get(1))?, port(r.get(2))?, port(r.get(3)))))
                 .collect();
         }
         Vec::new()
