@@ -528,7 +528,8 @@ pub fn parse_redis_target(v: &str) -> Result<RedisTarget, ConfigError> {
     let bad = || ConfigError {
         variable: "SECKILL_REDIS_URL",
         value: v.to_string(),
-        expected: "a URL such as redis://127.0.0.1:6379/ or redis+cluster://10.0.0.1:7000,10.0.0.2:7000/",
+        expected:
+            "a URL such as redis://127.0.0.1:6379/ or redis+cluster://10.0.0.1:7000,10.0.0.2:7000/",
     };
     let Some(rest) = v.strip_prefix(CLUSTER_SCHEME) else {
         return parse_url("SECKILL_REDIS_URL", v, &["redis://"]).map(RedisTarget::Single);
@@ -538,7 +539,9 @@ pub fn parse_redis_target(v: &str) -> Result<RedisTarget, ConfigError> {
     for node in nodes.split(',') {
         let (host, port) = node.rsplit_once(':').ok_or_else(bad)?;
         let host_ok = !host.is_empty()
-            && host.chars().all(|c| c.is_ascii_alphanumeric() || ".-[]:".contains(c));
+            && host
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || ".-[]:".contains(c));
         if !host_ok || port.parse::<u16>().map_or(true, |p| p == 0) {
             return Err(bad());
         }
@@ -794,7 +797,8 @@ mod tests {
             parse_redis_target("redis+cluster://127.0.0.1:7000"),
             Ok(RedisTarget::Cluster(vec!["redis://127.0.0.1:7000/".into()]))
         );
-        let c = Config::from_map(&map(&[("SECKILL_REDIS_URL", "redis+cluster://h:1,h:2")])).unwrap();
+        let c =
+            Config::from_map(&map(&[("SECKILL_REDIS_URL", "redis+cluster://h:1,h:2")])).unwrap();
         assert_eq!(c.redis_url, "redis+cluster://h:1,h:2");
         for bad in [
             "redis+cluster://",

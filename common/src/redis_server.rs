@@ -95,7 +95,7 @@ fn info_field<'a>(info: &'a str, field: &str) -> Option<&'a str> {
 ///
 /// Errors: those of [`check_node`], for the first master that fails.
 pub fn check(con: &mut Con) -> Result<Persistence, ServerError> {
-    let all = con.each_master(|c| check_node(c))?;
+    let all = con.each_master(check_node)?;
     Ok(Persistence {
         aof: all.iter().all(|p| p.aof),
         rdb: all.iter().try_fold(true, |acc, p| p.rdb.map(|r| acc && r)),

@@ -74,7 +74,11 @@ pub fn take(
 ///
 /// Errors: Redis failures, or the script's refusal, with nothing moved,
 /// when either key holds another type.
-pub fn reclaim(con: &mut impl redis::ConnectionLike, processing: &str, queue: &str) -> redis::RedisResult<u64> {
+pub fn reclaim(
+    con: &mut impl redis::ConnectionLike,
+    processing: &str,
+    queue: &str,
+) -> redis::RedisResult<u64> {
     static SCRIPT: OnceLock<Script> = OnceLock::new();
     SCRIPT
         .get_or_init(|| Script::new(RECLAIM_LUA))

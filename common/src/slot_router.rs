@@ -39,7 +39,11 @@ fn crc16_xmodem(data: &[u8]) -> u16 {
     for &byte in data {
         crc ^= u16::from(byte) << 8;
         for _ in 0..8 {
-            crc = if crc & 0x8000 != 0 { (crc << 1) ^ 0x1021 } else { crc << 1 };
+            crc = if crc & 0x8000 != 0 {
+                (crc << 1) ^ 0x1021
+            } else {
+                crc << 1
+            };
         }
     }
     crc
@@ -116,7 +120,10 @@ impl SlotRouter {
             }
         }
         Err(last.unwrap_or_else(|| {
-            RedisError::from((redis::ErrorKind::Io, "no cluster node answered CLUSTER SLOTS"))
+            RedisError::from((
+                redis::ErrorKind::Io,
+                "no cluster node answered CLUSTER SLOTS",
+            ))
         }))
     }
 

@@ -3,7 +3,6 @@
 //! Redis, the Redis links the reading routes borrow, the rate limits and the
 //! in-flight bound). Nothing here does work.
 
-use seckill_common::redis_target::Target;
 use crate::buyers::Loader;
 use crate::identity::Identity;
 use crate::limits::Limits;
@@ -12,6 +11,7 @@ use crate::redis_link::LinkPool;
 use crate::reserver::Reserver;
 use crate::shed::Shed;
 use crate::soldout::SoldOutCache;
+use seckill_common::redis_target::Target;
 use std::sync::atomic::{AtomicBool, AtomicUsize};
 use std::sync::Arc;
 use std::time::Duration;

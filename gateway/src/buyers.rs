@@ -14,8 +14,8 @@
 use crate::app::App;
 use crate::redis_link::{Link, Unavailable};
 use crossbeam_channel::{Receiver, Sender, TrySendError};
-use seckill_common::redis_target::Con;
 use seckill_common::keys::SaleKeys;
+use seckill_common::redis_target::Con;
 use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;

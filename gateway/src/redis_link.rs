@@ -13,9 +13,9 @@
 use crate::metrics::Metrics;
 use crossbeam_channel::{Receiver, Sender};
 use redis::RedisError;
-use seckill_common::redis_target::{Con, Target};
 use seckill_common::backoff::Backoff;
 use seckill_common::redis_server::{self, ServerError};
+use seckill_common::redis_target::{Con, Target};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 

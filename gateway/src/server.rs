@@ -4,7 +4,6 @@
 //! Redis threads, readiness, and the orderly stop on SIGTERM (requests
 //! being handled and purchases in a pipeline answered, exit 0).
 
-use seckill_common::redis_target::Target;
 use crate::app::App;
 use crate::buyers;
 use crate::group_commit::{self, QUEUE_CAPACITY};
@@ -17,6 +16,7 @@ use crate::redis_link::{Link, BACKOFF_MAX};
 use crate::reserver::Reserver;
 use crate::shed::Shed;
 use crate::soldout::SoldOutCache;
+use seckill_common::redis_target::Target;
 use seckill_common::{Config, Shutdown};
 use socket2::{Domain, Protocol, Socket, TcpKeepalive, Type};
 use std::fmt;

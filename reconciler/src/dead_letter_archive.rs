@@ -11,10 +11,10 @@
 //! Each entry moves in one atomic script ([`dead_letter::archive`]), so a
 //! repeat, or two processes at once, move every entry exactly once.
 
-use seckill_common::redis_target::Con;
 use crate::redis_read;
 use seckill_common::dead_letter::{self, DeadLetter};
 use seckill_common::keys::SaleKeys;
+use seckill_common::redis_target::Con;
 use serde_json::json;
 
 /// The operator action that settled a reservation, as the archive records it.

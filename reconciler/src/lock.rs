@@ -6,10 +6,10 @@
 //! `UNIQUE(reservation_id, reason)`), so even a lock lost to a long pause
 //! cannot deduct twice.
 
-use seckill_common::redis_target::Con;
 use redis::Commands;
 use seckill_common::keys::RECONCILE_LOCK;
 use seckill_common::owned_key;
+use seckill_common::redis_target::Con;
 use std::fmt;
 use std::time::{Duration, Instant};
 

@@ -4,10 +4,10 @@
 //! chunks, and lists (queue, processing lists, dead-letter list) by `LRANGE`
 //! in chunks. Never `KEYS`, never a whole hash or list in one reply.
 
-use seckill_common::redis_target::Con;
 use redis::Value;
 use seckill_common::dead_letter::DeadLetter;
 use seckill_common::keys::SaleKeys;
+use seckill_common::redis_target::Con;
 
 /// Fields asked for per `HSCAN` call (a hint to Redis, not a limit).
 pub const HSCAN_COUNT: usize = 2000;

@@ -19,7 +19,6 @@
 //! Idempotent: a second repair finds every order restored and no duplicate,
 //! and writes the same state again. Audited: see [`repair`].
 
-use seckill_common::redis_target::Con;
 use crate::cli::RepairArgs;
 use crate::dead_letter_archive::{archive_entries_of, SettledBy};
 use crate::error::RunError;
@@ -36,6 +35,7 @@ use seckill_common::data_loss;
 use seckill_common::keys::PurchaseStatus;
 use seckill_common::keys::{self, SaleKeys};
 use seckill_common::message::{OrderMessage, MESSAGE_VERSION};
+use seckill_common::redis_target::Con;
 use seckill_common::sale::Sale;
 use seckill_common::Config;
 use std::collections::{HashMap, HashSet};
@@ -218,10 +218,7 @@ fn rebuild(
 /// repaired, perhaps) counts as 0, and is overwritten by the repair.
 ///
 /// Errors: Redis failures.
-fn redis_marks(
-    con: &mut Con,
-    k: &SaleKeys,
-) -> redis::RedisResult<(u64, Option<u64>)> {
+fn redis_marks(con: &mut Con, k: &SaleKeys) -> redis::RedisResult<(u64, Option<u64>)> {
     let (total, releases_now, ck): (Option<String>, Option<String>, Option<String>) =
         redis::cmd("HMGET")
             .arg(k.meta())

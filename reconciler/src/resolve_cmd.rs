@@ -25,7 +25,6 @@
 //! (`settle.rs`): `started` before, its completion after; an interrupted one
 //! is completed by the next `resolve` or `run` before they do anything else.
 
-use seckill_common::redis_target::Con;
 use crate::cli::{ResolveAction, ResolveArgs};
 use crate::error::RunError;
 use crate::output::outln;
@@ -34,6 +33,7 @@ use crate::review::{ActionKind, ActionStatus, PendingAction, Review};
 use crate::run_cmd::redis_connect;
 use crate::settle::{self, Outcome};
 use seckill_common::keys::{SaleKeys, WORKERS};
+use seckill_common::redis_target::Con;
 use seckill_common::release::{release, ReleaseOutcome};
 use seckill_common::reorder::{self, ReorderOutcome};
 use seckill_common::timefmt::format_ms;

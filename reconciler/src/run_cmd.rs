@@ -9,7 +9,6 @@
 //! Exit codes: 0 no open findings, 1 open findings exist (in any sale, old
 //! ones included: they wait for a person), 2 could not run.
 
-use seckill_common::redis_target::Con;
 use crate::error::RunError;
 use crate::lock::{RunLock, LOCK_WAIT};
 use crate::review::findings::Kind;
@@ -18,6 +17,7 @@ use crate::review::{Review, RunCounts};
 use crate::rules::reconcile_sale;
 use crate::scan::Ctx;
 use seckill_common::keys::SALES;
+use seckill_common::redis_target::Con;
 use seckill_common::timefmt::format_ms;
 use seckill_common::{now_ms, Config, Shutdown};
 use std::collections::HashSet;

@@ -4,12 +4,12 @@
 //! data of is `repair_cmd.rs`). `create` refuses (and takes its
 //! MySQL row back) when Redis already holds a live sale with the new id.
 
-use seckill_common::redis_target::Con;
 use crate::cli::SaleCreate;
 use crate::output::{outln, write_stdout};
 use mysql::prelude::Queryable;
 use redis::Commands;
 use seckill_common::keys::SaleKeys;
+use seckill_common::redis_target::Con;
 use seckill_common::sale::{load_into_redis, Sale};
 use seckill_common::timefmt::format_ms;
 use seckill_common::Config;

@@ -26,7 +26,6 @@
 //! to have a flow record (steps 2 and 4); a released one has its record in
 //! the sale's `released` hash.
 
-use seckill_common::redis_target::Con;
 use crate::error::RunError;
 use crate::mysql_read::{self, rid_to_u128, u128_to_rid, Books, OddPayment, OrderDetail};
 use crate::redis_read::{self, DeadLetters, RedisTotals};
@@ -34,6 +33,7 @@ use seckill_common::in_flight::still_in_flight;
 use seckill_common::keys::{SaleKeys, WORKERS};
 use seckill_common::lifecycle::{released_orders, ReleasedOrder};
 use seckill_common::message::OrderMessage;
+use seckill_common::redis_target::Con;
 use std::collections::HashMap;
 use std::time::Duration;
 

@@ -33,7 +33,6 @@
 //! recorded as `no_change`. So however often an action is repeated or
 //! recovered, each closing of a finding has exactly one `done` row.
 
-use seckill_common::redis_target::Con;
 use crate::dead_letter_archive::{archive_entries_of, SettledBy};
 use crate::error::RunError;
 use crate::review::findings::{Finding, Resolution};
@@ -41,6 +40,7 @@ use crate::review::{ActionKind, ActionStatus, PendingAction, Review};
 use redis::Commands;
 use seckill_common::keys::SaleKeys;
 use seckill_common::now_ms;
+use seckill_common::redis_target::Con;
 use seckill_common::timefmt::format_ms;
 
 /// What an action came to, as logged and printed.
@@ -172,11 +172,7 @@ pub fn complete_pending(
 }
 
 /// What an interrupted action `p` on finding `f` came to, read from Redis.
-fn observe(
-    redis: &mut Con,
-    p: &PendingAction,
-    f: &Finding,
-) -> Result<Outcome, RunError> {
+fn observe(redis: &mut Con, p: &PendingAction, f: &Finding) -> Result<Outcome, RunError> {
     if p.action == ActionKind::Repair {
         return observe_repair(redis, p, f);
     }
@@ -220,11 +216,7 @@ fn observe(
 
 /// What an interrupted `sale repair` came to: done exactly when its
 /// `MULTI` ran, which leaves the action's mark in the meta hash.
-fn observe_repair(
-    redis: &mut Con,
-    p: &PendingAction,
-    f: &Finding,
-) -> Result<Outcome, RunError> {
+fn observe_repair(redis: &mut Con, p: &PendingAction, f: &Finding) -> Result<Outcome, RunError> {
     let k = SaleKeys::new(f.sale_id.max(0) as u64);
     let mark: Option<String> = redis.hget(k.meta(), crate::repair_cmd::REPAIRED_BY)?;
     Ok(if mark.as_deref() == Some(p.mark().as_str()) {

@@ -70,7 +70,14 @@ impl RedisCluster {
                 .args(["--cluster-enabled", "yes"])
                 .args(["--cluster-config-file", "nodes.conf"])
                 .args(["--cluster-node-timeout", &NODE_TIMEOUT_MS.to_string()])
-                .args(["--save", "", "--appendonly", "yes", "--appendfsync", "always"])
+                .args([
+                    "--save",
+                    "",
+                    "--appendonly",
+                    "yes",
+                    "--appendfsync",
+                    "always",
+                ])
                 .args(["--daemonize", "no", "--loglevel", "warning"])
                 .stdout(Stdio::null())
                 .stderr(Stdio::null())
@@ -85,7 +92,8 @@ impl RedisCluster {
         let c = RedisCluster { nodes };
         for n in &c.nodes {
             c.wait_for("a node to answer PING", || {
-                node_con(n.port).and_then(|mut k| redis::cmd("PING").query::<String>(&mut k))
+                node_con(n.port)
+                    .and_then(|mut k| redis::cmd("PING").query::<String>(&mut k))
                     .is_ok()
             });
         }
@@ -105,15 +113,20 @@ impl RedisCluster {
             String::from_utf8_lossy(&out.stdout),
             String::from_utf8_lossy(&out.stderr)
         );
-        c.wait_for("cluster_state:ok and all slots served on every node", || {
-            c.ports().iter().all(|&p| node_ready(p))
-        });
+        c.wait_for(
+            "cluster_state:ok and all slots served on every node",
+            || c.ports().iter().all(|&p| node_ready(p)),
+        );
         c
     }
 
     /// `redis+cluster://` with every node as a seed.
     pub fn url(&self) -> String {
-        let seeds: Vec<String> = self.ports().iter().map(|p| format!("127.0.0.1:{p}")).collect();
+        let seeds: Vec<String> = self
+            .ports()
+            .iter()
+            .map(|p| format!("127.0.0.1:{p}"))
+            .collect();
         format!("redis+cluster://{}/", seeds.join(","))
     }
 
@@ -126,7 +139,9 @@ impl RedisCluster {
     /// of the first node that answers.
     pub fn master_of(&self, key: &str) -> Option<u16> {
         let slot = seckill_common::slot_router::slot_of(key);
-        self.slots().into_iter().find_map(|(a, b, port, _)| (a..=b).contains(&slot).then_some(port))
+        self.slots()
+            .into_iter()
+            .find_map(|(a, b, port, _)| (a..=b).contains(&slot).then_some(port))
     }
 
     /// The port of one replica of the master serving `key`'s slot.
@@ -150,7 +165,11 @@ impl RedisCluster {
     /// Sends `signal` (`STOP`, `CONT`) to the node on `port`: a stopped
     /// replica misses the writes its master acknowledges meanwhile.
     pub fn signal(&self, port: u16, signal: &str) {
-        let n = self.nodes.iter().find(|n| n.port == port).expect("a node of this cluster");
+        let n = self
+            .nodes
+            .iter()
+            .find(|n| n.port == port)
+            .expect("a node of this cluster");
         let pid = n.child.as_ref().expect("a running node").id();
         let ok = Command::new("kill")
             .arg(format!("-{signal}"))
@@ -163,7 +182,9 @@ impl RedisCluster {
     /// `(first, last, master port, replica port)` rows of `CLUSTER SLOTS`.
     fn slots(&self) -> Vec<(u16, u16, u16, Option<u16>)> {
         for n in self.nodes.iter().filter(|n| n.child.is_some()) {
-            let Ok(mut k) = node_con(n.port) else { continue };
+            let Ok(mut k) = node_con(n.port) else {
+                continue;
+            };
             let Ok(rows) = redis::cmd("CLUSTER")
                 .arg("SLOTS")
                 .query::<Vec<Vec<redis::Value>>>(&mut k)
@@ -182,7 +203,14 @@ impl RedisCluster {
             };
             return rows
                 .iter()
-                .filter_map(|r| Some((num(r.first())?, num(r.get(1))?, port(r.get(2))?, port(r.get(3)))))
+                .filter_map(|r| {
+                    Some((
+                        num(r.first())?,
+                        num(r.get(1))?,
+                        port(r.get(2))?,
+                        port(r.get(3)),
+                    ))
+                })
                 .collect();
         }
         Vec::new()
@@ -224,18 +252,27 @@ fn node_con(port: u16) -> redis::RedisResult<redis::Connection> {
 /// Whether the node on `port` says `cluster_state:ok` and its slot map
 /// covers every slot, each range with a replica.
 fn node_ready(port: u16) -> bool {
-    let Ok(mut k) = node_con(port) else { return false };
-    let info: String = redis::cmd("CLUSTER").arg("INFO").query(&mut k).unwrap_or_default();
+    let Ok(mut k) = node_con(port) else {
+        return false;
+    };
+    let info: String = redis::cmd("CLUSTER")
+        .arg("INFO")
+        .query(&mut k)
+        .unwrap_or_default();
     if !info.lines().any(|l| l.trim() == "cluster_state:ok") {
         return false;
     }
-    let Ok(rows) = redis::cmd("CLUSTER").arg("SLOTS").query::<Vec<Vec<redis::Value>>>(&mut k)
+    let Ok(rows) = redis::cmd("CLUSTER")
+        .arg("SLOTS")
+        .query::<Vec<Vec<redis::Value>>>(&mut k)
     else {
         return false;
     };
     let mut covered = 0u32;
     for r in &rows {
-        let (Some(a), Some(b)) = (r.first(), r.get(1)) else { return false };
+        let (Some(a), Some(b)) = (r.first(), r.get(1)) else {
+            return false;
+        };
         let (Ok(a), Ok(b)) = (
             redis::from_redis_value_ref::<u32>(a),
             redis::from_redis_value_ref::<u32>(b),

@@ -432,7 +432,9 @@ pub fn create_sale(
     )
     .expect("insert sale");
     sale.id = c.last_insert_id();
-    assert!(seckill_common::sale::load_into_redis(&mut redis.target_con(), &sale, 0).expect("load"));
+    assert!(
+        seckill_common::sale::load_into_redis(&mut redis.target_con(), &sale, 0).expect("load")
+    );
     sale.id
 }
 

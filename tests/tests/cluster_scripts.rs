@@ -50,10 +50,16 @@ fn split_commands(mut b: &[u8]) -> Vec<Vec<String>> {
     }
     let mut out = Vec::new();
     while b.first() == Some(&b'*') {
-        let n: usize = std::str::from_utf8(&line(&mut b)[1..]).unwrap().parse().unwrap();
+        let n: usize = std::str::from_utf8(&line(&mut b)[1..])
+            .unwrap()
+            .parse()
+            .unwrap();
         let mut args = Vec::with_capacity(n);
         for _ in 0..n {
-            let len: usize = std::str::from_utf8(&line(&mut b)[1..]).unwrap().parse().unwrap();
+            let len: usize = std::str::from_utf8(&line(&mut b)[1..])
+                .unwrap()
+                .parse()
+                .unwrap();
             args.push(String::from_utf8_lossy(&b[..len]).into_owned());
             b = &b[len + 2..];
         }
@@ -110,8 +116,14 @@ fn every_script_runs_on_a_redis_cluster_with_all_its_keys_in_one_slot() {
     assert_eq!(taken.len(), 1);
     let msg = String::from_utf8(taken[0].clone()).unwrap();
     let lists = vec![k.processing("w1")];
-    assert_eq!(in_flight::still_in_flight(&mut r, &lists, &[&msg]).unwrap(), [true]);
-    assert_eq!(reliable_queue::reclaim(&mut r, &k.processing("w1"), &k.queue()).unwrap(), 1);
+    assert_eq!(
+        in_flight::still_in_flight(&mut r, &lists, &[&msg]).unwrap(),
+        [true]
+    );
+    assert_eq!(
+        reliable_queue::reclaim(&mut r, &k.processing("w1"), &k.queue()).unwrap(),
+        1
+    );
     // The worker's status write, inside its settle MULTI.
     let mut p = redis::pipe();
     p.atomic();
@@ -128,23 +140,36 @@ fn every_script_runs_on_a_redis_cluster_with_all_its_keys_in_one_slot() {
     );
     // The release check and the order release (expiry, cancel).
     release::check(&mut r, sale, &rid, &workers).unwrap().ok();
-    let released =
-        release::release_order(&mut r, sale, &rid, seckill_common::order::Release::Cancel, true)
-            .unwrap();
+    let released = release::release_order(
+        &mut r,
+        sale,
+        &rid,
+        seckill_common::order::Release::Cancel,
+        true,
+    )
+    .unwrap();
     assert!(
         matches!(released, release::OrderRelease::Released { .. }),
         "{released:?}"
     );
     // The dead-letter archive move.
     let entry = r#"{"message":"x","reason":"y","attempts":1}"#;
-    redis::cmd("LPUSH").arg(k.dead_letter()).arg(entry).exec(&mut r).unwrap();
+    redis::cmd("LPUSH")
+        .arg(k.dead_letter())
+        .arg(entry)
+        .exec(&mut r)
+        .unwrap();
     assert!(dead_letter::archive(&mut r, sale, entry, "{}").unwrap());
     // The data-loss watch and pause.
     let mut c = db.conn();
     data_loss::watch_sale(&mut r, &mut c, sale).unwrap();
     data_loss::pause(&mut r, &mut c, sale, data_loss::PauseReason::RedisDataLoss).unwrap();
     // The owned-key scripts, on the reconciler's lock.
-    redis::cmd("SET").arg(keys::RECONCILE_LOCK).arg("t").exec(&mut r).unwrap();
+    redis::cmd("SET")
+        .arg(keys::RECONCILE_LOCK)
+        .arg("t")
+        .exec(&mut r)
+        .unwrap();
     assert!(owned_key::extend(&mut r, keys::RECONCILE_LOCK, "t", 60_000).unwrap());
     assert!(owned_key::release(&mut r, keys::RECONCILE_LOCK, "t").unwrap());
 

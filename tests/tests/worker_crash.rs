@@ -71,7 +71,10 @@ fn killed_twice_then_restarted(redis: &impl TestRedis) {
     assert_eq!(db.count("SELECT COUNT(*) FROM orders"), 16);
     assert_eq!(registered(redis), ["w1", "w2"]);
     assert_eq!(db.count("SELECT COUNT(*) FROM stock_ledger"), 16);
-    let confirmed: Vec<String> = redis.target_con().hvals(SaleKeys::new(sale).status()).unwrap();
+    let confirmed: Vec<String> = redis
+        .target_con()
+        .hvals(SaleKeys::new(sale).status())
+        .unwrap();
     assert_eq!(confirmed.iter().filter(|s| *s == "confirmed").count(), 0);
 
     // Both come back: their lists are reclaimed and re-applied harmlessly.

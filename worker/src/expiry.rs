@@ -20,11 +20,11 @@
 //! `expire_after_mysql` aborts right after a pass expired orders in MySQL,
 //! `expire_after_redis` right after a Redis step and before its mark.
 
-use seckill_common::redis_target::{Con, Target};
 use crate::crash::{CrashPoint, CrashPoints};
 use crate::links::Links;
 use crate::WorkerError;
 use seckill_common::lifecycle::{self, Completed};
+use seckill_common::redis_target::{Con, Target};
 use seckill_common::{Config, Shutdown};
 use std::thread::JoinHandle;
 use std::time::Duration;

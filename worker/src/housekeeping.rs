@@ -13,9 +13,9 @@
 use crate::metrics::{Metrics, SaleGauges};
 use crate::queue;
 use redis::Commands;
-use seckill_common::redis_target::{Con, Target};
 use seckill_common::keys::{self, SaleKeys};
 use seckill_common::message::OrderMessage;
+use seckill_common::redis_target::{Con, Target};
 use seckill_common::Shutdown;
 use std::sync::Arc;
 use std::thread::JoinHandle;

@@ -52,8 +52,8 @@ pub mod queue;
 
 pub use error::WorkerError;
 
-use seckill_common::redis_target::Target;
 use seckill_common::backoff::Backoff;
+use seckill_common::redis_target::Target;
 use seckill_common::{Config, Shutdown};
 use std::sync::Arc;
 use std::time::Duration;

@@ -4,8 +4,8 @@
 //! failure logged once until a pass succeeds (a thread that runs every
 //! 200 ms must not repeat the same line five times a second).
 
-use seckill_common::redis_target::{Con, Target};
 use crate::queue;
+use seckill_common::redis_target::{Con, Target};
 use std::fmt::Display;
 use std::time::Duration;
 

@@ -11,11 +11,11 @@
 //! sales set too; a closed sale cannot sell again). Each costs one MySQL
 //! write per pass per worker (the checkpoint).
 
-use seckill_common::redis_target::{Con, Target};
 use crate::links::Links;
 use crate::metrics::Metrics;
 use mysql::prelude::Queryable;
 use seckill_common::data_loss::{self, SaleState, WATCH_EVERY};
+use seckill_common::redis_target::{Con, Target};
 use seckill_common::Shutdown;
 use std::collections::HashSet;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -97,11 +97,7 @@ impl LossWatch {
         }
     }
 
-    fn pass(
-        &self,
-        con: &mut Con,
-        db: &mut mysql::Conn,
-    ) -> Result<(), data_loss::WatchError> {
+    fn pass(&self, con: &mut Con, db: &mut mysql::Conn) -> Result<(), data_loss::WatchError> {
         // A policy changed on a live connection would otherwise be seen
         // only at the consumer's next reconnect.
         match seckill_common::redis_server::check(con) {

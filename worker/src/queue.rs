@@ -10,9 +10,9 @@
 //! end of `processing:WORKER`, so a message is always in exactly one list
 //! and a crash anywhere leaves it recoverable from the processing list.
 
-use seckill_common::redis_target::{Con, Target};
 use seckill_common::dead_letter::DeadLetter;
 use seckill_common::keys::{PurchaseStatus, SaleKeys, SALES};
+use seckill_common::redis_target::{Con, Target};
 use seckill_common::reliable_queue;
 use seckill_common::status_write::{self, Created};
 use std::time::Duration;

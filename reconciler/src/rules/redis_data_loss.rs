@@ -8,12 +8,12 @@
 //! known to be wrong, and the repair rebuilds it; the sale's other findings
 //! are left as they are.
 
-use seckill_common::redis_target::Con;
 use crate::error::RunError;
 use crate::review::findings::{Kind, Observation};
 use crate::rules::obs;
 use mysql::prelude::Queryable;
 use seckill_common::data_loss::{self, SaleState};
+use seckill_common::redis_target::Con;
 use serde_json::json;
 
 /// The subject of the one finding per paused sale.

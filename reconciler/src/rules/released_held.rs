@@ -5,12 +5,12 @@
 //! Redis step (`seckill_common::lifecycle::redis_step`, idempotent by
 //! reservation id), logged, finding `auto_fixed`.
 
-use seckill_common::redis_target::Con;
 use crate::error::RunError;
 use crate::review::findings::{Kind, Observation};
 use crate::rules::obs;
 use crate::scan::SaleScan;
 use seckill_common::lifecycle::redis_step;
+use seckill_common::redis_target::Con;
 use seckill_common::release::OrderRelease;
 use serde_json::json;
 

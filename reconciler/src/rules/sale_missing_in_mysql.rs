@@ -8,7 +8,6 @@
 //! The flow-record rules are not applied: without the sale row there are no
 //! books to compare with, and the dead letters already name each reservation.
 
-use seckill_common::redis_target::Con;
 use crate::error::RunError;
 use crate::redis_read;
 use crate::review::findings::{Kind, Observation};
@@ -16,6 +15,7 @@ use crate::rules::dead_letter;
 use crate::rules::obs;
 use mysql::prelude::Queryable;
 use seckill_common::keys::SaleKeys;
+use seckill_common::redis_target::Con;
 use serde_json::json;
 use std::collections::HashMap;
 use std::time::Duration;
