@@ -169,7 +169,7 @@ fi
 if [ "${SECKILL_DEMO_CLUSTER:-0}" = 1 ]; then
   PRIVATE_CLUSTER=$RUN/redis-cluster
   ports=()
-  for _ in 1 2 3 4 5 6; do ports+=("$(free_port)"); done
+  for _ in 1 2 3 4 5 6; do ports+=("$(free_cluster_port)"); done
   start_private_cluster "$PRIVATE_CLUSTER" "${ports[@]}"
   REDIS_URL="redis+cluster://$(printf '127.0.0.1:%s,' "${ports[@]}" | sed 's/,$//')/"
   REDIS_FROM="a private Redis Cluster (3 masters, 3 replicas, AOF on) in $PRIVATE_CLUSTER"

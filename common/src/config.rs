@@ -40,6 +40,14 @@ pub struct Config {
     /// purchase on one of the shared Redis connections. Default 2 (measured in
     /// docs/PERFORMANCE.md, "Performance: gateway").
     pub gateway_redis_threads: usize,
+    /// `SECKILL_REDIS_REPLICAS_ACK`: replicas that must have a purchase's
+    /// reservation before it is answered 202 (`WAIT n timeout` after each
+    /// group-commit pipeline, per master; 0-8, default 0: no wait). A
+    /// reservation the replicas did not confirm within half of
+    /// `SECKILL_REDIS_TIMEOUT` (so the reply comes before the read timeout)
+    /// is answered 503 (it stays reserved: a retry
+    /// gets 409 with its id). Group commit only.
+    pub redis_replicas_ack: usize,
     /// `SECKILL_GATEWAY_WRITE_TIMEOUT`: send timeout of every HTTP client
     /// socket (each `write` call): a client that stops reading its responses
     /// holds its own connection's thread at most this long per write (that
@@ -175,6 +183,7 @@ impl Default for Config {
             gateway_threads: 0,
             body_limit_bytes: 4096,
             gateway_redis_threads: 2,
+            redis_replicas_ack: 0,
             gateway_write_timeout: Duration::from_secs(5),
             gateway_buyers_max: 1_000_000,
             gateway_buyer_rate: 2,
@@ -313,6 +322,10 @@ fn read_gateway(c: &mut Config, get: &Get<'_>) -> Result<(), ConfigError> {
     }
     if let Some(v) = get("SECKILL_GATEWAY_REDIS_THREADS") {
         c.gateway_redis_threads = parse_int("SECKILL_GATEWAY_REDIS_THREADS", v, 0, 64, INT_0_64)?;
+    }
+    if let Some(v) = get("SECKILL_REDIS_REPLICAS_ACK") {
+        c.redis_replicas_ack =
+            parse_int("SECKILL_REDIS_REPLICAS_ACK", v, 0, 8, "an integer from 0 to 8")?;
     }
     if let Some(v) = get("SECKILL_GATEWAY_WRITE_TIMEOUT") {
         c.gateway_write_timeout = parse_duration("SECKILL_GATEWAY_WRITE_TIMEOUT", v)?;
@@ -743,6 +756,7 @@ mod tests {
             ("SECKILL_GATEWAY_THREADS", "-1"),
             ("SECKILL_BODY_LIMIT", "10"),
             ("SECKILL_GATEWAY_REDIS_THREADS", "65"),
+            ("SECKILL_REDIS_REPLICAS_ACK", "9"),
             ("SECKILL_GATEWAY_WRITE_TIMEOUT", "5"),
             ("SECKILL_GATEWAY_BUYER_RATE", "1001"),
             ("SECKILL_GATEWAY_BUYER_BURST", "0"),

@@ -12,7 +12,7 @@
 //! is split per master ([`Con::pipeline_by_slot`], `slot_router.rs`).
 
 use crate::config::{parse_redis_target, RedisTarget};
-use crate::slot_router::SlotRouter;
+use crate::slot_router::{Replies, SlotRouter};
 use redis::cluster::{ClusterClient, ClusterConnection};
 use redis::{Cmd, Connection, ConnectionLike, RedisError, RedisResult, Value};
 use std::time::Duration;
@@ -169,9 +169,16 @@ impl Con {
     /// master and returns one reply per command in order, error replies as
     /// `Value::ServerError` values.
     ///
+    /// With `ack` (replicas, timeout) each master's pipeline ends with
+    /// `WAIT` (`SECKILL_REDIS_REPLICAS_ACK`), see `SlotRouter::pipeline`.
+    ///
     /// Errors: a connection failed (on a cluster, commands sent to other
     /// masters may have run: send only commands safe to repeat).
-    pub fn pipeline_by_slot(&mut self, cmds: &[(u16, Cmd)]) -> RedisResult<Vec<Value>> {
+    pub fn pipeline_by_slot(
+        &mut self,
+        cmds: &[(u16, Cmd)],
+        ack: Option<(usize, Duration)>,
+    ) -> RedisResult<Replies> {
         match self {
             Con::Single(c) => {
                 let mut p = redis::pipe();
@@ -179,9 +186,22 @@ impl Con {
                 for (_, cmd) in cmds {
                     p.add_command(cmd.clone());
                 }
-                p.query(c)
+                if let Some((n, t)) = ack {
+                    p.cmd("WAIT").arg(n).arg(t.as_millis().max(1) as u64);
+                }
+                let mut values: Vec<Value> = p.query(c)?;
+                let acked = match ack {
+                    Some((n, _)) => {
+                        matches!(values.pop(), Some(Value::Int(got)) if got >= n as i64)
+                    }
+                    None => true,
+                };
+                Ok(Replies {
+                    replicated: vec![acked; values.len()],
+                    values,
+                })
             }
-            Con::Cluster(c) => c.router.pipeline(cmds),
+            Con::Cluster(c) => c.router.pipeline(cmds, ack),
         }
     }
 

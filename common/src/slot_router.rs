@@ -153,11 +153,20 @@ impl SlotRouter {
     /// Errors: a master could not be reached or its connection broke (that
     /// connection is dropped; commands already answered by other masters
     /// ran, so a caller repeats only commands safe to repeat).
-    pub fn pipeline(&mut self, cmds: &[(u16, Cmd)]) -> RedisResult<Vec<Value>> {
+    ///
+    /// With `ack` (replicas, timeout), each master's pipeline ends with
+    /// `WAIT replicas timeout_ms`, and `replicated[i]` says whether the
+    /// master of command `i` had that many replicas confirm.
+    pub fn pipeline(
+        &mut self,
+        cmds: &[(u16, Cmd)],
+        ack: Option<(usize, Duration)>,
+    ) -> RedisResult<Replies> {
         if self.ranges.is_empty() {
             self.refresh()?;
         }
         let mut replies = vec![Value::Nil; cmds.len()];
+        let mut replicated = vec![ack.is_none(); cmds.len()];
         // (command index, Some(node) after ASK)
         let mut todo: Vec<(usize, Option<String>)> = (0..cmds.len()).map(|i| (i, None)).collect();
         for round in 0..=MAX_REDIRECTS {
@@ -182,8 +191,11 @@ impl SlotRouter {
                     }
                     p.add_command(cmds[i].1.clone());
                 }
-                let got = self.node(&addr).and_then(|c| send(c, &p, idx.len()));
-                let got = match got {
+                if let Some((n, t)) = ack {
+                    p.cmd("WAIT").arg(n).arg(t.as_millis().max(1) as u64);
+                }
+                let got = self.node(&addr).and_then(|c| send(c, &p, asking, ack));
+                let (got, acked) = match got {
                     Ok(v) => v,
                     Err(e) => {
                         self.nodes.remove(&addr);
@@ -192,6 +204,7 @@ impl SlotRouter {
                     }
                 };
                 for (&i, v) in idx.iter().zip(got) {
+                    replicated[i] = acked;
                     match redirect(&v) {
                         Some((ServerErrorKind::Moved, _)) if round < MAX_REDIRECTS => {
                             moved = true;
@@ -212,20 +225,41 @@ impl SlotRouter {
             }
             todo = next;
         }
-        Ok(replies)
+        Ok(Replies {
+            values: replies,
+            replicated,
+        })
     }
 }
 
-/// One pipeline on one connection, every reply kept as a value.
-fn send(c: &mut Connection, p: &redis::Pipeline, n: usize) -> RedisResult<Vec<Value>> {
+/// What [`SlotRouter::pipeline`] got back.
+#[derive(Debug)]
+pub struct Replies {
+    /// One reply per command, in order (error replies as values).
+    pub values: Vec<Value>,
+    /// Per command: its master's `WAIT` was answered with at least the
+    /// replicas asked for (always true without a `WAIT`).
+    pub replicated: Vec<bool>,
+}
+
+/// One pipeline on one connection: the commands' replies (without the
+/// `ASKING` ones) and whether its closing `WAIT` (when `ack`) was met.
+fn send(
+    c: &mut Connection,
+    p: &redis::Pipeline,
+    asking: bool,
+    ack: Option<(usize, Duration)>,
+) -> RedisResult<(Vec<Value>, bool)> {
     let packed = p.get_packed_pipeline();
-    let all = c.req_packed_commands(&packed, 0, p.len())?;
-    // `ASKING` replies were marked ignored but req_packed_commands returns
-    // every reply: keep the last `n` of each pair, or all when none.
-    if all.len() == n {
-        return Ok(all);
+    let mut all = c.req_packed_commands(&packed, 0, p.len())?;
+    let acked = match ack {
+        Some((n, _)) => matches!(all.pop(), Some(Value::Int(got)) if got >= n as i64),
+        None => true,
+    };
+    if asking {
+        all = all.into_iter().skip(1).step_by(2).collect();
     }
-    Ok(all.into_iter().skip(1).step_by(2).collect())
+    Ok((all, acked))
 }
 
 /// `(MOVED or ASK, "host:port")` when `v` is a redirect reply.

@@ -14,7 +14,8 @@ use crate::redis_link::{Link, Unavailable};
 use crossbeam_channel::Receiver;
 use redis::Value;
 use seckill_common::keys::SaleKeys;
-use seckill_common::reservation::{own, parse, prepare, reserve_script, Replied};
+use seckill_common::reservation::{own, parse, prepare, reserve_script, Replied, ReserveOutcome};
+use seckill_common::slot_router::Replies;
 use seckill_common::slot_router::slot_of;
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
@@ -134,7 +135,16 @@ impl Slot {
 /// Runs one Redis thread: takes the first waiting job, then whatever else
 /// has queued up (at most [`MAX_BATCH`]), sends them as one pipeline, and
 /// sends each outcome back. Runs until every job sender is dropped.
-pub fn redis_thread(jobs: Receiver<Job>, mut link: Link, metrics: &Metrics) {
+///
+/// `ack`: `Some((replicas, timeout))` with `SECKILL_REDIS_REPLICAS_ACK`: a
+/// reservation is answered only once that many replicas have it (`WAIT`
+/// after each master's pipeline), else 503.
+pub fn redis_thread(
+    jobs: Receiver<Job>,
+    mut link: Link,
+    metrics: &Metrics,
+    ack: Option<(usize, Duration)>,
+) {
     let mut batch: Vec<Job> = Vec::with_capacity(MAX_BATCH);
     while let Ok(first) = jobs.recv() {
         batch.push(first);
@@ -144,7 +154,7 @@ pub fn redis_thread(jobs: Receiver<Job>, mut link: Link, metrics: &Metrics) {
                 Err(_) => break,
             }
         }
-        let results = run_batch(&mut link, &batch, metrics);
+        let results = run_batch(&mut link, &batch, metrics, ack);
         for (job, r) in batch.drain(..).zip(results) {
             // The waiting thread may have given up (it answered 503).
             job.reply_to.fill(r);
@@ -152,7 +162,12 @@ pub fn redis_thread(jobs: Receiver<Job>, mut link: Link, metrics: &Metrics) {
     }
 }
 
-fn run_batch(link: &mut Link, batch: &[Job], metrics: &Metrics) -> Vec<Outcome> {
+fn run_batch(
+    link: &mut Link,
+    batch: &[Job],
+    metrics: &Metrics,
+    ack: Option<(usize, Duration)>,
+) -> Vec<Outcome> {
     let mut results = vec![Err(Unavailable); batch.len()];
     let mut todo: Vec<usize> = (0..batch.len()).collect();
     // Two passes at most: the second only for NOSCRIPT replies.
@@ -184,9 +199,12 @@ fn run_batch(link: &mut Link, batch: &[Job], metrics: &Metrics) -> Vec<Outcome> 
                     .collect()
             });
             if sent.is_empty() {
-                return Ok(Vec::new());
+                return Ok(Replies {
+                    values: Vec::new(),
+                    replicated: Vec::new(),
+                });
             }
-            con.pipeline_by_slot(p)
+            con.pipeline_by_slot(p, ack)
         });
         if pipe.is_none() {
             // No connection: nothing was sent.
@@ -199,8 +217,8 @@ fn run_batch(link: &mut Link, batch: &[Job], metrics: &Metrics) -> Vec<Outcome> 
         }
         metrics.pipelines.inc();
         metrics.pipelined.inc_by(todo.len() as u64);
-        let replies: Vec<Value> = match reply {
-            Ok(r) => r,
+        let (replies, replicated) = match reply {
+            Ok(r) => (r.values, r.replicated),
             Err(Unavailable) => return results,
         };
         if replies.len() != todo.len() {
@@ -212,7 +230,7 @@ fn run_batch(link: &mut Link, batch: &[Job], metrics: &Metrics) -> Vec<Outcome> 
             return results;
         }
         let mut again = Vec::new();
-        for (&i, v) in todo.iter().zip(replies.iter()) {
+        for ((&i, v), &acked) in todo.iter().zip(replies.iter()).zip(&replicated) {
             if let Value::ServerError(se) = v {
                 if se.kind() == Some(redis::ServerErrorKind::NoScript) && pass == 0 {
                     again.push(i);
@@ -225,6 +243,11 @@ fn run_batch(link: &mut Link, batch: &[Job], metrics: &Metrics) -> Vec<Outcome> 
                 log::error!("redis: reservation: {e}");
                 Unavailable
             });
+            // Reserved on the master, not yet on the replicas asked for: no
+            // 202 (a retry finds it: 409 with its id).
+            if !acked && matches!(results[i], Ok(Replied { outcome: ReserveOutcome::Reserved(_), .. })) {
+                results[i] = Err(Unavailable);
+            }
         }
         if !again.is_empty() {
             log::warn!("redis: NOSCRIPT in a pipeline; loading the script again");
@@ -248,7 +271,6 @@ fn sale_slot(sale_id: u64) -> u16 {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use seckill_common::reservation::ReserveOutcome;
 
     fn replied(outcome: ReserveOutcome) -> Replied {
         Replied { outcome, seq: 0 }

@@ -172,12 +172,14 @@ pub fn run(config: Config, shutdown: Shutdown, unblocker: Unblocker) -> Result<(
             .map_err(GatewayError::Thread)?;
     }
     if let Some(rx) = job_rx {
+        let ack = (config.redis_replicas_ack > 0)
+            .then_some((config.redis_replicas_ack, config.redis_timeout / 2));
         for i in 0..config.gateway_redis_threads {
             let link = Link::new(client.clone(), config.redis_timeout, metrics.clone());
             let (rx, metrics) = (rx.clone(), metrics.clone());
             std::thread::Builder::new()
                 .name(format!("gw-redis-{i}"))
-                .spawn(move || group_commit::redis_thread(rx, link, &metrics))
+                .spawn(move || group_commit::redis_thread(rx, link, &metrics, ack))
                 .map_err(GatewayError::Thread)?;
         }
     }

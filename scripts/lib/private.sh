@@ -59,6 +59,18 @@ start_private_redis() {
   wait_port "$2" 10 || { echo "private redis-server did not start: see $1/redis.log" >&2; return 1; }
 }
 
+# free_cluster_port: a free loopback port whose cluster bus port (+10000)
+# is free too and within range (Redis refuses ports above 55535).
+free_cluster_port() {
+  local p i
+  for i in $(seq 1 200); do
+    p=$(( 20000 + (RANDOM * 32768 + RANDOM) % 35000 ))
+    if ! port_open 127.0.0.1 "$p" && ! port_open 127.0.0.1 $((p + 10000)); then echo "$p"; return 0; fi
+  done
+  echo "no free port found" >&2
+  return 1
+}
+
 # start_private_cluster DIR PORT...: a throw-away Redis Cluster, one
 # redis-server per PORT (six: 3 masters, 3 replicas; cluster-enabled, AOF
 # on), each in DIR/PORT with its pid in DIR/PORT/redis.pid, joined with

@@ -62,7 +62,7 @@ impl RedisCluster {
         let mut nodes = Vec::with_capacity(NODES);
         for _ in 0..NODES {
             let dir = TempDir::new();
-            let port = free_port();
+            let port = cluster_port();
             let child = dies_with_test(crate::redis_server_bin())
                 .args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
                 .arg("--dir")
@@ -239,6 +239,18 @@ impl Drop for RedisCluster {
                 let _ = c.kill();
                 let _ = c.wait();
             }
+        }
+    }
+}
+
+/// A free loopback port whose cluster bus port (`port + 10000`) is free
+/// too; Redis refuses a cluster node above 55535 (its bus port would not
+/// fit).
+fn cluster_port() -> u16 {
+    loop {
+        let p = free_port();
+        if p <= 55_535 && std::net::TcpListener::bind(("127.0.0.1", p + 10_000)).is_ok() {
+            return p;
         }
     }
 }
