@@ -56,8 +56,9 @@ fn load_script() -> &'static Script {
 /// `already_ordered` is the number of MySQL orders for the sale; the loaded
 /// stock is `total_stock - already_ordered` (never below 0).
 ///
-/// The sale's keys first, then its id into `seckill:sales` (every time, so
-/// a load interrupted between the two is completed by the next): on a
+/// A sales set of the wrong type is refused first (nothing written); then
+/// the sale's keys, then its id into `seckill:sales` (every time, so a
+/// load interrupted between the two is completed by the next): on a
 /// Redis Cluster the global set lives in another slot than the sale's keys,
 /// and no script may touch both.
 ///
@@ -69,6 +70,9 @@ pub fn load_into_redis<C: ConnectionLike>(
 ) -> redis::RedisResult<bool> {
     let k = SaleKeys::new(sale.id);
     let stock = sale.total_stock.saturating_sub(already_ordered);
+    // A read first, so that a sales set of the wrong type is refused
+    // (Redis's own WRONGTYPE) before anything is written.
+    redis::cmd("SISMEMBER").arg(SALES).arg(sale.id).exec(con)?;
     let loaded: i64 = load_script()
         .key(k.meta())
         .key(k.stock())
