@@ -324,8 +324,13 @@ fn read_gateway(c: &mut Config, get: &Get<'_>) -> Result<(), ConfigError> {
         c.gateway_redis_threads = parse_int("SECKILL_GATEWAY_REDIS_THREADS", v, 0, 64, INT_0_64)?;
     }
     if let Some(v) = get("SECKILL_REDIS_REPLICAS_ACK") {
-        c.redis_replicas_ack =
-            parse_int("SECKILL_REDIS_REPLICAS_ACK", v, 0, 8, "an integer from 0 to 8")?;
+        c.redis_replicas_ack = parse_int(
+            "SECKILL_REDIS_REPLICAS_ACK",
+            v,
+            0,
+            8,
+            "an integer from 0 to 8",
+        )?;
     }
     if let Some(v) = get("SECKILL_GATEWAY_WRITE_TIMEOUT") {
         c.gateway_write_timeout = parse_duration("SECKILL_GATEWAY_WRITE_TIMEOUT", v)?;

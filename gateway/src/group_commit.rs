@@ -15,8 +15,8 @@ use crossbeam_channel::Receiver;
 use redis::Value;
 use seckill_common::keys::SaleKeys;
 use seckill_common::reservation::{own, parse, prepare, reserve_script, Replied, ReserveOutcome};
-use seckill_common::slot_router::Replies;
 use seckill_common::slot_router::slot_of;
+use seckill_common::slot_router::Replies;
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
 
@@ -245,7 +245,15 @@ fn run_batch(
             });
             // Reserved on the master, not yet on the replicas asked for: no
             // 202 (a retry finds it: 409 with its id).
-            if !acked && matches!(results[i], Ok(Replied { outcome: ReserveOutcome::Reserved(_), .. })) {
+            if !acked
+                && matches!(
+                    results[i],
+                    Ok(Replied {
+                        outcome: ReserveOutcome::Reserved(_),
+                        ..
+                    })
+                )
+            {
                 results[i] = Err(Unavailable);
             }
         }

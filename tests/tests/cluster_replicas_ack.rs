@@ -47,7 +47,10 @@ fn with_replicas_ack_a_cluster_answers_202_once_a_replica_has_the_reservation() 
         (with - without) / N as f64,
         with / without
     );
-    let stock: i64 = cluster.target_con().get(SaleKeys::new(sale).stock()).unwrap();
+    let stock: i64 = cluster
+        .target_con()
+        .get(SaleKeys::new(sale).stock())
+        .unwrap();
     assert_eq!(stock, 0);
 }
 
@@ -69,5 +72,11 @@ fn with_replicas_ack_and_no_replica_a_reservation_is_answered_503_then_409() {
     assert_eq!(stock, 9, "the reservation was made on the master");
     let r = buy(g.port, sale, "u1");
     assert_eq!(r.status, 409, "{r:?}");
-    assert_eq!(redis.con().get::<_, i64>(SaleKeys::new(sale).stock()).unwrap(), 9);
+    assert_eq!(
+        redis
+            .con()
+            .get::<_, i64>(SaleKeys::new(sale).stock())
+            .unwrap(),
+        9
+    );
 }
