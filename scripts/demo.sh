@@ -42,6 +42,8 @@
 # SECKILL_DEMO_PAY_SHARE (0.7), SECKILL_DEMO_PAYMENT_WINDOW (15s: longer
 # than the crowd and the drain, or the payers would be late));
 # --private (or SECKILL_DEMO_PRIVATE=1): always start private servers.
+# SECKILL_DEMO_CLUSTER=1: run on a private Redis Cluster (six redis-server,
+# 3 masters and 3 replicas, SECKILL_REDIS_URL=redis+cluster://...) instead.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$(pwd)
@@ -84,6 +86,7 @@ say() { echo "demo: $*"; }
 PIDS=()            # gateway and workers, our children
 PRIVATE_MYSQL=""   # directory of a private mariadbd, if started
 PRIVATE_REDIS=""   # directory of a private redis-server, if started
+PRIVATE_CLUSTER="" # directory of a private Redis Cluster, if started
 DB_ADMIN_URL=""    # server URL to drop the demo database with
 DB_NAME=""
 REDIS_DB=""        # logical database chosen on the machine's Redis, if any
@@ -108,7 +111,7 @@ stop_services() {
     mariadb $(mysql_client_args "$DB_ADMIN_URL") -e "DROP DATABASE IF EXISTS \`$DB_NAME\`" 2>/dev/null \
       && say "dropped database $DB_NAME" || say "could not drop database $DB_NAME"
   fi
-  if [ -n "$REDIS_URL" ] && [ -z "$PRIVATE_REDIS" ]; then
+  if [ -n "$REDIS_URL" ] && [ -z "$PRIVATE_REDIS" ] && [ -z "$PRIVATE_CLUSTER" ]; then
     if [ "$KEEP_DB" = 0 ]; then
       # Exactly the run's keys, not a pattern sweep: another run or
       # application may share this server (or even this logical database).
@@ -122,6 +125,9 @@ stop_services() {
     fi
   fi
   [ -n "$PRIVATE_REDIS" ] && stop_pidfile "$PRIVATE_REDIS/redis.pid"
+  if [ -n "$PRIVATE_CLUSTER" ]; then
+    for f in "$PRIVATE_CLUSTER"/*/redis.pid; do stop_pidfile "$f"; done
+  fi
   if [ -n "$PRIVATE_MYSQL" ]; then
     stop_pidfile "$PRIVATE_MYSQL/mariadb.pid" 60
     [ "$KEEP_DB" = 0 ] && rm -rf "$PRIVATE_MYSQL/data"
@@ -145,6 +151,8 @@ print_kept() {
   fi
   if [ -n "$PRIVATE_REDIS" ]; then
     say "kept (--keep-db): the private Redis's append-only file in $PRIVATE_REDIS (server stopped)"
+  elif [ -n "$PRIVATE_CLUSTER" ]; then
+    say "kept (--keep-db): the private cluster's append-only files in $PRIVATE_CLUSTER (servers stopped)"
   elif [ -n "$REDIS_URL" ] && { [ -n "$SALE" ] || [ ${#WORKER_IDS[@]} -gt 0 ]; }; then
     local what=""
     [ -z "$SALE" ] || what="the keys seckill:{sale:$SALE}:* and $SALE in seckill:sales; "
@@ -169,7 +177,14 @@ say "step 2/8: finding Redis and MySQL"
 if [ "$PRIVATE" = 1 ]; then
   unset SECKILL_REDIS_URL SECKILL_MYSQL_URL
 fi
-if [ -n "${SECKILL_REDIS_URL:-}" ]; then
+if [ "${SECKILL_DEMO_CLUSTER:-0}" = 1 ]; then
+  PRIVATE_CLUSTER=$RUN/redis-cluster
+  ports=()
+  for _ in 1 2 3 4 5 6; do ports+=("$(free_cluster_port)"); done
+  start_private_cluster "$PRIVATE_CLUSTER" "${ports[@]}"
+  REDIS_URL="redis+cluster://$(printf '127.0.0.1:%s,' "${ports[@]}" | sed 's/,$//')/"
+  REDIS_FROM="a private Redis Cluster (3 masters, 3 replicas, AOF on) in $PRIVATE_CLUSTER"
+elif [ -n "${SECKILL_REDIS_URL:-}" ]; then
   REDIS_URL=$SECKILL_REDIS_URL
   REDIS_FROM="SECKILL_REDIS_URL"
   # The demo's workers consume every sale in seckill:sales, and other

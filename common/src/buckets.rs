@@ -83,22 +83,22 @@ pub fn expand<C: ConnectionLike>(con: &mut C, sales: &[u64]) -> redis::RedisResu
     Ok(out)
 }
 
-/// `KEYS`: a bucket's meta, stock, and for bucket 0 the sales set (the
-/// other buckets' scripts name no key outside their own slot); `ARGV`: sale id, the
-/// bucket's total (its share), starts ms, ends ms, stock to put on sale,
-/// K (written only into bucket 0's meta: `0` writes none). Replies 1 when
-/// loaded, 0 when the stock key already existed (nothing changed).
+/// `KEYS`: a bucket's meta and stock (nothing outside the bucket's slot:
+/// the sales set is added to apart, as [`crate::sale::load_into_redis`]
+/// does); `ARGV`: sale id, the bucket's total (its share), starts ms, ends
+/// ms, stock to put on sale, K (written only into bucket 0's meta: `0`
+/// writes none). Replies 1 when loaded, 0 when the stock key already
+/// existed (nothing changed).
 const LOAD_BUCKET_LUA: &str = concat!(
     crate::lua_expect_types!(),
     r#"
-local bad = expect_types({KEYS[1], 'hash', KEYS[2], 'string', KEYS[3] or KEYS[2], KEYS[3] and 'set' or 'string'})
+local bad = expect_types({KEYS[1], 'hash', KEYS[2], 'string'})
 if bad then return bad end
 if redis.call('EXISTS', KEYS[2]) == 1 then return 0 end
 redis.call('HSET', KEYS[1], 'total_stock', ARGV[2], 'share', ARGV[2],
   'starts_at_ms', ARGV[3], 'ends_at_ms', ARGV[4])
 if ARGV[6] ~= '0' then redis.call('HSET', KEYS[1], 'buckets', ARGV[6]) end
 redis.call('SET', KEYS[2], ARGV[5])
-if KEYS[3] then redis.call('SADD', KEYS[3], ARGV[1]) end
 return 1
 "#
 );
@@ -115,8 +115,8 @@ fn load_bucket_script() -> &'static Script {
 /// Each bucket gets [`share`] of `total_stock` as its `total_stock` (and
 /// `share`, what the reconciler's books start from) and its share of
 /// `total_stock − already_ordered` as its stock. Buckets K−1 .. 1 are loaded
-/// first, bucket 0 (with `buckets`, and the sale id added to `seckill:sales`)
-/// last: until bucket 0 is there no gateway routes a purchase to the sale,
+/// first, bucket 0 (with `buckets`) last, then the sale id is added to
+/// `seckill:sales` (a command of its own): until bucket 0 is there no gateway routes a purchase to the sale,
 /// and a bucket already present from an interrupted load is left as it is.
 ///
 /// Errors: Redis failures; a key of the wrong type (error reply, that
@@ -134,14 +134,14 @@ pub fn load_into_redis<C: ConnectionLike>(
         return Ok(false);
     }
     let on_sale = sale.total_stock.saturating_sub(already_ordered);
+    // A read first, so that a sales set of the wrong type is refused before
+    // anything is written (as the unsplit load does).
+    redis::cmd("SISMEMBER").arg(SALES).arg(sale.id).exec(con)?;
     let mut loaded = false;
     for b in (0..buckets).rev() {
         let k = SaleKeys::bucket(sale.id, b);
         let mut inv = load_bucket_script().prepare_invoke();
         inv.key(k.meta()).key(k.stock());
-        if b == 0 {
-            inv.key(SALES);
-        }
         let n: i64 = inv
             .arg(sale.id)
             .arg(share(sale.total_stock, buckets, b))
@@ -152,6 +152,9 @@ pub fn load_into_redis<C: ConnectionLike>(
             .invoke(con)?;
         loaded = n == 1;
     }
+    // Apart from the buckets' scripts (another slot on a cluster); safe to
+    // redo, and a load interrupted before it is completed by the next.
+    redis::cmd("SADD").arg(SALES).arg(sale.id).exec(con)?;
     Ok(loaded)
 }
 

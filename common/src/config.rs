@@ -15,7 +15,10 @@ use std::time::Duration;
 /// `24h`), parsed by `humantime`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Config {
-    /// `SECKILL_REDIS_URL`: where the hot stock, flow records and queues live.
+    /// `SECKILL_REDIS_URL`: where the hot stock, flow records and queues
+    /// live: one Redis (`redis://host:port/db`) or a Redis Cluster named by
+    /// seed nodes (`redis+cluster://host:port,host:port/`, see
+    /// [`parse_redis_target`]).
     pub redis_url: String,
     /// `SECKILL_MYSQL_URL`: the system of record (sales, orders, stock ledger).
     /// The path names the database; `migrate` creates it when missing.
@@ -37,6 +40,14 @@ pub struct Config {
     /// purchase on one of the shared Redis connections. Default 2 (measured in
     /// docs/PERFORMANCE.md, "Performance: gateway").
     pub gateway_redis_threads: usize,
+    /// `SECKILL_REDIS_REPLICAS_ACK`: replicas that must have a purchase's
+    /// reservation before it is answered 202 (`WAIT n timeout` after each
+    /// group-commit pipeline, per master; 0-8, default 0: no wait). A
+    /// reservation the replicas did not confirm within half of
+    /// `SECKILL_REDIS_TIMEOUT` (so the reply comes before the read timeout)
+    /// is answered 503 (it stays reserved: a retry
+    /// gets 409 with its id). Group commit only.
+    pub redis_replicas_ack: usize,
     /// `SECKILL_GATEWAY_WRITE_TIMEOUT`: send timeout of every HTTP client
     /// socket (each `write` call): a client that stops reading its responses
     /// holds its own connection's thread at most this long per write (that
@@ -177,6 +188,7 @@ impl Default for Config {
             gateway_threads: 0,
             body_limit_bytes: 4096,
             gateway_redis_threads: 2,
+            redis_replicas_ack: 0,
             gateway_write_timeout: Duration::from_secs(5),
             gateway_buyers_max: 1_000_000,
             gateway_buyer_rate: 2,
@@ -285,7 +297,8 @@ type Get<'a> = dyn Fn(&str) -> Option<&'a str> + 'a;
 /// The URLs, timeouts and paths every binary reads.
 fn read_services(c: &mut Config, get: &Get<'_>) -> Result<(), ConfigError> {
     if let Some(v) = get("SECKILL_REDIS_URL") {
-        c.redis_url = parse_url("SECKILL_REDIS_URL", v, &["redis://"])?;
+        parse_redis_target(v)?;
+        c.redis_url = v.to_string();
     }
     if let Some(v) = get("SECKILL_MYSQL_URL") {
         c.mysql_url = parse_url("SECKILL_MYSQL_URL", v, &["mysql://"])?;
@@ -315,6 +328,15 @@ fn read_gateway(c: &mut Config, get: &Get<'_>) -> Result<(), ConfigError> {
     }
     if let Some(v) = get("SECKILL_GATEWAY_REDIS_THREADS") {
         c.gateway_redis_threads = parse_int("SECKILL_GATEWAY_REDIS_THREADS", v, 0, 64, INT_0_64)?;
+    }
+    if let Some(v) = get("SECKILL_REDIS_REPLICAS_ACK") {
+        c.redis_replicas_ack = parse_int(
+            "SECKILL_REDIS_REPLICAS_ACK",
+            v,
+            0,
+            8,
+            "an integer from 0 to 8",
+        )?;
     }
     if let Some(v) = get("SECKILL_GATEWAY_WRITE_TIMEOUT") {
         c.gateway_write_timeout = parse_duration("SECKILL_GATEWAY_WRITE_TIMEOUT", v)?;
@@ -507,6 +529,52 @@ fn parse_url(variable: &'static str, v: &str, schemes: &[&str]) -> Result<String
             },
         })
     }
+}
+
+/// Where the Redis data lives, as `SECKILL_REDIS_URL` names it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum RedisTarget {
+    /// One Redis: the URL as given (`redis://[user:pass@]host:port[/db]`).
+    Single(String),
+    /// A Redis Cluster: one `redis://host:port/` URL per seed node, in the
+    /// order given. Any reachable seed yields the whole slot map.
+    Cluster(Vec<String>),
+}
+
+/// The scheme of a cluster's seed list in `SECKILL_REDIS_URL`.
+pub const CLUSTER_SCHEME: &str = "redis+cluster://";
+
+/// Parses `SECKILL_REDIS_URL`: `redis://…` is one Redis, kept as given;
+/// `redis+cluster://host:port[,host:port…][/]` is a cluster's seed nodes
+/// (at least one; no user, password or database: a cluster has only
+/// database 0).
+///
+/// Errors: [`ConfigError`] naming `SECKILL_REDIS_URL` for any other form,
+/// an empty seed, a seed without a numeric port, or a path other than `/`.
+pub fn parse_redis_target(v: &str) -> Result<RedisTarget, ConfigError> {
+    let bad = || ConfigError {
+        variable: "SECKILL_REDIS_URL",
+        value: v.to_string(),
+        expected:
+            "a URL such as redis://127.0.0.1:6379/ or redis+cluster://10.0.0.1:7000,10.0.0.2:7000/",
+    };
+    let Some(rest) = v.strip_prefix(CLUSTER_SCHEME) else {
+        return parse_url("SECKILL_REDIS_URL", v, &["redis://"]).map(RedisTarget::Single);
+    };
+    let nodes = rest.strip_suffix('/').unwrap_or(rest);
+    let mut seeds = Vec::new();
+    for node in nodes.split(',') {
+        let (host, port) = node.rsplit_once(':').ok_or_else(bad)?;
+        let host_ok = !host.is_empty()
+            && host
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || ".-[]:".contains(c));
+        if !host_ok || port.parse::<u16>().map_or(true, |p| p == 0) {
+            return Err(bad());
+        }
+        seeds.push(format!("redis://{host}:{port}/"));
+    }
+    Ok(RedisTarget::Cluster(seeds))
 }
 
 fn parse_addr(variable: &'static str, v: &str) -> Result<SocketAddr, ConfigError> {
@@ -712,6 +780,7 @@ mod tests {
             ("SECKILL_GATEWAY_THREADS", "-1"),
             ("SECKILL_BODY_LIMIT", "10"),
             ("SECKILL_GATEWAY_REDIS_THREADS", "65"),
+            ("SECKILL_REDIS_REPLICAS_ACK", "9"),
             ("SECKILL_GATEWAY_WRITE_TIMEOUT", "5"),
             ("SECKILL_GATEWAY_BUYER_RATE", "1001"),
             ("SECKILL_GATEWAY_BUYER_BURST", "0"),
@@ -746,6 +815,41 @@ mod tests {
                 msg.contains(var) && msg.contains(val) && msg.contains("expected"),
                 "{msg}"
             );
+        }
+    }
+
+    #[test]
+    fn a_redis_url_is_one_redis_and_a_cluster_url_its_seed_nodes() {
+        assert_eq!(
+            parse_redis_target("redis://10.0.0.1:7000/2"),
+            Ok(RedisTarget::Single("redis://10.0.0.1:7000/2".into()))
+        );
+        assert_eq!(
+            parse_redis_target("redis+cluster://10.0.0.1:7000,node-b:7001/"),
+            Ok(RedisTarget::Cluster(vec![
+                "redis://10.0.0.1:7000/".into(),
+                "redis://node-b:7001/".into()
+            ]))
+        );
+        assert_eq!(
+            parse_redis_target("redis+cluster://127.0.0.1:7000"),
+            Ok(RedisTarget::Cluster(vec!["redis://127.0.0.1:7000/".into()]))
+        );
+        let c =
+            Config::from_map(&map(&[("SECKILL_REDIS_URL", "redis+cluster://h:1,h:2")])).unwrap();
+        assert_eq!(c.redis_url, "redis+cluster://h:1,h:2");
+        for bad in [
+            "redis+cluster://",
+            "redis+cluster://h:1,,h:2",
+            "redis+cluster://h",
+            "redis+cluster://h:0",
+            "redis+cluster://h:70000",
+            "redis+cluster://h:1/3",
+            "redis+cluster://user:pw@h:1",
+            "cluster://h:1",
+        ] {
+            let e = parse_redis_target(bad).unwrap_err();
+            assert_eq!((e.variable, e.value.as_str()), ("SECKILL_REDIS_URL", bad));
         }
     }
 

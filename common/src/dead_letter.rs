@@ -70,7 +70,7 @@ impl DeadLetter {
 /// Errors: Redis failures, or the script's refusal, with nothing moved,
 /// when either list holds another type.
 pub fn archive(
-    con: &mut redis::Connection,
+    con: &mut impl redis::ConnectionLike,
     sale_id: u64,
     entry: &str,
     archived: &str,

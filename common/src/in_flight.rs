@@ -27,7 +27,7 @@ return found";
 ///
 /// Errors: Redis failures (`WRONGTYPE` when a list key holds another type).
 pub fn still_in_flight(
-    con: &mut redis::Connection,
+    con: &mut impl redis::ConnectionLike,
     lists: &[String],
     messages: &[&str],
 ) -> redis::RedisResult<Vec<bool>> {

@@ -24,7 +24,7 @@ return 0";
 ///
 /// Errors: Redis failures.
 pub fn extend(
-    con: &mut redis::Connection,
+    con: &mut impl redis::ConnectionLike,
     key: &str,
     token: &str,
     ttl_ms: u64,
@@ -42,7 +42,11 @@ pub fn extend(
 /// Deletes `key` if it still holds `token`; returns whether it did.
 ///
 /// Errors: Redis failures.
-pub fn release(con: &mut redis::Connection, key: &str, token: &str) -> redis::RedisResult<bool> {
+pub fn release(
+    con: &mut impl redis::ConnectionLike,
+    key: &str,
+    token: &str,
+) -> redis::RedisResult<bool> {
     static SCRIPT: OnceLock<Script> = OnceLock::new();
     let n: i64 = SCRIPT
         .get_or_init(|| Script::new(RELEASE_LUA))

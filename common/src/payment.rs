@@ -23,16 +23,19 @@ use serde::{Deserialize, Serialize};
 use sha2::Sha256;
 use std::fmt;
 
-/// The list payments wait in (global: a payment names no sale).
-pub const QUEUE: &str = "seckill:payments";
+/// The list payments wait in (global: a payment names no sale). Every
+/// payments key carries the hash tag `{payments}`, so that on a Redis
+/// Cluster the queue, the processing lists, attempts and dead letters share
+/// one slot and each `BLMOVE`/`MULTI` over them stays on one master.
+pub const QUEUE: &str = "seckill:{payments}";
 /// Hash payment id -> failed applications so far.
-pub const ATTEMPTS: &str = "seckill:payments:attempts";
+pub const ATTEMPTS: &str = "seckill:{payments}:attempts";
 /// The payments' dead-letter list (JSON: message, reason).
-pub const DEAD_LETTERS: &str = "seckill:payments:dlq";
+pub const DEAD_LETTERS: &str = "seckill:{payments}:dlq";
 
 /// The processing list of worker `worker_id` for payments.
 pub fn processing(worker_id: &str) -> String {
-    format!("seckill:payments:processing:{worker_id}")
+    format!("seckill:{{payments}}:processing:{worker_id}")
 }
 
 /// The header that carries the signature.

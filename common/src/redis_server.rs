@@ -15,6 +15,7 @@
 //! too. Under `noeviction` a full Redis answers `OOM` to a script before its
 //! first write, so a purchase changes nothing and is answered 503.
 
+use crate::redis_target::{Con, Target};
 use redis::{Connection, ConnectionLike};
 use std::fmt;
 use std::time::Duration;
@@ -88,13 +89,25 @@ fn info_field<'a>(info: &'a str, field: &str) -> Option<&'a str> {
         .map(str::trim)
 }
 
-/// Checks the server at the other end of `con`: the eviction policy (from
-/// `INFO memory`, so it works where `CONFIG` is renamed away) and what it
-/// persists.
+/// Checks the server at the other end of `con`, or every master of a
+/// cluster ([`check_node`] each): on a cluster, `aof` holds when every
+/// master has it, `rdb` when every master has save points.
+///
+/// Errors: those of [`check_node`], for the first master that fails.
+pub fn check(con: &mut Con) -> Result<Persistence, ServerError> {
+    let all = con.each_master(check_node)?;
+    Ok(Persistence {
+        aof: all.iter().all(|p| p.aof),
+        rdb: all.iter().try_fold(true, |acc, p| p.rdb.map(|r| acc && r)),
+    })
+}
+
+/// Checks one server: the eviction policy (from `INFO memory`, so it
+/// works where `CONFIG` is renamed away) and what it persists.
 ///
 /// Errors: [`ServerError::EvictionPolicy`] for any policy but
 /// [`REQUIRED_POLICY`]; [`ServerError::Redis`] when `INFO` fails.
-pub fn check<C: ConnectionLike>(con: &mut C) -> Result<Persistence, ServerError> {
+pub fn check_node<C: ConnectionLike>(con: &mut C) -> Result<Persistence, ServerError> {
     let memory: String = redis::cmd("INFO").arg("memory").query(con)?;
     let policy = info_field(&memory, "maxmemory_policy").unwrap_or(REQUIRED_POLICY);
     if policy != REQUIRED_POLICY {
@@ -118,8 +131,13 @@ pub fn check<C: ConnectionLike>(con: &mut C) -> Result<Persistence, ServerError>
 /// Errors: [`ServerError::NotWritable`] with Redis's reply,
 /// [`ServerError::EvictionPolicy`], or [`ServerError::Redis`] when the
 /// server cannot be reached.
-pub fn check_writable<C: ConnectionLike>(con: &mut C) -> Result<(), ServerError> {
-    check(con)?;
+pub fn check_writable(con: &mut Con) -> Result<(), ServerError> {
+    con.each_master(check_writable_node).map(|_| ())
+}
+
+/// [`check_writable`] of one server.
+fn check_writable_node(con: &mut Connection) -> Result<(), ServerError> {
+    check_node(con)?;
     match redis::cmd("EVAL")
         .arg(WRITABLE_PROBE)
         .arg(0)
@@ -137,11 +155,8 @@ pub fn check_writable<C: ConnectionLike>(con: &mut C) -> Result<(), ServerError>
 ///
 /// Errors: the URL is not usable, the server cannot be reached, or
 /// [`check`] refuses it.
-pub fn connect(url: &str, timeout: Duration) -> Result<(Connection, Persistence), ServerError> {
-    let client = redis::Client::open(url)?;
-    let mut con = client.get_connection_with_timeout(timeout)?;
-    con.set_read_timeout(Some(timeout))?;
-    con.set_write_timeout(Some(timeout))?;
+pub fn connect(url: &str, timeout: Duration) -> Result<(Con, Persistence), ServerError> {
+    let mut con = Target::open(url)?.connect(timeout)?;
     let p = check(&mut con)?;
     warn_if_volatile(&p);
     Ok((con, p))

@@ -4,7 +4,7 @@
 //! in exactly one list. The protocol around them is the worker's
 //! (`worker/src/queue.rs`).
 
-use redis::{Connection, Script};
+use redis::Script;
 use std::sync::OnceLock;
 
 /// Moves up to `ARGV[1]` messages from the queue (`KEYS[1]`, right end) to
@@ -62,7 +62,7 @@ end
 /// Errors: Redis failures, or the script's refusal, with nothing moved,
 /// when either key holds another type.
 pub fn take(
-    con: &mut Connection,
+    con: &mut impl redis::ConnectionLike,
     queue: &str,
     processing: &str,
     max: usize,
@@ -81,7 +81,11 @@ pub fn take(
 ///
 /// Errors: Redis failures, or the script's refusal, with nothing moved,
 /// when either key holds another type.
-pub fn reclaim(con: &mut Connection, processing: &str, queue: &str) -> redis::RedisResult<u64> {
+pub fn reclaim(
+    con: &mut impl redis::ConnectionLike,
+    processing: &str,
+    queue: &str,
+) -> redis::RedisResult<u64> {
     static SCRIPT: OnceLock<Script> = OnceLock::new();
     SCRIPT
         .get_or_init(|| Script::new(RECLAIM_LUA))

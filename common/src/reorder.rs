@@ -55,7 +55,7 @@ pub enum ReorderOutcome {
 /// Errors: Redis failures, the script's wrong-type refusal, or a reply the
 /// script cannot give (a protocol error).
 pub fn reorder(
-    con: &mut redis::Connection,
+    con: &mut impl redis::ConnectionLike,
     sale_id: u64,
     rid: &str,
     workers: &[String],

@@ -31,19 +31,19 @@ pub struct Sale {
     pub ends_at_ms: u64,
 }
 
-/// `KEYS`: meta, stock, the sales set; `ARGV`: sale id, total stock,
-/// starts ms, ends ms, stock to put on sale. Replies 1 when loaded, 0 when
-/// the stock key already existed (nothing changed); an error reply, with
+/// `KEYS`: meta, stock (one sale's slot; the global sales set is added to
+/// apart, see [`load_into_redis`]); `ARGV`: sale id, total stock, starts
+/// ms, ends ms, stock to put on sale. Replies 1 when loaded, 0 when the
+/// stock key already existed (nothing changed); an error reply, with
 /// nothing changed, when one of the keys holds the wrong type (`lua.rs`).
 pub const LOAD_LUA: &str = concat!(
     crate::lua_expect_types!(),
     r#"
-local bad = expect_types({KEYS[1], 'hash', KEYS[2], 'string', KEYS[3], 'set'})
+local bad = expect_types({KEYS[1], 'hash', KEYS[2], 'string'})
 if bad then return bad end
 if redis.call('EXISTS', KEYS[2]) == 1 then return 0 end
 redis.call('HSET', KEYS[1], 'total_stock', ARGV[2], 'starts_at_ms', ARGV[3], 'ends_at_ms', ARGV[4])
 redis.call('SET', KEYS[2], ARGV[5])
-redis.call('SADD', KEYS[3], ARGV[1])
 return 1
 "#
 );
@@ -56,6 +56,12 @@ fn load_script() -> &'static Script {
 /// `already_ordered` is the number of MySQL orders for the sale; the loaded
 /// stock is `total_stock - already_ordered` (never below 0).
 ///
+/// A sales set of the wrong type is refused first (nothing written); then
+/// the sale's keys, then its id into `seckill:sales` (every time, so a
+/// load interrupted between the two is completed by the next): on a
+/// Redis Cluster the global set lives in another slot than the sale's keys,
+/// and no script may touch both.
+///
 /// Returns `true` when loaded, `false` when live state was left untouched.
 pub fn load_into_redis<C: ConnectionLike>(
     con: &mut C,
@@ -64,15 +70,18 @@ pub fn load_into_redis<C: ConnectionLike>(
 ) -> redis::RedisResult<bool> {
     let k = SaleKeys::new(sale.id);
     let stock = sale.total_stock.saturating_sub(already_ordered);
+    // A read first, so that a sales set of the wrong type is refused
+    // (Redis's own WRONGTYPE) before anything is written.
+    redis::cmd("SISMEMBER").arg(SALES).arg(sale.id).exec(con)?;
     let loaded: i64 = load_script()
         .key(k.meta())
         .key(k.stock())
-        .key(SALES)
         .arg(sale.id)
         .arg(sale.total_stock)
         .arg(sale.starts_at_ms)
         .arg(sale.ends_at_ms)
         .arg(stock)
         .invoke(con)?;
+    redis::cmd("SADD").arg(SALES).arg(sale.id).exec(con)?;
     Ok(loaded == 1)
 }

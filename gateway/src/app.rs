@@ -11,6 +11,7 @@ use crate::redis_link::LinkPool;
 use crate::reserver::Reserver;
 use crate::shed::Shed;
 use crate::soldout::SoldOutCache;
+use seckill_common::redis_target::Target;
 use std::sync::atomic::{AtomicBool, AtomicUsize};
 use std::sync::Arc;
 use std::time::Duration;
@@ -27,7 +28,7 @@ pub struct App {
     /// Loads a sold-out sale's buyers into `soldout` (`buyers.rs`).
     pub buyers: Loader,
     /// Opens Redis connections (`SECKILL_REDIS_URL`).
-    pub client: redis::Client,
+    pub client: Target,
     /// `SECKILL_REDIS_TIMEOUT`.
     pub redis_timeout: Duration,
     /// `SECKILL_BODY_LIMIT`, bytes.

@@ -14,8 +14,8 @@
 use crate::app::App;
 use crate::redis_link::{Link, Unavailable};
 use crossbeam_channel::{Receiver, Sender, TrySendError};
-use redis::Connection;
 use seckill_common::keys::SaleKeys;
+use seckill_common::redis_target::Con;
 use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
@@ -91,7 +91,7 @@ pub fn loader() -> (Loader, Receiver<(u64, u64)>) {
 /// [`Loader`] is dropped.
 pub fn run(app: Arc<App>, requests: Receiver<(u64, u64)>) {
     let mut link = Link::new(app.client.clone(), app.redis_timeout, app.metrics.clone());
-    let mut checker: Option<redis::Connection> = None;
+    let mut checker: Option<Con> = None;
     loop {
         match requests.recv_timeout(SWEEP_EVERY) {
             Ok((sale_id, seq)) => {
@@ -129,18 +129,11 @@ pub fn run(app: Arc<App>, requests: Receiver<(u64, u64)>) {
 /// within about a second ([`App::redis_unfit`]). On a connection of its own
 /// (`checker`, reopened after a failure): a [`Link`] refuses to connect to
 /// such a server at all, which would hide the answer.
-fn check_server(app: &App, checker: &mut Option<redis::Connection>) {
+fn check_server(app: &App, checker: &mut Option<Con>) {
     use seckill_common::redis_server::{self, ServerError};
     use std::sync::atomic::Ordering;
     if checker.is_none() {
-        *checker = app
-            .client
-            .get_connection_with_timeout(app.redis_timeout)
-            .ok()
-            .filter(|c| {
-                c.set_read_timeout(Some(app.redis_timeout)).is_ok()
-                    && c.set_write_timeout(Some(app.redis_timeout)).is_ok()
-            });
+        *checker = app.client.connect(app.redis_timeout).ok();
     }
     let Some(con) = checker.as_mut() else { return };
     match redis_server::check(con) {
@@ -175,7 +168,7 @@ enum Loaded {
 /// Reads the buyers of `sale_id` if they fit in `room`, then checks that
 /// Redis still says sold out at `seq` (a release or a sale meanwhile makes
 /// the set stale).
-fn load(con: &mut Connection, sale_id: u64, seq: u64, room: usize) -> redis::RedisResult<Loaded> {
+fn load(con: &mut Con, sale_id: u64, seq: u64, room: usize) -> redis::RedisResult<Loaded> {
     let k = SaleKeys::new(sale_id);
     let (n, ends): (usize, Option<u64>) = redis::pipe()
         .cmd("HLEN")

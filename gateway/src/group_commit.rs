@@ -1,6 +1,7 @@
 //! Owns the group commit: connection threads hand purchases over a bounded
 //! crossbeam channel to a few Redis threads, and each Redis thread sends
-//! whatever has queued up meanwhile as one pipeline of `EVALSHA` calls (up
+//! whatever has queued up meanwhile as one pipeline of `EVALSHA` calls (one
+//! per master on a Redis Cluster, `slot_router.rs`; up
 //! to [`MAX_BATCH`]) and sends each outcome back to the thread that waits
 //! for it, which answers its client. Each script call stays atomic on its
 //! own; the pipeline only saves round trips. A Redis thread never writes to
@@ -13,7 +14,11 @@ use crate::redis_link::{Link, Unavailable};
 use crossbeam_channel::Receiver;
 use redis::Value;
 use seckill_common::keys::SaleKeys;
-use seckill_common::reservation::{own, parse, prepare_in, reserve_script, Replied};
+use seckill_common::reservation::{
+    own, parse, prepare_in, reserve_script, Replied, ReserveOutcome,
+};
+use seckill_common::slot_router::slot_of;
+use seckill_common::slot_router::Replies;
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
 
@@ -134,7 +139,16 @@ impl Slot {
 /// Runs one Redis thread: takes the first waiting job, then whatever else
 /// has queued up (at most [`MAX_BATCH`]), sends them as one pipeline, and
 /// sends each outcome back. Runs until every job sender is dropped.
-pub fn redis_thread(jobs: Receiver<Job>, mut link: Link, metrics: &Metrics) {
+///
+/// `ack`: `Some((replicas, timeout))` with `SECKILL_REDIS_REPLICAS_ACK`: a
+/// reservation is answered only once that many replicas have it (`WAIT`
+/// after each master's pipeline), else 503.
+pub fn redis_thread(
+    jobs: Receiver<Job>,
+    mut link: Link,
+    metrics: &Metrics,
+    ack: Option<(usize, Duration)>,
+) {
     let mut batch: Vec<Job> = Vec::with_capacity(MAX_BATCH);
     while let Ok(first) = jobs.recv() {
         batch.push(first);
@@ -144,7 +158,7 @@ pub fn redis_thread(jobs: Receiver<Job>, mut link: Link, metrics: &Metrics) {
                 Err(_) => break,
             }
         }
-        let results = run_batch(&mut link, &batch, metrics);
+        let results = run_batch(&mut link, &batch, metrics, ack);
         for (job, r) in batch.drain(..).zip(results) {
             // The waiting thread may have given up (it answered 503).
             job.reply_to.fill(r);
@@ -152,7 +166,12 @@ pub fn redis_thread(jobs: Receiver<Job>, mut link: Link, metrics: &Metrics) {
     }
 }
 
-fn run_batch(link: &mut Link, batch: &[Job], metrics: &Metrics) -> Vec<Outcome> {
+fn run_batch(
+    link: &mut Link,
+    batch: &[Job],
+    metrics: &Metrics,
+    ack: Option<(usize, Duration)>,
+) -> Vec<Outcome> {
     let mut results = vec![Err(Unavailable); batch.len()];
     let mut todo: Vec<usize> = (0..batch.len()).collect();
     // Two passes at most: the second only for NOSCRIPT replies.
@@ -164,7 +183,9 @@ fn run_batch(link: &mut Link, batch: &[Job], metrics: &Metrics) -> Vec<Outcome> 
         // up (a reconnect may wait out a Redis stall) and just before the
         // write, so a purchase whose client gave up meanwhile is left out.
         // A second call (a retry on a fresh connection) resends the same.
-        let mut pipe: Option<redis::Pipeline> = None;
+        // Each purchase with its sale's cluster slot: on a cluster the
+        // batch goes as one pipeline per master (`Con::pipeline_by_slot`).
+        let mut pipe: Option<Vec<(u16, redis::Cmd)>> = None;
         let mut sent: Vec<usize> = Vec::new();
         let reply = link.with(|con| {
             let p = pipe.get_or_insert_with(|| {
@@ -173,19 +194,22 @@ fn run_batch(link: &mut Link, batch: &[Job], metrics: &Metrics) -> Vec<Outcome> 
                     .copied()
                     .filter(|&i| batch[i].reply_to.mark_sent())
                     .collect();
-                let mut p = redis::pipe();
-                p.ignore_errors();
-                for &i in &sent {
-                    let j = &batch[i];
-                    let k = SaleKeys::bucket(j.sale_id, j.bucket);
-                    p.invoke_script(&prepare_in(k, &j.user_id, &j.reservation_id));
-                }
-                p
+                sent.iter()
+                    .map(|&i| {
+                        let j = &batch[i];
+                        let k = SaleKeys::bucket(j.sale_id, j.bucket);
+                        let inv = prepare_in(k, &j.user_id, &j.reservation_id);
+                        (bucket_slot(k), redis::Cmd::invoke_script(&inv))
+                    })
+                    .collect()
             });
             if sent.is_empty() {
-                return Ok(Vec::new());
+                return Ok(Replies {
+                    values: Vec::new(),
+                    replicated: Vec::new(),
+                });
             }
-            p.query::<Vec<Value>>(con)
+            con.pipeline_by_slot(p, ack)
         });
         if pipe.is_none() {
             // No connection: nothing was sent.
@@ -198,8 +222,8 @@ fn run_batch(link: &mut Link, batch: &[Job], metrics: &Metrics) -> Vec<Outcome> 
         }
         metrics.pipelines.inc();
         metrics.pipelined.inc_by(todo.len() as u64);
-        let replies: Vec<Value> = match reply {
-            Ok(r) => r,
+        let (replies, replicated) = match reply {
+            Ok(r) => (r.values, r.replicated),
             Err(Unavailable) => return results,
         };
         if replies.len() != todo.len() {
@@ -211,7 +235,7 @@ fn run_batch(link: &mut Link, batch: &[Job], metrics: &Metrics) -> Vec<Outcome> 
             return results;
         }
         let mut again = Vec::new();
-        for (&i, v) in todo.iter().zip(replies.iter()) {
+        for ((&i, v), &acked) in todo.iter().zip(replies.iter()).zip(&replicated) {
             if let Value::ServerError(se) = v {
                 if se.kind() == Some(redis::ServerErrorKind::NoScript) && pass == 0 {
                     again.push(i);
@@ -224,6 +248,19 @@ fn run_batch(link: &mut Link, batch: &[Job], metrics: &Metrics) -> Vec<Outcome> 
                 log::error!("redis: reservation: {e}");
                 Unavailable
             });
+            // Reserved on the master, not yet on the replicas asked for: no
+            // 202 (a retry finds it: 409 with its id).
+            if !acked
+                && matches!(
+                    results[i],
+                    Ok(Replied {
+                        outcome: ReserveOutcome::Reserved(_),
+                        ..
+                    })
+                )
+            {
+                results[i] = Err(Unavailable);
+            }
         }
         if !again.is_empty() {
             log::warn!("redis: NOSCRIPT in a pipeline; loading the script again");
@@ -239,10 +276,14 @@ fn run_batch(link: &mut Link, batch: &[Job], metrics: &Metrics) -> Vec<Outcome> 
     results
 }
 
+/// The cluster slot of every key of sale `sale_id` (its hash tag).
+fn bucket_slot(k: SaleKeys) -> u16 {
+    slot_of(&k.stock())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
-    use seckill_common::reservation::ReserveOutcome;
 
     fn replied(outcome: ReserveOutcome) -> Replied {
         Replied { outcome, seq: 0 }

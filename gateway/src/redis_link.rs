@@ -12,9 +12,10 @@
 
 use crate::metrics::Metrics;
 use crossbeam_channel::{Receiver, Sender};
-use redis::{Client, Connection, RedisError};
+use redis::RedisError;
 use seckill_common::backoff::Backoff;
 use seckill_common::redis_server::{self, ServerError};
+use seckill_common::redis_target::{Con, Target};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -29,10 +30,10 @@ pub struct Unavailable;
 
 /// A lazily (re)connected Redis connection owned by one thread.
 pub struct Link {
-    client: Client,
+    client: Target,
     /// Connect, read and write timeout (`SECKILL_REDIS_TIMEOUT`).
     timeout: Duration,
-    con: Option<Connection>,
+    con: Option<Con>,
     next_try: Instant,
     /// Wait after a failed connect: [`BACKOFF_MIN`] doubling to
     /// [`BACKOFF_MAX`], reset by a successful one.
@@ -45,7 +46,7 @@ pub struct Link {
 
 impl Link {
     /// A link that connects on first use.
-    pub fn new(client: Client, timeout: Duration, metrics: Arc<Metrics>) -> Link {
+    pub fn new(client: Target, timeout: Duration, metrics: Arc<Metrics>) -> Link {
         Link {
             client,
             timeout,
@@ -59,10 +60,8 @@ impl Link {
 
     /// Connects, checks the server (`redis_server::check`: a policy that
     /// can evict the sale's keys is refused) and loads the script.
-    fn connect(&self) -> Result<Connection, ServerError> {
-        let mut con = self.client.get_connection_with_timeout(self.timeout)?;
-        con.set_read_timeout(Some(self.timeout))?;
-        con.set_write_timeout(Some(self.timeout))?;
+    fn connect(&self) -> Result<Con, ServerError> {
+        let mut con = self.client.connect(self.timeout)?;
         match redis_server::check(&mut con) {
             Ok(p) => {
                 let off = i64::from(p.nothing());
@@ -85,7 +84,7 @@ impl Link {
     ///
     /// Errors: [`Unavailable`] when the connect fails or the backoff since
     /// the last failure has not passed yet.
-    pub fn get(&mut self) -> Result<&mut Connection, Unavailable> {
+    pub fn get(&mut self) -> Result<&mut Con, Unavailable> {
         if self.con.is_none() {
             let now = Instant::now();
             let others_connected = self.metrics.redis_connects.get() > self.connects_seen;
@@ -133,7 +132,7 @@ impl Link {
     /// `f` safe to repeat (reads, or a reservation with the same id).
     pub fn with<T>(
         &mut self,
-        mut f: impl FnMut(&mut Connection) -> redis::RedisResult<T>,
+        mut f: impl FnMut(&mut Con) -> redis::RedisResult<T>,
     ) -> Result<T, Unavailable> {
         let was_open = self.con.is_some();
         let con = self.get()?;
@@ -168,7 +167,7 @@ pub struct LinkPool {
 impl LinkPool {
     /// `size` links (at least one), none connected yet.
     pub fn new(
-        app_client: &redis::Client,
+        app_client: &Target,
         size: usize,
         timeout: Duration,
         metrics: &Arc<Metrics>,
@@ -212,7 +211,7 @@ mod tests {
     /// serves again.
     #[test]
     fn with_every_link_borrowed_a_read_is_unavailable_until_one_comes_back() {
-        let client = match redis::Client::open("redis://127.0.0.1:1/") {
+        let client = match seckill_common::redis_target::Target::open("redis://127.0.0.1:1/") {
             Ok(c) => c,
             Err(e) => panic!("a valid URL: {e}"),
         };

@@ -16,6 +16,7 @@ use crate::redis_link::{Link, BACKOFF_MAX};
 use crate::reserver::Reserver;
 use crate::shed::Shed;
 use crate::soldout::SoldOutCache;
+use seckill_common::redis_target::Target;
 use seckill_common::{Config, Shutdown};
 use socket2::{Domain, Protocol, Socket, TcpKeepalive, Type};
 use std::fmt;
@@ -130,7 +131,7 @@ fn bind(addr: SocketAddr, write_timeout: Duration) -> std::io::Result<TcpListene
 ///
 /// Errors: see [`GatewayError`].
 pub fn run(config: Config, shutdown: Shutdown, unblocker: Unblocker) -> Result<(), GatewayError> {
-    let client = redis::Client::open(config.redis_url.as_str()).map_err(GatewayError::RedisUrl)?;
+    let client = Target::open(config.redis_url.as_str()).map_err(GatewayError::RedisUrl)?;
     let identity = Identity::from_config(&config).map_err(GatewayError::Identity)?;
     let listener = bind(config.listen, config.gateway_write_timeout)
         .map_err(|e| GatewayError::Bind(config.listen, e))?;
@@ -172,12 +173,14 @@ pub fn run(config: Config, shutdown: Shutdown, unblocker: Unblocker) -> Result<(
             .map_err(GatewayError::Thread)?;
     }
     if let Some(rx) = job_rx {
+        let ack = (config.redis_replicas_ack > 0)
+            .then_some((config.redis_replicas_ack, config.redis_timeout / 2));
         for i in 0..config.gateway_redis_threads {
             let link = Link::new(client.clone(), config.redis_timeout, metrics.clone());
             let (rx, metrics) = (rx.clone(), metrics.clone());
             std::thread::Builder::new()
                 .name(format!("gw-redis-{i}"))
-                .spawn(move || group_commit::redis_thread(rx, link, &metrics))
+                .spawn(move || group_commit::redis_thread(rx, link, &metrics, ack))
                 .map_err(GatewayError::Thread)?;
         }
     }

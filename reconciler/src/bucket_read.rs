@@ -12,8 +12,8 @@
 //! those of one instant.
 
 use crate::redis_read::RedisTotals;
-use redis::Connection;
 use seckill_common::keys::SaleKeys;
+use seckill_common::redis_target::Con;
 use seckill_common::transfer::Record;
 use std::collections::HashMap;
 use std::time::Duration;
@@ -32,7 +32,7 @@ pub const TOTALS_PAUSE: Duration = Duration::from_millis(20);
 ///
 /// Errors: Redis failures.
 pub fn totals(
-    con: &mut Connection,
+    con: &mut Con,
     sale_id: u64,
     buckets: u32,
 ) -> redis::RedisResult<Option<RedisTotals>> {
@@ -113,7 +113,7 @@ type BooksReply = (
 /// Reads bucket `k`'s books atomically.
 ///
 /// Errors: Redis failures.
-pub fn books(con: &mut Connection, k: SaleKeys) -> redis::RedisResult<BucketBooks> {
+pub fn books(con: &mut Con, k: SaleKeys) -> redis::RedisResult<BucketBooks> {
     let ((share, total), out, taken, time): BooksReply = redis::pipe()
         .atomic()
         .cmd("HMGET")
@@ -152,13 +152,13 @@ pub fn books(con: &mut Connection, k: SaleKeys) -> redis::RedisResult<BucketBook
 /// The transfer ids of bucket `k`'s open records (`HKEYS transfers:open`).
 ///
 /// Errors: Redis failures.
-pub fn open_ids(con: &mut Connection, k: SaleKeys) -> redis::RedisResult<Vec<String>> {
+pub fn open_ids(con: &mut Con, k: SaleKeys) -> redis::RedisResult<Vec<String>> {
     redis::cmd("HKEYS").arg(k.transfers_open()).query(con)
 }
 
 /// The transfer ids bucket `k` has taken in (`HKEYS transfers:in`).
 ///
 /// Errors: Redis failures.
-pub fn taken_ids(con: &mut Connection, k: SaleKeys) -> redis::RedisResult<Vec<String>> {
+pub fn taken_ids(con: &mut Con, k: SaleKeys) -> redis::RedisResult<Vec<String>> {
     redis::cmd("HKEYS").arg(k.transfers_in()).query(con)
 }

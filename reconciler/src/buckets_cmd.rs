@@ -4,9 +4,9 @@
 //! and the per-bucket table of `sale show`.
 
 use crate::output::{outln, write_stdout};
-use redis::Connection;
 use seckill_common::buckets;
 use seckill_common::keys::SaleKeys;
+use seckill_common::redis_target::Con;
 use seckill_common::transfer;
 use seckill_common::Config;
 use std::error::Error;
@@ -36,7 +36,7 @@ pub struct BucketFigures {
 /// Reads bucket `k`'s figures (one pipeline).
 ///
 /// Errors: Redis failures.
-pub fn figures(con: &mut Connection, k: SaleKeys) -> redis::RedisResult<BucketFigures> {
+pub fn figures(con: &mut Con, k: SaleKeys) -> redis::RedisResult<BucketFigures> {
     let (stock, (total, share), flows, queued, dead, tin, tout, open) = redis::pipe()
         .get(k.stock())
         .cmd("HMGET")
@@ -64,11 +64,7 @@ pub fn figures(con: &mut Connection, k: SaleKeys) -> redis::RedisResult<BucketFi
 /// The figures of every bucket of sale `id` (K = `k`), bucket 0 first.
 ///
 /// Errors: Redis failures.
-pub fn all_figures(
-    con: &mut Connection,
-    id: u64,
-    k: u32,
-) -> redis::RedisResult<Vec<BucketFigures>> {
+pub fn all_figures(con: &mut Con, id: u64, k: u32) -> redis::RedisResult<Vec<BucketFigures>> {
     buckets::all(id, k)
         .into_iter()
         .map(|b| figures(con, b))

@@ -14,6 +14,7 @@
 use crate::redis_read;
 use seckill_common::dead_letter::{self, DeadLetter};
 use seckill_common::keys::SaleKeys;
+use seckill_common::redis_target::Con;
 use serde_json::json;
 
 /// The operator action that settled a reservation, as the archive records it.
@@ -37,7 +38,7 @@ pub struct SettledBy<'a> {
 /// Errors: Redis failures (entries moved before the failure stay moved; a
 /// repeat moves the rest).
 pub fn archive_entries_of(
-    con: &mut redis::Connection,
+    con: &mut Con,
     sale_id: u64,
     rid: &str,
     by: &SettledBy<'_>,

@@ -9,6 +9,7 @@
 use redis::Commands;
 use seckill_common::keys::RECONCILE_LOCK;
 use seckill_common::owned_key;
+use seckill_common::redis_target::Con;
 use std::fmt;
 use std::time::{Duration, Instant};
 
@@ -61,7 +62,7 @@ impl From<redis::RedisError> for LockError {
 /// The held lock. Release it with [`RunLock::release`]; if the process dies
 /// it expires after [`LOCK_TTL`].
 pub struct RunLock {
-    con: redis::Connection,
+    con: Con,
     token: String,
     refreshed: Instant,
 }
@@ -70,7 +71,7 @@ impl RunLock {
     /// Takes the lock, waiting up to `wait` while another run holds it.
     ///
     /// Errors: [`LockError::Busy`] after the wait, or Redis failures.
-    pub fn acquire(mut con: redis::Connection, wait: Duration) -> Result<RunLock, LockError> {
+    pub fn acquire(mut con: Con, wait: Duration) -> Result<RunLock, LockError> {
         let token = format!(
             "{}:{}:{}",
             hostname(),

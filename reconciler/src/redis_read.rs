@@ -4,9 +4,10 @@
 //! chunks, and lists (queue, processing lists, dead-letter list) by `LRANGE`
 //! in chunks. Never `KEYS`, never a whole hash or list in one reply.
 
-use redis::{Connection, Value};
+use redis::Value;
 use seckill_common::dead_letter::DeadLetter;
 use seckill_common::keys::SaleKeys;
+use seckill_common::redis_target::Con;
 
 /// Fields asked for per `HSCAN` call (a hint to Redis, not a limit).
 pub const HSCAN_COUNT: usize = 2000;
@@ -29,7 +30,7 @@ pub struct RedisTotals {
 }
 
 /// Every member of a set, by `SSCAN`.
-pub fn set_members(con: &mut Connection, key: &str) -> redis::RedisResult<Vec<String>> {
+pub fn set_members(con: &mut Con, key: &str) -> redis::RedisResult<Vec<String>> {
     let mut out = Vec::new();
     let mut cursor: u64 = 0;
     loop {
@@ -52,7 +53,7 @@ pub fn set_members(con: &mut Connection, key: &str) -> redis::RedisResult<Vec<St
 
 /// The stock counter, the number of flow records and the time, read in one
 /// `MULTI` so that `stock + reservations` is exact even while buyers reserve.
-pub fn totals(con: &mut Connection, sale_id: u64) -> redis::RedisResult<RedisTotals> {
+pub fn totals(con: &mut Con, sale_id: u64) -> redis::RedisResult<RedisTotals> {
     let k = SaleKeys::new(sale_id);
     let (stock, reservations, time): (Option<i64>, i64, (u64, u64)) = redis::pipe()
         .atomic()
@@ -74,7 +75,7 @@ pub fn totals(con: &mut Connection, sale_id: u64) -> redis::RedisResult<RedisTot
 /// may be seen twice (Redis's `HSCAN` guarantee); every entry present for the
 /// whole scan is seen at least once.
 pub fn scan_hash<E: From<redis::RedisError>>(
-    con: &mut Connection,
+    con: &mut Con,
     key: &str,
     mut f: impl FnMut(&[u8], &[u8]),
     mut tick: impl FnMut() -> Result<(), E>,
@@ -134,7 +135,7 @@ fn split_scan_reply(reply: Value) -> redis::RedisResult<(u64, Vec<Value>)> {
 /// element moved to another list meanwhile may be missed here (read the
 /// queue before the processing lists, so a moving message is seen in one).
 pub fn for_each_in_list(
-    con: &mut Connection,
+    con: &mut Con,
     key: &str,
     mut f: impl FnMut(&[u8]),
 ) -> redis::RedisResult<()> {
@@ -158,7 +159,7 @@ pub fn for_each_in_list(
 /// For each of `fields`, the value of hash `key` (`None` when absent), by
 /// `HMGET` in chunks.
 pub fn hash_values(
-    con: &mut Connection,
+    con: &mut Con,
     key: &str,
     fields: &[String],
 ) -> redis::RedisResult<Vec<Option<String>>> {
@@ -181,7 +182,7 @@ pub struct DeadLetters {
 
 /// Reads the dead-letter list of `sale_id` ([`LIST_CHUNK`] entries at a
 /// time).
-pub fn dead_letters(con: &mut redis::Connection, sale_id: u64) -> redis::RedisResult<DeadLetters> {
+pub fn dead_letters(con: &mut Con, sale_id: u64) -> redis::RedisResult<DeadLetters> {
     let mut out = DeadLetters::default();
     dead_letters_into(con, SaleKeys::new(sale_id), &mut out)?;
     Ok(out)
@@ -189,7 +190,7 @@ pub fn dead_letters(con: &mut redis::Connection, sale_id: u64) -> redis::RedisRe
 
 /// Reads the payment queue's dead-letter list (`seckill:payments:dlq`),
 /// raw entries head first ([`LIST_CHUNK`] at a time).
-pub fn payment_dead_letters(con: &mut redis::Connection) -> redis::RedisResult<Vec<Vec<u8>>> {
+pub fn payment_dead_letters(con: &mut Con) -> redis::RedisResult<Vec<Vec<u8>>> {
     let mut out = Vec::new();
     for_each_in_list(con, seckill_common::payment::DEAD_LETTERS, |raw| {
         out.push(raw.to_vec())
@@ -199,7 +200,7 @@ pub fn payment_dead_letters(con: &mut redis::Connection) -> redis::RedisResult<V
 
 /// Adds the dead-letter list of bucket `k` to `out`.
 pub fn dead_letters_into(
-    con: &mut redis::Connection,
+    con: &mut Con,
     k: SaleKeys,
     out: &mut DeadLetters,
 ) -> redis::RedisResult<()> {

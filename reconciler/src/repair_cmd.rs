@@ -35,6 +35,7 @@ use seckill_common::data_loss;
 use seckill_common::keys::PurchaseStatus;
 use seckill_common::keys::{self, SaleKeys};
 use seckill_common::message::{OrderMessage, MESSAGE_VERSION};
+use seckill_common::redis_target::Con;
 use seckill_common::sale::Sale;
 use seckill_common::Config;
 use std::collections::{HashMap, HashSet};
@@ -124,7 +125,7 @@ pub fn repair(config: &Config, args: &RepairArgs) -> Result<u8, RunError> {
 /// then writes the rebuilt Redis state, the end of the pause and `mark` in
 /// one `MULTI`.
 fn rebuild(
-    con: &mut redis::Connection,
+    con: &mut Con,
     db: &mut mysql::Conn,
     sale: &Sale,
     started: &PendingAction,
@@ -178,11 +179,13 @@ fn rebuild(
     .ignore();
     pipe.hdel(k.meta(), "paused").ignore();
     pipe.set(k.stock(), out.stock).ignore();
-    pipe.sadd(keys::SALES, id).ignore();
     // MySQL first: a Redis that still says paused keeps the sale paused
     // (the watch leaves a pause only Redis holds alone) until this MULTI.
     data_loss::resume_mysql(db, id, out.seq, checkpoint).map_err(watch_error)?;
     pipe.query::<()>(con)?;
+    // Apart from the MULTI (another cluster slot than the sale's keys);
+    // a repeat of the repair adds it again.
+    con.sadd::<_, _, ()>(keys::SALES, id)?;
     // The released duplicates' dead letters go to the archive with this
     // action, as for a rollback (each moved atomically; a repeat moves the
     // rest).
@@ -215,10 +218,7 @@ fn rebuild(
 /// repaired, perhaps) counts as 0, and is overwritten by the repair.
 ///
 /// Errors: Redis failures.
-fn redis_marks(
-    con: &mut redis::Connection,
-    k: &SaleKeys,
-) -> redis::RedisResult<(u64, Option<u64>)> {
+fn redis_marks(con: &mut Con, k: &SaleKeys) -> redis::RedisResult<(u64, Option<u64>)> {
     let (total, releases_now, ck): (Option<String>, Option<String>, Option<String>) =
         redis::cmd("HMGET")
             .arg(k.meta())

@@ -33,6 +33,7 @@ use crate::review::{ActionKind, ActionStatus, PendingAction, Review};
 use crate::run_cmd::redis_connect;
 use crate::settle::{self, Outcome};
 use seckill_common::keys::{SaleKeys, WORKERS};
+use seckill_common::redis_target::Con;
 use seckill_common::release::{release, ReleaseOutcome};
 use seckill_common::reorder::{self, ReorderOutcome};
 use seckill_common::timefmt::format_ms;
@@ -53,7 +54,7 @@ enum Checked {
         /// The registered workers (their processing lists are checked).
         workers: Vec<String>,
         /// Redis, open.
-        redis: redis::Connection,
+        redis: Con,
         /// MySQL, open.
         mysql: mysql::Conn,
     },
@@ -251,7 +252,7 @@ fn check(config: &Config, f: &Finding, args: &ResolveArgs) -> Result<Checked, Ru
 /// The effect of a reorder or rollback that passed its checks (the scripts
 /// check the same conditions again, atomically).
 fn effect(
-    redis: &mut redis::Connection,
+    redis: &mut Con,
     mysql: &mut mysql::Conn,
     action: ResolveAction,
     sale_id: u64,
@@ -312,7 +313,7 @@ fn order_exists(action: ResolveAction, order_id: u64, rid: &str) -> Outcome {
 /// stopped before its first write): `Ok(stock)` when it would go ahead,
 /// `Err(outcome)` with its refusal otherwise.
 fn check_release(
-    redis: &mut redis::Connection,
+    redis: &mut Con,
     sale_id: u64,
     rid: &str,
     workers: &[String],
@@ -324,7 +325,7 @@ fn check_release(
 /// without `mark`, the reorder with it (the mark of the action's started
 /// row).
 fn reorder(
-    redis: &mut redis::Connection,
+    redis: &mut Con,
     sale_id: u64,
     rid: &str,
     workers: &[String],

@@ -18,6 +18,7 @@ use crate::review::{Review, RunCounts};
 use crate::rules::reconcile_sale;
 use crate::scan::Ctx;
 use seckill_common::keys::SALES;
+use seckill_common::redis_target::Con;
 use seckill_common::timefmt::format_ms;
 use seckill_common::{now_ms, Config, Shutdown};
 use std::collections::HashSet;
@@ -26,7 +27,7 @@ use std::time::Instant;
 /// Opens a Redis connection with the configured timeouts and checks the
 /// server (`seckill_common::redis_server`: an eviction policy that can
 /// delete the sale's keys is refused, exit 2).
-pub fn redis_connect(config: &Config) -> Result<redis::Connection, RunError> {
+pub fn redis_connect(config: &Config) -> Result<Con, RunError> {
     let (con, _) = seckill_common::redis_server::connect(&config.redis_url, config.redis_timeout)?;
     Ok(con)
 }

@@ -9,6 +9,7 @@ use crate::output::{outln, write_stdout};
 use mysql::prelude::Queryable;
 use redis::Commands;
 use seckill_common::keys::SaleKeys;
+use seckill_common::redis_target::Con;
 use seckill_common::sale::Sale;
 use seckill_common::timefmt::format_ms;
 use seckill_common::Config;
@@ -23,7 +24,7 @@ type SaleRow = (u64, String, String, u64, u64, i64, i64, i64);
 /// Opens a Redis connection with the configured timeouts and checks the
 /// server (`seckill_common::redis_server`: an eviction policy that can
 /// delete the sale's keys is refused, exit 2).
-pub fn redis_con(config: &Config) -> Res<redis::Connection> {
+pub fn redis_con(config: &Config) -> Res<Con> {
     let (con, _) = seckill_common::redis_server::connect(&config.redis_url, config.redis_timeout)?;
     Ok(con)
 }
@@ -127,7 +128,7 @@ fn delete_sale(db: &mut mysql::Conn, id: u64) -> String {
 
 /// The numeric fields of sale `id`'s meta hash (`total_stock`,
 /// `starts_at_ms`, `ends_at_ms`, `seq`); others (`paused`) are left out.
-fn read_meta(con: &mut redis::Connection, id: u64) -> redis::RedisResult<HashMap<String, u64>> {
+fn read_meta(con: &mut Con, id: u64) -> redis::RedisResult<HashMap<String, u64>> {
     let all: HashMap<String, String> = con.hgetall(SaleKeys::new(id).meta())?;
     Ok(all
         .into_iter()
@@ -136,7 +137,7 @@ fn read_meta(con: &mut redis::Connection, id: u64) -> redis::RedisResult<HashMap
 }
 
 /// The stock and window of the sale Redis holds under `id`, as text.
-fn describe_live(con: &mut redis::Connection, id: u64) -> String {
+fn describe_live(con: &mut Con, id: u64) -> String {
     let k = SaleKeys::new(id);
     let stock: redis::RedisResult<Option<i64>> = con.get(k.stock());
     let meta: redis::RedisResult<HashMap<String, u64>> = read_meta(con, id);

@@ -42,13 +42,14 @@ use seckill_common::in_flight::still_in_flight;
 use seckill_common::keys::{SaleKeys, WORKERS};
 use seckill_common::lifecycle::{released_orders, ReleasedOrder};
 use seckill_common::message::OrderMessage;
+use seckill_common::redis_target::Con;
 use std::collections::HashMap;
 use std::time::Duration;
 
 /// Everything one sale's reconciliation needs.
 pub struct Ctx<'a> {
     /// Redis (reads and nothing else).
-    pub redis: &'a mut redis::Connection,
+    pub redis: &'a mut Con,
     /// MySQL (reads, and compensation).
     pub mysql: &'a mut mysql::Conn,
     /// Reservations younger than this are skipped.

@@ -40,6 +40,7 @@ use crate::review::{ActionKind, ActionStatus, PendingAction, Review};
 use redis::Commands;
 use seckill_common::keys::SaleKeys;
 use seckill_common::now_ms;
+use seckill_common::redis_target::Con;
 use seckill_common::timefmt::format_ms;
 
 /// What an action came to, as logged and printed.
@@ -99,13 +100,13 @@ impl Outcome {
 #[allow(clippy::too_many_arguments)] // the action's who, what, why and how
 pub fn written_ahead(
     review: &Review,
-    redis: &mut redis::Connection,
+    redis: &mut Con,
     f: &Finding,
     action: ActionKind,
     actor: &str,
     note: Option<&str>,
     intent: &str,
-    effect: impl FnOnce(&mut redis::Connection, &PendingAction) -> Result<Outcome, RunError>,
+    effect: impl FnOnce(&mut Con, &PendingAction) -> Result<Outcome, RunError>,
 ) -> Result<Outcome, RunError> {
     let at = format_ms(now_ms());
     let detail = with_note(intent, note);
@@ -144,7 +145,7 @@ pub fn written_ahead(
 /// attempt does it).
 pub fn complete_pending(
     review: &Review,
-    connect: impl FnOnce() -> Result<redis::Connection, RunError>,
+    connect: impl FnOnce() -> Result<Con, RunError>,
 ) -> Result<usize, RunError> {
     if review.pending_actions()?.is_empty() {
         return Ok(0);
@@ -171,11 +172,7 @@ pub fn complete_pending(
 }
 
 /// What an interrupted action `p` on finding `f` came to, read from Redis.
-fn observe(
-    redis: &mut redis::Connection,
-    p: &PendingAction,
-    f: &Finding,
-) -> Result<Outcome, RunError> {
+fn observe(redis: &mut Con, p: &PendingAction, f: &Finding) -> Result<Outcome, RunError> {
     if p.action == ActionKind::Repair {
         return observe_repair(redis, p, f);
     }
@@ -219,11 +216,7 @@ fn observe(
 
 /// What an interrupted `sale repair` came to: done exactly when its
 /// `MULTI` ran, which leaves the action's mark in the meta hash.
-fn observe_repair(
-    redis: &mut redis::Connection,
-    p: &PendingAction,
-    f: &Finding,
-) -> Result<Outcome, RunError> {
+fn observe_repair(redis: &mut Con, p: &PendingAction, f: &Finding) -> Result<Outcome, RunError> {
     let k = SaleKeys::new(f.sale_id.max(0) as u64);
     let mark: Option<String> = redis.hget(k.meta(), crate::repair_cmd::REPAIRED_BY)?;
     Ok(if mark.as_deref() == Some(p.mark().as_str()) {
@@ -244,7 +237,7 @@ fn observe_repair(
 /// siblings. Returns the outcome as recorded.
 fn complete(
     review: &Review,
-    redis: &mut redis::Connection,
+    redis: &mut Con,
     started: &PendingAction,
     outcome: &Outcome,
     note: Option<&str>,

@@ -59,6 +59,48 @@ start_private_redis() {
   wait_port "$2" 10 || { echo "private redis-server did not start: see $1/redis.log" >&2; return 1; }
 }
 
+# free_cluster_port: a free loopback port whose cluster bus port (+10000)
+# is free too and within range (Redis refuses ports above 55535).
+free_cluster_port() {
+  local p i
+  for i in $(seq 1 200); do
+    p=$(( 20000 + (RANDOM * 32768 + RANDOM) % 35000 ))
+    if ! port_open 127.0.0.1 "$p" && ! port_open 127.0.0.1 $((p + 10000)); then echo "$p"; return 0; fi
+  done
+  echo "no free port found" >&2
+  return 1
+}
+
+# start_private_cluster DIR PORT...: a throw-away Redis Cluster, one
+# redis-server per PORT (six: 3 masters, 3 replicas; cluster-enabled, AOF
+# on), each in DIR/PORT with its pid in DIR/PORT/redis.pid, joined with
+# redis-cli --cluster create and waited for until cluster_state:ok.
+start_private_cluster() {
+  ensure_redis_server
+  local dir=$1 p nodes=() i
+  shift
+  for p in "$@"; do
+    mkdir -p "$dir/$p"
+    redis-server --port "$p" --bind 127.0.0.1 --dir "$dir/$p" --save '' \
+      --appendonly yes --appendfsync everysec --daemonize no \
+      --cluster-enabled yes --cluster-config-file nodes.conf \
+      --logfile "$dir/$p/redis.log" >/dev/null 2>&1 &
+    echo $! > "$dir/$p/redis.pid"
+    nodes+=("127.0.0.1:$p")
+  done
+  for p in "$@"; do
+    wait_port "$p" 10 || { echo "private redis-server did not start: see $dir/$p/redis.log" >&2; return 1; }
+  done
+  redis-cli --cluster create "${nodes[@]}" --cluster-replicas 1 --cluster-yes \
+    >"$dir/create.log" 2>&1 || { echo "redis-cli --cluster create failed: see $dir/create.log" >&2; return 1; }
+  for i in $(seq 1 100); do
+    redis-cli -p "$1" cluster info 2>/dev/null | grep -q '^cluster_state:ok' && return 0
+    sleep 0.1
+  done
+  echo "the private cluster did not reach cluster_state:ok: see $dir/create.log" >&2
+  return 1
+}
+
 # start_private_mariadb DIR PORT: a throw-away MariaDB (mariadb-install-db,
 # root without password over TCP) on 127.0.0.1:PORT; pid in DIR/mariadb.pid.
 start_private_mariadb() {

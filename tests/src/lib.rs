@@ -20,6 +20,7 @@
 #![allow(clippy::missing_panics_doc)] // test support: panicking is the failure report
 
 pub mod auth;
+pub mod cluster;
 pub mod load_report;
 
 use mysql::prelude::Queryable;
@@ -218,7 +219,7 @@ impl Drop for RedisServer {
     }
 }
 
-fn redis_server_bin() -> String {
+pub(crate) fn redis_server_bin() -> String {
     std::env::var("SECKILL_TEST_REDIS_SERVER").unwrap_or_else(|_| "redis-server".to_string())
 }
 
@@ -382,7 +383,12 @@ pub fn create_windowed_sale(
 /// Runs `seckill-reconciler ARGS` ([`command`]) against the test's Redis
 /// and database, with the review file `review` and no grace period;
 /// returns the exit code and stdout followed by stderr.
-pub fn reconciler(redis: &RedisServer, db: &TestDb, review: &Path, args: &[&str]) -> (i32, String) {
+pub fn reconciler(
+    redis: &impl cluster::TestRedis,
+    db: &TestDb,
+    review: &Path,
+    args: &[&str],
+) -> (i32, String) {
     let out = command("seckill-reconciler")
         .env("SECKILL_REDIS_URL", redis.url())
         .env("SECKILL_MYSQL_URL", db.url())
@@ -405,7 +411,7 @@ pub fn reconciler(redis: &RedisServer, db: &TestDb, review: &Path, args: &[&str]
 /// `starts_in_ms` may be negative (already open); the window lasts `len_ms`.
 pub fn create_sale(
     db: &TestDb,
-    redis: &RedisServer,
+    redis: &impl cluster::TestRedis,
     stock: u64,
     starts_in_ms: i64,
     len_ms: u64,
@@ -417,7 +423,7 @@ pub fn create_sale(
 /// (`seckill_common::buckets::load_into_redis`; 1: exactly [`create_sale`]).
 pub fn create_split_sale(
     db: &TestDb,
-    redis: &RedisServer,
+    redis: &impl cluster::TestRedis,
     stock: u64,
     starts_in_ms: i64,
     len_ms: u64,
@@ -440,7 +446,8 @@ pub fn create_split_sale(
     )
     .expect("insert sale");
     sale.id = c.last_insert_id();
-    let loaded = seckill_common::buckets::load_into_redis(&mut redis.con(), &sale, buckets, 0);
+    let loaded =
+        seckill_common::buckets::load_into_redis(&mut redis.target_con(), &sale, buckets, 0);
     assert!(loaded.expect("load"));
     sale.id
 }

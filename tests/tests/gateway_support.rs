@@ -23,7 +23,7 @@ pub struct Gateway {
 impl Gateway {
     /// Starts the gateway on a free port against `redis`; extra env vars
     /// override the defaults. Waits until `/healthz` answers.
-    pub fn start(redis: &RedisServer, env: &[(&str, &str)]) -> Gateway {
+    pub fn start(redis: &impl seckill_tests::cluster::TestRedis, env: &[(&str, &str)]) -> Gateway {
         let port = free_port();
         let mut cmd = seckill_tests::command("seckill-gateway");
         cmd.env("SECKILL_LISTEN", format!("127.0.0.1:{port}"))

@@ -6,38 +6,48 @@
 //!
 //! The exact crash points use the test-only `SECKILL_WORKER_CRASH_AT`
 //! (`after_move`, `after_commit`: `abort()`, no clean-up, like `kill -9`;
-//! `stop_after_move`: the worker sends itself SIGSTOP).
+//! `stop_after_move`: the worker sends itself SIGSTOP). The first runs on
+//! one Redis and on a real Redis Cluster.
 
 #[path = "worker_support.rs"]
 mod support;
 
 use redis::Commands;
 use seckill_common::keys::{self, SaleKeys};
+use seckill_tests::cluster::{RedisCluster, TestRedis};
 use seckill_tests::{create_sale, RedisServer, TestDb};
 use std::time::Duration;
 use support::{assert_exactly_once, reserve_users, wait_drained, wait_orders, Opts, WorkerProc};
 
 const LONG: Duration = Duration::from_secs(120);
 
-fn processing_len(redis: &RedisServer, sale: u64, worker: &str) -> usize {
+fn processing_len(redis: &impl TestRedis, sale: u64, worker: &str) -> usize {
     redis
-        .con()
+        .target_con()
         .llen(SaleKeys::new(sale).processing(worker))
         .unwrap()
 }
 
-fn registered(redis: &RedisServer) -> Vec<String> {
-    let mut ids: Vec<String> = redis.con().smembers(keys::WORKERS).unwrap();
+fn registered(redis: &impl TestRedis) -> Vec<String> {
+    let mut ids: Vec<String> = redis.target_con().smembers(keys::WORKERS).unwrap();
     ids.sort();
     ids
 }
 
 #[test]
 fn killed_after_the_move_and_after_the_commit_then_restarted_every_order_exactly_once() {
-    let redis = RedisServer::start();
+    killed_twice_then_restarted(&RedisServer::start());
+}
+
+#[test]
+fn on_a_redis_cluster_killed_after_the_move_and_after_the_commit_every_order_exactly_once() {
+    killed_twice_then_restarted(&RedisCluster::start());
+}
+
+fn killed_twice_then_restarted(redis: &impl TestRedis) {
     let db = TestDb::create();
-    let sale = create_sale(&db, &redis, 500, -1000, 600_000);
-    reserve_users(&redis, sale, "u", 500);
+    let sale = create_sale(&db, redis, 500, -1000, 600_000);
+    reserve_users(redis, sale, "u", 500);
     let crash = |at| Opts {
         batch: 16,
         crash_at: Some(at),
@@ -45,23 +55,26 @@ fn killed_after_the_move_and_after_the_commit_then_restarted_every_order_exactly
     };
 
     // w1 dies holding a batch MySQL never saw.
-    let mut w1 = WorkerProc::start(&redis, &db, "w1", &crash("after_move"));
+    let mut w1 = WorkerProc::start(redis, &db, "w1", &crash("after_move"));
     let st = w1.wait_exit(LONG);
     assert!(!st.success(), "{st:?}");
-    assert_eq!(processing_len(&redis, sale, "w1"), 16);
+    assert_eq!(processing_len(redis, sale, "w1"), 16);
     assert_eq!(db.count("SELECT COUNT(*) FROM orders"), 0);
     // A crash leaves it registered, so the others find and reclaim its list.
-    assert_eq!(registered(&redis), ["w1"]);
+    assert_eq!(registered(redis), ["w1"]);
 
     // w2 dies after committing its batch, before settling it in Redis.
-    let mut w2 = WorkerProc::start(&redis, &db, "w2", &crash("after_commit"));
+    let mut w2 = WorkerProc::start(redis, &db, "w2", &crash("after_commit"));
     let st = w2.wait_exit(LONG);
     assert!(!st.success(), "{st:?}");
-    assert_eq!(processing_len(&redis, sale, "w2"), 16);
+    assert_eq!(processing_len(redis, sale, "w2"), 16);
     assert_eq!(db.count("SELECT COUNT(*) FROM orders"), 16);
-    assert_eq!(registered(&redis), ["w1", "w2"]);
+    assert_eq!(registered(redis), ["w1", "w2"]);
     assert_eq!(db.count("SELECT COUNT(*) FROM stock_ledger"), 16);
-    let confirmed: Vec<String> = redis.con().hvals(SaleKeys::new(sale).status()).unwrap();
+    let confirmed: Vec<String> = redis
+        .target_con()
+        .hvals(SaleKeys::new(sale).status())
+        .unwrap();
     assert_eq!(confirmed.iter().filter(|s| *s == "confirmed").count(), 0);
 
     // Both come back: their lists are reclaimed and re-applied harmlessly.
@@ -69,11 +82,11 @@ fn killed_after_the_move_and_after_the_commit_then_restarted_every_order_exactly
         batch: 16,
         ..Opts::default()
     };
-    let w1 = WorkerProc::start(&redis, &db, "w1", &opts);
-    let w2 = WorkerProc::start(&redis, &db, "w2", &opts);
+    let w1 = WorkerProc::start(redis, &db, "w1", &opts);
+    let w2 = WorkerProc::start(redis, &db, "w2", &opts);
     wait_orders(&db, sale, 500, LONG);
-    wait_drained(&redis, sale, LONG);
-    assert_exactly_once(&db, &redis, sale, 500);
+    wait_drained(redis, sale, LONG);
+    assert_exactly_once(&db, redis, sale, 500);
     let applied = w1.metric("seckill_worker_orders_applied_total")
         + w2.metric("seckill_worker_orders_applied_total");
     let again = w1.metric("seckill_worker_messages_already_done_total")

@@ -8,7 +8,8 @@ use redis::Commands;
 use seckill_common::dead_letter::DeadLetter;
 use seckill_common::keys::{self, SaleKeys};
 use seckill_common::reservation::{reserve, ReserveOutcome};
-use seckill_tests::{RedisServer, TempDir, TestDb};
+use seckill_tests::cluster::TestRedis;
+use seckill_tests::{TempDir, TestDb};
 use std::collections::HashMap;
 use std::process::{Child, Command, ExitStatus, Stdio};
 use std::time::Duration;
@@ -74,7 +75,7 @@ impl WorkerProc {
     /// Starts worker `id` against `redis` and `db`; with `opts.crash_at`,
     /// waits until the worker logged that it armed that crash point (it
     /// needs a build with the `crash-points` feature).
-    pub fn start(redis: &RedisServer, db: &TestDb, id: &str, opts: &Opts) -> WorkerProc {
+    pub fn start(redis: &impl TestRedis, db: &TestDb, id: &str, opts: &Opts) -> WorkerProc {
         let logs = TempDir::new();
         let port = seckill_tests::free_port();
         let mut cmd = seckill_tests::command("seckill-worker");
@@ -177,8 +178,8 @@ impl Drop for WorkerProc {
 
 /// Reserves one unit for each of `n` users `PREFIX-i` through the real
 /// reservation script; every one must succeed.
-pub fn reserve_users(redis: &RedisServer, sale: u64, prefix: &str, n: usize) {
-    let mut con = redis.con();
+pub fn reserve_users(redis: &impl TestRedis, sale: u64, prefix: &str, n: usize) {
+    let mut con = redis.target_con();
     for i in 0..n {
         let r = reserve(&mut con, sale, &format!("{prefix}-{i}")).expect("reserve");
         assert!(matches!(r, ReserveOutcome::Reserved(_)), "{r:?}");
@@ -186,9 +187,9 @@ pub fn reserve_users(redis: &RedisServer, sale: u64, prefix: &str, n: usize) {
 }
 
 /// Waits until the sale's queue and every processing list are empty.
-pub fn wait_drained(redis: &RedisServer, sale: u64, timeout: Duration) {
+pub fn wait_drained(redis: &impl TestRedis, sale: u64, timeout: Duration) {
     let k = SaleKeys::new(sale);
-    let mut con = redis.con();
+    let mut con = redis.target_con();
     seckill_tests::wait_until(timeout, "the queue and processing lists to drain", || {
         let q: usize = con.llen(k.queue()).unwrap();
         q == 0 && processing_total(&mut con, sale) == 0
@@ -196,7 +197,7 @@ pub fn wait_drained(redis: &RedisServer, sale: u64, timeout: Duration) {
 }
 
 /// Messages in every registered worker's processing list of `sale`.
-pub fn processing_total(con: &mut redis::Connection, sale: u64) -> usize {
+pub fn processing_total(con: &mut impl redis::ConnectionLike, sale: u64) -> usize {
     let k = SaleKeys::new(sale);
     let workers: Vec<String> = con.smembers(keys::WORKERS).unwrap();
     workers
@@ -215,9 +216,9 @@ pub fn wait_orders(db: &TestDb, sale: u64, n: i64, timeout: Duration) {
 }
 
 /// The dead-letter entries of `sale`, oldest first.
-pub fn dead_letters(redis: &RedisServer, sale: u64) -> Vec<DeadLetter> {
+pub fn dead_letters(redis: &impl TestRedis, sale: u64) -> Vec<DeadLetter> {
     let raw: Vec<Vec<u8>> = redis
-        .con()
+        .target_con()
         .lrange(SaleKeys::new(sale).dead_letter(), 0, -1)
         .unwrap();
     raw.iter()
@@ -230,9 +231,9 @@ pub fn dead_letters(redis: &RedisServer, sale: u64) -> Vec<DeadLetter> {
 /// ledger row (`delta -1`, reason `order`), that MySQL stock went down by
 /// exactly that many from `stock`, that every status is `confirmed`, and
 /// that nothing is queued, in flight or dead-lettered.
-pub fn assert_exactly_once(db: &TestDb, redis: &RedisServer, sale: u64, stock: i64) {
+pub fn assert_exactly_once(db: &TestDb, redis: &impl TestRedis, sale: u64, stock: i64) {
     let k = SaleKeys::new(sale);
-    let mut con = redis.con();
+    let mut con = redis.target_con();
     let flow: HashMap<String, String> = con.hgetall(k.flow()).unwrap();
     let n = flow.len() as i64;
     let mut c = db.conn();

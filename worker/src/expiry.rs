@@ -24,6 +24,7 @@ use crate::crash::{CrashPoint, CrashPoints};
 use crate::links::Links;
 use crate::WorkerError;
 use seckill_common::lifecycle::{self, Completed};
+use seckill_common::redis_target::{Con, Target};
 use seckill_common::{Config, Shutdown};
 use std::thread::JoinHandle;
 use std::time::Duration;
@@ -31,7 +32,7 @@ use std::time::Duration;
 /// The sweep's settings and handles.
 pub struct Expiry {
     /// Redis.
-    pub client: redis::Client,
+    pub client: Target,
     /// `SECKILL_MYSQL_URL`.
     pub mysql_url: String,
     /// `SECKILL_REDIS_TIMEOUT`.
@@ -51,7 +52,7 @@ pub struct Expiry {
 /// Errors: [`WorkerError::Thread`] when the thread could not be created.
 pub fn start(
     config: &Config,
-    client: &redis::Client,
+    client: &Target,
     shutdown: &Shutdown,
 ) -> Result<JoinHandle<()>, WorkerError> {
     Expiry {
@@ -110,7 +111,7 @@ impl Expiry {
     fn pass(
         &self,
         db: &mut mysql::Conn,
-        con: &mut redis::Connection,
+        con: &mut Con,
         crash: &mut CrashPoints,
     ) -> Result<bool, lifecycle::LifecycleError> {
         let expired = lifecycle::expire_due(db, self.batch)?;

@@ -12,9 +12,10 @@
 
 use crate::metrics::{Metrics, SaleGauges};
 use crate::queue;
-use redis::{Client, Commands, Connection};
+use redis::Commands;
 use seckill_common::keys::{self, SaleKeys};
 use seckill_common::message::OrderMessage;
+use seckill_common::redis_target::{Con, Target};
 use seckill_common::Shutdown;
 use std::sync::Arc;
 use std::thread::JoinHandle;
@@ -23,7 +24,7 @@ use std::time::{Duration, Instant};
 /// What the housekeeping thread needs.
 pub struct Housekeeping {
     /// Redis client (the thread opens its own connection).
-    pub client: Client,
+    pub client: Target,
     /// This worker's id.
     pub worker_id: String,
     /// `SECKILL_WORKER_HEARTBEAT_TTL`.
@@ -39,24 +40,26 @@ pub struct Housekeeping {
 /// Registers worker `worker_id` and writes its first heartbeat.
 ///
 /// Errors: Redis failures.
-pub fn register(con: &mut Connection, worker_id: &str, ttl: Duration) -> redis::RedisResult<()> {
+pub fn register(con: &mut Con, worker_id: &str, ttl: Duration) -> redis::RedisResult<()> {
     beat(con, worker_id, ttl)
 }
 
 /// Refreshes the heartbeat and the registration together: a Redis that
 /// lost data (restarted empty, an older AOF) lost `seckill:workers` too, and
 /// a worker missing from it would never have its lists reclaimed.
-fn beat(con: &mut Connection, worker_id: &str, ttl: Duration) -> redis::RedisResult<()> {
-    redis::pipe()
-        .sadd(keys::WORKERS, worker_id)
-        .ignore()
-        .cmd("SET")
+/// Two commands, not one pipeline: on a cluster the two keys are in
+/// different slots.
+fn beat(con: &mut Con, worker_id: &str, ttl: Duration) -> redis::RedisResult<()> {
+    redis::cmd("SADD")
+        .arg(keys::WORKERS)
+        .arg(worker_id)
+        .exec(con)?;
+    redis::cmd("SET")
         .arg(keys::worker_heartbeat(worker_id))
         .arg(seckill_common::now_ms())
         .arg("PX")
         .arg(ttl.as_millis().max(1) as u64)
-        .ignore()
-        .query(con)
+        .exec(con)
 }
 
 /// How often [`deregister`] retries when a watched key changed under it.
@@ -82,15 +85,21 @@ pub enum Deregistered {
 /// no other worker would ever reclaim that message. The check and the
 /// removal are one `WATCH`/`MULTI` transaction: a change to the sales set or
 /// to one of the lists between them aborts it, and it is tried again, at
-/// most 5 times.
+/// most 5 times. On a cluster (where those keys are in different slots) the
+/// check reads each list, then the registration and the heartbeat are
+/// removed in two commands: only this worker, which is stopping, moves
+/// messages into its own lists, so nothing can arrive in between.
 ///
 /// Errors: Redis failures (the worker then stays registered, which is safe:
 /// it only costs others a look at its empty lists).
 pub fn deregister(
-    con: &mut Connection,
+    con: &mut Con,
     worker_id: &str,
     known_sales: &[SaleKeys],
 ) -> redis::RedisResult<Deregistered> {
+    if con.is_cluster() {
+        return deregister_unwatched(con, worker_id, known_sales);
+    }
     for _ in 0..DEREGISTER_TRIES {
         redis::cmd("WATCH").arg(keys::SALES).exec(con)?;
         let mut sales = queue::buckets(con)?;
@@ -124,12 +133,35 @@ pub fn deregister(
     Ok(Deregistered::Contended)
 }
 
+/// [`deregister`] on a cluster: the same check and removal, without the
+/// transaction (see there why that is safe).
+fn deregister_unwatched(
+    con: &mut Con,
+    worker_id: &str,
+    known_sales: &[SaleKeys],
+) -> redis::RedisResult<Deregistered> {
+    let mut sales = queue::buckets(con)?;
+    sales.extend_from_slice(known_sales);
+    sales.sort_unstable();
+    sales.dedup();
+    let mut held = 0u64;
+    for k in sales {
+        held += con.llen::<_, u64>(k.processing(worker_id))?;
+    }
+    if held > 0 {
+        return Ok(Deregistered::Holding(held));
+    }
+    con.srem::<_, _, ()>(keys::WORKERS, worker_id)?;
+    con.del::<_, ()>(keys::worker_heartbeat(worker_id))?;
+    Ok(Deregistered::Removed)
+}
+
 /// Moves the processing lists of every registered worker other than `me`
 /// whose heartbeat has expired back to their queues; returns the number of
 /// messages moved.
 ///
 /// Errors: Redis failures.
-pub fn reclaim_dead(con: &mut Connection, me: &str, sales: &[SaleKeys]) -> redis::RedisResult<u64> {
+pub fn reclaim_dead(con: &mut Con, me: &str, sales: &[SaleKeys]) -> redis::RedisResult<u64> {
     let workers: Vec<String> = con.smembers(keys::WORKERS)?;
     let mut moved = 0;
     for w in workers.iter().filter(|w| w.as_str() != me) {
@@ -154,7 +186,7 @@ pub fn reclaim_dead(con: &mut Connection, me: &str, sales: &[SaleKeys]) -> redis
 /// sale's buckets together) are added up, the oldest age is their largest.
 ///
 /// Errors: Redis failures.
-pub fn gauges(con: &mut Connection, sales: &[SaleKeys]) -> redis::RedisResult<Vec<SaleGauges>> {
+pub fn gauges(con: &mut Con, sales: &[SaleKeys]) -> redis::RedisResult<Vec<SaleGauges>> {
     let workers: Vec<String> = con.smembers(keys::WORKERS)?;
     let now = seckill_common::now_ms() as i64;
     let mut out: Vec<SaleGauges> = Vec::with_capacity(sales.len());
@@ -219,7 +251,7 @@ impl Housekeeping {
         let reclaim_every = (self.ttl / 2).max(Duration::from_millis(100));
         let gauge_every = Duration::from_secs(1);
         let tick = beat_every.min(Duration::from_millis(200));
-        let mut con: Option<Connection> = None;
+        let mut con: Option<Con> = None;
         let (mut last_beat, mut last_reclaim, mut last_gauge) = (None, None, None::<Instant>);
         while !self.shutdown.is_triggered() {
             if con.is_none() {
@@ -246,7 +278,7 @@ impl Housekeeping {
 
     fn tick(
         &self,
-        con: &mut Connection,
+        con: &mut Con,
         last_beat: &mut Option<Instant>,
         last_reclaim: &mut Option<Instant>,
         last_gauge: &mut Option<Instant>,

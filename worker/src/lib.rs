@@ -56,6 +56,7 @@ pub mod session;
 pub use error::WorkerError;
 
 use seckill_common::backoff::Backoff;
+use seckill_common::redis_target::Target;
 use seckill_common::{Config, Shutdown};
 use std::sync::Arc;
 use std::time::Duration;
@@ -75,7 +76,7 @@ pub const RETRY: Backoff = Backoff::new(Duration::from_millis(20), Duration::fro
 /// Errors: [`WorkerError`] for what cannot be retried (bad URLs, metrics
 /// address in use). Unreachable Redis or MySQL is waited for, not an error.
 pub fn run(config: Config, shutdown: Shutdown) -> Result<(), WorkerError> {
-    let client = redis::Client::open(config.redis_url.as_str())
+    let client = Target::open(config.redis_url.as_str())
         .map_err(|e| WorkerError::BadRedisUrl(e.to_string()))?;
     let consumer = queue::Consumer::new(
         &config.redis_url,
@@ -173,7 +174,7 @@ pub fn run(config: Config, shutdown: Shutdown) -> Result<(), WorkerError> {
 /// Deregisters this worker on a clean exit (see
 /// [`housekeeping::deregister`]); a failure only leaves it registered, which
 /// is logged and harmless.
-fn leave(client: &redis::Client, config: &Config, sales: &[seckill_common::keys::SaleKeys]) {
+fn leave(client: &Target, config: &Config, sales: &[seckill_common::keys::SaleKeys]) {
     let id = &config.worker_id;
     let r = queue::open(client, config.redis_timeout, config.redis_timeout)
         .and_then(|mut c| housekeeping::deregister(&mut c, id, sales));

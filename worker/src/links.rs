@@ -5,18 +5,19 @@
 //! 200 ms must not repeat the same line five times a second).
 
 use crate::queue;
+use seckill_common::redis_target::{Con, Target};
 use std::fmt::Display;
 use std::time::Duration;
 
 /// The two connections of one background thread, and its last failure.
 pub struct Links {
-    client: redis::Client,
+    client: Target,
     redis_timeout: Duration,
     mysql_url: String,
     mysql_timeout: Duration,
     /// What the thread is, to start its log lines (`expiry sweep`).
     what: &'static str,
-    redis: Option<redis::Connection>,
+    redis: Option<Con>,
     db: Option<mysql::Conn>,
     last_error: String,
 }
@@ -25,7 +26,7 @@ impl Links {
     /// Links to `client` (read and write timeout `redis_timeout`) and to
     /// MySQL at `mysql_url` (connect timeout `mysql_timeout`), none open yet.
     pub fn new(
-        client: redis::Client,
+        client: Target,
         redis_timeout: Duration,
         mysql_url: String,
         mysql_timeout: Duration,
@@ -48,7 +49,7 @@ impl Links {
     /// once, and both connections dropped).
     pub fn run<T, E: Display>(
         &mut self,
-        pass: impl FnOnce(&mut redis::Connection, &mut mysql::Conn) -> Result<T, E>,
+        pass: impl FnOnce(&mut Con, &mut mysql::Conn) -> Result<T, E>,
     ) -> Option<T> {
         if self.redis.is_none() {
             self.redis = queue::open(&self.client, self.redis_timeout, self.redis_timeout).ok();

@@ -16,6 +16,7 @@ use crate::metrics::Metrics;
 use mysql::prelude::Queryable;
 use seckill_common::data_loss::{self, SaleState, WATCH_EVERY};
 use seckill_common::keys::SaleKeys;
+use seckill_common::redis_target::{Con, Target};
 use seckill_common::Shutdown;
 use std::collections::HashSet;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -60,7 +61,7 @@ impl PausedSales {
 /// What the watch thread needs.
 pub struct LossWatch {
     /// Redis client (the thread opens its own connection).
-    pub client: redis::Client,
+    pub client: Target,
     /// `SECKILL_MYSQL_URL`.
     pub mysql_url: String,
     /// `SECKILL_REDIS_TIMEOUT`.
@@ -101,11 +102,7 @@ impl LossWatch {
         }
     }
 
-    fn pass(
-        &self,
-        con: &mut redis::Connection,
-        db: &mut mysql::Conn,
-    ) -> Result<(), data_loss::WatchError> {
+    fn pass(&self, con: &mut Con, db: &mut mysql::Conn) -> Result<(), data_loss::WatchError> {
         // A policy changed on a live connection would otherwise be seen
         // only at the consumer's next reconnect.
         match seckill_common::redis_server::check(con) {

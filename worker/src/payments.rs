@@ -23,6 +23,7 @@ use redis::Commands;
 use seckill_common::keys::{PurchaseStatus, SaleKeys};
 use seckill_common::lifecycle::{self, Cancelled, Paid, PaymentOutcome};
 use seckill_common::payment::{self, CancelMessage, PaymentMessage, Queued};
+use seckill_common::redis_target::{Con, Target};
 use seckill_common::{Config, Shutdown};
 use std::thread::JoinHandle;
 use std::time::Duration;
@@ -32,7 +33,7 @@ use std::time::Duration;
 /// Errors: [`WorkerError::Thread`] when the thread could not be created.
 pub fn start(
     config: &Config,
-    client: &redis::Client,
+    client: &Target,
     shutdown: &Shutdown,
 ) -> Result<JoinHandle<()>, WorkerError> {
     let c = Consumer {
@@ -47,7 +48,7 @@ pub fn start(
 }
 
 struct Consumer {
-    client: redis::Client,
+    client: Target,
     config: Config,
     shutdown: Shutdown,
 }
@@ -58,7 +59,7 @@ const BLOCK: Duration = Duration::from_millis(200);
 impl Consumer {
     fn run(self) {
         let mine = payment::processing(&self.config.worker_id);
-        let mut redis: Option<redis::Connection> = None;
+        let mut redis: Option<Con> = None;
         let mut db: Option<mysql::Conn> = None;
         let mut reclaimed = false;
         while !self.shutdown.is_triggered() {
@@ -92,12 +93,7 @@ impl Consumer {
     }
 
     /// Takes and applies at most one payment.
-    fn one(
-        &self,
-        con: &mut redis::Connection,
-        db: &mut mysql::Conn,
-        mine: &str,
-    ) -> Result<(), String> {
+    fn one(&self, con: &mut Con, db: &mut mysql::Conn, mine: &str) -> Result<(), String> {
         let raw: Option<Vec<u8>> = redis::cmd("BLMOVE")
             .arg(payment::QUEUE)
             .arg(mine)
@@ -147,11 +143,7 @@ impl Consumer {
 ///
 /// Errors: MySQL or Redis failures, as text (the message is retried; the
 /// payment id makes the repeat one payment).
-fn apply_payment(
-    con: &mut redis::Connection,
-    db: &mut mysql::Conn,
-    m: &PaymentMessage,
-) -> Result<(), String> {
+fn apply_payment(con: &mut Con, db: &mut mysql::Conn, m: &PaymentMessage) -> Result<(), String> {
     let done = lifecycle::pay(db, &m.payment()).map_err(|e| e.to_string())?;
     log::info!(
         "payment {} for {}: {done:?}",
@@ -183,11 +175,7 @@ fn apply_payment(
 /// Errors: MySQL failures (nothing changed, retried), as text. A failed
 /// Redis step is logged and left to the next sweep (MySQL's decision
 /// stands; retrying the message would find the order no longer pending).
-fn apply_cancel(
-    con: &mut redis::Connection,
-    db: &mut mysql::Conn,
-    m: &CancelMessage,
-) -> Result<(), String> {
+fn apply_cancel(con: &mut Con, db: &mut mysql::Conn, m: &CancelMessage) -> Result<(), String> {
     match lifecycle::cancel(db, m.sale_id, &m.user_id).map_err(|e| e.to_string())? {
         Cancelled::Done(rid) => {
             log::info!("sale {}: {} cancelled order {rid}", m.sale_id, m.user_id);
@@ -219,7 +207,7 @@ fn apply_cancel(
 }
 
 /// Moves everything left in this worker's processing list back to the queue.
-fn reclaim(con: &mut redis::Connection, mine: &str) -> Result<(), String> {
+fn reclaim(con: &mut Con, mine: &str) -> Result<(), String> {
     loop {
         let moved: Option<Vec<u8>> = redis::cmd("LMOVE")
             .arg(mine)
@@ -235,12 +223,7 @@ fn reclaim(con: &mut redis::Connection, mine: &str) -> Result<(), String> {
 }
 
 /// Moves `raw` from the processing list to the dead letters with `reason`.
-fn dead_letter(
-    con: &mut redis::Connection,
-    mine: &str,
-    raw: &[u8],
-    reason: &str,
-) -> Result<(), String> {
+fn dead_letter(con: &mut Con, mine: &str, raw: &[u8], reason: &str) -> Result<(), String> {
     log::error!("payment dead-lettered: {reason}");
     let entry = payment::dead_letter_entry(raw, reason);
     redis::pipe()

@@ -10,9 +10,9 @@
 //! end of `processing:WORKER`, so a message is always in exactly one list
 //! and a crash anywhere leaves it recoverable from the processing list.
 
-use redis::{Client, Connection};
 use seckill_common::dead_letter::DeadLetter;
 use seckill_common::keys::{PurchaseStatus, SaleKeys, SALES};
+use seckill_common::redis_target::{Con, Target};
 use seckill_common::reliable_queue;
 use seckill_common::status_write::{self, Created};
 use std::time::Duration;
@@ -21,7 +21,7 @@ use std::time::Duration;
 /// bucket's queue; returns the number of messages moved.
 ///
 /// Errors: Redis failures (then nothing or everything was moved).
-pub fn reclaim(con: &mut Connection, k: SaleKeys, worker_id: &str) -> redis::RedisResult<u64> {
+pub fn reclaim(con: &mut Con, k: SaleKeys, worker_id: &str) -> redis::RedisResult<u64> {
     reliable_queue::reclaim(con, &k.processing(worker_id), &k.queue())
 }
 
@@ -29,7 +29,7 @@ pub fn reclaim(con: &mut Connection, k: SaleKeys, worker_id: &str) -> redis::Red
 /// `SMEMBERS` on an unbounded set). Members that are not ids are skipped.
 ///
 /// Errors: Redis failures.
-pub fn sales(con: &mut Connection) -> redis::RedisResult<Vec<u64>> {
+pub fn sales(con: &mut Con) -> redis::RedisResult<Vec<u64>> {
     let mut ids = Vec::new();
     let mut cursor: u64 = 0;
     loop {
@@ -55,18 +55,22 @@ pub fn sales(con: &mut Connection) -> redis::RedisResult<Vec<u64>> {
 /// to consume (one per bucket; a sale of one bucket has one).
 ///
 /// Errors: Redis failures.
-pub fn buckets(con: &mut Connection) -> redis::RedisResult<Vec<SaleKeys>> {
+pub fn buckets(con: &mut Con) -> redis::RedisResult<Vec<SaleKeys>> {
     let ids = sales(con)?;
     seckill_common::buckets::expand(con, &ids)
 }
 
 /// Whether the server at the other end of `con` has `LMOVE`/`BLMOVE`
-/// (Redis 6.2 or newer), from `INFO server`.
+/// (Redis 6.2 or newer), from `INFO server` (of every master of a
+/// cluster: all must have them).
 ///
 /// Errors: Redis failures.
-pub fn has_lmove(con: &mut Connection) -> redis::RedisResult<bool> {
-    let info: String = redis::cmd("INFO").arg("server").query(con)?;
-    Ok(version_has_lmove(&info))
+pub fn has_lmove(con: &mut Con) -> redis::RedisResult<bool> {
+    let all = con.each_master(|c| {
+        let info: String = redis::cmd("INFO").arg("server").query(c)?;
+        Ok::<_, redis::RedisError>(version_has_lmove(&info))
+    })?;
+    Ok(all.iter().all(|&b| b))
 }
 
 fn version_has_lmove(info: &str) -> bool {
@@ -86,13 +90,13 @@ fn version_has_lmove(info: &str) -> bool {
 /// gave up; so after any error on the blocking call that connection is
 /// dropped, and the caller reclaims its processing list.
 pub struct Consumer {
-    client: Client,
+    client: Target,
     worker_id: String,
     timeout: Duration,
     block: Duration,
     lmove: bool,
-    con: Option<Connection>,
-    blocking: Option<Connection>,
+    con: Option<Con>,
+    blocking: Option<Con>,
 }
 
 impl Consumer {
@@ -106,7 +110,7 @@ impl Consumer {
         block: Duration,
     ) -> redis::RedisResult<Consumer> {
         Ok(Consumer {
-            client: Client::open(url)?,
+            client: Target::open(url)?,
             worker_id: worker_id.to_string(),
             timeout,
             block,
@@ -122,7 +126,7 @@ impl Consumer {
     /// then takes nothing until it is fixed, and says why in its log.
     ///
     /// Errors: Redis failures, or the server refused (kind `Client`).
-    pub fn con(&mut self) -> redis::RedisResult<&mut Connection> {
+    pub fn con(&mut self) -> redis::RedisResult<&mut Con> {
         if self.con.is_none() {
             let mut c = open(&self.client, self.timeout, self.timeout)?;
             match seckill_common::redis_server::check(&mut c) {
@@ -337,10 +341,9 @@ pub struct Settlement<'a> {
 /// timeout is the connect timeout).
 ///
 /// Errors: Redis failures.
-pub fn open(client: &Client, timeout: Duration, read: Duration) -> redis::RedisResult<Connection> {
-    let c = client.get_connection_with_timeout(timeout)?;
+pub fn open(client: &Target, timeout: Duration, read: Duration) -> redis::RedisResult<Con> {
+    let c = client.connect(timeout)?;
     c.set_read_timeout(Some(read))?;
-    c.set_write_timeout(Some(timeout))?;
     Ok(c)
 }
 

@@ -13,6 +13,7 @@ use crate::review::findings::{Kind, Observation};
 use crate::rules::obs;
 use mysql::prelude::Queryable;
 use seckill_common::data_loss::{self, SaleState};
+use seckill_common::redis_target::Con;
 use serde_json::json;
 
 /// The subject of the one finding per paused sale.
@@ -23,7 +24,7 @@ pub const SUBJECT: &str = "sale";
 ///
 /// Errors: Redis or MySQL failures.
 pub fn observe(
-    redis: &mut redis::Connection,
+    redis: &mut Con,
     mysql: &mut mysql::Conn,
     sale_id: u64,
 ) -> Result<Option<Observation>, RunError> {

@@ -10,6 +10,7 @@ use crate::review::findings::{Kind, Observation};
 use crate::rules::obs;
 use crate::scan::SaleScan;
 use seckill_common::lifecycle::redis_step;
+use seckill_common::redis_target::Con;
 use seckill_common::release::OrderRelease;
 use serde_json::json;
 
@@ -18,7 +19,7 @@ use serde_json::json;
 /// Errors: Redis or MySQL failures of a fix (the ones before stand).
 pub fn observe(
     mysql: &mut mysql::Conn,
-    redis: &mut redis::Connection,
+    redis: &mut Con,
     s: &SaleScan,
 ) -> Result<Vec<Observation>, RunError> {
     let mut out = Vec::with_capacity(s.released_held.len());

@@ -15,6 +15,7 @@ use crate::rules::dead_letter;
 use crate::rules::obs;
 use mysql::prelude::Queryable;
 use seckill_common::keys::SaleKeys;
+use seckill_common::redis_target::Con;
 use serde_json::json;
 use std::collections::HashMap;
 use std::time::Duration;
@@ -28,7 +29,7 @@ pub const SUBJECT: &str = "sale";
 ///
 /// Errors: Redis or MySQL failures.
 pub fn observe(
-    redis: &mut redis::Connection,
+    redis: &mut Con,
     mysql: &mut mysql::Conn,
     sale_id: u64,
     lookback: Duration,

@@ -17,6 +17,7 @@ use crate::error::RunError;
 use crate::review::findings::{Kind, Observation};
 use crate::rules::obs;
 use seckill_common::keys::SaleKeys;
+use seckill_common::redis_target::Con;
 use seckill_common::transfer::{complete_open, Record};
 use serde_json::json;
 use std::collections::HashSet;
@@ -29,11 +30,7 @@ pub const IN_FLIGHT_MS: u64 = 1000;
 /// then checks every bucket's books and every transfer's two sides.
 ///
 /// Errors: Redis failures (the completions before stand).
-pub fn observe(
-    redis: &mut redis::Connection,
-    sale_id: u64,
-    buckets: u32,
-) -> Result<Vec<Observation>, RunError> {
+pub fn observe(redis: &mut Con, sale_id: u64, buckets: u32) -> Result<Vec<Observation>, RunError> {
     let mut out = Vec::new();
     for c in complete_open(redis, sale_id, buckets, IN_FLIGHT_MS)? {
         let r = c.rec;

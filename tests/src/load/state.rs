@@ -80,7 +80,7 @@ pub struct LifecycleCounts {
 /// Redis and MySQL connections for one run.
 pub struct Store {
     sale_id: u64,
-    redis: Option<redis::Connection>,
+    redis: Option<seckill_common::redis_target::Con>,
     mysql: mysql::Conn,
 }
 
@@ -128,10 +128,8 @@ impl Store {
     ) -> Result<Store, StateError> {
         let redis = match redis_url {
             Some(url) => {
-                let c = redis::Client::open(url)?.get_connection_with_timeout(timeout)?;
-                c.set_read_timeout(Some(timeout))?;
-                c.set_write_timeout(Some(timeout))?;
-                Some(c)
+                // One Redis or a cluster (`redis_target.rs` sets the timeouts).
+                Some(seckill_common::redis_target::Target::open(url)?.connect(timeout)?)
             }
             None => None,
         };
