@@ -146,6 +146,11 @@ export BENCH_REQS_PER_THREAD=${BENCH_REQS_PER_THREAD:-$(( 40000 * SECONDS_EACH )
 # CPU time (clock ticks) of a process, and of this shell's finished
 # children (wrk, the watcher): `times` must run in this shell, not in $(...).
 proc_ticks() { awk '{print $14 + $15}' "/proc/$1/stat"; }
+# Context switches (voluntary: a thread went to sleep, to be woken) of all
+# threads of a process: the gateway's wake-ups.
+ctx_switches() {
+  cat /proc/"$1"/task/*/status 2>/dev/null | awk '/^voluntary_ctxt_switches/ { s += $2 } END { print s + 0 }'
+}
 children_times() { times >"$WORK/times"; }
 times_us() {
   awk 'NR == 2 { t = 0; for (i = 1; i <= 2; i++) { split($i, a, /[ms]/); t += a[1] * 60 + a[2] }; printf "%.0f\n", t * 1e6 }' "$WORK/times"
@@ -197,13 +202,14 @@ run_wrk() {
   watch_start
   local c0 c1 g0 g1
   children_times; c0=$(times_us)
-  g0=$(proc_ticks "$GW_PID"); r0=$(proc_ticks "$R_PID")
+  local w0 w1
+  g0=$(proc_ticks "$GW_PID"); r0=$(proc_ticks "$R_PID"); w0=$(ctx_switches "$GW_PID")
   if [ -n "$lua" ]; then
     out=$(wrk -t$BENCH_WRK_THREADS -c$CONNS -d"${SECONDS_EACH}s" --latency -s "$lua" "$url")
   else
     out=$(wrk -t$BENCH_WRK_THREADS -c$CONNS -d"${SECONDS_EACH}s" --latency "$url")
   fi
-  g1=$(proc_ticks "$GW_PID"); r1=$(proc_ticks "$R_PID")
+  g1=$(proc_ticks "$GW_PID"); r1=$(proc_ticks "$R_PID"); w1=$(ctx_switches "$GW_PID")
   watch_stop
   children_times; c1=$(times_us)
   local rps p99 non2xx total srv_n srv_rps units_n units_rps batch
@@ -215,7 +221,8 @@ run_wrk() {
   batch=$(awk '$1 == "gw:pipelined" { p = $2 } $1 == "gw:pipelines" { n = $2 }
     END { if (n > 0) printf "%.1f", p / n; else print "-" }' "$WORK/watch")
   printf '%-34s %10.0f req/s   p99 %7.2f ms   non-2xx/3xx %s\n' "$name" "$rps" "$p99" "${non2xx:-0}"
-  printf '%-34s %10.0f req/s   server: %s answers %s\n' "" "$srv_rps" "$srv_n" "$series"
+  printf '%-34s %10.0f req/s   server: %s answers %s, %.2f gateway wake-ups per answer\n' "" "$srv_rps" "$srv_n" "$series" \
+    "$(awk -v w=$((w1 - w0)) -v n="$srv_n" 'BEGIN { print (n > 0 ? w / n : 0) }')"
   check "$name" "$rps" "$srv_rps"
   if [ "${series##*:}" = 202 ]; then
     read -r units_n units_rps <<<"$(watched units)"

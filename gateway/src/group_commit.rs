@@ -12,7 +12,7 @@ use crate::metrics::Metrics;
 use crate::redis_link::{Link, Unavailable};
 use crossbeam_channel::Receiver;
 use redis::Value;
-use seckill_common::reservation::{own, parse, prepare, reserve_script, Replied};
+use seckill_common::reservation::{own, parse, push_call, reserve_script, Replied, ReserveKeys};
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
 
@@ -149,6 +149,12 @@ pub fn redis_thread(jobs: Receiver<Job>, mut link: Link, metrics: &Metrics) {
     }
 }
 
+thread_local! {
+    /// The reservation keys of the last purchase this Redis thread sent:
+    /// a flash sale is one hot sale, so its six keys are spelled once.
+    static LAST_KEYS: std::cell::RefCell<Option<ReserveKeys>> = const { std::cell::RefCell::new(None) };
+}
+
 fn run_batch(link: &mut Link, batch: &[Job], metrics: &Metrics) -> Vec<Outcome> {
     let mut results = vec![Err(Unavailable); batch.len()];
     let mut todo: Vec<usize> = (0..batch.len()).collect();
@@ -172,10 +178,17 @@ fn run_batch(link: &mut Link, batch: &[Job], metrics: &Metrics) -> Vec<Outcome> 
                     .collect();
                 let mut p = redis::pipe();
                 p.ignore_errors();
-                for &i in &sent {
-                    let j = &batch[i];
-                    p.invoke_script(&prepare(j.sale_id, &j.user_id, &j.reservation_id));
-                }
+                LAST_KEYS.with_borrow_mut(|keys| {
+                    for &i in &sent {
+                        let j = &batch[i];
+                        if keys.as_ref().is_none_or(|k| k.sale_id != j.sale_id) {
+                            *keys = Some(ReserveKeys::new(j.sale_id));
+                        }
+                        if let Some(k) = keys.as_ref() {
+                            push_call(&mut p, k, &j.user_id, &j.reservation_id);
+                        }
+                    }
+                });
                 p
             });
             if sent.is_empty() {
