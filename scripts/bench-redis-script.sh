@@ -33,11 +33,11 @@ local function refused(key, r)
 end
 local w = redis.pcall('HMGET', KEYS[1], 'starts_at_ms', 'ends_at_ms', 'total_stock', 'releases', 'paused')
 if w['err'] then return refused(KEYS[1], w) end
-if w[5] then return {'paused', w[5], '0'} end
+if w[5] then return 'paused 0 ' .. w[5] end
 local starts = tonumber(w[1])
 local ends = tonumber(w[2])
 local total = tonumber(w[3])
-if not starts or not ends or not total then return {'unknown_sale', '', '0'} end
+if not starts or not ends or not total then return 'unknown_sale 0 ' end
 local releases = tonumber(w[4] or '0')
 if not releases then
   return redis.error_reply('ERR ' .. KEYS[1] .. ' field releases is not an integer')
@@ -55,12 +55,12 @@ local stock = tonumber(left or '0')
 local seq = string.format('%d', total - stock + releases)
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-if now < starts then return {'not_started', '', seq} end
-if now >= ends then return {'ended', '', seq} end
+if now < starts then return 'not_started ' .. seq .. ' ' end
+if now >= ends then return 'ended ' .. seq .. ' ' end
 local prev = redis.pcall('HGET', KEYS[3], 'u:' .. user)
 if type(prev) == 'table' then return refused(KEYS[3], prev) end
-if prev then return {'already_purchased', prev, seq} end
-if not left or stock < 1 then return {'sold_out', '', seq} end
+if prev then return 'already_purchased ' .. seq .. ' ' .. prev end
+if not left or stock < 1 then return 'sold_out ' .. seq .. ' ' end
 local msg = '{"v":1,"reservation_id":"' .. ARGV[2] .. '","sale_id":' .. ARGV[3] ..
   ',"user_id":"' .. user .. '","reserved_at_ms":' .. string.format('%d', now) .. '}'
 redis.call('DECR', KEYS[2])
@@ -71,7 +71,7 @@ if type(r) == 'table' then
   redis.call('INCR', KEYS[2])
   return refused(KEYS[4], r)
 end
-return {'reserved', ARGV[2], string.format('%d', total - stock + 1 + releases)}
+return string.format('reserved %d ', total - stock + 1 + releases) .. ARGV[2]
 LUA
 
 free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
