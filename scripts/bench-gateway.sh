@@ -256,7 +256,7 @@ MANY=${BENCH_MANY_CONNS:-1000}
 start_gateway "$first_mode"
 rss_kb() { awk '/^VmRSS:/ { print $2 }' "/proc/$1/status"; }
 rss0=$(rss_kb "$GW_PID")
-coproc IDLE { python3 scripts/lib/bench_idle.py "$GPORT" "$MANY"; }
+coproc IDLE { exec python3 scripts/lib/bench_idle.py "$GPORT" "$MANY"; }
 read -r _ <&"${IDLE[0]}"
 sleep 0.5
 rss1=$(rss_kb "$GW_PID")

@@ -253,15 +253,12 @@ struct Claims {
     iat: Option<u64>,
 }
 
-/// The two header members that choose the key (`alg`, `kid`), read from
-/// the token's first segment: only the key is chosen here,
-/// `jsonwebtoken::decode` then reads and checks the whole header itself.
-/// (`jsonwebtoken::decode_header` before `decode` decoded the header
-/// twice: docs/PERFORMANCE.md, "Buyer tokens".)
+/// The header members that choose the key (`alg`, `kid`); `decode` then
+/// checks the whole header itself (`decode_header` before it decoded it
+/// twice: docs/PERFORMANCE.md, "Buyer tokens").
 #[derive(Deserialize)]
 struct KeyChoice {
     alg: String,
-    #[serde(default)]
     kid: Option<String>,
 }
 
@@ -269,10 +266,8 @@ struct KeyChoice {
 const MAX_HEADER_B64: usize = 512;
 
 impl KeyChoice {
-    /// Reads the header members of `token`.
-    ///
-    /// Errors: [`Refused::Invalid`] for a header that is not base64url JSON
-    /// with a string `alg`, or longer than [`MAX_HEADER_B64`].
+    /// Reads them from `token`. Errors: [`Refused::Invalid`] for a header
+    /// that is not base64url JSON with a string `alg`, or too long.
     fn read(token: &str) -> Result<KeyChoice, Refused> {
         let head = token.split('.').next().unwrap_or_default();
         if head.len() > MAX_HEADER_B64 {
@@ -388,8 +383,7 @@ impl Verifier {
         let kid = header.kid.as_deref().ok_or(Refused::Invalid)?;
         let (alg, key) = self.keys.get(kid).ok_or(Refused::Invalid)?;
         // The key decides the algorithm, never the token (an HS256 token
-        // "signed" with an Ed25519 public key as its secret is refused here;
-        // `decode` checks it again against the validation's one algorithm).
+        // "signed" with an Ed25519 public key as its secret is refused here).
         if header.alg != alg.as_str() {
             return Err(Refused::Invalid);
         }
