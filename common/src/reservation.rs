@@ -236,22 +236,26 @@ pub struct ReserveKeys {
     /// The sale they belong to.
     pub sale_id: u64,
     keys: [String; 6],
+    /// Their lengths added up.
+    bytes: usize,
 }
 
 impl ReserveKeys {
     /// The keys of `sale_id` ([`SaleKeys`]).
     pub fn new(sale_id: u64) -> ReserveKeys {
         let k = SaleKeys::new(sale_id);
+        let keys = [
+            k.meta(),
+            k.stock(),
+            k.buyers(),
+            k.flow(),
+            k.status(),
+            k.queue(),
+        ];
         ReserveKeys {
             sale_id,
-            keys: [
-                k.meta(),
-                k.stock(),
-                k.buyers(),
-                k.flow(),
-                k.status(),
-                k.queue(),
-            ],
+            bytes: keys.iter().map(String::len).sum(),
+            keys,
         }
     }
 }
@@ -266,13 +270,19 @@ pub fn push_call(
     user_id: &str,
     reservation_id: &str,
 ) {
-    pipe.cmd("EVALSHA")
-        .arg(reserve_script().get_hash())
+    // Sized once: 12 arguments, their bytes (the 40-byte hash, the keys,
+    // the ids and 40 for the number and the sale id).
+    let hash = reserve_script().get_hash();
+    let bytes = 7 + hash.len() + keys.bytes + user_id.len() + reservation_id.len() + 40;
+    let mut cmd = redis::Cmd::with_capacity(12, bytes);
+    cmd.arg("EVALSHA")
+        .arg(hash)
         .arg(keys.keys.len())
         .arg(&keys.keys[..])
         .arg(user_id)
         .arg(reservation_id)
         .arg(keys.sale_id);
+    pipe.add_command(cmd);
 }
 
 /// Reads the script's reply into an outcome and the sale's sequence.
