@@ -10,17 +10,20 @@
 //! least one, inside one atomic script.
 
 use crate::keys::SaleKeys;
-use redis::{ConnectionLike, FromRedisValue, Script, ScriptInvocation, Value};
+use redis::{ConnectionLike, Script, ScriptInvocation, Value};
 use std::fmt;
 use std::sync::OnceLock;
 
 /// The reservation script. `KEYS`: meta, stock, buyers, flow, status, queue
 /// (see [`crate::keys`]); `ARGV`: user id, fresh reservation id, sale id.
 ///
-/// Replies `{code, detail, seq}`: `code` as in [`ReserveOutcome`], `detail`
-/// the reservation id (`reserved`, `already_purchased`), the pause reason
-/// (`paused`) or empty, and `seq` the sale's reservation sequence after the
-/// script ran: units ever reserved, `total_stock − stock + releases` (see
+/// Replies one string, `"CODE SEQ DETAIL"` (one bulk string, not a table of
+/// three: the gateway's Redis client parses one value instead of four, a
+/// sixth of a purchase's gateway instructions, docs/PERFORMANCE.md):
+/// `CODE` as in [`ReserveOutcome`], `DETAIL` (the rest of the string after
+/// the second space) the reservation id (`reserved`, `already_purchased`),
+/// the pause reason (`paused`) or empty, and `SEQ` the sale's reservation
+/// sequence after the script ran: units ever reserved, `total_stock − stock + releases` (see
 /// [`sequence`]; derived, so a reservation writes nothing for it). Since
 /// Redis runs scripts one at a time, `seq` orders the replies: a `reserved`
 /// with a higher `seq` than a `sold_out` ran after it (stock came back), one
@@ -43,11 +46,11 @@ end
 local w = redis.pcall('HMGET', KEYS[1], 'starts_at_ms', 'ends_at_ms', 'total_stock', 'releases', 'paused')
 if w['err'] then return refused(KEYS[1], w) end
 -- A pause wins over everything: a paused sale may have lost its meta too.
-if w[5] then return {'paused', w[5], '0'} end
+if w[5] then return 'paused 0 ' .. w[5] end
 local starts = tonumber(w[1])
 local ends = tonumber(w[2])
 local total = tonumber(w[3])
-if not starts or not ends or not total then return {'unknown_sale', '', '0'} end
+if not starts or not ends or not total then return 'unknown_sale 0 ' end
 local releases = tonumber(w[4] or '0')
 if not releases then
   return redis.error_reply('ERR ' .. KEYS[1] .. ' field releases is not an integer')
@@ -65,12 +68,12 @@ local stock = tonumber(left or '0')
 local seq = string.format('%d', total - stock + releases)
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-if now < starts then return {'not_started', '', seq} end
-if now >= ends then return {'ended', '', seq} end
+if now < starts then return 'not_started ' .. seq .. ' ' end
+if now >= ends then return 'ended ' .. seq .. ' ' end
 local prev = redis.pcall('HGET', KEYS[3], user)
 if type(prev) == 'table' then return refused(KEYS[3], prev) end
-if prev then return {'already_purchased', prev, seq} end
-if not left or stock < 1 then return {'sold_out', '', seq} end
+if prev then return 'already_purchased ' .. seq .. ' ' .. prev end
+if not left or stock < 1 then return 'sold_out ' .. seq .. ' ' end
 local msg = '{"v":1,"reservation_id":"' .. ARGV[2] .. '","sale_id":' .. ARGV[3] ..
   ',"user_id":"' .. user .. '","reserved_at_ms":' .. string.format('%d', now) .. '}'
 redis.call('DECR', KEYS[2])
@@ -96,7 +99,7 @@ if type(r) == 'table' then
   redis.call('INCR', KEYS[2])
   return refused(KEYS[6], r)
 end
-return {'reserved', ARGV[2], string.format('%d', total - stock + 1 + releases)}
+return string.format('reserved %d ', total - stock + 1 + releases) .. ARGV[2]
 "#;
 
 /// The sale's reservation sequence from its meta fields and stock counter:
@@ -232,6 +235,76 @@ pub fn prepare_in(k: SaleKeys, user_id: &str, reservation_id: &str) -> ScriptInv
     inv
 }
 
+/// The six keys of one sale's reservation script, in `KEYS` order (see
+/// [`RESERVE_LUA`]), spelled once: a caller that reserves many units of
+/// one sale ([`push_call`]) keeps one and saves six `format!`s per call.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ReserveKeys {
+    /// The sale they belong to.
+    pub sale_id: u64,
+    /// The sale's bucket they name (its own `{sale:ID}` for bucket 0).
+    pub bucket: SaleKeys,
+    keys: [String; 6],
+    /// Their lengths added up.
+    bytes: usize,
+}
+
+impl ReserveKeys {
+    /// The keys of `sale_id` ([`SaleKeys`]; its bucket 0).
+    pub fn new(sale_id: u64) -> ReserveKeys {
+        ReserveKeys::of(SaleKeys::new(sale_id))
+    }
+
+    /// The keys of the bucket `k`.
+    pub fn of(k: SaleKeys) -> ReserveKeys {
+        let keys = [
+            k.meta(),
+            k.stock(),
+            k.buyers(),
+            k.flow(),
+            k.status(),
+            k.queue(),
+        ];
+        ReserveKeys {
+            sale_id: k.sale_id,
+            bucket: k,
+            bytes: keys.iter().map(String::len).sum(),
+            keys,
+        }
+    }
+}
+
+/// Appends one purchase's `EVALSHA` of the reservation script to `pipe`,
+/// the same call as [`prepare`] without building a `ScriptInvocation` (the
+/// caller handles `NOSCRIPT`, as a pipeline must). `reservation_id` must
+/// come from [`crate::ids::new_reservation_id`].
+pub fn push_call(
+    pipe: &mut redis::Pipeline,
+    keys: &ReserveKeys,
+    user_id: &str,
+    reservation_id: &str,
+) {
+    pipe.add_command(call(keys, user_id, reservation_id));
+}
+
+/// One purchase's `EVALSHA` of the reservation script as a command (what
+/// [`push_call`] appends; the cluster's per-master pipelines take it).
+pub fn call(keys: &ReserveKeys, user_id: &str, reservation_id: &str) -> redis::Cmd {
+    // Sized once: 12 arguments, their bytes (the 40-byte hash, the keys,
+    // the ids and 40 for the number and the sale id).
+    let hash = reserve_script().get_hash();
+    let bytes = 7 + hash.len() + keys.bytes + user_id.len() + reservation_id.len() + 40;
+    let mut cmd = redis::Cmd::with_capacity(12, bytes);
+    cmd.arg("EVALSHA")
+        .arg(hash)
+        .arg(keys.keys.len())
+        .arg(&keys.keys[..])
+        .arg(user_id)
+        .arg(reservation_id)
+        .arg(keys.sale_id);
+    cmd
+}
+
 /// Reads the script's reply into an outcome and the sale's sequence.
 ///
 /// Errors: [`ReserveError::Refused`] for an error reply of the script (it
@@ -242,20 +315,26 @@ pub fn parse(reply: &Value) -> Result<Replied, ReserveError> {
         return Err(ReserveError::Refused(e.to_string()));
     }
     let unexpected = || ReserveError::UnexpectedReply(format!("{reply:?}"));
-    let parts: Vec<String> =
-        Vec::<String>::from_redis_value(reply.clone()).map_err(|_| unexpected())?;
-    let [code, detail, seq] = parts.as_slice() else {
+    // Read in place (no copy of the reply): this runs once per purchase on
+    // a group-commit Redis thread.
+    let text = match reply {
+        Value::BulkString(b) => std::str::from_utf8(b).ok(),
+        Value::SimpleString(s) => Some(s.as_str()),
+        _ => None,
+    };
+    let mut parts = text.ok_or_else(unexpected)?.splitn(3, ' ');
+    let (Some(code), Some(seq), Some(detail)) = (parts.next(), parts.next(), parts.next()) else {
         return Err(unexpected());
     };
     let seq: u64 = seq.parse().map_err(|_| unexpected())?;
-    let outcome = match code.as_str() {
-        "reserved" => ReserveOutcome::Reserved(detail.clone()),
-        "already_purchased" => ReserveOutcome::AlreadyPurchased(detail.clone()),
+    let outcome = match code {
+        "reserved" => ReserveOutcome::Reserved(detail.to_string()),
+        "already_purchased" => ReserveOutcome::AlreadyPurchased(detail.to_string()),
         "sold_out" => ReserveOutcome::SoldOut,
         "not_started" => ReserveOutcome::NotStarted,
         "ended" => ReserveOutcome::Ended,
         "unknown_sale" => ReserveOutcome::UnknownSale,
-        "paused" => ReserveOutcome::Paused(detail.clone()),
+        "paused" => ReserveOutcome::Paused(detail.to_string()),
         _ => return Err(unexpected()),
     };
     Ok(Replied { outcome, seq })

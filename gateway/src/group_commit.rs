@@ -15,7 +15,7 @@ use crossbeam_channel::Receiver;
 use redis::Value;
 use seckill_common::keys::SaleKeys;
 use seckill_common::reservation::{
-    own, parse, prepare_in, reserve_script, Replied, ReserveOutcome,
+    call, own, parse, reserve_script, Replied, ReserveKeys, ReserveOutcome,
 };
 use seckill_common::slot_router::slot_of;
 use seckill_common::slot_router::Replies;
@@ -166,6 +166,12 @@ pub fn redis_thread(
     }
 }
 
+thread_local! {
+    /// The reservation keys of the last purchase this Redis thread sent:
+    /// a flash sale is one hot sale (bucket), so its six keys are spelled once.
+    static LAST_KEYS: std::cell::RefCell<Option<ReserveKeys>> = const { std::cell::RefCell::new(None) };
+}
+
 fn run_batch(
     link: &mut Link,
     batch: &[Job],
@@ -194,14 +200,19 @@ fn run_batch(
                     .copied()
                     .filter(|&i| batch[i].reply_to.mark_sent())
                     .collect();
-                sent.iter()
-                    .map(|&i| {
-                        let j = &batch[i];
-                        let k = SaleKeys::bucket(j.sale_id, j.bucket);
-                        let inv = prepare_in(k, &j.user_id, &j.reservation_id);
-                        (bucket_slot(k), redis::Cmd::invoke_script(&inv))
-                    })
-                    .collect()
+                LAST_KEYS.with_borrow_mut(|keys| {
+                    sent.iter()
+                        .map(|&i| {
+                            let j = &batch[i];
+                            let k = SaleKeys::bucket(j.sale_id, j.bucket);
+                            let held = keys.take().filter(|held| held.bucket == k);
+                            let rk = held.unwrap_or_else(|| ReserveKeys::of(k));
+                            let cmd = call(&rk, &j.user_id, &j.reservation_id);
+                            *keys = Some(rk);
+                            (bucket_slot(k), cmd)
+                        })
+                        .collect()
+                })
             });
             if sent.is_empty() {
                 return Ok(Replies {

@@ -27,7 +27,8 @@
 //!   (trusted proxies and `X-Forwarded-For`); [`shed`]: the bound on
 //!   purchases waiting for Redis.
 //! - [`reply`], [`metrics`]: answers and `/metrics` (`prometheus-client`);
-//!   `metrics_cost` (tests only) benchmarks the metrics of a purchase.
+//!   `metrics_cost` (tests only) benchmarks the metrics of a purchase,
+//!   `token_cost` (tests only) the check of a buyer token.
 //!
 //! Exit codes: 0 after SIGTERM/SIGINT, 2 bad configuration or cannot
 //! listen, 1 any other failure.
@@ -55,6 +56,8 @@ mod routes;
 mod server;
 mod shed;
 mod soldout;
+#[cfg(test)]
+mod token_cost;
 
 use seckill_common::start;
 use std::process::ExitCode;

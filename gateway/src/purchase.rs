@@ -22,7 +22,6 @@ use crate::soldout::{Closed, Known};
 use seckill_common::keys::PurchaseStatus;
 use seckill_common::reservation::{Replied, ReserveOutcome};
 use serde::Deserialize;
-use serde_json::json;
 use std::time::Instant;
 
 /// The request body, `{"user_id": "..."}` (or `{}` with a token) and
@@ -187,9 +186,12 @@ pub fn conclude(
             if buckets == 1 {
                 app.soldout.reserved(sale_id, seq);
             }
-            Reply::json(
+            Reply::object(
                 202,
-                json!({ "reservation_id": rid, "status": PurchaseStatus::Queued.as_str() }),
+                &[
+                    ("reservation_id", &rid),
+                    ("status", PurchaseStatus::Queued.as_str()),
+                ],
             )
         }
         ReserveOutcome::AlreadyPurchased(rid) => {
@@ -240,9 +242,9 @@ fn limit_buyer(app: &App, sale_id: u64, user_id: &str) -> Result<(), Reply> {
 }
 
 fn already_purchased(rid: &str) -> Reply {
-    Reply::json(
+    Reply::object(
         409,
-        json!({ "error": "already_purchased", "reservation_id": rid }),
+        &[("error", "already_purchased"), ("reservation_id", rid)],
     )
 }
 

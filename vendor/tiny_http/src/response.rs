@@ -85,9 +85,12 @@ fn write_message_header<W>(
 where
     W: Write,
 {
+    // seckill patch: the whole header is put together in memory and
+    // written once (each write to the connection's writer takes its lock).
+    let mut head: Vec<u8> = Vec::with_capacity(256);
     // writing status line
     write!(
-        &mut writer,
+        &mut head,
         "HTTP/{}.{} {} {}\r\n",
         http_version.0,
         http_version.1,
@@ -97,16 +100,16 @@ where
 
     // writing headers
     for header in headers.iter() {
-        writer.write_all(header.field.as_str().as_ref())?;
-        write!(&mut writer, ": ")?;
-        writer.write_all(header.value.as_str().as_ref())?;
-        write!(&mut writer, "\r\n")?;
+        head.extend_from_slice(header.field.as_str().as_ref());
+        head.extend_from_slice(b": ");
+        head.extend_from_slice(header.value.as_str().as_ref());
+        head.extend_from_slice(b"\r\n");
     }
 
     // separator between header and data
-    write!(&mut writer, "\r\n")?;
+    head.extend_from_slice(b"\r\n");
 
-    Ok(())
+    writer.write_all(&head)
 }
 
 fn choose_transfer_encoding(

@@ -1,5 +1,5 @@
 use std::io::Result as IoResult;
-use std::io::{Read, Write};
+use std::io::{BufRead, Read, Write};
 
 use std::sync::mpsc::channel;
 use std::sync::mpsc::{Receiver, Sender};
@@ -121,6 +121,30 @@ impl<R: Read + Send> Read for SequentialReader<R> {
         let result = reader.read(buf);
         self.inner = SequentialReaderInner::MyTurn(reader);
         result
+    }
+}
+
+// seckill patch: the header lines are read from the buffer in chunks
+// (`ClientConnection::read_next_line`), not a byte per `read` call.
+impl<R: BufRead + Send> BufRead for SequentialReader<R> {
+    fn fill_buf(&mut self) -> IoResult<&[u8]> {
+        if let SequentialReaderInner::Waiting(_) = self.inner {
+            let reader = match mem::replace(&mut self.inner, SequentialReaderInner::Empty) {
+                SequentialReaderInner::Waiting(recv) => recv.recv().unwrap(),
+                _ => unreachable!(),
+            };
+            self.inner = SequentialReaderInner::MyTurn(reader);
+        }
+        match self.inner {
+            SequentialReaderInner::MyTurn(ref mut reader) => reader.fill_buf(),
+            _ => unreachable!(),
+        }
+    }
+
+    fn consume(&mut self, amt: usize) {
+        if let SequentialReaderInner::MyTurn(ref mut reader) = self.inner {
+            reader.consume(amt);
+        }
     }
 }
 
