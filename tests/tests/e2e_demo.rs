@@ -107,3 +107,36 @@ fn the_demo_sells_50_units_to_2000_users_and_exits_0() {
     let left: Vec<String> = redis::cmd("KEYS").arg("*").query(&mut redis.con()).unwrap();
     assert!(left.is_empty(), "the demo left keys behind: {left:?}");
 }
+
+/// The demo refuses a Redis that already holds sales or workers (a
+/// deployment's): its workers would consume them. Exit 2, the message
+/// says what to do, and the Redis keeps exactly what it held.
+#[test]
+fn the_demo_refuses_a_redis_that_already_holds_sales() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    let redis = RedisServer::start();
+    let _: () = redis::cmd("SADD")
+        .arg("seckill:sales")
+        .arg(41)
+        .query(&mut redis.con())
+        .unwrap();
+    let out = Command::new(root.join("scripts/demo.sh"))
+        .args(["--stock", "5", "--users", "10"])
+        .env("SECKILL_REDIS_URL", redis.url())
+        .output()
+        .expect("run scripts/demo.sh");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(
+        stderr.contains("already holds seckill sales or workers (1)"),
+        "{stderr}"
+    );
+    let mut left: Vec<String> = redis::cmd("KEYS").arg("*").query(&mut redis.con()).unwrap();
+    left.sort();
+    assert_eq!(left, vec!["seckill:sales".to_string()]);
+    let members: Vec<String> = redis::cmd("SMEMBERS")
+        .arg("seckill:sales")
+        .query(&mut redis.con())
+        .unwrap();
+    assert_eq!(members, vec!["41".to_string()]);
+}
