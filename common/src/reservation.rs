@@ -21,7 +21,10 @@ use std::sync::OnceLock;
 /// three: the gateway's Redis client parses one value instead of four, a
 /// sixth of a purchase's gateway instructions, docs/PERFORMANCE.md):
 /// `CODE` as in [`ReserveOutcome`], `DETAIL` (the rest of the string after
-/// the second space) the reservation id (`reserved`, `already_purchased`),
+/// the second space) the reservation id (`reserved`; for
+/// `already_purchased` the id, a space and the stock left, so that a
+/// winner's retry also tells the gateway's sold-out memory whether units
+/// came back),
 /// the pause reason (`paused`) or empty, and `SEQ` the sale's reservation
 /// sequence after the script ran: units ever reserved, `total_stock − stock + releases` (see
 /// [`sequence`]; derived, so a reservation writes nothing for it). Since
@@ -72,7 +75,7 @@ if now < starts then return 'not_started ' .. seq .. ' ' end
 if now >= ends then return 'ended ' .. seq .. ' ' end
 local prev = redis.pcall('HGET', KEYS[3], user)
 if type(prev) == 'table' then return refused(KEYS[3], prev) end
-if prev then return 'already_purchased ' .. seq .. ' ' .. prev end
+if prev then return 'already_purchased ' .. seq .. ' ' .. prev .. ' ' .. string.format('%d', stock) end
 if not left or stock < 1 then return 'sold_out ' .. seq .. ' ' end
 local msg = '{"v":1,"reservation_id":"' .. ARGV[2] .. '","sale_id":' .. ARGV[3] ..
   ',"user_id":"' .. user .. '","reserved_at_ms":' .. string.format('%d', now) .. '}'
@@ -168,6 +171,8 @@ pub struct Replied {
     pub outcome: ReserveOutcome,
     /// Units ever reserved in the sale when the script ran.
     pub seq: u64,
+    /// The stock left, when the reply tells it (`already_purchased`).
+    pub stock: Option<u64>,
 }
 
 /// Why a reservation could not be attempted. Nothing was changed in Redis.
@@ -327,9 +332,14 @@ pub fn parse(reply: &Value) -> Result<Replied, ReserveError> {
         return Err(unexpected());
     };
     let seq: u64 = seq.parse().map_err(|_| unexpected())?;
+    let mut stock = None;
     let outcome = match code {
         "reserved" => ReserveOutcome::Reserved(detail.to_string()),
-        "already_purchased" => ReserveOutcome::AlreadyPurchased(detail.to_string()),
+        "already_purchased" => {
+            let (rid, left) = detail.split_once(' ').unwrap_or((detail, ""));
+            stock = left.parse().ok();
+            ReserveOutcome::AlreadyPurchased(rid.to_string())
+        }
         "sold_out" => ReserveOutcome::SoldOut,
         "not_started" => ReserveOutcome::NotStarted,
         "ended" => ReserveOutcome::Ended,
@@ -337,7 +347,11 @@ pub fn parse(reply: &Value) -> Result<Replied, ReserveError> {
         "paused" => ReserveOutcome::Paused(detail.to_string()),
         _ => return Err(unexpected()),
     };
-    Ok(Replied { outcome, seq })
+    Ok(Replied {
+        outcome,
+        seq,
+        stock,
+    })
 }
 
 /// A reservation sent twice with the same id (a retry after a broken

@@ -297,7 +297,11 @@ mod tests {
     use super::*;
 
     fn replied(outcome: ReserveOutcome) -> Replied {
-        Replied { outcome, seq: 0 }
+        Replied {
+            outcome,
+            seq: 0,
+            stock: None,
+        }
     }
 
     #[test]

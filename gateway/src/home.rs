@@ -110,6 +110,7 @@ pub fn reach_stock(
                 return Ok(Replied {
                     outcome: ReserveOutcome::SoldOut,
                     seq,
+                    stock: None,
                 })
             }
             Pull::Busy => return Err(Unavailable),

@@ -173,7 +173,11 @@ pub fn conclude(
         metrics.outcome(o);
         closed_reply(c)
     };
-    let Replied { outcome, seq } = match outcome {
+    let Replied {
+        outcome,
+        seq,
+        stock,
+    } = match outcome {
         Ok(r) => r,
         Err(Unavailable) => {
             metrics.outcome(Outcome::Unavailable);
@@ -196,7 +200,18 @@ pub fn conclude(
         }
         ReserveOutcome::AlreadyPurchased(rid) => {
             metrics.outcome(Outcome::AlreadyPurchased);
-            app.soldout.inconclusive(sale_id, Instant::now());
+            // A winner's retry carries the stock: stock back is a sale to
+            // reopen at once, none a sold out confirmed (split sales keep
+            // the memory's own rules: the stock is one bucket's).
+            match stock {
+                Some(0) if buckets == 1 => {
+                    if app.soldout.confirmed_sold_out(sale_id, seq, Instant::now()) {
+                        app.buyers.request(app, sale_id, seq);
+                    }
+                }
+                Some(_) if buckets == 1 => app.soldout.stock_back(sale_id),
+                _ => app.soldout.inconclusive(sale_id, Instant::now()),
+            }
             already_purchased(&rid)
         }
         ReserveOutcome::NotStarted => {

@@ -254,6 +254,35 @@ impl SoldOutCache {
         self.forget_if(sale_id, |cur| Arc::ptr_eq(cur, &e));
     }
 
+    /// Notes a winner's retry (409) that found stock left in `sale_id`:
+    /// units came back (released, expired, cancelled), so a sold-out
+    /// memory is forgotten at once instead of waiting for a conclusive
+    /// recheck (issue 13: returned stock sold again within 1 s, however
+    /// many winners retry meanwhile).
+    pub fn stock_back(&self, sale_id: u64) {
+        let Some(e) = self.entry(sale_id) else { return };
+        if Closed::from_code(e.closed.load(Ordering::Acquire)) == Closed::SoldOut {
+            self.forget_if(sale_id, |cur| Arc::ptr_eq(cur, &e));
+        }
+    }
+
+    /// Notes a winner's retry (409) that found no stock in `sale_id` at
+    /// `seq`: as conclusive as a `sold_out` reply, when the sale is
+    /// remembered sold out (an `Ended` or `Unknown` memory is forgotten, as
+    /// [`SoldOutCache::inconclusive`] does). Returns what
+    /// [`SoldOutCache::closed`] returns.
+    pub fn confirmed_sold_out(&self, sale_id: u64, seq: u64, now: Instant) -> bool {
+        match self.entry(sale_id) {
+            Some(e) if Closed::from_code(e.closed.load(Ordering::Acquire)) == Closed::SoldOut => {
+                self.closed(sale_id, Closed::SoldOut, seq, now)
+            }
+            _ => {
+                self.inconclusive(sale_id, now);
+                false
+            }
+        }
+    }
+
     /// Notes a reply that shows `sale_id` loaded and its window open but
     /// says nothing of its stock (`already_purchased`, `paused`,
     /// `not_started`). An `Unknown` or `Ended` memory is forgotten. A
@@ -372,6 +401,30 @@ mod tests {
             Known::Ask => None,
             Known::Closed(c, _) => Some(c),
         }
+    }
+
+    #[test]
+    fn a_winners_retry_that_finds_stock_reopens_and_one_that_finds_none_confirms() {
+        let c = SoldOutCache::new(100);
+        let t0 = Instant::now();
+        c.closed(1, Closed::SoldOut, 10, t0);
+        // At the recheck, a 409 with stock 0: sold out again for a whole
+        // RECHECK_AFTER (not 20 ms, as an inconclusive answer).
+        let t1 = t0 + RECHECK_AFTER;
+        assert_eq!(closed(c.get(1, t1)), None);
+        c.confirmed_sold_out(1, 10, t1);
+        let t2 = t1 + RECHECK_AFTER - Duration::from_millis(1);
+        assert_eq!(closed(c.get(1, t2)), Some(Closed::SoldOut));
+        // A 409 with stock: forgotten at once.
+        c.stock_back(1);
+        assert!(matches!(c.get(1, t2), Known::Ask));
+        // On a sale remembered ended, neither says it is sold out.
+        c.closed(2, Closed::Ended, 3, t0);
+        assert!(!c.confirmed_sold_out(2, 3, t0));
+        assert!(matches!(c.get(2, t0), Known::Ask));
+        c.closed(3, Closed::Ended, 3, t0);
+        c.stock_back(3);
+        assert_eq!(closed(c.get(3, t0)), Some(Closed::Ended));
     }
 
     #[test]

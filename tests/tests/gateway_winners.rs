@@ -155,3 +155,42 @@ fn a_released_winner_may_buy_again_within_a_second_and_the_others_still_get_409(
     // one's gone from both.
     assert_eq!(gateway_support::counts(&redis, 9), (0, 20, 20));
 }
+
+/// A unit released while another winner keeps retrying: the retries (409)
+/// tell the gateway the stock came back, so the next buyer gets it at once
+/// (before, every such retry was an inconclusive recheck that kept the
+/// sale remembered sold out, and the next buyer heard 410 for as long as
+/// the winner retried).
+#[test]
+fn a_returned_unit_is_sold_at_once_while_a_winner_keeps_retrying() {
+    let redis = RedisServer::start();
+    open_sale(&redis, 5, 2);
+    let g = Gateway::start(&redis, &[("SECKILL_GATEWAY_BUYER_RATE", "0")]);
+    let mut c = Client::connect(g.port);
+    let first = c.buy(5, "w1");
+    assert_eq!(first.status, 202);
+    assert_eq!(c.buy(5, "w2").status, 202);
+    assert_eq!(c.buy(5, "n1").status, 410);
+    let rid = first.json()["reservation_id"].as_str().unwrap().to_string();
+    let out = seckill_common::release::release(&mut redis.con(), 5, &rid, &[]).unwrap();
+    assert_eq!(
+        out,
+        seckill_common::release::ReleaseOutcome::Released { stock_after: 1 }
+    );
+    // w2 retries for 1.2 s: past the memory's 500 ms trust, one of them is
+    // the recheck that reaches Redis.
+    let port = g.port;
+    let retries = thread::spawn(move || {
+        let mut c = Client::connect(port);
+        let until = std::time::Instant::now() + Duration::from_millis(1200);
+        let mut answers = Vec::new();
+        while std::time::Instant::now() < until {
+            answers.push(c.buy(5, "w2").status);
+        }
+        answers
+    });
+    let answers = retries.join().unwrap();
+    assert!(answers.iter().all(|&s| s == 409), "{answers:?}");
+    assert_eq!(c.buy(5, "n2").status, 202);
+    assert_eq!(gateway_support::counts(&redis, 5), (0, 2, 2));
+}
