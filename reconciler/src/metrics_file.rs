@@ -136,10 +136,25 @@ pub fn render(f: &RunFigures) -> Result<String, std::fmt::Error> {
 /// Writes `text` to `path` whole or not at all (a temporary file in the
 /// same directory, then a rename, as node_exporter's textfile collector
 /// asks), readable by others (`0644`: node_exporter runs as another user).
+/// Only a regular file (or nothing) at `path` is replaced: the rename
+/// would replace a device, a directory's entry or a symlink just as well,
+/// and the reconciler may run as root.
 ///
-/// Errors: I/O errors of the directory or the file.
+/// Errors: I/O errors of the directory or the file; `InvalidInput` when
+/// something other than a regular file is at `path`.
 pub fn write(path: &Path, text: &str) -> std::io::Result<()> {
     use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
+    match std::fs::symlink_metadata(path) {
+        Ok(m) if !m.file_type().is_file() => {
+            return Err(std::io::Error::new(
+                std::io::ErrorKind::InvalidInput,
+                "not a regular file: left as it is",
+            ))
+        }
+        Ok(_) => {}
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+        Err(e) => return Err(e),
+    }
     let tmp = path.with_extension("prom.tmp");
     let mut f = std::fs::OpenOptions::new()
         .write(true)
@@ -157,6 +172,23 @@ pub fn write(path: &Path, text: &str) -> std::io::Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn only_a_regular_file_or_nothing_is_replaced() {
+        let dir = std::env::temp_dir().join(format!("seckill-mf-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(dir.join("a-directory")).expect("temp dir");
+        let file = dir.join("m.prom");
+        assert!(write(&file, "x 1\n").is_ok());
+        assert!(write(&file, "x 2\n").is_ok());
+        assert_eq!(std::fs::read_to_string(&file).ok().as_deref(), Some("x 2\n"));
+        let not_file = write(&dir.join("a-directory"), "x 3\n");
+        assert_eq!(not_file.map_err(|e| e.kind()), Err(std::io::ErrorKind::InvalidInput));
+        assert!(!dir.join("a-directory.prom.tmp").exists());
+        let device = write(Path::new("/dev/null"), "x 4\n");
+        assert_eq!(device.map_err(|e| e.kind()), Err(std::io::ErrorKind::InvalidInput));
+        let _ = std::fs::remove_dir_all(&dir);
+    }
 
     #[test]
     fn the_file_holds_every_series_with_its_value() {
