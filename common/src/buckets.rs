@@ -71,6 +71,24 @@ pub fn count<C: ConnectionLike>(con: &mut C, sale_id: u64) -> redis::RedisResult
     Ok(total.map(|_| k.unwrap_or(1).clamp(1, MAX_BUCKETS)))
 }
 
+/// Whether any bucket other than bucket 0 of `sale_id` is in Redis (its
+/// meta or stock): the sale was split, whatever bucket 0 says (bucket 0
+/// may be the one Redis lost). Reads buckets 1 to [`MAX_BUCKETS`] − 1
+/// (two `EXISTS` each); for the operator's commands, not a purchase.
+///
+/// Errors: Redis failures.
+pub fn split_elsewhere<C: ConnectionLike>(con: &mut C, sale_id: u64) -> redis::RedisResult<bool> {
+    for b in 1..MAX_BUCKETS {
+        let k = SaleKeys::bucket(sale_id, b);
+        let n: u32 = redis::cmd("EXISTS").arg(k.meta()).query(con)?;
+        let m: u32 = redis::cmd("EXISTS").arg(k.stock()).query(con)?;
+        if n + m > 0 {
+            return Ok(true);
+        }
+    }
+    Ok(false)
+}
+
 /// The keys of every bucket of each sale in `sales` (one [`count`] each;
 /// a sale Redis does not hold counts as one bucket), in order.
 ///

@@ -181,12 +181,21 @@ mod tests {
         let file = dir.join("m.prom");
         assert!(write(&file, "x 1\n").is_ok());
         assert!(write(&file, "x 2\n").is_ok());
-        assert_eq!(std::fs::read_to_string(&file).ok().as_deref(), Some("x 2\n"));
+        assert_eq!(
+            std::fs::read_to_string(&file).ok().as_deref(),
+            Some("x 2\n")
+        );
         let not_file = write(&dir.join("a-directory"), "x 3\n");
-        assert_eq!(not_file.map_err(|e| e.kind()), Err(std::io::ErrorKind::InvalidInput));
+        assert_eq!(
+            not_file.map_err(|e| e.kind()),
+            Err(std::io::ErrorKind::InvalidInput)
+        );
         assert!(!dir.join("a-directory.prom.tmp").exists());
         let device = write(Path::new("/dev/null"), "x 4\n");
-        assert_eq!(device.map_err(|e| e.kind()), Err(std::io::ErrorKind::InvalidInput));
+        assert_eq!(
+            device.map_err(|e| e.kind()),
+            Err(std::io::ErrorKind::InvalidInput)
+        );
         let _ = std::fs::remove_dir_all(&dir);
     }
 

@@ -76,6 +76,19 @@ pub fn repair(config: &Config, args: &RepairArgs) -> Result<u8, RunError> {
         return Ok(2);
     };
     let mut redis = redis_connect(config)?;
+    // The repair knows one bucket's keys (bucket 0): on a split sale it
+    // would size that bucket as the whole sale (the hostile pass: Redis
+    // then offered units MySQL no longer had). Refused until it knows
+    // buckets.
+    if seckill_common::buckets::count(&mut redis, id)?.is_some_and(|k| k > 1)
+        || seckill_common::buckets::split_elsewhere(&mut redis, id)?
+    {
+        eprintln!(
+            "seckill-reconciler: sale {id} is split over buckets: `sale repair` does not \
+             support split sales yet (docs/OPERATIONS.md); nothing changed"
+        );
+        return Ok(1);
+    }
     let paused_in_redis: Option<String> = redis.hget(SaleKeys::new(id).meta(), "paused")?;
     if data_loss::mysql_state(&mut db, id)?.paused.is_none() && paused_in_redis.is_none() {
         outln!("sale {id} is not paused; nothing to repair");
