@@ -4,8 +4,8 @@
 //! before a buyer is told `sold_out` (`seckill_common::transfer::pull`).
 //!
 //! A one-bucket sale (the default) is routed to its own keys with no extra
-//! call once its count is remembered: one `HMGET` of its meta per sale per
-//! gateway process, the first time a purchase for it arrives.
+//! call while its count is remembered: one `HMGET` of its meta per sale per
+//! gateway process, at most once per [`RECOUNT_AFTER`].
 
 use crate::app::App;
 use crate::redis_link::Unavailable;
@@ -15,16 +15,25 @@ use seckill_common::reservation::{Replied, ReserveOutcome};
 use seckill_common::transfer::{self, Pull, PULL_ROUNDS};
 use std::collections::HashMap;
 use std::sync::RwLock;
+use std::time::{Duration, Instant};
 
 /// Most sales whose bucket count is remembered; beyond it the memory is
 /// cleared (made-up sale ids are never remembered: only loaded sales are).
 pub const MAX_SALES: usize = 10_000;
 
-/// Sale id -> its number of buckets (K ≥ 1), for sales Redis holds. A
-/// sale's K never changes once loaded (`sale create`), so it is kept.
+/// How long a remembered bucket count is used before it is read again. A
+/// sale's K does not change while Redis holds it, but an operator who
+/// reloads a lost sale with another `--shards` changes it: a gateway that
+/// kept the old K would route a buyer to another home bucket and let them
+/// buy twice (the hostile pass). Once a second per sale per gateway is one
+/// `HMGET`, nothing beside a purchase's script.
+pub const RECOUNT_AFTER: Duration = Duration::from_secs(1);
+
+/// Sale id -> its number of buckets (K ≥ 1) and when it was read, for
+/// sales Redis holds.
 #[derive(Debug, Default)]
 pub struct BucketCounts {
-    known: RwLock<HashMap<u64, u32>>,
+    known: RwLock<HashMap<u64, (u32, Instant)>>,
 }
 
 impl BucketCounts {
@@ -34,13 +43,15 @@ impl BucketCounts {
     ///
     /// Errors: [`Unavailable`] when Redis cannot be read in time.
     pub fn of(&self, app: &App, sale_id: u64) -> Result<u32, Unavailable> {
-        if let Some(&k) = self
+        if let Some(&(k, at)) = self
             .known
             .read()
             .unwrap_or_else(|p| p.into_inner())
             .get(&sale_id)
         {
-            return Ok(k);
+            if at.elapsed() < RECOUNT_AFTER {
+                return Ok(k);
+            }
         }
         let Some(k) = app
             .links
@@ -52,7 +63,7 @@ impl BucketCounts {
         if known.len() >= MAX_SALES {
             known.clear();
         }
-        known.insert(sale_id, k);
+        known.insert(sale_id, (k, Instant::now()));
         Ok(k)
     }
 

@@ -227,6 +227,10 @@ pub fn conclude(
         }
         ReserveOutcome::SoldOut => closed(Closed::SoldOut, seq, Outcome::SoldOut),
         ReserveOutcome::Ended => closed(Closed::Ended, seq, Outcome::Ended),
+        // One bucket of a split sale unknown to Redis (its keys lost) says
+        // nothing of the sale: not remembered, and 503 for this buyer (the
+        // hostile pass: one lost bucket closed the whole sale as unknown).
+        ReserveOutcome::UnknownSale if buckets > 1 => unavailable(app),
         ReserveOutcome::UnknownSale => closed(Closed::Unknown, seq, Outcome::UnknownSale),
     }
 }

@@ -656,3 +656,66 @@ fn repair_a_partial_reload_and_a_split_load_with_a_payment_window_are_refused() 
         .unwrap();
     assert_eq!(left, Vec::<String>::new());
 }
+
+/// One bucket's keys lost: its buyers get 503 (retry), the other buckets'
+/// buyers still buy — the lost bucket does not close the sale as unknown
+/// (the hostile pass: every buyer got 404 `sale_not_found` from memory).
+#[test]
+fn a_lost_bucket_is_503_for_its_buyers_and_does_not_close_the_sale() {
+    let redis = RedisServer::start();
+    load_split(&redis, 31, 30, 3);
+    let g = Gateway::start(&redis, &[("SECKILL_GATEWAY_BUYER_RATE", "0")]);
+    let k1 = SaleKeys::bucket(31, 1);
+    let _: () = redis
+        .con()
+        .del(&[
+            k1.meta(),
+            k1.stock(),
+            k1.buyers(),
+            k1.flow(),
+            k1.status(),
+            k1.queue(),
+        ])
+        .unwrap();
+    let lost: Vec<u16> = users_of("l", 1, 3, 5)
+        .iter()
+        .map(|u| buy(g.port, 31, u).status)
+        .collect();
+    assert_eq!(lost, vec![503; 5]);
+    let others: Vec<u16> = users_of("o", 0, 3, 3)
+        .iter()
+        .chain(users_of("o", 2, 3, 3).iter())
+        .map(|u| buy(g.port, 31, u).status)
+        .collect();
+    assert_eq!(others, vec![202; 6]);
+}
+
+/// A sale reloaded with another bucket count: a gateway that knew the old
+/// count reads it again within `RECOUNT_AFTER` (1 s), so a buyer is routed
+/// to the new home bucket (the hostile pass: an old gateway kept K = 1 and
+/// one buyer got two 202s).
+#[test]
+fn a_gateway_sees_a_new_bucket_count_within_a_second() {
+    let redis = RedisServer::start();
+    load_split(&redis, 32, 20, 1);
+    let g = Gateway::start(&redis, &[("SECKILL_GATEWAY_BUYER_RATE", "0")]);
+    assert_eq!(buy(g.port, 32, "warm").status, 202);
+    let mut con = redis.con();
+    let keys: Vec<String> = redis::cmd("KEYS")
+        .arg("seckill:{sale:32}*")
+        .query(&mut con)
+        .unwrap();
+    let _: () = con.del(keys).unwrap();
+    load_split(&redis, 32, 20, 3);
+    std::thread::sleep(Duration::from_millis(1100));
+    let user = users_of("dbl", 1, 3, 1).remove(0);
+    let first = buy(g.port, 32, &user);
+    assert_eq!(first.status, 202, "{first:?}");
+    let held: Option<String> = con.hget(SaleKeys::bucket(32, 1).buyers(), &user).unwrap();
+    assert_eq!(
+        held.as_deref(),
+        first.json()["reservation_id"].as_str(),
+        "the buyer's mark is in its home bucket of 3"
+    );
+    assert_eq!(buy(g.port, 32, &user).status, 409);
+}
