@@ -344,7 +344,7 @@ fn more_than_100_header_lines_are_431_and_30_are_fine() {
         let mut s = TcpStream::connect(("127.0.0.1", p)).unwrap();
         s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
         let mut rq = b"GET /healthz HTTP/1.1\r\n".to_vec();
-        rq.extend(b":\r\n".repeat(150));
+        rq.extend(b"a:\r\n".repeat(150));
         rq.extend_from_slice(b"\r\n");
         let _ = s.write_all(&rq);
         assert_431_or_reset(&mut s);
@@ -621,5 +621,37 @@ fn a_request_pipelined_after_a_huge_body_is_never_served() {
             "the pipelined request was served"
         );
         let _ = sender.join();
+    });
+}
+
+#[test]
+fn a_request_with_bare_lf_line_ends_is_refused_at_once() {
+    survives(&[], |p| {
+        // Upstream waited for a CRLF that never came (until the read timeout).
+        assert_unreadable(
+            raw(p, b"GET /healthz HTTP/1.1\nHost: x\n\n"),
+            "malformed request line",
+        );
+        let req = format!(
+            "POST /v1/sales/{SALE}/purchases HTTP/1.1\r\nHost: x\nX-Smuggled: y\r\nContent-Length: 17\r\n\r\n{{\"user_id\":\"lf\"}}"
+        );
+        assert_unreadable(raw(p, req.as_bytes()), "malformed header line");
+    });
+}
+
+#[test]
+fn an_empty_header_name_or_a_control_character_in_a_header_is_refused() {
+    survives(&[], |p| {
+        for header in [": v", "X-Nul: a\0b", "X-Esc: a\x1bb", "X-Del: a\x7fb"] {
+            let req = format!("GET /healthz HTTP/1.1\r\nHost: x\r\n{header}\r\n\r\n");
+            assert_unreadable(raw(p, req.as_bytes()), "malformed header line");
+        }
+        // A tab in a value is allowed (RFC 9110 5.5).
+        let r = raw(
+            p,
+            b"GET /healthz HTTP/1.1\r\nHost: x\r\nConnection: close\r\nX-Tab: a\tb\r\n\r\n",
+        )
+        .expect("an answer");
+        assert_eq!(r.status, 200, "{r:?}");
     });
 }

@@ -130,6 +130,15 @@ impl ClientConnection {
             buf.extend_from_slice(&chunk[..taken]);
             self.next_header_source.consume(taken);
 
+            // seckill patch: a line that ends in a bare LF is refused (400:
+            // `InvalidInput`, as a line that is not ASCII). Upstream took
+            // the LF as part of the line, so a request sent with LF line
+            // ends was never complete and held its connection until the
+            // read timeout; and a field value holding an LF is how a
+            // request is smuggled past a proxy that splits at LF.
+            if ends && !buf.ends_with(b"\r\n") {
+                return Err(IoError::new(ErrorKind::InvalidInput, "bare LF"));
+            }
             if ends && buf.ends_with(b"\r\n") {
                 buf.truncate(buf.len() - 2); // removing the CRLF
                 if buf.len() > MAX_HEADER_LINE {
@@ -218,6 +227,16 @@ impl ClientConnection {
                     header_bytes += line.len() + 2;
                     if header_bytes > MAX_HEADER_BYTES || headers.len() >= MAX_HEADER_COUNT {
                         return Err(ReadError::HeaderTooLarge);
+                    }
+                    // seckill patch: an empty field name (`: v`) or a
+                    // control character other than HTAB in the line (NUL,
+                    // say) is a malformed header line (RFC 9110 5.1, 5.5),
+                    // not a header.
+                    let bytes = line.as_bytes();
+                    if bytes.first() == Some(&b':')
+                        || bytes.iter().any(|&c| (c < 0x20 && c != b'\t') || c == 0x7f)
+                    {
+                        return Err(ReadError::WrongHeader(version));
                     }
                     headers.push(match FromStr::from_str(line.as_str().trim()) {
                         // TODO: remove this conversion
