@@ -277,7 +277,26 @@ for w in 1 2; do
   PIDS+=($!)
   WORKER_IDS+=("demo-w$w")
 done
-wait_port "$GW_PORT" 15 || { echo "the gateway did not start: see $RUN/gateway.log" >&2; exit 2; }
+# Each service must be up (a port taken, say, ends it at once): the
+# gateway answering, both workers still running after their start.
+for i in $(seq 1 150); do
+  port_open 127.0.0.1 "$GW_PORT" && break
+  kill -0 "${PIDS[0]}" 2>/dev/null || break
+  sleep 0.1
+done
+if ! port_open 127.0.0.1 "$GW_PORT"; then
+  echo "demo.sh: the gateway did not start: $(tail -n 1 "$RUN/gateway.log")" \
+    "(see $RUN/gateway.log)" >&2
+  exit 2
+fi
+sleep 0.5
+for w in 1 2; do
+  if ! kill -0 "${PIDS[$w]}" 2>/dev/null; then
+    echo "demo.sh: worker demo-w$w did not start: $(tail -n 1 "$RUN/worker-$w.log")" \
+      "(see $RUN/worker-$w.log)" >&2
+    exit 2
+  fi
+done
 say "  gateway http://127.0.0.1:$GW_PORT, workers demo-w1 and demo-w2"
 
 say "step 5/8: $USERS users with signed tokens over $CONNECTIONS connections (5 % click twice, 10 hostile requests: 3 with bad tokens)"
@@ -326,5 +345,9 @@ if [ "$PASSED" = true ]; then
   say "PASS: sale $SALE sold exactly what it reserved, nothing lost, nothing doubled"
   exit 0
 fi
-say "FAIL"
+WHY=()
+[ "$LOAD_RC" = 0 ] || WHY+=("invariants violated (seckill-load exit $LOAD_RC)")
+[ "$REC_RC" = 0 ] || WHY+=("reconciler exit $REC_RC")
+[ "$CLEAN_STOP" = 1 ] || WHY+=("a service did not stop cleanly (exit codes$STOP_CODES; see its log)")
+say "FAIL: ${WHY[*]}"
 exit 1

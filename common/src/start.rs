@@ -55,6 +55,34 @@ impl StartError {
     }
 }
 
+/// The command line of a service (the gateway, the worker), configured by
+/// `SECKILL_*` variables only: none runs it; `-h`/`--help` prints `usage`
+/// and `-V`/`--version` the version, both exit 0; anything else is refused
+/// with exit [`EXIT_USAGE`] (a service started with a flag it ignored
+/// would run on defaults that may name someone else's Redis).
+///
+/// Returns `Some(code)` when the process should exit now, `None` to run.
+pub fn command_line(program: &str, usage: &str) -> Option<ExitCode> {
+    let first = std::env::args_os().nth(1)?;
+    match first.to_str() {
+        Some("-h" | "--help") => {
+            println!("{usage}");
+            Some(ExitCode::SUCCESS)
+        }
+        Some("-V" | "--version") => {
+            println!("{program} {}", env!("CARGO_PKG_VERSION"));
+            Some(ExitCode::SUCCESS)
+        }
+        _ => {
+            eprintln!(
+                "{program}: unexpected argument {first:?}: configure it with SECKILL_* \
+                 variables (README, \"Configuration\"); --help"
+            );
+            Some(ExitCode::from(EXIT_USAGE))
+        }
+    }
+}
+
 /// Starts logging, reads the configuration and installs the signal handler
 /// (`on_signal` runs after the flag is set, once per signal).
 ///

@@ -31,7 +31,7 @@
 //!   `token_cost` (tests only) the check of a buyer token.
 //!
 //! Exit codes: 0 after SIGTERM/SIGINT, 2 bad configuration or cannot
-//! listen, 1 any other failure.
+//! listen, 1 any other failure, 64 an argument (it takes none: `--help`).
 #![forbid(unsafe_code)]
 
 mod app;
@@ -62,7 +62,22 @@ mod token_cost;
 use seckill_common::start;
 use std::process::ExitCode;
 
+/// `seckill-gateway --help`.
+const USAGE: &str = "\
+usage: seckill-gateway
+
+The flash-sale gateway: HTTP purchases reserved in Redis by one script,
+order messages queued for the workers. No arguments: it is configured by
+SECKILL_* environment variables (README, \"Configuration\"), chiefly
+SECKILL_LISTEN (127.0.0.1:8080), SECKILL_REDIS_URL, SECKILL_AUTH and
+SECKILL_AUTH_KEYS (a JWKS file of buyer-token keys), SECKILL_PAYMENT_SECRET.
+Exit codes: 0 stopped by SIGTERM/SIGINT, 1 failed while running, 2 bad
+configuration or a port that cannot be listened on, 64 bad command line.";
+
 fn main() -> ExitCode {
+    if let Some(code) = start::command_line("seckill-gateway", USAGE) {
+        return code;
+    }
     let unblocker = server::Unblocker::default();
     let on_signal = unblocker.clone();
     let started = match start::start(move || on_signal.unblock_all()) {

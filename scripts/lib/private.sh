@@ -3,11 +3,24 @@
 # our own, stop what was started. Sourced after scripts/lib/services.sh, not
 # run. Nothing here touches the machine's own Redis or MariaDB data.
 
-# free_port: prints a TCP port on 127.0.0.1 that nothing listens on.
+# ephemeral_low: the lowest port of the kernel's range for outgoing
+# connections (32768 when it cannot be read). Ports are picked below it:
+# one inside it may be the local end of an open outgoing connection, which
+# a connect test does not see, and the bind then fails (the fresh-user
+# pass: 3 of 6 demo runs on a busy machine).
+ephemeral_low() {
+  local low _
+  read -r low _ </proc/sys/net/ipv4/ip_local_port_range 2>/dev/null || low=32768
+  echo "${low:-32768}"
+}
+
+# free_port: prints a TCP port on 127.0.0.1 that nothing listens on, from
+# 10000 up to below the kernel's outgoing range.
 free_port() {
-  local p i
+  local p i low
+  low=$(ephemeral_low)
   for i in $(seq 1 200); do
-    p=$(( 20000 + (RANDOM * 32768 + RANDOM) % 40000 ))
+    p=$(( 10000 + (RANDOM * 32768 + RANDOM) % (low - 10000) ))
     if ! port_open 127.0.0.1 "$p"; then echo "$p"; return 0; fi
   done
   echo "no free port found" >&2
@@ -60,11 +73,12 @@ start_private_redis() {
 }
 
 # free_cluster_port: a free loopback port whose cluster bus port (+10000)
-# is free too and within range (Redis refuses ports above 55535).
+# is free too, both below the kernel's outgoing range (see ephemeral_low).
 free_cluster_port() {
-  local p i
+  local p i low
+  low=$(ephemeral_low)
   for i in $(seq 1 200); do
-    p=$(( 20000 + (RANDOM * 32768 + RANDOM) % 35000 ))
+    p=$(( 10000 + (RANDOM * 32768 + RANDOM) % (low - 20000) ))
     if ! port_open 127.0.0.1 "$p" && ! port_open 127.0.0.1 $((p + 10000)); then echo "$p"; return 0; fi
   done
   echo "no free port found" >&2

@@ -33,12 +33,15 @@ impl fmt::Display for WorkerError {
 impl std::error::Error for WorkerError {}
 
 impl WorkerError {
-    /// Whether the error is a configuration problem (exit code 2) rather than
-    /// a runtime one (exit code 1).
+    /// Whether the error is a configuration problem (exit code 2: a URL, or
+    /// a metrics address that cannot be listened on, as the gateway's) rather
+    /// than a runtime one (exit code 1).
     pub fn is_config(&self) -> bool {
         matches!(
             self,
-            WorkerError::BadRedisUrl(_) | WorkerError::BadMysqlUrl(_)
+            WorkerError::BadRedisUrl(_)
+                | WorkerError::BadMysqlUrl(_)
+                | WorkerError::MetricsListen(_)
         )
     }
 }

@@ -1,13 +1,30 @@
 //! `seckill-worker` entry point: configuration, logging, signals, exit code.
 //! Exit codes: 0 stopped on SIGTERM/SIGINT, 1 runtime failure, 2 bad
-//! configuration.
+//! configuration (a metrics address that cannot be listened on included),
+//! 64 an argument (it takes none: `--help`).
 #![forbid(unsafe_code)]
 
 use std::process::ExitCode;
 
 use seckill_common::start::{self, EXIT_CONFIG, EXIT_FAILURE};
 
+/// `seckill-worker --help`.
+const USAGE: &str = "\
+usage: seckill-worker
+
+A worker: takes order messages from every sale's reliable queue in Redis
+and writes the orders, the stock ledger and the stock to MySQL, one
+transaction per batch; also expires unpaid orders and applies payments. No
+arguments: it is configured by SECKILL_* environment variables (README,
+\"Configuration\"), chiefly SECKILL_REDIS_URL, SECKILL_MYSQL_URL,
+SECKILL_WORKER_ID (unique per worker) and SECKILL_WORKER_METRICS_LISTEN.
+Exit codes: 0 stopped by SIGTERM/SIGINT, 1 failed while running, 2 bad
+configuration or a port that cannot be listened on, 64 bad command line.";
+
 fn main() -> ExitCode {
+    if let Some(code) = start::command_line("seckill-worker", USAGE) {
+        return code;
+    }
     let started = match start::start(|| {}) {
         Ok(s) => s,
         Err(e) => return start::fail("seckill-worker", &e, e.exit_code()),
