@@ -214,8 +214,17 @@ pub fn show(config: &Config, id: u64) -> Res<u8> {
     };
     let orders = order_count(&mut db, id)?;
     let ledger = seckill_common::schema::ledger_deductions(&mut db, id)?;
+    // The order lifecycle (issue 13): the window, and every order by status
+    // (the `orders` line counts those holding a unit).
+    let window: Option<Option<u64>> =
+        db.exec_first("SELECT payment_window_ms FROM sales WHERE id = ?", (id,))?;
+    let by_status: Vec<(String, u64)> = db.exec(
+        "SELECT status, COUNT(*) FROM orders WHERE sale_id = ? GROUP BY status ORDER BY status",
+        (id,),
+    )?;
     let mut con = redis_con(config)?;
     let k = SaleKeys::new(id);
+    let released: u64 = con.hlen(k.released())?;
     let mut stock: Option<i64> = con.get(k.stock())?;
     let mut meta: HashMap<String, u64> = read_meta(&mut con, id)?;
     let paused: Option<String> = con.hget(k.meta(), "paused")?;
@@ -273,6 +282,21 @@ pub fn show(config: &Config, id: u64) -> Res<u8> {
         )?;
         writeln!(w, "ledger deductions {:<12} -", ledger)?;
         writeln!(w, "orders            {:<12} -", orders)?;
+        if let Some(ms) = window.flatten() {
+            writeln!(
+                w,
+                "payment window    {}",
+                humantime::format_duration(std::time::Duration::from_millis(ms))
+            )?;
+        }
+        if !by_status.is_empty() {
+            let list: Vec<String> = by_status
+                .iter()
+                .map(|(st, n)| format!("{st} {n}"))
+                .collect();
+            writeln!(w, "orders by status  {}", list.join(", "))?;
+        }
+        writeln!(w, "released units    -            {released}")?;
         writeln!(w, "reservations      -            {flows}")?;
         writeln!(w, "queued messages   -            {queued}")?;
         writeln!(w, "dead letters      -            {dead}")?;

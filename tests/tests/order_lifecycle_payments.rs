@@ -156,6 +156,31 @@ fn payments_apply_once_and_odd_ones_become_findings() {
         ]
         .map(|(a, b)| (a.to_string(), b.to_string()))
     );
+
+    // `sale show` tells the lifecycle: the window, the orders by status,
+    // the units released back in Redis.
+    let show = |id: u64| {
+        let (code, out) =
+            seckill_tests::reconciler(&redis, &db, &file, &["sale", "show", &id.to_string()]);
+        assert_eq!(code, 0, "{out}");
+        out
+    };
+    let out = show(sale);
+    for line in [
+        "payment window    1h",
+        "orders by status  paid 1, pending_payment 2",
+        "released units    -            0",
+    ] {
+        assert!(out.lines().any(|l| l == line), "{line:?} not in:\n{out}");
+    }
+    let out = show(late_sale);
+    for line in [
+        "payment window    1ms",
+        "orders by status  expired 1",
+        "released units    -            1",
+    ] {
+        assert!(out.lines().any(|l| l == line), "{line:?} not in:\n{out}");
+    }
 }
 
 /// The payment queue's dead letters (a message the workers cannot apply)
