@@ -159,6 +159,29 @@ impl Drop for Prometheus {
     }
 }
 
+/// `seckill-reconciler run` on the test's servers (grace 0), its review
+/// file in `review` and its metrics file in `metrics_dir`; its exit code.
+fn reconcile(
+    redis: &RedisServer,
+    db: &TestDb,
+    review: &TempDir,
+    metrics_dir: &TempDir,
+) -> Option<i32> {
+    seckill_tests::command("seckill-reconciler")
+        .env("SECKILL_REDIS_URL", redis.url())
+        .env("SECKILL_MYSQL_URL", db.url())
+        .env("SECKILL_REVIEW_DB", review.path().join("review.sqlite3"))
+        .env("SECKILL_RECONCILE_GRACE", "0s")
+        .env(
+            "SECKILL_RECONCILER_METRICS_FILE",
+            metrics_dir.path().join("seckill_reconciler.prom"),
+        )
+        .arg("run")
+        .status()
+        .expect("run seckill-reconciler")
+        .code()
+}
+
 /// A private node_exporter with only its textfile collector, over `dir`.
 struct NodeExporter {
     port: u16,
@@ -244,19 +267,11 @@ fn every_dashboard_and_rule_query_works_on_a_real_prometheus_and_a_dead_letter_f
     // private node_exporter's textfile collector (as in production).
     let metrics_dir = TempDir::new();
     let review = TempDir::new();
-    let ran = seckill_tests::command("seckill-reconciler")
-        .env("SECKILL_REDIS_URL", redis.url())
-        .env("SECKILL_MYSQL_URL", db.url())
-        .env("SECKILL_REVIEW_DB", review.path().join("review.sqlite3"))
-        .env("SECKILL_RECONCILE_GRACE", "0s")
-        .env(
-            "SECKILL_RECONCILER_METRICS_FILE",
-            metrics_dir.path().join("seckill_reconciler.prom"),
-        )
-        .arg("run")
-        .status()
-        .expect("run seckill-reconciler");
-    assert_eq!(ran.code(), Some(0), "a clean run");
+    assert_eq!(
+        reconcile(&redis, &db, &review, &metrics_dir),
+        Some(0),
+        "a clean run"
+    );
     let exporter = NodeExporter::start(metrics_dir.path());
     let p = Prometheus::start(g.port, w.metrics_port, exporter.port);
 
@@ -324,19 +339,11 @@ fn every_dashboard_and_rule_query_works_on_a_real_prometheus_and_a_dead_letter_f
         )
         .expect("insert an order");
     }
-    let ran = seckill_tests::command("seckill-reconciler")
-        .env("SECKILL_REDIS_URL", redis.url())
-        .env("SECKILL_MYSQL_URL", db.url())
-        .env("SECKILL_REVIEW_DB", review.path().join("review.sqlite3"))
-        .env("SECKILL_RECONCILE_GRACE", "0s")
-        .env(
-            "SECKILL_RECONCILER_METRICS_FILE",
-            metrics_dir.path().join("seckill_reconciler.prom"),
-        )
-        .arg("run")
-        .status()
-        .expect("run seckill-reconciler");
-    assert_eq!(ran.code(), Some(1), "open findings");
+    assert_eq!(
+        reconcile(&redis, &db, &review, &metrics_dir),
+        Some(1),
+        "open findings"
+    );
     wait_until(LONG, "SeckillOversold to fire", || {
         p.alerts()
             .contains(&("SeckillOversold".into(), "firing".into(), String::new()))

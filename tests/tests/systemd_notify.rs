@@ -56,6 +56,23 @@ fn exit_of(child: &mut Child) -> ExitStatus {
     }
 }
 
+/// A worker `id` on `redis` reporting to `notify` (its MySQL: the dead
+/// port `command` sets, unless the caller sets one).
+fn worker(redis: &RedisServer, notify: &NotifySocket, id: &str) -> std::process::Command {
+    let mut c = seckill_tests::command("seckill-worker");
+    c.env("SECKILL_REDIS_URL", redis.url())
+        .env("SECKILL_WORKER_ID", id)
+        .env("SECKILL_WORKER_BLOCK", "200ms")
+        .env(
+            "SECKILL_WORKER_METRICS_LISTEN",
+            format!("127.0.0.1:{}", free_port()),
+        )
+        .env("NOTIFY_SOCKET", &notify.path)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null());
+    c
+}
+
 /// How long a message that must come may take (a bound, not a measure).
 const MUST_COME: Duration = Duration::from_secs(20);
 
@@ -88,18 +105,8 @@ fn the_worker_is_ready_once_redis_and_mysql_answer_and_says_stopping_on_sigterm(
     let redis = RedisServer::start();
     let db = TestDb::create();
     let notify = NotifySocket::bind();
-    let mut worker = seckill_tests::command("seckill-worker")
-        .env("SECKILL_REDIS_URL", redis.url())
+    let mut worker = worker(&redis, &notify, "notify-w1")
         .env("SECKILL_MYSQL_URL", db.url())
-        .env("SECKILL_WORKER_ID", "notify-w1")
-        .env("SECKILL_WORKER_BLOCK", "200ms")
-        .env(
-            "SECKILL_WORKER_METRICS_LISTEN",
-            format!("127.0.0.1:{}", free_port()),
-        )
-        .env("NOTIFY_SOCKET", &notify.path)
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
         .spawn()
         .expect("start seckill-worker");
     assert_eq!(notify.next(MUST_COME).as_deref(), Some("READY=1"));
@@ -113,17 +120,8 @@ fn the_worker_is_ready_once_redis_and_mysql_answer_and_says_stopping_on_sigterm(
 fn the_worker_is_not_ready_while_mysql_is_down_and_stops_cleanly_on_sigterm() {
     let redis = RedisServer::start();
     let notify = NotifySocket::bind();
-    let mut worker = seckill_tests::command("seckill-worker")
-        .env("SECKILL_REDIS_URL", redis.url())
-        .env("SECKILL_WORKER_ID", "notify-w2")
+    let mut worker = worker(&redis, &notify, "notify-w2")
         .env("SECKILL_MYSQL_TIMEOUT", "1s")
-        .env(
-            "SECKILL_WORKER_METRICS_LISTEN",
-            format!("127.0.0.1:{}", free_port()),
-        )
-        .env("NOTIFY_SOCKET", &notify.path)
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
         .spawn()
         .expect("start seckill-worker");
     // SECKILL_MYSQL_URL is the dead port `command` sets.
