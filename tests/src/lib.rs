@@ -407,6 +407,15 @@ pub fn reconciler(
     )
 }
 
+/// Runs `seckill-reconciler run` ([`reconciler`]) and asserts it exits 0
+/// and leaves no finding at all, in any state.
+pub fn assert_reconciles_clean(redis: &impl cluster::TestRedis, db: &TestDb, review: &Path) {
+    let (code, out) = reconciler(redis, db, review, &["run"]);
+    assert_eq!(code, 0, "{out}");
+    let (_, out) = reconciler(redis, db, review, &["findings", "--state", "all", "--json"]);
+    assert_eq!(out.trim(), "[]", "no finding at all");
+}
+
 /// Inserts a sale into MySQL and loads it into Redis; returns its id.
 /// `starts_in_ms` may be negative (already open); the window lasts `len_ms`.
 pub fn create_sale(

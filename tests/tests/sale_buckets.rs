@@ -205,15 +205,7 @@ fn three_buckets_sell_exactly_300_units_to_1000_buyers_into_300_orders_one_each(
     ));
     assert_eq!(available, 0);
 
-    let (code, out) = seckill_tests::reconciler(&redis, &db, &path, &["run"]);
-    assert_eq!(code, 0, "{out}");
-    let (_, out) = seckill_tests::reconciler(
-        &redis,
-        &db,
-        &path,
-        &["findings", "--state", "all", "--json"],
-    );
-    assert_eq!(out.trim(), "[]", "no finding at all");
+    seckill_tests::assert_reconciles_clean(&redis, &db, &path);
 }
 
 #[test]
@@ -526,15 +518,7 @@ fn reconciling_while_two_movers_shuffle_units_finds_nothing_and_loses_no_unit() 
     let (taken, given) = moved(&mut con, sale, 3);
     assert_eq!(taken.iter().sum::<u64>(), moves);
     assert_eq!(given.iter().sum::<u64>(), moves);
-    let (code, out) = seckill_tests::reconciler(&redis, &db, &path, &["run"]);
-    assert_eq!(code, 0, "{out}");
-    let (_, out) = seckill_tests::reconciler(
-        &redis,
-        &db,
-        &path,
-        &["findings", "--state", "all", "--json"],
-    );
-    assert_eq!(out.trim(), "[]", "no finding at all");
+    seckill_tests::assert_reconciles_clean(&redis, &db, &path);
 }
 
 #[test]
