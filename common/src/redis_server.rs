@@ -91,11 +91,12 @@ fn info_field<'a>(info: &'a str, field: &str) -> Option<&'a str> {
 
 /// Checks the server at the other end of `con`, or every master of a
 /// cluster ([`check_node`] each): on a cluster, `aof` holds when every
-/// master has it, `rdb` when every master has save points.
+/// master has it, `rdb` when every master has save points. A master that
+/// does not accept a connection is left out (`Con::each_reachable_master`).
 ///
 /// Errors: those of [`check_node`], for the first master that fails.
 pub fn check(con: &mut Con) -> Result<Persistence, ServerError> {
-    let all = con.each_master(check_node)?;
+    let all = con.each_reachable_master(check_node)?;
     Ok(Persistence {
         aof: all.iter().all(|p| p.aof),
         rdb: all.iter().try_fold(true, |acc, p| p.rdb.map(|r| acc && r)),

@@ -164,6 +164,52 @@ impl Con {
         }
     }
 
+    /// [`Con::each_master`] over the masters that accept a connection: a
+    /// master that cannot be reached (killed, its replica not yet promoted)
+    /// is left out, as it costs only the commands of its own slots
+    /// (`SlotRouter::pipeline`), so a component connecting during a
+    /// failover still serves the other masters' sales.
+    ///
+    /// Errors: the slot map could not be read, no master accepted a
+    /// connection, or what `f` returns.
+    pub fn each_reachable_master<T, E: From<RedisError>>(
+        &mut self,
+        mut f: impl FnMut(&mut Connection) -> Result<T, E>,
+    ) -> Result<Vec<T>, E> {
+        match self {
+            Con::Single(c) => Ok(vec![f(c)?]),
+            Con::Cluster(c) => {
+                let masters = c.router.masters()?;
+                let mut out = Vec::with_capacity(masters.len());
+                let mut last = None;
+                for m in masters {
+                    match c.router.node(&m) {
+                        Ok(node) => out.push(f(node)?),
+                        Err(e) => {
+                            log::warn!("redis: master {m} not reached: {e}");
+                            last = Some(e);
+                        }
+                    }
+                }
+                match last {
+                    Some(e) if out.is_empty() => Err(e.into()),
+                    _ => Ok(out),
+                }
+            }
+        }
+    }
+
+    /// `SCRIPT LOAD`s `script` on the one Redis, or on every master of a
+    /// cluster that accepts a connection ([`Con::each_reachable_master`]:
+    /// a master down during a failover must not stop the others' sales;
+    /// its replica, once promoted, answers `NOSCRIPT` and gets it then).
+    ///
+    /// Errors: no master reached, or a master refused the script.
+    pub fn load_script(&mut self, script: &redis::Script) -> RedisResult<()> {
+        self.each_reachable_master(|c| script.prepare_invoke().load(c).map(|_| ()))
+            .map(|_| ())
+    }
+
     /// Sends `cmds` (each with the cluster slot of all its keys, see
     /// `slot_router::slot_of`; ignored on one Redis) as one pipeline per
     /// master and returns one reply per command in order, error replies as
@@ -172,8 +218,11 @@ impl Con {
     /// With `ack` (replicas, timeout) each master's pipeline ends with
     /// `WAIT` (`SECKILL_REDIS_REPLICAS_ACK`), see `SlotRouter::pipeline`.
     ///
-    /// Errors: a connection failed (on a cluster, commands sent to other
-    /// masters may have run: send only commands safe to repeat).
+    /// On a cluster a master that cannot be reached fails only its own
+    /// commands (`Replies::reached`).
+    ///
+    /// Errors: the connection failed (on a cluster: no command reached its
+    /// master; commands may have run: send only commands safe to repeat).
     pub fn pipeline_by_slot(
         &mut self,
         cmds: &[(u16, Cmd)],
@@ -198,6 +247,7 @@ impl Con {
                 };
                 Ok(Replies {
                     replicated: vec![acked; values.len()],
+                    reached: vec![true; values.len()],
                     values,
                 })
             }

@@ -150,9 +150,16 @@ impl SlotRouter {
     /// `ASK` sends it once with `ASKING` to the node named, for at most
     /// [`MAX_REDIRECTS`] rounds.
     ///
-    /// Errors: a master could not be reached or its connection broke (that
-    /// connection is dropped; commands already answered by other masters
-    /// ran, so a caller repeats only commands safe to repeat).
+    /// A master that cannot be reached, or whose connection breaks, fails
+    /// only its own commands (`reached[i]` false, value `Nil`; such a
+    /// command may still have run when the connection broke after the
+    /// write): the other masters' commands keep their replies, so a
+    /// failover costs only the purchases of the buckets on that master.
+    /// Its connection is dropped and the slot map read again next time.
+    ///
+    /// Errors: no command reached its master (every group failed, or the
+    /// slot map could not be read), so the caller may reconnect and send
+    /// again (commands may have run: send only commands safe to repeat).
     ///
     /// With `ack` (replicas, timeout), each master's pipeline ends with
     /// `WAIT replicas timeout_ms`, and `replicated[i]` says whether the
@@ -162,21 +169,32 @@ impl SlotRouter {
         cmds: &[(u16, Cmd)],
         ack: Option<(usize, Duration)>,
     ) -> RedisResult<Replies> {
-        if self.ranges.is_empty() {
-            self.refresh()?;
-        }
         let mut replies = vec![Value::Nil; cmds.len()];
         let mut replicated = vec![ack.is_none(); cmds.len()];
+        let mut reached = vec![false; cmds.len()];
+        let mut last_error = None;
         // (command index, Some(node) after ASK)
         let mut todo: Vec<(usize, Option<String>)> = (0..cmds.len()).map(|i| (i, None)).collect();
         for round in 0..=MAX_REDIRECTS {
+            if self.ranges.is_empty() {
+                // Cleared by a failed master in the previous round.
+                if let Err(e) = self.refresh() {
+                    last_error = Some(e);
+                    break;
+                }
+            }
             let mut groups: HashMap<(String, bool), Vec<usize>> = HashMap::new();
             for (i, ask) in &todo {
                 let key = match ask {
                     Some(node) => (node.clone(), true),
                     None => match self.master_of(cmds[*i].0) {
                         Some(m) => (m.to_string(), false),
-                        None => return Err(uncovered(cmds[*i].0)),
+                        None => {
+                            // No master serves the slot (a master lost
+                            // without a replica): this command only.
+                            last_error = Some(uncovered(cmds[*i].0));
+                            continue;
+                        }
                     },
                 };
                 groups.entry(key).or_default().push(*i);
@@ -198,12 +216,18 @@ impl SlotRouter {
                 let (got, acked) = match got {
                     Ok(v) => v,
                     Err(e) => {
+                        // This master's commands fail; the others go on.
                         self.nodes.remove(&addr);
                         self.ranges.clear();
-                        return Err(e);
+                        for &i in &idx {
+                            replicated[i] = false;
+                        }
+                        last_error = Some(e);
+                        continue;
                     }
                 };
                 for (&i, v) in idx.iter().zip(got) {
+                    reached[i] = true;
                     replicated[i] = acked;
                     match redirect(&v) {
                         Some((ServerErrorKind::Moved, _)) if round < MAX_REDIRECTS => {
@@ -220,14 +244,27 @@ impl SlotRouter {
             if next.is_empty() {
                 break;
             }
+            // A redirected command did not run: not reached until resent.
+            for (i, _) in &next {
+                reached[*i] = false;
+            }
             if moved {
-                self.refresh()?;
+                if let Err(e) = self.refresh() {
+                    last_error = Some(e);
+                    break;
+                }
             }
             todo = next;
+        }
+        if let Some(e) = last_error {
+            if !reached.iter().any(|&r| r) {
+                return Err(e);
+            }
         }
         Ok(Replies {
             values: replies,
             replicated,
+            reached,
         })
     }
 }
@@ -240,6 +277,9 @@ pub struct Replies {
     /// Per command: its master's `WAIT` was answered with at least the
     /// replicas asked for (always true without a `WAIT`).
     pub replicated: Vec<bool>,
+    /// Per command: its master answered it (false: that master could not
+    /// be reached or its connection broke; the value is `Nil`).
+    pub reached: Vec<bool>,
 }
 
 /// One pipeline on one connection: the commands' replies (without the

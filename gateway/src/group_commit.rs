@@ -218,6 +218,7 @@ fn run_batch(
                 return Ok(Replies {
                     values: Vec::new(),
                     replicated: Vec::new(),
+                    reached: Vec::new(),
                 });
             }
             con.pipeline_by_slot(p, ack)
@@ -233,8 +234,8 @@ fn run_batch(
         }
         metrics.pipelines.inc();
         metrics.pipelined.inc_by(todo.len() as u64);
-        let (replies, replicated) = match reply {
-            Ok(r) => (r.values, r.replicated),
+        let (replies, replicated, reached) = match reply {
+            Ok(r) => (r.values, r.replicated, r.reached),
             Err(Unavailable) => return results,
         };
         if replies.len() != todo.len() {
@@ -246,7 +247,18 @@ fn run_batch(
             return results;
         }
         let mut again = Vec::new();
-        for ((&i, v), &acked) in todo.iter().zip(replies.iter()).zip(&replicated) {
+        for (((&i, v), &acked), &answered) in todo
+            .iter()
+            .zip(replies.iter())
+            .zip(&replicated)
+            .zip(&reached)
+        {
+            if !answered {
+                // Its master is down (a failover): 503 for this purchase
+                // only, the other masters' purchases keep their outcomes.
+                metrics.redis_errors.inc();
+                continue;
+            }
             if let Value::ServerError(se) = v {
                 if se.kind() == Some(redis::ServerErrorKind::NoScript) && pass == 0 {
                     again.push(i);
@@ -275,10 +287,7 @@ fn run_batch(
         }
         if !again.is_empty() {
             log::warn!("redis: NOSCRIPT in a pipeline; loading the script again");
-            if link
-                .with(|con| reserve_script().prepare_invoke().load(con))
-                .is_err()
-            {
+            if link.with(|con| con.load_script(reserve_script())).is_err() {
                 return results;
             }
         }

@@ -76,7 +76,7 @@ impl Link {
             }
             Err(e) => return Err(e),
         }
-        seckill_common::reservation::reserve_script().load(&mut con)?;
+        con.load_script(seckill_common::reservation::reserve_script())?;
         Ok(con)
     }
 

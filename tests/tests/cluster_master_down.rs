@@ -1,0 +1,162 @@
+//! Specifies that a master going down costs only the purchases of the
+//! buckets it serves (issue 14: "gateways answer 503 for that bucket
+//! meanwhile"): on a real Redis Cluster, a sale split over 3 buckets, the
+//! master of one bucket killed with SIGKILL, and a crowd of that bucket's
+//! buyers and of the other buckets' buyers buying at once through one
+//! gateway whose one Redis thread puts both kinds in the same group
+//! commit. Every buyer of a bucket on a live master gets 202; the dead
+//! bucket's buyers get 503 until its replica takes over, then 202; the
+//! gateway recovers without a restart and the live buckets' stock is
+//! exactly their share less their 202s.
+
+#[path = "gateway_support.rs"]
+mod gateway_support;
+
+use gateway_support::{Client, Gateway};
+use redis::Commands;
+use seckill_common::buckets::{home_bucket, share};
+use seckill_common::keys::SaleKeys;
+use seckill_tests::cluster::{RedisCluster, TestRedis};
+use seckill_tests::{create_split_sale, TestDb};
+use std::collections::HashMap;
+use std::time::Duration;
+
+const BUCKETS: u32 = 3;
+const STOCK: u64 = 3_000;
+/// Buyers per side (the dead bucket's, the live buckets').
+const PER_SIDE: usize = 300;
+/// Client threads buying at once.
+const THREADS: usize = 8;
+
+/// The first `n` user ids `PREFIX-i` whose home bucket is in `buckets`.
+fn users_of(prefix: &str, buckets: &[u32], n: usize) -> Vec<String> {
+    (0..)
+        .map(|i| format!("{prefix}-{i}"))
+        .filter(|u| buckets.contains(&home_bucket(u, BUCKETS)))
+        .take(n)
+        .collect()
+}
+
+#[test]
+fn a_dead_master_fails_only_the_purchases_of_its_buckets() {
+    let mut cluster = RedisCluster::start();
+    let db = TestDb::create();
+    // A sale whose buckets are not all on one master (the slots of the
+    // hash tags decide; a later sale id gives other slots).
+    let (sale, masters) = (0..20)
+        .find_map(|_| {
+            let sale = create_split_sale(&db, &cluster, STOCK, -1000, 600_000, BUCKETS);
+            let masters: Vec<u16> = (0..BUCKETS)
+                .map(|b| {
+                    cluster
+                        .master_of(&SaleKeys::bucket(sale, b).stock())
+                        .unwrap()
+                })
+                .collect();
+            (masters.iter().any(|&m| m != masters[1])).then_some((sale, masters))
+        })
+        .expect("a sale whose buckets span two masters");
+    let dead = masters[1];
+    let dead_buckets: Vec<u32> = (0..BUCKETS)
+        .filter(|&b| masters[b as usize] == dead)
+        .collect();
+    let live_buckets: Vec<u32> = (0..BUCKETS)
+        .filter(|&b| masters[b as usize] != dead)
+        .collect();
+    let replica = cluster
+        .replica_of(&SaleKeys::bucket(sale, 1).stock())
+        .unwrap();
+    // One Redis thread: the two kinds of buyer share its pipelines.
+    let g = Gateway::start(
+        &cluster,
+        &[
+            ("SECKILL_GATEWAY_BUYER_RATE", "0"),
+            ("SECKILL_GATEWAY_REDIS_THREADS", "1"),
+        ],
+    );
+    let dead_users = users_of("down", &dead_buckets, PER_SIDE);
+    let live_users = users_of("up", &live_buckets, PER_SIDE);
+    // Interleaved, so that every pipeline holds both kinds.
+    let crowd: Vec<(bool, String)> = dead_users
+        .iter()
+        .zip(&live_users)
+        .flat_map(|(d, l)| [(false, d.clone()), (true, l.clone())])
+        .collect();
+
+    cluster.kill(dead);
+    let per_thread = crowd.len().div_ceil(THREADS);
+    let answers: Vec<(bool, String, u16, String)> = std::thread::scope(|s| {
+        let port = g.port;
+        let handles: Vec<_> = crowd
+            .chunks(per_thread)
+            .map(|part| {
+                s.spawn(move || {
+                    let mut c = Client::connect(port);
+                    part.iter()
+                        .map(|(live, u)| {
+                            let r = c.buy(sale, u);
+                            (*live, u.clone(), r.status, r.error())
+                        })
+                        .collect::<Vec<_>>()
+                })
+            })
+            .collect();
+        handles
+            .into_iter()
+            .flat_map(|h| h.join().expect("a client thread"))
+            .collect()
+    });
+
+    let mut live: HashMap<(u16, String), usize> = HashMap::new();
+    let mut down: HashMap<(u16, String), usize> = HashMap::new();
+    for (is_live, _, status, error) in &answers {
+        let side = if *is_live { &mut live } else { &mut down };
+        *side.entry((*status, error.clone())).or_default() += 1;
+    }
+    assert_eq!(
+        live,
+        HashMap::from([((202, String::new()), PER_SIDE)]),
+        "the live buckets' buyers (dead bucket's: {down:?})"
+    );
+    let down_503 = down
+        .get(&(503, "unavailable".to_string()))
+        .copied()
+        .unwrap_or(0);
+    let down_202 = down.get(&(202, String::new())).copied().unwrap_or(0);
+    assert_eq!(down_503 + down_202, PER_SIDE, "{down:?}");
+    assert!(
+        down_503 >= 1,
+        "the master was down while they bought: {down:?}"
+    );
+
+    // The replica takes over; the same gateway sells that bucket again.
+    cluster.wait_for("the replica to serve the dead bucket", || {
+        cluster.master_of(&SaleKeys::bucket(sale, 1).stock()) == Some(replica)
+    });
+    let late = users_of("late", &dead_buckets, 1);
+    let mut c = Client::connect(g.port);
+    let mut status = 0;
+    seckill_tests::wait_until(Duration::from_secs(10), "a 202 after the failover", || {
+        status = c.buy(sale, &late[0]).status;
+        status == 202
+    });
+
+    // The live buckets lost nothing and sold exactly their 202s.
+    let mut con = cluster.target_con();
+    let mut sold_by_bucket: HashMap<u32, u64> = HashMap::new();
+    for (is_live, u, status, _) in &answers {
+        if *is_live && *status == 202 {
+            *sold_by_bucket.entry(home_bucket(u, BUCKETS)).or_default() += 1;
+        }
+    }
+    for &b in &live_buckets {
+        let stock: i64 = con.get(SaleKeys::bucket(sale, b).stock()).unwrap();
+        let sold = sold_by_bucket.get(&b).copied().unwrap_or(0);
+        assert_eq!(
+            stock,
+            (share(STOCK, BUCKETS, b) - sold) as i64,
+            "bucket {b}"
+        );
+    }
+    eprintln!("dead bucket's buyers during the failover: {down:?}");
+}
