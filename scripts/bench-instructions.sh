@@ -11,7 +11,11 @@
 # answered sold-out from memory; then, on a gateway with SECKILL_AUTH=jwt,
 # the same purchase with a distinct HS256 and a distinct EdDSA token each.
 # Prints instructions per request of each kind and the ratios (target:
-# purchase <= 1.5 x health check). Machine load does not move these
+# purchase <= 1.5 x health check). Then the release worker under callgrind
+# drains the order messages those purchases queued, into a database
+# seckill_demo_bench_instructions (dropped before and after; the account of
+# scripts/test.sh), and its instructions per message are printed. Machine
+# load does not move these
 # figures (wall-clock benches do on 2 shared cores): they are the
 # regression guard quoted with every performance change.
 #
@@ -30,13 +34,24 @@ ensure_package redis-cli redis-tools
 N=${BENCH_REQUESTS:-2000}
 CONNS=4
 WARM=100
-cargo build --release -q -p seckill-gateway -p seckill-reconciler
+cargo build --release -q -p seckill-gateway -p seckill-reconciler -p seckill-worker
 TARGET=${CARGO_TARGET_DIR:-target}
 GW=${BENCH_GATEWAY:-$TARGET/release/seckill-gateway}
 RECONCILER=$TARGET/release/seckill-reconciler
 
 . scripts/lib/bench_redis.sh
-load_sale 1 1000000000
+. scripts/lib/private.sh
+# Sale 1 in MySQL too (its messages are the worker's phase), loaded into
+# the private Redis by `sale create`; sale 2 sold out, in Redis only.
+ensure_mysql_test_account   # exports SECKILL_TEST_MYSQL_URL
+DB=seckill_demo_bench_instructions
+export SECKILL_MYSQL_URL="${SECKILL_TEST_MYSQL_URL%/}/$DB"
+export SECKILL_REDIS_URL="redis://127.0.0.1:$RPORT/"
+# shellcheck disable=SC2046 # the client's arguments are separate words
+mysql_bench() { mariadb $(mysql_client_args "$SECKILL_TEST_MYSQL_URL") -N "$@"; }
+mysql_bench -e "DROP DATABASE IF EXISTS $DB"
+"$RECONCILER" migrate >/dev/null
+"$RECONCILER" sale create --sku bench --stock 100000000 --starts-at now --ends-at now+2h >/dev/null 2>&1
 load_sale 2 0
 
 start_gateway() { # NAME [KEY_FILE]
@@ -108,6 +123,37 @@ phase purchase_hs256 token:1 202 "$WORK/tokens-HS256.txt"
 phase purchase_eddsa token:1 202 "$WORK/tokens-EdDSA.txt"
 stop_gateway
 
+# The worker per message: the messages every purchase phase queued are
+# set aside, the release worker starts under callgrind on an empty queue,
+# its counters are zeroed, the messages come back, and the dump is taken
+# once MySQL holds every order (batches of SECKILL_WORKER_BATCH, default).
+WORKER=$TARGET/release/seckill-worker
+Q='seckill:{sale:1}:queue'
+M=$(rc LLEN "$Q")
+rc RENAME "$Q" 'seckill:{sale:1}:held' >/dev/null
+WPORT=$(free_port)
+SECKILL_WORKER_ID=instructions SECKILL_WORKER_METRICS_LISTEN=127.0.0.1:$WPORT RUST_LOG=warn \
+  valgrind --tool=callgrind --compress-strings=no --compress-pos=no \
+  --callgrind-out-file="$WORK/cg-worker.out" "$WORKER" 2>"$WORK/valgrind-worker.log" &
+W_PID=$!
+for _ in $(seq 600); do port_open 127.0.0.1 "$WPORT" && break; sleep 0.1; done
+sleep 2
+callgrind_control -z "$W_PID" >/dev/null 2>&1
+rc RENAME 'seckill:{sale:1}:held' "$Q" >/dev/null
+orders=0
+for _ in $(seq 1200); do
+  orders=$(mysql_bench -e "SELECT COUNT(*) FROM $DB.orders")
+  [ "$orders" -ge "$M" ] && break
+  sleep 0.1
+done
+callgrind_control -d "$W_PID" >/dev/null 2>&1
+CG_NAME=worker
+w_ir=$(last_dump_ir)
+kill -TERM "$W_PID"; wait "$W_PID" || true
+echo $(( w_ir / M )) >"$WORK/ir-worker"
+printf '%-36s %12d instructions per message   (%d messages, %d orders)\n' "worker" $(( w_ir / M )) "$M" "$orders"
+mysql_bench -e "DROP DATABASE IF EXISTS $DB"
+
 ir() { cat "$WORK/ir-$1"; }
 echo
 echo "ratios:"
@@ -118,4 +164,7 @@ awk -v h="$(ir healthz)" -v p="$(ir purchase)" -v s="$(ir sold_out)" \
   printf "  purchase HS256 / purchase none     %.2f\n", hs / p
   printf "  purchase EdDSA / purchase none     %.2f\n", ed / p
   printf "  token check, HS256 / EdDSA         %d / %d instructions\n", hs - p, ed - p
+}'
+awk -v w="$(ir worker)" -v p="$(ir purchase)" 'BEGIN {
+  printf "  worker per message / purchase      %.2f\n", w / p
 }'
