@@ -252,6 +252,9 @@ pub struct ReserveKeys {
     keys: [String; 6],
     /// Their lengths added up.
     bytes: usize,
+    /// Their Redis Cluster slot (they share one hash tag), computed once:
+    /// a group commit routes every purchase by it.
+    pub slot: u16,
 }
 
 impl ReserveKeys {
@@ -274,6 +277,7 @@ impl ReserveKeys {
             sale_id: k.sale_id,
             bucket: k,
             bytes: keys.iter().map(String::len).sum(),
+            slot: crate::slot_router::slot_of(&keys[1]),
             keys,
         }
     }

@@ -17,7 +17,6 @@ use seckill_common::keys::SaleKeys;
 use seckill_common::reservation::{
     call, own, parse, reserve_script, Replied, ReserveKeys, ReserveOutcome,
 };
-use seckill_common::slot_router::slot_of;
 use seckill_common::slot_router::Replies;
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
@@ -208,8 +207,9 @@ fn run_batch(
                             let held = keys.take().filter(|held| held.bucket == k);
                             let rk = held.unwrap_or_else(|| ReserveKeys::of(k));
                             let cmd = call(&rk, &j.user_id, &j.reservation_id);
+                            let slot = rk.slot;
                             *keys = Some(rk);
-                            (bucket_slot(k), cmd)
+                            (slot, cmd)
                         })
                         .collect()
                 })
@@ -296,10 +296,6 @@ fn run_batch(
     results
 }
 
-/// The cluster slot of every key of sale `sale_id` (its hash tag).
-fn bucket_slot(k: SaleKeys) -> u16 {
-    slot_of(&k.stock())
-}
 
 #[cfg(test)]
 mod tests {
