@@ -71,8 +71,13 @@ pub fn raise_split<Q: Queryable>(
     sale_id: u64,
     marks: &[(u32, u64, u64)],
 ) -> Result<(), mysql::Error> {
-    write_split(db, sale_id, marks, "GREATEST(seq_high, VALUES(seq_high))",
-        "GREATEST(checkpoint_high, VALUES(checkpoint_high))")
+    write_split(
+        db,
+        sale_id,
+        marks,
+        "GREATEST(seq_high, VALUES(seq_high))",
+        "GREATEST(checkpoint_high, VALUES(checkpoint_high))",
+    )
 }
 
 /// Sets the marks of buckets 1 and above to exactly the given values (the
@@ -84,7 +89,13 @@ pub fn set_split<Q: Queryable>(
     sale_id: u64,
     marks: &[(u32, u64, u64)],
 ) -> Result<(), mysql::Error> {
-    write_split(db, sale_id, marks, "VALUES(seq_high)", "VALUES(checkpoint_high)")
+    write_split(
+        db,
+        sale_id,
+        marks,
+        "VALUES(seq_high)",
+        "VALUES(checkpoint_high)",
+    )
 }
 
 fn write_split<Q: Queryable>(

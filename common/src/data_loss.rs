@@ -364,9 +364,10 @@ pub fn watch_sale<C: ConnectionLike, Q: Queryable>(
     {
         return Err(WatchError::UnexpectedReply(replies[0].state.clone()));
     }
-    let lost = replies.iter().zip(&all).any(|(r, m)| {
-        r.state == "behind" || (r.state == "absent" && !never_sold(m))
-    });
+    let lost = replies
+        .iter()
+        .zip(&all)
+        .any(|(r, m)| r.state == "behind" || (r.state == "absent" && !never_sold(m)));
     if lost {
         pause_buckets(con, db, sale_id, k, PauseReason::RedisDataLoss)?;
         return Ok(SaleState::LossDetected { gaps });

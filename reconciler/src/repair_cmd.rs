@@ -40,8 +40,8 @@ use crate::settle::Outcome;
 use mysql::prelude::Queryable;
 use redis::Commands;
 use seckill_common::data_loss;
-use seckill_common::order::OrderStatus;
 use seckill_common::keys::{self, SaleKeys};
+use seckill_common::order::OrderStatus;
 use seckill_common::redis_target::Con;
 use seckill_common::sale::Sale;
 use seckill_common::Config;
@@ -67,10 +67,7 @@ pub fn repair(config: &Config, args: &RepairArgs) -> Result<u8, RunError> {
         return Ok(2);
     };
     let mut redis = redis_connect(config)?;
-    let buckets = seckill_common::buckets::all(
-        id,
-        data_loss::bucket_count(&mut redis, &mut db, id).map_err(watch_error)?,
-    );
+    let buckets = seckill_common::buckets::all(id, buckets_of(&mut redis, &mut db, id)?);
     let mut paused_in_redis = false;
     for k in &buckets {
         paused_in_redis |= redis.hexists::<_, _, bool>(k.meta(), "paused")?;
@@ -133,7 +130,7 @@ fn rebuild(
 ) -> Result<Outcome, RunError> {
     let mark = started.mark();
     let id = sale.id;
-    let k = data_loss::bucket_count(con, db, id).map_err(watch_error)?;
+    let k = buckets_of(con, db, id)?;
     let keys = seckill_common::buckets::all(id, k);
     let workers: Vec<String> = con.smembers(keys::WORKERS)?;
     let mut held = 0usize;
@@ -279,23 +276,37 @@ fn rebuild(
         String::new()
     };
     Ok(Outcome::done(format!(
-        "repaired sale {id}: {} orders restored, {} released orders kept released, {} duplicate \
-         reservations released{listed}, {} reservations in flight kept, stock {}, sequence \
-         {}{per_bucket}; sale resumed",
+        "repaired sale {id}: {} orders restored, {} duplicate reservations released{listed}, \
+         {} released orders written released, {} reservations in flight kept, stock {}, \
+         sequence {}{per_bucket}; sale resumed",
         sum(|o| o.orders),
-        sum(|o| o.released_orders),
         duplicates.len(),
+        sum(|o| o.released_orders),
         sum(|o| o.in_flight),
         done.iter().map(|o| o.stock).sum::<i64>(),
         done.iter().map(|o| o.seq).sum::<u64>(),
     )))
 }
 
+/// How many buckets sale `id` has: what the watch knows
+/// (`data_loss::bucket_count`: bucket 0's meta, MySQL's marks) or, when
+/// more, one above the highest bucket Redis holds (bucket 0's meta, which
+/// holds K, may be what was lost before any mark was written).
+///
+/// Errors: Redis or MySQL failures.
+fn buckets_of(con: &mut Con, db: &mut mysql::Conn, id: u64) -> Result<u32, RunError> {
+    let known = data_loss::bucket_count(con, db, id).map_err(watch_error)?;
+    let present = seckill_common::buckets::highest_present(con, id)?.map_or(1, |b| b + 1);
+    Ok(known.max(present))
+}
+
 /// Every order of sale `id`, as the repair reads them.
 ///
 /// Errors: MySQL failures.
 fn read_orders(db: &mut mysql::Conn, id: u64) -> Result<Vec<OrderRow>, RunError> {
-    let rows: Vec<(String, String, Option<i64>, String, Option<i64>)> = db.exec(
+    // reservation id, user, reserved at ms, status, pay by ms
+    type Row = (String, String, Option<i64>, String, Option<i64>);
+    let rows: Vec<Row> = db.exec(
         "SELECT reservation_id, user_id, CAST(UNIX_TIMESTAMP(reserved_at) * 1000 AS SIGNED),
                 status, CAST(UNIX_TIMESTAMP(pay_by) * 1000 AS SIGNED)
          FROM orders WHERE sale_id = ?",
@@ -341,7 +352,11 @@ fn redis_marks(con: &mut Con, k: &SaleKeys) -> redis::RedisResult<(u64, Option<u
         num(&releases_now).unwrap_or(0).max(0) as u64,
     );
     let redis_ck = num(&ck).map(|c| c.max(0) as u64);
-    Ok((redis_seq, redis_ck, num(&moved_in).unwrap_or(0).max(0) as u64))
+    Ok((
+        redis_seq,
+        redis_ck,
+        num(&moved_in).unwrap_or(0).max(0) as u64,
+    ))
 }
 
 /// The meta field that holds the mark of the repair that last rebuilt the

@@ -119,23 +119,43 @@ pub fn match_books(books: &mut [Books], pipes: &mut [redis::Pipeline], keys: &[S
         for (tid, r) in &b.out {
             let d = r.peer as usize;
             if d < n && !books[d].inn.contains_key(tid) {
-                add_in.push((d, tid.clone(), Record { peer: s as u32, ..*r }));
+                add_in.push((
+                    d,
+                    tid.clone(),
+                    Record {
+                        peer: s as u32,
+                        ..*r
+                    },
+                ));
             }
         }
         for (tid, r) in &b.inn {
             let src = r.peer as usize;
             if src < n && !books[src].out.contains_key(tid) {
-                add_out.push((src, tid.clone(), Record { peer: s as u32, ..*r }));
+                add_out.push((
+                    src,
+                    tid.clone(),
+                    Record {
+                        peer: s as u32,
+                        ..*r
+                    },
+                ));
             }
         }
     }
     for (d, tid, r) in add_in {
-        let json = format!(r#"{{"from":{},"units":{},"at_ms":{}}}"#, r.peer, r.units, r.at_ms);
+        let json = format!(
+            r#"{{"from":{},"units":{},"at_ms":{}}}"#,
+            r.peer, r.units, r.at_ms
+        );
         pipes[d].hset(keys[d].transfers_in(), &tid, json).ignore();
         books[d].inn.insert(tid, r);
     }
     for (s, tid, r) in add_out {
-        let json = format!(r#"{{"to":{},"units":{},"at_ms":{}}}"#, r.peer, r.units, r.at_ms);
+        let json = format!(
+            r#"{{"to":{},"units":{},"at_ms":{}}}"#,
+            r.peer, r.units, r.at_ms
+        );
         pipes[s].hset(keys[s].transfers_out(), &tid, json).ignore();
         books[s].out.insert(tid, r);
     }

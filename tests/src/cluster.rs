@@ -86,7 +86,11 @@ impl RedisCluster {
                     "always",
                 ])
                 .args(["--daemonize", "no", "--loglevel", "warning"])
-                .args(options.iter().flat_map(|(k, v)| [format!("--{k}"), v.to_string()]))
+                .args(
+                    options
+                        .iter()
+                        .flat_map(|(k, v)| [format!("--{k}"), v.to_string()]),
+                )
                 .stdout(Stdio::null())
                 .stderr(Stdio::null())
                 .spawn()

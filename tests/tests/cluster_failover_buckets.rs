@@ -65,7 +65,9 @@ impl Buyer {
     }
     fn buy(&mut self, sale: u64, u: &str) -> Answer {
         let r: Resp = self.c.buy(sale, u);
-        if r.header("connection").is_some_and(|v| v.eq_ignore_ascii_case("close")) {
+        if r.header("connection")
+            .is_some_and(|v| v.eq_ignore_ascii_case("close"))
+        {
             self.c = Client::connect(self.port);
         }
         let j: serde_json::Value = serde_json::from_str(&r.body).unwrap_or_default();
@@ -154,8 +156,17 @@ fn a_killed_master_of_a_split_sale_pauses_it_every_lost_order_is_found_and_the_r
     let _w2 = WorkerProc::start(&cluster, &db, "w2", &Opts::default());
     let users: Vec<String> = (0..BUYERS).map(user).collect();
 
-    let (a1, rest) = crowd(g.port, sale, &users[..BEFORE], false, Duration::from_secs(60));
-    assert!(rest.is_empty() && a1.iter().all(|a| a.status == 202), "{a1:?}");
+    let (a1, rest) = crowd(
+        g.port,
+        sale,
+        &users[..BEFORE],
+        false,
+        Duration::from_secs(60),
+    );
+    assert!(
+        rest.is_empty() && a1.iter().all(|a| a.status == 202),
+        "{a1:?}"
+    );
     let mut holders = wins(&a1);
     wait_orders(&db, sale, BEFORE as i64, Duration::from_secs(60));
     let mut m = redis::Client::open(format!("redis://127.0.0.1:{master}/"))
@@ -174,7 +185,10 @@ fn a_killed_master_of_a_split_sale_pauses_it_every_lost_order_is_found_and_the_r
         .unwrap();
     let cut = &users[BEFORE..BEFORE + CUT];
     let (a2, rest) = crowd(g.port, sale, cut, false, Duration::from_secs(60));
-    assert!(rest.is_empty() && a2.iter().all(|a| a.status == 202), "{a2:?}");
+    assert!(
+        rest.is_empty() && a2.iter().all(|a| a.status == 202),
+        "{a2:?}"
+    );
     let cut_wins = wins(&a2);
     let expected_lost: BTreeSet<String> = cut_wins
         .iter()
@@ -250,7 +264,10 @@ fn a_killed_master_of_a_split_sale_pauses_it_every_lost_order_is_found_and_the_r
         .collect();
     assert_eq!(loss.len(), 1, "{listed}");
     let behind = loss[0]["evidence"]["buckets_behind"].as_array().unwrap();
-    let named: BTreeSet<u32> = behind.iter().map(|b| b["bucket"].as_u64().unwrap() as u32).collect();
+    let named: BTreeSet<u32> = behind
+        .iter()
+        .map(|b| b["bucket"].as_u64().unwrap() as u32)
+        .collect();
     assert_eq!(named, lost, "{listed}");
     let found: BTreeSet<String> = behind
         .iter()
@@ -281,7 +298,10 @@ fn a_killed_master_of_a_split_sale_pauses_it_every_lost_order_is_found_and_the_r
     // holder's retry is 409 with their own id.
     let (a4, rest) = crowd(g.port, sale, &waiting, false, Duration::from_secs(120));
     assert!(rest.is_empty());
-    assert!(a4.iter().all(|a| matches!(a.status, 202 | 409 | 410 | 503)), "{a4:?}");
+    assert!(
+        a4.iter().all(|a| matches!(a.status, 202 | 409 | 410 | 503)),
+        "{a4:?}"
+    );
     holders.extend(wins(&a3));
     holders.extend(wins(&a4));
     wait_orders(&db, sale, STOCK as i64, Duration::from_secs(120));
@@ -297,7 +317,11 @@ fn a_killed_master_of_a_split_sale_pauses_it_every_lost_order_is_found_and_the_r
     };
     for (u, rid) in &mine {
         let a = b.buy(sale, u);
-        assert_eq!((a.status, a.rid.as_deref()), (409, Some(rid.as_str())), "{u}");
+        assert_eq!(
+            (a.status, a.rid.as_deref()),
+            (409, Some(rid.as_str())),
+            "{u}"
+        );
     }
     let holder_orders = mine
         .iter()
@@ -317,7 +341,9 @@ fn a_killed_master_of_a_split_sale_pauses_it_every_lost_order_is_found_and_the_r
         STOCK as i64
     );
     assert_eq!(
-        db.count(&format!("SELECT available_stock FROM sales WHERE id = {sale}")),
+        db.count(&format!(
+            "SELECT available_stock FROM sales WHERE id = {sale}"
+        )),
         0
     );
     let mut con = cluster.target_con();

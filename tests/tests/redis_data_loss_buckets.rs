@@ -46,7 +46,10 @@ fn buy_all(c: &mut Client, sale: u64, users: &[String]) -> HashMap<String, Strin
         .map(|u| {
             let r = c.buy(sale, u);
             assert_eq!(r.status, 202, "{u}: {r:?}");
-            (u.clone(), r.json()["reservation_id"].as_str().unwrap().to_string())
+            (
+                u.clone(),
+                r.json()["reservation_id"].as_str().unwrap().to_string(),
+            )
         })
         .collect()
 }
@@ -78,7 +81,11 @@ fn books_balance(con: &mut redis::Connection, sale: u64) {
         let sum = |con: &mut redis::Connection, key: String| -> i64 {
             let recs: HashMap<String, String> = con.hgetall(key).unwrap();
             recs.values()
-                .map(|r| serde_json::from_str::<serde_json::Value>(r).unwrap()["units"].as_i64().unwrap())
+                .map(|r| {
+                    serde_json::from_str::<serde_json::Value>(r).unwrap()["units"]
+                        .as_i64()
+                        .unwrap()
+                })
                 .sum()
         };
         let (share, total): (i64, i64) = redis::cmd("HMGET")
@@ -118,7 +125,10 @@ fn a_bucket_put_back_to_an_older_copy_pauses_the_whole_sale_and_the_repair_rebui
     let lost_buyers = users_of(2, 80, 60);
     let lost = buy_all(&mut c, sale, &lost_buyers);
     let moved_in: i64 = con.hget(k2.meta(), "moved_in").unwrap();
-    assert!(moved_in >= 40, "bucket 2 pulled the 40 units it lacked: {moved_in}");
+    assert!(
+        moved_in >= 40,
+        "bucket 2 pulled the 40 units it lacked: {moved_in}"
+    );
     holders.extend(lost.clone());
     wait_orders(&db, sale, 140, LONG);
     seckill_tests::wait_until(LONG, "bucket 2's mark at 140", || mark(&db, sale, 2) == 140);
@@ -147,7 +157,11 @@ fn a_bucket_put_back_to_an_older_copy_pauses_the_whole_sale_and_the_repair_rebui
     for b in 0..K {
         let u = &users_of(b, 500, 1)[0];
         let r = c.buy(sale, u);
-        assert_eq!((r.status, r.error().as_str()), (503, "sale_paused"), "bucket {b}");
+        assert_eq!(
+            (r.status, r.error().as_str()),
+            (503, "sale_paused"),
+            "bucket {b}"
+        );
     }
 
     let (code, out) = seckill_tests::reconciler(&redis, &db, &review, &["run"]);
@@ -195,13 +209,23 @@ fn a_bucket_put_back_to_an_older_copy_pauses_the_whole_sale_and_the_repair_rebui
         &review,
         &["sale", "repair", &sale.to_string(), "--by", "tester"],
     );
-    assert_eq!((code, again.trim()), (0, format!("sale {sale} is not paused; nothing to repair").as_str()));
+    assert_eq!(
+        (code, again.trim()),
+        (
+            0,
+            format!("sale {sale} is not paused; nothing to repair").as_str()
+        )
+    );
     let fresh = dir.path().join("after-repair.sqlite3");
     seckill_tests::assert_reconciles_clean(&redis, &db, &fresh);
 
     for (u, rid) in &holders {
         let r = c.buy(sale, u);
-        assert_eq!((r.status, r.json()["reservation_id"].as_str()), (409, Some(rid.as_str())), "{u}");
+        assert_eq!(
+            (r.status, r.json()["reservation_id"].as_str()),
+            (409, Some(rid.as_str())),
+            "{u}"
+        );
     }
     let mut sold = 0;
     for i in 0..400 {
@@ -216,10 +240,17 @@ fn a_bucket_put_back_to_an_older_copy_pauses_the_whole_sale_and_the_repair_rebui
     assert_eq!(sold, 160);
     wait_orders(&db, sale, 300, LONG);
     assert_eq!(
-        db.count(&format!("SELECT COUNT(DISTINCT user_id) FROM orders WHERE sale_id = {sale}")),
+        db.count(&format!(
+            "SELECT COUNT(DISTINCT user_id) FROM orders WHERE sale_id = {sale}"
+        )),
         300
     );
-    assert_eq!(db.count(&format!("SELECT available_stock FROM sales WHERE id = {sale}")), 0);
+    assert_eq!(
+        db.count(&format!(
+            "SELECT available_stock FROM sales WHERE id = {sale}"
+        )),
+        0
+    );
     books_balance(&mut con, sale);
     // The repair is in the audit log once, started and done.
     let review = rusqlite::Connection::open(&review).unwrap();

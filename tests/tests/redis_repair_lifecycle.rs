@@ -75,7 +75,10 @@ fn a_repair_keeps_released_paid_and_pending_orders_as_mysql_has_them() {
         },
     )
     .unwrap();
-    assert_eq!(paid, lifecycle::Paid::Applied(lifecycle::PaymentOutcome::Paid));
+    assert_eq!(
+        paid,
+        lifecycle::Paid::Applied(lifecycle::PaymentOutcome::Paid)
+    );
     assert_eq!(status_count(&db, sale, "expired"), 3);
 
     // Redis loses everything of the sale but its meta and stock.

@@ -53,7 +53,7 @@ fn migrating_twice_changes_nothing() {
         "schema is current; nothing to apply"
     );
     assert_eq!(before, schema_fingerprint(&db));
-    assert_eq!(db.count("SELECT COUNT(*) FROM schema_migrations"), 3);
+    assert_eq!(db.count("SELECT COUNT(*) FROM schema_migrations"), 4);
 }
 
 #[test]

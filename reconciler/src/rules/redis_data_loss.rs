@@ -14,11 +14,11 @@ use crate::error::RunError;
 use crate::review::findings::{Kind, Observation};
 use crate::rules::obs;
 use mysql::prelude::Queryable;
-use seckill_common::data_loss::{self, SaleState};
-use seckill_common::redis_target::Con;
 use redis::Commands;
 use seckill_common::buckets;
+use seckill_common::data_loss::{self, SaleState};
 use seckill_common::keys::SaleKeys;
+use seckill_common::redis_target::Con;
 use serde_json::json;
 use std::collections::HashSet;
 
