@@ -4,17 +4,17 @@
 //! before the pause, and resumes the sale.
 //!
 //! MySQL is the system of record. For every order: the buyer's mark, the
-//! flow record (the order message rebuilt from the row) and the
-//! order's status. A flow record Redis holds without an order is kept when it is
+//! flow record (the order message rebuilt from the row) and the order's
+//! status. A flow record Redis holds without an order is kept when it is
 //! still on its way (queued; the worker will apply it), and released when
 //! its user already holds an order of another reservation (a duplicate made
 //! between the loss and the pause): flow record removed, status `failed`,
 //! message taken off the queue, its dead letters archived with this action
-//! (`dead_letter_archive.rs`, as for a rollback). Stock = total −
-//! orders holding a unit − reservations kept in flight; the sequence = the larger of Redis's
-//! and MySQL's mark. All Redis writes of a bucket are one `MULTI`. Refused (nothing
-//! written, exit 1) while a worker holds messages of the sale in its
-//! processing list: run it again when they are settled.
+//! (`dead_letter_archive.rs`, as for a rollback). Stock = total − orders
+//! holding a unit − reservations kept in flight; the sequence = the larger
+//! of Redis's and MySQL's mark. All Redis writes of a bucket are one
+//! `MULTI`. Refused (nothing written, exit 1) while a worker holds messages
+//! of the sale in its processing list: run it again when they are settled.
 //!
 //! A split sale is rebuilt bucket by bucket (`repair_rebuild.rs`: each
 //! order in its buyer's home bucket, each bucket's books matched with its
@@ -131,10 +131,10 @@ fn rebuild(
     let mark = started.mark();
     let id = sale.id;
     let k = buckets_of(con, db, id)?;
-    let keys = seckill_common::buckets::all(id, k);
+    let bucket_keys = seckill_common::buckets::all(id, k);
     let workers: Vec<String> = con.smembers(keys::WORKERS)?;
     let mut held = 0usize;
-    for b in &keys {
+    for b in &bucket_keys {
         for w in &workers {
             held += con.llen::<_, usize>(b.processing(w))?;
         }
@@ -156,7 +156,7 @@ fn rebuild(
             .into_iter()
             .map(|m| (m.seq_high, m.checkpoint_high)),
     );
-    let mut pipes: Vec<redis::Pipeline> = keys
+    let mut pipes: Vec<redis::Pipeline> = bucket_keys
         .iter()
         .map(|_| {
             let mut p = redis::pipe();
@@ -164,10 +164,10 @@ fn rebuild(
             p
         })
         .collect();
-    let mut books = repair_rebuild::read_books(con, &keys)?;
-    repair_rebuild::match_books(&mut books, &mut pipes, &keys);
-    let mut done: Vec<BucketRepair> = Vec::with_capacity(keys.len());
-    for (b, bk) in keys.iter().enumerate() {
+    let mut books = repair_rebuild::read_books(con, &bucket_keys)?;
+    repair_rebuild::match_books(&mut books, &mut pipes, &bucket_keys);
+    let mut done: Vec<BucketRepair> = Vec::with_capacity(bucket_keys.len());
+    for (b, bk) in bucket_keys.iter().enumerate() {
         let homed: Vec<&OrderRow> = orders
             .iter()
             .filter(|o| seckill_common::buckets::home_bucket(&o.user, k) as usize == b)
@@ -252,7 +252,7 @@ fn rebuild(
         at: &at,
     };
     let mut duplicates: Vec<String> = Vec::new();
-    for (bk, out) in keys.iter().zip(&done) {
+    for (bk, out) in bucket_keys.iter().zip(&done) {
         for rid in &out.duplicates {
             archive_entries_in(con, *bk, rid, &by)?;
         }

@@ -13,7 +13,8 @@
 //!   status, and the buyer's mark only when the sale does not let a
 //!   released buyer buy again; the unit counts back in stock;
 //! - a flow record without an order: kept (in flight) unless its user holds
-//!   an order of another reservation (a duplicate: released).
+//!   an order of another reservation, or had one released in a sale that
+//!   does not let them buy again (a duplicate: released).
 //!
 //! Books: a transfer recorded on one side only (the other side's master
 //! lost it, or it was left open) is written on the other side, so each
@@ -208,6 +209,13 @@ pub fn restore(
         .filter(|o| !o.status.is_released())
         .map(|o| o.user.as_str())
         .collect();
+    // Who may not reserve again: a buyer holding a unit, and a released
+    // buyer when the sale does not let them buy again.
+    let barred: HashSet<&str> = orders
+        .iter()
+        .filter(|o| !rebuy || !o.status.is_released())
+        .map(|o| o.user.as_str())
+        .collect();
     let mut out = BucketRepair::default();
     let message = |o: &OrderRow| {
         now.flows
@@ -272,8 +280,9 @@ pub fn restore(
         let user = OrderMessage::parse(raw.as_bytes())
             .map(|m| m.user_id)
             .unwrap_or_default();
-        if live.contains(user.as_str()) {
-            // A duplicate: its user holds an order of another reservation.
+        if barred.contains(user.as_str()) {
+            // A duplicate: its user holds an order of another reservation
+            // (or had one released in a sale without buying again).
             pipe.hdel(k.flow(), rid).ignore();
             pipe.hset(k.status(), rid, PurchaseStatus::Failed.as_str())
                 .ignore();

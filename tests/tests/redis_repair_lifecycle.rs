@@ -1,9 +1,11 @@
 //! Specifies `sale repair` on a sale with a payment window (issue 14, the
 //! repair made lifecycle-aware): of 10 orders, 3 expired (their units back
 //! on sale), 1 paid, 6 pending; Redis then loses the sale's flow records,
-//! buyer marks, statuses and released records; the watch pauses the sale
-//! and the repair rebuilds it from MySQL: stock 3 (the released units count
-//! back in), the released orders' flow records in `released` with their
+//! buyer marks, statuses and released records, and a buyer whose order
+//! expired reserves again (the sale does not allow it: its mark was lost);
+//! the reconciler's watch pauses the sale and the repair rebuilds it from
+//! MySQL: that reservation released as a duplicate, stock 3 (the released
+//! units count back in), the released orders' flow records in `released` with their
 //! status, `paid` and `pending_payment` kept, every buyer marked (the sale
 //! does not let a released buyer buy again). Three new buyers then buy the
 //! 3 units and the sale is sold out. The repair before this change wrote
@@ -81,16 +83,21 @@ fn a_repair_keeps_released_paid_and_pending_orders_as_mysql_has_them() {
     );
     assert_eq!(status_count(&db, sale, "expired"), 3);
 
-    // Redis loses everything of the sale but its meta and stock.
+    // Redis loses everything of the sale but its meta and stock, with no
+    // worker watching: u0, whose order expired, reserves again (its mark
+    // was lost; the sale does not let a released buyer buy again).
+    drop(w);
     for key in [k.flow(), k.buyers(), k.status(), k.released(), k.pay_by()] {
         con.del::<_, ()>(key).unwrap();
     }
-    seckill_tests::wait_until(LONG, "the watch to pause the sale", || {
-        con.hexists::<_, _, bool>(k.meta(), "paused").unwrap()
-    });
-    drop(w);
+    let slipped = match reserve(&mut con, sale, "u0").unwrap() {
+        ReserveOutcome::Reserved(rid) => rid,
+        other => panic!("{other:?}"),
+    };
+    // The reconciler's own watch finds the loss and pauses the sale.
     let (code, out) = seckill_tests::reconciler(&redis, &db, &review, &["run"]);
     assert_eq!(code, 1, "{out}");
+    assert!(con.hexists::<_, _, bool>(k.meta(), "paused").unwrap());
     let (code, out) = seckill_tests::reconciler(
         &redis,
         &db,
@@ -107,8 +114,10 @@ fn a_repair_keeps_released_paid_and_pending_orders_as_mysql_has_them() {
     }
     assert_eq!(
         by_word,
-        HashMap::from([("expired", 3), ("paid", 1), ("pending_payment", 6)])
+        HashMap::from([("expired", 3), ("paid", 1), ("pending_payment", 6), ("failed", 1)])
     );
+    assert_eq!(statuses[&slipped], "failed", "u0's second reservation released");
+    assert!(out.contains("1 duplicate reservations released"), "{out}");
     assert_eq!(statuses[&paid_rid], "paid");
     let released: Vec<String> = con.hkeys(k.released()).unwrap();
     let flows: Vec<String> = con.hkeys(k.flow()).unwrap();

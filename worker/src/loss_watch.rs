@@ -13,7 +13,8 @@
 //! Sales watched: every sale MySQL has whose window has not been closed for
 //! a minute, read from MySQL (a Redis that lost everything has lost its
 //! sales set too; a closed sale cannot sell again). Each costs one MySQL
-//! write per pass per worker (the checkpoint).
+//! write per pass per worker (the checkpoints) and two reads (the marks,
+//! and how many buckets they cover), plus one script per bucket.
 
 use crate::links::Links;
 use crate::metrics::Metrics;
