@@ -114,9 +114,17 @@ fn a_repair_keeps_released_paid_and_pending_orders_as_mysql_has_them() {
     }
     assert_eq!(
         by_word,
-        HashMap::from([("expired", 3), ("paid", 1), ("pending_payment", 6), ("failed", 1)])
+        HashMap::from([
+            ("expired", 3),
+            ("paid", 1),
+            ("pending_payment", 6),
+            ("failed", 1)
+        ])
     );
-    assert_eq!(statuses[&slipped], "failed", "u0's second reservation released");
+    assert_eq!(
+        statuses[&slipped], "failed",
+        "u0's second reservation released"
+    );
     assert!(out.contains("1 duplicate reservations released"), "{out}");
     assert_eq!(statuses[&paid_rid], "paid");
     let released: Vec<String> = con.hkeys(k.released()).unwrap();
