@@ -73,20 +73,32 @@ pub fn count<C: ConnectionLike>(con: &mut C, sale_id: u64) -> redis::RedisResult
 
 /// Whether any bucket other than bucket 0 of `sale_id` is in Redis (its
 /// meta or stock): the sale was split, whatever bucket 0 says (bucket 0
-/// may be the one Redis lost). Reads buckets 1 to [`MAX_BUCKETS`] − 1
-/// (two `EXISTS` each); for the operator's commands, not a purchase.
+/// may be the one Redis lost). See [`highest_present`].
 ///
 /// Errors: Redis failures.
 pub fn split_elsewhere<C: ConnectionLike>(con: &mut C, sale_id: u64) -> redis::RedisResult<bool> {
-    for b in 1..MAX_BUCKETS {
+    Ok(highest_present(con, sale_id)?.is_some())
+}
+
+/// The highest bucket above 0 of `sale_id` that Redis holds (its meta or
+/// stock), `None` when none: reads buckets [`MAX_BUCKETS`] − 1 down to 1
+/// (two `EXISTS` each, until one is found); for the operator's commands,
+/// not a purchase.
+///
+/// Errors: Redis failures.
+pub fn highest_present<C: ConnectionLike>(
+    con: &mut C,
+    sale_id: u64,
+) -> redis::RedisResult<Option<u32>> {
+    for b in (1..MAX_BUCKETS).rev() {
         let k = SaleKeys::bucket(sale_id, b);
         let n: u32 = redis::cmd("EXISTS").arg(k.meta()).query(con)?;
         let m: u32 = redis::cmd("EXISTS").arg(k.stock()).query(con)?;
         if n + m > 0 {
-            return Ok(true);
+            return Ok(Some(b));
         }
     }
-    Ok(false)
+    Ok(None)
 }
 
 /// The keys of every bucket of each sale in `sales` (one [`count`] each;

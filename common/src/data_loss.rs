@@ -25,6 +25,16 @@
 //! counter is gone, and one holding fewer buyer marks or flow records than
 //! units taken (one key lost alone: its winners could buy twice).
 //!
+//! A split sale (`buckets.rs`) has these marks per bucket (bucket 0's in
+//! `sale_redis_state`, the others' in `sale_bucket_marks`,
+//! `bucket_marks.rs`), each bucket compared with its own, but **one pause
+//! per sale**: a loss in any bucket pauses every bucket (the `paused` field
+//! in each bucket's meta), so the gateways refuse the whole sale, the
+//! workers take none of its buckets' messages, and `sale repair` rebuilds
+//! all buckets at once. A bucket alone could not be kept selling safely:
+//! its transfers with the lost bucket are on both sides' books, and a
+//! lost buyer's second purchase is only seen against MySQL by the repair.
+//!
 //! Window: purchases can still slip through between the restart and the
 //! first check after it (at most [`WATCH_EVERY`] plus one Redis reconnect of
 //! the worker; measured in `tests/tests/redis_data_loss.rs`). Each is a
@@ -34,6 +44,7 @@
 //! reconciler's `order_without_flow` rule reports those, and the
 //! `orders_sale_user` key keeps a user from a second order.
 
+use crate::bucket_marks::BucketMarks;
 use mysql::prelude::Queryable;
 use redis::ConnectionLike;
 use std::fmt;
@@ -65,28 +76,45 @@ impl PauseReason {
     }
 }
 
-/// What one comparison of a sale found.
+/// A bucket found behind its marks (or gone), for the evidence.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Gap {
+    /// The bucket (0 for a sale of one bucket).
+    pub bucket: u32,
+    /// Its reservation sequence in Redis now (0: the bucket is gone).
+    pub redis_seq: u64,
+    /// Its sequence mark in MySQL.
+    pub seq_high: u64,
+    /// Its checkpoint in Redis now.
+    pub checkpoint: u64,
+    /// Its checkpoint mark in MySQL.
+    pub checkpoint_high: u64,
+}
+
+/// What one comparison of a sale found.
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub enum SaleState {
-    /// Redis is at or beyond both marks; the checkpoint was raised.
+    /// Every bucket is at or beyond both its marks; the checkpoints were
+    /// raised.
     Consistent {
-        /// Redis's reservation sequence now.
+        /// The sum of the buckets' reservation sequences now.
         redis_seq: u64,
     },
     /// The sale is not in Redis and MySQL has no mark for it (never sold).
     Absent,
-    /// Redis is behind a mark (or lost the sale): it lost data. The sale
-    /// was paused now.
+    /// A bucket is behind a mark (or lost the sale): Redis lost data. The
+    /// whole sale was paused now.
     LossDetected {
-        /// Redis's reservation sequence now (0: the sale is gone).
-        redis_seq: u64,
-        /// The sequence mark in MySQL.
-        seq_high: u64,
+        /// The buckets behind (at least one), in order.
+        gaps: Vec<Gap>,
     },
-    /// The sale was already paused (the pause re-asserted in Redis).
+    /// The sale was already paused (the pause re-asserted in every bucket).
     Paused {
         /// Why.
         reason: PauseReason,
+        /// The buckets still behind their marks (what the repair rebuilds),
+        /// in order.
+        gaps: Vec<Gap>,
     },
 }
 
@@ -155,29 +183,33 @@ pub fn mysql_state<Q: Queryable>(db: &mut Q, sale_id: u64) -> Result<Marks, mysq
         .unwrap_or_default())
 }
 
-/// The watch script. `KEYS`: the sale's meta hash, stock counter, buyers
-/// and flow records; `ARGV`: MySQL's sequence mark and checkpoint mark.
-/// Replies `{state, seq, checkpoint}` with `seq` the reservation sequence
-/// (`reservation::sequence`):
+/// The watch script, run on one bucket. `KEYS`: the bucket's meta hash,
+/// stock counter, buyers and flow records; `ARGV`: the bucket's sequence
+/// mark and checkpoint mark in MySQL. Replies `{state, seq, checkpoint,
+/// verdict}` with `seq` the bucket's reservation sequence
+/// (`reservation::sequence`) and `verdict` `behind` or `ok` (what `state`
+/// would be without a pause):
 /// - `absent`: no meta hash, or a meta hash without its stock counter (the
 ///   counter was lost);
-/// - `paused`: meta field `paused` set;
+/// - `paused`: meta field `paused` set (nothing written; the verdict tells
+///   whether the bucket is still behind, for the evidence);
 /// - `behind`: Redis is below a mark, or holds fewer buyer marks or flow
 ///   records than units taken (`total − stock`: every unit held has both,
 ///   so fewer means those keys lost writes); nothing written;
 /// - `ok`, after raising the checkpoint to one above the larger of Redis's
 ///   and MySQL's (never down).
 ///
-/// Error replies (nothing written, the sale's marks do not move): a key of
-/// the wrong type, a stock, `total_stock`, `releases` or `checkpoint` that
-/// is not an integer.
+/// Error replies (nothing written, the marks do not move): a key of the
+/// wrong type; in a bucket not paused, a stock, `total_stock`, `releases`
+/// or `checkpoint` that is not an integer.
 pub const WATCH_LUA: &str = concat!(
     crate::lua_expect_types!(),
     r#"
 local bad = expect_types({KEYS[1], 'hash', KEYS[2], 'string', KEYS[3], 'hash', KEYS[4], 'hash'})
 if bad then return bad end
-if redis.call('EXISTS', KEYS[1]) == 0 then return {'absent', '0', '0'} end
+if redis.call('EXISTS', KEYS[1]) == 0 then return {'absent', '0', '0', 'behind'} end
 local m = redis.call('HMGET', KEYS[1], 'total_stock', 'releases', 'checkpoint', 'paused')
+local paused = m[4]
 local function int(v, what)
   if v == false or v == nil then return 0 end
   if not string.find(v, '^-?%d+$') then
@@ -185,29 +217,33 @@ local function int(v, what)
   end
   return tonumber(v)
 end
+-- A paused bucket is reported paused whatever its damage.
+local function fail(e, fck)
+  if paused then return {'paused', '0', fck or '0', 'behind'} end
+  return e
+end
 local ck, e1 = int(m[3], KEYS[1] .. ' field checkpoint')
-if e1 then return e1 end
-if m[4] then return {'paused', '0', string.format('%d', ck)} end
+if e1 then return fail(e1) end
+local fck = string.format('%d', ck)
 local left = redis.call('GET', KEYS[2])
-if not left or not m[1] then return {'absent', '0', string.format('%d', ck)} end
+if not left or not m[1] then return {paused and 'paused' or 'absent', '0', fck, 'behind'} end
 local stock, e2 = int(left, KEYS[2])
-if e2 then return e2 end
+if e2 then return fail(e2, fck) end
 local total, e3 = int(m[1], KEYS[1] .. ' field total_stock')
-if e3 then return e3 end
+if e3 then return fail(e3, fck) end
 local releases, e4 = int(m[2], KEYS[1] .. ' field releases')
-if e4 then return e4 end
+if e4 then return fail(e4, fck) end
 local seq = total - stock + releases
 if seq < 0 then seq = 0 end
 local fseq = string.format('%d', seq)
-local fck = string.format('%d', ck)
 local held = total - stock
-if seq < tonumber(ARGV[1]) or ck < tonumber(ARGV[2])
-   or redis.call('HLEN', KEYS[3]) < held or redis.call('HLEN', KEYS[4]) < held then
-  return {'behind', fseq, fck}
-end
+local behind = seq < tonumber(ARGV[1]) or ck < tonumber(ARGV[2])
+   or redis.call('HLEN', KEYS[3]) < held or redis.call('HLEN', KEYS[4]) < held
+if paused then return {'paused', fseq, fck, behind and 'behind' or 'ok'} end
+if behind then return {'behind', fseq, fck, 'behind'} end
 local nextck = math.max(ck, tonumber(ARGV[2])) + 1
 redis.call('HSET', KEYS[1], 'checkpoint', string.format('%d', nextck))
-return {'ok', fseq, string.format('%d', nextck)}
+return {'ok', fseq, string.format('%d', nextck), 'ok'}
 "#
 );
 
@@ -216,11 +252,61 @@ fn watch_script() -> &'static redis::Script {
     S.get_or_init(|| redis::Script::new(WATCH_LUA))
 }
 
-/// Compares sale `sale_id` in Redis with MySQL's marks: when Redis is at
-/// or beyond both, raises the checkpoint (Redis, then MySQL) and the
-/// sequence mark; when it is behind one (or lost the sale), pauses the
-/// sale; re-asserts an existing pause in Redis (a Redis that lost data may
-/// have lost the pause too).
+/// How many buckets sale `sale_id` has, for the watch and the repair: the
+/// larger of what bucket 0's meta says (`buckets::count`) and what MySQL
+/// has marks for (`bucket_marks::known_buckets`), so a bucket 0 that lost
+/// its meta does not hide the other buckets.
+///
+/// Errors: Redis or MySQL failures, a meta hash of the wrong type.
+pub fn bucket_count<C: ConnectionLike, Q: Queryable>(
+    con: &mut C,
+    db: &mut Q,
+    sale_id: u64,
+) -> Result<u32, WatchError> {
+    let redis = crate::buckets::count(con, sale_id)?.unwrap_or(1);
+    let mysql = crate::bucket_marks::known_buckets(db, sale_id)?;
+    Ok(redis.max(mysql).min(crate::buckets::MAX_BUCKETS))
+}
+
+/// One bucket's reply to [`WATCH_LUA`].
+struct BucketReply {
+    state: String,
+    seq: u64,
+    checkpoint: u64,
+    behind: bool,
+}
+
+fn watch_bucket<C: ConnectionLike>(
+    con: &mut C,
+    k: &crate::keys::SaleKeys,
+    marks: BucketMarks,
+) -> Result<BucketReply, WatchError> {
+    let reply: Vec<String> = watch_script()
+        .key(k.meta())
+        .key(k.stock())
+        .key(k.buyers())
+        .key(k.flow())
+        .arg(marks.seq_high)
+        .arg(marks.checkpoint_high)
+        .invoke(con)?;
+    let unexpected = || WatchError::UnexpectedReply(format!("{reply:?}"));
+    let [state, seq, ck, verdict] = reply.as_slice() else {
+        return Err(unexpected());
+    };
+    Ok(BucketReply {
+        state: state.clone(),
+        seq: seq.parse().map_err(|_| unexpected())?,
+        checkpoint: ck.parse().map_err(|_| unexpected())?,
+        behind: verdict == "behind",
+    })
+}
+
+/// Compares every bucket of sale `sale_id` in Redis with its MySQL marks:
+/// when all are at or beyond both, raises the checkpoints (Redis, then
+/// MySQL) and the sequence marks; when one is behind (or lost its keys),
+/// pauses the whole sale; re-asserts an existing pause in every bucket (a
+/// Redis that lost data may have lost the pause too). A bucket gone from
+/// Redis with no mark in MySQL never sold and is no loss.
 ///
 /// Errors: [`WatchError`]; nothing is decided then.
 pub fn watch_sale<C: ConnectionLike, Q: Queryable>(
@@ -231,57 +317,94 @@ pub fn watch_sale<C: ConnectionLike, Q: Queryable>(
     // MySQL first: Redis's marks only grow (short of a loss), so a read
     // after MySQL's is never behind a mark raised in between.
     let marks = mysql_state(db, sale_id)?;
-    let k = crate::keys::SaleKeys::new(sale_id);
-    let reply: Vec<String> = watch_script()
-        .key(k.meta())
-        .key(k.stock())
-        .key(k.buyers())
-        .key(k.flow())
-        .arg(marks.seq_high)
-        .arg(marks.checkpoint_high)
-        .invoke(con)?;
-    let unexpected = || WatchError::UnexpectedReply(format!("{reply:?}"));
-    let [state, seq, ck] = reply.as_slice() else {
-        return Err(unexpected());
-    };
-    let redis_seq: u64 = seq.parse().map_err(|_| unexpected())?;
-    let checkpoint: u64 = ck.parse().map_err(|_| unexpected())?;
+    let k = bucket_count(con, db, sale_id)?;
+    let mut all = vec![BucketMarks {
+        seq_high: marks.seq_high,
+        checkpoint_high: marks.checkpoint_high,
+    }];
+    all.extend(crate::bucket_marks::read_split(db, sale_id, k)?);
+    let mut replies = Vec::with_capacity(all.len());
+    for (b, m) in all.iter().enumerate() {
+        let keys = crate::keys::SaleKeys::bucket(sale_id, b as u32);
+        replies.push(watch_bucket(con, &keys, *m)?);
+    }
+    let never_sold = |m: &BucketMarks| m.seq_high == 0 && m.checkpoint_high == 0;
+    let gaps: Vec<Gap> = replies
+        .iter()
+        .zip(&all)
+        .enumerate()
+        .filter(|(_, (r, m))| match r.state.as_str() {
+            "absent" => !never_sold(m),
+            _ => r.behind,
+        })
+        .map(|(b, (r, m))| Gap {
+            bucket: b as u32,
+            redis_seq: r.seq,
+            seq_high: m.seq_high,
+            checkpoint: r.checkpoint,
+            checkpoint_high: m.checkpoint_high,
+        })
+        .collect();
     if let Some(reason) = marks.paused {
         // Re-read: a repair clears MySQL before Redis, so a pause still in
         // MySQL now and gone from Redis was lost by Redis.
-        if state != "paused" && mysql_state(db, sale_id)?.paused.is_some() {
-            set_redis_pause(con, sale_id, reason)?;
+        if replies.iter().any(|r| r.state != "paused") && mysql_state(db, sale_id)?.paused.is_some()
+        {
+            for (b, r) in replies.iter().enumerate() {
+                if r.state != "paused" {
+                    set_redis_pause(con, sale_id, b as u32, reason)?;
+                }
+            }
         }
-        return Ok(SaleState::Paused { reason });
+        return Ok(SaleState::Paused { reason, gaps });
     }
-    match state.as_str() {
-        "ok" => {
-            db.exec_drop(
-                "INSERT INTO sale_redis_state (sale_id, seq_high, checkpoint_high) VALUES (?, ?, ?)
-                 ON DUPLICATE KEY UPDATE seq_high = GREATEST(seq_high, VALUES(seq_high)),
-                   checkpoint_high = GREATEST(checkpoint_high, VALUES(checkpoint_high)),
-                   updated_at = UTC_TIMESTAMP(3)",
-                (sale_id, redis_seq, checkpoint),
-            )?;
-            Ok(SaleState::Consistent { redis_seq })
-        }
-        "absent" if marks.seq_high == 0 && marks.checkpoint_high == 0 => Ok(SaleState::Absent),
-        "absent" | "behind" => {
-            pause(con, db, sale_id, PauseReason::RedisDataLoss)?;
-            Ok(SaleState::LossDetected {
-                redis_seq,
-                seq_high: marks.seq_high,
-            })
-        }
-        // Paused in Redis only: a repair is resuming it (MySQL first).
-        "paused" => Ok(SaleState::Paused {
+    if replies
+        .iter()
+        .any(|r| !matches!(r.state.as_str(), "ok" | "absent" | "behind" | "paused"))
+    {
+        return Err(WatchError::UnexpectedReply(replies[0].state.clone()));
+    }
+    let lost = replies
+        .iter()
+        .zip(&all)
+        .any(|(r, m)| r.state == "behind" || (r.state == "absent" && !never_sold(m)));
+    if lost {
+        pause_buckets(con, db, sale_id, k, PauseReason::RedisDataLoss)?;
+        return Ok(SaleState::LossDetected { gaps });
+    }
+    // Paused in Redis only: a repair is resuming it (MySQL first).
+    if replies.iter().any(|r| r.state == "paused") {
+        return Ok(SaleState::Paused {
             reason: PauseReason::RedisDataLoss,
-        }),
-        _ => Err(unexpected()),
+            gaps,
+        });
     }
+    if replies.iter().all(|r| r.state == "absent") {
+        return Ok(SaleState::Absent);
+    }
+    let ok: Vec<(u32, u64, u64)> = replies
+        .iter()
+        .enumerate()
+        .filter(|(_, r)| r.state == "ok")
+        .map(|(b, r)| (b as u32, r.seq, r.checkpoint))
+        .collect();
+    if let Some(&(0, seq, ck)) = ok.first() {
+        db.exec_drop(
+            "INSERT INTO sale_redis_state (sale_id, seq_high, checkpoint_high) VALUES (?, ?, ?)
+             ON DUPLICATE KEY UPDATE seq_high = GREATEST(seq_high, VALUES(seq_high)),
+               checkpoint_high = GREATEST(checkpoint_high, VALUES(checkpoint_high)),
+               updated_at = UTC_TIMESTAMP(3)",
+            (sale_id, seq, ck),
+        )?;
+    }
+    crate::bucket_marks::raise_split(db, sale_id, &ok)?;
+    Ok(SaleState::Consistent {
+        redis_seq: ok.iter().map(|m| m.1).sum(),
+    })
 }
 
-/// Pauses `sale_id`: MySQL first (the decision), then Redis.
+/// Pauses `sale_id`, every bucket: MySQL first (the decision), then each
+/// bucket's meta in Redis.
 ///
 /// Errors: [`WatchError`]; a failure after the MySQL step is completed by
 /// the next [`watch_sale`], which re-asserts the pause in Redis.
@@ -291,6 +414,17 @@ pub fn pause<C: ConnectionLike, Q: Queryable>(
     sale_id: u64,
     reason: PauseReason,
 ) -> Result<(), WatchError> {
+    let k = bucket_count(con, db, sale_id)?;
+    pause_buckets(con, db, sale_id, k, reason)
+}
+
+fn pause_buckets<C: ConnectionLike, Q: Queryable>(
+    con: &mut C,
+    db: &mut Q,
+    sale_id: u64,
+    buckets: u32,
+    reason: PauseReason,
+) -> Result<(), WatchError> {
     db.exec_drop(
         "INSERT INTO sale_redis_state (sale_id, paused_reason, paused_at)
          VALUES (?, ?, UTC_TIMESTAMP(3))
@@ -298,24 +432,28 @@ pub fn pause<C: ConnectionLike, Q: Queryable>(
                                  paused_at = COALESCE(paused_at, VALUES(paused_at))",
         (sale_id, reason.as_str()),
     )?;
-    set_redis_pause(con, sale_id, reason)?;
+    for b in 0..buckets.max(1) {
+        set_redis_pause(con, sale_id, b, reason)?;
+    }
     Ok(())
 }
 
 fn set_redis_pause<C: ConnectionLike>(
     con: &mut C,
     sale_id: u64,
+    bucket: u32,
     reason: PauseReason,
 ) -> redis::RedisResult<()> {
     redis::cmd("HSET")
-        .arg(crate::keys::SaleKeys::new(sale_id).meta())
+        .arg(crate::keys::SaleKeys::bucket(sale_id, bucket).meta())
         .arg("paused")
         .arg(reason.as_str())
         .query(con)
 }
 
-/// Ends the pause of `sale_id` in MySQL, with the marks set to `seq` and
-/// `checkpoint` (the repaired Redis values). Run only by the repair, which
+/// Ends the pause of `sale_id` in MySQL, with bucket 0's marks set to `seq`
+/// and `checkpoint` (the repaired Redis values; a split sale's other
+/// buckets' are set first with `bucket_marks::set_split`). Run only by the repair, which
 /// then ends the pause in Redis (meta field `paused`) together with the
 /// rebuilt state: until then the watch leaves a pause that only Redis
 /// holds, so the sale stays paused.

@@ -51,6 +51,7 @@
 #![deny(missing_docs)]
 
 pub mod backoff;
+pub mod bucket_marks;
 pub mod buckets;
 pub mod config;
 pub mod data_loss;

@@ -13,6 +13,10 @@
 //! the expiry sweep reads; `payments` keyed by `payment_id` (idempotency)
 //! with the outcome of each payment.
 //!
+//! Migration 4 (`bucket_marks.rs`): `sale_bucket_marks`, the data-loss
+//! marks of buckets 1 and above of a split sale (bucket 0's stay in
+//! `sale_redis_state`, with the sale's one pause).
+//!
 //! Times are `DATETIME(3)` in UTC: every connection sets `time_zone` to
 //! `+00:00`, so `UNIX_TIMESTAMP`, `FROM_UNIXTIME` and `UTC_TIMESTAMP(3)` agree.
 
@@ -114,6 +118,20 @@ CREATE TABLE IF NOT EXISTS payments (
   applied_at DATETIME(3) NOT NULL DEFAULT (UTC_TIMESTAMP(3)),
   KEY payments_reservation (reservation_id),
   KEY payments_sale_outcome (sale_id, outcome)
+) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_bin;
+"#,
+    ),
+    (
+        4,
+        "sale_bucket_marks: the data-loss marks of buckets 1.. of a split sale",
+        r#"
+CREATE TABLE IF NOT EXISTS sale_bucket_marks (
+  sale_id BIGINT UNSIGNED NOT NULL,
+  bucket INT UNSIGNED NOT NULL,
+  seq_high BIGINT UNSIGNED NOT NULL DEFAULT 0,
+  checkpoint_high BIGINT UNSIGNED NOT NULL DEFAULT 0,
+  updated_at DATETIME(3) NOT NULL DEFAULT (UTC_TIMESTAMP(3)),
+  PRIMARY KEY (sale_id, bucket)
 ) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_bin;
 "#,
     ),

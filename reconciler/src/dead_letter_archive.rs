@@ -43,7 +43,18 @@ pub fn archive_entries_of(
     rid: &str,
     by: &SettledBy<'_>,
 ) -> redis::RedisResult<u64> {
-    let k = SaleKeys::new(sale_id);
+    archive_entries_in(con, SaleKeys::new(sale_id), rid, by)
+}
+
+/// [`archive_entries_of`] in bucket `k` of a split sale.
+///
+/// Errors: as [`archive_entries_of`].
+pub fn archive_entries_in(
+    con: &mut Con,
+    k: SaleKeys,
+    rid: &str,
+    by: &SettledBy<'_>,
+) -> redis::RedisResult<u64> {
     let mut mine: Vec<String> = Vec::new();
     redis_read::for_each_in_list(con, &k.dead_letter(), |raw| {
         if DeadLetter::parse(raw)
@@ -62,7 +73,7 @@ pub fn archive_entries_of(
                            "action_id": by.action_id, "at": by.at},
         })
         .to_string();
-        moved += u64::from(dead_letter::archive(con, sale_id, &entry, &wrapped)?);
+        moved += u64::from(dead_letter::archive_in(con, k, &entry, &wrapped)?);
     }
     Ok(moved)
 }

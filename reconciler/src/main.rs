@@ -48,6 +48,7 @@ mod mysql_read;
 mod output;
 mod redis_read;
 mod repair_cmd;
+mod repair_rebuild;
 mod resolve_cmd;
 mod review;
 mod rules;

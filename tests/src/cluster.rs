@@ -59,6 +59,13 @@ impl RedisCluster {
     ///
     /// Panics when that does not happen within 20 s (a test harness).
     pub fn start() -> RedisCluster {
+        RedisCluster::start_with(&[])
+    }
+
+    /// [`RedisCluster::start`] with more `redis-server` options on every
+    /// node (`("cluster-require-full-coverage", "no")`: the other masters
+    /// keep serving their slots while one has none).
+    pub fn start_with(options: &[(&str, &str)]) -> RedisCluster {
         let mut nodes = Vec::with_capacity(NODES);
         for _ in 0..NODES {
             let dir = TempDir::new();
@@ -79,6 +86,11 @@ impl RedisCluster {
                     "always",
                 ])
                 .args(["--daemonize", "no", "--loglevel", "warning"])
+                .args(
+                    options
+                        .iter()
+                        .flat_map(|(k, v)| [format!("--{k}"), v.to_string()]),
+                )
                 .stdout(Stdio::null())
                 .stderr(Stdio::null())
                 .spawn()

@@ -6,10 +6,15 @@
 //! loop skips ([`PausedSales`]); each pass also checks the server's eviction
 //! policy, so a policy changed at run time stops the consuming loop too.
 //!
+//! A split sale is compared bucket by bucket and paused as a whole (every
+//! bucket's meta; `data_loss.rs`): the consuming loop skips all of a
+//! paused sale's buckets, as the gateways refuse purchases in all of them.
+//!
 //! Sales watched: every sale MySQL has whose window has not been closed for
 //! a minute, read from MySQL (a Redis that lost everything has lost its
 //! sales set too; a closed sale cannot sell again). Each costs one MySQL
-//! write per pass per worker (the checkpoint).
+//! write per pass per worker (the checkpoints) and two reads (the marks,
+//! and how many buckets they cover), plus one script per bucket.
 
 use crate::links::Links;
 use crate::metrics::Metrics;
@@ -142,18 +147,24 @@ impl LossWatch {
             };
             match state {
                 SaleState::Consistent { .. } | SaleState::Absent => self.paused.set(sale, false),
-                SaleState::LossDetected {
-                    redis_seq,
-                    seq_high,
-                } => {
+                SaleState::LossDetected { gaps } => {
                     self.metrics.data_loss_detected.inc();
+                    let behind: Vec<String> = gaps
+                        .iter()
+                        .map(|g| {
+                            format!(
+                                "bucket {}: reservation sequence {} vs {}, checkpoint {} vs {}",
+                                g.bucket, g.redis_seq, g.seq_high, g.checkpoint, g.checkpoint_high
+                            )
+                        })
+                        .collect();
                     log::error!(
                         "sale {sale}: Redis lost data of this sale (Redis is behind what MySQL \
-                         has seen: reservation sequence {redis_seq} vs {seq_high}, or the \
-                         workers' checkpoint, or fewer buyer marks / flow records than units \
-                         taken, or its stock counter is gone); sale paused: run \
+                         has seen: {}; or fewer buyer marks / flow records than units taken, \
+                         or a stock counter is gone); sale paused, every bucket: run \
                          `seckill-reconciler run`, then `seckill-reconciler sale repair {sale} \
-                         --by NAME`"
+                         --by NAME`",
+                        behind.join("; ")
                     );
                     self.paused.set(sale, true);
                 }

@@ -3,7 +3,9 @@
 //! check the workers make every 200 ms, so a loss is caught even with no
 //! worker running; only for sales whose window has not been closed for a
 //! minute, as the workers), and a paused sale is one critical finding (subject
-//! `sale`) with the evidence, until `sale repair` resumes it. The
+//! `sale`) with the evidence, until `sale repair` resumes it. The evidence
+//! names each bucket behind its marks, and every order of MySQL whose
+//! reservation Redis lost (no flow record in the buyer's home bucket). The
 //! per-record rules are not applied to a paused sale: its Redis state is
 //! known to be wrong, and the repair rebuilds it; the sale's other findings
 //! are left as they are.
@@ -12,9 +14,13 @@ use crate::error::RunError;
 use crate::review::findings::{Kind, Observation};
 use crate::rules::obs;
 use mysql::prelude::Queryable;
+use redis::Commands;
+use seckill_common::buckets;
 use seckill_common::data_loss::{self, SaleState};
+use seckill_common::keys::SaleKeys;
 use seckill_common::redis_target::Con;
 use serde_json::json;
+use std::collections::HashSet;
 
 /// The subject of the one finding per paused sale.
 pub const SUBJECT: &str = "sale";
@@ -37,34 +43,94 @@ pub fn observe(
     if open != Some(1) && data_loss::mysql_state(mysql, sale_id)?.paused.is_none() {
         return Ok(None);
     }
-    let state = data_loss::watch_sale(redis, mysql, sale_id).map_err(|e| match e {
-        data_loss::WatchError::Redis(e) => RunError::Redis(e),
-        data_loss::WatchError::Mysql(e) => RunError::Mysql(e),
-        other => RunError::Refused(other.to_string()),
-    })?;
+    let state = data_loss::watch_sale(redis, mysql, sale_id).map_err(watch_error)?;
     let marks = data_loss::mysql_state(mysql, sale_id)?;
-    let evidence = match state {
+    let (detected_by, gaps) = match state {
         SaleState::Consistent { .. } | SaleState::Absent => return Ok(None),
-        SaleState::LossDetected {
-            redis_seq,
-            seq_high,
-        } => json!({
-            "rule": "Redis never falls behind the marks MySQL has seen",
-            "detected_by": "reconciler",
-            "redis_seq": redis_seq,
-            "seq_high": seq_high,
-            "checkpoint_high": marks.checkpoint_high,
-            "fix": format!("seckill-reconciler sale repair {sale_id} --by NAME"),
-        }),
-        SaleState::Paused { reason } => json!({
-            "rule": "Redis never falls behind the marks MySQL has seen",
-            "paused": reason.as_str(),
-            "seq_high": marks.seq_high,
-            "checkpoint_high": marks.checkpoint_high,
-            "fix": format!("seckill-reconciler sale repair {sale_id} --by NAME"),
-        }),
+        SaleState::LossDetected { gaps } => (Some("reconciler"), gaps),
+        SaleState::Paused { gaps, .. } => (None, gaps),
     };
+    let lost = lost_reservations(redis, mysql, sale_id)?;
+    let buckets: Vec<serde_json::Value> = gaps
+        .iter()
+        .map(|g| {
+            let ids: Vec<&str> = lost
+                .iter()
+                .filter(|(b, _)| *b == g.bucket)
+                .map(|(_, r)| r.as_str())
+                .collect();
+            json!({
+                "bucket": g.bucket,
+                "redis_seq": g.redis_seq,
+                "seq_high": g.seq_high,
+                "checkpoint": g.checkpoint,
+                "checkpoint_high": g.checkpoint_high,
+                "lost_orders": ids.len(),
+                "lost_reservation_ids": &ids[..ids.len().min(MAX_LISTED)],
+            })
+        })
+        .collect();
+    let mut evidence = json!({
+        "rule": "Redis never falls behind the marks MySQL has seen",
+        "seq_high": marks.seq_high,
+        "checkpoint_high": marks.checkpoint_high,
+        "buckets_behind": buckets,
+        "lost_orders": lost.len(),
+        "fix": format!("seckill-reconciler sale repair {sale_id} --by NAME"),
+    });
+    match (detected_by, marks.paused) {
+        (Some(by), _) => evidence["detected_by"] = json!(by),
+        (None, Some(reason)) => evidence["paused"] = json!(reason.as_str()),
+        (None, None) => evidence["paused"] = json!("redis_data_loss"),
+    }
     let mut found = obs(Kind::RedisDataLoss, sale_id, SUBJECT.to_string(), evidence);
     found.critical = true;
     Ok(Some(found))
+}
+
+/// Most lost reservation ids listed per bucket in the evidence (the count
+/// is always complete; the repair restores them all).
+pub const MAX_LISTED: usize = 1000;
+
+/// The orders MySQL holds whose reservation Redis lost: no flow record (nor
+/// released record) in the buyer's home bucket. `(bucket, reservation id)`,
+/// sorted. These are the acknowledged reservations the loss took that had
+/// become orders; one lost before its worker took it has no trace but the
+/// sequence mark.
+///
+/// Errors: Redis or MySQL failures.
+fn lost_reservations(
+    redis: &mut Con,
+    mysql: &mut mysql::Conn,
+    sale_id: u64,
+) -> Result<Vec<(u32, String)>, RunError> {
+    let k = data_loss::bucket_count(redis, mysql, sale_id).map_err(watch_error)?;
+    let orders: Vec<(String, String)> = mysql.exec(
+        "SELECT reservation_id, user_id FROM orders WHERE sale_id = ?",
+        (sale_id,),
+    )?;
+    let mut held: Vec<HashSet<String>> = Vec::with_capacity(k as usize);
+    for b in 0..k {
+        let keys = SaleKeys::bucket(sale_id, b);
+        let mut ids: HashSet<String> = redis.hkeys(keys.flow())?;
+        ids.extend(redis.hkeys::<_, Vec<String>>(keys.released())?);
+        held.push(ids);
+    }
+    let mut lost: Vec<(u32, String)> = orders
+        .into_iter()
+        .filter_map(|(rid, user)| {
+            let b = buckets::home_bucket(&user, k);
+            (!held[b as usize].contains(&rid)).then_some((b, rid))
+        })
+        .collect();
+    lost.sort();
+    Ok(lost)
+}
+
+fn watch_error(e: data_loss::WatchError) -> RunError {
+    match e {
+        data_loss::WatchError::Redis(e) => RunError::Redis(e),
+        data_loss::WatchError::Mysql(e) => RunError::Mysql(e),
+        other => RunError::Refused(other.to_string()),
+    }
 }

@@ -1,0 +1,298 @@
+//! Owns what `sale repair` writes into each bucket of a sale (`repair_cmd.rs`
+//! runs the command, its checks and its audit): the Redis state rebuilt
+//! from MySQL's orders, and each bucket's books rebuilt from the transfer
+//! records of both sides.
+//!
+//! Per bucket (a sale of one bucket is bucket 0 alone), for the orders
+//! whose buyer's home bucket it is (`buckets::home_bucket`):
+//! - an order holding a unit (`confirmed`, `pending_payment` with its
+//!   `pay_by`, `paid`): its flow record, its buyer's mark and that status;
+//! - an order whose unit was released (`expired`, `cancelled`): its flow
+//!   record moved to `released` (what the release's Redis step leaves, so
+//!   that step finds it done and does not count the unit twice), that
+//!   status, and the buyer's mark only when the sale does not let a
+//!   released buyer buy again; the unit counts back in stock;
+//! - a flow record without an order: kept (in flight) unless its user holds
+//!   an order of another reservation, or had one released in a sale that
+//!   does not let them buy again (a duplicate: released).
+//!
+//! Books: a transfer recorded on one side only (the other side's master
+//! lost it, or it was left open) is written on the other side, so each
+//! bucket's `total_stock` is its share + units in − units out over the
+//! same records as its peers'. Stock = `total_stock` − orders holding a
+//! unit − reservations in flight.
+
+use crate::error::RunError;
+use redis::Commands;
+use seckill_common::keys::{PurchaseStatus, SaleKeys};
+use seckill_common::message::{OrderMessage, MESSAGE_VERSION};
+use seckill_common::order::OrderStatus;
+use seckill_common::redis_target::Con;
+use seckill_common::transfer::Record;
+use std::collections::{HashMap, HashSet};
+
+/// One order of MySQL, as the repair needs it.
+#[derive(Debug, Clone)]
+pub struct OrderRow {
+    /// `orders.reservation_id`.
+    pub rid: String,
+    /// `orders.user_id`.
+    pub user: String,
+    /// `orders.reserved_at`, Unix ms (0 when NULL).
+    pub reserved_at_ms: u64,
+    /// `orders.status` (an older row's `created` reads as `confirmed`).
+    pub status: OrderStatus,
+    /// `orders.pay_by`, Unix ms (for `pending_payment`).
+    pub pay_by_ms: Option<u64>,
+}
+
+/// What the repair did to one bucket.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct BucketRepair {
+    /// Orders holding a unit whose mark, flow record and status were written.
+    pub orders: usize,
+    /// Orders whose unit was released, written as released.
+    pub released_orders: usize,
+    /// Duplicate reservations released (their ids).
+    pub duplicates: Vec<String>,
+    /// Reservations without an order kept (still on their way).
+    pub in_flight: usize,
+    /// The bucket's `total_stock` after the repair (share + in − out).
+    pub total: i64,
+    /// Units on sale after the repair.
+    pub stock: i64,
+    /// The bucket's reservation sequence after the repair.
+    pub seq: u64,
+    /// The bucket's checkpoint after the repair.
+    pub checkpoint: u64,
+}
+
+/// A bucket's transfer records: transfer id -> record.
+#[derive(Debug, Default, Clone)]
+pub struct Books {
+    /// `transfers:out` and `transfers:open` (the peer is the destination).
+    pub out: HashMap<String, Record>,
+    /// `transfers:open` alone.
+    pub open: HashSet<String>,
+    /// `transfers:in` (the peer is the source).
+    pub inn: HashMap<String, Record>,
+}
+
+/// Reads the transfer records of each of `buckets` (a malformed record is
+/// skipped: it is the reconciler's `transfer_unmatched` to report).
+///
+/// Errors: Redis failures.
+pub fn read_books(con: &mut Con, buckets: &[SaleKeys]) -> Result<Vec<Books>, RunError> {
+    let mut all = Vec::with_capacity(buckets.len());
+    for k in buckets {
+        let mut b = Books::default();
+        for key in [k.transfers_out(), k.transfers_open()] {
+            let recs: HashMap<String, String> = con.hgetall(&key)?;
+            for (tid, raw) in recs {
+                if key == k.transfers_open() {
+                    b.open.insert(tid.clone());
+                }
+                if let Some(r) = Record::parse(&raw, "to") {
+                    b.out.insert(tid, r);
+                }
+            }
+        }
+        let recs: HashMap<String, String> = con.hgetall(k.transfers_in())?;
+        for (tid, raw) in recs {
+            if let Some(r) = Record::parse(&raw, "from") {
+                b.inn.insert(tid, r);
+            }
+        }
+        all.push(b);
+    }
+    Ok(all)
+}
+
+/// Completes every side missing from `books` (in place) and adds to
+/// `pipes[b]` the writes of bucket b's missing records and the removal of
+/// its open records (the destination's record is written by the same
+/// repair). Each transfer then counts once on each side.
+pub fn match_books(books: &mut [Books], pipes: &mut [redis::Pipeline], keys: &[SaleKeys]) {
+    let n = books.len();
+    let mut add_in: Vec<(usize, String, Record)> = Vec::new();
+    let mut add_out: Vec<(usize, String, Record)> = Vec::new();
+    for (s, b) in books.iter().enumerate() {
+        for (tid, r) in &b.out {
+            let d = r.peer as usize;
+            if d < n && !books[d].inn.contains_key(tid) {
+                add_in.push((
+                    d,
+                    tid.clone(),
+                    Record {
+                        peer: s as u32,
+                        ..*r
+                    },
+                ));
+            }
+        }
+        for (tid, r) in &b.inn {
+            let src = r.peer as usize;
+            if src < n && !books[src].out.contains_key(tid) {
+                add_out.push((
+                    src,
+                    tid.clone(),
+                    Record {
+                        peer: s as u32,
+                        ..*r
+                    },
+                ));
+            }
+        }
+    }
+    for (d, tid, r) in add_in {
+        let json = format!(
+            r#"{{"from":{},"units":{},"at_ms":{}}}"#,
+            r.peer, r.units, r.at_ms
+        );
+        pipes[d].hset(keys[d].transfers_in(), &tid, json).ignore();
+        books[d].inn.insert(tid, r);
+    }
+    for (s, tid, r) in add_out {
+        let json = format!(
+            r#"{{"to":{},"units":{},"at_ms":{}}}"#,
+            r.peer, r.units, r.at_ms
+        );
+        pipes[s].hset(keys[s].transfers_out(), &tid, json).ignore();
+        books[s].out.insert(tid, r);
+    }
+    for (s, b) in books.iter_mut().enumerate() {
+        for tid in b.open.drain() {
+            pipes[s].hdel(keys[s].transfers_open(), &tid).ignore();
+        }
+    }
+}
+
+/// What Redis holds of one bucket before the repair.
+#[derive(Debug, Default)]
+pub struct BucketNow {
+    /// `flow`: reservation id -> order message.
+    pub flows: HashMap<String, String>,
+    /// `released`: reservation id -> order message.
+    pub released: HashMap<String, String>,
+    /// `buyers`: user -> reservation id.
+    pub buyers: HashMap<String, String>,
+    /// `queue`.
+    pub queue: Vec<String>,
+}
+
+/// Reads [`BucketNow`] of bucket `k`.
+///
+/// Errors: Redis failures.
+pub fn read_now(con: &mut Con, k: &SaleKeys) -> Result<BucketNow, RunError> {
+    Ok(BucketNow {
+        flows: con.hgetall(k.flow())?,
+        released: con.hgetall(k.released())?,
+        buyers: con.hgetall(k.buyers())?,
+        queue: con.lrange(k.queue(), 0, -1)?,
+    })
+}
+
+/// Adds to `pipe` the writes that restore bucket `k`'s reservations from
+/// `orders` (those homed in this bucket) over what Redis holds (`now`),
+/// per the module doc; `rebuy`: the sale lets a released buyer buy again.
+/// Returns the counts (books, stock, sequence not yet set).
+pub fn restore(
+    pipe: &mut redis::Pipeline,
+    k: &SaleKeys,
+    orders: &[&OrderRow],
+    now: &BucketNow,
+    rebuy: bool,
+) -> BucketRepair {
+    let ordered: HashSet<&str> = orders.iter().map(|o| o.rid.as_str()).collect();
+    let live: HashSet<&str> = orders
+        .iter()
+        .filter(|o| !o.status.is_released())
+        .map(|o| o.user.as_str())
+        .collect();
+    // Who may not reserve again: a buyer holding a unit, and a released
+    // buyer when the sale does not let them buy again.
+    let barred: HashSet<&str> = orders
+        .iter()
+        .filter(|o| !rebuy || !o.status.is_released())
+        .map(|o| o.user.as_str())
+        .collect();
+    let mut out = BucketRepair::default();
+    let message = |o: &OrderRow| {
+        now.flows
+            .get(&o.rid)
+            .or_else(|| now.released.get(&o.rid))
+            .cloned()
+            .unwrap_or_else(|| {
+                OrderMessage {
+                    v: MESSAGE_VERSION,
+                    reservation_id: o.rid.clone(),
+                    sale_id: k.sale_id,
+                    user_id: o.user.clone(),
+                    reserved_at_ms: o.reserved_at_ms,
+                }
+                .to_json()
+            })
+    };
+    // Released first, so that a live order of the same buyer (a rebuy)
+    // writes the buyer's mark last.
+    for o in orders.iter().filter(|o| o.status.is_released()) {
+        let msg = message(o);
+        pipe.hset(k.released(), &o.rid, &msg).ignore();
+        pipe.hdel(k.flow(), &o.rid).ignore();
+        if now.queue.contains(&msg) {
+            pipe.lrem(k.queue(), 0, &msg).ignore();
+        }
+        let word = match o.status {
+            OrderStatus::Cancelled => PurchaseStatus::Cancelled,
+            _ => PurchaseStatus::Expired,
+        };
+        pipe.hset(k.status(), &o.rid, word.as_str()).ignore();
+        if !live.contains(o.user.as_str()) {
+            if !rebuy {
+                pipe.hset(k.buyers(), &o.user, &o.rid).ignore();
+            } else if now.buyers.get(&o.user) == Some(&o.rid) {
+                pipe.hdel(k.buyers(), &o.user).ignore();
+            }
+        }
+        out.released_orders += 1;
+    }
+    for o in orders.iter().filter(|o| !o.status.is_released()) {
+        if !now.flows.contains_key(&o.rid) {
+            pipe.hset(k.flow(), &o.rid, message(o)).ignore();
+        }
+        pipe.hdel(k.released(), &o.rid).ignore();
+        pipe.hset(k.buyers(), &o.user, &o.rid).ignore();
+        let word = match o.status {
+            OrderStatus::PendingPayment => PurchaseStatus::PendingPayment,
+            OrderStatus::Paid => PurchaseStatus::Paid,
+            _ => PurchaseStatus::Confirmed,
+        };
+        pipe.hset(k.status(), &o.rid, word.as_str()).ignore();
+        if let (OrderStatus::PendingPayment, Some(at)) = (o.status, o.pay_by_ms) {
+            pipe.hset(k.pay_by(), &o.rid, at).ignore();
+        }
+        out.orders += 1;
+    }
+    for (rid, raw) in &now.flows {
+        if ordered.contains(rid.as_str()) {
+            continue;
+        }
+        let user = OrderMessage::parse(raw.as_bytes())
+            .map(|m| m.user_id)
+            .unwrap_or_default();
+        if barred.contains(user.as_str()) {
+            // A duplicate: its user holds an order of another reservation
+            // (or had one released in a sale without buying again).
+            pipe.hdel(k.flow(), rid).ignore();
+            pipe.hset(k.status(), rid, PurchaseStatus::Failed.as_str())
+                .ignore();
+            if now.queue.contains(raw) {
+                pipe.lrem(k.queue(), 0, raw).ignore();
+            }
+            out.duplicates.push(rid.clone());
+        } else {
+            out.in_flight += 1;
+        }
+    }
+    out
+}
