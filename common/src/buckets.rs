@@ -11,9 +11,17 @@
 //! flow record and queue message, so "one purchase per user" needs no
 //! cross-bucket step. K = 1 (the default) is exactly the unsplit sale: the
 //! same keys, the same scripts, no `buckets` field.
+//!
+//! K is kept twice: in bucket 0's meta (what gateways and workers route
+//! by) and in MySQL's `sales.buckets` ([`recorded`], migration 4), which
+//! outlives a Redis that lost the sale: `sale load ID` reloads it with the
+//! same K, so every order's home bucket ([`home_bucket`] of its user id)
+//! stays where its flow record and mark are, which is how the order
+//! lifecycle and `resolve` find an order's bucket from its MySQL row.
 
 use crate::keys::{SaleKeys, SALES};
 use crate::sale::{load_into_redis as load_one, Sale};
+use mysql::prelude::Queryable;
 use redis::{ConnectionLike, Script};
 use std::sync::OnceLock;
 
@@ -69,6 +77,17 @@ pub fn count<C: ConnectionLike>(con: &mut C, sale_id: u64) -> redis::RedisResult
         .arg(BUCKETS_FIELD)
         .query(con)?;
     Ok(total.map(|_| k.unwrap_or(1).clamp(1, MAX_BUCKETS)))
+}
+
+/// The K MySQL records for sale `sale_id` (`sales.buckets`): `None` when
+/// none is recorded (a sale created before migration 4) or MySQL has no
+/// such sale.
+///
+/// Errors: MySQL failures.
+pub fn recorded<Q: Queryable>(db: &mut Q, sale_id: u64) -> Result<Option<u32>, mysql::Error> {
+    let k: Option<Option<u32>> =
+        db.exec_first("SELECT buckets FROM sales WHERE id = ?", (sale_id,))?;
+    Ok(k.flatten())
 }
 
 /// Whether any bucket other than bucket 0 of `sale_id` is in Redis (its

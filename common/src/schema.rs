@@ -13,6 +13,12 @@
 //! the expiry sweep reads; `payments` keyed by `payment_id` (idempotency)
 //! with the outcome of each payment.
 //!
+//! Migration 4 (sales split over buckets, `buckets.rs`): `sales.buckets`,
+//! the sale's K as `sale create --shards K` set it (NULL for a sale created
+//! before it: `sale load ID` then takes `--shards`, default 1, and records
+//! it), so `sale load ID` after Redis lost the sale needs no `--shards`, and
+//! the lifecycle finds an order's bucket from MySQL alone.
+//!
 //! Times are `DATETIME(3)` in UTC: every connection sets `time_zone` to
 //! `+00:00`, so `UNIX_TIMESTAMP`, `FROM_UNIXTIME` and `UTC_TIMESTAMP(3)` agree.
 
@@ -115,6 +121,14 @@ CREATE TABLE IF NOT EXISTS payments (
   KEY payments_reservation (reservation_id),
   KEY payments_sale_outcome (sale_id, outcome)
 ) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_bin;
+"#,
+    ),
+    (
+        4,
+        "sales.buckets: the number of buckets of a split sale",
+        r#"
+ALTER TABLE sales
+  ADD COLUMN IF NOT EXISTS buckets INT UNSIGNED NULL;
 "#,
     ),
 ];

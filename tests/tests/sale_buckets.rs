@@ -13,6 +13,7 @@ mod gw;
 mod wk;
 
 use gw::{buy, get, Client, Gateway};
+use mysql::prelude::Queryable;
 use redis::Commands;
 use seckill_common::buckets::{home_bucket, load_into_redis};
 use seckill_common::keys::SaleKeys;
@@ -600,10 +601,9 @@ fn sale_create_with_shards_splits_the_stock_and_without_it_writes_todays_keys() 
 /// What the operator commands do not support on split sales yet is
 /// refused with nothing changed (the hostile pass): `sale repair` would size
 /// bucket 0 as the whole sale; `sale load` after bucket 0 alone was lost
-/// would offer its units again on top of the live buckets'; and a sale
-/// with a payment window cannot be loaded split, as it cannot be created so.
+/// would offer its units again on top of the live buckets'.
 #[test]
-fn repair_a_partial_reload_and_a_split_load_with_a_payment_window_are_refused() {
+fn repair_and_a_partial_reload_of_a_split_sale_are_refused() {
     let redis = RedisServer::start();
     let db = TestDb::create();
     let review = TempDir::new();
@@ -630,24 +630,92 @@ fn repair_a_partial_reload_and_a_split_load_with_a_payment_window_are_refused() 
     assert_eq!(code, 1, "{out}");
     assert!(out.contains("does not support split sales yet"), "{out}");
     assert_eq!(seckill_tests::sale_snapshot(&mut con, sale), before);
+}
 
-    let windowed = seckill_tests::create_windowed_sale(&redis, &db, &path, 6, "1h");
-    let k = SaleKeys::new(windowed);
-    let _: () = con.del(&[k.meta(), k.stock()]).unwrap();
-    let _: () = con.srem(seckill_common::keys::SALES, windowed).unwrap();
+/// Every key of sale `sale` in Redis (all its buckets' tags).
+fn sale_keys(con: &mut redis::Connection, sale: u64) -> Vec<String> {
+    let mut keys: Vec<String> = redis::cmd("KEYS")
+        .arg(format!("seckill:{{sale:{sale}*"))
+        .query(con)
+        .unwrap();
+    keys.sort();
+    keys
+}
+
+/// K lives in MySQL too (`sales.buckets`): a split sale with a payment
+/// window that Redis lost entirely reloads with `sale load ID` alone into
+/// its 3 buckets, its ordered units left out; a disagreeing `--shards` is
+/// refused (exit 64) and writes nothing; the same `--shards` is accepted.
+/// A sale MySQL records no K for (created before migration 4) records the
+/// `--shards` it is loaded with.
+#[test]
+fn a_split_sale_redis_lost_reloads_with_the_k_mysql_keeps() {
+    let redis = RedisServer::start();
+    let db = TestDb::create();
+    let review = TempDir::new();
+    let path = review.path().join("review.sqlite3");
+    let sale = seckill_tests::create_windowed_split_sale(&redis, &db, &path, 9, "1h", 3);
+    let id = sale.to_string();
+    assert_eq!(
+        db.count(&format!("SELECT buckets FROM sales WHERE id = {sale}")),
+        3
+    );
+    let mut con = redis.con();
+    assert_eq!(stocks(&mut con, sale, 3), [3, 3, 3]);
+    // One order held, as a worker would have written it (its unit stays out).
+    db.conn()
+        .exec_drop(
+            "INSERT INTO orders (reservation_id, sale_id, user_id, status) VALUES (?, ?, 'u1', 'paid')",
+            (seckill_common::ids::new_reservation_id(), sale),
+        )
+        .unwrap();
+    // Redis loses the sale.
+    let keys = sale_keys(&mut con, sale);
+    let _: () = con.del(keys).unwrap();
+    let _: () = con.srem(seckill_common::keys::SALES, sale).unwrap();
+
+    let (code, out) =
+        seckill_tests::reconciler(&redis, &db, &path, &["sale", "load", &id, "--shards", "2"]);
+    assert_eq!(code, 64, "{out}");
+    assert!(
+        out.contains(&format!("sale {sale} has 3 bucket(s)")) && out.contains("--shards 2 disagrees"),
+        "{out}"
+    );
+    assert_eq!(sale_keys(&mut con, sale), Vec::<String>::new());
+    let (code, out) = seckill_tests::reconciler(&redis, &db, &path, &["sale", "load", &id]);
+    assert_eq!(code, 0, "{out}");
+    assert!(
+        out.contains("with stock 8 (9 total, 1 already ordered), in 3 buckets"),
+        "{out}"
+    );
+    assert_eq!(stocks(&mut con, sale, 3), [3, 3, 2]);
+    let k: Option<u32> = con.hget(SaleKeys::new(sale).meta(), "buckets").unwrap();
+    assert_eq!(k, Some(3));
+    let (code, out) =
+        seckill_tests::reconciler(&redis, &db, &path, &["sale", "load", &id, "--shards", "3"]);
+    assert_eq!(code, 0, "{out}");
+    assert!(out.contains("already live in Redis"), "{out}");
+
+    // A sale from before migration 4: no K in MySQL; loaded with --shards 2,
+    // MySQL records 2.
+    let old = create_split_sale(&db, &redis, 4, -1_000, 600_000, 1);
+    db.conn()
+        .exec_drop("UPDATE sales SET buckets = NULL WHERE id = ?", (old,))
+        .unwrap();
+    let keys = sale_keys(&mut con, old);
+    let _: () = con.del(keys).unwrap();
     let (code, out) = seckill_tests::reconciler(
         &redis,
         &db,
         &path,
-        &["sale", "load", &windowed.to_string(), "--shards", "3"],
+        &["sale", "load", &old.to_string(), "--shards", "2"],
     );
-    assert_eq!(code, 64, "{out}");
-    assert!(out.contains("has a payment window"), "{out}");
-    let left: Vec<String> = redis::cmd("KEYS")
-        .arg(format!("seckill:{{sale:{windowed}*"))
-        .query(&mut con)
-        .unwrap();
-    assert_eq!(left, Vec::<String>::new());
+    assert_eq!(code, 0, "{out}");
+    assert_eq!(stocks(&mut con, old, 2), [2, 2]);
+    assert_eq!(
+        db.count(&format!("SELECT buckets FROM sales WHERE id = {old}")),
+        2
+    );
 }
 
 /// One bucket's keys lost: its buyers get 503 (retry), the other buckets'
