@@ -250,7 +250,7 @@ pub fn show(config: &Config, id: u64) -> Res<u8> {
     )?;
     let mut con = redis_con(config)?;
     let k = SaleKeys::new(id);
-    let released: u64 = con.hlen(k.released())?;
+    let mut released: u64 = con.hlen(k.released())?;
     let mut stock: Option<i64> = con.get(k.stock())?;
     let mut meta: HashMap<String, u64> = read_meta(&mut con, id)?;
     let paused: Option<String> = con.hget(k.meta(), "paused")?;
@@ -271,6 +271,7 @@ pub fn show(config: &Config, id: u64) -> Res<u8> {
             None => meta.remove("total_stock"),
         };
         flows = figs.iter().map(|f| f.flows).sum();
+        released = figs.iter().map(|f| f.released).sum();
         queued = figs.iter().map(|f| f.queued).sum();
         dead = figs.iter().map(|f| f.dead).sum();
     }

@@ -431,6 +431,15 @@ pub fn assert_reconciles_clean(redis: &impl cluster::TestRedis, db: &TestDb, rev
     assert_eq!(out.trim(), "[]", "no finding at all");
 }
 
+/// The first `n` user ids `PREFIX-i` whose home bucket of `k` is `bucket`.
+pub fn users_of(prefix: &str, bucket: u32, k: u32, n: usize) -> Vec<String> {
+    (0..)
+        .map(|i| format!("{prefix}-{i}"))
+        .filter(|u| seckill_common::buckets::home_bucket(u, k) == bucket)
+        .take(n)
+        .collect()
+}
+
 /// Inserts a sale into MySQL and loads it into Redis; returns its id.
 /// `starts_in_ms` may be negative (already open); the window lasts `len_ms`.
 pub fn create_sale(

@@ -12,24 +12,15 @@ mod gw;
 #[path = "worker_support.rs"]
 mod wk;
 
-use gw::{buy, get, Client, Gateway};
+use gw::{buy, buy_final, get, Client, Gateway};
 use mysql::prelude::Queryable;
 use redis::Commands;
 use seckill_common::buckets::{home_bucket, load_into_redis};
 use seckill_common::keys::SaleKeys;
 use seckill_common::transfer::{self, Record};
-use seckill_tests::{create_split_sale, test_sale, RedisServer, TempDir, TestDb};
+use seckill_tests::{create_split_sale, test_sale, users_of, RedisServer, TempDir, TestDb};
 use std::collections::{HashMap, HashSet};
 use std::time::Duration;
-
-/// The first `n` user ids `PREFIX-i` whose home bucket of `k` is `bucket`.
-fn users_of(prefix: &str, bucket: u32, k: u32, n: usize) -> Vec<String> {
-    (0..)
-        .map(|i| format!("{prefix}-{i}"))
-        .filter(|u| home_bucket(u, k) == bucket)
-        .take(n)
-        .collect()
-}
 
 /// Each bucket's stock, bucket 0 first.
 fn stocks(con: &mut redis::Connection, sale: u64, k: u32) -> Vec<i64> {
@@ -76,27 +67,6 @@ fn run_during_sale(redis: &RedisServer, db: &TestDb, review: &std::path::Path) -
         .output()
         .unwrap();
     out.status.code().unwrap_or(-1)
-}
-
-/// Buys until the answer is final: a 503 (Redis busy, or transfers kept
-/// moving under the pull) is retried, as a client would.
-///
-/// A 503 may come after Redis reserved the unit (the answer did not come
-/// in time: the documented "unknown, retry"); the retry then gets 409 with
-/// the buyer's own reservation id, which is this buyer's win: reported as
-/// the 202 it stands for (a machine loaded by the other tests of this file
-/// met it once).
-fn buy_final(c: &mut Client, sale: u64, user: &str) -> (u16, serde_json::Value) {
-    let mut retried = false;
-    loop {
-        let r = c.buy(sale, user);
-        match r.status {
-            503 => retried = true,
-            409 if retried => return (202, r.json()),
-            s => return (s, r.json()),
-        }
-        std::thread::sleep(Duration::from_millis(5));
-    }
 }
 
 #[test]
@@ -678,7 +648,8 @@ fn a_split_sale_redis_lost_reloads_with_the_k_mysql_keeps() {
         seckill_tests::reconciler(&redis, &db, &path, &["sale", "load", &id, "--shards", "2"]);
     assert_eq!(code, 64, "{out}");
     assert!(
-        out.contains(&format!("sale {sale} has 3 bucket(s)")) && out.contains("--shards 2 disagrees"),
+        out.contains(&format!("sale {sale} has 3 bucket(s)"))
+            && out.contains("--shards 2 disagrees"),
         "{out}"
     );
     assert_eq!(sale_keys(&mut con, sale), Vec::<String>::new());
