@@ -108,6 +108,29 @@ pub fn split_elsewhere<C: ConnectionLike>(con: &mut C, sale_id: u64) -> redis::R
     Ok(false)
 }
 
+/// The bucket of sale `sale_id` whose hash `hash` (e.g. `SaleKeys::flow`)
+/// holds field `rid`: one `HMGET` of bucket 0's meta for K ([`count`], 1
+/// when Redis does not hold the sale), then one `HEXISTS` per bucket, bucket
+/// 0 first; `None` when none does. What the operator's commands use to find
+/// a reservation's bucket when MySQL holds no order for it (for an order,
+/// its buyer's home bucket: `lifecycle::order_keys`).
+///
+/// Errors: Redis failures.
+pub fn holding<C: ConnectionLike>(
+    con: &mut C,
+    sale_id: u64,
+    rid: &str,
+    hash: impl Fn(&SaleKeys) -> String,
+) -> redis::RedisResult<Option<SaleKeys>> {
+    for k in all(sale_id, count(con, sale_id)?.unwrap_or(1)) {
+        let held: bool = redis::cmd("HEXISTS").arg(hash(&k)).arg(rid).query(con)?;
+        if held {
+            return Ok(Some(k));
+        }
+    }
+    Ok(None)
+}
+
 /// The keys of every bucket of each sale in `sales` (one [`count`] each;
 /// a sale Redis does not hold counts as one bucket), in order.
 ///

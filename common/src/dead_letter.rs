@@ -75,8 +75,20 @@ pub fn archive(
     entry: &str,
     archived: &str,
 ) -> redis::RedisResult<bool> {
+    archive_in(con, SaleKeys::new(sale_id), entry, archived)
+}
+
+/// [`archive`] within bucket `k` of a sale split over buckets (its own
+/// dead-letter list and archive).
+///
+/// Errors: as [`archive`].
+pub fn archive_in(
+    con: &mut impl redis::ConnectionLike,
+    k: SaleKeys,
+    entry: &str,
+    archived: &str,
+) -> redis::RedisResult<bool> {
     static SCRIPT: OnceLock<Script> = OnceLock::new();
-    let k = SaleKeys::new(sale_id);
     let n: i64 = SCRIPT
         .get_or_init(|| Script::new(ARCHIVE_LUA))
         .key(k.dead_letter())

@@ -169,7 +169,20 @@ pub fn release<C: ConnectionLike>(
     reservation_id: &str,
     worker_ids: &[String],
 ) -> Result<ReleaseOutcome, ReleaseError> {
-    let parts = run(con, sale_id, reservation_id, worker_ids, "release")?;
+    release_in(con, SaleKeys::new(sale_id), reservation_id, worker_ids)
+}
+
+/// [`release`] in bucket `k` of a sale split over buckets (the bucket that
+/// holds the reservation: `buckets::holding`); its stock gets the unit.
+///
+/// Errors: as [`release`].
+pub fn release_in<C: ConnectionLike>(
+    con: &mut C,
+    k: SaleKeys,
+    reservation_id: &str,
+    worker_ids: &[String],
+) -> Result<ReleaseOutcome, ReleaseError> {
+    let parts = run_mode(con, k, reservation_id, worker_ids, "release", false)?;
     let unexpected = || ReleaseError::UnexpectedReply(format!("{parts:?}"));
     match parts.first().map(String::as_str) {
         Some("released") => {
@@ -194,7 +207,19 @@ pub fn check<C: ConnectionLike>(
     reservation_id: &str,
     worker_ids: &[String],
 ) -> Result<Result<i64, ReleaseOutcome>, ReleaseError> {
-    let parts = run(con, sale_id, reservation_id, worker_ids, "check")?;
+    check_in(con, SaleKeys::new(sale_id), reservation_id, worker_ids)
+}
+
+/// [`check`] in bucket `k` (see [`release_in`]).
+///
+/// Errors: as [`release`].
+pub fn check_in<C: ConnectionLike>(
+    con: &mut C,
+    k: SaleKeys,
+    reservation_id: &str,
+    worker_ids: &[String],
+) -> Result<Result<i64, ReleaseOutcome>, ReleaseError> {
+    let parts = run_mode(con, k, reservation_id, worker_ids, "check", false)?;
     let unexpected = || ReleaseError::UnexpectedReply(format!("{parts:?}"));
     match parts.first().map(String::as_str) {
         Some("clear") => Ok(Ok(parts
@@ -263,23 +288,6 @@ fn refusal(parts: &[String]) -> Option<ReleaseOutcome> {
         Some("in_flight") => parts.get(1).cloned().map(ReleaseOutcome::InFlight),
         _ => None,
     }
-}
-
-fn run<C: ConnectionLike>(
-    con: &mut C,
-    sale_id: u64,
-    reservation_id: &str,
-    worker_ids: &[String],
-    mode: &str,
-) -> Result<Vec<String>, ReleaseError> {
-    run_mode(
-        con,
-        SaleKeys::new(sale_id),
-        reservation_id,
-        worker_ids,
-        mode,
-        false,
-    )
 }
 
 fn run_mode<C: ConnectionLike>(

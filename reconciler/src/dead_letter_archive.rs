@@ -33,7 +33,9 @@ pub struct SettledBy<'a> {
 }
 
 /// Moves every dead-letter entry of reservation `rid` of sale `sale_id` to
-/// the archive, wrapped with `by`; returns how many moved.
+/// the archive, wrapped with `by`; returns how many moved. A sale split
+/// over buckets has a list per bucket: each is read, and an entry goes to
+/// its own bucket's archive.
 ///
 /// Errors: Redis failures (entries moved before the failure stay moved; a
 /// repeat moves the rest).
@@ -43,26 +45,28 @@ pub fn archive_entries_of(
     rid: &str,
     by: &SettledBy<'_>,
 ) -> redis::RedisResult<u64> {
-    let k = SaleKeys::new(sale_id);
-    let mut mine: Vec<String> = Vec::new();
-    redis_read::for_each_in_list(con, &k.dead_letter(), |raw| {
-        if DeadLetter::parse(raw)
-            .and_then(|d| d.reservation_id)
-            .as_deref()
-            == Some(rid)
-        {
-            mine.push(String::from_utf8_lossy(raw).into_owned());
-        }
-    })?;
+    let mut mine: Vec<(SaleKeys, String)> = Vec::new();
+    let n = seckill_common::buckets::count(con, sale_id)?.unwrap_or(1);
+    for k in seckill_common::buckets::all(sale_id, n) {
+        redis_read::for_each_in_list(con, &k.dead_letter(), |raw| {
+            if DeadLetter::parse(raw)
+                .and_then(|d| d.reservation_id)
+                .as_deref()
+                == Some(rid)
+            {
+                mine.push((k, String::from_utf8_lossy(raw).into_owned()));
+            }
+        })?;
+    }
     let mut moved = 0;
-    for entry in mine {
+    for (k, entry) in mine {
         let wrapped = json!({
             "entry": entry,
             "settled_by": {"action": by.action, "actor": by.actor, "finding_id": by.finding_id,
                            "action_id": by.action_id, "at": by.at},
         })
         .to_string();
-        moved += u64::from(dead_letter::archive(con, sale_id, &entry, &wrapped)?);
+        moved += u64::from(dead_letter::archive_in(con, k, &entry, &wrapped)?);
     }
     Ok(moved)
 }

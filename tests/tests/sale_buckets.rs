@@ -357,6 +357,7 @@ fn a_transfer_interrupted_between_its_steps_is_completed_once_by_the_reconciler(
             "0",
             "0",
             "0",
+            "0",
             "0/1/1"
         ]
     );
@@ -399,47 +400,100 @@ fn a_transfer_interrupted_between_its_steps_is_completed_once_by_the_reconciler(
     assert_eq!(stocks(&mut con, sale, 3), [14, 6, 10]);
 }
 
+/// A reservation whose message was lost, in bucket 1 of 3: `resolve
+/// --rollback` releases it in bucket 1 (its unit back in bucket 1's stock
+/// only, its flow record and mark gone, status `failed`), and a repeat
+/// changes nothing; another in bucket 2, `--reorder` queues its message on
+/// bucket 2's queue, whose worker makes it an order; `run` then clean.
 #[test]
-fn resolve_refuses_to_roll_back_a_reservation_of_a_sale_split_over_buckets() {
+fn resolve_rolls_back_and_reorders_in_the_reservations_bucket() {
     let redis = RedisServer::start();
     let db = TestDb::create();
     let sale = create_split_sale(&db, &redis, 9, -1000, 3_600_000, 3);
     let review = TempDir::new();
     let path = review.path().join("review.sqlite3");
     let mut con = redis.con();
-    let b1 = SaleKeys::bucket(sale, 1);
-    let user = users_of("lost", 1, 3, 1).remove(0);
-    let rid = seckill_common::ids::new_reservation_id();
-    let reply: redis::Value = seckill_common::reservation::prepare_in(b1, &user, &rid)
-        .invoke(&mut con)
-        .unwrap();
-    let outcome = seckill_common::reservation::parse_reply(&reply).unwrap();
-    assert_eq!(
-        outcome,
-        seckill_common::reservation::ReserveOutcome::Reserved(rid.clone())
-    );
-    // Its message is lost: a flow record in bucket 1 that never becomes an order.
-    let _: Option<String> = con.rpop(b1.queue(), None).unwrap();
+    // Reserved, its message lost: a flow record that never becomes an order.
+    let mut lost = |bucket: u32| -> (String, String) {
+        let k = SaleKeys::bucket(sale, bucket);
+        let user = users_of("lost", bucket, 3, 1).remove(0);
+        let rid = seckill_common::ids::new_reservation_id();
+        let reply: redis::Value = seckill_common::reservation::prepare_in(k, &user, &rid)
+            .invoke(&mut con)
+            .unwrap();
+        assert_eq!(
+            seckill_common::reservation::parse_reply(&reply).unwrap(),
+            seckill_common::reservation::ReserveOutcome::Reserved(rid.clone())
+        );
+        let _: Option<String> = con.rpop(k.queue(), None).unwrap();
+        (user, rid)
+    };
+    let (user1, rid1) = lost(1);
+    let (_, rid2) = lost(2);
+    assert_eq!(stocks(&mut con, sale, 3), [3, 2, 2]);
     let (code, out) = seckill_tests::reconciler(&redis, &db, &path, &["run"]);
     assert_eq!(code, 1, "{out}");
     let (_, out) = seckill_tests::reconciler(&redis, &db, &path, &["findings", "--json"]);
     let f: Vec<serde_json::Value> = serde_json::from_str(&out).unwrap();
-    assert_eq!(f.len(), 1, "{out}");
+    let id_of = |rid: &str| -> String {
+        let f: Vec<&serde_json::Value> = f
+            .iter()
+            .filter(|f| f["reservation_id"].as_str() == Some(rid))
+            .collect();
+        assert_eq!(f.len(), 1, "{out}");
+        assert_eq!(f[0]["kind"].as_str(), Some("flow_without_order"));
+        f[0]["id"].to_string()
+    };
+    let (id1, id2) = (id_of(&rid1), id_of(&rid2));
+    let resolve = |id: &str, action: &str| {
+        seckill_tests::reconciler(
+            &redis,
+            &db,
+            &path,
+            &["resolve", id, action, "--by", "alice"],
+        )
+    };
+    let (code, out) = resolve(&id1, "--rollback");
+    assert_eq!(code, 0, "{out}");
+    assert!(
+        out.contains(&format!("released {rid1} in Redis: stock 2 -> 3")),
+        "{out}"
+    );
+    let b1 = SaleKeys::bucket(sale, 1);
+    let held: bool = con.hexists(b1.flow(), &rid1).unwrap();
+    let mark: Option<String> = con.hget(b1.buyers(), &user1).unwrap();
+    let status: Option<String> = con.hget(b1.status(), &rid1).unwrap();
     assert_eq!(
-        (f[0]["kind"].as_str(), f[0]["reservation_id"].as_str()),
-        (Some("flow_without_order"), Some(rid.as_str()))
+        (held, mark, status.as_deref()),
+        (false, None, Some("failed"))
     );
-    let id = f[0]["id"].to_string();
-    let (code, out) = seckill_tests::reconciler(
-        &redis,
-        &db,
-        &path,
-        &["resolve", &id, "--rollback", "--by", "alice"],
+    assert_eq!(stocks(&mut con, sale, 3), [3, 3, 2]);
+    let (code, out) = resolve(&id1, "--rollback");
+    assert_eq!(code, 0, "{out}");
+    assert!(out.contains("already released"), "{out}");
+    assert_eq!(stocks(&mut con, sale, 3), [3, 3, 2]);
+
+    let (code, out) = resolve(&id2, "--reorder");
+    assert_eq!(code, 0, "{out}");
+    assert!(
+        out.contains(&format!("queued the order message of {rid2} again")),
+        "{out}"
     );
-    assert_eq!(code, 2, "{out}");
-    assert!(out.contains("split over 3 buckets"), "{out}");
-    let held: bool = con.hexists(b1.flow(), &rid).unwrap();
-    assert_eq!((held, stocks(&mut con, sale, 3)), (true, vec![3, 2, 3]));
+    let queued: Vec<usize> = (0..3)
+        .map(|b| con.llen(SaleKeys::bucket(sale, b).queue()).unwrap())
+        .collect();
+    assert_eq!(queued, [0, 0, 1]);
+    let _w = wk::WorkerProc::start(&redis, &db, "rs-w1", &wk::Opts::default());
+    wk::wait_orders(&db, sale, 1, Duration::from_secs(60));
+    assert_eq!(
+        db.count(&format!(
+            "SELECT COUNT(*) FROM orders WHERE sale_id = {sale} AND reservation_id = '{rid2}'"
+        )),
+        1
+    );
+    assert_eq!(stocks(&mut con, sale, 3), [3, 3, 2]);
+    let (code, out) = seckill_tests::reconciler(&redis, &db, &path, &["run"]);
+    assert_eq!(code, 0, "{out}");
 }
 
 #[test]
