@@ -11,9 +11,17 @@
 //! flow record and queue message, so "one purchase per user" needs no
 //! cross-bucket step. K = 1 (the default) is exactly the unsplit sale: the
 //! same keys, the same scripts, no `buckets` field.
+//!
+//! K is kept twice: in bucket 0's meta (what gateways and workers route
+//! by) and in MySQL's `sales.buckets` ([`recorded`], migration 5), which
+//! outlives a Redis that lost the sale: `sale load ID` reloads it with the
+//! same K, so every order's home bucket ([`home_bucket`] of its user id)
+//! stays where its flow record and mark are, which is how the order
+//! lifecycle and `resolve` find an order's bucket from its MySQL row.
 
 use crate::keys::{SaleKeys, SALES};
 use crate::sale::{load_into_redis as load_one, Sale};
+use mysql::prelude::Queryable;
 use redis::{ConnectionLike, Script};
 use std::sync::OnceLock;
 
@@ -71,6 +79,17 @@ pub fn count<C: ConnectionLike>(con: &mut C, sale_id: u64) -> redis::RedisResult
     Ok(total.map(|_| k.unwrap_or(1).clamp(1, MAX_BUCKETS)))
 }
 
+/// The K MySQL records for sale `sale_id` (`sales.buckets`): `None` when
+/// none is recorded (a sale created before migration 5) or MySQL has no
+/// such sale.
+///
+/// Errors: MySQL failures.
+pub fn recorded<Q: Queryable>(db: &mut Q, sale_id: u64) -> Result<Option<u32>, mysql::Error> {
+    let k: Option<Option<u32>> =
+        db.exec_first("SELECT buckets FROM sales WHERE id = ?", (sale_id,))?;
+    Ok(k.flatten())
+}
+
 /// Whether any bucket other than bucket 0 of `sale_id` is in Redis (its
 /// meta or stock): the sale was split, whatever bucket 0 says (bucket 0
 /// may be the one Redis lost). See [`highest_present`].
@@ -96,6 +115,29 @@ pub fn highest_present<C: ConnectionLike>(
         let m: u32 = redis::cmd("EXISTS").arg(k.stock()).query(con)?;
         if n + m > 0 {
             return Ok(Some(b));
+        }
+    }
+    Ok(None)
+}
+
+/// The bucket of sale `sale_id` whose hash `hash` (e.g. `SaleKeys::flow`)
+/// holds field `rid`: one `HMGET` of bucket 0's meta for K ([`count`], 1
+/// when Redis does not hold the sale), then one `HEXISTS` per bucket, bucket
+/// 0 first; `None` when none does. What the operator's commands use to find
+/// a reservation's bucket when MySQL holds no order for it (for an order,
+/// its buyer's home bucket: `lifecycle::order_keys`).
+///
+/// Errors: Redis failures.
+pub fn holding<C: ConnectionLike>(
+    con: &mut C,
+    sale_id: u64,
+    rid: &str,
+    hash: impl Fn(&SaleKeys) -> String,
+) -> redis::RedisResult<Option<SaleKeys>> {
+    for k in all(sale_id, count(con, sale_id)?.unwrap_or(1)) {
+        let held: bool = redis::cmd("HEXISTS").arg(hash(&k)).arg(rid).query(con)?;
+        if held {
+            return Ok(Some(k));
         }
     }
     Ok(None)

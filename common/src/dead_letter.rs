@@ -78,8 +78,8 @@ pub fn archive(
     archive_in(con, SaleKeys::new(sale_id), entry, archived)
 }
 
-/// [`archive`] in bucket `k` of a split sale (its own dead letters and
-/// archive).
+/// [`archive`] within bucket `k` of a sale split over buckets (its own
+/// dead-letter list and archive).
 ///
 /// Errors: as [`archive`].
 pub fn archive_in(

@@ -16,7 +16,12 @@
 //! 2. **Redis, following it** — the lifecycle mode of the release script
 //!    (`release::release_order`: stock + 1 and `releases` + 1 in one
 //!    script, the flow record moved to the `released` hash), idempotent by
-//!    reservation id, then `orders.redis_released_at` is set. A crash
+//!    reservation id, in the bucket that holds the reservation (the
+//!    buyer's home bucket, [`ReleasedOrder::keys`]: for a sale split over
+//!    buckets, its user id hashed over the K MySQL keeps, `sales.buckets`;
+//!    the unit goes back to the bucket it was reserved in, whose buyers
+//!    buy it again there or pull it to theirs), then
+//!    `orders.redis_released_at` is set. A crash
 //!    between the two leaves `redis_released_at` NULL: the next
 //!    [`complete_releases`] (every sweep) does the Redis step, which the
 //!    `released` hash turns into a no-op if it had happened already. So a
@@ -27,6 +32,8 @@
 //! `UPDATE` to `paid`, which only succeeds while the order is pending and
 //! the payment was received before `pay_by`.
 
+use crate::buckets::home_bucket;
+use crate::keys::SaleKeys;
 use crate::order::{OrderStatus, Release, LEDGER_RELEASE, RELEASED_SQL};
 use crate::release::{release_order, OrderRelease, ReleaseError};
 use crate::schema::placeholders;
@@ -249,6 +256,34 @@ pub struct ReleasedOrder {
     pub kind: Release,
     /// The sale's `rebuy_after_release`: the buyer mark goes too.
     pub rebuy: bool,
+    /// The bucket that holds its flow record and its buyer's mark: the
+    /// buyer's home bucket (`buckets::home_bucket` of the order's user id
+    /// over the sale's `sales.buckets`, 0 for a sale of one bucket).
+    pub bucket: u32,
+}
+
+impl ReleasedOrder {
+    /// The keys of the bucket that holds the reservation.
+    pub fn keys(&self) -> SaleKeys {
+        SaleKeys::bucket(self.sale_id, self.bucket)
+    }
+}
+
+/// The keys of the bucket that holds the reservation of order `reservation_id`
+/// (its buyer's home bucket over the sale's `sales.buckets`, see
+/// [`ReleasedOrder::bucket`]); `None` when MySQL has no such order.
+///
+/// Errors: MySQL failures.
+pub fn order_keys<Q: Queryable>(
+    db: &mut Q,
+    reservation_id: &str,
+) -> Result<Option<SaleKeys>, mysql::Error> {
+    let row: Option<(u64, String, u32)> = db.exec_first(
+        "SELECT o.sale_id, o.user_id, COALESCE(s.buckets, 1)
+         FROM orders o JOIN sales s ON s.id = o.sale_id WHERE o.reservation_id = ?",
+        (reservation_id,),
+    )?;
+    Ok(row.map(|(sale, user, k)| SaleKeys::bucket(sale, home_bucket(&user, k))))
 }
 
 /// What one [`complete_releases`] did.
@@ -291,7 +326,8 @@ fn released(
     limit: usize,
 ) -> Result<Vec<ReleasedOrder>, LifecycleError> {
     let sql = format!(
-        "SELECT o.id, o.sale_id, o.reservation_id, o.status, s.rebuy_after_release
+        "SELECT o.id, o.sale_id, o.reservation_id, o.status, s.rebuy_after_release,
+                o.user_id, COALESCE(s.buckets, 1)
          FROM orders o JOIN sales s ON s.id = o.sale_id
          WHERE o.status IN {RELEASED_SQL}{}{}
          ORDER BY o.id LIMIT ?",
@@ -308,11 +344,12 @@ fn released(
     );
     let mut params: Vec<Value> = sale.into_iter().map(Value::from).collect();
     params.push(Value::from(limit as u64));
-    let rows: Vec<(u64, u64, String, String, bool)> = db.exec(sql, Params::Positional(params))?;
+    type Row = (u64, u64, String, String, bool, String, u32);
+    let rows: Vec<Row> = db.exec(sql, Params::Positional(params))?;
     Ok(rows
         .into_iter()
         .map(
-            |(id, sale_id, reservation_id, status, rebuy)| ReleasedOrder {
+            |(id, sale_id, reservation_id, status, rebuy, user, k)| ReleasedOrder {
                 id,
                 sale_id,
                 reservation_id,
@@ -322,6 +359,7 @@ fn released(
                     Release::Expire
                 },
                 rebuy,
+                bucket: home_bucket(&user, k),
             },
         )
         .collect())
@@ -339,7 +377,7 @@ pub fn redis_step<C: ConnectionLike>(
     o: &ReleasedOrder,
     between: &mut dyn FnMut(),
 ) -> Result<OrderRelease, LifecycleError> {
-    let r = release_order(con, o.sale_id, &o.reservation_id, o.kind, o.rebuy)?;
+    let r = release_order(con, o.keys(), &o.reservation_id, o.kind, o.rebuy)?;
     between();
     db.exec_drop(
         "UPDATE orders SET redis_released_at = UTC_TIMESTAMP(3) WHERE id = ? AND redis_released_at IS NULL",

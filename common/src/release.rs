@@ -169,7 +169,20 @@ pub fn release<C: ConnectionLike>(
     reservation_id: &str,
     worker_ids: &[String],
 ) -> Result<ReleaseOutcome, ReleaseError> {
-    let parts = run(con, sale_id, reservation_id, worker_ids, "release")?;
+    release_in(con, SaleKeys::new(sale_id), reservation_id, worker_ids)
+}
+
+/// [`release`] in bucket `k` of a sale split over buckets (the bucket that
+/// holds the reservation: `buckets::holding`); its stock gets the unit.
+///
+/// Errors: as [`release`].
+pub fn release_in<C: ConnectionLike>(
+    con: &mut C,
+    k: SaleKeys,
+    reservation_id: &str,
+    worker_ids: &[String],
+) -> Result<ReleaseOutcome, ReleaseError> {
+    let parts = run_mode(con, k, reservation_id, worker_ids, "release", false)?;
     let unexpected = || ReleaseError::UnexpectedReply(format!("{parts:?}"));
     match parts.first().map(String::as_str) {
         Some("released") => {
@@ -194,7 +207,19 @@ pub fn check<C: ConnectionLike>(
     reservation_id: &str,
     worker_ids: &[String],
 ) -> Result<Result<i64, ReleaseOutcome>, ReleaseError> {
-    let parts = run(con, sale_id, reservation_id, worker_ids, "check")?;
+    check_in(con, SaleKeys::new(sale_id), reservation_id, worker_ids)
+}
+
+/// [`check`] in bucket `k` (see [`release_in`]).
+///
+/// Errors: as [`release`].
+pub fn check_in<C: ConnectionLike>(
+    con: &mut C,
+    k: SaleKeys,
+    reservation_id: &str,
+    worker_ids: &[String],
+) -> Result<Result<i64, ReleaseOutcome>, ReleaseError> {
+    let parts = run_mode(con, k, reservation_id, worker_ids, "check", false)?;
     let unexpected = || ReleaseError::UnexpectedReply(format!("{parts:?}"));
     match parts.first().map(String::as_str) {
         Some("clear") => Ok(Ok(parts
@@ -221,13 +246,17 @@ pub enum OrderRelease {
 }
 
 /// The Redis step of an order MySQL has expired or cancelled (`kind`; the
-/// status becomes `expired` or `cancelled`): see the module doc. `rebuy` removes the buyer's mark (the sale's
-/// `rebuy_after_release`). Idempotent by reservation id.
+/// status becomes `expired` or `cancelled`): see the module doc. `k` is the
+/// bucket that holds the reservation's flow record and its buyer's mark
+/// (the buyer's home bucket, `buckets::home_bucket`; the sale's own keys
+/// for a sale of one bucket): the unit goes back to that bucket's stock.
+/// `rebuy` removes the buyer's mark (the sale's `rebuy_after_release`).
+/// Idempotent by reservation id.
 ///
 /// Errors: as [`release`].
 pub fn release_order<C: ConnectionLike>(
     con: &mut C,
-    sale_id: u64,
+    k: SaleKeys,
     reservation_id: &str,
     kind: crate::order::Release,
     rebuy: bool,
@@ -236,7 +265,7 @@ pub fn release_order<C: ConnectionLike>(
         crate::order::Release::Expire => crate::keys::PurchaseStatus::Expired,
         crate::order::Release::Cancel => crate::keys::PurchaseStatus::Cancelled,
     };
-    let parts = run_mode(con, sale_id, reservation_id, &[], status.as_str(), rebuy)?;
+    let parts = run_mode(con, k, reservation_id, &[], status.as_str(), rebuy)?;
     let unexpected = || ReleaseError::UnexpectedReply(format!("{parts:?}"));
     match parts.first().map(String::as_str) {
         Some("released") => Ok(OrderRelease::Released {
@@ -261,19 +290,9 @@ fn refusal(parts: &[String]) -> Option<ReleaseOutcome> {
     }
 }
 
-fn run<C: ConnectionLike>(
-    con: &mut C,
-    sale_id: u64,
-    reservation_id: &str,
-    worker_ids: &[String],
-    mode: &str,
-) -> Result<Vec<String>, ReleaseError> {
-    run_mode(con, sale_id, reservation_id, worker_ids, mode, false)
-}
-
 fn run_mode<C: ConnectionLike>(
     con: &mut C,
-    sale_id: u64,
+    k: SaleKeys,
     reservation_id: &str,
     worker_ids: &[String],
     mode: &str,
@@ -282,7 +301,6 @@ fn run_mode<C: ConnectionLike>(
     if !crate::ids::is_valid_reservation_id(reservation_id) {
         return Err(ReleaseError::InvalidReservationId);
     }
-    let k = SaleKeys::new(sale_id);
     let mut inv = release_script().prepare_invoke();
     inv.key(k.flow())
         .key(k.buyers())

@@ -61,9 +61,23 @@ pub fn reorder(
     workers: &[String],
     mark: Option<&str>,
 ) -> redis::RedisResult<ReorderOutcome> {
+    reorder_in(con, SaleKeys::new(sale_id), rid, workers, mark)
+}
+
+/// [`reorder`] in bucket `k` of a sale split over buckets (the bucket that
+/// holds the reservation's flow record, `buckets::holding`): the message
+/// goes back onto that bucket's queue, where its worker applies it.
+///
+/// Errors: as [`reorder`].
+pub fn reorder_in(
+    con: &mut impl redis::ConnectionLike,
+    k: SaleKeys,
+    rid: &str,
+    workers: &[String],
+    mark: Option<&str>,
+) -> redis::RedisResult<ReorderOutcome> {
     static SCRIPT: OnceLock<Script> = OnceLock::new();
     let script = SCRIPT.get_or_init(|| Script::new(REORDER_LUA));
-    let k = SaleKeys::new(sale_id);
     let mut inv = script.prepare_invoke();
     inv.key(k.flow())
         .key(k.status())

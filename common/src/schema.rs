@@ -17,6 +17,12 @@
 //! marks of buckets 1 and above of a split sale (bucket 0's stay in
 //! `sale_redis_state`, with the sale's one pause).
 //!
+//! Migration 5 (sales split over buckets, `buckets.rs`): `sales.buckets`,
+//! the sale's K as `sale create --shards K` set it (NULL for a sale created
+//! before it: `sale load ID` then takes `--shards`, default 1, and records
+//! it), so `sale load ID` after Redis lost the sale needs no `--shards`, and
+//! the lifecycle finds an order's bucket from MySQL alone.
+//!
 //! Times are `DATETIME(3)` in UTC: every connection sets `time_zone` to
 //! `+00:00`, so `UNIX_TIMESTAMP`, `FROM_UNIXTIME` and `UTC_TIMESTAMP(3)` agree.
 
@@ -133,6 +139,14 @@ CREATE TABLE IF NOT EXISTS sale_bucket_marks (
   updated_at DATETIME(3) NOT NULL DEFAULT (UTC_TIMESTAMP(3)),
   PRIMARY KEY (sale_id, bucket)
 ) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_bin;
+"#,
+    ),
+    (
+        5,
+        "sales.buckets: the number of buckets of a split sale",
+        r#"
+ALTER TABLE sales
+  ADD COLUMN IF NOT EXISTS buckets INT UNSIGNED NULL;
 "#,
     ),
 ];

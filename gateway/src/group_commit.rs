@@ -296,7 +296,6 @@ fn run_batch(
     results
 }
 
-
 #[cfg(test)]
 mod tests {
     use super::*;

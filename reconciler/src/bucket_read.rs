@@ -1,6 +1,7 @@
 //! Owns what the reconciler reads from the buckets of a sale split over
 //! buckets (`seckill_common::buckets`): the sale's Redis totals summed over
-//! its buckets at one instant, and each bucket's transfer books.
+//! its buckets at one instant, and each bucket's books (its transfers, and
+//! its stock, reservations and released units at one instant).
 //!
 //! No script reads two buckets (on a cluster they are on different
 //! masters), so the totals are read twice: each bucket's stock, flow record
@@ -92,6 +93,12 @@ pub struct BucketBooks {
     pub share: Option<i64>,
     /// Meta `total_stock`: its share moved by its transfers.
     pub total_stock: Option<i64>,
+    /// Its stock counter (`None`: not loaded).
+    pub stock: Option<i64>,
+    /// Its flow records: units reserved there and not released.
+    pub reservations: i64,
+    /// Its `released` hash: units the order lifecycle gave back to it.
+    pub released: i64,
     /// Transfer id -> record, of the units it gave (`transfers:out`).
     pub out: HashMap<String, Record>,
     /// Transfer id -> record, of the units it took (`transfers:in`).
@@ -102,9 +109,13 @@ pub struct BucketBooks {
     pub now_ms: u64,
 }
 
-/// `((share, total_stock), transfers:out, transfers:in, TIME)`.
+/// `((share, total_stock), stock, flow records, released, transfers:out,
+/// transfers:in, TIME)`.
 type BooksReply = (
     (Option<i64>, Option<i64>),
+    Option<i64>,
+    i64,
+    i64,
     Vec<(String, String)>,
     Vec<(String, String)>,
     (u64, u64),
@@ -114,19 +125,26 @@ type BooksReply = (
 ///
 /// Errors: Redis failures.
 pub fn books(con: &mut Con, k: SaleKeys) -> redis::RedisResult<BucketBooks> {
-    let ((share, total), out, taken, time): BooksReply = redis::pipe()
-        .atomic()
-        .cmd("HMGET")
-        .arg(k.meta())
-        .arg("share")
-        .arg("total_stock")
-        .hgetall(k.transfers_out())
-        .hgetall(k.transfers_in())
-        .cmd("TIME")
-        .query(con)?;
+    let ((share, total), stock, reservations, released, out, taken, time): BooksReply =
+        redis::pipe()
+            .atomic()
+            .cmd("HMGET")
+            .arg(k.meta())
+            .arg("share")
+            .arg("total_stock")
+            .get(k.stock())
+            .hlen(k.flow())
+            .hlen(k.released())
+            .hgetall(k.transfers_out())
+            .hgetall(k.transfers_in())
+            .cmd("TIME")
+            .query(con)?;
     let mut b = BucketBooks {
         share,
         total_stock: total,
+        stock,
+        reservations,
+        released,
         now_ms: time.0 * 1000 + time.1 / 1000,
         ..BucketBooks::default()
     };

@@ -25,6 +25,8 @@ pub struct BucketFigures {
     pub share: Option<i64>,
     /// Flow records.
     pub flows: u64,
+    /// Units the order lifecycle released back to it (`released` hash).
+    pub released: u64,
     /// Messages in its queue.
     pub queued: u64,
     /// Dead-letter entries.
@@ -37,13 +39,14 @@ pub struct BucketFigures {
 ///
 /// Errors: Redis failures.
 pub fn figures(con: &mut Con, k: SaleKeys) -> redis::RedisResult<BucketFigures> {
-    let (stock, (total, share), flows, queued, dead, tin, tout, open) = redis::pipe()
+    let (stock, (total, share), flows, released, queued, dead, tin, tout, open) = redis::pipe()
         .get(k.stock())
         .cmd("HMGET")
         .arg(k.meta())
         .arg("total_stock")
         .arg("share")
         .hlen(k.flow())
+        .hlen(k.released())
         .llen(k.queue())
         .llen(k.dead_letter())
         .hlen(k.transfers_in())
@@ -55,6 +58,7 @@ pub fn figures(con: &mut Con, k: SaleKeys) -> redis::RedisResult<BucketFigures> 
         total_stock: total,
         share,
         flows,
+        released,
         queued,
         dead,
         transfers: (tin, tout, open),
@@ -76,17 +80,18 @@ pub fn write_table(w: &mut dyn Write, id: u64, figs: &[BucketFigures]) -> std::i
     let opt = |v: Option<i64>| v.map_or_else(|| "-".to_string(), |v| v.to_string());
     writeln!(
         w,
-        "bucket  tag                 stock    total    share    reserved queued dead  transfers in/out/open"
+        "bucket  tag                 stock    total    share    reserved released queued dead  transfers in/out/open"
     )?;
     for (b, f) in figs.iter().enumerate() {
         let tag = SaleKeys::bucket(id, b as u32).tag();
         writeln!(
             w,
-            "{b:<7} {tag:<19} {:<8} {:<8} {:<8} {:<8} {:<6} {:<5} {}/{}/{}",
+            "{b:<7} {tag:<19} {:<8} {:<8} {:<8} {:<8} {:<8} {:<6} {:<5} {}/{}/{}",
             opt(f.stock),
             opt(f.total_stock),
             opt(f.share),
             f.flows,
+            f.released,
             f.queued,
             f.dead,
             f.transfers.0,

@@ -23,9 +23,10 @@ commands:
                                    are final at creation); --rebuy-after-release lets the
                                    buyer of an expired or cancelled order buy again
                                 K: split the stock over K buckets (1-64, default 1), each
-                                   under its own hash tag (not with --payment-window)
+                                   under its own hash tag
   sale load ID [--shards K]     put a MySQL sale into Redis unless Redis holds live state
-                                (K: as it was created; Redis is where K is kept)
+                                (K: the sale's, which MySQL keeps; --shards only for a sale
+                                created before migration 5, or to repeat the same K)
   sale show ID                  MySQL and Redis figures side by side (per bucket)
   sale rebalance ID             complete half-done transfers between the sale's buckets
                                 and move units to empty ones
@@ -63,10 +64,9 @@ pub enum Command {
     Migrate,
     /// Create a sale in MySQL and load it into Redis.
     SaleCreate(SaleCreate),
-    /// Load sale ID into Redis.
-    SaleLoad(u64),
-    /// Load sale ID into Redis split over K > 1 buckets (`sale load ID --shards K`).
-    SaleLoadSplit(u64, u32),
+    /// Load sale ID into Redis, with the K of `--shards K` if given (else
+    /// the K MySQL records).
+    SaleLoad(u64, Option<u32>),
     /// Complete the open transfers of sale ID and refill its empty buckets.
     SaleRebalance(u64),
     /// Show sale ID.
@@ -346,10 +346,7 @@ pub fn parse_at(
         ["migrate"] => Command::Migrate,
         ["sale", "load", id] => {
             let id = parse_u64(id, "sale id")?;
-            match shards(&mut opts)? {
-                1 => Command::SaleLoad(id),
-                k => Command::SaleLoadSplit(id, k),
-            }
+            Command::SaleLoad(id, shards_given(&mut opts)?)
         }
         ["sale", "rebalance", id] => Command::SaleRebalance(parse_u64(id, "sale id")?),
         ["sale", "show", id] => Command::SaleShow(parse_u64(id, "sale id")?),
@@ -571,9 +568,6 @@ fn sale_create(opts: &mut Opts, now_ms: u64) -> Result<Command, UsageError> {
         return err("--rebuy-after-release needs --payment-window");
     }
     let shards = shards(opts)?;
-    if shards > 1 && payment_window_ms.is_some() {
-        return err("--shards above 1 cannot be combined with --payment-window yet");
-    }
     Ok(Command::SaleCreate(SaleCreate {
         sku,
         stock,
@@ -589,13 +583,19 @@ fn sale_create(opts: &mut Opts, now_ms: u64) -> Result<Command, UsageError> {
 
 /// `--shards K`: 1 when absent.
 fn shards(opts: &mut Opts) -> Result<u32, UsageError> {
+    Ok(shards_given(opts)?.unwrap_or(1))
+}
+
+/// `--shards K`: `None` when absent.
+fn shards_given(opts: &mut Opts) -> Result<Option<u32>, UsageError> {
     let max = seckill_common::buckets::MAX_BUCKETS;
     match opts.take("shards") {
-        None => Ok(1),
+        None => Ok(None),
         Some(k) => k
             .parse()
             .ok()
             .filter(|k| (1..=max).contains(k))
+            .map(Some)
             .ok_or_else(|| {
                 UsageError(format!(
                     "--shards {k:?}: expected an integer from 1 to {max}"
@@ -705,10 +705,14 @@ mod tests {
     #[test]
     fn simple_commands_parse() {
         assert_eq!(p("migrate").unwrap(), Command::Migrate);
-        assert_eq!(p("sale load 42").unwrap(), Command::SaleLoad(42));
+        assert_eq!(p("sale load 42").unwrap(), Command::SaleLoad(42, None));
         assert_eq!(
             p("sale load 42 --shards 3").unwrap(),
-            Command::SaleLoadSplit(42, 3)
+            Command::SaleLoad(42, Some(3))
+        );
+        assert_eq!(
+            p("sale load 42 --shards 1").unwrap(),
+            Command::SaleLoad(42, Some(1))
         );
         assert_eq!(p("sale rebalance 9").unwrap(), Command::SaleRebalance(9));
         let c = p("sale create --sku A --stock 9 --starts-at now --ends-at now+1h --shards 3");
@@ -722,8 +726,11 @@ mod tests {
             ));
             assert!(e.unwrap_err().0.contains("--shards"), "{bad}");
         }
-        let e = p("sale create --sku A --stock 9 --starts-at now --ends-at now+1h --shards 2 --payment-window 1m");
-        assert!(e.unwrap_err().0.contains("--payment-window"));
+        let c = p("sale create --sku A --stock 9 --starts-at now --ends-at now+1h --shards 2 --payment-window 1m");
+        let Ok(Command::SaleCreate(c)) = c else {
+            panic!("{c:?}")
+        };
+        assert_eq!((c.shards, c.payment_window_ms), (2, Some(60_000)));
         assert_eq!(p("sale show 7").unwrap(), Command::SaleShow(7));
         assert_eq!(
             p("sale repair 7 --by alice").unwrap(),

@@ -33,7 +33,9 @@ pub struct SettledBy<'a> {
 }
 
 /// Moves every dead-letter entry of reservation `rid` of sale `sale_id` to
-/// the archive, wrapped with `by`; returns how many moved.
+/// the archive, wrapped with `by`; returns how many moved. A sale split
+/// over buckets has a list per bucket: each is read, and an entry goes to
+/// its own bucket's archive.
 ///
 /// Errors: Redis failures (entries moved before the failure stay moved; a
 /// repeat moves the rest).
@@ -43,10 +45,16 @@ pub fn archive_entries_of(
     rid: &str,
     by: &SettledBy<'_>,
 ) -> redis::RedisResult<u64> {
-    archive_entries_in(con, SaleKeys::new(sale_id), rid, by)
+    let n = seckill_common::buckets::count(con, sale_id)?.unwrap_or(1);
+    let mut moved = 0;
+    for k in seckill_common::buckets::all(sale_id, n) {
+        moved += archive_entries_in(con, k, rid, by)?;
+    }
+    Ok(moved)
 }
 
-/// [`archive_entries_of`] in bucket `k` of a split sale.
+/// [`archive_entries_of`] in bucket `k` of a split sale only (its own
+/// dead-letter list and archive).
 ///
 /// Errors: as [`archive_entries_of`].
 pub fn archive_entries_in(

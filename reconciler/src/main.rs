@@ -104,8 +104,7 @@ fn run(
             Ok(0)
         }
         cli::Command::SaleCreate(args) => sale_cmd::create(config, &args),
-        cli::Command::SaleLoad(id) => sale_cmd::load(config, id, 1),
-        cli::Command::SaleLoadSplit(id, k) => sale_cmd::load(config, id, k),
+        cli::Command::SaleLoad(id, k) => sale_cmd::load(config, id, k),
         cli::Command::SaleRebalance(id) => crate::buckets_cmd::rebalance(config, id),
         cli::Command::SaleShow(id) => sale_cmd::show(config, id),
         cli::Command::SaleRepair(args) => Ok(repair_cmd::repair(config, &args)?),

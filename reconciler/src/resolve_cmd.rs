@@ -17,6 +17,12 @@
 //!   flow record: stock moves once.
 //! - `--dismiss`: close the finding with the note.
 //!
+//! In a sale split over buckets, `--reorder` and `--rollback` act in the
+//! bucket whose flow records hold the reservation
+//! (`seckill_common::buckets::holding`: its buyer's home bucket), so a
+//! released unit goes back to that bucket's stock and a re-queued message
+//! onto that bucket's queue.
+//!
 //! Any action that settles a finding (done, or already done) also closes the
 //! other open findings of the same reservation (e.g. its `dead_letter`
 //! entry), each with its own `done` row; a released or re-queued
@@ -34,7 +40,7 @@ use crate::run_cmd::redis_connect;
 use crate::settle::{self, Outcome};
 use seckill_common::keys::{SaleKeys, WORKERS};
 use seckill_common::redis_target::Con;
-use seckill_common::release::{release, ReleaseOutcome};
+use seckill_common::release::{release_in, ReleaseOutcome};
 use seckill_common::reorder::{self, ReorderOutcome};
 use seckill_common::timefmt::format_ms;
 use seckill_common::{now_ms, Config};
@@ -49,8 +55,8 @@ enum Checked {
         would: String,
         /// The reservation.
         rid: String,
-        /// Its sale.
-        sale_id: u64,
+        /// The bucket that holds it (the sale's own keys when not split).
+        keys: SaleKeys,
         /// The registered workers (their processing lists are checked).
         workers: Vec<String>,
         /// Redis, open.
@@ -93,7 +99,7 @@ pub fn resolve(config: &Config, args: &ResolveArgs) -> Result<u8, RunError> {
         Checked::Go {
             would,
             rid,
-            sale_id,
+            keys,
             workers,
             mut redis,
             mut mysql,
@@ -110,7 +116,7 @@ pub fn resolve(config: &Config, args: &ResolveArgs) -> Result<u8, RunError> {
                     redis,
                     &mut mysql,
                     args.action,
-                    sale_id,
+                    keys,
                     &rid,
                     &workers,
                     started,
@@ -207,23 +213,19 @@ fn check(config: &Config, f: &Finding, args: &ResolveArgs) -> Result<Checked, Ru
         return Ok(Checked::Final(order_exists(args.action, order.id, &rid)));
     }
     let mut redis = redis_connect(config)?;
-    if let Some(k @ 2..) = seckill_common::buckets::count(&mut redis, sale_id)? {
-        // The release and reorder scripts name the sale's bucket 0 only: on
-        // another bucket they would find no flow record and report "already
-        // released" while the unit is still held.
-        return Ok(Checked::Final(Outcome::refused(format!(
-            "sale {sale_id} is split over {k} buckets: --{action} is not supported there yet; \
-             act in Redis by hand (docs/DESIGN.md, \"A sale split over buckets\") and --dismiss"
-        ))));
-    }
+    // The bucket whose flow records hold it (a sale split over buckets: its
+    // buyer's home bucket); when none does, the sale's own keys, where the
+    // scripts then find nothing (released already, or never reserved).
+    let keys = seckill_common::buckets::holding(&mut redis, sale_id, &rid, SaleKeys::flow)?
+        .unwrap_or(SaleKeys::new(sale_id));
     let workers = crate::redis_read::set_members(&mut redis, WORKERS)?;
     let would = if args.action == ResolveAction::Reorder {
-        match reorder(&mut redis, sale_id, &rid, &workers, None)? {
+        match reorder(&mut redis, keys, &rid, &workers, None)? {
             o if o.status == ActionStatus::Done => o.text,
             o => return Ok(Checked::Final(o)),
         }
     } else {
-        match check_release(&mut redis, sale_id, &rid, &workers)? {
+        match check_release(&mut redis, keys, &rid, &workers)? {
             Ok(stock) => format!(
                 "would release {rid}: stock {stock} -> {}, remove its flow record and \
                  purchase mark, status failed",
@@ -242,7 +244,7 @@ fn check(config: &Config, f: &Finding, args: &ResolveArgs) -> Result<Checked, Ru
     Ok(Checked::Go {
         would,
         rid,
-        sale_id,
+        keys,
         workers,
         redis,
         mysql,
@@ -255,15 +257,15 @@ fn effect(
     redis: &mut Con,
     mysql: &mut mysql::Conn,
     action: ResolveAction,
-    sale_id: u64,
+    keys: SaleKeys,
     rid: &str,
     workers: &[String],
     started: &PendingAction,
 ) -> Result<Outcome, RunError> {
     if action == ResolveAction::Reorder {
-        return reorder(redis, sale_id, rid, workers, Some(&started.mark()));
+        return reorder(redis, keys, rid, workers, Some(&started.mark()));
     }
-    let released = release(redis, sale_id, rid, workers)?;
+    let released = release_in(redis, keys, rid, workers)?;
     release_outcome(released, mysql, action, rid)
 }
 
@@ -314,11 +316,11 @@ fn order_exists(action: ResolveAction, order_id: u64, rid: &str) -> Outcome {
 /// `Err(outcome)` with its refusal otherwise.
 fn check_release(
     redis: &mut Con,
-    sale_id: u64,
+    keys: SaleKeys,
     rid: &str,
     workers: &[String],
 ) -> Result<Result<i64, ReleaseOutcome>, RunError> {
-    seckill_common::release::check(redis, sale_id, rid, workers).map_err(RunError::Release)
+    seckill_common::release::check_in(redis, keys, rid, workers).map_err(RunError::Release)
 }
 
 /// Runs the reorder script (`seckill_common::reorder`): only its checks
@@ -326,14 +328,14 @@ fn check_release(
 /// row).
 fn reorder(
     redis: &mut Con,
-    sale_id: u64,
+    keys: SaleKeys,
     rid: &str,
     workers: &[String],
     mark: Option<&str>,
 ) -> Result<Outcome, RunError> {
-    let queue = SaleKeys::new(sale_id).queue();
+    let queue = keys.queue();
     Ok(
-        match reorder::reorder(redis, sale_id, rid, workers, mark)? {
+        match reorder::reorder_in(redis, keys, rid, workers, mark)? {
             ReorderOutcome::Queued => {
                 Outcome::done(format!("queued the order message of {rid} again"))
             }

@@ -70,8 +70,8 @@ pub fn create(config: &Config, a: &SaleCreate) -> Res<u8> {
     let mut con = redis_con(config)?;
     db.exec_drop(
         "INSERT INTO sales (sku, title, price_cents, total_stock, available_stock, starts_at, ends_at,
-                            payment_window_ms, rebuy_after_release)
-         VALUES (?, ?, ?, ?, ?, FROM_UNIXTIME(? / 1000), FROM_UNIXTIME(? / 1000), ?, ?)",
+                            payment_window_ms, rebuy_after_release, buckets)
+         VALUES (?, ?, ?, ?, ?, FROM_UNIXTIME(? / 1000), FROM_UNIXTIME(? / 1000), ?, ?, ?)",
         (
             &a.sku,
             &a.title,
@@ -82,6 +82,7 @@ pub fn create(config: &Config, a: &SaleCreate) -> Res<u8> {
             a.ends_at_ms,
             a.payment_window_ms,
             a.rebuy_after_release,
+            a.shards,
         ),
     )?;
     let id = db.last_insert_id();
@@ -156,25 +157,46 @@ fn describe_live(con: &mut Con, id: u64) -> String {
     }
 }
 
-/// `sale load`: puts a MySQL sale into Redis, split over `buckets`
-/// buckets, unless Redis holds its stock.
-pub fn load(config: &Config, id: u64, buckets: u32) -> Res<u8> {
+/// `sale load`: puts a MySQL sale into Redis, unless Redis holds its
+/// stock, split over the K MySQL records for it (`sales.buckets`); `shards`
+/// (`--shards K`) may only repeat that K (a disagreeing one is refused,
+/// exit 64: another K would move buyers to other home buckets, away from
+/// their orders' flow records and marks). A sale MySQL records no K for
+/// (created before migration 5) takes `shards` (default 1), and MySQL
+/// records it (or the K Redis holds it with, when it does).
+pub fn load(config: &Config, id: u64, shards: Option<u32>) -> Res<u8> {
     let mut db = seckill_common::schema::connect(&config.mysql_url, config.mysql_timeout)?;
     let Some(sale) = fetch_sale(&mut db, id)? else {
         eprintln!("seckill-reconciler: no sale {id} in MySQL");
         return Ok(2);
     };
     let ordered = order_count(&mut db, id)?;
-    let window: Option<Option<u64>> =
-        db.exec_first("SELECT payment_window_ms FROM sales WHERE id = ?", (id,))?;
-    if buckets > 1 && window.flatten().is_some() {
-        eprintln!(
-            "seckill-reconciler: sale {id} has a payment window: it cannot be split over \
-             buckets (as with `sale create`); nothing loaded"
-        );
-        return Ok(64);
-    }
     let mut con = redis_con(config)?;
+    let recorded = seckill_common::buckets::recorded(&mut db, id)?;
+    // A sale created before migration 5 that Redis still holds: its K is
+    // the one Redis routes by.
+    let known = match recorded {
+        Some(k) => Some(k),
+        None => seckill_common::buckets::count(&mut con, id)?,
+    };
+    let buckets = match (known, shards) {
+        (Some(k), Some(s)) if k != s => {
+            eprintln!(
+                "seckill-reconciler: sale {id} has {k} bucket(s) (MySQL's sales.buckets, set by \
+                 `sale create --shards {k}`); --shards {s} disagrees: leave --shards out; \
+                 nothing loaded"
+            );
+            return Ok(64);
+        }
+        (Some(k), _) => k,
+        (None, s) => s.unwrap_or(1),
+    };
+    if recorded.is_none() {
+        db.exec_drop(
+            "UPDATE sales SET buckets = ? WHERE id = ? AND buckets IS NULL",
+            (buckets, id),
+        )?;
+    }
     // A sale whose bucket 0 is gone while other buckets are live lost part
     // of its keys: loading bucket 0 alone would offer its units again on
     // top of theirs (the hostile pass). Not supported yet.
@@ -188,10 +210,14 @@ pub fn load(config: &Config, id: u64, buckets: u32) -> Res<u8> {
     }
     if seckill_common::buckets::load_into_redis(&mut con, &sale, buckets, ordered)? {
         outln!(
-            "loaded sale {id} into Redis with stock {} ({} total, {} already ordered)",
+            "loaded sale {id} into Redis with stock {} ({} total, {} already ordered){}",
             sale.total_stock.saturating_sub(ordered),
             sale.total_stock,
-            ordered
+            ordered,
+            match buckets {
+                1 => String::new(),
+                k => format!(", in {k} buckets"),
+            }
         );
     } else {
         let live: Option<i64> = con.get(SaleKeys::new(id).stock())?;
@@ -224,7 +250,7 @@ pub fn show(config: &Config, id: u64) -> Res<u8> {
     )?;
     let mut con = redis_con(config)?;
     let k = SaleKeys::new(id);
-    let released: u64 = con.hlen(k.released())?;
+    let mut released: u64 = con.hlen(k.released())?;
     let mut stock: Option<i64> = con.get(k.stock())?;
     let mut meta: HashMap<String, u64> = read_meta(&mut con, id)?;
     let paused: Option<String> = con.hget(k.meta(), "paused")?;
@@ -245,6 +271,7 @@ pub fn show(config: &Config, id: u64) -> Res<u8> {
             None => meta.remove("total_stock"),
         };
         flows = figs.iter().map(|f| f.flows).sum();
+        released = figs.iter().map(|f| f.released).sum();
         queued = figs.iter().map(|f| f.queued).sum();
         dead = figs.iter().map(|f| f.dead).sum();
     }

@@ -32,8 +32,8 @@
 //! bucket: the totals summed at one instant (`bucket_read::totals`), steps
 //! 4-6 on each bucket's flow records, dead letters, queue and processing
 //! lists (an order's flow record is in its buyer's home bucket; any bucket's
-//! record counts). Step 8 reads bucket 0 (sales with a payment window, the
-//! only ones that release, have one bucket).
+//! record counts). Step 8 reads each released order's flow record in the
+//! bucket that holds it (`ReleasedOrder::keys`: its buyer's home bucket).
 
 use crate::error::RunError;
 use crate::mysql_read::{self, rid_to_u128, u128_to_rid, Books, OddPayment, OrderDetail};
@@ -201,15 +201,29 @@ fn released_held(ctx: &mut Ctx<'_>, sale_id: u64) -> Result<Vec<ReleasedOrder>, 
     if released.is_empty() {
         return Ok(released);
     }
-    let rids: Vec<String> = released.iter().map(|o| o.reservation_id.clone()).collect();
-    let flows = redis_read::hash_values(ctx.redis, &SaleKeys::new(sale_id).flow(), &rids)?;
+    // One `HMGET` per bucket, of the orders it holds.
+    let mut by_bucket: HashMap<u32, Vec<ReleasedOrder>> = HashMap::new();
+    for o in released {
+        by_bucket.entry(o.bucket).or_default().push(o);
+    }
+    let mut held = Vec::new();
+    for orders in by_bucket.into_values() {
+        let Some(k) = orders.first().map(ReleasedOrder::keys) else {
+            continue;
+        };
+        let rids: Vec<String> = orders.iter().map(|o| o.reservation_id.clone()).collect();
+        let flows = redis_read::hash_values(ctx.redis, &k.flow(), &rids)?;
+        held.extend(
+            orders
+                .into_iter()
+                .zip(flows)
+                .filter(|(_, f)| f.is_some())
+                .map(|(o, _)| o),
+        );
+    }
     (ctx.tick)()?;
-    Ok(released
-        .into_iter()
-        .zip(flows)
-        .filter(|(_, f)| f.is_some())
-        .map(|(o, _)| o)
-        .collect())
+    held.sort_by_key(|o| o.id);
+    Ok(held)
 }
 
 /// Step 2: the books, the orders' reservation ids (sorted and distinct),

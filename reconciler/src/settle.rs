@@ -181,10 +181,14 @@ fn observe(redis: &mut Con, p: &PendingAction, f: &Finding) -> Result<Outcome, R
             "interrupted; the finding names no reservation: nothing changed".to_string(),
         ));
     };
-    let k = SaleKeys::new(f.sale_id.max(0) as u64);
+    let sale_id = f.sale_id.max(0) as u64;
+    // In whichever bucket holds it (a sale split over buckets).
+    let holding = |redis: &mut Con, hash: fn(&SaleKeys) -> String| {
+        seckill_common::buckets::holding(redis, sale_id, rid, hash)
+    };
     Ok(match p.action {
         ActionKind::Rollback => {
-            let held: bool = redis.hexists(k.flow(), rid)?;
+            let held = holding(redis, SaleKeys::flow)?.is_some();
             if held {
                 Outcome::failed(format!(
                     "interrupted before its effect: {rid} is still reserved; nothing changed"
@@ -197,6 +201,7 @@ fn observe(redis: &mut Con, p: &PendingAction, f: &Finding) -> Result<Outcome, R
             }
         }
         ActionKind::Reorder => {
+            let k = holding(redis, SaleKeys::reorder_marks)?.unwrap_or(SaleKeys::new(sale_id));
             let mark: Option<String> = redis.hget(k.reorder_marks(), rid)?;
             if mark.as_deref() == Some(p.mark().as_str()) {
                 Outcome::done(format!(

@@ -356,7 +356,20 @@ pub fn create_windowed_sale(
     stock: u64,
     window: &str,
 ) -> u64 {
+    create_windowed_split_sale(redis, db, review, stock, window, 1)
+}
+
+/// [`create_windowed_sale`] split over `shards` buckets (`--shards`).
+pub fn create_windowed_split_sale(
+    redis: &RedisServer,
+    db: &TestDb,
+    review: &Path,
+    stock: u64,
+    window: &str,
+    shards: u32,
+) -> u64 {
     let stock = stock.to_string();
+    let shards = shards.to_string();
     let args = [
         "sale",
         "create",
@@ -372,6 +385,8 @@ pub fn create_windowed_sale(
         "1999",
         "--payment-window",
         window,
+        "--shards",
+        &shards,
     ];
     let (code, out) = reconciler(redis, db, review, &args);
     assert_eq!(code, 0, "{out}");
@@ -416,6 +431,15 @@ pub fn assert_reconciles_clean(redis: &impl cluster::TestRedis, db: &TestDb, rev
     assert_eq!(out.trim(), "[]", "no finding at all");
 }
 
+/// The first `n` user ids `PREFIX-i` whose home bucket of `k` is `bucket`.
+pub fn users_of(prefix: &str, bucket: u32, k: u32, n: usize) -> Vec<String> {
+    (0..)
+        .map(|i| format!("{prefix}-{i}"))
+        .filter(|u| seckill_common::buckets::home_bucket(u, k) == bucket)
+        .take(n)
+        .collect()
+}
+
 /// Inserts a sale into MySQL and loads it into Redis; returns its id.
 /// `starts_in_ms` may be negative (already open); the window lasts `len_ms`.
 pub fn create_sale(
@@ -441,8 +465,8 @@ pub fn create_split_sale(
     let mut sale = test_sale(0, stock, starts_in_ms, len_ms);
     let mut c = db.conn();
     c.exec_drop(
-        "INSERT INTO sales (sku, title, price_cents, total_stock, available_stock, starts_at, ends_at)
-         VALUES (?, ?, ?, ?, ?, FROM_UNIXTIME(? / 1000), FROM_UNIXTIME(? / 1000))",
+        "INSERT INTO sales (sku, title, price_cents, total_stock, available_stock, starts_at, ends_at, buckets)
+         VALUES (?, ?, ?, ?, ?, FROM_UNIXTIME(? / 1000), FROM_UNIXTIME(? / 1000), ?)",
         (
             &sale.sku,
             &sale.title,
@@ -451,6 +475,7 @@ pub fn create_split_sale(
             stock,
             sale.starts_at_ms,
             sale.ends_at_ms,
+            buckets,
         ),
     )
     .expect("insert sale");

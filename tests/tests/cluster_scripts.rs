@@ -142,7 +142,7 @@ fn every_script_runs_on_a_redis_cluster_with_all_its_keys_in_one_slot() {
     release::check(&mut r, sale, &rid, &workers).unwrap().ok();
     let released = release::release_order(
         &mut r,
-        sale,
+        k,
         &rid,
         seckill_common::order::Release::Cancel,
         true,

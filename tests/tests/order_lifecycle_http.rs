@@ -9,10 +9,13 @@
 //! its commit never overwrites a lifecycle status.
 
 mod gateway_support;
+#[path = "support/lifecycle_http.rs"]
+mod lifecycle;
 #[path = "worker_support.rs"]
 mod support;
 
-use gateway_support::{buy, get, raw, Gateway, Resp};
+use gateway_support::{buy, get, Gateway};
+use lifecycle::{gateway, me, now_s, pay, payment_body, post_payment, signed, PRICE};
 use mysql::prelude::Queryable;
 use redis::Commands;
 use seckill_common::keys::SaleKeys;
@@ -23,59 +26,6 @@ use std::time::Duration;
 use support::{reserve_users, wait_orders, Opts, WorkerProc};
 
 const LONG: Duration = Duration::from_secs(120);
-const SECRET: &str = "test-payment-secret-0123456789";
-const PRICE: u64 = 1999;
-
-fn gateway(redis: &RedisServer) -> Gateway {
-    Gateway::start(redis, &[("SECKILL_PAYMENT_SECRET", SECRET)])
-}
-
-/// `POST /v1/payments` with `body` and the header `signature` (none when `None`).
-fn post_payment(port: u16, body: &str, signature: Option<&str>) -> Resp {
-    let mut r =
-        String::from("POST /v1/payments HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n");
-    if let Some(s) = signature {
-        r.push_str(&format!("{}: {s}\r\n", payment::SIGNATURE_HEADER));
-    }
-    r.push_str(&format!(
-        "Content-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
-        body.len()
-    ));
-    raw(port, r.as_bytes()).expect("an answer")
-}
-
-fn now_s() -> u64 {
-    seckill_common::now_ms() / 1000
-}
-
-fn signed(body: &str, ts: u64) -> String {
-    format!("t={ts},v1={}", sign(SECRET.as_bytes(), ts, body.as_bytes()))
-}
-
-fn payment_body(rid: &str, payment_id: &str, amount: u64) -> String {
-    format!(r#"{{"reservation_id":"{rid}","payment_id":"{payment_id}","amount_cents":{amount}}}"#)
-}
-
-/// Pays `rid` as the payment service would: 202.
-fn pay(port: u16, rid: &str, payment_id: &str, amount: u64) {
-    let body = payment_body(rid, payment_id, amount);
-    let r = post_payment(port, &body, Some(&signed(&body, now_s())));
-    assert_eq!(r.status, 202, "{r:?}");
-}
-
-/// `METHOD /v1/sales/{sale}/purchases/me` with `user`'s token (none for `None`).
-fn me(port: u16, method: &str, sale: u64, user: Option<&str>) -> Resp {
-    let mut r = format!("{method} /v1/sales/{sale}/purchases/me HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n");
-    if let Some(u) = user {
-        r.push_str(&format!(
-            "Authorization: Bearer {}\r\n",
-            seckill_tests::auth::token_for(u)
-        ));
-    }
-    r.push_str("\r\n");
-    raw(port, r.as_bytes()).expect("an answer")
-}
-
 /// Buys one unit for each of `users` over HTTP: 202 each; their reservation ids.
 fn buy_all(port: u16, sale: u64, users: &[String]) -> HashMap<String, String> {
     users

@@ -12,23 +12,15 @@ mod gw;
 #[path = "worker_support.rs"]
 mod wk;
 
-use gw::{buy, get, Client, Gateway};
+use gw::{buy, buy_final, get, Client, Gateway};
+use mysql::prelude::Queryable;
 use redis::Commands;
 use seckill_common::buckets::{home_bucket, load_into_redis};
 use seckill_common::keys::SaleKeys;
 use seckill_common::transfer::{self, Record};
-use seckill_tests::{create_split_sale, test_sale, RedisServer, TempDir, TestDb};
+use seckill_tests::{create_split_sale, test_sale, users_of, RedisServer, TempDir, TestDb};
 use std::collections::{HashMap, HashSet};
 use std::time::Duration;
-
-/// The first `n` user ids `PREFIX-i` whose home bucket of `k` is `bucket`.
-fn users_of(prefix: &str, bucket: u32, k: u32, n: usize) -> Vec<String> {
-    (0..)
-        .map(|i| format!("{prefix}-{i}"))
-        .filter(|u| home_bucket(u, k) == bucket)
-        .take(n)
-        .collect()
-}
 
 /// Each bucket's stock, bucket 0 first.
 fn stocks(con: &mut redis::Connection, sale: u64, k: u32) -> Vec<i64> {
@@ -75,27 +67,6 @@ fn run_during_sale(redis: &RedisServer, db: &TestDb, review: &std::path::Path) -
         .output()
         .unwrap();
     out.status.code().unwrap_or(-1)
-}
-
-/// Buys until the answer is final: a 503 (Redis busy, or transfers kept
-/// moving under the pull) is retried, as a client would.
-///
-/// A 503 may come after Redis reserved the unit (the answer did not come
-/// in time: the documented "unknown, retry"); the retry then gets 409 with
-/// the buyer's own reservation id, which is this buyer's win: reported as
-/// the 202 it stands for (a machine loaded by the other tests of this file
-/// met it once).
-fn buy_final(c: &mut Client, sale: u64, user: &str) -> (u16, serde_json::Value) {
-    let mut retried = false;
-    loop {
-        let r = c.buy(sale, user);
-        match r.status {
-            503 => retried = true,
-            409 if retried => return (202, r.json()),
-            s => return (s, r.json()),
-        }
-        std::thread::sleep(Duration::from_millis(5));
-    }
 }
 
 #[test]
@@ -386,6 +357,7 @@ fn a_transfer_interrupted_between_its_steps_is_completed_once_by_the_reconciler(
             "0",
             "0",
             "0",
+            "0",
             "0/1/1"
         ]
     );
@@ -428,47 +400,100 @@ fn a_transfer_interrupted_between_its_steps_is_completed_once_by_the_reconciler(
     assert_eq!(stocks(&mut con, sale, 3), [14, 6, 10]);
 }
 
+/// A reservation whose message was lost, in bucket 1 of 3: `resolve
+/// --rollback` releases it in bucket 1 (its unit back in bucket 1's stock
+/// only, its flow record and mark gone, status `failed`), and a repeat
+/// changes nothing; another in bucket 2, `--reorder` queues its message on
+/// bucket 2's queue, whose worker makes it an order; `run` then clean.
 #[test]
-fn resolve_refuses_to_roll_back_a_reservation_of_a_sale_split_over_buckets() {
+fn resolve_rolls_back_and_reorders_in_the_reservations_bucket() {
     let redis = RedisServer::start();
     let db = TestDb::create();
     let sale = create_split_sale(&db, &redis, 9, -1000, 3_600_000, 3);
     let review = TempDir::new();
     let path = review.path().join("review.sqlite3");
     let mut con = redis.con();
-    let b1 = SaleKeys::bucket(sale, 1);
-    let user = users_of("lost", 1, 3, 1).remove(0);
-    let rid = seckill_common::ids::new_reservation_id();
-    let reply: redis::Value = seckill_common::reservation::prepare_in(b1, &user, &rid)
-        .invoke(&mut con)
-        .unwrap();
-    let outcome = seckill_common::reservation::parse_reply(&reply).unwrap();
-    assert_eq!(
-        outcome,
-        seckill_common::reservation::ReserveOutcome::Reserved(rid.clone())
-    );
-    // Its message is lost: a flow record in bucket 1 that never becomes an order.
-    let _: Option<String> = con.rpop(b1.queue(), None).unwrap();
+    // Reserved, its message lost: a flow record that never becomes an order.
+    let mut lost = |bucket: u32| -> (String, String) {
+        let k = SaleKeys::bucket(sale, bucket);
+        let user = users_of("lost", bucket, 3, 1).remove(0);
+        let rid = seckill_common::ids::new_reservation_id();
+        let reply: redis::Value = seckill_common::reservation::prepare_in(k, &user, &rid)
+            .invoke(&mut con)
+            .unwrap();
+        assert_eq!(
+            seckill_common::reservation::parse_reply(&reply).unwrap(),
+            seckill_common::reservation::ReserveOutcome::Reserved(rid.clone())
+        );
+        let _: Option<String> = con.rpop(k.queue(), None).unwrap();
+        (user, rid)
+    };
+    let (user1, rid1) = lost(1);
+    let (_, rid2) = lost(2);
+    assert_eq!(stocks(&mut con, sale, 3), [3, 2, 2]);
     let (code, out) = seckill_tests::reconciler(&redis, &db, &path, &["run"]);
     assert_eq!(code, 1, "{out}");
     let (_, out) = seckill_tests::reconciler(&redis, &db, &path, &["findings", "--json"]);
     let f: Vec<serde_json::Value> = serde_json::from_str(&out).unwrap();
-    assert_eq!(f.len(), 1, "{out}");
+    let id_of = |rid: &str| -> String {
+        let f: Vec<&serde_json::Value> = f
+            .iter()
+            .filter(|f| f["reservation_id"].as_str() == Some(rid))
+            .collect();
+        assert_eq!(f.len(), 1, "{out}");
+        assert_eq!(f[0]["kind"].as_str(), Some("flow_without_order"));
+        f[0]["id"].to_string()
+    };
+    let (id1, id2) = (id_of(&rid1), id_of(&rid2));
+    let resolve = |id: &str, action: &str| {
+        seckill_tests::reconciler(
+            &redis,
+            &db,
+            &path,
+            &["resolve", id, action, "--by", "alice"],
+        )
+    };
+    let (code, out) = resolve(&id1, "--rollback");
+    assert_eq!(code, 0, "{out}");
+    assert!(
+        out.contains(&format!("released {rid1} in Redis: stock 2 -> 3")),
+        "{out}"
+    );
+    let b1 = SaleKeys::bucket(sale, 1);
+    let held: bool = con.hexists(b1.flow(), &rid1).unwrap();
+    let mark: Option<String> = con.hget(b1.buyers(), &user1).unwrap();
+    let status: Option<String> = con.hget(b1.status(), &rid1).unwrap();
     assert_eq!(
-        (f[0]["kind"].as_str(), f[0]["reservation_id"].as_str()),
-        (Some("flow_without_order"), Some(rid.as_str()))
+        (held, mark, status.as_deref()),
+        (false, None, Some("failed"))
     );
-    let id = f[0]["id"].to_string();
-    let (code, out) = seckill_tests::reconciler(
-        &redis,
-        &db,
-        &path,
-        &["resolve", &id, "--rollback", "--by", "alice"],
+    assert_eq!(stocks(&mut con, sale, 3), [3, 3, 2]);
+    let (code, out) = resolve(&id1, "--rollback");
+    assert_eq!(code, 0, "{out}");
+    assert!(out.contains("already released"), "{out}");
+    assert_eq!(stocks(&mut con, sale, 3), [3, 3, 2]);
+
+    let (code, out) = resolve(&id2, "--reorder");
+    assert_eq!(code, 0, "{out}");
+    assert!(
+        out.contains(&format!("queued the order message of {rid2} again")),
+        "{out}"
     );
-    assert_eq!(code, 2, "{out}");
-    assert!(out.contains("split over 3 buckets"), "{out}");
-    let held: bool = con.hexists(b1.flow(), &rid).unwrap();
-    assert_eq!((held, stocks(&mut con, sale, 3)), (true, vec![3, 2, 3]));
+    let queued: Vec<usize> = (0..3)
+        .map(|b| con.llen(SaleKeys::bucket(sale, b).queue()).unwrap())
+        .collect();
+    assert_eq!(queued, [0, 0, 1]);
+    let _w = wk::WorkerProc::start(&redis, &db, "rs-w1", &wk::Opts::default());
+    wk::wait_orders(&db, sale, 1, Duration::from_secs(60));
+    assert_eq!(
+        db.count(&format!(
+            "SELECT COUNT(*) FROM orders WHERE sale_id = {sale} AND reservation_id = '{rid2}'"
+        )),
+        1
+    );
+    assert_eq!(stocks(&mut con, sale, 3), [3, 3, 2]);
+    let (code, out) = seckill_tests::reconciler(&redis, &db, &path, &["run"]);
+    assert_eq!(code, 0, "{out}");
 }
 
 #[test]
@@ -598,14 +623,13 @@ fn sale_create_with_shards_splits_the_stock_and_without_it_writes_todays_keys() 
 }
 
 /// What the operator commands do not support on split sales yet is
-/// refused with nothing changed (the hostile pass): `sale load` after bucket 0 alone was lost
-/// would offer its units again on top of the live buckets'; and a sale
-/// with a payment window cannot be loaded split, as it cannot be created so.
-/// `sale repair` of a sale the watch has not paused changes nothing, even
-/// with bucket 0 (which holds K) gone (it once sized bucket 0 as the whole
-/// sale: Redis then offered units MySQL no longer had).
+/// refused with nothing changed (the hostile pass): `sale load` after bucket
+/// 0 alone was lost would offer its units again on top of the live
+/// buckets'. `sale repair` of a sale the watch has not paused changes
+/// nothing, even with bucket 0 (which holds K) gone (it once sized bucket 0
+/// as the whole sale: Redis then offered units MySQL no longer had).
 #[test]
-fn a_partial_reload_and_a_split_load_with_a_payment_window_are_refused() {
+fn a_partial_reload_is_refused_and_a_repair_of_a_live_split_sale_changes_nothing() {
     let redis = RedisServer::start();
     let db = TestDb::create();
     let review = TempDir::new();
@@ -637,24 +661,93 @@ fn a_partial_reload_and_a_split_load_with_a_payment_window_are_refused() {
         )
     );
     assert_eq!(seckill_tests::sale_snapshot(&mut con, sale), before);
+}
 
-    let windowed = seckill_tests::create_windowed_sale(&redis, &db, &path, 6, "1h");
-    let k = SaleKeys::new(windowed);
-    let _: () = con.del(&[k.meta(), k.stock()]).unwrap();
-    let _: () = con.srem(seckill_common::keys::SALES, windowed).unwrap();
+/// Every key of sale `sale` in Redis (all its buckets' tags).
+fn sale_keys(con: &mut redis::Connection, sale: u64) -> Vec<String> {
+    let mut keys: Vec<String> = redis::cmd("KEYS")
+        .arg(format!("seckill:{{sale:{sale}*"))
+        .query(con)
+        .unwrap();
+    keys.sort();
+    keys
+}
+
+/// K lives in MySQL too (`sales.buckets`): a split sale with a payment
+/// window that Redis lost entirely reloads with `sale load ID` alone into
+/// its 3 buckets, its ordered units left out; a disagreeing `--shards` is
+/// refused (exit 64) and writes nothing; the same `--shards` is accepted.
+/// A sale MySQL records no K for (created before migration 5) records the
+/// `--shards` it is loaded with.
+#[test]
+fn a_split_sale_redis_lost_reloads_with_the_k_mysql_keeps() {
+    let redis = RedisServer::start();
+    let db = TestDb::create();
+    let review = TempDir::new();
+    let path = review.path().join("review.sqlite3");
+    let sale = seckill_tests::create_windowed_split_sale(&redis, &db, &path, 9, "1h", 3);
+    let id = sale.to_string();
+    assert_eq!(
+        db.count(&format!("SELECT buckets FROM sales WHERE id = {sale}")),
+        3
+    );
+    let mut con = redis.con();
+    assert_eq!(stocks(&mut con, sale, 3), [3, 3, 3]);
+    // One order held, as a worker would have written it (its unit stays out).
+    db.conn()
+        .exec_drop(
+            "INSERT INTO orders (reservation_id, sale_id, user_id, status) VALUES (?, ?, 'u1', 'paid')",
+            (seckill_common::ids::new_reservation_id(), sale),
+        )
+        .unwrap();
+    // Redis loses the sale.
+    let keys = sale_keys(&mut con, sale);
+    let _: () = con.del(keys).unwrap();
+    let _: () = con.srem(seckill_common::keys::SALES, sale).unwrap();
+
+    let (code, out) =
+        seckill_tests::reconciler(&redis, &db, &path, &["sale", "load", &id, "--shards", "2"]);
+    assert_eq!(code, 64, "{out}");
+    assert!(
+        out.contains(&format!("sale {sale} has 3 bucket(s)"))
+            && out.contains("--shards 2 disagrees"),
+        "{out}"
+    );
+    assert_eq!(sale_keys(&mut con, sale), Vec::<String>::new());
+    let (code, out) = seckill_tests::reconciler(&redis, &db, &path, &["sale", "load", &id]);
+    assert_eq!(code, 0, "{out}");
+    assert!(
+        out.contains("with stock 8 (9 total, 1 already ordered), in 3 buckets"),
+        "{out}"
+    );
+    assert_eq!(stocks(&mut con, sale, 3), [3, 3, 2]);
+    let k: Option<u32> = con.hget(SaleKeys::new(sale).meta(), "buckets").unwrap();
+    assert_eq!(k, Some(3));
+    let (code, out) =
+        seckill_tests::reconciler(&redis, &db, &path, &["sale", "load", &id, "--shards", "3"]);
+    assert_eq!(code, 0, "{out}");
+    assert!(out.contains("already live in Redis"), "{out}");
+
+    // A sale from before migration 5: no K in MySQL; loaded with --shards 2,
+    // MySQL records 2.
+    let old = create_split_sale(&db, &redis, 4, -1_000, 600_000, 1);
+    db.conn()
+        .exec_drop("UPDATE sales SET buckets = NULL WHERE id = ?", (old,))
+        .unwrap();
+    let keys = sale_keys(&mut con, old);
+    let _: () = con.del(keys).unwrap();
     let (code, out) = seckill_tests::reconciler(
         &redis,
         &db,
         &path,
-        &["sale", "load", &windowed.to_string(), "--shards", "3"],
+        &["sale", "load", &old.to_string(), "--shards", "2"],
     );
-    assert_eq!(code, 64, "{out}");
-    assert!(out.contains("has a payment window"), "{out}");
-    let left: Vec<String> = redis::cmd("KEYS")
-        .arg(format!("seckill:{{sale:{windowed}*"))
-        .query(&mut con)
-        .unwrap();
-    assert_eq!(left, Vec::<String>::new());
+    assert_eq!(code, 0, "{out}");
+    assert_eq!(stocks(&mut con, old, 2), [2, 2]);
+    assert_eq!(
+        db.count(&format!("SELECT buckets FROM sales WHERE id = {old}")),
+        2
+    );
 }
 
 /// One bucket's keys lost: its buyers get 503 (retry), the other buckets'

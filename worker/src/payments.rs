@@ -18,9 +18,8 @@
 
 use crate::queue;
 use crate::WorkerError;
-use mysql::prelude::Queryable;
 use redis::Commands;
-use seckill_common::keys::{PurchaseStatus, SaleKeys};
+use seckill_common::keys::PurchaseStatus;
 use seckill_common::lifecycle::{self, Cancelled, Paid, PaymentOutcome};
 use seckill_common::payment::{self, CancelMessage, PaymentMessage, Queued};
 use seckill_common::redis_target::{Con, Target};
@@ -151,19 +150,11 @@ fn apply_payment(con: &mut Con, db: &mut mysql::Conn, m: &PaymentMessage) -> Res
         m.reservation_id
     );
     if let Paid::Applied(PaymentOutcome::Paid) | Paid::Duplicate(PaymentOutcome::Paid) = done {
-        let sale: Option<u64> = db
-            .exec_first(
-                "SELECT sale_id FROM orders WHERE reservation_id = ?",
-                (&m.reservation_id,),
-            )
-            .map_err(|e| e.to_string())?;
-        if let Some(sale) = sale {
-            con.hset::<_, _, _, ()>(
-                SaleKeys::new(sale).status(),
-                &m.reservation_id,
-                PurchaseStatus::Paid.as_str(),
-            )
-            .map_err(|e| e.to_string())?;
+        // The order's home bucket holds its status (`lifecycle::order_keys`).
+        let keys = lifecycle::order_keys(db, &m.reservation_id).map_err(|e| e.to_string())?;
+        if let Some(k) = keys {
+            con.hset::<_, _, _, ()>(k.status(), &m.reservation_id, PurchaseStatus::Paid.as_str())
+                .map_err(|e| e.to_string())?;
         }
     }
     Ok(())

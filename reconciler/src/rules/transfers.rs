@@ -7,7 +7,12 @@
 //! - `bucket_books:bB`: bucket B's `share + units in − units out ≠
 //!   total_stock`;
 //! - `transfer_unmatched:TID`: a transfer recorded on one side only (not in
-//!   flight), or with different units on the two sides.
+//!   flight), or with different units on the two sides;
+//! - `bucket_stock:bB`: bucket B's stock + reservations ≠ its `total_stock`
+//!   (read at one instant: a reservation, a release back to the bucket and
+//!   each transfer step keep it in one script), so a unit released to the
+//!   wrong bucket, or twice, is found where it happened; the sale-wide sum
+//!   is `stock_mismatch`'s `redis_stock`.
 //!
 //! Runs before the sale's scan, so the totals it reads find no transfer
 //! open that this run could have completed.
@@ -74,6 +79,7 @@ pub fn observe(redis: &mut Con, sale_id: u64, buckets: u32) -> Result<Vec<Observ
     }
     for (b, bk) in books.iter().enumerate() {
         out.extend(bucket_books(sale_id, b as u32, bk));
+        out.extend(bucket_stock(sale_id, b as u32, bk));
         for (tid, r) in &bk.out {
             let arrived = taken_later
                 .get(r.peer as usize)
@@ -129,6 +135,26 @@ fn bucket_books(sale_id: u64, b: u32, bk: &BucketBooks) -> Option<Observation> {
         format!("bucket_books:b{b}"),
         json!({"rule": "share + units in - units out = total_stock", "bucket": b,
                "share": share, "units_in": taken, "units_out": given, "total_stock": total}),
+    ))
+}
+
+/// The `bucket_stock` observation of bucket `b`, if its stock and
+/// reservations do not add up to its `total_stock` (a bucket not loaded is
+/// `bucket_books`'s).
+fn bucket_stock(sale_id: u64, b: u32, bk: &BucketBooks) -> Option<Observation> {
+    let (Some(stock), Some(total)) = (bk.stock, bk.total_stock) else {
+        return None;
+    };
+    if stock + bk.reservations == total {
+        return None;
+    }
+    Some(obs(
+        Kind::StockMismatch,
+        sale_id,
+        format!("bucket_stock:b{b}"),
+        json!({"rule": "a bucket's stock + reservations = its total_stock", "bucket": b,
+               "stock": stock, "reservations": bk.reservations, "released": bk.released,
+               "total_stock": total}),
     ))
 }
 
