@@ -62,13 +62,16 @@ impl TestRedis for Relay {
 
 /// Whether `chunk` carries an `EVALSHA` command (any case).
 fn has_evalsha(chunk: &[u8]) -> bool {
-    chunk
-        .windows(7)
-        .any(|w| w.eq_ignore_ascii_case(b"EVALSHA"))
+    chunk.windows(7).any(|w| w.eq_ignore_ascii_case(b"EVALSHA"))
 }
 
 /// Two threads copying bytes each way; see [`Relay::armed`].
-fn relay_pair(client: TcpStream, server: TcpStream, armed: Arc<AtomicBool>, cuts: Arc<AtomicUsize>) {
+fn relay_pair(
+    client: TcpStream,
+    server: TcpStream,
+    armed: Arc<AtomicBool>,
+    cuts: Arc<AtomicUsize>,
+) {
     let cut = Arc::new(AtomicBool::new(false));
     let (mut c_in, mut s_out) = (client.try_clone().unwrap(), server.try_clone().unwrap());
     let cut_up = cut.clone();
@@ -135,7 +138,10 @@ fn a_purchase_whose_reply_was_lost_is_202_with_its_own_id(redis_threads: &str) {
 
     // The client's own retry: 409 with the same id, nothing more taken.
     let again = buy(g.port, sale, "u1");
-    assert_eq!((again.status, again.error()), (409, "already_purchased".into()));
+    assert_eq!(
+        (again.status, again.error()),
+        (409, "already_purchased".into())
+    );
     assert_eq!(again.json()["reservation_id"].as_str(), u1_rid.as_deref());
     assert_eq!(counts(&redis, sale), (3, 2, 2));
 }

@@ -49,7 +49,10 @@ fn a_purchase_the_worker_dead_lettered_reads_failed_on_purchases_me() {
         let s = my_status(g.port, sale, user);
         assert_eq!(
             (s.status, s.json()),
-            (200, serde_json::json!({"reservation_id": rid, "status": "queued"})),
+            (
+                200,
+                serde_json::json!({"reservation_id": rid, "status": "queued"})
+            ),
             "{user} before the worker"
         );
     }
@@ -70,12 +73,18 @@ fn a_purchase_the_worker_dead_lettered_reads_failed_on_purchases_me() {
     let s = my_status(g.port, sale, "alice");
     assert_eq!(
         (s.status, s.json()),
-        (200, serde_json::json!({"reservation_id": alice, "status": "confirmed"}))
+        (
+            200,
+            serde_json::json!({"reservation_id": alice, "status": "confirmed"})
+        )
     );
     let s = my_status(g.port, sale, "bob");
     assert_eq!(
         (s.status, s.json()),
-        (200, serde_json::json!({"reservation_id": bob, "status": "failed"}))
+        (
+            200,
+            serde_json::json!({"reservation_id": bob, "status": "failed"})
+        )
     );
     assert_eq!(s.header("Content-Type"), Some("application/json"));
 }

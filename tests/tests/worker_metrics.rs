@@ -136,8 +136,16 @@ fn every_documented_worker_metric_is_present_and_moves() {
     let mut before = Vec::new();
     seckill_tests::wait_until(LONG, "the gauges to show queue 2, processing 7", || {
         let page = w.metrics();
-        let q = value(&page, "seckill_queue_length", &[&format!(r#"sale="{sale}""#)]);
-        let p = value(&page, "seckill_processing_length", &[&format!(r#"sale="{sale}""#)]);
+        let q = value(
+            &page,
+            "seckill_queue_length",
+            &[&format!(r#"sale="{sale}""#)],
+        );
+        let p = value(
+            &page,
+            "seckill_processing_length",
+            &[&format!(r#"sale="{sale}""#)],
+        );
         if (q, p) == (Some(2.0), Some(7.0)) {
             before = scrape(&page, sale);
             true
@@ -187,6 +195,9 @@ fn every_documented_worker_metric_is_present_and_moves() {
         0.0,  // processing
         0.0,  // oldest age
     ];
-    assert_eq!(after, expected, "second scrape, in the order of `documented`");
+    assert_eq!(
+        after, expected,
+        "second scrape, in the order of `documented`"
+    );
     assert_eq!(db.count("SELECT COUNT(*) FROM orders"), 4);
 }
