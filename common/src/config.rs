@@ -144,6 +144,13 @@ pub struct Config {
     /// `SECKILL_AUTH_LEEWAY`: clock skew allowed on `exp`, `nbf` and `iat`,
     /// whole seconds (0-300 s; default 30s).
     pub auth_leeway: Duration,
+    /// `SECKILL_AUTH_MAX_TTL`: longest token lifetime accepted, `exp - iat`
+    /// (`exp - now` when the token has no `iat`, plus the leeway for the
+    /// clock skew), whole seconds (1 s-30 days; default 24h): a longer one
+    /// is refused `invalid_token`, so a leaked token, or one a login service
+    /// minted by mistake for a year, is worth a day at most (RFC 8725 3.10
+    /// asks verifiers to bound what they accept; docs/IDENTITY.md).
+    pub auth_max_ttl: Duration,
     /// `SECKILL_AUTH_CACHE_MAX`: most verified tokens remembered (each
     /// until its `exp`) so a retry costs a lookup, not a signature check;
     /// about 150 bytes each (0-10,000,000; default 200,000; 0 = none).
@@ -215,6 +222,7 @@ impl Default for Config {
             auth_keys: None,
             auth_audience: "seckill".to_string(),
             auth_leeway: Duration::from_secs(30),
+            auth_max_ttl: Duration::from_secs(24 * 3600),
             auth_cache_max: 200_000,
             payment_secret: None,
             payment_tolerance: Duration::from_secs(300),
@@ -493,6 +501,17 @@ fn read_auth(c: &mut Config, get: &Get<'_>) -> Result<(), ConfigError> {
         }
         c.auth_leeway = d;
     }
+    if let Some(v) = get("SECKILL_AUTH_MAX_TTL") {
+        let d = parse_duration("SECKILL_AUTH_MAX_TTL", v)?;
+        if d.subsec_nanos() != 0 {
+            return Err(ConfigError {
+                variable: "SECKILL_AUTH_MAX_TTL",
+                value: v.to_string(),
+                expected: "whole seconds from 1s to 30 days, such as 24h",
+            });
+        }
+        c.auth_max_ttl = d;
+    }
     if let Some(v) = get("SECKILL_AUTH_CACHE_MAX") {
         c.auth_cache_max = parse_int("SECKILL_AUTH_CACHE_MAX", v, 0, 10_000_000, INT_AUTH_CACHE)?;
     }
@@ -675,6 +694,7 @@ mod tests {
         assert_eq!(c.auth_keys, None);
         assert_eq!(c.auth_audience, "seckill");
         assert_eq!(c.auth_leeway, Duration::from_secs(30));
+        assert_eq!(c.auth_max_ttl, Duration::from_secs(24 * 3600));
         assert_eq!(c.payment_secret, None);
         assert_eq!(c.payment_tolerance, Duration::from_secs(300));
         assert_eq!(c.auth_cache_max, 200_000);
@@ -716,6 +736,7 @@ mod tests {
             ("SECKILL_AUTH_KEYS", "/etc/seckill/keys.jwks"),
             ("SECKILL_AUTH_AUDIENCE", "shop-7"),
             ("SECKILL_AUTH_LEEWAY", "0s"),
+            ("SECKILL_AUTH_MAX_TTL", "2h"),
             ("SECKILL_AUTH_CACHE_MAX", "0"),
             ("SECKILL_PAYMENT_SECRET", "0123456789abcdef"),
             ("SECKILL_PAYMENT_TOLERANCE", "60s"),
@@ -735,6 +756,7 @@ mod tests {
         assert_eq!(c.auth_keys, Some(PathBuf::from("/etc/seckill/keys.jwks")));
         assert_eq!(c.auth_audience, "shop-7");
         assert_eq!(c.auth_leeway, Duration::ZERO);
+        assert_eq!(c.auth_max_ttl, Duration::from_secs(7200));
         assert_eq!(c.auth_cache_max, 0);
         assert_eq!(c.redis_url, "redis://10.0.0.1:7000/2");
         assert_eq!(c.mysql_url, "mysql://app:pw@db:3306/shop");
@@ -804,6 +826,9 @@ mod tests {
             ("SECKILL_AUTH_AUDIENCE", "a b"),
             ("SECKILL_AUTH_LEEWAY", "10m"),
             ("SECKILL_AUTH_LEEWAY", "1500ms"),
+            ("SECKILL_AUTH_MAX_TTL", "0s"),
+            ("SECKILL_AUTH_MAX_TTL", "90d"),
+            ("SECKILL_AUTH_MAX_TTL", "1500ms"),
             ("SECKILL_AUTH_CACHE_MAX", "-1"),
         ];
         for (var, val) in cases {

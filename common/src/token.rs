@@ -185,6 +185,8 @@ pub enum KeyFileError {
     BadKey {
         /// Its position in `keys`.
         index: usize,
+        /// Its `kid` when it has one (so the message names the key).
+        kid: Option<String>,
         /// What is wrong, e.g. `an HS256 secret needs at least 32 bytes`.
         reason: String,
     },
@@ -203,7 +205,12 @@ impl fmt::Display for KeyFileError {
                 )
             }
             KeyFileError::NoKeys => write!(f, "the key file holds no key"),
-            KeyFileError::BadKey { index, reason } => write!(f, "key {index}: {reason}"),
+            KeyFileError::BadKey {
+                index,
+                kid: Some(kid),
+                reason,
+            } => write!(f, "key {index} (kid {kid:?}): {reason}"),
+            KeyFileError::BadKey { index, reason, .. } => write!(f, "key {index}: {reason}"),
             KeyFileError::DuplicateKid(k) => write!(f, "two keys have kid {k:?}"),
         }
     }
@@ -248,11 +255,8 @@ pub fn parse(text: &str) -> Result<KeySet, KeyFileError> {
     }
     let mut keys: Vec<Key> = Vec::with_capacity(raw.keys.len());
     for (index, j) in raw.keys.into_iter().enumerate() {
-        let bad = |reason: &str| KeyFileError::BadKey {
-            index,
-            reason: reason.to_string(),
-        };
-        let key = one_key(j).map_err(|r| bad(&r))?;
+        let kid = j.kid.clone();
+        let key = one_key(j).map_err(|reason| KeyFileError::BadKey { index, kid, reason })?;
         if keys.iter().any(|k| k.kid == key.kid) {
             return Err(KeyFileError::DuplicateKid(key.kid));
         }

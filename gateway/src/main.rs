@@ -10,7 +10,8 @@
 //! - [`routes`]: the URL table and strict id parsing.
 //! - [`body`]: taking request bodies without letting tiny_http harm the
 //!   process (huge declared lengths, slow bodies).
-//! - [`identity`]: the buyer: bearer tokens verified and remembered.
+//! - [`identity`]: the buyer: bearer tokens read and the key file loaded;
+//!   [`verifier`]: a token verified and remembered.
 //! - [`purchase`]: one purchase, from body to reply; [`queries`]: the
 //!   reading routes.
 //! - [`reserver`]: the two ways a purchase reaches Redis, behind one type;
@@ -58,6 +59,7 @@ mod shed;
 mod soldout;
 #[cfg(test)]
 mod token_cost;
+mod verifier;
 
 use seckill_common::start;
 use std::process::ExitCode;

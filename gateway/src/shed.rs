@@ -2,7 +2,10 @@
 //! Redis at once (`SECKILL_GATEWAY_PURCHASES_IN_FLIGHT`). A purchase
 //! beyond it is answered 503 `overloaded` at once instead of queueing
 //! behind the others, so the latency of admitted purchases stays flat as
-//! the offered load grows (measured by `scripts/bench-shed.sh`).
+//! the offered load grows (measured by `scripts/bench-shed.sh`). Only
+//! purchases take a place (`purchase.rs`): reads are bounded by the shared
+//! Redis links instead (`redis_link.rs`, `LinkPool`), so a shed buyer can
+//! still read its status (docs/LIMITS.md).
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 

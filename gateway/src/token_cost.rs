@@ -65,8 +65,8 @@ fn token_cost() {
         keys: vec![hs.clone(), ed.clone()],
     };
     let public = seckill_common::token::parse(&set.to_jwks(false)).unwrap();
-    let uncached = Verifier::new(&public, "seckill", 30, 0);
-    let cached = Verifier::new(&public, "seckill", 30, 2 * TOKENS);
+    let uncached = Verifier::new(&public, "seckill", 30, 24 * 3600, 0);
+    let cached = Verifier::new(&public, "seckill", 30, 24 * 3600, 2 * TOKENS);
     let m = Metrics::default();
     let now = seckill_common::now_ms() / 1000;
     let hs_tokens = tokens(&Signer::new(&hs).unwrap());

@@ -5,7 +5,8 @@
 //! is believed only from a trusted proxy (rightmost untrusted hop); memory
 //! stays bounded under a million distinct ids and addresses; purchases
 //! beyond the in-flight bound are shed with 503 `overloaded` while Redis
-//! is paused, and Redis holds exactly the admitted ones. Client sockets are
+//! is paused (reads are served meanwhile: not in the bound), and Redis
+//! holds exactly the admitted ones. Client sockets are
 //! bound to distinct loopback addresses (127.0.0.2, ...) to be distinct
 //! clients.
 
@@ -420,6 +421,22 @@ fn purchases_beyond_the_in_flight_bound_are_shed_while_redis_is_paused() {
     // The four admitted ones are waiting for Redis.
     assert!(rx.try_recv().is_err());
     assert_eq!(metric(g.port, "seckill_gateway_shed_total"), 16.0);
+    // Reads are not counted in the bound (README, "Bounded shares"): with
+    // every place taken, the sale and a buyer's status are served, and the
+    // next purchase is still shed.
+    let sale = get(g.port, "/v1/sales/1");
+    assert_eq!(
+        (sale.status, sale.json()["stock_remaining"].as_i64()),
+        (200, Some(99))
+    );
+    let status = get(g.port, "/v1/sales/1/purchases/warm");
+    assert_eq!(
+        (status.status, status.json()["status"].as_str()),
+        (200, Some("queued"))
+    );
+    let shed = buy(g.port, 1, "late");
+    assert_eq!((shed.status, shed.error()), (503, "overloaded".into()));
+    assert_eq!(metric(g.port, "seckill_gateway_shed_total"), 17.0);
     let _: () = redis::cmd("CLIENT")
         .arg("UNPAUSE")
         .query(&mut redis.con())

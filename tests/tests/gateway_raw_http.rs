@@ -3,7 +3,8 @@
 //! once and the connection closed, with no 1xx the client did not ask for;
 //! `Expect: 100-continue` is honoured as RFC 9110 section 10.1.1 says: a
 //! `100 Continue` only before a body the gateway is going to read, never
-//! before a final answer given without reading it, and never to HTTP/1.0.
+//! before a final answer given without reading it, and never to HTTP/1.0;
+//! a request of a version above HTTP/1.1 (the HTTP/2 preface) gets a 505.
 
 mod gateway_support;
 
@@ -196,4 +197,45 @@ fn a_request_smuggled_after_a_refused_transfer_encoding_is_never_served() {
 fn a_request_smuggled_after_a_refused_content_length_is_never_served() {
     assert_smuggled_request_is_never_served("Content-Length: 2\r\nContent-Length: 40\r\n");
     assert_smuggled_request_is_never_served("Content-Length: +2\r\n");
+}
+
+/// The HTTP/2 connection preface (RFC 9113 3.4) and an empty SETTINGS
+/// frame, as an HTTP/2 client with prior knowledge sends them.
+const H2_PREFACE: &[u8] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n\x00\x00\x00\x04\x00\x00\x00\x00\x00";
+
+/// A request line naming a version above HTTP/1.1 (the HTTP/2 preface, or
+/// `HTTP/3.0` in text) is answered at once: one 505 with the gateway's JSON
+/// error and `Connection: close`, as HTTP/1.1, then the end of stream
+/// (vendor/tiny_http patch 0013; upstream wrote nothing and held the
+/// connection's thread for good).
+#[test]
+fn a_version_above_http_1_1_gets_a_505_and_the_connection_ends() {
+    then_a_purchase_succeeds(|port| {
+        for bytes in [H2_PREFACE, &b"GET /healthz HTTP/3.0\r\nHost: x\r\n\r\n"[..]] {
+            let mut s = connect(port);
+            s.write_all(bytes).unwrap();
+            let all = read_to_end_of_stream(&mut s);
+            let (head, body) = all.split_once("\r\n\r\n").expect("a head");
+            let mut lines = head.split("\r\n");
+            assert_eq!(
+                lines.next(),
+                Some("HTTP/1.1 505 HTTP Version Not Supported")
+            );
+            let headers: Vec<&str> = lines.filter(|l| !l.starts_with("Date: ")).collect();
+            assert_eq!(
+                headers,
+                [
+                    "Server: tiny-http (Rust)",
+                    "Content-Type: application/json",
+                    "Connection: close",
+                    "Content-Length: 95",
+                ],
+                "{all:?}"
+            );
+            assert_eq!(
+                body,
+                r#"{"error":"http_version_not_supported","detail":"this server speaks HTTP/1.0 and HTTP/1.1 only"}"#
+            );
+        }
+    });
 }

@@ -18,10 +18,14 @@
 //! taken, every unit taken has its flow record and queued message, and the
 //! buyer's next purchase is 409 with the reservation id Redis holds. Run
 //! with group commit (one Redis thread) and without (one shared link).
+//!
+//! And a stalled Redis seen from every route: 503 `unavailable` on each
+//! one that needs Redis, `/healthz` 200, and the gateway serving again
+//! once Redis resumes.
 
 mod gateway_support;
 
-use gateway_support::{buy, counts, open_sale, signal, Gateway};
+use gateway_support::{buy, counts, get, open_sale, signal, Gateway};
 use redis::Commands;
 use seckill_common::keys::SaleKeys;
 use seckill_tests::RedisServer;
@@ -198,4 +202,67 @@ fn a_pipelined_purchase_sent_twice_to_a_busy_redis_takes_one_unit() {
 #[test]
 fn a_single_purchase_sent_twice_to_a_busy_redis_takes_one_unit() {
     a_timed_out_purchase_takes_at_most_one_unit("0", Freeze::Busy);
+}
+
+/// docs/DESIGN.md "Redis down", for a Redis that stalls (SIGSTOP, held
+/// until the answers are in, so no freeze length is assumed): every route
+/// that needs Redis answers 503 `unavailable` with `Retry-After: 1` once its
+/// bound (`SECKILL_REDIS_TIMEOUT`, 300 ms here) has passed — a purchase, a
+/// sale read, a status read, `/readyz` — while `/healthz` stays 200; after
+/// SIGCONT the same gateway serves again: `/readyz` 200, the sale with the
+/// stalled purchase's unit taken (its script was in Redis's socket), and
+/// that buyer's retry 409 with the reservation id Redis holds.
+#[test]
+fn a_stalled_redis_gives_503_on_every_redis_route_and_the_gateway_serves_after() {
+    let redis = RedisServer::start();
+    let sale = 1;
+    open_sale(&redis, sale, 5);
+    let g = Gateway::start(
+        &redis,
+        &[
+            ("SECKILL_REDIS_TIMEOUT", "300ms"),
+            ("SECKILL_GATEWAY_REDIS_THREADS", "1"),
+        ],
+    );
+    assert_eq!(buy(g.port, sale, "u0").status, 202);
+    let pid = redis.pid().expect("redis runs");
+    signal(pid, "STOP");
+    let answers = [
+        ("purchase", buy(g.port, sale, "u1")),
+        ("sale", get(g.port, "/v1/sales/1")),
+        ("status", get(g.port, "/v1/sales/1/purchases/u0")),
+        ("readyz", get(g.port, "/readyz")),
+    ];
+    let healthz = get(g.port, "/healthz");
+    signal(pid, "CONT");
+    for (what, r) in &answers {
+        assert_eq!(
+            (r.status, r.error(), r.header("Retry-After")),
+            (503, "unavailable".into(), Some("1")),
+            "{what} while Redis is stalled: {r:?}"
+        );
+    }
+    assert_eq!(healthz.status, 200);
+
+    seckill_tests::wait_until(Duration::from_secs(20), "/readyz to answer 200", || {
+        get(g.port, "/readyz").status == 200
+    });
+    let s = get(g.port, "/v1/sales/1");
+    assert_eq!(
+        (s.status, s.json()["stock_remaining"].as_i64()),
+        (200, Some(3))
+    );
+    let u1_rid: Option<String> = redis
+        .con()
+        .hget(SaleKeys::new(sale).buyers(), "u1")
+        .unwrap();
+    let again = buy(g.port, sale, "u1");
+    assert_eq!(
+        (again.status, again.error()),
+        (409, "already_purchased".into())
+    );
+    assert_eq!(again.json()["reservation_id"].as_str(), u1_rid.as_deref());
+    assert!(u1_rid.is_some());
+    assert_eq!(buy(g.port, sale, "u2").status, 202);
+    assert_eq!(counts(&redis, sale), (2, 3, 3));
 }

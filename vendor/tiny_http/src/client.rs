@@ -355,16 +355,23 @@ impl Iterator for ClientConnection {
             };
 
             // checking HTTP version
+            // seckill patch: a version above 1.1 (an HTTP/2 connection
+            // preface, `PRI * HTTP/2.0`, say) gets a 505 with JSON and
+            // `Connection: close` through the request's own writer, as
+            // HTTP/1.1, and the connection ends. Upstream wrote its 505
+            // through the next writer while the request still held its own,
+            // so the write waited for the request forever: no answer, and a
+            // connection thread stuck for good.
             if *rq.http_version() > (1, 1) {
-                let writer = self.sink.next().unwrap();
-                let response = Response::from_string(
-                    "This server only supports HTTP versions 1.0 and 1.1".to_owned(),
-                )
-                .with_status_code(StatusCode(505));
-                response
-                    .raw_print(writer, HTTPVersion(1, 1), &[], false, None)
-                    .ok();
-                continue;
+                use crate::Header;
+                let body = "{\"error\":\"http_version_not_supported\",\
+                            \"detail\":\"this server speaks HTTP/1.0 and HTTP/1.1 only\"}";
+                let mut response = Response::from_string(body).with_status_code(StatusCode(505));
+                if let Ok(h) = Header::from_bytes(&b"Content-Type"[..], &b"application/json"[..]) {
+                    response.add_header(h);
+                }
+                rq.respond_as_http11_and_close(response).ok();
+                return None;
             }
 
             // updating the status of the connection

@@ -484,6 +484,20 @@ impl Request {
         res
     }
 
+    /// seckill patch: `respond_and_close` with an HTTP/1.1 status line,
+    /// whatever version the request named (for a version this server does
+    /// not speak: `client.rs` answers it 505).
+    pub(crate) fn respond_as_http11_and_close<R>(
+        mut self,
+        response: Response<R>,
+    ) -> Result<(), IoError>
+    where
+        R: Read,
+    {
+        self.http_version = HTTPVersion(1, 1);
+        self.respond_and_close(response)
+    }
+
     /// seckill patch: `close` as `respond_and_close` does.
     fn respond_impl<R>(&mut self, mut response: Response<R>, close: bool) -> Result<(), IoError>
     where

@@ -1,0 +1,157 @@
+//! Specifies docs/DESIGN.md "Redis down" and docs/reliability.md §9 for a
+//! connection that breaks mid-call (issue 17): the purchase's script ran in
+//! Redis, and the connection broke before its reply reached the gateway.
+//! The gateway sends the purchase once more on a fresh connection with the
+//! same reservation id; the script finds the buyer's own reservation, so the
+//! buyer gets 202 with that id (not 409, not 503) and exactly one unit is
+//! taken. The break is made by a TCP relay between the gateway and the
+//! test's private Redis that, once armed, forwards the next `EVALSHA` and
+//! closes the connection instead of forwarding Redis's reply. Run with group
+//! commit (one Redis thread) and without (one shared link).
+
+mod gateway_support;
+
+use gateway_support::{buy, counts, evalsha_calls, open_sale, Gateway};
+use redis::Commands;
+use seckill_common::keys::SaleKeys;
+use seckill_tests::cluster::TestRedis;
+use seckill_tests::RedisServer;
+use std::io::{Read, Write};
+use std::net::{Shutdown, TcpListener, TcpStream};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::Arc;
+
+/// A relay from a local port to Redis that can cut one call.
+struct Relay {
+    port: u16,
+    /// Set: the next `EVALSHA` sent through is forwarded, its reply dropped
+    /// and its connection closed.
+    armed: Arc<AtomicBool>,
+    /// Connections cut so far.
+    cuts: Arc<AtomicUsize>,
+}
+
+impl Relay {
+    /// Listens on a free port, relaying every connection to `redis_port`.
+    fn start(redis_port: u16) -> Relay {
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let armed = Arc::new(AtomicBool::new(false));
+        let cuts = Arc::new(AtomicUsize::new(0));
+        let (a, c) = (armed.clone(), cuts.clone());
+        std::thread::spawn(move || {
+            for client in listener.incoming().flatten() {
+                if let Ok(server) = TcpStream::connect(("127.0.0.1", redis_port)) {
+                    relay_pair(client, server, a.clone(), c.clone());
+                }
+            }
+        });
+        Relay { port, armed, cuts }
+    }
+
+    fn url(&self) -> String {
+        format!("redis://127.0.0.1:{}/", self.port)
+    }
+}
+
+impl TestRedis for Relay {
+    fn url(&self) -> String {
+        Relay::url(self)
+    }
+}
+
+/// Whether `chunk` carries an `EVALSHA` command (any case).
+fn has_evalsha(chunk: &[u8]) -> bool {
+    chunk.windows(7).any(|w| w.eq_ignore_ascii_case(b"EVALSHA"))
+}
+
+/// Two threads copying bytes each way; see [`Relay::armed`].
+fn relay_pair(
+    client: TcpStream,
+    server: TcpStream,
+    armed: Arc<AtomicBool>,
+    cuts: Arc<AtomicUsize>,
+) {
+    let cut = Arc::new(AtomicBool::new(false));
+    let (mut c_in, mut s_out) = (client.try_clone().unwrap(), server.try_clone().unwrap());
+    let cut_up = cut.clone();
+    std::thread::spawn(move || {
+        let mut buf = [0u8; 16384];
+        while let Ok(n @ 1..) = c_in.read(&mut buf) {
+            if has_evalsha(&buf[..n]) && armed.swap(false, Ordering::SeqCst) {
+                // Before forwarding: any reply read from now on is this call's.
+                cut_up.store(true, Ordering::SeqCst);
+            }
+            if s_out.write_all(&buf[..n]).is_err() {
+                break;
+            }
+        }
+        let _ = s_out.shutdown(Shutdown::Both);
+    });
+    let (mut s_in, mut c_out) = (server, client);
+    std::thread::spawn(move || {
+        let mut buf = [0u8; 16384];
+        while let Ok(n @ 1..) = s_in.read(&mut buf) {
+            if cut.load(Ordering::SeqCst) {
+                cuts.fetch_add(1, Ordering::SeqCst);
+                break;
+            }
+            if c_out.write_all(&buf[..n]).is_err() {
+                break;
+            }
+        }
+        let _ = c_out.shutdown(Shutdown::Both);
+        let _ = s_in.shutdown(Shutdown::Both);
+    });
+}
+
+fn a_purchase_whose_reply_was_lost_is_202_with_its_own_id(redis_threads: &str) {
+    let redis = RedisServer::start();
+    let sale = 1;
+    open_sale(&redis, sale, 5);
+    let relay = Relay::start(redis.port);
+    let g = Gateway::start(
+        &relay,
+        &[
+            ("SECKILL_GATEWAY_REDIS_THREADS", redis_threads),
+            ("SECKILL_GATEWAY_THREADS", "1"),
+        ],
+    );
+    // Warm-up: the one link that carries purchases has been in use.
+    assert_eq!(buy(g.port, sale, "u0").status, 202);
+    let calls_before = evalsha_calls(&redis);
+
+    relay.armed.store(true, Ordering::SeqCst);
+    let first = buy(g.port, sale, "u1");
+    assert_eq!(relay.cuts.load(Ordering::SeqCst), 1, "one call was cut");
+    assert!(!relay.armed.load(Ordering::SeqCst));
+
+    let u1_rid: Option<String> = redis
+        .con()
+        .hget(SaleKeys::new(sale).buyers(), "u1")
+        .unwrap();
+    assert_eq!(first.status, 202, "{first:?}");
+    assert_eq!(first.json()["reservation_id"].as_str(), u1_rid.as_deref());
+    // The cut call ran, and so did its second sending, which took nothing.
+    assert_eq!(evalsha_calls(&redis) - calls_before, 2);
+    assert_eq!(counts(&redis, sale), (3, 2, 2), "u0 and u1, one unit each");
+
+    // The client's own retry: 409 with the same id, nothing more taken.
+    let again = buy(g.port, sale, "u1");
+    assert_eq!(
+        (again.status, again.error()),
+        (409, "already_purchased".into())
+    );
+    assert_eq!(again.json()["reservation_id"].as_str(), u1_rid.as_deref());
+    assert_eq!(counts(&redis, sale), (3, 2, 2));
+}
+
+#[test]
+fn a_pipelined_purchase_whose_connection_broke_after_it_ran_is_202_not_409() {
+    a_purchase_whose_reply_was_lost_is_202_with_its_own_id("1");
+}
+
+#[test]
+fn a_single_purchase_whose_connection_broke_after_it_ran_is_202_not_409() {
+    a_purchase_whose_reply_was_lost_is_202_with_its_own_id("0");
+}
