@@ -13,6 +13,13 @@
 //! the expiry sweep reads; `payments` keyed by `payment_id` (idempotency)
 //! with the outcome of each payment.
 //!
+//! Migration 4: `payment_conflicts`, one row per delivery of a `payment_id`
+//! already in `payments` with another reservation or amount (keyed by all
+//! three, so a redelivery of the same conflicting message is one row; the
+//! first payment stands, the reconciler reports each row as a
+//! `payment_conflict`); `sales.archived_at`, set when the sale's Redis keys
+//! were removed (`seckill-reconciler sale archive`).
+//!
 //! Times are `DATETIME(3)` in UTC: every connection sets `time_zone` to
 //! `+00:00`, so `UNIX_TIMESTAMP`, `FROM_UNIXTIME` and `UTC_TIMESTAMP(3)` agree.
 
@@ -115,6 +122,21 @@ CREATE TABLE IF NOT EXISTS payments (
   KEY payments_reservation (reservation_id),
   KEY payments_sale_outcome (sale_id, outcome)
 ) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_bin;
+"#,
+    ),
+    (
+        4,
+        "payment conflicts, archived sales",
+        r#"
+CREATE TABLE IF NOT EXISTS payment_conflicts (
+  payment_id VARCHAR(64) NOT NULL,
+  reservation_id CHAR(32) NOT NULL,
+  amount_cents BIGINT UNSIGNED NOT NULL,
+  received_at DATETIME(3) NOT NULL,
+  recorded_at DATETIME(3) NOT NULL DEFAULT (UTC_TIMESTAMP(3)),
+  PRIMARY KEY (payment_id, reservation_id, amount_cents)
+) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_bin;
+ALTER TABLE sales ADD COLUMN IF NOT EXISTS archived_at DATETIME(3) NULL;
 "#,
     ),
 ];
