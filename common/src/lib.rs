@@ -50,6 +50,7 @@
 #![forbid(unsafe_code)]
 #![deny(missing_docs)]
 
+pub mod archive;
 pub mod backoff;
 pub mod buckets;
 pub mod config;

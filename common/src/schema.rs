@@ -17,8 +17,9 @@
 //! already in `payments` with another reservation or amount (keyed by all
 //! three, so a redelivery of the same conflicting message is one row; the
 //! first payment stands, the reconciler reports each row as a
-//! `payment_conflict`); `sales.archived_at`, set when the sale's Redis keys
-//! were removed (`seckill-reconciler sale archive`).
+//! `payment_conflict`); `sales.archived_at` and `archived_by`, set when a
+//! sale is archived (`seckill-reconciler sale archive`: the decision, its
+//! Redis keys removed after it).
 //!
 //! Times are `DATETIME(3)` in UTC: every connection sets `time_zone` to
 //! `+00:00`, so `UNIX_TIMESTAMP`, `FROM_UNIXTIME` and `UTC_TIMESTAMP(3)` agree.
@@ -136,7 +137,9 @@ CREATE TABLE IF NOT EXISTS payment_conflicts (
   recorded_at DATETIME(3) NOT NULL DEFAULT (UTC_TIMESTAMP(3)),
   PRIMARY KEY (payment_id, reservation_id, amount_cents)
 ) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_bin;
-ALTER TABLE sales ADD COLUMN IF NOT EXISTS archived_at DATETIME(3) NULL;
+ALTER TABLE sales
+  ADD COLUMN IF NOT EXISTS archived_at DATETIME(3) NULL,
+  ADD COLUMN IF NOT EXISTS archived_by VARCHAR(64) NULL;
 "#,
     ),
 ];

@@ -15,6 +15,7 @@
 //!   `no_change`, `refused` or `failed`, its `completes` naming the started
 //!   row, `UNIQUE`) after it; see `settle.rs`.
 
+pub mod archives;
 pub mod findings;
 
 use crate::stored::stored_enum;
@@ -428,7 +429,8 @@ impl From<rusqlite::Error> for ReviewError {
 /// An open review store.
 pub struct Review {
     /// The SQLite connection (WAL mode, foreign keys on, busy timeout set).
-    /// Private: every statement lives in this module or [`findings`].
+    /// Private: every statement lives in this module, [`findings`] or
+    /// [`archives`].
     db: Connection,
 }
 

@@ -163,7 +163,10 @@ fn apply_payment(con: &mut Con, db: &mut mysql::Conn, m: &PaymentMessage) -> Res
     if let Paid::Applied(PaymentOutcome::Paid) | Paid::Duplicate(PaymentOutcome::Paid) = done {
         let sale: Option<u64> = db
             .exec_first(
-                "SELECT sale_id FROM orders WHERE reservation_id = ?",
+                // An archived sale's Redis keys are gone on purpose: a
+                // redelivery must not bring a status hash back.
+                "SELECT o.sale_id FROM orders o JOIN sales s ON s.id = o.sale_id
+                 WHERE o.reservation_id = ? AND s.archived_at IS NULL",
                 (&m.reservation_id,),
             )
             .map_err(|e| e.to_string())?;
