@@ -374,3 +374,41 @@ fn ten_ended_sales_are_archived_once_each_leaving_only_tombstones() {
         assert!(line.ends_with(&format!(" by {by}: Redis keeps only its window (a late buyer hears sale_ended); MySQL and the review file keep the rest")), "sale {id}: {out}");
     }
 }
+
+/// An archive killed after MySQL's decision and before its Redis step (the
+/// state such a kill leaves: `archived_at` and `archived_by` set, every key
+/// still in Redis, no audit row) is finished by the next `run`, recorded
+/// once under the operator who asked, and never again.
+#[test]
+fn an_archive_interrupted_after_mysql_is_finished_by_the_next_run_once() {
+    let redis = RedisServer::start();
+    let db = TestDb::create();
+    let dir = TempDir::new();
+    let review = dir.path().join("review.sqlite3");
+    let id = seckill_tests::create_split_sale(&db, &redis, 2, -1000, 3_600_000, 2);
+    let _w = WorkerProc::start(&redis, &db, "w1", &Opts::default());
+    let g = Gateway::start(&redis, &[]);
+    for u in 0..2 {
+        assert_eq!(buy(g.port, id, &format!("u{u}")).status, 202);
+    }
+    wait_orders(&db, id, 2, LONG);
+    age(&db, &redis, id, 2, 2 * 3_600_000);
+    let (code, out) = reconciler(&redis, &db, &review, "off", &["run"]);
+    assert_eq!(code, 0, "{out}");
+    assert!(keys_of(&all_keys(&redis), id).len() > 1);
+    db.conn()
+        .exec_drop(
+            "UPDATE sales SET archived_at = UTC_TIMESTAMP(3), archived_by = 'alice' WHERE id = ?",
+            (id,),
+        )
+        .unwrap();
+    for _ in 0..2 {
+        let (code, out) = reconciler(&redis, &db, &review, "off", &["run"]);
+        assert_eq!(code, 0, "{out}");
+        assert_eq!(keys_of(&all_keys(&redis), id), [SaleKeys::new(id).meta()]);
+        assert_eq!(
+            archive_rows(&review),
+            [(id as i64, "alice".to_string(), "done".to_string())]
+        );
+    }
+}
