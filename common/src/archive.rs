@@ -54,6 +54,28 @@ pub fn bucket_keys(k: SaleKeys, workers: &[String]) -> Vec<String> {
     v
 }
 
+/// Order messages of sale `sale_id` still on their way to MySQL: in a
+/// bucket's queue or in a worker's processing list (`seckill:workers`).
+/// Archiving such a sale would delete reservations no order holds yet
+/// (and the reconciler does not report them: they are on their way).
+///
+/// Errors: Redis failures.
+pub fn messages_on_their_way<C: ConnectionLike>(
+    con: &mut C,
+    sale_id: u64,
+) -> redis::RedisResult<u64> {
+    let k = buckets::count(con, sale_id)?.unwrap_or(1);
+    let workers: Vec<String> = redis::cmd("SMEMBERS").arg(WORKERS).query(con)?;
+    let mut n = 0;
+    for bk in buckets::all(sale_id, k) {
+        n += redis::cmd("LLEN").arg(bk.queue()).query::<u64>(con)?;
+        for w in &workers {
+            n += redis::cmd("LLEN").arg(bk.processing(w)).query::<u64>(con)?;
+        }
+    }
+    Ok(n)
+}
+
 /// `KEYS`: bucket 0's meta, then every other key of bucket 0 (one slot);
 /// `ARGV`: starts ms, ends ms, total stock, archived-at ms. Deletes them
 /// all and writes the tombstone; replies 1.

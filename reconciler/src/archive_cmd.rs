@@ -5,12 +5,15 @@
 //! everything that matters.
 //!
 //! A sale is archived only when ([`refusal`]): it ended at least
-//! [`MIN_AGE`] ago; no order of it is `pending_payment` (every order is
-//! final: paid, expired, cancelled, or confirmed for a sale without a
-//! payment window); it has no open finding; and a run that did not fail
-//! started after its end (by hand) or is the run archiving it (`run`). A
-//! refusal by hand changes nothing, is logged as a `refused` row and exits
-//! 1; `run` skips a sale not ready without a row.
+//! [`MIN_AGE`] and `SECKILL_RECONCILE_GRACE` ago (so the run saw every flow
+//! record old enough to judge); no order of it is `pending_payment` (every
+//! order is final: paid, expired, cancelled, or confirmed for a sale
+//! without a payment window); no order message of it is still queued or
+//! in a processing list (a reservation on its way, which no finding
+//! shows); it has no open finding; and a run that did not fail started
+//! after that (by hand) or is the run archiving it (`run`). A refusal by
+//! hand changes nothing, is logged as a `refused` row and exits 1; `run`
+//! skips a sale not ready without a row.
 //!
 //! Order: MySQL decides (`sales.archived_at`, `archived_by`, set by one
 //! guarded `UPDATE ... WHERE archived_at IS NULL`), Redis follows, then the
@@ -98,16 +101,21 @@ pub fn is_archived(db: &mut mysql::Conn, id: u64) -> Result<bool, RunError> {
 /// Errors: SQLite failures.
 pub fn refusal(
     review: &Review,
+    redis: &mut Con,
     id: u64,
     s: &SaleState,
     now_ms: u64,
+    grace: Duration,
     by_run: bool,
 ) -> Result<Option<String>, RunError> {
     let ends = s.tombstone.ends_at_ms;
-    if now_ms < ends + MIN_AGE.as_millis() as u64 {
+    let settled = ends + MIN_AGE.max(grace).as_millis() as u64;
+    if now_ms < settled {
         return Ok(Some(format!(
-            "sale {id} ends {}: it may be archived a minute after its end, not before",
-            format_ms(ends)
+            "sale {id} ends {}: it may be archived from {}, a minute (or \
+             SECKILL_RECONCILE_GRACE) after its end, not before",
+            format_ms(ends),
+            format_ms(settled)
         )));
     }
     if s.pending > 0 {
@@ -116,13 +124,20 @@ pub fn refusal(
             s.pending
         )));
     }
+    let moving = seckill_common::archive::messages_on_their_way(redis, id)?;
+    if moving > 0 {
+        return Ok(Some(format!(
+            "sale {id} has {moving} order message(s) still queued or in a processing list: \
+             let the workers apply them"
+        )));
+    }
     let open = review.open_count_of(id)?;
     if open > 0 {
         return Ok(Some(format!(
             "sale {id} has {open} open finding(s): settle them first"
         )));
     }
-    if !by_run && !review.run_finished_since(&format_ms(ends))? {
+    if !by_run && !review.run_finished_since(&format_ms(settled))? {
         return Ok(Some(format!(
             "no reconciliation run has checked sale {id} since it ended: \
              run `seckill-reconciler run` first"
@@ -143,6 +158,7 @@ pub fn archive(
     db: &mut mysql::Conn,
     id: u64,
     actor: &str,
+    grace: Duration,
     by_run: bool,
 ) -> Result<(ActionStatus, String), RunError> {
     let now = now_ms();
@@ -158,7 +174,7 @@ pub fn archive(
         review.record_archive(&at, actor, id, &text, ActionStatus::NoChange)?;
         return Ok((ActionStatus::NoChange, text));
     }
-    if let Some(why) = refusal(review, id, &s, now, by_run)? {
+    if let Some(why) = refusal(review, redis, id, &s, now, grace, by_run)? {
         review.record_archive(&at, actor, id, &why, ActionStatus::Refused)?;
         return Ok((ActionStatus::Refused, why));
     }
@@ -169,7 +185,7 @@ pub fn archive(
     )?;
     if db.affected_rows() == 0 {
         // Another process decided first; it records its own row.
-        return archive(review, redis, db, id, actor, by_run);
+        return archive(review, redis, db, id, actor, grace, by_run);
     }
     let tombstone = Tombstone {
         archived_at_ms: now,
@@ -226,8 +242,10 @@ pub fn archive_cmd(config: &Config, id: u64, by: &str) -> Result<u8, RunError> {
     let mut redis = crate::run_cmd::redis_connect(config)?;
     let review = Review::open(&config.review_db)?;
     let lock = RunLock::acquire(crate::run_cmd::redis_connect(config)?, LOCK_WAIT)?;
-    let done = complete_interrupted(&review, &mut redis, &mut db)
-        .and_then(|_| archive(&review, &mut redis, &mut db, id, by, false));
+    let done = complete_interrupted(&review, &mut redis, &mut db).and_then(|_| {
+        let grace = config.reconcile_grace;
+        archive(&review, &mut redis, &mut db, id, by, grace, false)
+    });
     let released = lock.release();
     let (status, text) = done?;
     released?;
@@ -254,6 +272,7 @@ pub fn archive_due(
     db: &mut mysql::Conn,
     sales: &[u64],
     after: Duration,
+    grace: Duration,
 ) -> Result<usize, RunError> {
     let now = now_ms();
     let mut n = 0;
@@ -262,10 +281,13 @@ pub fn archive_due(
             continue;
         };
         let due = s.tombstone.ends_at_ms + after.max(MIN_AGE).as_millis() as u64;
-        if s.archived_by.is_some() || now < due || refusal(review, id, &s, now, true)?.is_some() {
+        if s.archived_by.is_some()
+            || now < due
+            || refusal(review, redis, id, &s, now, grace, true)?.is_some()
+        {
             continue;
         }
-        let (status, text) = archive(review, redis, db, id, RECONCILER, true)?;
+        let (status, text) = archive(review, redis, db, id, RECONCILER, grace, true)?;
         log::info!("{text}");
         n += usize::from(status == ActionStatus::Done);
     }

@@ -218,7 +218,10 @@ fn pass(
         record(review, run_id, 0, &observations, counts, true)?;
         if let Some(after) = config.archive_after {
             lock.keep()?;
-            crate::archive_cmd::archive_due(review, &mut redis, &mut mysql, &checked, after)?;
+            let grace = config.reconcile_grace;
+            crate::archive_cmd::archive_due(
+                review, &mut redis, &mut mysql, &checked, after, grace,
+            )?;
         }
         if !skipped.is_empty() {
             return Err(RunError::Refused(format!(
