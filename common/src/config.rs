@@ -123,6 +123,13 @@ pub struct Config {
     /// `SECKILL_RECONCILE_LOOKBACK`: sales that ended longer ago than this are
     /// no longer reconciled (default 24h).
     pub reconcile_lookback: Duration,
+    /// `SECKILL_ARCHIVE_AFTER`: `run` archives a sale (removes its Redis
+    /// keys, `seckill-reconciler sale archive`) once it ended this long ago
+    /// and the run found it clean (default 1h; `0`: as soon as the
+    /// archive's own minimum of one minute allows; `off`: never, only by
+    /// hand). Keep it below `SECKILL_RECONCILE_LOOKBACK`: a sale ended
+    /// longer ago is no longer checked, so no longer archived by `run`.
+    pub archive_after: Option<Duration>,
     /// `SECKILL_RECONCILE_GRACE`: reservations younger than this are skipped,
     /// so messages still on their way are not reported (default 60s).
     pub reconcile_grace: Duration,
@@ -216,6 +223,7 @@ impl Default for Config {
             worker_metrics_listen: SocketAddr::from(([127, 0, 0, 1], 9101)),
             worker_expiry_every: Duration::from_millis(200),
             reconcile_lookback: Duration::from_secs(24 * 3600),
+            archive_after: Some(Duration::from_secs(3600)),
             reconcile_grace: Duration::from_secs(60),
             reconciler_metrics_file: None,
             auth: AuthMode::Jwt,
@@ -426,6 +434,12 @@ fn read_worker(c: &mut Config, get: &Get<'_>) -> Result<(), ConfigError> {
     }
     if let Some(v) = get("SECKILL_RECONCILE_LOOKBACK") {
         c.reconcile_lookback = parse_duration("SECKILL_RECONCILE_LOOKBACK", v)?;
+    }
+    if let Some(v) = get("SECKILL_ARCHIVE_AFTER") {
+        c.archive_after = match v {
+            "off" => None,
+            v => Some(parse_duration_or_zero("SECKILL_ARCHIVE_AFTER", v)?),
+        };
     }
     if let Some(v) = get("SECKILL_RECONCILE_GRACE") {
         c.reconcile_grace = parse_duration_or_zero("SECKILL_RECONCILE_GRACE", v)?;
@@ -689,6 +703,7 @@ mod tests {
         assert_eq!(c.worker_heartbeat_ttl, Duration::from_secs(15));
         assert_eq!(c.worker_metrics_listen.to_string(), "127.0.0.1:9101");
         assert_eq!(c.reconcile_lookback, Duration::from_secs(86_400));
+        assert_eq!(c.archive_after, Some(Duration::from_secs(3600)));
         assert_eq!(c.reconcile_grace, Duration::from_secs(60));
         assert_eq!(c.auth, AuthMode::Jwt);
         assert_eq!(c.auth_keys, None);
@@ -727,6 +742,7 @@ mod tests {
             ("SECKILL_WORKER_HEARTBEAT_TTL", "30s"),
             ("SECKILL_WORKER_METRICS_LISTEN", "127.0.0.1:9200"),
             ("SECKILL_RECONCILE_LOOKBACK", "48h"),
+            ("SECKILL_ARCHIVE_AFTER", "off"),
             ("SECKILL_RECONCILE_GRACE", "0s"),
             (
                 "SECKILL_RECONCILER_METRICS_FILE",
@@ -784,6 +800,7 @@ mod tests {
         assert_eq!(c.worker_heartbeat_ttl, Duration::from_secs(30));
         assert_eq!(c.worker_metrics_listen.to_string(), "127.0.0.1:9200");
         assert_eq!(c.reconcile_lookback, Duration::from_secs(48 * 3600));
+        assert_eq!(c.archive_after, None);
         assert_eq!(c.reconcile_grace, Duration::ZERO);
         assert_eq!(
             c.reconciler_metrics_file,

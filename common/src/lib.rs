@@ -50,6 +50,7 @@
 #![forbid(unsafe_code)]
 #![deny(missing_docs)]
 
+pub mod archive;
 pub mod backoff;
 pub mod bucket_marks;
 pub mod buckets;

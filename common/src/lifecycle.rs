@@ -28,7 +28,9 @@
 //!    unit returns to Redis exactly once.
 //!
 //! A payment ([`pay`]) is one transaction: the `payments` row keyed by
-//! `payment_id` (a repeat finds it and changes nothing), then the guarded
+//! `payment_id` (a repeat finds it and changes nothing; a repeat for
+//! another reservation or amount changes nothing either but is recorded in
+//! `payment_conflicts`: the first payment stands), then the guarded
 //! `UPDATE` to `paid`, which only succeeds while the order is pending and
 //! the payment was received before `pay_by`.
 
@@ -271,7 +273,9 @@ impl ReleasedOrder {
 
 /// The keys of the bucket that holds the reservation of order `reservation_id`
 /// (its buyer's home bucket over the sale's `sales.buckets`, see
-/// [`ReleasedOrder::bucket`]); `None` when MySQL has no such order.
+/// [`ReleasedOrder::bucket`]); `None` when MySQL has no such order, or its
+/// sale is archived (its Redis keys are gone on purpose: nothing may bring
+/// one back, `seckill-reconciler sale archive`).
 ///
 /// Errors: MySQL failures.
 pub fn order_keys<Q: Queryable>(
@@ -280,7 +284,8 @@ pub fn order_keys<Q: Queryable>(
 ) -> Result<Option<SaleKeys>, mysql::Error> {
     let row: Option<(u64, String, u32)> = db.exec_first(
         "SELECT o.sale_id, o.user_id, COALESCE(s.buckets, 1)
-         FROM orders o JOIN sales s ON s.id = o.sale_id WHERE o.reservation_id = ?",
+         FROM orders o JOIN sales s ON s.id = o.sale_id
+         WHERE o.reservation_id = ? AND s.archived_at IS NULL",
         (reservation_id,),
     )?;
     Ok(row.map(|(sale, user, k)| SaleKeys::bucket(sale, home_bucket(&user, k))))
@@ -486,6 +491,10 @@ pub enum Paid {
     Applied(PaymentOutcome),
     /// This `payment_id` was applied before, with this outcome: nothing changed.
     Duplicate(PaymentOutcome),
+    /// This `payment_id` was applied before (with this outcome) for another
+    /// reservation or amount: the first payment stands, and this delivery
+    /// is one row of `payment_conflicts` (a finding `payment_conflict`).
+    Conflict(PaymentOutcome),
 }
 
 /// Applies one payment in one transaction (see the module doc).
@@ -493,14 +502,9 @@ pub enum Paid {
 /// Errors: MySQL failures (nothing committed; the payment is retried).
 pub fn pay(db: &mut Conn, p: &Payment) -> Result<Paid, LifecycleError> {
     let mut tx = db.start_transaction(tx_opts())?;
-    let seen: Option<String> = tx.exec_first(
-        "SELECT outcome FROM payments WHERE payment_id = ? FOR UPDATE",
-        (&p.payment_id,),
-    )?;
-    if let Some(o) = seen {
-        tx.rollback()?;
-        let o = PaymentOutcome::from_str(&o).map_err(LifecycleError::Inconsistent)?;
-        return Ok(Paid::Duplicate(o));
+    if let Some(seen) = seen_before(&mut tx, p, true)? {
+        tx.commit()?;
+        return Ok(seen);
     }
     let order: Option<(u64, u64, String, u64, bool)> = tx.exec_first(
         "SELECT o.id, o.sale_id, o.status, s.price_cents,
@@ -555,13 +559,11 @@ pub fn pay(db: &mut Conn, p: &Payment) -> Result<Paid, LifecycleError> {
         // order being paid by then) and reads that one's outcome.
         Err(mysql::Error::MySqlError(e)) if e.code == 1062 => {
             tx.rollback()?;
-            let o: Option<String> = db.exec_first(
-                "SELECT outcome FROM payments WHERE payment_id = ?",
-                (&p.payment_id,),
-            )?;
-            let o = o.ok_or_else(|| LifecycleError::Inconsistent("payment row vanished".into()))?;
-            let o = PaymentOutcome::from_str(&o).map_err(LifecycleError::Inconsistent)?;
-            Ok(Paid::Duplicate(o))
+            let mut tx = db.start_transaction(tx_opts())?;
+            let seen = seen_before(&mut tx, p, false)?
+                .ok_or_else(|| LifecycleError::Inconsistent("payment row vanished".into()))?;
+            tx.commit()?;
+            Ok(seen)
         }
         Err(e) => Err(e.into()),
         Ok(()) => {
@@ -569,6 +571,38 @@ pub fn pay(db: &mut Conn, p: &Payment) -> Result<Paid, LifecycleError> {
             Ok(Paid::Applied(outcome))
         }
     }
+}
+
+/// What the `payments` row of `p.payment_id` says of `p`, if there is one:
+/// the same reservation and amount is a [`Paid::Duplicate`]; another is a
+/// [`Paid::Conflict`], recorded in `payment_conflicts` (`INSERT IGNORE`: a
+/// redelivery of the same conflicting message is one row). `lock`: read
+/// the row `FOR UPDATE` (before this transaction decides anything).
+///
+/// Errors: MySQL failures; an outcome this build does not know.
+fn seen_before(
+    tx: &mut mysql::Transaction<'_>,
+    p: &Payment,
+    lock: bool,
+) -> Result<Option<Paid>, LifecycleError> {
+    let sql = format!(
+        "SELECT outcome, reservation_id, amount_cents FROM payments WHERE payment_id = ?{}",
+        if lock { " FOR UPDATE" } else { "" }
+    );
+    let seen: Option<(String, String, u64)> = tx.exec_first(sql, (&p.payment_id,))?;
+    let Some((o, rid, amount)) = seen else {
+        return Ok(None);
+    };
+    let o = PaymentOutcome::from_str(&o).map_err(LifecycleError::Inconsistent)?;
+    if rid == p.reservation_id && amount == p.amount_cents {
+        return Ok(Some(Paid::Duplicate(o)));
+    }
+    tx.exec_drop(
+        "INSERT IGNORE INTO payment_conflicts (payment_id, reservation_id, amount_cents, received_at)
+         VALUES (?, ?, ?, FROM_UNIXTIME(? / 1000))",
+        (&p.payment_id, &p.reservation_id, p.amount_cents, p.received_ms),
+    )?;
+    Ok(Some(Paid::Conflict(o)))
 }
 
 /// Units of sale `sale_id` held by orders (confirmed, pending or paid):

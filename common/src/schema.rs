@@ -23,6 +23,14 @@
 //! it), so `sale load ID` after Redis lost the sale needs no `--shards`, and
 //! the lifecycle finds an order's bucket from MySQL alone.
 //!
+//! Migration 6: `payment_conflicts`, one row per delivery of a `payment_id`
+//! already in `payments` with another reservation or amount (keyed by all
+//! three, so a redelivery of the same conflicting message is one row; the
+//! first payment stands, the reconciler reports each row as a
+//! `payment_conflict`); `sales.archived_at` and `archived_by`, set when a
+//! sale is archived (`seckill-reconciler sale archive`: the decision, its
+//! Redis keys removed after it).
+//!
 //! Times are `DATETIME(3)` in UTC: every connection sets `time_zone` to
 //! `+00:00`, so `UNIX_TIMESTAMP`, `FROM_UNIXTIME` and `UTC_TIMESTAMP(3)` agree.
 
@@ -147,6 +155,23 @@ CREATE TABLE IF NOT EXISTS sale_bucket_marks (
         r#"
 ALTER TABLE sales
   ADD COLUMN IF NOT EXISTS buckets INT UNSIGNED NULL;
+"#,
+    ),
+    (
+        6,
+        "payment conflicts, archived sales",
+        r#"
+CREATE TABLE IF NOT EXISTS payment_conflicts (
+  payment_id VARCHAR(64) NOT NULL,
+  reservation_id CHAR(32) NOT NULL,
+  amount_cents BIGINT UNSIGNED NOT NULL,
+  received_at DATETIME(3) NOT NULL,
+  recorded_at DATETIME(3) NOT NULL DEFAULT (UTC_TIMESTAMP(3)),
+  PRIMARY KEY (payment_id, reservation_id, amount_cents)
+) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_bin;
+ALTER TABLE sales
+  ADD COLUMN IF NOT EXISTS archived_at DATETIME(3) NULL,
+  ADD COLUMN IF NOT EXISTS archived_by VARCHAR(64) NULL;
 "#,
     ),
 ];

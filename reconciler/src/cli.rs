@@ -32,6 +32,10 @@ commands:
                                 and move units to empty ones
   sale repair ID --by NAME [--note TEXT]
                                 rebuild a paused sale's Redis state from MySQL and resume it
+  sale archive ID --by NAME     remove an ended sale's Redis keys (a tombstone stays) once
+                                every order is final and a run found it clean (exit 1:
+                                refused, nothing changed); `run` does it by itself
+                                SECKILL_ARCHIVE_AFTER past the end (default 1h, off: never)
   run                           reconcile every active or recent sale (exit 1: open findings)
   findings [--state open|auto_fixed|resolved|all] [--sale ID] [--json]
                                 list findings from the review store (default: open)
@@ -52,7 +56,7 @@ commands:
                                 and orders (the benchmark's baseline); changes nothing
 
 configuration comes from SECKILL_* environment variables (see README).
-exit codes: 0 ok, 1 open findings (run) or a refused sale repair, 2 could not run,
+exit codes: 0 ok, 1 open findings (run) or a refused sale repair or archive, 2 could not run,
 64 bad command line";
 
 /// A validated command.
@@ -73,6 +77,8 @@ pub enum Command {
     SaleShow(u64),
     /// Rebuild a paused sale's Redis state from MySQL and resume it.
     SaleRepair(RepairArgs),
+    /// Archive an ended sale (`sale archive ID --by NAME`): sale, actor.
+    SaleArchive(u64, String),
     /// One reconciliation pass.
     Run,
     /// List findings.
@@ -354,6 +360,11 @@ pub fn parse_at(
             let sale_id = parse_u64(id, "sale id")?;
             let (by, note) = by_and_note(opts.take("by"), opts.take("note"))?;
             Command::SaleRepair(RepairArgs { sale_id, by, note })
+        }
+        ["sale", "archive", id] => {
+            let sale_id = parse_u64(id, "sale id")?;
+            let (by, _) = by_and_note(opts.take("by"), None)?;
+            Command::SaleArchive(sale_id, by)
         }
         ["run"] => Command::Run,
         ["bench-read", id] => Command::BenchRead(parse_u64(id, "sale id")?),
@@ -739,6 +750,14 @@ mod tests {
                 by: "alice".into(),
                 note: None
             })
+        );
+        assert_eq!(
+            p("sale archive 7 --by alice").unwrap(),
+            Command::SaleArchive(7, "alice".into())
+        );
+        assert_eq!(
+            p("sale archive 7").unwrap_err().to_string(),
+            "--by NAME is required"
         );
         assert_eq!(
             p("sale repair 7").unwrap_err().to_string(),

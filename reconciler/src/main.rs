@@ -3,8 +3,9 @@
 //! map its result to an exit code.
 //!
 //! Exit codes: 0 success (for `run`: no open findings), 1 `run` found open
-//! findings or `sale repair` was refused (no open finding yet, or a worker
-//! holds messages of the sale), 2 could not run (Redis, MySQL or SQLite error, bad
+//! findings, `sale repair` was refused (no open finding yet, or a worker
+//! holds messages of the sale) or `sale archive` was refused (the sale not
+//! ended a minute ago, an order pending, an open finding, no run since), 2 could not run (Redis, MySQL or SQLite error, bad
 //! configuration), 64 bad command line (one line saying what is wrong, then
 //! a pointer to `--help`).
 //!
@@ -14,7 +15,8 @@
 //!   [`cli::Command`], one function per command.
 //! - Commands, one file each: [`run_cmd`] (`run`), [`findings_cmd`],
 //!   [`resolve_cmd`], [`sale_cmd`] (`sale create/load/show`), [`repair_cmd`]
-//!   (`sale repair`), [`token_cmd`] (`token keygen/issue`), [`bench_read`],
+//!   (`sale repair`), [`archive_cmd`] (`sale archive`, and `run`'s own),
+//!   [`token_cmd`] (`token keygen/issue`), [`bench_read`],
 //!   [`buckets_cmd`] (`sale rebalance`, the per-bucket table of `sale show`).
 //! - Reconciliation: [`scan`] reads one sale in its documented order into
 //!   one value; [`rules`] holds one file per rule turning it into
@@ -34,6 +36,7 @@
 //!   closed pipe.
 #![forbid(unsafe_code)]
 
+mod archive_cmd;
 mod bench_read;
 mod bucket_read;
 mod buckets_cmd;
@@ -108,6 +111,7 @@ fn run(
         cli::Command::SaleRebalance(id) => crate::buckets_cmd::rebalance(config, id),
         cli::Command::SaleShow(id) => sale_cmd::show(config, id),
         cli::Command::SaleRepair(args) => Ok(repair_cmd::repair(config, &args)?),
+        cli::Command::SaleArchive(id, by) => Ok(archive_cmd::archive_cmd(config, id, &by)?),
         cli::Command::Run => Ok(run_cmd::run(config, shutdown)?),
         cli::Command::Findings(args) => Ok(findings_cmd::findings(config, &args)?),
         cli::Command::Resolve(args) => Ok(resolve_cmd::resolve(config, &args)?),

@@ -195,8 +195,9 @@ pub fn order_details(db: &mut Conn, rids: &[String]) -> mysql::Result<Vec<OrderD
     Ok(out)
 }
 
-/// A payment the worker did not apply as `paid`: what the payment findings
-/// are made of.
+/// A payment the worker did not apply as `paid`, or a delivery of a
+/// `payment_id` applied before that conflicts with it: what the payment
+/// findings are made of.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct OddPayment {
     /// `payments.payment_id`.
@@ -205,30 +206,56 @@ pub struct OddPayment {
     pub reservation_id: String,
     /// Amount paid, cents.
     pub amount_cents: u64,
-    /// `payments.outcome`.
+    /// `payments.outcome` (of the first payment, for a conflict).
     pub outcome: String,
     /// When the gateway received it, Unix ms.
     pub received_ms: u64,
+    /// For a row of `payment_conflicts`: the first payment of this id, the
+    /// one that stands (its reservation and amount).
+    pub conflicts_with: Option<(String, u64)>,
 }
 
 /// The payments of sale `sale_id` (or, with `None`, of no known sale)
-/// whose outcome is not `paid`.
+/// whose outcome is not `paid`, then the conflicting deliveries of the
+/// sale's payment ids (`payment_conflicts`, of the sale of the payment
+/// that stands), each ordered by payment id.
+///
+/// Errors: MySQL failures.
 pub fn odd_payments(db: &mut Conn, sale_id: Option<u64>) -> mysql::Result<Vec<OddPayment>> {
-    let rows: Vec<(String, String, u64, String, i64)> = db.exec(
+    type Row = (
+        String,
+        String,
+        u64,
+        String,
+        i64,
+        Option<String>,
+        Option<u64>,
+    );
+    let rows: Vec<Row> = db.exec(
         "SELECT payment_id, reservation_id, amount_cents, outcome,
-                CAST(UNIX_TIMESTAMP(received_at) * 1000 AS SIGNED)
-         FROM payments WHERE sale_id <=> ? AND outcome <> 'paid' ORDER BY payment_id",
-        (sale_id,),
+                CAST(UNIX_TIMESTAMP(received_at) * 1000 AS SIGNED), NULL, NULL
+         FROM payments WHERE sale_id <=> ? AND outcome <> 'paid'
+         UNION ALL
+         SELECT c.payment_id, c.reservation_id, c.amount_cents, p.outcome,
+                CAST(UNIX_TIMESTAMP(c.received_at) * 1000 AS SIGNED),
+                p.reservation_id, p.amount_cents
+         FROM payment_conflicts c JOIN payments p ON p.payment_id = c.payment_id
+         WHERE p.sale_id <=> ?
+         ORDER BY 1, 2, 3",
+        (sale_id, sale_id),
     )?;
     Ok(rows
         .into_iter()
         .map(
-            |(payment_id, reservation_id, amount_cents, outcome, at)| OddPayment {
-                payment_id,
-                reservation_id,
-                amount_cents,
-                outcome,
-                received_ms: at.max(0) as u64,
+            |(payment_id, reservation_id, amount_cents, outcome, at, first_rid, first_amount)| {
+                OddPayment {
+                    payment_id,
+                    reservation_id,
+                    amount_cents,
+                    outcome,
+                    received_ms: at.max(0) as u64,
+                    conflicts_with: first_rid.zip(first_amount),
+                }
             },
         )
         .collect())

@@ -15,6 +15,7 @@
 //!   `no_change`, `refused` or `failed`, its `completes` naming the started
 //!   row, `UNIQUE`) after it; see `settle.rs`.
 
+pub mod archives;
 pub mod findings;
 
 use crate::stored::stored_enum;
@@ -221,6 +222,77 @@ CREATE TRIGGER actions_no_update BEFORE UPDATE ON actions
 CREATE TRIGGER actions_no_delete BEFORE DELETE ON actions
   BEGIN SELECT RAISE(ABORT, 'actions is append-only'); END;
 "#,
+    // 4 (issue 13): the kind `payment_conflict`; the action `archive`
+    // (`sale archive`), an action on a sale rather than a finding:
+    // `actions.finding_id` may be NULL and `actions.sale_id` names the
+    // sale; one `done` archive row per sale at most. Rebuilt as in 2.
+    r#"
+ALTER TABLE runs ADD COLUMN payment_conflict INTEGER NOT NULL DEFAULT 0;
+CREATE TABLE findings_v4 (
+  id INTEGER PRIMARY KEY,
+  kind TEXT NOT NULL CHECK (kind IN ('flow_without_order', 'order_without_ledger',
+    'order_without_flow', 'stock_mismatch', 'dead_letter', 'sale_missing_in_mysql',
+    'redis_data_loss', 'released_in_mysql_held_in_redis', 'late_payment',
+    'payment_amount_mismatch', 'payment_unknown_reservation', 'payment_not_payable',
+    'payment_conflict')),
+  sale_id INTEGER NOT NULL,
+  subject TEXT NOT NULL,
+  reservation_id TEXT,
+  user_id TEXT,
+  order_id INTEGER,
+  severity TEXT NOT NULL CHECK (severity IN ('normal', 'critical')),
+  evidence TEXT NOT NULL,
+  state TEXT NOT NULL CHECK (state IN ('open', 'auto_fixed', 'resolved')),
+  fix TEXT,
+  first_seen TEXT NOT NULL,
+  last_seen TEXT NOT NULL,
+  first_run_id INTEGER,
+  last_run_id INTEGER,
+  times_seen INTEGER NOT NULL DEFAULT 1,
+  resolved_by TEXT,
+  resolved_at TEXT,
+  resolution TEXT,
+  note TEXT,
+  UNIQUE (kind, sale_id, subject)
+);
+INSERT INTO findings_v4 SELECT * FROM findings;
+CREATE TABLE actions_parked AS SELECT * FROM actions;
+DROP TRIGGER actions_no_update;
+DROP TRIGGER actions_no_delete;
+DROP TABLE actions;
+DROP TABLE findings;
+ALTER TABLE findings_v4 RENAME TO findings;
+CREATE TABLE actions (
+  id INTEGER PRIMARY KEY,
+  at TEXT NOT NULL,
+  actor TEXT NOT NULL,
+  finding_id INTEGER REFERENCES findings (id),
+  action TEXT NOT NULL
+    CHECK (action IN ('compensate', 'reorder', 'rollback', 'dismiss', 'close', 'repair',
+                      'archive')),
+  detail TEXT NOT NULL,
+  result TEXT NOT NULL
+    CHECK (result IN ('started', 'done', 'no_change', 'refused', 'failed')),
+  completes INTEGER REFERENCES actions (id),
+  sale_id INTEGER,
+  CHECK ((finding_id IS NULL) = (action = 'archive')),
+  CHECK ((sale_id IS NULL) = (action <> 'archive'))
+);
+INSERT INTO actions (id, at, actor, finding_id, action, detail, result, completes)
+  SELECT id, at, actor, finding_id, action, detail, result, completes
+  FROM actions_parked ORDER BY id;
+DROP TABLE actions_parked;
+CREATE INDEX findings_state ON findings (state, sale_id);
+CREATE INDEX findings_reservation ON findings (sale_id, reservation_id);
+CREATE INDEX actions_finding ON actions (finding_id);
+CREATE UNIQUE INDEX actions_completes ON actions (completes);
+CREATE UNIQUE INDEX actions_archived_once ON actions (sale_id)
+  WHERE action = 'archive' AND result = 'done';
+CREATE TRIGGER actions_no_update BEFORE UPDATE ON actions
+  BEGIN SELECT RAISE(ABORT, 'actions is append-only'); END;
+CREATE TRIGGER actions_no_delete BEFORE DELETE ON actions
+  BEGIN SELECT RAISE(ABORT, 'actions is append-only'); END;
+"#,
 ];
 
 stored_enum! {
@@ -239,6 +311,9 @@ stored_enum! {
         /// An operator rebuilt a paused sale's Redis state from MySQL
         /// (`sale repair`).
         Repair => "repair",
+        /// An operator, or `run` after `SECKILL_ARCHIVE_AFTER`, removed an
+        /// ended sale's Redis keys (`sale archive`); names a sale, no finding.
+        Archive => "archive",
     }
 }
 
@@ -354,7 +429,8 @@ impl From<rusqlite::Error> for ReviewError {
 /// An open review store.
 pub struct Review {
     /// The SQLite connection (WAL mode, foreign keys on, busy timeout set).
-    /// Private: every statement lives in this module or [`findings`].
+    /// Private: every statement lives in this module, [`findings`] or
+    /// [`archives`].
     db: Connection,
 }
 
@@ -519,7 +595,7 @@ impl Review {
                outcome = ?12, error = ?13, sale_missing_in_mysql = ?14, redis_data_loss = ?15,
                released_in_mysql_held_in_redis = ?16, late_payment = ?17,
                payment_amount_mismatch = ?18, payment_unknown_reservation = ?19,
-               payment_not_payable = ?20
+               payment_not_payable = ?20, payment_conflict = ?21
              WHERE id = ?1",
             params![
                 id,
@@ -542,6 +618,7 @@ impl Review {
                 k[9] as i64,
                 k[10] as i64,
                 k[11] as i64,
+                k[12] as i64,
             ],
         )?;
         Ok(())
@@ -580,7 +657,7 @@ impl Review {
     pub fn pending_actions(&self) -> Result<Vec<PendingAction>, ReviewError> {
         let mut st = self.db.prepare(
             "SELECT s.id, s.at, s.actor, s.finding_id, s.action FROM actions s
-             WHERE s.result = 'started'
+             WHERE s.result = 'started' AND s.finding_id IS NOT NULL
                AND NOT EXISTS (SELECT 1 FROM actions c WHERE c.completes = s.id)
              ORDER BY s.id",
         )?;
@@ -710,7 +787,7 @@ mod tests {
             .chain([Resolution::NoLongerObserved])
             .collect();
         round(&resolutions, Resolution::as_str);
-        assert_eq!(Kind::ALL.len(), 12);
+        assert_eq!(Kind::ALL.len(), 13);
         assert_eq!(Kind::RedisDataLoss.index(), 6);
     }
 

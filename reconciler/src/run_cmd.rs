@@ -4,7 +4,10 @@
 //! (`rules/sale_missing_in_mysql.rs`), under the run lock, recording findings, compensations
 //! and the run itself in the review store, and one summary line on stderr
 //! for the journal. Before reading anything it completes the operator
-//! actions an interruption left `started` (`settle.rs`).
+//! actions an interruption left `started` (`settle.rs`) and the archives
+//! it left without their Redis step (`archive_cmd.rs`). An archived sale is
+//! checked for its payments only. After the pass it archives the sales it
+//! found ready `SECKILL_ARCHIVE_AFTER` past their end (`archive_cmd.rs`).
 //!
 //! Exit codes: 0 no open findings, 1 open findings exist (in any sale, old
 //! ones included: they wait for a person), 2 could not run.
@@ -113,6 +116,7 @@ fn pass(
         // An action interrupted after its effect must be on record before a
         // run reads the state it changed.
         crate::settle::complete_pending(review, || redis_connect(config))?;
+        crate::archive_cmd::complete_interrupted(review, &mut redis, &mut mysql)?;
         // Every sale MySQL says is in play, whether or not Redis still knows
         // it: a Redis that lost its data must show up as findings, not as
         // silence. And every sale Redis sells, whether or not MySQL knows it.
@@ -144,6 +148,7 @@ fn pass(
         // One sale whose keys Redis refuses (a key of the wrong type) is
         // reported and skipped; the others are still checked.
         let mut skipped: Vec<String> = Vec::new();
+        let mut checked: Vec<u64> = Vec::new();
         for sale_id in sales {
             let mut one = || -> Result<(), RunError> {
                 let mut tick = || -> Result<(), RunError> {
@@ -154,6 +159,15 @@ fn pass(
                     Ok(())
                 };
                 tick()?;
+                // An archived sale's Redis state is gone on purpose: only
+                // its payments are still checked (a late one is a finding).
+                if crate::archive_cmd::is_archived(&mut mysql, sale_id)? {
+                    let odd = crate::mysql_read::odd_payments(&mut mysql, Some(sale_id))?;
+                    let observations = crate::rules::payments::observe(sale_id, &odd);
+                    record(review, run_id, sale_id, &observations, counts, true)?;
+                    counts.sales_checked += 1;
+                    return Ok(());
+                }
                 // A paused sale (Redis lost data of it) is one finding until
                 // it is repaired; its other findings stay as they are.
                 if let Some(paused) =
@@ -184,7 +198,7 @@ fn pass(
                 Ok(())
             };
             match one() {
-                Ok(()) => {}
+                Ok(()) => checked.push(sale_id),
                 Err(RunError::Redis(e)) if seckill_common::is_error_reply(&e) => {
                     log::error!("sale {sale_id}: not checked: Redis refused: {e}");
                     skipped.push(format!("{sale_id} ({e})"));
@@ -202,6 +216,13 @@ fn pass(
         let dead = crate::redis_read::payment_dead_letters(&mut redis)?;
         observations.extend(crate::rules::payment_dead_letter::observations(&dead));
         record(review, run_id, 0, &observations, counts, true)?;
+        if let Some(after) = config.archive_after {
+            lock.keep()?;
+            let grace = config.reconcile_grace;
+            crate::archive_cmd::archive_due(
+                review, &mut redis, &mut mysql, &checked, after, grace,
+            )?;
+        }
         if !skipped.is_empty() {
             return Err(RunError::Refused(format!(
                 "sales not checked, Redis refused a command on their keys: {}",

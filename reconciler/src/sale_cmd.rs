@@ -1,7 +1,8 @@
 //! Owns the `sale` operator commands: create a sale in MySQL and load it into
 //! Redis, load an existing one without ever overwriting live stock, and show
-//! MySQL and Redis figures side by side (the repair of a sale Redis lost
-//! data of is `repair_cmd.rs`). `create` refuses (and takes its
+//! MySQL and Redis figures side by side, and whether it is archived (the
+//! repair of a sale Redis lost data of is `repair_cmd.rs`, the archive
+//! `archive_cmd.rs`). `create` refuses (and takes its
 //! MySQL row back) when Redis already holds a live sale with the new id.
 
 use crate::cli::SaleCreate;
@@ -248,6 +249,8 @@ pub fn show(config: &Config, id: u64) -> Res<u8> {
         "SELECT status, COUNT(*) FROM orders WHERE sale_id = ? GROUP BY status ORDER BY status",
         (id,),
     )?;
+    let archived = crate::archive_cmd::sale_state(&mut db, id)?
+        .and_then(|s| Some((s.tombstone.archived_at_ms, s.archived_by?)));
     let mut con = redis_con(config)?;
     let k = SaleKeys::new(id);
     let mut released: u64 = con.hlen(k.released())?;
@@ -290,6 +293,14 @@ pub fn show(config: &Config, id: u64) -> Res<u8> {
             format_ms(sale.starts_at_ms),
             format_ms(sale.ends_at_ms)
         )?;
+        if let Some((at, by)) = &archived {
+            writeln!(
+                w,
+                "archived          {} by {by}: Redis keeps only its window (a late buyer \
+                 hears sale_ended); MySQL and the review file keep the rest",
+                format_ms(*at)
+            )?;
+        }
         if let Some(rw) = &redis_window {
             writeln!(w, "window in Redis   {rw}  (differs from MySQL)")?;
         }

@@ -286,3 +286,103 @@ fn payments_the_workers_give_up_on_are_dead_letter_findings_of_sale_0() {
     let (_, open) = seckill_tests::reconciler(&redis, &db, &file, &["findings", "--json"]);
     assert_eq!(open.trim(), "[]");
 }
+
+/// A `payment_id` applied before that comes again for another amount or
+/// another reservation is not the same payment: the first one stands (its
+/// order paid, one `payments` row) and each conflicting delivery is one
+/// open `payment_conflict` finding with both payments as evidence, however
+/// often it is delivered.
+#[test]
+fn a_payment_id_reused_with_other_fields_is_a_conflict_finding_and_the_first_stands() {
+    let redis = RedisServer::start();
+    let db = TestDb::create();
+    let review = TempDir::new();
+    let file = review.path().join("review.sqlite3");
+    let sale = seckill_tests::create_windowed_sale(&redis, &db, &file, 2, "1h");
+    reserve_users(&redis, sale, "u", 2);
+    let _w = WorkerProc::start(&redis, &db, "w1", &Opts::default());
+    wait_orders(&db, sale, 2, LONG);
+    let r = rids(&db, sale);
+    let drained = || {
+        seckill_tests::wait_until(LONG, "the payment queue to drain", || {
+            let mut c = redis.con();
+            let q: i64 = c.llen(seckill_common::payment::QUEUE).unwrap();
+            let p: i64 = c.llen(seckill_common::payment::processing("w1")).unwrap();
+            q == 0 && p == 0
+        })
+    };
+    pay(&redis, &r[0], "pay-a", 1999);
+    seckill_tests::wait_until(LONG, "the first payment applied", || {
+        db.count("SELECT COUNT(*) FROM payments") == 1
+    });
+    for _ in 0..3 {
+        pay(&redis, &r[0], "pay-a", 1000);
+        pay(&redis, &r[1], "pay-a", 1999);
+    }
+    drained();
+
+    let outcomes: Vec<(String, String, u64, String)> = db
+        .conn()
+        .query("SELECT payment_id, reservation_id, amount_cents, outcome FROM payments")
+        .unwrap();
+    assert_eq!(
+        outcomes,
+        [("pay-a".to_string(), r[0].clone(), 1999, "paid".to_string())]
+    );
+    let statuses: Vec<(String, String, Option<String>)> = db
+        .conn()
+        .exec(
+            "SELECT reservation_id, status, payment_id FROM orders WHERE sale_id = ?
+             ORDER BY user_id",
+            (sale,),
+        )
+        .unwrap();
+    assert_eq!(
+        statuses,
+        [
+            (r[0].clone(), "paid".to_string(), Some("pay-a".to_string())),
+            (r[1].clone(), "pending_payment".to_string(), None),
+        ]
+    );
+
+    let (code, out) = seckill_tests::reconciler(&redis, &db, &file, &["run"]);
+    assert_eq!(code, 1, "open findings: {out}");
+    let (_, json) = seckill_tests::reconciler(&redis, &db, &file, &["findings", "--json"]);
+    let v: serde_json::Value = serde_json::from_str(&json).expect("findings json");
+    let mut found: Vec<(String, i64, String, serde_json::Value)> = v
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|f| {
+            let mut e = f["evidence"].clone();
+            e.as_object_mut().unwrap().remove("received_ms");
+            (
+                f["kind"].as_str().unwrap().to_string(),
+                f["sale_id"].as_i64().unwrap(),
+                f["subject"].as_str().unwrap().to_string(),
+                e,
+            )
+        })
+        .collect();
+    found.sort_by(|a, b| a.2.cmp(&b.2));
+    let first =
+        serde_json::json!({"reservation_id": r[0], "amount_cents": 1999, "outcome": "paid"});
+    let mut want = vec![
+        (
+            "payment_conflict".to_string(),
+            sale as i64,
+            format!("pay-a/{}/1000", r[0]),
+            serde_json::json!({"payment_id": "pay-a", "reservation_id": r[0],
+                               "amount_cents": 1000, "first": first}),
+        ),
+        (
+            "payment_conflict".to_string(),
+            sale as i64,
+            format!("pay-a/{}/1999", r[1]),
+            serde_json::json!({"payment_id": "pay-a", "reservation_id": r[1],
+                               "amount_cents": 1999, "first": first}),
+        ),
+    ];
+    want.sort_by(|a, b| a.2.cmp(&b.2));
+    assert_eq!(found, want);
+}

@@ -144,13 +144,24 @@ impl Consumer {
 /// payment id makes the repeat one payment).
 fn apply_payment(con: &mut Con, db: &mut mysql::Conn, m: &PaymentMessage) -> Result<(), String> {
     let done = lifecycle::pay(db, &m.payment()).map_err(|e| e.to_string())?;
-    log::info!(
-        "payment {} for {}: {done:?}",
-        m.payment_id,
-        m.reservation_id
-    );
+    if let Paid::Conflict(_) = done {
+        log::warn!(
+            "payment {} for {} ({} cents) conflicts with the payment of that id applied \
+             before, which stands: recorded for the reconciler",
+            m.payment_id,
+            m.reservation_id,
+            m.amount_cents
+        );
+    } else {
+        log::info!(
+            "payment {} for {}: {done:?}",
+            m.payment_id,
+            m.reservation_id
+        );
+    }
     if let Paid::Applied(PaymentOutcome::Paid) | Paid::Duplicate(PaymentOutcome::Paid) = done {
-        // The order's home bucket holds its status (`lifecycle::order_keys`).
+        // The order's home bucket holds its status (`lifecycle::order_keys`;
+        // none for an archived sale: a redelivery brings no key back).
         let keys = lifecycle::order_keys(db, &m.reservation_id).map_err(|e| e.to_string())?;
         if let Some(k) = keys {
             con.hset::<_, _, _, ()>(k.status(), &m.reservation_id, PurchaseStatus::Paid.as_str())

@@ -52,6 +52,10 @@ stored_enum! {
         /// A payment for an order paid already or final without a payment
         /// (a double charge: refund it).
         PaymentNotPayable => "payment_not_payable",
+        /// A `payment_id` applied before, delivered again for another
+        /// reservation or amount: the first payment stands; check with the
+        /// payment service (a reused id, or a forged or corrupted message).
+        PaymentConflict => "payment_conflict",
     }
 }
 

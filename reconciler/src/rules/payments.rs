@@ -4,7 +4,11 @@
 //! payment as evidence: `late_payment` (refund, or re-create the order by
 //! hand if stock allows), `payment_amount_mismatch` (the order stays
 //! pending), `payment_unknown_reservation`, `payment_not_payable` (paid
-//! twice: refund).
+//! twice: refund). A `payment_id` delivered again for another reservation
+//! or amount is one `payment_conflict` per distinct delivery (keyed
+//! `PAYMENT_ID/RESERVATION/AMOUNT`), with the first payment, which stands,
+//! in the evidence: the payment service reused an id, or a message was
+//! forged or corrupted; a person checks with the payment service.
 
 use crate::mysql_read::OddPayment;
 use crate::review::findings::{Kind, Observation};
@@ -30,15 +34,25 @@ pub fn observe(sale_id: u64, payments: &[OddPayment]) -> Vec<Observation> {
     payments
         .iter()
         .filter_map(|p| {
-            let k = kind(&p.outcome)?;
-            let mut o = obs(
-                k,
-                sale_id,
-                p.payment_id.clone(),
-                json!({"payment_id": p.payment_id, "reservation_id": p.reservation_id,
-                       "amount_cents": p.amount_cents, "outcome": p.outcome,
-                       "received_ms": p.received_ms}),
-            );
+            let mut o = match &p.conflicts_with {
+                Some((first_rid, first_amount)) => obs(
+                    Kind::PaymentConflict,
+                    sale_id,
+                    format!("{}/{}/{}", p.payment_id, p.reservation_id, p.amount_cents),
+                    json!({"payment_id": p.payment_id, "reservation_id": p.reservation_id,
+                           "amount_cents": p.amount_cents, "received_ms": p.received_ms,
+                           "first": {"reservation_id": first_rid,
+                                     "amount_cents": first_amount, "outcome": p.outcome}}),
+                ),
+                None => obs(
+                    kind(&p.outcome)?,
+                    sale_id,
+                    p.payment_id.clone(),
+                    json!({"payment_id": p.payment_id, "reservation_id": p.reservation_id,
+                           "amount_cents": p.amount_cents, "outcome": p.outcome,
+                           "received_ms": p.received_ms}),
+                ),
+            };
             o.reservation_id = Some(p.reservation_id.clone());
             Some(o)
         })

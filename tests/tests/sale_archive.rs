@@ -1,0 +1,489 @@
+//! Specifies the end of a sale (`seckill-reconciler sale archive`, and
+//! `run`'s own archive `SECKILL_ARCHIVE_AFTER` past the end) with the real
+//! gateway, worker and reconciler on a private Redis and MySQL: ten sales
+//! of every kind (paid, expired, final at creation, split over buckets)
+//! run and end; each one ready is archived exactly once, by hand or by
+//! `run`, leaving nothing in Redis but its tombstone; a sale not ended or
+//! with an open finding is refused with nothing changed; a late buyer
+//! still hears 403 `sale_ended`; the next runs find nothing.
+
+#[path = "gateway_support.rs"]
+mod gw;
+#[path = "worker_support.rs"]
+mod wk;
+
+use gw::{buy, get, Gateway};
+use mysql::prelude::Queryable;
+use redis::Commands;
+use seckill_common::keys::SaleKeys;
+use seckill_common::payment::{enqueue, PaymentMessage};
+use seckill_tests::{RedisServer, TempDir, TestDb};
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::time::Duration;
+use wk::{wait_orders, Opts, WorkerProc};
+
+const LONG: Duration = Duration::from_secs(120);
+
+/// Every key of the private Redis (`SCAN`), with its type, sorted.
+fn all_keys(redis: &RedisServer) -> Vec<(String, String)> {
+    let mut con = redis.con();
+    let keys: Vec<String> = con.scan().unwrap().collect::<Result<_, _>>().unwrap();
+    let mut out: Vec<(String, String)> = keys
+        .into_iter()
+        .map(|k| {
+            let t: String = redis::cmd("TYPE").arg(&k).query(&mut con).unwrap();
+            (k, t)
+        })
+        .collect();
+    out.sort();
+    out
+}
+
+/// Every key of every sale, with its type, and the content of sale
+/// `id`'s keys of bucket 0 (its meta without the workers' `checkpoint`,
+/// which their data-loss watch moves while the sale is live): what a
+/// refused archive must leave as it was. (Processing lists come and go:
+/// a blocking take of an empty queue creates and drops one.)
+fn sales_state(redis: &RedisServer, id: u64) -> (Vec<(String, String)>, Vec<String>) {
+    let keys: Vec<(String, String)> = all_keys(redis)
+        .into_iter()
+        .filter(|(k, _)| k.contains("{sale:") && !k.contains(":processing:"))
+        .collect();
+    let mut con = redis.con();
+    let mut content = Vec::new();
+    for (k, t) in keys
+        .iter()
+        .filter(|(k, _)| k.contains(&format!("{{sale:{id}}}")))
+    {
+        let v = match t.as_str() {
+            "hash" => {
+                let mut h: BTreeMap<String, String> = con.hgetall(k).unwrap();
+                h.remove("checkpoint");
+                format!("{h:?}")
+            }
+            "list" => format!("{:?}", con.lrange::<_, Vec<String>>(k, 0, -1).unwrap()),
+            _ => format!("{:?}", con.get::<_, Option<String>>(k).unwrap()),
+        };
+        content.push(format!("{k} {v}"));
+    }
+    (keys, content)
+}
+
+/// The keys of sale `id` (any bucket) among `keys`.
+fn keys_of(keys: &[(String, String)], id: u64) -> Vec<String> {
+    let (tag, split) = (format!("{{sale:{id}}}"), format!("{{sale:{id}:b"));
+    keys.iter()
+        .filter(|(k, _)| k.contains(&tag) || k.contains(&split))
+        .map(|(k, _)| k.clone())
+        .collect()
+}
+
+/// `seckill-reconciler ARGS` with `SECKILL_ARCHIVE_AFTER=after`.
+fn reconciler(
+    redis: &RedisServer,
+    db: &TestDb,
+    review: &Path,
+    after: &str,
+    args: &[&str],
+) -> (i32, String) {
+    let out = seckill_tests::command("seckill-reconciler")
+        .env("SECKILL_REDIS_URL", redis.url())
+        .env("SECKILL_MYSQL_URL", db.url())
+        .env("SECKILL_REVIEW_DB", review)
+        .env("SECKILL_RECONCILE_GRACE", "0s")
+        .env("SECKILL_ARCHIVE_AFTER", after)
+        .args(args)
+        .output()
+        .unwrap();
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    (out.status.code().unwrap_or(-1), text)
+}
+
+/// Moves sale `id`'s window `by_ms` into the past, in MySQL and in every
+/// bucket's Redis meta: the sale ended that long before it would have.
+fn age(db: &TestDb, redis: &RedisServer, id: u64, buckets: u32, by_ms: u64) {
+    db.conn()
+        .exec_drop(
+            "UPDATE sales SET starts_at = starts_at - INTERVAL ? SECOND,
+                              ends_at = ends_at - INTERVAL ? SECOND
+             WHERE id = ?",
+            (by_ms / 1000, by_ms / 1000, id),
+        )
+        .unwrap();
+    let mut con = redis.con();
+    for b in 0..buckets {
+        let meta = SaleKeys::bucket(id, b).meta();
+        for f in ["starts_at_ms", "ends_at_ms"] {
+            let _: i64 = con.hincr(&meta, f, -(by_ms as i64)).unwrap();
+        }
+    }
+}
+
+fn pay(redis: &RedisServer, rid: &str, payment_id: &str) {
+    let m = PaymentMessage {
+        v: 1,
+        reservation_id: rid.into(),
+        payment_id: payment_id.into(),
+        amount_cents: 1999,
+        received_ms: seckill_common::now_ms(),
+    };
+    enqueue(&mut redis.con(), &m).unwrap();
+}
+
+/// The archive rows of the audit log: (sale, actor, result), by sale.
+fn archive_rows(review: &Path) -> Vec<(i64, String, String)> {
+    let c = rusqlite::Connection::open(review).unwrap();
+    let mut st = c
+        .prepare(
+            "SELECT sale_id, actor, result FROM actions WHERE action = 'archive'
+             ORDER BY sale_id, id",
+        )
+        .unwrap();
+    let rows = st
+        .query_map([], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))
+        .unwrap();
+    rows.collect::<Result<_, _>>().unwrap()
+}
+
+#[test]
+fn ten_ended_sales_are_archived_once_each_leaving_only_tombstones() {
+    let redis = RedisServer::start();
+    let db = TestDb::create();
+    let dir = TempDir::new();
+    let review = dir.path().join("review.sqlite3");
+    // 1-3: every order paid; 4-6: every order expired (1 ms window);
+    // 7-9: final at creation; 10: final at creation, split over 3 buckets.
+    let mut sales: Vec<(u64, u32)> = Vec::new();
+    for window in ["1h", "1h", "1h", "1ms", "1ms", "1ms"] {
+        let id = seckill_tests::create_windowed_sale(&redis, &db, &review, 3, window);
+        sales.push((id, 1));
+    }
+    for _ in 0..3 {
+        sales.push((
+            seckill_tests::create_sale(&db, &redis, 3, -1000, 3_600_000),
+            1,
+        ));
+    }
+    sales.push((
+        seckill_tests::create_split_sale(&db, &redis, 3, -1000, 3_600_000, 3),
+        3,
+    ));
+    let _w = WorkerProc::start(&redis, &db, "w1", &Opts::default());
+    let g = Gateway::start(&redis, &[]);
+    for &(id, _) in &sales {
+        for u in 0..3 {
+            let r = buy(g.port, id, &format!("s{id}-u{u}"));
+            assert_eq!(r.status, 202, "sale {id}: {}", r.body);
+        }
+    }
+    for &(id, _) in &sales {
+        wait_orders(&db, id, 3, LONG);
+    }
+    let rids = |id: u64| -> Vec<String> {
+        db.conn()
+            .exec(
+                "SELECT reservation_id FROM orders WHERE sale_id = ? ORDER BY user_id",
+                (id,),
+            )
+            .unwrap()
+    };
+    for &(id, _) in &sales[..3] {
+        for (i, rid) in rids(id).iter().enumerate() {
+            pay(&redis, rid, &format!("pay-{id}-{i}"));
+        }
+    }
+    // A payment after sale 4's orders expired: an open `late_payment`.
+    let (late_sale, _) = sales[3];
+    seckill_tests::wait_until(LONG, "every order final and released in Redis", || {
+        db.count(
+            "SELECT COUNT(*) FROM orders WHERE status IN ('paid', 'confirmed')
+               OR (status = 'expired' AND redis_released_at IS NOT NULL)",
+        ) == 30
+    });
+    pay(&redis, &rids(late_sale)[0], "pay-late");
+    seckill_tests::wait_until(LONG, "the late payment recorded", || {
+        db.count("SELECT COUNT(*) FROM payments WHERE outcome = 'late_payment'") == 1
+    });
+
+    // Not ended: refused, nothing changed.
+    let (first, _) = sales[0];
+    let before = sales_state(&redis, first);
+    let (code, out) = reconciler(
+        &redis,
+        &db,
+        &review,
+        "off",
+        &["sale", "archive", &first.to_string(), "--by", "op"],
+    );
+    assert_eq!(code, 1, "{out}");
+    assert!(
+        out.contains("a minute (or SECKILL_RECONCILE_GRACE) after its end, not before"),
+        "{out}"
+    );
+    assert_eq!(sales_state(&redis, first), before);
+
+    for &(id, k) in &sales {
+        age(&db, &redis, id, k, 2 * 3_600_000);
+    }
+    let (code, out) = reconciler(&redis, &db, &review, "off", &["run"]);
+    assert_eq!(code, 1, "the late payment is open: {out}");
+    // With an open finding: refused, nothing changed.
+    let before = sales_state(&redis, late_sale);
+    let (code, out) = reconciler(
+        &redis,
+        &db,
+        &review,
+        "off",
+        &["sale", "archive", &late_sale.to_string(), "--by", "op"],
+    );
+    assert_eq!(code, 1, "{out}");
+    assert!(out.contains("1 open finding(s)"), "{out}");
+    assert_eq!(sales_state(&redis, late_sale), before);
+    assert_eq!(
+        db.count("SELECT COUNT(*) FROM sales WHERE archived_at IS NOT NULL"),
+        0
+    );
+
+    // By hand, then by `run` (ended 2 h ago, past the default 1 h).
+    let (code, out) = reconciler(
+        &redis,
+        &db,
+        &review,
+        "off",
+        &["sale", "archive", &first.to_string(), "--by", "op"],
+    );
+    assert_eq!(code, 0, "{out}");
+    assert!(out.contains(&format!("archived sale {first}")), "{out}");
+    let (code, out) = reconciler(&redis, &db, &review, "1h", &["run"]);
+    assert_eq!(code, 1, "the late payment is still open: {out}");
+
+    let keys = all_keys(&redis);
+    for &(id, _) in &sales {
+        let mine = keys_of(&keys, id);
+        if id == late_sale {
+            assert!(mine.contains(&SaleKeys::new(id).released()), "{mine:?}");
+            continue;
+        }
+        assert_eq!(mine, [SaleKeys::new(id).meta()], "sale {id}");
+        let meta: BTreeMap<String, String> = redis.con().hgetall(SaleKeys::new(id).meta()).unwrap();
+        let fields: Vec<&str> = meta.keys().map(String::as_str).collect();
+        assert_eq!(
+            fields,
+            [
+                "archived_at_ms",
+                "ends_at_ms",
+                "starts_at_ms",
+                "total_stock"
+            ]
+        );
+        assert_eq!(meta["total_stock"], "3");
+        let member: bool = redis
+            .con()
+            .sismember(seckill_common::keys::SALES, id)
+            .unwrap();
+        assert!(!member, "sale {id} left seckill:sales");
+    }
+    assert_eq!(
+        db.count("SELECT COUNT(*) FROM sales WHERE archived_at IS NOT NULL"),
+        9
+    );
+
+    // A late buyer, in a plain and in the split sale: 403 sale_ended.
+    for &(id, _) in [sales[1], sales[9]].iter() {
+        let r = buy(g.port, id, "late-buyer");
+        assert_eq!(
+            (r.status, r.error()),
+            (403, "sale_ended".to_string()),
+            "sale {id}"
+        );
+        let r = get(g.port, &format!("/v1/sales/{id}"));
+        assert_eq!((r.status, r.json()["state"].clone()), (200, "ended".into()));
+    }
+
+    // The finding settled (dismissed: refunded), the next run archives the
+    // last sale and leaves no open finding, the one after too; an archived
+    // sale's payments are still checked (the dismissed one is still seen,
+    // and stays closed).
+    let (_, json) = reconciler(&redis, &db, &review, "1h", &["findings", "--json"]);
+    let v: serde_json::Value = serde_json::from_str(&json).unwrap();
+    let open: Vec<(String, i64)> = v
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|f| {
+            (
+                f["kind"].as_str().unwrap().to_string(),
+                f["sale_id"].as_i64().unwrap(),
+            )
+        })
+        .collect();
+    assert_eq!(open, [("late_payment".to_string(), late_sale as i64)]);
+    let fid = v[0]["id"].as_i64().unwrap().to_string();
+    let (code, out) = reconciler(
+        &redis,
+        &db,
+        &review,
+        "1h",
+        &[
+            "resolve",
+            &fid,
+            "--dismiss",
+            "--by",
+            "op",
+            "--note",
+            "refunded",
+        ],
+    );
+    assert_eq!(code, 0, "{out}");
+    for _ in 0..2 {
+        let (code, out) = reconciler(&redis, &db, &review, "1h", &["run"]);
+        assert_eq!(code, 0, "{out}");
+        assert!(
+            out.contains("observed [late_payment 1], 0 new, 0 auto-fixed, 0 open"),
+            "{out}"
+        );
+    }
+    let keys = all_keys(&redis);
+    for &(id, _) in &sales {
+        assert_eq!(keys_of(&keys, id), [SaleKeys::new(id).meta()], "sale {id}");
+    }
+    assert_eq!(
+        db.count("SELECT COUNT(*) FROM sales WHERE archived_at IS NOT NULL"),
+        10
+    );
+
+    // Once each in the audit log, with the two refusals; a repeat by hand
+    // changes nothing and says so.
+    let (code, out) = reconciler(
+        &redis,
+        &db,
+        &review,
+        "off",
+        &["sale", "archive", &first.to_string(), "--by", "op"],
+    );
+    assert_eq!(code, 0, "{out}");
+    assert!(out.contains("by op; nothing changed"), "{out}");
+    let mut want: Vec<(i64, String, String)> = Vec::new();
+    for &(id, _) in &sales {
+        let id = id as i64;
+        let row = |actor: &str, result: &str| (id, actor.to_string(), result.to_string());
+        if id == first as i64 {
+            want.extend([
+                row("op", "refused"),
+                row("op", "done"),
+                row("op", "no_change"),
+            ]);
+        } else if id == late_sale as i64 {
+            want.extend([row("op", "refused"), row("reconciler", "done")]);
+        } else {
+            want.push(row("reconciler", "done"));
+        }
+    }
+    assert_eq!(archive_rows(&review), want);
+
+    // `sale show` says archived, by whom.
+    for &(id, _) in &sales {
+        let (code, out) = reconciler(
+            &redis,
+            &db,
+            &review,
+            "off",
+            &["sale", "show", &id.to_string()],
+        );
+        assert_eq!(code, 0, "{out}");
+        let by = if id == first { "op" } else { "reconciler" };
+        let line = out
+            .lines()
+            .find(|l| l.starts_with("archived "))
+            .unwrap_or_default();
+        assert!(line.ends_with(&format!(" by {by}: Redis keeps only its window (a late buyer hears sale_ended); MySQL and the review file keep the rest")), "sale {id}: {out}");
+    }
+}
+
+/// An archive killed after MySQL's decision and before its Redis step (the
+/// state such a kill leaves: `archived_at` and `archived_by` set, every key
+/// still in Redis, no audit row) is finished by the next `run`, recorded
+/// once under the operator who asked, and never again.
+#[test]
+fn an_archive_interrupted_after_mysql_is_finished_by_the_next_run_once() {
+    let redis = RedisServer::start();
+    let db = TestDb::create();
+    let dir = TempDir::new();
+    let review = dir.path().join("review.sqlite3");
+    let id = seckill_tests::create_split_sale(&db, &redis, 2, -1000, 3_600_000, 2);
+    let _w = WorkerProc::start(&redis, &db, "w1", &Opts::default());
+    let g = Gateway::start(&redis, &[]);
+    for u in 0..2 {
+        assert_eq!(buy(g.port, id, &format!("u{u}")).status, 202);
+    }
+    wait_orders(&db, id, 2, LONG);
+    age(&db, &redis, id, 2, 2 * 3_600_000);
+    let (code, out) = reconciler(&redis, &db, &review, "off", &["run"]);
+    assert_eq!(code, 0, "{out}");
+    assert!(keys_of(&all_keys(&redis), id).len() > 1);
+    db.conn()
+        .exec_drop(
+            "UPDATE sales SET archived_at = UTC_TIMESTAMP(3), archived_by = 'alice' WHERE id = ?",
+            (id,),
+        )
+        .unwrap();
+    for _ in 0..2 {
+        let (code, out) = reconciler(&redis, &db, &review, "off", &["run"]);
+        assert_eq!(code, 0, "{out}");
+        assert_eq!(keys_of(&all_keys(&redis), id), [SaleKeys::new(id).meta()]);
+        assert_eq!(
+            archive_rows(&review),
+            [(id as i64, "alice".to_string(), "done".to_string())]
+        );
+    }
+}
+
+/// Reservations still queued when the sale ended (the workers were down)
+/// are no finding (they are on their way), but archiving would delete
+/// them: refused until the workers have made them orders.
+#[test]
+fn a_sale_whose_reservations_are_still_queued_is_not_archived() {
+    let redis = RedisServer::start();
+    let db = TestDb::create();
+    let dir = TempDir::new();
+    let review = dir.path().join("review.sqlite3");
+    let id = seckill_tests::create_sale(&db, &redis, 3, -1000, 3_600_000);
+    wk::reserve_users(&redis, id, "u", 2);
+    age(&db, &redis, id, 1, 2 * 3_600_000);
+    let (code, out) = reconciler(&redis, &db, &review, "1h", &["run"]);
+    assert_eq!(code, 0, "{out}");
+    let before = sales_state(&redis, id);
+    let (code, out) = reconciler(
+        &redis,
+        &db,
+        &review,
+        "off",
+        &["sale", "archive", &id.to_string(), "--by", "op"],
+    );
+    assert_eq!(code, 1, "{out}");
+    assert!(out.contains("2 order message(s) still queued"), "{out}");
+    assert_eq!(sales_state(&redis, id), before);
+    assert_eq!(
+        db.count("SELECT COUNT(*) FROM sales WHERE archived_at IS NOT NULL"),
+        0
+    );
+
+    let _w = WorkerProc::start(&redis, &db, "w1", &Opts::default());
+    wait_orders(&db, id, 2, LONG);
+    wk::wait_drained(&redis, id, LONG);
+    let (code, out) = reconciler(&redis, &db, &review, "1h", &["run"]);
+    assert_eq!(code, 0, "{out}");
+    assert_eq!(keys_of(&all_keys(&redis), id), [SaleKeys::new(id).meta()]);
+    assert_eq!(
+        archive_rows(&review),
+        [
+            (id as i64, "op".to_string(), "refused".to_string()),
+            (id as i64, "reconciler".to_string(), "done".to_string())
+        ]
+    );
+}
