@@ -46,6 +46,8 @@ pub struct Report<'a> {
     pub checks: &'a [Check],
     /// The order-lifecycle phase (`--pay-share`), when it ran.
     pub lifecycle: Option<&'a crate::load::lifecycle::LifecycleOutcome>,
+    /// The figures over time (`timeline::to_json`), when verified.
+    pub timeline: Option<Value>,
 }
 
 impl Report<'_> {
@@ -128,6 +130,7 @@ impl Report<'_> {
             "invariants": self.checks.iter().map(|c| json!({
                 "name": c.name, "ok": c.ok, "detail": c.detail,
             })).collect::<Vec<_>>(),
+            "timeline": self.timeline,
         })
     }
 
