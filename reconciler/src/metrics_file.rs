@@ -132,6 +132,10 @@ impl RunFigures {
 
 type Labels = [(&'static str, &'static str); 2];
 
+/// A per-sale series: name, HELP, and its value for a sale (`None`: no
+/// sample for that sale).
+type SaleSeries = (&'static str, &'static str, fn(&SaleProgress) -> Option<i64>);
+
 /// The file's text (Prometheus text format 0.0.4, `# EOF` last).
 ///
 /// Errors: never in practice (encoding into a `String`).
@@ -186,7 +190,7 @@ pub fn render(f: &RunFigures) -> Result<String, std::fmt::Error> {
                 .set(n as i64);
         }
     }
-    let per_sale: [(&str, &str, fn(&SaleProgress) -> Option<i64>); 5] = [
+    let per_sale: [SaleSeries; 5] = [
         ("seckill_sale_stock", "A sale's units (MySQL)", |p| {
             Some(p.stock)
         }),
