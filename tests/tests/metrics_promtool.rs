@@ -17,7 +17,7 @@ use std::collections::BTreeSet;
 use std::io::Write;
 use std::process::{Command, Stdio};
 use std::time::Duration;
-use support::{reserve_users, wait_drained, wait_orders, Opts, WorkerProc};
+use support::{pay, reserve_users, wait_drained, wait_orders, Opts, WorkerProc};
 
 /// What both binaries send as `Content-Type` with `/metrics`.
 const TEXT_FORMAT: &str = "text/plain; version=0.0.4; charset=utf-8";
@@ -389,17 +389,7 @@ fn the_reconcilers_metrics_file_holds_each_sales_progress_exactly() {
         )
         .unwrap();
     for (i, rid) in rids.iter().enumerate() {
-        seckill_common::payment::enqueue(
-            &mut redis.con(),
-            &seckill_common::payment::PaymentMessage {
-                v: 1,
-                reservation_id: rid.clone(),
-                payment_id: format!("pay-{i}"),
-                amount_cents: 1999,
-                received_ms: seckill_common::now_ms(),
-            },
-        )
-        .unwrap();
+        pay(&redis, rid, &format!("pay-{i}"), 1999);
     }
     wait_until(LONG, "the two payments applied", || {
         db.count(&format!(

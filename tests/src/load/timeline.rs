@@ -135,18 +135,7 @@ pub fn buckets(records: &[Record]) -> Buckets {
 /// `samples` (`t_ms` since the first request, negative before it, then one
 /// array per figure, `null` where not read), `samples_failed`.
 pub fn to_json(started_at_ms: u64, b: &Buckets, samples: &[Sample], failed: u64) -> Value {
-    let answers: serde_json::Map<String, Value> = b
-        .answers
-        .iter()
-        .map(|(s, v)| {
-            let key = if *s == 0 {
-                "no_answer".to_string()
-            } else {
-                s.to_string()
-            };
-            (key, json!(v))
-        })
-        .collect();
+    let answers = super::report::by_status(&b.answers);
     let col = |f: fn(&Progress) -> Value| -> Vec<Value> {
         samples.iter().map(|s| f(&s.figures)).collect()
     };
