@@ -13,7 +13,9 @@
 #          purchase is one MySQL transaction (UPDATE ... available_stock > 0
 #          + order insert + ledger row), BENCH_BASELINE_THREADS handler
 #          threads with a connection each (default 16);
-#      both runs verified by seckill-load's invariants.
+#      both runs verified by seckill-load's invariants, and drawn in
+#      .demo/bench-<time>/report.html (seckill-report: the sale's units,
+#      answers per second, latency and queue over time, the invariants).
 # Private redis-server (AOF on, fsync every second) on a free port; MySQL:
 # SECKILL_TEST_MYSQL_URL or the account scripts/test.sh sets up, in a new
 # database seckill_demo_bench_<time> dropped at the end.
@@ -139,6 +141,9 @@ PIDS+=($!)
 wait_port "$BL_PORT" 15
 race baseline "http://127.0.0.1:$BL_PORT" --baseline
 
+"$BIN/seckill-report" --out "$OUT/report.html" --title "seckill bench: end-to-end race" \
+  "$OUT/race-system.json" "$OUT/race-baseline.json" || echo "bench: could not write report.html"
+
 sys_ms=$(json_field open_to_last_order_ms "$OUT/race-system.json")
 bl_ms=$(json_field open_to_last_order_ms "$OUT/race-baseline.json")
 sys_202=$(json_field open_to_last_202_ms "$OUT/race-system.json")
@@ -173,3 +178,4 @@ for r in "${ROWS[@]}"; do
   IFS='|' read -r c f x <<<"$r"
   echo "| $c | $f | $x |"
 done
+if [ -s "$OUT/report.html" ]; then echo "bench: report (HTML): $OUT/report.html"; fi

@@ -23,10 +23,11 @@
 #      the rest let the payment window (15 s) pass, their units go back on
 #      sale and buyers who were told sold out buy and pay for them; runs
 #      the reconciler;
-#   7. prints the report (and writes it as JSON to .demo/run-*/demo.json)
+#   7. prints the report (and writes it as JSON to .demo/run-*/demo.json,
+#      and as a page with charts to .demo/run-*/report.html: seckill-report)
 #      and exits 0 only if every invariant holds;
 #   8. stops everything it started and tells where the logs and the review
-#      file are (.demo/run-<time>-<pid>/).
+#      file are (.demo/run-<time>-<pid>/); its last line names report.html.
 # The machine's existing data are never touched: the demo database is new
 # (and dropped at the end unless --keep-db), the Redis keys live in an empty
 # logical database, a private server or SECKILL_REDIS_URL's. On a Redis it
@@ -160,7 +161,8 @@ print_kept() {
     print_run_keys_removal "$REDIS_URL" "$SALE" "${WORKER_IDS[@]}"
   fi
 }
-trap 'stop_services; say "logs and review file: $RUN"' EXIT
+# The last line names the HTML report when there is one.
+trap 'stop_services; say "logs and review file: $RUN"; if [ -s "$RUN/report.html" ]; then say "report (HTML): $RUN/report.html"; fi' EXIT
 trap 'exit 130' INT TERM
 
 say "step 1/8: building the release binaries (log: $RUN/build.log)"
@@ -341,6 +343,9 @@ printf '{"sale":%s,"load_exit":%s,"reconciler_exit":%s,"stop_codes":[%s],"pass":
   "$SALE" "$LOAD_RC" "$REC_RC" "$(echo $STOP_CODES | tr ' ' ',')" "$PASSED" "$LOAD_JSON" \
   >"$RUN/demo.json"
 say "  report (JSON): $RUN/demo.json"
+# The same as a page with charts (self-contained: open it in any browser).
+"$BIN/seckill-report" --out "$RUN/report.html" --title "seckill demo: sale $SALE" "$RUN/demo.json" \
+  || say "  could not write the HTML report (see above)"
 if [ "$PASSED" = true ]; then
   say "PASS: sale $SALE sold exactly what it reserved, nothing lost, nothing doubled"
   exit 0

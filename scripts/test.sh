@@ -16,6 +16,8 @@
 #     without starting the system's exporter);
 #   - nginx (for tests/tests/ops_nginx.rs; installed without starting the
 #     system's nginx);
+#   - chromium (Debian; tests/tests/e2e_demo.rs renders the demo's
+#     report.html in it, headless);
 #   - schemathesis (PyPI, the version services.sh pins, for
 #     tests/tests/api_contract.rs) in a virtual environment under the build
 #     directory, `${CARGO_TARGET_DIR:-target}/venv-schemathesis`, with
@@ -40,9 +42,10 @@ ensure_package setpriv util-linux
 ensure_promtool
 ensure_node_exporter
 ensure_nginx
+ensure_chromium
 ensure_schemathesis
 
-echo "test.sh: MySQL for tests: ${SECKILL_TEST_MYSQL_URL%%@*}@... ; redis-server: $(command -v redis-server); promtool: $(command -v promtool); nginx: $(command -v nginx || echo /usr/sbin/nginx); schemathesis: $SECKILL_SCHEMATHESIS"
+echo "test.sh: MySQL for tests: ${SECKILL_TEST_MYSQL_URL%%@*}@... ; redis-server: $(command -v redis-server); promtool: $(command -v promtool); nginx: $(command -v nginx || echo /usr/sbin/nginx); chromium: $(command -v chromium); schemathesis: $SECKILL_SCHEMATHESIS"
 vendor/tiny_http/check-patches.sh
 features=(--features seckill-worker/crash-points)
 cargo build --workspace --all-targets "${features[@]}"

@@ -17,7 +17,27 @@
 //! - `seckill_reconciler_open_findings{kind, severity}`: open findings
 //!   after the run, one series per kind and severity (zeros included, so an
 //!   alert sees 0, not nothing). Kinds are the finding kinds (13): bounded.
+//!
+//! And per sale the run reconciled, with the label `sale` (the sales active
+//! or ended within the lookback: bounded), as the run's scan read them
+//! (`scan.rs`: the Redis totals in one `MULTI`, MySQL in one snapshot), at
+//! no cost beyond the run's own reads ([`SaleProgress`]):
+//! - `seckill_sale_stock`: the sale's units (`sales.total_stock`);
+//! - `seckill_sale_stock_left`: Redis's stock counter, units still on sale
+//!   (absent while the sale is not loaded in Redis);
+//! - `seckill_sale_reserved`: units reserved and not released (Redis's
+//!   flow records), queued ones included;
+//! - `seckill_sale_ordered`: orders in MySQL that hold a unit (confirmed,
+//!   pending payment, paid);
+//! - `seckill_sale_paid`: of those, the paid ones.
+//!
+//! On a healthy sale `stock_left + reserved = stock` and
+//! `paid ≤ ordered ≤ reserved`; `reserved − ordered` is what the queue
+//! still carries, `ordered > stock` an oversell. A paused sale (Redis lost
+//! data) or a sale MySQL lacks has no such series.
 
+use crate::mysql_read::Books;
+use crate::redis_read::RedisTotals;
 use crate::review::findings::{Kind, Severity};
 use crate::review::{Review, ReviewError, RunCounts};
 use prometheus_client::metrics::family::Family;
@@ -46,6 +66,40 @@ pub struct RunFigures {
     pub sales_checked: u64,
     /// Open findings after it, by kind and severity (pairs absent are 0).
     pub open: Vec<(Kind, Severity, u64)>,
+    /// Each reconciled sale's progress, in the order reconciled.
+    pub sales: Vec<SaleProgress>,
+}
+
+/// One sale's progress as one run's scan read it (see the module doc for
+/// the series); counts are units (one per reservation or order).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct SaleProgress {
+    /// The sale.
+    pub sale_id: u64,
+    /// `sales.total_stock`.
+    pub stock: i64,
+    /// Redis's stock counter (summed over buckets); `None` when not loaded.
+    pub stock_left: Option<i64>,
+    /// Redis's flow records: units reserved and not released.
+    pub reserved: i64,
+    /// MySQL orders holding a unit.
+    pub ordered: i64,
+    /// MySQL orders `paid`.
+    pub paid: i64,
+}
+
+impl SaleProgress {
+    /// The progress of `sale_id` from its scan's Redis totals and MySQL books.
+    pub fn of(sale_id: u64, totals: &RedisTotals, books: &Books) -> SaleProgress {
+        SaleProgress {
+            sale_id,
+            stock: books.total_stock,
+            stock_left: totals.stock,
+            reserved: totals.reservations,
+            ordered: books.orders,
+            paid: books.paid,
+        }
+    }
 }
 
 impl RunFigures {
@@ -59,6 +113,7 @@ impl RunFigures {
         success: bool,
         duration_s: f64,
         counts: &RunCounts,
+        sales: Vec<SaleProgress>,
     ) -> Result<RunFigures, ReviewError> {
         let last_success_ms = review
             .last_success()?
@@ -70,11 +125,16 @@ impl RunFigures {
             duration_s,
             sales_checked: counts.sales_checked,
             open: review.open_by_kind()?,
+            sales,
         })
     }
 }
 
 type Labels = [(&'static str, &'static str); 2];
+
+/// A per-sale series: name, HELP, and its value for a sale (`None`: no
+/// sample for that sale).
+type SaleSeries = (&'static str, &'static str, fn(&SaleProgress) -> Option<i64>);
 
 /// The file's text (Prometheus text format 0.0.4, `# EOF` last).
 ///
@@ -128,6 +188,40 @@ pub fn render(f: &RunFigures) -> Result<String, std::fmt::Error> {
                 .map_or(0, |(_, _, n)| *n);
             open.get_or_create(&[("kind", kind.as_str()), ("severity", severity.as_str())])
                 .set(n as i64);
+        }
+    }
+    let per_sale: [SaleSeries; 5] = [
+        ("seckill_sale_stock", "A sale's units (MySQL)", |p| {
+            Some(p.stock)
+        }),
+        (
+            "seckill_sale_stock_left",
+            "Units of a sale still on sale (Redis's stock counter)",
+            |p| p.stock_left,
+        ),
+        (
+            "seckill_sale_reserved",
+            "Units of a sale reserved and not released (Redis's flow records)",
+            |p| Some(p.reserved),
+        ),
+        (
+            "seckill_sale_ordered",
+            "Orders of a sale holding a unit (MySQL: confirmed, pending payment, paid)",
+            |p| Some(p.ordered),
+        ),
+        ("seckill_sale_paid", "Orders of a sale paid (MySQL)", |p| {
+            Some(p.paid)
+        }),
+    ];
+    for (name, help, value) in per_sale {
+        let family = Family::<[(&'static str, String); 1], Gauge>::default();
+        r.register(name, help, family.clone());
+        for p in &f.sales {
+            if let Some(v) = value(p) {
+                family
+                    .get_or_create(&[("sale", p.sale_id.to_string())])
+                    .set(v);
+            }
         }
     }
     seckill_common::metrics::render(&r)
@@ -211,6 +305,22 @@ mod tests {
                 (Kind::StockMismatch, Severity::Critical, 1),
                 (Kind::DeadLetter, Severity::Normal, 2),
             ],
+            sales: vec![
+                SaleProgress {
+                    sale_id: 7,
+                    stock: 10,
+                    stock_left: Some(4),
+                    reserved: 6,
+                    ordered: 5,
+                    paid: 2,
+                },
+                SaleProgress {
+                    sale_id: 8,
+                    stock: 3,
+                    stock_left: None,
+                    ..SaleProgress::default()
+                },
+            ],
         };
         let text = match render(&f) {
             Ok(t) => t,
@@ -225,6 +335,13 @@ mod tests {
             r#"seckill_reconciler_open_findings{kind="stock_mismatch",severity="critical"} 1"#,
             r#"seckill_reconciler_open_findings{kind="dead_letter",severity="normal"} 2"#,
             r#"seckill_reconciler_open_findings{kind="dead_letter",severity="critical"} 0"#,
+            r#"seckill_sale_stock{sale="7"} 10"#,
+            r#"seckill_sale_stock_left{sale="7"} 4"#,
+            r#"seckill_sale_reserved{sale="7"} 6"#,
+            r#"seckill_sale_ordered{sale="7"} 5"#,
+            r#"seckill_sale_paid{sale="7"} 2"#,
+            r#"seckill_sale_stock{sale="8"} 3"#,
+            r#"seckill_sale_reserved{sale="8"} 0"#,
         ] {
             assert!(text.lines().any(|l| l == line), "{line} not in\n{text}");
         }
@@ -233,5 +350,11 @@ mod tests {
             .filter(|l| l.starts_with("seckill_reconciler_open_findings{"))
             .count();
         assert_eq!(series, Kind::ALL.len() * Severity::ALL.len());
+        // Sale 8 is not loaded in Redis: no stock-left series for it.
+        let left: Vec<&str> = text
+            .lines()
+            .filter(|l| l.starts_with("seckill_sale_stock_left{"))
+            .collect();
+        assert_eq!(left, [r#"seckill_sale_stock_left{sale="7"} 4"#]);
     }
 }

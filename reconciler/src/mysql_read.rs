@@ -8,7 +8,7 @@
 
 use mysql::prelude::Queryable;
 use mysql::Conn;
-use seckill_common::order::RELEASED_SQL;
+use seckill_common::order::{OrderStatus, RELEASED_SQL};
 use std::time::Duration;
 
 /// Most ids in one `IN (...)` look-up.
@@ -49,6 +49,8 @@ pub struct Books {
     /// Orders of the sale that hold a unit (confirmed, pending, paid: not
     /// the released ones).
     pub orders: i64,
+    /// Of those, the orders `paid`.
+    pub paid: i64,
 }
 
 impl Books {
@@ -96,7 +98,7 @@ pub struct Snapshot {
 /// once: the sale row, the reservation ids of its orders that hold a unit
 /// (not the released ones, whose flow record Redis keeps in `released`),
 /// streamed into `on_order` one at a time (the raw bytes of
-/// `orders.reservation_id`) and counted, then its ledger rows, streamed,
+/// `orders.reservation_id`) and counted (the `paid` ones too), then its ledger rows, streamed,
 /// summed and the deductions' ids kept. `None` when MySQL has no such
 /// sale. A worker's commit is either wholly in it or wholly out. The
 /// totals come from the same streams, not from `COUNT(*)` and `SUM`
@@ -119,15 +121,20 @@ pub fn snapshot(
             return Ok(None);
         };
         let mut orders = 0i64;
+        let mut paid = 0i64;
         let rows = db.exec_iter(
             format!(
-                "SELECT reservation_id FROM orders WHERE sale_id = ? AND status NOT IN {RELEASED_SQL}"
+                "SELECT reservation_id, status = '{}' FROM orders WHERE sale_id = ? AND status NOT IN {RELEASED_SQL}",
+                OrderStatus::Paid.as_str()
             ),
             (sale_id,),
         )?;
         for row in rows {
             let mut row = row?;
             orders += 1;
+            if row.take_opt::<i64, _>(1).and_then(Result::ok) == Some(1) {
+                paid += 1;
+            }
             if let Some(Ok(id)) = row.take_opt::<Vec<u8>, _>(0) {
                 on_order(&id);
             }
@@ -139,6 +146,7 @@ pub fn snapshot(
                 available_stock,
                 ledger_deductions,
                 orders,
+                paid,
             },
             deducted,
         }))

@@ -14,7 +14,7 @@
 
 use crate::error::RunError;
 use crate::lock::{RunLock, LOCK_WAIT};
-use crate::metrics_file::{self, RunFigures};
+use crate::metrics_file::{self, RunFigures, SaleProgress};
 use crate::review::findings::Kind;
 use crate::review::{ActionKind, ActionStatus};
 use crate::review::{Review, RunCounts};
@@ -44,7 +44,15 @@ pub fn run(config: &Config, shutdown: &Shutdown) -> Result<u8, RunError> {
     let review = Review::open(&config.review_db)?;
     let run_id = review.start_run(&format_ms(now_ms()))?;
     let mut counts = RunCounts::default();
-    let result = pass(config, shutdown, &review, run_id, &mut counts);
+    let mut progress = Vec::new();
+    let result = pass(
+        config,
+        shutdown,
+        &review,
+        run_id,
+        &mut counts,
+        &mut progress,
+    );
     let open_after = match &result {
         Ok(()) => Some(review.open_count()?),
         Err(_) => None,
@@ -67,6 +75,7 @@ pub fn run(config: &Config, shutdown: &Shutdown) -> Result<u8, RunError> {
             result.is_ok(),
             started.elapsed().as_secs_f64(),
             &counts,
+            progress,
         )
         .map_err(|e| e.to_string())
         .and_then(|f| metrics_file::render(&f).map_err(|e| e.to_string()))
@@ -108,6 +117,7 @@ fn pass(
     review: &Review,
     run_id: i64,
     counts: &mut RunCounts,
+    progress: &mut Vec<SaleProgress>,
 ) -> Result<(), RunError> {
     let mut redis = redis_connect(config)?;
     let mut mysql = seckill_common::schema::connect(&config.mysql_url, config.mysql_timeout)?;
@@ -195,6 +205,7 @@ fn pass(
                 );
                 record(review, run_id, sale_id, &report.observations, counts, true)?;
                 counts.sales_checked += 1;
+                progress.push(report.progress);
                 Ok(())
             };
             match one() {

@@ -74,6 +74,12 @@ ensure_nginx() {
   ensure_package_unstarted nginx nginx --no-install-recommends nginx
 }
 
+# ensure_chromium: installs Debian's `chromium` (tests/tests/e2e_demo.rs
+# renders the demo's report.html in it, headless) when missing.
+ensure_chromium() {
+  ensure_package chromium chromium
+}
+
 # port_open HOST PORT: whether something accepts TCP connections there.
 port_open() {
   (exec 3<>"/dev/tcp/$1/$2") 2>/dev/null

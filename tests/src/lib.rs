@@ -11,8 +11,10 @@
 //! - This file: the harness ([`RedisServer`], [`TestDb`], [`command`] for a
 //!   workspace binary with a cleared environment).
 //! - `src/load/`: the load simulator behind `seckill-load` (its own `# Layout`).
-//! - `src/bin/`: `seckill-load` (the crowd and its invariants) and
-//!   `seckill-baseline` (the MySQL-only design the benchmarks compare with).
+//! - `src/bin/`: `seckill-load` (the crowd and its invariants),
+//!   `seckill-baseline` (the MySQL-only design the benchmarks compare with)
+//!   and `seckill-report` (the HTML report, `src/report_html.rs` with its
+//!   charts in `src/report_svg.rs`).
 //! - `tests/`: one file per area, named `AREA_TOPIC.rs` (`gateway_*`,
 //!   `worker_*`, `reconciler_*`, `redis_*`, `e2e_*`, ...), with shared
 //!   helpers in `*_support.rs` modules.
@@ -22,6 +24,8 @@
 pub mod auth;
 pub mod cluster;
 pub mod load_report;
+pub mod report_html;
+pub mod report_svg;
 
 use mysql::prelude::Queryable;
 use std::net::TcpListener;

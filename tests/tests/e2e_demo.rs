@@ -3,9 +3,13 @@
 //! service, verifies every invariant, takes 35 payments, lets 15 orders
 //! expire and sells those 15 units again, finds nothing to reconcile, stops
 //! everything and exits 0; its JSON report (`demo.json`) says the same,
-//! every invariant by name. It runs against this test's private Redis and a
+//! every invariant by name; its HTML report (`report.html`, named by its
+//! last line) renders in headless Chromium with every chart drawn from the
+//! run's data. It runs against this test's private Redis and a
 //! new `seckill_demo_*` database on the test MySQL server (dropped at the
 //! end), and leaves no key behind in Redis.
+
+mod browser_support;
 
 use seckill_tests::RedisServer;
 use std::path::Path;
@@ -106,6 +110,111 @@ fn the_demo_sells_50_units_to_2000_users_and_exits_0() {
     );
     let left: Vec<String> = redis::cmd("KEYS").arg("*").query(&mut redis.con()).unwrap();
     assert!(left.is_empty(), "the demo left keys behind: {left:?}");
+    assert_report_renders(&stdout, &report);
+}
+
+/// The demo's last line names its HTML report; headless Chromium loads it
+/// (its title in the DOM, a screenshot of the window's size) and finds
+/// every chart drawn from `report`'s data: one line per series, each with
+/// one point per sample or two per bucket (a step), and the sale's end (0
+/// on sale, 50 reserved, ordered and paid, the queue empty) as the
+/// legends' last values; and all 17 invariants `ok` in the table.
+fn assert_report_renders(stdout: &str, report: &serde_json::Value) {
+    let last = stdout
+        .lines()
+        .rev()
+        .find(|l| !l.trim().is_empty())
+        .unwrap_or("");
+    let html = last
+        .strip_prefix("demo: report (HTML): ")
+        .unwrap_or_else(|| panic!("the last line names report.html: {last:?}"));
+    let html = Path::new(html);
+    let dom = browser_support::dump_dom(html);
+    let sale = &report["sale"];
+    assert!(
+        dom.contains(&format!("<h1>seckill demo: sale {sale}</h1>")),
+        "{dom}"
+    );
+    let png = html.with_extension("png");
+    assert_eq!(
+        browser_support::screenshot(html, &png),
+        browser_support::WINDOW
+    );
+
+    let t = &report["load"]["timeline"];
+    let samples = t["samples"]["t_ms"].as_array().map_or(0, Vec::len);
+    assert!(samples >= 2, "a sample before and after: {t}");
+    // The timeline's answers add up to the crowd's.
+    let answers = t["answers"].as_object().expect("timeline answers");
+    let buckets = answers
+        .values()
+        .next()
+        .and_then(|v| v.as_array())
+        .map_or(0, Vec::len);
+    for (status, counts) in answers {
+        let sum: u64 = counts
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(|c| c.as_u64())
+            .sum();
+        assert_eq!(
+            Some(sum),
+            report["load"]["answers"][status].as_u64(),
+            "{status}"
+        );
+    }
+    let answered = (0..buckets)
+        .filter(|b| answers.values().any(|v| v[*b].as_u64() > Some(0)))
+        .count();
+    let s = |name: &str, points: usize, last: &str| (name.to_string(), points, last.to_string());
+    let drawn = browser_support::charts(&dom);
+    let ids: Vec<&str> = drawn.iter().map(|(id, _)| id.as_str()).collect();
+    assert_eq!(ids, ["progress", "answers", "latency", "queue"]);
+    assert_eq!(
+        drawn[0].1,
+        browser_support::Drawn {
+            series: vec![
+                s("on sale (Redis)", samples, "0"),
+                s("reserved (Redis)", samples, "50"),
+                s("ordered (MySQL)", samples, "50"),
+                s("paid (MySQL)", samples, "50"),
+            ],
+            limit: Some("stock".into()),
+        }
+    );
+    let statuses: Vec<(String, usize)> = drawn[1]
+        .1
+        .series
+        .iter()
+        .map(|(n, p, _)| (n.clone(), *p))
+        .collect();
+    // A step of two points per bucket.
+    let want: Vec<(String, usize)> = answers.keys().map(|k| (k.clone(), 2 * buckets)).collect();
+    assert_eq!(statuses, want);
+    let quantiles: Vec<(String, usize)> = drawn[2]
+        .1
+        .series
+        .iter()
+        .map(|(n, p, _)| (n.clone(), *p))
+        .collect();
+    assert_eq!(
+        quantiles,
+        [
+            ("p50".to_string(), 2 * answered),
+            ("p99".into(), 2 * answered),
+            ("max".into(), 2 * answered)
+        ]
+    );
+    assert_eq!(
+        drawn[3].1.series,
+        vec![s("queued", samples, "0"), s("processing", samples, "0")]
+    );
+    let rows: Vec<String> = browser_support::tags(&dom, "tr")
+        .iter()
+        .filter_map(|tr| browser_support::attr(tr, "class"))
+        .collect();
+    assert_eq!(rows, vec!["ok".to_string(); 17]);
 }
 
 /// The demo refuses a Redis that already holds sales or workers (a

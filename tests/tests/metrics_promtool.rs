@@ -17,7 +17,7 @@ use std::collections::BTreeSet;
 use std::io::Write;
 use std::process::{Command, Stdio};
 use std::time::Duration;
-use support::{reserve_users, wait_drained, wait_orders, Opts, WorkerProc};
+use support::{pay, reserve_users, wait_drained, wait_orders, Opts, WorkerProc};
 
 /// What both binaries send as `Content-Type` with `/metrics`.
 const TEXT_FORMAT: &str = "text/plain; version=0.0.4; charset=utf-8";
@@ -353,4 +353,87 @@ fn the_reconcilers_metrics_file_passes_promtool_and_holds_the_runs_figures() {
         finished
     );
     assert!(sample(&failed, "seckill_reconciler_last_run_timestamp_seconds") > finished);
+}
+
+/// After a small sale of known outcome the reconciler's metrics file holds
+/// each sale's progress exactly: a sale of 10 with a payment window where 6
+/// buyers reserved and 2 paid (stock left 4, reserved 6, ordered 6, paid
+/// 2), and a sale of 3 whose 2 orders expired (their units back on sale:
+/// stock left 3, nothing reserved, ordered or paid).
+#[test]
+fn the_reconcilers_metrics_file_holds_each_sales_progress_exactly() {
+    use mysql::prelude::Queryable;
+    use redis::Commands;
+    let redis = RedisServer::start();
+    let db = TestDb::create();
+    let dir = seckill_tests::TempDir::new();
+    let review = dir.path().join("review.sqlite3");
+    let sale = seckill_tests::create_windowed_sale(&redis, &db, &review, 10, "1h");
+    let expiring = seckill_tests::create_windowed_sale(&redis, &db, &review, 3, "1ms");
+    reserve_users(&redis, sale, "u", 6);
+    reserve_users(&redis, expiring, "x", 2);
+    let _w = WorkerProc::start(&redis, &db, "w1", &Opts::default());
+    wait_orders(&db, sale, 6, LONG);
+    wait_until(LONG, "the expired orders' units back in Redis", || {
+        let stock: i64 = redis
+            .con()
+            .get(seckill_common::keys::SaleKeys::new(expiring).stock())
+            .unwrap();
+        stock == 3
+    });
+    let rids: Vec<String> = db
+        .conn()
+        .exec(
+            "SELECT reservation_id FROM orders WHERE sale_id = ? ORDER BY user_id LIMIT 2",
+            (sale,),
+        )
+        .unwrap();
+    for (i, rid) in rids.iter().enumerate() {
+        pay(&redis, rid, &format!("pay-{i}"), 1999);
+    }
+    wait_until(LONG, "the two payments applied", || {
+        db.count(&format!(
+            "SELECT COUNT(*) FROM orders WHERE sale_id = {sale} AND status = 'paid'"
+        )) == 2
+    });
+    let file = dir.path().join("seckill_reconciler.prom");
+    let out = seckill_tests::command("seckill-reconciler")
+        .env("SECKILL_REDIS_URL", redis.url())
+        .env("SECKILL_MYSQL_URL", db.url())
+        .env("SECKILL_REVIEW_DB", &review)
+        .env("SECKILL_RECONCILE_GRACE", "0s")
+        .env("SECKILL_RECONCILER_METRICS_FILE", &file)
+        .arg("run")
+        .output()
+        .expect("run seckill-reconciler");
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "a clean run: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let text = std::fs::read_to_string(&file).expect("the metrics file");
+    assert_promtool_clean(&text);
+    let progress = |id: u64| -> Vec<Option<f64>> {
+        ["stock", "stock_left", "reserved", "ordered", "paid"]
+            .iter()
+            .map(|what| sample(&text, &format!(r#"seckill_sale_{what}{{sale="{id}"}}"#)))
+            .collect()
+    };
+    let figures = |v: [f64; 5]| v.map(Some).to_vec();
+    assert_eq!(
+        progress(sale),
+        figures([10.0, 4.0, 6.0, 6.0, 2.0]),
+        "{text}"
+    );
+    assert_eq!(
+        progress(expiring),
+        figures([3.0, 3.0, 0.0, 0.0, 0.0]),
+        "{text}"
+    );
+    let series = text
+        .lines()
+        .filter(|l| l.starts_with("seckill_sale_"))
+        .count();
+    assert_eq!(series, 10, "five series for each of the two sales: {text}");
 }

@@ -5,6 +5,7 @@
 //! scraping a real gateway and worker during a small sale. Every expression
 //! of `ops/grafana/seckill.json` and every rule is asked through the HTTP
 //! API (`/api/v1/query`): each is valid, each panel query returns data,
+//! the sale-progress panel holds the reconciliation run's exact figures,
 //! every rule evaluates without error, nothing fires while all is healthy,
 //! and a dead letter (a malformed message pushed to the sale's queue) fires
 //! `SeckillDeadLetters` (its `for` is 0) and nothing else; then an oversell
@@ -248,7 +249,7 @@ fn dashboard_exprs() -> Vec<String> {
                 .to_string()
         })
         .collect();
-    assert_eq!(panels.len(), 14);
+    assert_eq!(panels.len(), 15);
     exprs
 }
 
@@ -283,13 +284,35 @@ fn every_dashboard_and_rule_query_works_on_a_real_prometheus_and_a_dead_letter_f
     // The dashboard: every query valid at once, and each returns data once
     // its window holds enough samples.
     let exprs = dashboard_exprs();
-    assert_eq!(exprs.len(), 20);
+    assert_eq!(exprs.len(), 25);
     for e in &exprs {
         p.query(e);
     }
     for e in &exprs {
         wait_until(LONG, &format!("data for {e}"), || !p.query(e).is_empty());
     }
+    // The sale-progress panel shows the run's exact figures: 20 units, 5
+    // sold, no payment window (so none paid).
+    let progress: Vec<(String, f64)> = ["stock", "stock_left", "reserved", "ordered", "paid"]
+        .iter()
+        .map(|what| {
+            let r = p.query(&format!("max by (sale) (seckill_sale_{what})"));
+            assert_eq!(r.len(), 1, "{what}: one sale: {r:?}");
+            let v = r[0]["value"][1].as_str().and_then(|v| v.parse().ok());
+            assert_eq!(r[0]["metric"]["sale"], sale.to_string(), "{what}");
+            (what.to_string(), v.unwrap_or(f64::NAN))
+        })
+        .collect();
+    let want: Vec<(String, f64)> = [
+        ("stock", 20.0),
+        ("stock_left", 15.0),
+        ("reserved", 5.0),
+        ("ordered", 5.0),
+        ("paid", 0.0),
+    ]
+    .map(|(w, v)| (w.to_string(), v))
+    .to_vec();
+    assert_eq!(progress, want);
 
     // The rules: all loaded, each evaluated without error, each query valid.
     let mut rules: Vec<Value> = Vec::new();

@@ -14,23 +14,9 @@ use seckill_common::keys::SaleKeys;
 use seckill_common::payment::{enqueue, PaymentMessage};
 use seckill_tests::{RedisServer, TempDir, TestDb};
 use std::time::Duration;
-use support::{reserve_users, wait_orders, Opts, WorkerProc};
+use support::{pay, reserve_users, wait_orders, Opts, WorkerProc};
 
 const LONG: Duration = Duration::from_secs(120);
-
-fn pay(redis: &RedisServer, rid: &str, payment_id: &str, amount_cents: u64) {
-    enqueue(
-        &mut redis.con(),
-        &PaymentMessage {
-            v: 1,
-            reservation_id: rid.into(),
-            payment_id: payment_id.into(),
-            amount_cents,
-            received_ms: seckill_common::now_ms(),
-        },
-    )
-    .unwrap();
-}
 
 fn rids(db: &TestDb, sale: u64) -> Vec<String> {
     db.conn()

@@ -270,3 +270,20 @@ pub fn assert_exactly_once(db: &TestDb, redis: &impl TestRedis, sale: u64, stock
     let dlq: usize = con.llen(k.dead_letter()).unwrap();
     assert_eq!((q, processing_total(&mut con, sale), dlq), (0, 0, 0));
 }
+
+/// Puts payment `payment_id` of `amount_cents` for reservation `rid` on the
+/// payment queue, as the gateway's `POST /v1/payments` does once the
+/// signature holds (`seckill_common::payment::enqueue`).
+pub fn pay(redis: &impl TestRedis, rid: &str, payment_id: &str, amount_cents: u64) {
+    seckill_common::payment::enqueue(
+        &mut redis.target_con(),
+        &seckill_common::payment::PaymentMessage {
+            v: 1,
+            reservation_id: rid.into(),
+            payment_id: payment_id.into(),
+            amount_cents,
+            received_ms: seckill_common::now_ms(),
+        },
+    )
+    .expect("enqueue a payment");
+}

@@ -31,6 +31,7 @@ pub mod stock_mismatch;
 pub mod transfers;
 
 use crate::error::RunError;
+use crate::metrics_file::SaleProgress;
 use crate::review::findings::{Kind, Observation};
 use crate::scan::{self, Ctx, SaleScan};
 
@@ -45,6 +46,8 @@ pub struct SaleReport {
     pub flow_records: u64,
     /// Orders read.
     pub orders: u64,
+    /// The sale's progress as this scan read it (for the metrics file).
+    pub progress: SaleProgress,
 }
 
 /// An observation of `kind` with nothing but its subject and evidence set.
@@ -86,6 +89,7 @@ pub fn reconcile_sale(ctx: &mut Ctx<'_>, sale_id: u64) -> Result<Option<SaleRepo
         young: s.young,
         flow_records: s.flow_records,
         orders: s.orders,
+        progress: SaleProgress::of(sale_id, &s.totals, &s.books),
         ..SaleReport::default()
     };
     let out = &mut report.observations;

@@ -12,6 +12,8 @@
 //! - [`invariants`]: the answers counted and every invariant checked (pure).
 //! - [`lifecycle`]: `--pay-share`: payments, expiries and the resale after
 //!   the crowd, and their invariants.
+//! - [`timeline`]: the sale's figures sampled over time and the answers
+//!   bucketed by time, for the HTML report (`report_html.rs`).
 //! - [`report`]: the report as text or JSON.
 
 pub mod cli;
@@ -22,6 +24,7 @@ pub mod lifecycle;
 pub mod plan;
 pub mod report;
 pub mod state;
+pub mod timeline;
 
 use std::fmt;
 use std::time::{Duration, Instant};
@@ -157,6 +160,17 @@ pub fn run(o: &cli::Options, config: &seckill_common::Config) -> Result<bool, Lo
         );
         std::thread::sleep(left);
     }
+    // Its own connections, opened before the crowd so its first sample
+    // shows the sale as it opened.
+    let sampler = match (o.verify, needs_store) {
+        (true, true) => Some(timeline::Sampler::start(state::Store::open(
+            o.sale_id,
+            redis_url,
+            &config.mysql_url,
+            o.timeout,
+        )?)),
+        _ => None,
+    };
     let outcome = drive::run(&drive_spec, &requests);
     let tally = invariants::tally(&steps, &outcome.records);
 
@@ -214,6 +228,15 @@ pub fn run(o: &cli::Options, config: &seckill_common::Config) -> Result<bool, Lo
             life = Some(l);
         }
     }
+    let timeline = sampler.map(|s| {
+        let (samples, failed) = s.stop();
+        timeline::to_json(
+            outcome.started_at_ms,
+            &timeline::buckets(&outcome.records),
+            &samples,
+            failed,
+        )
+    });
     let starts = sale.map(|s| s.starts_at_ms);
     let rep = report::Report {
         sale_id: o.sale_id,
@@ -239,6 +262,7 @@ pub fn run(o: &cli::Options, config: &seckill_common::Config) -> Result<bool, Lo
             .map(|(s, last)| last - s),
         checks: &checks,
         lifecycle: life.as_ref(),
+        timeline,
     };
     if let Some(path) = &o.report_json {
         std::fs::write(path, format!("{}\n", rep.to_json()))

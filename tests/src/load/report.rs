@@ -6,6 +6,24 @@ use super::state::{MysqlState, RedisState};
 use serde_json::{json, Value};
 use std::fmt::Write;
 
+/// `counts` by HTTP status as a JSON object keyed by the status (`0`, no
+/// answer, as `no_answer`): the shape of the report's `answers` and
+/// `timeline.answers`.
+pub fn by_status<T: Clone + Into<Value>>(
+    counts: &std::collections::BTreeMap<u16, T>,
+) -> serde_json::Map<String, Value> {
+    counts
+        .iter()
+        .map(|(s, n)| {
+            let key = match s {
+                0 => "no_answer".to_string(),
+                s => s.to_string(),
+            };
+            (key, n.clone().into())
+        })
+        .collect()
+}
+
 /// Everything one run found out.
 pub struct Report<'a> {
     /// The sale.
@@ -46,6 +64,8 @@ pub struct Report<'a> {
     pub checks: &'a [Check],
     /// The order-lifecycle phase (`--pay-share`), when it ran.
     pub lifecycle: Option<&'a crate::load::lifecycle::LifecycleOutcome>,
+    /// The figures over time (`timeline::to_json`), when verified.
+    pub timeline: Option<Value>,
 }
 
 impl Report<'_> {
@@ -71,18 +91,7 @@ impl Report<'_> {
     pub fn to_json(&self) -> Value {
         let t = self.tally;
         let ms = |us: u32| us as f64 / 1000.0;
-        let statuses: serde_json::Map<String, Value> = t
-            .by_status
-            .iter()
-            .map(|(s, n)| {
-                let key = if *s == 0 {
-                    "no_answer".to_string()
-                } else {
-                    s.to_string()
-                };
-                (key, json!(n))
-            })
-            .collect();
+        let statuses = by_status(&t.by_status);
         json!({
             "ok": self.ok(),
             "sale_id": self.sale_id,
@@ -128,6 +137,7 @@ impl Report<'_> {
             "invariants": self.checks.iter().map(|c| json!({
                 "name": c.name, "ok": c.ok, "detail": c.detail,
             })).collect::<Vec<_>>(),
+            "timeline": self.timeline,
         })
     }
 

@@ -1,6 +1,7 @@
 //! Owns what the load simulator reads from Redis and MySQL: the sale before
-//! the run, the wait for the workers to drain the queue, and the state the
-//! invariants are checked against afterwards.
+//! the run, the wait for the workers to drain the queue, the state the
+//! invariants are checked against afterwards, and the figures the report's
+//! timeline samples meanwhile ([`Progress`]).
 
 use mysql::prelude::Queryable;
 use redis::Commands;
@@ -75,6 +76,24 @@ pub struct LifecycleCounts {
     pub released: u64,
     /// Rows of `payments` for the sale.
     pub payments: u64,
+}
+
+/// The sale's figures at one instant, for the report's timeline
+/// (`timeline.rs`); the Redis ones are `None` for the baseline (no Redis).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Progress {
+    /// Redis's stock counter: units still on sale.
+    pub stock_left: Option<i64>,
+    /// Redis's flow records: units reserved and not released.
+    pub reserved: Option<u64>,
+    /// Messages in the sale's queue.
+    pub queued: Option<u64>,
+    /// Messages in the workers' processing lists of the sale.
+    pub processing: Option<u64>,
+    /// MySQL orders holding a unit (not expired or cancelled).
+    pub ordered: u64,
+    /// Of those, the paid ones.
+    pub paid: u64,
 }
 
 /// Redis and MySQL connections for one run.
@@ -259,6 +278,35 @@ impl Store {
             expired,
             released,
             payments,
+        })
+    }
+
+    /// The sale's [`Progress`] now: a few Redis reads (no hash or list
+    /// read whole) and one MySQL statement.
+    pub fn progress(&mut self) -> Result<Progress, StateError> {
+        let (queued, processing, _, reserved) = self.in_flight()?;
+        let redis = self.redis.is_some();
+        let stock_left = match redis {
+            true => Some(self.redis_stock()?),
+            false => None,
+        };
+        let row: Option<(u64, u64)> = self.mysql.exec_first(
+            format!(
+                "SELECT COUNT(*), CAST(COALESCE(SUM(status = 'paid'), 0) AS UNSIGNED)
+                 FROM orders WHERE sale_id = ? AND status NOT IN {}",
+                seckill_common::order::RELEASED_SQL
+            ),
+            (self.sale_id,),
+        )?;
+        let (ordered, paid) = row.unwrap_or((0, 0));
+        let some = |v: u64| redis.then_some(v);
+        Ok(Progress {
+            stock_left,
+            reserved: some(reserved),
+            queued: some(queued),
+            processing: some(processing),
+            ordered,
+            paid,
         })
     }
 
