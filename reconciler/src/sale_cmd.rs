@@ -319,7 +319,7 @@ pub fn show(config: &Config, id: u64) -> Res<u8> {
             stock.map_or_else(not_loaded, |s| s.to_string())
         )?;
         writeln!(w, "ledger deductions {:<12} -", ledger)?;
-        writeln!(w, "orders            {:<12} -", orders)?;
+        writeln!(w, "orders holding    {:<12} -", orders)?;
         if let Some(ms) = window.flatten() {
             writeln!(
                 w,

@@ -9,7 +9,7 @@ use redis::{ConnectionLike, RedisResult, Value};
 use seckill_common::keys::{self, SaleKeys};
 use seckill_common::redis_target::Con;
 use seckill_common::slot_router::slot_of;
-use seckill_common::{data_loss, dead_letter, in_flight, owned_key, release, reorder};
+use seckill_common::{archive, data_loss, dead_letter, in_flight, owned_key, release, reorder};
 use seckill_common::{reliable_queue, reservation, status_write, transfer};
 use seckill_tests::cluster::{RedisCluster, TestRedis};
 use seckill_tests::{create_sale, TestDb};
@@ -180,12 +180,30 @@ fn every_script_runs_on_a_redis_cluster_with_all_its_keys_in_one_slot() {
     let b1 = SaleKeys::bucket(split.id, 1);
     assert_eq!(transfer::snapshot(&mut r, b1).unwrap().stock, 3);
     assert_eq!(transfer::transfer(&mut r, b1, 2, 1).unwrap(), 1);
+    // The archive of the split sale: each bucket's keys removed (a MULTI
+    // per bucket), bucket 0's tombstone script, then the sales set apart.
+    let t = archive::Tombstone {
+        starts_at_ms: split.starts_at_ms,
+        ends_at_ms: split.ends_at_ms,
+        total_stock: split.total_stock,
+        archived_at_ms: 1,
+    };
+    assert_eq!(archive::remove(&mut r, split.id, &t).unwrap(), 3);
+    for b in seckill_common::buckets::all(split.id, 3) {
+        let stock: Option<i64> = redis::cmd("GET").arg(b.stock()).query(&mut r).unwrap();
+        assert_eq!(stock, None, "bucket {} stock", b.bucket);
+    }
+    let tomb: Vec<(String, String)> = redis::cmd("HGETALL")
+        .arg(SaleKeys::new(split.id).meta())
+        .query(&mut r)
+        .unwrap();
+    assert_eq!(tomb.len(), 4, "{tomb:?}");
 
-    // The 16 scripts of `common` (release::check and release_order share
+    // The 17 scripts of `common` (release::check and release_order share
     // one), every call on a single slot: the sale's, a bucket's of the
     // split sale, or the lock's for the owned key.
     let scripts: BTreeSet<&String> = r.calls.iter().map(|c| &c.0).collect();
-    assert_eq!(scripts.len(), 16);
+    assert_eq!(scripts.len(), 17);
     let sale_slot = slot_of(&k.stock());
     let lock_slot = slot_of(keys::RECONCILE_LOCK);
     let bucket_slots: Vec<u16> = seckill_common::buckets::all(split.id, 3)
