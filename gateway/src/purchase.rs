@@ -155,9 +155,12 @@ pub fn admit(app: &App, sale_id: u64, body: &[u8], creds: &Credentials) -> Resul
 /// ordered by the reply's `seq`, never by the order in which connection
 /// threads get here (`soldout.rs`). For a sale of `buckets` > 1 a reply's
 /// `seq` is its bucket's while a sell-out's is the whole sale's
-/// (`home.rs`), so a reservation does not reopen the memory (its 500 ms
-/// recheck does) and its buyers are read one at a time from their home
-/// buckets, never loaded.
+/// (`home.rs`), so the two cannot be ordered: a reservation, or a winner's
+/// retry that finds stock in its bucket, forgets a sold-out memory at once
+/// (a stale one costs the next purchases a trip to Redis, which answers;
+/// waiting for the 500 ms recheck instead sold one returned unit per
+/// recheck and told the others `sold_out`: the hostile pass), and its
+/// buyers are read one at a time from their home buckets, never loaded.
 pub fn conclude(
     app: &App,
     sale_id: u64,
@@ -189,6 +192,8 @@ pub fn conclude(
             metrics.outcome(Outcome::Reserved);
             if buckets == 1 {
                 app.soldout.reserved(sale_id, seq);
+            } else {
+                app.soldout.stock_back(sale_id);
             }
             Reply::object(
                 202,
@@ -201,16 +206,16 @@ pub fn conclude(
         ReserveOutcome::AlreadyPurchased(rid) => {
             metrics.outcome(Outcome::AlreadyPurchased);
             // A winner's retry carries the stock: stock back is a sale to
-            // reopen at once, none a sold out confirmed (split sales keep
-            // the memory's own rules: the stock is one bucket's).
+            // reopen at once, none a sold out confirmed (in a split sale
+            // the stock is one bucket's: none there says nothing).
             match stock {
                 Some(0) if buckets == 1 => {
                     if app.soldout.confirmed_sold_out(sale_id, seq, Instant::now()) {
                         app.buyers.request(app, sale_id, seq);
                     }
                 }
-                Some(_) if buckets == 1 => app.soldout.stock_back(sale_id),
-                _ => app.soldout.inconclusive(sale_id, Instant::now()),
+                Some(0) | None => app.soldout.inconclusive(sale_id, Instant::now()),
+                Some(_) => app.soldout.stock_back(sale_id),
             }
             already_purchased(&rid)
         }

@@ -384,3 +384,50 @@ fn a_unit_in_the_wrong_bucket_is_found_per_bucket() {
         "{f:?}"
     );
 }
+
+/// The hostile pass: a split sale sold out, every order expired, its 6
+/// units back in their buckets; the first buyer after the memory's trust
+/// gets one, and the 19 behind it get the other 5: exactly 5 × 202 and
+/// 14 × 410 (a reservation did not reopen the memory of a split sale, so
+/// one unit sold per recheck and the others heard `sold_out`).
+#[test]
+fn units_back_in_a_split_sale_are_sold_to_buyers_arriving_at_once() {
+    let redis = RedisServer::start();
+    let db = TestDb::create();
+    let review = TempDir::new();
+    let file = review.path().join("review.sqlite3");
+    let sale = seckill_tests::create_windowed_split_sale(&redis, &db, &file, 6, "1h", K);
+    let g = gateway(&redis);
+    let _w = WorkerProc::start(&redis, &db, "w1", &Opts::default());
+    let first: Vec<String> = (0..6).map(|i| format!("first-{i}")).collect();
+    buy_each(g.port, sale, &first);
+    // The gateway remembers the sale sold out.
+    let mut c = Client::connect(g.port);
+    assert_eq!(buy_final(&mut c, sale, "seventh").0, 410);
+    wait_orders(&db, sale, 6, LONG);
+    db.conn()
+        .exec_drop(
+            "UPDATE orders SET pay_by = UTC_TIMESTAMP(3) - INTERVAL 1 SECOND WHERE sale_id = ?",
+            (sale,),
+        )
+        .unwrap();
+    wait_until(LONG, "every unit back in Redis", || {
+        stocks(&redis, sale).iter().sum::<i64>() == 6
+    });
+    // Past the memory's trust (RECHECK_AFTER, 500 ms): the next purchase
+    // asks Redis and gets a unit; the 19 right behind it must go to Redis
+    // too (before: they were answered from memory within the recheck's
+    // 100 ms window, 19 × 410 with 5 units on sale).
+    std::thread::sleep(Duration::from_millis(600));
+    assert_eq!(buy(g.port, sale, "late-first").status, 202);
+    let port = g.port;
+    let answers: Vec<u16> = std::thread::scope(|s| {
+        let handles: Vec<_> = (0..19)
+            .map(|i| s.spawn(move || buy(port, sale, &format!("late-{i}")).status))
+            .collect();
+        handles.into_iter().map(|h| h.join().unwrap()).collect()
+    });
+    let count = |st: u16| answers.iter().filter(|&&a| a == st).count();
+    assert_eq!((count(202), count(410)), (5, 14), "{answers:?}");
+    assert_eq!(stocks(&redis, sale), [0, 0, 0]);
+}
