@@ -56,8 +56,8 @@ commands:
                                 and orders (the benchmark's baseline); changes nothing
 
 configuration comes from SECKILL_* environment variables (see README).
-exit codes: 0 ok, 1 open findings (run) or a refused sale repair or archive, 2 could not run,
-64 bad command line";
+exit codes: 0 ok, 1 open findings (run) or a refused sale repair, archive or load,
+2 could not run (an unknown sale included), 64 bad command line";
 
 /// A validated command.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -171,6 +171,14 @@ pub fn load(config: &Config, id: u64, shards: Option<u32>) -> Res<u8> {
         eprintln!("seckill-reconciler: no sale {id} in MySQL");
         return Ok(2);
     };
+    // An archived sale stays out of Redis (the hostile pass: its tombstone
+    // lost, `sale load` put it back on sale, and nothing removed it again).
+    if let Some(by) = crate::archive_cmd::sale_state(&mut db, id)?.and_then(|s| s.archived_by) {
+        eprintln!(
+            "seckill-reconciler: sale {id} was archived by {by}: it stays out of Redis; nothing loaded"
+        );
+        return Ok(1);
+    }
     let ordered = order_count(&mut db, id)?;
     let mut con = redis_con(config)?;
     let recorded = seckill_common::buckets::recorded(&mut db, id)?;

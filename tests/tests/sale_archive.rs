@@ -441,6 +441,24 @@ fn an_archive_interrupted_after_mysql_is_finished_by_the_next_run_once() {
             [(id as i64, "alice".to_string(), "done".to_string())]
         );
     }
+    // The tombstone lost (the hostile pass): `sale load` must not put the
+    // archived sale back on sale; refused, nothing written.
+    let _: () = redis.con().del(SaleKeys::new(id).meta()).unwrap();
+    let (code, out) = reconciler(
+        &redis,
+        &db,
+        &review,
+        "off",
+        &["sale", "load", &id.to_string()],
+    );
+    assert_eq!(
+        (code, out.trim()),
+        (
+            1,
+            format!("seckill-reconciler: sale {id} was archived by alice: it stays out of Redis; nothing loaded").as_str()
+        )
+    );
+    assert_eq!(keys_of(&all_keys(&redis), id), Vec::<String>::new());
 }
 
 /// Reservations still queued when the sale ended (the workers were down)
