@@ -57,6 +57,7 @@ pub mod buckets;
 pub mod config;
 pub mod data_loss;
 pub mod dead_letter;
+pub mod early_payment;
 pub mod ids;
 pub mod in_flight;
 pub mod keys;

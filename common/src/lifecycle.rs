@@ -86,7 +86,7 @@ impl From<ReleaseError> for LifecycleError {
     }
 }
 
-fn tx_opts() -> TxOpts {
+pub(crate) fn tx_opts() -> TxOpts {
     TxOpts::default().set_isolation_level(Some(IsolationLevel::ReadCommitted))
 }
 
@@ -506,41 +506,7 @@ pub fn pay(db: &mut Conn, p: &Payment) -> Result<Paid, LifecycleError> {
         tx.commit()?;
         return Ok(seen);
     }
-    let order: Option<(u64, u64, String, u64, bool)> = tx.exec_first(
-        "SELECT o.id, o.sale_id, o.status, s.price_cents,
-                COALESCE(o.pay_by > FROM_UNIXTIME(? / 1000), 0)
-         FROM orders o JOIN sales s ON s.id = o.sale_id
-         WHERE o.reservation_id = ? FOR UPDATE",
-        (p.received_ms, &p.reservation_id),
-    )?;
-    let (sale_id, outcome) = match order {
-        None => (None, PaymentOutcome::UnknownReservation),
-        Some((id, sale, status, price, in_time)) => {
-            let status = OrderStatus::from_str(&status)
-                .map_err(|e| LifecycleError::Inconsistent(e.to_string()))?;
-            let outcome = match status {
-                OrderStatus::PendingPayment if !in_time => PaymentOutcome::Late,
-                OrderStatus::PendingPayment if p.amount_cents != price => {
-                    PaymentOutcome::AmountMismatch
-                }
-                OrderStatus::PendingPayment => {
-                    tx.exec_drop(
-                        "UPDATE orders SET status = 'paid', paid_at = UTC_TIMESTAMP(3), payment_id = ?
-                         WHERE id = ? AND status = 'pending_payment'",
-                        (&p.payment_id, id),
-                    )?;
-                    if tx.affected_rows() == 1 {
-                        PaymentOutcome::Paid
-                    } else {
-                        PaymentOutcome::Late
-                    }
-                }
-                OrderStatus::Expired | OrderStatus::Cancelled => PaymentOutcome::Late,
-                OrderStatus::Paid | OrderStatus::Confirmed => PaymentOutcome::NotPayable,
-            };
-            (Some(sale), outcome)
-        }
-    };
+    let (sale_id, outcome) = decide(&mut tx, p)?;
     let inserted = tx.exec_drop(
         "INSERT INTO payments (payment_id, reservation_id, sale_id, amount_cents, outcome, received_at)
          VALUES (?, ?, ?, ?, ?, FROM_UNIXTIME(? / 1000))",
@@ -571,6 +537,54 @@ pub fn pay(db: &mut Conn, p: &Payment) -> Result<Paid, LifecycleError> {
             Ok(Paid::Applied(outcome))
         }
     }
+}
+
+/// Locks the order of `p.reservation_id` (`FOR UPDATE`) and decides the
+/// payment: paid when pending, received before `pay_by` and of the sale's
+/// price (the guarded `UPDATE` done here), else the outcome that says why.
+/// Returns the order's sale (none without an order) and the outcome; the
+/// caller records it in `payments` in the same transaction.
+///
+/// Errors: MySQL failures; a status this build does not know.
+pub(crate) fn decide(
+    tx: &mut mysql::Transaction<'_>,
+    p: &Payment,
+) -> Result<(Option<u64>, PaymentOutcome), LifecycleError> {
+    let order: Option<(u64, u64, String, u64, bool)> = tx.exec_first(
+        "SELECT o.id, o.sale_id, o.status, s.price_cents,
+                COALESCE(o.pay_by > FROM_UNIXTIME(? / 1000), 0)
+         FROM orders o JOIN sales s ON s.id = o.sale_id
+         WHERE o.reservation_id = ? FOR UPDATE",
+        (p.received_ms, &p.reservation_id),
+    )?;
+    Ok(match order {
+        None => (None, PaymentOutcome::UnknownReservation),
+        Some((id, sale, status, price, in_time)) => {
+            let status = OrderStatus::from_str(&status)
+                .map_err(|e| LifecycleError::Inconsistent(e.to_string()))?;
+            let outcome = match status {
+                OrderStatus::PendingPayment if !in_time => PaymentOutcome::Late,
+                OrderStatus::PendingPayment if p.amount_cents != price => {
+                    PaymentOutcome::AmountMismatch
+                }
+                OrderStatus::PendingPayment => {
+                    tx.exec_drop(
+                        "UPDATE orders SET status = 'paid', paid_at = UTC_TIMESTAMP(3), payment_id = ?
+                         WHERE id = ? AND status = 'pending_payment'",
+                        (&p.payment_id, id),
+                    )?;
+                    if tx.affected_rows() == 1 {
+                        PaymentOutcome::Paid
+                    } else {
+                        PaymentOutcome::Late
+                    }
+                }
+                OrderStatus::Expired | OrderStatus::Cancelled => PaymentOutcome::Late,
+                OrderStatus::Paid | OrderStatus::Confirmed => PaymentOutcome::NotPayable,
+            };
+            (Some(sale), outcome)
+        }
+    })
 }
 
 /// What the `payments` row of `p.payment_id` says of `p`, if there is one:

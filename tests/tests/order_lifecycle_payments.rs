@@ -372,3 +372,88 @@ fn a_payment_id_reused_with_other_fields_is_a_conflict_finding_and_the_first_sta
     want.sort_by(|a, b| a.2.cmp(&b.2));
     assert_eq!(found, want);
 }
+
+/// A payment that reached a worker before its order existed (a prompt
+/// payer, the order message still queued) was recorded
+/// `unknown_reservation` and its order later expired (the hostile pass).
+/// The state that race leaves — two reservations queued, no order, their
+/// payments recorded `unknown_reservation` (one of the price, one not) —
+/// is decided again once the orders exist: the first order `paid` (MySQL,
+/// the payment's outcome, the buyer's Redis status), the second still
+/// pending with a `payment_amount_mismatch`; one finding, that one.
+#[test]
+fn a_payment_received_before_its_order_existed_pays_it_once_it_does() {
+    let redis = RedisServer::start();
+    let db = TestDb::create();
+    let review = TempDir::new();
+    let file = review.path().join("review.sqlite3");
+    let sale = seckill_tests::create_windowed_sale(&redis, &db, &file, 2, "1h");
+    reserve_users(&redis, sale, "early", 2);
+    let k = SaleKeys::new(sale);
+    let rid = |u: &str| -> String { redis.con().hget(k.buyers(), u).unwrap() };
+    let (r0, r1) = (rid("early-0"), rid("early-1"));
+    db.conn()
+        .exec_drop(
+            "INSERT INTO payments (payment_id, reservation_id, sale_id, amount_cents, outcome, received_at)
+             VALUES ('pay-e0', ?, NULL, 1999, 'unknown_reservation', UTC_TIMESTAMP(3)),
+                    ('pay-e1', ?, NULL, 5, 'unknown_reservation', UTC_TIMESTAMP(3))",
+            (&r0, &r1),
+        )
+        .unwrap();
+    let _w = WorkerProc::start(&redis, &db, "w1", &Opts::default());
+    wait_orders(&db, sale, 2, LONG);
+    seckill_tests::wait_until(LONG, "both payments decided again", || {
+        db.count("SELECT COUNT(*) FROM payments WHERE outcome = 'unknown_reservation'") == 0
+    });
+    let outcomes: Vec<(String, String, u64)> = db
+        .conn()
+        .query("SELECT payment_id, outcome, sale_id FROM payments ORDER BY payment_id")
+        .unwrap();
+    assert_eq!(
+        outcomes,
+        [
+            ("pay-e0".to_string(), "paid".to_string(), sale),
+            (
+                "pay-e1".to_string(),
+                "payment_amount_mismatch".to_string(),
+                sale
+            )
+        ]
+    );
+    let statuses: Vec<(String, String)> = db
+        .conn()
+        .exec(
+            "SELECT user_id, status FROM orders WHERE sale_id = ? ORDER BY user_id",
+            (sale,),
+        )
+        .unwrap();
+    assert_eq!(
+        statuses,
+        [("early-0", "paid"), ("early-1", "pending_payment")]
+            .map(|(a, b)| (a.to_string(), b.to_string()))
+    );
+    seckill_tests::wait_until(LONG, "the paid status in Redis", || {
+        redis
+            .con()
+            .hget::<_, _, Option<String>>(k.status(), &r0)
+            .unwrap()
+            == Some("paid".into())
+    });
+    let out = seckill_tests::command("seckill-reconciler")
+        .env("SECKILL_REDIS_URL", redis.url())
+        .env("SECKILL_MYSQL_URL", db.url())
+        .env("SECKILL_REVIEW_DB", &file)
+        .arg("run")
+        .output()
+        .unwrap();
+    assert_eq!(
+        out.status.code(),
+        Some(1),
+        "{}",
+        String::from_utf8_lossy(&out.stdout)
+    );
+    let (_, listed) = seckill_tests::reconciler(&redis, &db, &file, &["findings", "--json"]);
+    let f: Vec<serde_json::Value> = serde_json::from_str(&listed).unwrap();
+    let kinds: Vec<&str> = f.iter().map(|f| f["kind"].as_str().unwrap()).collect();
+    assert_eq!(kinds, ["payment_amount_mismatch"], "{listed}");
+}

@@ -23,7 +23,8 @@
 use crate::crash::{CrashPoint, CrashPoints};
 use crate::links::Links;
 use crate::WorkerError;
-use seckill_common::lifecycle::{self, Completed};
+use seckill_common::early_payment;
+use seckill_common::lifecycle::{self, Completed, PaymentOutcome};
 use seckill_common::redis_target::{Con, Target};
 use seckill_common::{Config, Shutdown};
 use std::thread::JoinHandle;
@@ -114,6 +115,18 @@ impl Expiry {
         con: &mut Con,
         crash: &mut CrashPoints,
     ) -> Result<bool, lifecycle::LifecycleError> {
+        // Payments that came before their order first: an order paid in
+        // time is decided paid before its deadline can expire it.
+        let early = early_payment::apply(db, self.batch)?;
+        for d in &early {
+            if d.outcome == PaymentOutcome::Paid {
+                if let Err(e) = crate::payments::write_paid(con, db, &d.reservation_id) {
+                    // MySQL decided; the status read says paid after the
+                    // next write (the reconciler compares MySQL).
+                    log::warn!("expiry sweep: paid status of {}: {e}", d.reservation_id);
+                }
+            }
+        }
         let expired = lifecycle::expire_due(db, self.batch)?;
         if expired > 0 {
             crash.reached(CrashPoint::ExpireAfterMysql);
@@ -128,6 +141,6 @@ impl Expiry {
                 done.not_found
             );
         }
-        Ok(expired > 0 || done != Completed::default())
+        Ok(!early.is_empty() || expired > 0 || done != Completed::default())
     }
 }

@@ -160,13 +160,25 @@ fn apply_payment(con: &mut Con, db: &mut mysql::Conn, m: &PaymentMessage) -> Res
         );
     }
     if let Paid::Applied(PaymentOutcome::Paid) | Paid::Duplicate(PaymentOutcome::Paid) = done {
-        // The order's home bucket holds its status (`lifecycle::order_keys`;
-        // none for an archived sale: a redelivery brings no key back).
-        let keys = lifecycle::order_keys(db, &m.reservation_id).map_err(|e| e.to_string())?;
-        if let Some(k) = keys {
-            con.hset::<_, _, _, ()>(k.status(), &m.reservation_id, PurchaseStatus::Paid.as_str())
-                .map_err(|e| e.to_string())?;
-        }
+        write_paid(con, db, &m.reservation_id)?;
+    }
+    Ok(())
+}
+
+/// Writes `paid` as the Redis status of order `reservation_id`, in the
+/// bucket that holds it (`lifecycle::order_keys`; none for an archived
+/// sale: a redelivery brings no key back).
+///
+/// Errors: MySQL or Redis failures, as text.
+pub(crate) fn write_paid(
+    con: &mut Con,
+    db: &mut mysql::Conn,
+    reservation_id: &str,
+) -> Result<(), String> {
+    let keys = lifecycle::order_keys(db, reservation_id).map_err(|e| e.to_string())?;
+    if let Some(k) = keys {
+        con.hset::<_, _, _, ()>(k.status(), reservation_id, PurchaseStatus::Paid.as_str())
+            .map_err(|e| e.to_string())?;
     }
     Ok(())
 }
