@@ -115,6 +115,20 @@ pub fn remove<C: ConnectionLike>(
     t: &Tombstone,
 ) -> redis::RedisResult<u32> {
     let k = buckets::count(con, sale_id)?.unwrap_or(1);
+    remove_buckets(con, sale_id, k, t)
+}
+
+/// [`remove`] of a sale of `k` buckets, whatever bucket 0's meta says (a
+/// tombstone keeps no bucket count: the caller knows K from MySQL's
+/// `sales.buckets`).
+///
+/// Errors: as [`remove`].
+pub fn remove_buckets<C: ConnectionLike>(
+    con: &mut C,
+    sale_id: u64,
+    k: u32,
+    t: &Tombstone,
+) -> redis::RedisResult<u32> {
     let workers: Vec<String> = redis::cmd("SMEMBERS").arg(WORKERS).query(con)?;
     for b in (1..k).rev() {
         let bk = SaleKeys::bucket(sale_id, b);

@@ -32,7 +32,8 @@ use crate::lock::{RunLock, LOCK_WAIT};
 use crate::output::outln;
 use crate::review::{ActionStatus, Review};
 use mysql::prelude::Queryable;
-use seckill_common::archive::Tombstone;
+use seckill_common::archive::{self, Tombstone};
+use seckill_common::keys::SaleKeys;
 use seckill_common::redis_target::Con;
 use seckill_common::timefmt::format_ms;
 use seckill_common::{now_ms, Config};
@@ -92,6 +93,33 @@ pub fn is_archived(db: &mut mysql::Conn, id: u64) -> Result<bool, RunError> {
         (id,),
     )?;
     Ok(matches!(at, Some(Some(_))))
+}
+
+/// Removes again the Redis keys of archived sale `id` when they came back
+/// (a Redis restored from a snapshot taken before the archive: the hostile
+/// pass saw all of a sale's keys return and stay), leaving its tombstone as
+/// the archive did; logged, as it is the archive's own decision carried
+/// out again. Nothing happens while Redis holds no stock counter of it.
+/// Returns whether it removed anything.
+///
+/// Errors: MySQL or Redis failures.
+pub fn remove_again(redis: &mut Con, db: &mut mysql::Conn, id: u64) -> Result<bool, RunError> {
+    let stock: Option<i64> = redis::cmd("GET")
+        .arg(SaleKeys::new(id).stock())
+        .query(redis)?;
+    let Some(s) = sale_state(db, id)? else {
+        return Ok(false);
+    };
+    if stock.is_none() || s.archived_by.is_none() {
+        return Ok(false);
+    }
+    let k = seckill_common::buckets::recorded(db, id)?.unwrap_or(1);
+    let buckets = archive::remove_buckets(redis, id, k, &s.tombstone)?;
+    log::warn!(
+        "sale {id} is archived but Redis held its keys again (restored from an older \
+         snapshot?): removed again ({buckets} bucket(s)), its tombstone kept"
+    );
+    Ok(true)
 }
 
 /// Why sale `s` (`id`) may not be archived at `now_ms`, or `None`;

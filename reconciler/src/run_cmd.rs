@@ -172,6 +172,7 @@ fn pass(
                 // An archived sale's Redis state is gone on purpose: only
                 // its payments are still checked (a late one is a finding).
                 if crate::archive_cmd::is_archived(&mut mysql, sale_id)? {
+                    crate::archive_cmd::remove_again(&mut redis, &mut mysql, sale_id)?;
                     let odd = crate::mysql_read::odd_payments(&mut mysql, Some(sale_id))?;
                     let observations = crate::rules::payments::observe(sale_id, &odd);
                     record(review, run_id, sale_id, &observations, counts, true)?;

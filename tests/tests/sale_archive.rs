@@ -441,6 +441,15 @@ fn an_archive_interrupted_after_mysql_is_finished_by_the_next_run_once() {
             [(id as i64, "alice".to_string(), "done".to_string())]
         );
     }
+    // Its keys back from a snapshot older than the archive (the hostile
+    // pass): the next run removes them again, the tombstone stays.
+    let mut con = redis.con();
+    let _: () = con.set(SaleKeys::new(id).stock(), 2).unwrap();
+    let _: () = con.set(SaleKeys::bucket(id, 1).stock(), 1).unwrap();
+    let _: () = con.sadd(seckill_common::keys::SALES, id).unwrap();
+    let (code, out) = reconciler(&redis, &db, &review, "off", &["run"]);
+    assert_eq!(code, 0, "{out}");
+    assert_eq!(keys_of(&all_keys(&redis), id), [SaleKeys::new(id).meta()]);
     // The tombstone lost (the hostile pass): `sale load` must not put the
     // archived sale back on sale; refused, nothing written.
     let _: () = redis.con().del(SaleKeys::new(id).meta()).unwrap();
