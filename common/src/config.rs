@@ -436,10 +436,21 @@ fn read_worker(c: &mut Config, get: &Get<'_>) -> Result<(), ConfigError> {
         c.reconcile_lookback = parse_duration("SECKILL_RECONCILE_LOOKBACK", v)?;
     }
     if let Some(v) = get("SECKILL_ARCHIVE_AFTER") {
+        let err = || ConfigError {
+            variable: "SECKILL_ARCHIVE_AFTER",
+            value: v.to_string(),
+            expected: ARCHIVE_AFTER,
+        };
         c.archive_after = match v {
             "off" => None,
-            v => Some(parse_duration_or_zero("SECKILL_ARCHIVE_AFTER", v)?),
+            v => Some(parse_duration_or_zero("SECKILL_ARCHIVE_AFTER", v).map_err(|_| err())?),
         };
+        // A sale ended longer ago than the lookback is no longer checked,
+        // so it would never be archived (the hostile pass: 48h against the
+        // default 24h was taken silently).
+        if c.archive_after.is_some_and(|a| a >= c.reconcile_lookback) {
+            return Err(err());
+        }
     }
     if let Some(v) = get("SECKILL_RECONCILE_GRACE") {
         c.reconcile_grace = parse_duration_or_zero("SECKILL_RECONCILE_GRACE", v)?;
@@ -516,13 +527,16 @@ fn read_auth(c: &mut Config, get: &Get<'_>) -> Result<(), ConfigError> {
         c.auth_leeway = d;
     }
     if let Some(v) = get("SECKILL_AUTH_MAX_TTL") {
-        let d = parse_duration("SECKILL_AUTH_MAX_TTL", v)?;
-        if d.subsec_nanos() != 0 {
-            return Err(ConfigError {
-                variable: "SECKILL_AUTH_MAX_TTL",
-                value: v.to_string(),
-                expected: "whole seconds from 1s to 30 days, such as 24h",
-            });
+        // One message for every way to miss (the hostile pass: 0, 500ms and
+        // 31d each said something else).
+        let err = || ConfigError {
+            variable: "SECKILL_AUTH_MAX_TTL",
+            value: v.to_string(),
+            expected: MAX_TTL,
+        };
+        let d = parse_duration_or_zero("SECKILL_AUTH_MAX_TTL", v).map_err(|_| err())?;
+        if d.is_zero() || d.subsec_nanos() != 0 {
+            return Err(err());
         }
         c.auth_max_ttl = d;
     }
@@ -547,6 +561,12 @@ const INT_ATTEMPTS: &str = "an integer from 1 to 1000";
 const DURATION: &str = "a duration with a unit between 1ms and 30 days, such as 500ms, 60s or 24h";
 const DURATION_OR_ZERO: &str =
     "0, or a duration with a unit such as 500ms, 60s, 2m (at most 30 days)";
+
+/// What `SECKILL_AUTH_MAX_TTL` takes.
+const MAX_TTL: &str = "whole seconds from 1s to 30 days, such as 24h";
+
+/// What `SECKILL_ARCHIVE_AFTER` takes.
+const ARCHIVE_AFTER: &str = "a duration such as 1h, below SECKILL_RECONCILE_LOOKBACK, 0, or off";
 
 fn parse_url(variable: &'static str, v: &str, schemes: &[&str]) -> Result<String, ConfigError> {
     if schemes.iter().any(|s| v.starts_with(s)) && v.len() > 8 {
@@ -846,6 +866,9 @@ mod tests {
             ("SECKILL_AUTH_MAX_TTL", "0s"),
             ("SECKILL_AUTH_MAX_TTL", "90d"),
             ("SECKILL_AUTH_MAX_TTL", "1500ms"),
+            ("SECKILL_AUTH_MAX_TTL", "abc"),
+            ("SECKILL_ARCHIVE_AFTER", "abc"),
+            ("SECKILL_ARCHIVE_AFTER", "48h"),
             ("SECKILL_AUTH_CACHE_MAX", "-1"),
         ];
         for (var, val) in cases {

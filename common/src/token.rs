@@ -17,8 +17,9 @@
 //! Each key needs `kid` (the gateway's rule for ids: 1-64 of
 //! `A-Z a-z 0-9 _ . -`, unique in the file), `alg` (`HS256` or `EdDSA`)
 //! and the matching `kty`. An HS256 secret has at least 32 bytes (RFC 7518
-//! §3.2); an Ed25519 `x` (and `d`) exactly 32. Other members (`use`,
-//! `key_ops`...) are ignored. A gateway's file holds the public half of
+//! §3.2); an Ed25519 `x` (and `d`) exactly 32. A `use` other than `sig`,
+//! or `key_ops` without `verify` or `sign`, refuses the file (RFC 7517
+//! §4.2-4.3: not a key for signatures); other members are ignored. A gateway's file holds the public half of
 //! Ed25519 keys (no `d`), so a gateway holds nothing that can mint a
 //! token; HS256 secrets are shared by necessity.
 
@@ -228,6 +229,13 @@ struct RawJwk {
     k: Option<String>,
     x: Option<String>,
     d: Option<String>,
+    /// RFC 7517 §4.2: `sig` or `enc`; a key for encryption is not one to
+    /// verify signatures with.
+    #[serde(rename = "use")]
+    use_: Option<String>,
+    /// RFC 7517 §4.3: what the key may do; without `verify` (or `sign`)
+    /// it may not check a token.
+    key_ops: Option<Vec<String>>,
 }
 
 #[derive(Deserialize)]
@@ -269,6 +277,18 @@ fn one_key(j: RawJwk) -> Result<Key, String> {
     let kid = j.kid.ok_or("no kid")?;
     if !crate::is_valid_token(&kid) {
         return Err(format!("kid must be {}", crate::TOKEN_RULE));
+    }
+    if let Some(u) = j.use_.as_deref().filter(|u| *u != "sig") {
+        return Err(format!(
+            "use {u:?}: only a signature key (use \"sig\") checks tokens"
+        ));
+    }
+    if let Some(ops) = &j.key_ops {
+        if !ops.iter().any(|o| o == "verify" || o == "sign") {
+            return Err(format!(
+                "key_ops {ops:?} has neither \"verify\" nor \"sign\": not a key to check tokens with"
+            ));
+        }
     }
     let alg_name = j.alg.ok_or("no alg (HS256 or EdDSA)")?;
     let alg = Alg::parse(&alg_name)
@@ -487,6 +507,18 @@ mod tests {
         assert!(
             bad(r#"{"keys":[{"kty":"oct","kid":"a","alg":"HS256","k":"c2hvcnQ"}]}"#)
                 .contains("32 bytes")
+        );
+        assert!(
+            bad(r#"{"keys":[{"kty":"oct","kid":"a","alg":"HS256","use":"enc","k":"x"}]}"#)
+                .contains("use \"enc\""),
+            "a key for encryption"
+        );
+        assert!(
+            bad(
+                r#"{"keys":[{"kty":"oct","kid":"a","alg":"HS256","key_ops":["encrypt"],"k":"x"}]}"#
+            )
+            .contains("key_ops"),
+            "a key that may not verify"
         );
         assert!(
             bad(r#"{"keys":[{"kty":"oct","kid":"a","alg":"none","k":"x"}]}"#)
