@@ -167,6 +167,78 @@ pub fn match_books(books: &mut [Books], pipes: &mut [redis::Pipeline], keys: &[S
     }
 }
 
+/// Moves units, on paper, to every bucket whose books (`share` + in − out,
+/// after [`match_books`]) give it fewer units than its orders and
+/// reservations in flight hold, from the buckets with units to spare,
+/// lowest bucket first: one transfer record on each side per move (id
+/// `repair-MARK-SRC-DST`, so a repeat of the same repair writes the same
+/// records), added to `books` and to `pipes`. The sale's units are
+/// conserved; a deficit the others cannot cover is left (the caller
+/// refuses).
+///
+/// Why: a bucket whose master failed over behind its writes kept giving
+/// units away (transfers to drained peers) that its lost reservations had
+/// taken, until the pause; MySQL's orders, not those records, say what
+/// each bucket holds.
+pub fn cover_deficits(
+    books: &mut [Books],
+    pipes: &mut [redis::Pipeline],
+    keys: &[SaleKeys],
+    shares: &[u64],
+    done: &[BucketRepair],
+    mark: &str,
+) {
+    let n = books.len();
+    let spare: Vec<i64> = (0..n)
+        .map(|b| {
+            let moved_in: u64 = books[b].inn.values().map(|r| r.units).sum();
+            let moved_out: u64 = books[b].out.values().map(|r| r.units).sum();
+            shares[b] as i64 + moved_in as i64
+                - moved_out as i64
+                - (done[b].orders + done[b].in_flight) as i64
+        })
+        .collect();
+    let mut spare = spare;
+    let at_ms = seckill_common::now_ms();
+    for d in 0..n {
+        let mut need = -spare[d];
+        for src in 0..n {
+            if need <= 0 {
+                break;
+            }
+            if src == d || spare[src] <= 0 {
+                continue;
+            }
+            let units = spare[src].min(need);
+            let tid = format!("repair-{mark}-{src}-{d}");
+            pipes[src]
+                .hset(
+                    keys[src].transfers_out(),
+                    &tid,
+                    format!(r#"{{"to":{d},"units":{units},"at_ms":{at_ms}}}"#),
+                )
+                .ignore();
+            pipes[d]
+                .hset(
+                    keys[d].transfers_in(),
+                    &tid,
+                    format!(r#"{{"from":{src},"units":{units},"at_ms":{at_ms}}}"#),
+                )
+                .ignore();
+            let rec = |peer: usize| Record {
+                peer: peer as u32,
+                units: units as u64,
+                at_ms,
+            };
+            books[src].out.insert(tid.clone(), rec(d));
+            books[d].inn.insert(tid, rec(src));
+            spare[src] -= units;
+            spare[d] += units;
+            need -= units;
+        }
+    }
+}
+
 /// What Redis holds of one bucket before the repair.
 #[derive(Debug, Default)]
 pub struct BucketNow {
