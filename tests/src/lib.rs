@@ -38,8 +38,35 @@ pub use seckill_common as common;
 
 static SEQ: AtomicU64 = AtomicU64::new(0);
 
-/// A free TCP port on 127.0.0.1 (bound, read, released).
+/// A free TCP port on 127.0.0.1 (bound, released), from 10000 up to below
+/// the kernel's range for outgoing connections, and never one this process
+/// handed out before. Not an ephemeral port: any outgoing connection (a
+/// test's client, a gateway's Redis link) may take one between this check
+/// and the server's bind, and CI saw a gateway exit with "Address already
+/// in use" on one.
 pub fn free_port() -> u16 {
+    static GIVEN: std::sync::Mutex<Vec<u16>> = std::sync::Mutex::new(Vec::new());
+    let low: u32 = std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range")
+        .ok()
+        .and_then(|s| s.split_whitespace().next()?.parse().ok())
+        .unwrap_or(32_768);
+    let span = low.saturating_sub(10_000).max(1_000);
+    let mut x = u64::from(std::process::id())
+        ^ (seckill_common::now_ms() << 16)
+        ^ SEQ
+            .fetch_add(1, Ordering::SeqCst)
+            .wrapping_mul(0x9E37_79B9_7F4A_7C15);
+    let mut given = GIVEN.lock().unwrap_or_else(|p| p.into_inner());
+    for _ in 0..10_000 {
+        x = x
+            .wrapping_mul(6_364_136_223_846_793_005)
+            .wrapping_add(1_442_695_040_888_963_407);
+        let p = (10_000 + (x >> 33) % u64::from(span)) as u16;
+        if !given.contains(&p) && TcpListener::bind(("127.0.0.1", p)).is_ok() {
+            given.push(p);
+            return p;
+        }
+    }
     let l = TcpListener::bind("127.0.0.1:0").expect("bind an ephemeral port");
     l.local_addr().expect("local addr").port()
 }
