@@ -149,19 +149,9 @@ impl Con {
     /// or what `f` returns.
     pub fn each_master<T, E: From<RedisError>>(
         &mut self,
-        mut f: impl FnMut(&mut Connection) -> Result<T, E>,
+        f: impl FnMut(&mut Connection) -> Result<T, E>,
     ) -> Result<Vec<T>, E> {
-        match self {
-            Con::Single(c) => Ok(vec![f(c)?]),
-            Con::Cluster(c) => {
-                let masters = c.router.masters()?;
-                let mut out = Vec::with_capacity(masters.len());
-                for m in masters {
-                    out.push(f(c.router.node(&m)?)?);
-                }
-                Ok(out)
-            }
-        }
+        self.masters_do(false, f)
     }
 
     /// [`Con::each_master`] over the masters that accept a connection: a
@@ -174,28 +164,38 @@ impl Con {
     /// connection, or what `f` returns.
     pub fn each_reachable_master<T, E: From<RedisError>>(
         &mut self,
+        f: impl FnMut(&mut Connection) -> Result<T, E>,
+    ) -> Result<Vec<T>, E> {
+        self.masters_do(true, f)
+    }
+
+    /// Both of the above: `skip_unreachable` leaves out (and logs) a master
+    /// whose connect fails, unless none connects.
+    fn masters_do<T, E: From<RedisError>>(
+        &mut self,
+        skip_unreachable: bool,
         mut f: impl FnMut(&mut Connection) -> Result<T, E>,
     ) -> Result<Vec<T>, E> {
-        match self {
-            Con::Single(c) => Ok(vec![f(c)?]),
-            Con::Cluster(c) => {
-                let masters = c.router.masters()?;
-                let mut out = Vec::with_capacity(masters.len());
-                let mut last = None;
-                for m in masters {
-                    match c.router.node(&m) {
-                        Ok(node) => out.push(f(node)?),
-                        Err(e) => {
-                            log::warn!("redis: master {m} not reached: {e}");
-                            last = Some(e);
-                        }
-                    }
+        let c = match self {
+            Con::Single(c) => return Ok(vec![f(c)?]),
+            Con::Cluster(c) => c,
+        };
+        let masters = c.router.masters()?;
+        let mut out = Vec::with_capacity(masters.len());
+        let mut last = None;
+        for m in masters {
+            match c.router.node(&m) {
+                Ok(node) => out.push(f(node)?),
+                Err(e) if skip_unreachable => {
+                    log::warn!("redis: master {m} not reached: {e}");
+                    last = Some(e);
                 }
-                match last {
-                    Some(e) if out.is_empty() => Err(e.into()),
-                    _ => Ok(out),
-                }
+                Err(e) => return Err(e.into()),
             }
+        }
+        match last {
+            Some(e) if out.is_empty() => Err(e.into()),
+            _ => Ok(out),
         }
     }
 
