@@ -19,7 +19,7 @@ cleanup() {
 }
 trap cleanup EXIT
 
-redis-server --port "$RPORT" --bind 127.0.0.1 --dir "$WORK" --save "" \
+${REDIS_PIN:-} redis-server --port "$RPORT" --bind 127.0.0.1 --dir "$WORK" --save "" \
   --appendonly yes --appendfsync everysec --auto-aof-rewrite-percentage 0 \
   --daemonize no --loglevel warning >/dev/null &
 R_PID=$!
