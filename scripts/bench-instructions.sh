@@ -2,7 +2,7 @@
 # Counts the gateway's instructions per request (issue 16, "Instruction
 # counts, which do not drift"): the release gateway runs under `valgrind
 # --tool=callgrind`, and for a fixed number of requests of each kind
-# (BENCH_REQUESTS, default 2000, over 4 keep-alive connections from
+# (BENCH_REQUESTS, default 2000, over BENCH_CONNS keep-alive connections, default 4, from
 # scripts/lib/bench_client.py) the instructions the whole gateway process
 # executed (every thread: connection threads, group-commit Redis threads)
 # are read from a callgrind dump taken right after them, then divided by
@@ -32,7 +32,7 @@ ensure_package valgrind valgrind
 ensure_package redis-cli redis-tools
 
 N=${BENCH_REQUESTS:-2000}
-CONNS=4
+CONNS=${BENCH_CONNS:-4}
 WARM=100
 cargo build --release -q -p seckill-gateway -p seckill-reconciler -p seckill-worker
 TARGET=${CARGO_TARGET_DIR:-target}

@@ -230,21 +230,8 @@ impl Con {
     ) -> RedisResult<Replies> {
         match self {
             Con::Single(c) => {
-                let mut p = redis::pipe();
-                p.ignore_errors();
-                for (_, cmd) in cmds {
-                    p.add_command(cmd.clone());
-                }
-                if let Some((n, t)) = ack {
-                    p.cmd("WAIT").arg(n).arg(t.as_millis().max(1) as u64);
-                }
-                let mut values: Vec<Value> = p.query(c)?;
-                let acked = match ack {
-                    Some((n, _)) => {
-                        matches!(values.pop(), Some(Value::Int(got)) if got >= n as i64)
-                    }
-                    None => true,
-                };
+                let (values, acked) =
+                    crate::slot_router::send(c, cmds.iter().map(|(_, cmd)| cmd), false, ack)?;
                 Ok(Replies {
                     replicated: vec![acked; values.len()],
                     reached: vec![true; values.len()],

@@ -202,17 +202,10 @@ impl SlotRouter {
             let mut next = Vec::new();
             let mut moved = false;
             for ((addr, asking), idx) in groups {
-                let mut p = redis::pipe();
-                for &i in &idx {
-                    if asking {
-                        p.cmd("ASKING").ignore();
-                    }
-                    p.add_command(cmds[i].1.clone());
-                }
-                if let Some((n, t)) = ack {
-                    p.cmd("WAIT").arg(n).arg(t.as_millis().max(1) as u64);
-                }
-                let got = self.node(&addr).and_then(|c| send(c, &p, asking, ack));
+                let commands = idx.iter().map(|&i| &cmds[i].1);
+                let got = self
+                    .node(&addr)
+                    .and_then(|c| send(c, commands, asking, ack));
                 let (got, acked) = match got {
                     Ok(v) => v,
                     Err(e) => {
@@ -284,14 +277,38 @@ pub struct Replies {
 
 /// One pipeline on one connection: the commands' replies (without the
 /// `ASKING` ones) and whether its closing `WAIT` (when `ack`) was met.
-fn send(
-    c: &mut Connection,
-    p: &redis::Pipeline,
+/// Sends `cmds` as one pipeline on `c` (each preceded by `ASKING` when
+/// `asking`; then `WAIT n t` when `ack` is `Some((n, t))`) and returns their
+/// replies in order, an error reply as `Value::ServerError` in its place
+/// (`ASKING`'s and `WAIT`'s replies left out), and whether `WAIT` saw `n`
+/// replicas (true without `ack`). The commands are written straight into
+/// one buffer: no copy of a command, no `Pipeline` (a group commit sends a
+/// pipeline per batch; docs/PERFORMANCE.md, "Performance: gateway").
+///
+/// Errors: the connection failed; some commands may have run.
+pub(crate) fn send<'a>(
+    c: &mut dyn ConnectionLike,
+    cmds: impl ExactSizeIterator<Item = &'a Cmd>,
     asking: bool,
     ack: Option<(usize, Duration)>,
 ) -> RedisResult<(Vec<Value>, bool)> {
-    let packed = p.get_packed_pipeline();
-    let mut all = c.req_packed_commands(&packed, 0, p.len())?;
+    let n = cmds.len();
+    let mut packed = Vec::with_capacity(n * 192 + 64);
+    let asking_cmd = asking.then(|| redis::cmd("ASKING"));
+    for cmd in cmds {
+        if let Some(a) = &asking_cmd {
+            a.write_packed_command(&mut packed);
+        }
+        cmd.write_packed_command(&mut packed);
+    }
+    if let Some((n, t)) = ack {
+        redis::cmd("WAIT")
+            .arg(n)
+            .arg(t.as_millis().max(1) as u64)
+            .write_packed_command(&mut packed);
+    }
+    let count = n * if asking { 2 } else { 1 } + usize::from(ack.is_some());
+    let mut all = c.req_packed_commands(&packed, 0, count)?;
     let acked = match ack {
         Some((n, _)) => matches!(all.pop(), Some(Value::Int(got)) if got >= n as i64),
         None => true,
