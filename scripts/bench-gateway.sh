@@ -290,9 +290,16 @@ awk -v h="$hz_busy" -v r="$p_redis" -v b="$bound" 'BEGIN {
 }'
 echo
 echo "ratios of the server's counts (best purchase mode: SECKILL_GATEWAY_REDIS_THREADS=$best):"
-awk -v p="$best_rps" -v h="$hz" -v s="$so" -v r="$rb_srv" -v q="$p99" -v b="$bound" 'BEGIN {
+# What a purchase can reach against redis-benchmark on these cores: at most
+# every core busy with a health check's work plus Redis's share of one
+# reservation, nothing else (NCPU x 1e6 / (healthz_cpu + redis_cpu)).
+rbb=$(awk -v h="$hz_busy" -v r="$p_redis" -v n="$(nproc)" -v rb="$rb_srv" 'BEGIN { printf "%.3f", n * 1e6 / (h + r) / rb }')
+awk -v h="$hz_busy" -v r="$p_redis" -v n="$(nproc)" -v rb="$rb_srv" -v b="$rbb" 'BEGIN {
+  printf "  => and purchase / redis-benchmark cannot exceed %d x 1e6 / (%.2f + %.2f) / %.0f = %.2f\n", n, h, r, rb, b
+}'
+awk -v p="$best_rps" -v h="$hz" -v s="$so" -v r="$rb_srv" -v q="$p99" -v b="$bound" -v rbb="$rbb" 'BEGIN {
   printf "  purchase / healthz ceiling        %.2f  = %.2f x the bound %.2f (target >= 0.9 x the bound)\n", p/h, p/h/b, b
-  printf "  purchase / redis-benchmark EVALSHA %.2f  (target >= 1.3)\n", p/r
+  printf "  purchase / redis-benchmark EVALSHA %.2f  (target >= 1.3; bound here %.2f, below)\n", p/r, rbb
   printf "  sold-out / healthz ceiling        %.2f  (target >= 0.9)\n", s/h
   printf "  purchase p99 at 64 connections    %.2f ms (target <= 5)\n", q
 }'
