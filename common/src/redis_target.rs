@@ -12,7 +12,7 @@
 //! is split per master ([`Con::pipeline_by_slot`], `slot_router.rs`).
 
 use crate::config::{parse_redis_target, RedisTarget};
-use crate::slot_router::{Replies, SlotRouter};
+use crate::slot_router::{Packed, Replies, SlotRouter};
 use redis::cluster::{ClusterClient, ClusterConnection};
 use redis::{Cmd, Connection, ConnectionLike, RedisError, RedisResult, Value};
 use std::time::Duration;
@@ -225,13 +225,12 @@ impl Con {
     /// master; commands may have run: send only commands safe to repeat).
     pub fn pipeline_by_slot(
         &mut self,
-        cmds: &[(u16, Cmd)],
+        cmds: &Packed,
         ack: Option<(usize, Duration)>,
     ) -> RedisResult<Replies> {
         match self {
             Con::Single(c) => {
-                let (values, acked) =
-                    crate::slot_router::send(c, cmds.iter().map(|(_, cmd)| cmd), false, ack)?;
+                let (values, acked) = crate::slot_router::send(c, cmds, None, false, ack)?;
                 Ok(Replies {
                     replicated: vec![acked; values.len()],
                     reached: vec![true; values.len()],

@@ -166,7 +166,7 @@ impl SlotRouter {
     /// master of command `i` had that many replicas confirm.
     pub fn pipeline(
         &mut self,
-        cmds: &[(u16, Cmd)],
+        cmds: &Packed,
         ack: Option<(usize, Duration)>,
     ) -> RedisResult<Replies> {
         let mut replies = vec![Value::Nil; cmds.len()];
@@ -187,12 +187,12 @@ impl SlotRouter {
             for (i, ask) in &todo {
                 let key = match ask {
                     Some(node) => (node.clone(), true),
-                    None => match self.master_of(cmds[*i].0) {
+                    None => match self.master_of(cmds.slot(*i)) {
                         Some(m) => (m.to_string(), false),
                         None => {
                             // No master serves the slot (a master lost
                             // without a replica): this command only.
-                            last_error = Some(uncovered(cmds[*i].0));
+                            last_error = Some(uncovered(cmds.slot(*i)));
                             continue;
                         }
                     },
@@ -202,10 +202,9 @@ impl SlotRouter {
             let mut next = Vec::new();
             let mut moved = false;
             for ((addr, asking), idx) in groups {
-                let commands = idx.iter().map(|&i| &cmds[i].1);
                 let got = self
                     .node(&addr)
-                    .and_then(|c| send(c, commands, asking, ack));
+                    .and_then(|c| send(c, cmds, Some(&idx), asking, ack));
                 let (got, acked) = match got {
                     Ok(v) => v,
                     Err(e) => {
@@ -277,38 +276,103 @@ pub struct Replies {
 
 /// One pipeline on one connection: the commands' replies (without the
 /// `ASKING` ones) and whether its closing `WAIT` (when `ack`) was met.
-/// Sends `cmds` as one pipeline on `c` (each preceded by `ASKING` when
-/// `asking`; then `WAIT n t` when `ack` is `Some((n, t))`) and returns their
-/// replies in order, an error reply as `Value::ServerError` in its place
-/// (`ASKING`'s and `WAIT`'s replies left out), and whether `WAIT` saw `n`
-/// replicas (true without `ack`). The commands are written straight into
-/// one buffer: no copy of a command, no `Pipeline` (a group commit sends a
-/// pipeline per batch; docs/PERFORMANCE.md, "Performance: gateway").
+/// Commands already encoded in RESP, one after the other in one buffer,
+/// each with the cluster slot of its keys: a group commit's batch
+/// (`reservation::write_call` writes each purchase's `EVALSHA` straight
+/// into it; no command object or copy per purchase). Sent whole to one
+/// Redis, or split per master on a cluster ([`SlotRouter::pipeline`]).
+#[derive(Debug, Default)]
+pub struct Packed {
+    buf: Vec<u8>,
+    /// (slot, start, end) of each command in `buf`.
+    cmds: Vec<(u16, usize, usize)>,
+}
+
+impl Packed {
+    /// No commands; `bytes` of buffer reserved.
+    pub fn with_capacity(commands: usize, bytes: usize) -> Packed {
+        Packed {
+            buf: Vec::with_capacity(bytes),
+            cmds: Vec::with_capacity(commands),
+        }
+    }
+
+    /// Appends one command whose keys are in `slot`: `write` appends its
+    /// RESP encoding (one complete command) to the buffer.
+    pub fn push(&mut self, slot: u16, write: impl FnOnce(&mut Vec<u8>)) {
+        let start = self.buf.len();
+        write(&mut self.buf);
+        self.cmds.push((slot, start, self.buf.len()));
+    }
+
+    /// [`Packed::push`] of a `redis::Cmd` (tests, rare commands).
+    pub fn push_cmd(&mut self, slot: u16, cmd: &Cmd) {
+        self.push(slot, |b| cmd.write_packed_command(b));
+    }
+
+    /// How many commands.
+    pub fn len(&self) -> usize {
+        self.cmds.len()
+    }
+
+    /// No commands.
+    pub fn is_empty(&self) -> bool {
+        self.cmds.is_empty()
+    }
+
+    /// The slot of command `i` (`i < len()`).
+    pub fn slot(&self, i: usize) -> u16 {
+        self.cmds[i].0
+    }
+
+    /// The RESP bytes of command `i` (`i < len()`).
+    pub fn bytes(&self, i: usize) -> &[u8] {
+        let (_, a, b) = self.cmds[i];
+        &self.buf[a..b]
+    }
+}
+
+/// Sends commands of `cmds` as one pipeline on `c`: those at `which`, or
+/// all of them (`None`), each preceded by `ASKING` when `asking`, then
+/// `WAIT n t` when `ack` is `Some((n, t))`. Returns their replies in order,
+/// an error reply as `Value::ServerError` in its place (`ASKING`'s and
+/// `WAIT`'s replies left out), and whether `WAIT` saw `n` replicas (true
+/// without `ack`). All of a batch with nothing added is sent from its own
+/// buffer, with no copy.
 ///
 /// Errors: the connection failed; some commands may have run.
-pub(crate) fn send<'a>(
+pub(crate) fn send(
     c: &mut dyn ConnectionLike,
-    cmds: impl ExactSizeIterator<Item = &'a Cmd>,
+    cmds: &Packed,
+    which: Option<&[usize]>,
     asking: bool,
     ack: Option<(usize, Duration)>,
 ) -> RedisResult<(Vec<Value>, bool)> {
-    let n = cmds.len();
-    let mut packed = Vec::with_capacity(n * 192 + 64);
-    let asking_cmd = asking.then(|| redis::cmd("ASKING"));
-    for cmd in cmds {
-        if let Some(a) = &asking_cmd {
-            a.write_packed_command(&mut packed);
-        }
-        cmd.write_packed_command(&mut packed);
-    }
-    if let Some((n, t)) = ack {
-        redis::cmd("WAIT")
-            .arg(n)
-            .arg(t.as_millis().max(1) as u64)
-            .write_packed_command(&mut packed);
-    }
+    let n = which.map_or(cmds.len(), <[usize]>::len);
     let count = n * if asking { 2 } else { 1 } + usize::from(ack.is_some());
-    let mut all = c.req_packed_commands(&packed, 0, count)?;
+    let mut all = if which.is_none() && !asking && ack.is_none() {
+        c.req_packed_commands(&cmds.buf, 0, count)?
+    } else {
+        const ASKING: &[u8] = b"*1\r\n$6\r\nASKING\r\n";
+        let mut packed = Vec::with_capacity(cmds.buf.len() + n * ASKING.len() + 64);
+        let mut one = |i: usize| {
+            if asking {
+                packed.extend_from_slice(ASKING);
+            }
+            packed.extend_from_slice(cmds.bytes(i));
+        };
+        match which {
+            Some(idx) => idx.iter().for_each(|&i| one(i)),
+            None => (0..cmds.len()).for_each(one),
+        }
+        if let Some((n, t)) = ack {
+            redis::cmd("WAIT")
+                .arg(n)
+                .arg(t.as_millis().max(1) as u64)
+                .write_packed_command(&mut packed);
+        }
+        c.req_packed_commands(&packed, 0, count)?
+    };
     let acked = match ack {
         Some((n, _)) => matches!(all.pop(), Some(Value::Int(got)) if got >= n as i64),
         None => true,

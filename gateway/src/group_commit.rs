@@ -15,9 +15,9 @@ use crossbeam_channel::Receiver;
 use redis::Value;
 use seckill_common::keys::SaleKeys;
 use seckill_common::reservation::{
-    call, own, parse, reserve_script, Replied, ReserveKeys, ReserveOutcome,
+    own, parse, reserve_script, write_call, Replied, ReserveKeys, ReserveOutcome,
 };
-use seckill_common::slot_router::Replies;
+use seckill_common::slot_router::{Packed, Replies};
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
 
@@ -190,7 +190,7 @@ fn run_batch(
         // A second call (a retry on a fresh connection) resends the same.
         // Each purchase with its sale's cluster slot: on a cluster the
         // batch goes as one pipeline per master (`Con::pipeline_by_slot`).
-        let mut pipe: Option<Vec<(u16, redis::Cmd)>> = None;
+        let mut pipe: Option<Packed> = None;
         let mut sent: Vec<usize> = Vec::new();
         let reply = link.with(|con| {
             let p = pipe.get_or_insert_with(|| {
@@ -199,20 +199,20 @@ fn run_batch(
                     .copied()
                     .filter(|&i| batch[i].reply_to.mark_sent())
                     .collect();
+                let mut p = Packed::with_capacity(sent.len(), sent.len() * 320);
                 LAST_KEYS.with_borrow_mut(|keys| {
-                    sent.iter()
-                        .map(|&i| {
-                            let j = &batch[i];
-                            let k = SaleKeys::bucket(j.sale_id, j.bucket);
-                            let held = keys.take().filter(|held| held.bucket == k);
-                            let rk = held.unwrap_or_else(|| ReserveKeys::of(k));
-                            let cmd = call(&rk, &j.user_id, &j.reservation_id);
-                            let slot = rk.slot;
-                            *keys = Some(rk);
-                            (slot, cmd)
-                        })
-                        .collect()
-                })
+                    for &i in &sent {
+                        let j = &batch[i];
+                        let k = SaleKeys::bucket(j.sale_id, j.bucket);
+                        let held = keys.take().filter(|held| held.bucket == k);
+                        let rk = held.unwrap_or_else(|| ReserveKeys::of(k));
+                        p.push(rk.slot, |out| {
+                            write_call(out, &rk, &j.user_id, &j.reservation_id)
+                        });
+                        *keys = Some(rk);
+                    }
+                });
+                p
             });
             if sent.is_empty() {
                 return Ok(Replies {
