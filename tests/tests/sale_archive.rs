@@ -514,3 +514,65 @@ fn a_sale_whose_reservations_are_still_queued_is_not_archived() {
         ]
     );
 }
+
+/// A sale of 6 units split over 3 buckets, one unit bought in each bucket
+/// through the gateway on `port` and made an order by the running worker,
+/// every message applied, then ended 2 h ago (MySQL and Redis). Returns
+/// its id.
+fn ended_split_sale(redis: &RedisServer, db: &TestDb, port: u16) -> u64 {
+    let id = seckill_tests::create_split_sale(db, redis, 6, -1000, 3_600_000, 3);
+    for b in 0..3 {
+        let u = &seckill_tests::users_of("buyer", b, 3, 1)[0];
+        let r = buy(port, id, u);
+        assert_eq!(r.status, 202, "{u}: {}", r.body);
+    }
+    wait_orders(db, id, 3, LONG);
+    seckill_tests::wait_until(LONG, "every order message applied", || {
+        seckill_common::archive::messages_on_their_way(&mut redis.con(), id).unwrap() == 0
+    });
+    age(db, redis, id, 3, 2 * 3_600_000);
+    id
+}
+
+/// `sale rebalance` of an archived split sale is refused as archived
+/// (exit 1, as `sale load` of one), and nothing is written: its tombstone
+/// keeps no bucket count, so the command took it for a sale of one bucket
+/// (the hostile review: "sale N has one bucket: nothing to move", exit 0).
+#[test]
+fn rebalancing_an_archived_split_sale_is_refused_as_archived() {
+    let redis = RedisServer::start();
+    let db = TestDb::create();
+    let dir = TempDir::new();
+    let review = dir.path().join("review.sqlite3");
+    let _w = WorkerProc::start(&redis, &db, "w1", &Opts::default());
+    let g = Gateway::start(&redis, &[]);
+    let id = ended_split_sale(&redis, &db, g.port);
+    let (code, out) = reconciler(&redis, &db, &review, "1h", &["run"]);
+    assert_eq!(code, 0, "{out}");
+    assert_eq!(
+        archive_rows(&review),
+        [(id as i64, "reconciler".into(), "done".into())]
+    );
+    let before = sales_state(&redis, id);
+    assert_eq!(keys_of(&before.0, id), [SaleKeys::new(id).meta()]);
+
+    let (code, out) = reconciler(
+        &redis,
+        &db,
+        &review,
+        "1h",
+        &["sale", "rebalance", &id.to_string()],
+    );
+    assert_eq!(
+        (code, out.trim()),
+        (
+            1,
+            format!(
+                "seckill-reconciler: sale {id} was archived by reconciler: its buckets are gone \
+                 from Redis on purpose; nothing moved"
+            )
+            .as_str()
+        )
+    );
+    assert_eq!(sales_state(&redis, id), before);
+}
