@@ -1,7 +1,8 @@
 //! Owns the routing of a purchase to its buyer's home bucket for a sale
 //! split over buckets (`seckill_common::buckets`): the memory of each
-//! sale's bucket count, and the pull of units to an empty home bucket
-//! before a buyer is told `sold_out` (`seckill_common::transfer::pull`).
+//! sale's bucket count (and window end, for the sold-out memory), the pull
+//! of units to an empty home bucket before a buyer is told `sold_out`
+//! (`seckill_common::transfer::pull`).
 //!
 //! A one-bucket sale (the default) is routed to its own keys with no extra
 //! call while its count is remembered: one `HMGET` of its meta per sale per
@@ -29,11 +30,15 @@ pub const MAX_SALES: usize = 10_000;
 /// `HMGET`, nothing beside a purchase's script.
 pub const RECOUNT_AFTER: Duration = Duration::from_secs(1);
 
-/// Sale id -> its number of buckets (K ≥ 1) and when it was read, for
-/// sales Redis holds.
+/// What is remembered of one sale: its K, its window end (Unix ms) when
+/// bucket 0's meta has one, and when they were read.
+type Known = (u32, Option<u64>, Instant);
+
+/// Sale id -> its number of buckets (K ≥ 1), window end and when they were
+/// read, for sales Redis holds.
 #[derive(Debug, Default)]
 pub struct BucketCounts {
-    known: RwLock<HashMap<u64, (u32, Instant)>>,
+    known: RwLock<HashMap<u64, Known>>,
 }
 
 impl BucketCounts {
@@ -43,7 +48,7 @@ impl BucketCounts {
     ///
     /// Errors: [`Unavailable`] when Redis cannot be read in time.
     pub fn of(&self, app: &App, sale_id: u64) -> Result<u32, Unavailable> {
-        if let Some(&(k, at)) = self
+        if let Some(&(k, _, at)) = self
             .known
             .read()
             .unwrap_or_else(|p| p.into_inner())
@@ -53,9 +58,9 @@ impl BucketCounts {
                 return Ok(k);
             }
         }
-        let Some(k) = app
+        let Some((k, ends)) = app
             .links
-            .with(|link| link.with(|con| buckets::count(con, sale_id)))?
+            .with(|link| link.with(|con| buckets::count_and_end(con, sale_id)))?
         else {
             return Ok(1);
         };
@@ -63,8 +68,18 @@ impl BucketCounts {
         if known.len() >= MAX_SALES {
             known.clear();
         }
-        known.insert(sale_id, (k, Instant::now()));
+        known.insert(sale_id, (k, ends, Instant::now()));
         Ok(k)
+    }
+
+    /// The window end (Unix ms) of `sale_id` as last read with its K
+    /// ([`BucketCounts::of`]), from memory only: `None` when not read.
+    pub fn ends_at(&self, sale_id: u64) -> Option<u64> {
+        self.known
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(&sale_id)
+            .and_then(|&(_, ends, _)| ends)
     }
 
     /// The keys of `user_id`'s home bucket in `sale_id`, and the sale's K.

@@ -170,7 +170,12 @@ pub fn conclude(
 ) -> Reply {
     let metrics = &app.metrics;
     let closed = |c: Closed, seq: u64, o: Outcome| {
-        if app.soldout.closed(sale_id, c, seq, Instant::now()) && buckets == 1 {
+        let ends = app.buckets.ends_at(sale_id);
+        if app
+            .soldout
+            .closed_ending(sale_id, c, seq, Instant::now(), ends)
+            && buckets == 1
+        {
             app.buyers.request(app, sale_id, seq);
         }
         metrics.outcome(o);
