@@ -2,7 +2,8 @@
 //! split over buckets (`seckill_common::buckets`): the memory of each
 //! sale's bucket count (and window end, for the sold-out memory), the pull
 //! of units to an empty home bucket before a buyer is told `sold_out`
-//! (`seckill_common::transfer::pull`).
+//! (`seckill_common::transfer::pull`), and the sale's own window when the
+//! home bucket is gone ([`ended_elsewhere`]).
 //!
 //! A one-bucket sale (the default) is routed to its own keys with no extra
 //! call while its count is remembered: one `HMGET` of its meta per sale per
@@ -143,4 +144,57 @@ pub fn reach_stock(
         }
     }
     Err(Unavailable)
+}
+
+/// For a sale of `k` > 1 buckets whose home bucket `home` answered
+/// `unknown_sale` (its keys are gone): the sale's own window decides, read
+/// from bucket 0's meta with Redis's clock (one pipeline of `HGET` and
+/// `TIME`). When it has ended, the reply is `ended` (403 `sale_ended`, what
+/// the whole archived sale answers: an archive removes the buckets after
+/// writing bucket 0's tombstone, and a gateway may still route by the K it
+/// remembers, or an older archive was interrupted with buckets gone and
+/// bucket 0 whole); otherwise, or when bucket 0 is gone too, `outcome` as
+/// it is (503 for this buyer: one lost bucket of a live sale says nothing
+/// of the others). Any other outcome is returned as it is, with no call.
+pub fn ended_elsewhere(
+    app: &App,
+    home: SaleKeys,
+    k: u32,
+    outcome: Result<Replied, Unavailable>,
+) -> Result<Replied, Unavailable> {
+    let gone = matches!(
+        outcome,
+        Ok(Replied {
+            outcome: ReserveOutcome::UnknownSale,
+            ..
+        })
+    );
+    if k <= 1 || !gone {
+        return outcome;
+    }
+    let meta = SaleKeys::new(home.sale_id).meta();
+    let read = app.links.with(|link| {
+        link.with(|con| {
+            redis::pipe()
+                .cmd("HGET")
+                .arg(&meta)
+                .arg("ends_at_ms")
+                .cmd("TIME")
+                .query::<(Option<String>, (u64, u64))>(con)
+        })
+    });
+    match read {
+        Ok((Some(ends), (secs, micros)))
+            if ends
+                .parse::<u64>()
+                .is_ok_and(|e| secs * 1000 + micros / 1000 >= e) =>
+        {
+            Ok(Replied {
+                outcome: ReserveOutcome::Ended,
+                seq: 0,
+                stock: None,
+            })
+        }
+        _ => outcome,
+    }
 }

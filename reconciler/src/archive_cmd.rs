@@ -113,8 +113,8 @@ pub fn remove_again(redis: &mut Con, db: &mut mysql::Conn, id: u64) -> Result<bo
     if stock.is_none() || s.archived_by.is_none() {
         return Ok(false);
     }
-    let k = seckill_common::buckets::recorded(db, id)?.unwrap_or(1);
-    let buckets = archive::remove_buckets(redis, id, k, &s.tombstone)?;
+    let recorded = seckill_common::buckets::recorded(db, id)?;
+    let buckets = archive::remove(redis, id, recorded, &s.tombstone)?;
     log::warn!(
         "sale {id} is archived but Redis held its keys again (restored from an older \
          snapshot?): removed again ({buckets} bucket(s)), its tombstone kept"
@@ -219,7 +219,8 @@ pub fn archive(
         archived_at_ms: now,
         ..s.tombstone
     };
-    let buckets = seckill_common::archive::remove(redis, id, &tombstone)?;
+    let recorded = seckill_common::buckets::recorded(db, id)?;
+    let buckets = archive::remove(redis, id, recorded, &tombstone)?;
     let text = format!(
         "archived sale {id}: its Redis keys removed ({buckets} bucket(s)), a tombstone kept"
     );
@@ -247,7 +248,8 @@ pub fn complete_interrupted(
         let Some(s) = sale_state(db, id)? else {
             continue;
         };
-        let buckets = seckill_common::archive::remove(redis, id, &s.tombstone)?;
+        let recorded = seckill_common::buckets::recorded(db, id)?;
+        let buckets = archive::remove(redis, id, recorded, &s.tombstone)?;
         let text = format!(
             "archived sale {id}: its Redis keys removed ({buckets} bucket(s)), a tombstone \
              kept (recorded after an interruption)"

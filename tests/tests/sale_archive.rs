@@ -576,3 +576,93 @@ fn rebalancing_an_archived_split_sale_is_refused_as_archived() {
     );
     assert_eq!(sales_state(&redis, id), before);
 }
+
+/// An archive of a split sale killed half-way, after MySQL's decision,
+/// answers every late buyer 403 `sale_ended` at once, as the whole archive
+/// does, and the next `run` finishes it, once (the hostile review: the
+/// removed buckets' buyers got 503 until that run). Both kill points are
+/// made by hand as the killed command left them: (a) buckets 2 and 1
+/// removed, bucket 0 whole (the order of an older build, and what a
+/// gateway routing by the K it remembers meets); (b) this build's first
+/// step alone, bucket 0's tombstone written, buckets 1 and 2 whole.
+#[test]
+fn a_split_sale_archive_killed_half_way_answers_sale_ended_and_run_finishes_it() {
+    let redis = RedisServer::start();
+    let db = TestDb::create();
+    let dir = TempDir::new();
+    let review = dir.path().join("review.sqlite3");
+    let _w = WorkerProc::start(&redis, &db, "w1", &Opts::default());
+    let g = Gateway::start(&redis, &[]);
+    let (a, b) = (
+        ended_split_sale(&redis, &db, g.port),
+        ended_split_sale(&redis, &db, g.port),
+    );
+    let (code, out) = reconciler(&redis, &db, &review, "off", &["run"]);
+    assert_eq!(code, 0, "{out}");
+    for id in [a, b] {
+        db.conn()
+            .exec_drop(
+                "UPDATE sales SET archived_at = UTC_TIMESTAMP(3), archived_by = 'alice'
+                 WHERE id = ?",
+                (id,),
+            )
+            .unwrap();
+    }
+    let mut con = redis.con();
+    let workers: Vec<String> = con.smembers(seckill_common::keys::WORKERS).unwrap();
+    // (a) Buckets 2 and 1 removed, as the killed archive removed them.
+    for bucket in [2, 1] {
+        let k = SaleKeys::bucket(a, bucket);
+        let _: () = con.del(k.meta()).unwrap();
+        for key in seckill_common::archive::bucket_keys(k, &workers) {
+            let _: () = con.del(key).unwrap();
+        }
+    }
+    // (b) Bucket 0's tombstone alone.
+    let meta: BTreeMap<String, u64> = con.hgetall(SaleKeys::new(b).meta()).unwrap();
+    let t = seckill_common::archive::Tombstone {
+        starts_at_ms: meta["starts_at_ms"],
+        ends_at_ms: meta["ends_at_ms"],
+        total_stock: 6,
+        archived_at_ms: seckill_common::now_ms(),
+    };
+    seckill_common::archive::write_tombstone(&mut con, b, &workers, &t).unwrap();
+    assert!(keys_of(&all_keys(&redis), b).len() > 1);
+
+    for id in [a, b] {
+        let mut answers: BTreeMap<(u16, String), usize> = BTreeMap::new();
+        // The removed buckets first: a `sale_ended` from bucket 0 would be
+        // remembered for 500 ms and answer the others from memory.
+        for bucket in [2, 1, 0] {
+            let mut users = seckill_tests::users_of("late", bucket, 3, 2);
+            users.extend(seckill_tests::users_of("buyer", bucket, 3, 1));
+            for u in &users {
+                let r = buy(g.port, id, u);
+                *answers.entry((r.status, r.error())).or_default() += 1;
+            }
+        }
+        assert_eq!(
+            answers,
+            BTreeMap::from([((403, "sale_ended".to_string()), 9)]),
+            "sale {id}"
+        );
+        let r = get(g.port, &format!("/v1/sales/{id}"));
+        assert_eq!((r.status, r.json()["state"].clone()), (200, "ended".into()));
+    }
+
+    for _ in 0..2 {
+        let (code, out) = reconciler(&redis, &db, &review, "off", &["run"]);
+        assert_eq!(code, 0, "{out}");
+        let keys = all_keys(&redis);
+        for id in [a, b] {
+            assert_eq!(keys_of(&keys, id), [SaleKeys::new(id).meta()], "sale {id}");
+        }
+        assert_eq!(
+            archive_rows(&review),
+            [
+                (a as i64, "alice".to_string(), "done".to_string()),
+                (b as i64, "alice".to_string(), "done".to_string())
+            ]
+        );
+    }
+}
