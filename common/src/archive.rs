@@ -3,11 +3,13 @@
 //! key of every bucket of the sale and leaving one tombstone.
 //!
 //! The **tombstone** is bucket 0's meta hash cut down to `starts_at_ms`,
-//! `ends_at_ms`, `total_stock` (from MySQL) and `archived_at_ms`, about
-//! 100 bytes: the gateway's reservation script then still answers a late
-//! request `ended` (403 `sale_ended`) and `GET /v1/sales/{id}` still shows
-//! the window with state `ended`, with no change to the gateway; without
-//! it both would say 404 `sale_not_found`. Everything else goes: stock,
+//! `ends_at_ms`, `total_stock`, `stock_left` (the units the sale ended
+//! with unsold: MySQL's `available_stock`, every order final by then) and
+//! `archived_at_ms`, about 120 bytes: the gateway's reservation script
+//! then still answers a late request `ended` (403 `sale_ended`) and
+//! `GET /v1/sales/{id}` still shows the window with state `ended`, the
+//! stock it ended with and when it was archived; without it both would say
+//! 404 `sale_not_found`. Everything else goes: stock,
 //! buyer marks, flow records, statuses, deadlines, released records,
 //! queues, every worker's processing list, dead letters and their archive,
 //! attempts, reorder marks, transfers (the keys of `keys.rs`), and the
@@ -38,6 +40,11 @@ use std::sync::OnceLock;
 /// The meta field of the tombstone that says when the sale was archived
 /// (Unix ms).
 pub const ARCHIVED_FIELD: &str = "archived_at_ms";
+
+/// The meta field of the tombstone that keeps the units the sale ended
+/// with unsold (what `GET /v1/sales/{id}` showed as `stock_remaining` just
+/// before the archive). A tombstone written before it existed has none.
+pub const STOCK_LEFT_FIELD: &str = "stock_left";
 
 /// Every key of bucket `k` but its meta hash, with the processing lists of
 /// the workers `workers` (`seckill:workers`).
@@ -85,12 +92,12 @@ pub fn messages_on_their_way<C: ConnectionLike>(
 }
 
 /// `KEYS`: bucket 0's meta, then every other key of bucket 0 (one slot);
-/// `ARGV`: starts ms, ends ms, total stock, archived-at ms. Deletes them
-/// all and writes the tombstone; replies 1.
+/// `ARGV`: starts ms, ends ms, total stock, archived-at ms, stock left.
+/// Deletes them all and writes the tombstone; replies 1.
 const TOMBSTONE_LUA: &str = r#"
 for i = 1, #KEYS do redis.call('DEL', KEYS[i]) end
 redis.call('HSET', KEYS[1], 'starts_at_ms', ARGV[1], 'ends_at_ms', ARGV[2],
-  'total_stock', ARGV[3], 'archived_at_ms', ARGV[4])
+  'total_stock', ARGV[3], 'archived_at_ms', ARGV[4], 'stock_left', ARGV[5])
 return 1
 "#;
 
@@ -108,6 +115,8 @@ pub struct Tombstone {
     pub ends_at_ms: u64,
     /// Units the sale had.
     pub total_stock: u64,
+    /// Units it ended with unsold (MySQL's `available_stock`).
+    pub stock_left: u64,
     /// When it was archived, Unix ms.
     pub archived_at_ms: u64,
 }
@@ -185,6 +194,7 @@ pub fn write_tombstone<C: ConnectionLike>(
         .arg(t.ends_at_ms)
         .arg(t.total_stock)
         .arg(t.archived_at_ms)
+        .arg(t.stock_left)
         .invoke::<i64>(con)?;
     Ok(())
 }

@@ -63,20 +63,21 @@ pub struct SaleState {
 ///
 /// Errors: MySQL failures.
 pub fn sale_state(db: &mut mysql::Conn, id: u64) -> Result<Option<SaleState>, RunError> {
-    type Row = (i64, i64, u64, Option<i64>, Option<String>, i64);
+    type Row = (i64, i64, u64, i64, Option<i64>, Option<String>, i64);
     let row: Option<Row> = db.exec_first(
         "SELECT CAST(UNIX_TIMESTAMP(starts_at) * 1000 AS SIGNED),
-                CAST(UNIX_TIMESTAMP(ends_at) * 1000 AS SIGNED), total_stock,
+                CAST(UNIX_TIMESTAMP(ends_at) * 1000 AS SIGNED), total_stock, available_stock,
                 CAST(UNIX_TIMESTAMP(archived_at) * 1000 AS SIGNED), archived_by,
                 (SELECT COUNT(*) FROM orders WHERE sale_id = s.id AND status = 'pending_payment')
          FROM sales s WHERE id = ?",
         (id,),
     )?;
-    Ok(row.map(|(s, e, total, at, by, pending)| SaleState {
+    Ok(row.map(|(s, e, total, left, at, by, pending)| SaleState {
         tombstone: Tombstone {
             starts_at_ms: s.max(0) as u64,
             ends_at_ms: e.max(0) as u64,
             total_stock: total,
+            stock_left: left.max(0) as u64,
             archived_at_ms: at.unwrap_or(0).max(0) as u64,
         },
         archived_by: by,

@@ -278,10 +278,18 @@ fn ten_ended_sales_are_archived_once_each_leaving_only_tombstones() {
                 "archived_at_ms",
                 "ends_at_ms",
                 "starts_at_ms",
+                "stock_left",
                 "total_stock"
             ]
         );
         assert_eq!(meta["total_stock"], "3");
+        // Every order paid or confirmed: none left; expired: all back.
+        let left = if sales[3..6].iter().any(|&(s, _)| s == id) {
+            "3"
+        } else {
+            "0"
+        };
+        assert_eq!(meta["stock_left"], left, "sale {id}");
         let member: bool = redis
             .con()
             .sismember(seckill_common::keys::SALES, id)
@@ -624,6 +632,7 @@ fn a_split_sale_archive_killed_half_way_answers_sale_ended_and_run_finishes_it()
         starts_at_ms: meta["starts_at_ms"],
         ends_at_ms: meta["ends_at_ms"],
         total_stock: 6,
+        stock_left: 3,
         archived_at_ms: seckill_common::now_ms(),
     };
     seckill_common::archive::write_tombstone(&mut con, b, &workers, &t).unwrap();
@@ -665,4 +674,39 @@ fn a_split_sale_archive_killed_half_way_answers_sale_ended_and_run_finishes_it()
             ]
         );
     }
+}
+
+/// `GET /v1/sales/{id}` of an archived sale says what its purchases say,
+/// `ended`, with the stock it ended with (what the same read said just
+/// before the archive) and when it was archived (the hostile review:
+/// `stock_remaining` 0 once archived, as if it had sold out).
+#[test]
+fn an_archived_sale_reads_as_ended_with_the_stock_it_ended_with() {
+    let redis = RedisServer::start();
+    let db = TestDb::create();
+    let dir = TempDir::new();
+    let review = dir.path().join("review.sqlite3");
+    let _w = WorkerProc::start(&redis, &db, "w1", &Opts::default());
+    let g = Gateway::start(&redis, &[]);
+    let id = ended_split_sale(&redis, &db, g.port);
+    let path = format!("/v1/sales/{id}");
+    let before = get(g.port, &path);
+    assert_eq!(before.status, 200);
+    let mut want = before.json();
+    assert_eq!(
+        (want["stock_remaining"].clone(), want["state"].clone()),
+        (3.into(), "ended".into())
+    );
+
+    let (code, out) = reconciler(&redis, &db, &review, "1h", &["run"]);
+    assert_eq!(code, 0, "{out}");
+    assert_eq!(keys_of(&all_keys(&redis), id), [SaleKeys::new(id).meta()]);
+    let at: i64 = db.count(&format!(
+        "SELECT CAST(UNIX_TIMESTAMP(archived_at) * 1000 AS SIGNED) FROM sales WHERE id = {id}"
+    ));
+    want["archived_at"] = seckill_common::timefmt::format_ms(at as u64).into();
+    let after = get(g.port, &path);
+    assert_eq!((after.status, after.json()), (200, want));
+    let r = buy(g.port, id, "late-buyer");
+    assert_eq!((r.status, r.error()), (403, "sale_ended".to_string()));
 }
