@@ -79,6 +79,29 @@ pub fn count<C: ConnectionLike>(con: &mut C, sale_id: u64) -> redis::RedisResult
     Ok(total.map(|_| k.unwrap_or(1).clamp(1, MAX_BUCKETS)))
 }
 
+/// [`count`] and the sale's window end (bucket 0's `ends_at_ms`, Unix ms;
+/// `None` when absent or not a number) from the same `HMGET`: what a
+/// gateway routes by, and the end its sold-out memory checks first.
+///
+/// Errors: as [`count`].
+pub fn count_and_end<C: ConnectionLike>(
+    con: &mut C,
+    sale_id: u64,
+) -> redis::RedisResult<Option<(u32, Option<u64>)>> {
+    let (total, k, ends): (Option<String>, Option<u32>, Option<String>) = redis::cmd("HMGET")
+        .arg(SaleKeys::new(sale_id).meta())
+        .arg("total_stock")
+        .arg(BUCKETS_FIELD)
+        .arg("ends_at_ms")
+        .query(con)?;
+    Ok(total.map(|_| {
+        (
+            k.unwrap_or(1).clamp(1, MAX_BUCKETS),
+            ends.and_then(|e| e.parse().ok()),
+        )
+    }))
+}
+
 /// The K MySQL records for sale `sale_id` (`sales.buckets`): `None` when
 /// none is recorded (a sale created before migration 5) or MySQL has no
 /// such sale.

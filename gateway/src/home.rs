@@ -1,7 +1,9 @@
 //! Owns the routing of a purchase to its buyer's home bucket for a sale
 //! split over buckets (`seckill_common::buckets`): the memory of each
-//! sale's bucket count, and the pull of units to an empty home bucket
-//! before a buyer is told `sold_out` (`seckill_common::transfer::pull`).
+//! sale's bucket count (and window end, for the sold-out memory), the pull
+//! of units to an empty home bucket before a buyer is told `sold_out`
+//! (`seckill_common::transfer::pull`), and the sale's own window when the
+//! home bucket is gone ([`ended_elsewhere`]).
 //!
 //! A one-bucket sale (the default) is routed to its own keys with no extra
 //! call while its count is remembered: one `HMGET` of its meta per sale per
@@ -29,11 +31,15 @@ pub const MAX_SALES: usize = 10_000;
 /// `HMGET`, nothing beside a purchase's script.
 pub const RECOUNT_AFTER: Duration = Duration::from_secs(1);
 
-/// Sale id -> its number of buckets (K ≥ 1) and when it was read, for
-/// sales Redis holds.
+/// What is remembered of one sale: its K, its window end (Unix ms) when
+/// bucket 0's meta has one, and when they were read.
+type Known = (u32, Option<u64>, Instant);
+
+/// Sale id -> its number of buckets (K ≥ 1), window end and when they were
+/// read, for sales Redis holds.
 #[derive(Debug, Default)]
 pub struct BucketCounts {
-    known: RwLock<HashMap<u64, (u32, Instant)>>,
+    known: RwLock<HashMap<u64, Known>>,
 }
 
 impl BucketCounts {
@@ -43,7 +49,7 @@ impl BucketCounts {
     ///
     /// Errors: [`Unavailable`] when Redis cannot be read in time.
     pub fn of(&self, app: &App, sale_id: u64) -> Result<u32, Unavailable> {
-        if let Some(&(k, at)) = self
+        if let Some(&(k, _, at)) = self
             .known
             .read()
             .unwrap_or_else(|p| p.into_inner())
@@ -53,9 +59,9 @@ impl BucketCounts {
                 return Ok(k);
             }
         }
-        let Some(k) = app
+        let Some((k, ends)) = app
             .links
-            .with(|link| link.with(|con| buckets::count(con, sale_id)))?
+            .with(|link| link.with(|con| buckets::count_and_end(con, sale_id)))?
         else {
             return Ok(1);
         };
@@ -63,8 +69,18 @@ impl BucketCounts {
         if known.len() >= MAX_SALES {
             known.clear();
         }
-        known.insert(sale_id, (k, Instant::now()));
+        known.insert(sale_id, (k, ends, Instant::now()));
         Ok(k)
+    }
+
+    /// The window end (Unix ms) of `sale_id` as last read with its K
+    /// ([`BucketCounts::of`]), from memory only: `None` when not read.
+    pub fn ends_at(&self, sale_id: u64) -> Option<u64> {
+        self.known
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(&sale_id)
+            .and_then(|&(_, ends, _)| ends)
     }
 
     /// The keys of `user_id`'s home bucket in `sale_id`, and the sale's K.
@@ -128,4 +144,57 @@ pub fn reach_stock(
         }
     }
     Err(Unavailable)
+}
+
+/// For a sale of `k` > 1 buckets whose home bucket `home` answered
+/// `unknown_sale` (its keys are gone): the sale's own window decides, read
+/// from bucket 0's meta with Redis's clock (one pipeline of `HGET` and
+/// `TIME`). When it has ended, the reply is `ended` (403 `sale_ended`, what
+/// the whole archived sale answers: an archive removes the buckets after
+/// writing bucket 0's tombstone, and a gateway may still route by the K it
+/// remembers, or an older archive was interrupted with buckets gone and
+/// bucket 0 whole); otherwise, or when bucket 0 is gone too, `outcome` as
+/// it is (503 for this buyer: one lost bucket of a live sale says nothing
+/// of the others). Any other outcome is returned as it is, with no call.
+pub fn ended_elsewhere(
+    app: &App,
+    home: SaleKeys,
+    k: u32,
+    outcome: Result<Replied, Unavailable>,
+) -> Result<Replied, Unavailable> {
+    let gone = matches!(
+        outcome,
+        Ok(Replied {
+            outcome: ReserveOutcome::UnknownSale,
+            ..
+        })
+    );
+    if k <= 1 || !gone {
+        return outcome;
+    }
+    let meta = SaleKeys::new(home.sale_id).meta();
+    let read = app.links.with(|link| {
+        link.with(|con| {
+            redis::pipe()
+                .cmd("HGET")
+                .arg(&meta)
+                .arg("ends_at_ms")
+                .cmd("TIME")
+                .query::<(Option<String>, (u64, u64))>(con)
+        })
+    });
+    match read {
+        Ok((Some(ends), (secs, micros)))
+            if ends
+                .parse::<u64>()
+                .is_ok_and(|e| secs * 1000 + micros / 1000 >= e) =>
+        {
+            Ok(Replied {
+                outcome: ReserveOutcome::Ended,
+                seq: 0,
+                stock: None,
+            })
+        }
+        _ => outcome,
+    }
 }

@@ -93,6 +93,7 @@ pub fn buy(app: &App, sale_id: u64, body: &[u8], creds: &Credentials) -> Reply {
     };
     let outcome = app.reserver.reserve(app, home, &user_id);
     let outcome = crate::home::reach_stock(app, home, k, &user_id, outcome);
+    let outcome = crate::home::ended_elsewhere(app, home, k, outcome);
     conclude(app, sale_id, k, &user_id, outcome)
 }
 
@@ -170,7 +171,12 @@ pub fn conclude(
 ) -> Reply {
     let metrics = &app.metrics;
     let closed = |c: Closed, seq: u64, o: Outcome| {
-        if app.soldout.closed(sale_id, c, seq, Instant::now()) && buckets == 1 {
+        let ends = app.buckets.ends_at(sale_id);
+        if app
+            .soldout
+            .closed_ending(sale_id, c, seq, Instant::now(), ends)
+            && buckets == 1
+        {
             app.buyers.request(app, sale_id, seq);
         }
         metrics.outcome(o);
@@ -234,7 +240,9 @@ pub fn conclude(
         ReserveOutcome::Ended => closed(Closed::Ended, seq, Outcome::Ended),
         // One bucket of a split sale unknown to Redis (its keys lost) says
         // nothing of the sale: not remembered, and 503 for this buyer (the
-        // hostile pass: one lost bucket closed the whole sale as unknown).
+        // hostile pass: one lost bucket closed the whole sale as unknown),
+        // unless the sale's window has closed (`home::ended_elsewhere`
+        // made that `Ended`: an archived sale's removed bucket).
         ReserveOutcome::UnknownSale if buckets > 1 => unavailable(app),
         ReserveOutcome::UnknownSale => closed(Closed::Unknown, seq, Outcome::UnknownSale),
     }

@@ -6,6 +6,7 @@
 use crate::app::App;
 use crate::redis_link::Unavailable;
 use crate::reply::Reply;
+use seckill_common::archive;
 use seckill_common::keys::PurchaseStatus;
 use seckill_common::keys::SaleKeys;
 use seckill_common::redis_server;
@@ -16,7 +17,11 @@ use serde_json::json;
 /// adds the other buckets' stock). `state` is `paused` while the sale is paused (Redis lost data
 /// of it, until `sale repair`), else `upcoming` before the window, `ended`
 /// after it, `sold_out` when no stock is left, else `active`; times are
-/// RFC 3339 UTC.
+/// RFC 3339 UTC. An archived sale (bucket 0's meta is its tombstone,
+/// `seckill_common::archive`) is `ended`, as its purchases are 403
+/// `sale_ended`, with `stock_remaining` the units it ended with (what this
+/// route said just before the archive; 0 for a tombstone older than that
+/// field) and `archived_at`; no other bucket is read.
 pub fn sale(app: &App, sale_id: u64) -> Reply {
     let k = SaleKeys::new(sale_id);
     let r = app.links.with(|link| {
@@ -28,6 +33,8 @@ pub fn sale(app: &App, sale_id: u64) -> Reply {
                 .arg("starts_at_ms")
                 .arg("ends_at_ms")
                 .arg("paused")
+                .arg(archive::ARCHIVED_FIELD)
+                .arg(archive::STOCK_LEFT_FIELD)
                 .cmd("GET")
                 .arg(k.stock())
                 .cmd("TIME")
@@ -43,6 +50,19 @@ pub fn sale(app: &App, sale_id: u64) -> Reply {
         return Reply::sale_not_found();
     };
     let paused = meta.get(3).is_some_and(Option::is_some);
+    if let Some(archived) = num(4) {
+        return Reply::json(
+            200,
+            json!({
+                "sale_id": sale_id,
+                "stock_remaining": num(5).unwrap_or(0),
+                "starts_at": seckill_common::timefmt::format_ms(starts),
+                "ends_at": seckill_common::timefmt::format_ms(ends),
+                "state": "ended",
+                "archived_at": seckill_common::timefmt::format_ms(archived),
+            }),
+        );
+    }
     let now_ms = secs * 1000 + micros / 1000;
     let mut stock = stock.unwrap_or(0).max(0);
     match app.buckets.of(app, sale_id) {

@@ -26,6 +26,14 @@
 //! Single flight: when an answer expires, only the first purchase to see
 //! that asks Redis; the others keep the answer from memory for up to
 //! [`RECHECK_WINDOW`] while it does.
+//!
+//! The window first: a sold-out answer is remembered with the sale's end
+//! (`ends_at_ms`, which the gateway read with the sale's bucket count,
+//! `home.rs`), and from that end on (this machine's clock) it is not
+//! trusted at all: every purchase asks Redis, whose clock decides, until
+//! Redis answers `ended` (remembered then). A sold-out sale is never
+//! answered 410 `sold_out` from memory after its end (the hostile pass: up
+//! to 500 ms of 410s after the end, where Redis said 403 `sale_ended`).
 
 use crate::buyers::BuyerSet;
 use std::collections::HashMap;
@@ -157,13 +165,27 @@ impl SoldOutCache {
         self.buyers_held.load(Ordering::Acquire)
     }
 
-    /// The remembered state of `sale_id` at `now`. After the expiry,
-    /// [`Known::Ask`] for the first caller (who asks Redis) and the
-    /// remembered state for the others during [`RECHECK_WINDOW`].
+    /// The remembered state of `sale_id` at `now` (this machine's clock for
+    /// the sale's end). After the expiry, [`Known::Ask`] for the first
+    /// caller (who asks Redis) and the remembered state for the others
+    /// during [`RECHECK_WINDOW`]; a sold-out sale past its end is
+    /// [`Known::Ask`] for everyone.
     pub fn get(&self, sale_id: u64, now: Instant) -> Known {
+        self.get_at(sale_id, now, seckill_common::now_ms)
+    }
+
+    /// [`SoldOutCache::get`] with the wall clock `wall_ms` (Unix ms), read
+    /// only for a sold-out sale whose end is known.
+    pub fn get_at(&self, sale_id: u64, now: Instant, wall_ms: impl FnOnce() -> u64) -> Known {
         let Some(e) = self.entry(sale_id) else {
             return Known::Ask;
         };
+        if Closed::from_code(e.closed.load(Ordering::Acquire)) == Closed::SoldOut {
+            let end = e.ends_at_ms.load(Ordering::Acquire);
+            if end != 0 && wall_ms() >= end {
+                return Known::Ask;
+            }
+        }
         let now_us = self.micros(now);
         let until = e.until_us.load(Ordering::Acquire);
         if now_us >= until {
@@ -185,18 +207,37 @@ impl SoldOutCache {
 
     /// Remembers that Redis said `closed` for `sale_id` at sequence `seq`
     /// and time `now`, trusted for [`RECHECK_AFTER`]. An answer older than
-    /// the one remembered (lower `seq`) changes nothing.
+    /// the one remembered (lower `seq`) changes nothing, but for `Ended`:
+    /// a window that closed stays closed, whatever the order of the replies
+    /// (and the `seq` of a split sale's bucket says nothing of the sale's).
     ///
     /// Returns true when the caller should have the sale's buyers loaded
     /// (sold out, not loaded, not loading): the entry is then `Loading`.
     pub fn closed(&self, sale_id: u64, closed: Closed, seq: u64, now: Instant) -> bool {
+        self.closed_ending(sale_id, closed, seq, now, None)
+    }
+
+    /// [`SoldOutCache::closed`], with the sale's window end `ends_at_ms`
+    /// (Unix ms) when the caller knows it: a sold-out answer is not
+    /// trusted from then on ([`SoldOutCache::get`]).
+    pub fn closed_ending(
+        &self,
+        sale_id: u64,
+        closed: Closed,
+        seq: u64,
+        now: Instant,
+        ends_at_ms: Option<u64>,
+    ) -> bool {
         let until = self.micros(now + RECHECK_AFTER);
         let e = match self.entry(sale_id) {
             Some(e) => e,
             None => self.insert(sale_id, closed, seq, until),
         };
+        if let Some(end) = ends_at_ms.filter(|&end| end != 0) {
+            e.ends_at_ms.store(end, Ordering::Release);
+        }
         let old_seq = e.seq.load(Ordering::Acquire);
-        if seq < old_seq {
+        if seq < old_seq && closed != Closed::Ended {
             return false;
         }
         let old = Closed::from_code(e.closed.swap(closed.code(), Ordering::AcqRel));
@@ -337,7 +378,9 @@ impl SoldOutCache {
         if !matches!(*buyers, Buyers::Loading) || e.seq.load(Ordering::Acquire) != seq {
             return;
         }
-        e.ends_at_ms.store(ends_at_ms, Ordering::Release);
+        if ends_at_ms != 0 {
+            e.ends_at_ms.store(ends_at_ms, Ordering::Release);
+        }
         let current = Closed::from_code(e.closed.load(Ordering::Acquire)) == Closed::SoldOut;
         *buyers = match set {
             Some(set) if current => {
@@ -425,6 +468,33 @@ mod tests {
         c.closed(3, Closed::Ended, 3, t0);
         c.stock_back(3);
         assert_eq!(closed(c.get(3, t0)), Some(Closed::Ended));
+    }
+
+    #[test]
+    fn a_sold_out_sale_past_its_end_is_asked_by_everyone_until_redis_says_ended() {
+        let c = SoldOutCache::new(100);
+        let t0 = Instant::now();
+        c.closed_ending(1, Closed::SoldOut, 10, t0, Some(5_000));
+        assert_eq!(
+            closed(c.get_at(1, t0, || 4_999)),
+            Some(Closed::SoldOut),
+            "before the end: from memory"
+        );
+        // From the end on, within the 500 ms: every caller asks Redis.
+        for _ in 0..3 {
+            assert_eq!(closed(c.get_at(1, t0, || 5_000)), None);
+        }
+        // Redis says ended (an older seq too): remembered, for everyone.
+        c.closed(1, Closed::Ended, 3, t0);
+        assert_eq!(closed(c.get_at(1, t0, || 5_001)), Some(Closed::Ended));
+        assert_eq!(closed(c.get_at(1, t0, || 5_001)), Some(Closed::Ended));
+        // A failed buyers load (end 0) keeps the end known.
+        c.closed_ending(2, Closed::SoldOut, 1, t0, Some(5_000));
+        c.loaded(2, 1, None, false, 0);
+        assert_eq!(closed(c.get_at(2, t0, || 5_000)), None);
+        // Unknown end: the 500 ms rule alone.
+        c.closed(3, Closed::SoldOut, 1, t0);
+        assert_eq!(closed(c.get_at(3, t0, || u64::MAX)), Some(Closed::SoldOut));
     }
 
     #[test]

@@ -63,20 +63,21 @@ pub struct SaleState {
 ///
 /// Errors: MySQL failures.
 pub fn sale_state(db: &mut mysql::Conn, id: u64) -> Result<Option<SaleState>, RunError> {
-    type Row = (i64, i64, u64, Option<i64>, Option<String>, i64);
+    type Row = (i64, i64, u64, i64, Option<i64>, Option<String>, i64);
     let row: Option<Row> = db.exec_first(
         "SELECT CAST(UNIX_TIMESTAMP(starts_at) * 1000 AS SIGNED),
-                CAST(UNIX_TIMESTAMP(ends_at) * 1000 AS SIGNED), total_stock,
+                CAST(UNIX_TIMESTAMP(ends_at) * 1000 AS SIGNED), total_stock, available_stock,
                 CAST(UNIX_TIMESTAMP(archived_at) * 1000 AS SIGNED), archived_by,
                 (SELECT COUNT(*) FROM orders WHERE sale_id = s.id AND status = 'pending_payment')
          FROM sales s WHERE id = ?",
         (id,),
     )?;
-    Ok(row.map(|(s, e, total, at, by, pending)| SaleState {
+    Ok(row.map(|(s, e, total, left, at, by, pending)| SaleState {
         tombstone: Tombstone {
             starts_at_ms: s.max(0) as u64,
             ends_at_ms: e.max(0) as u64,
             total_stock: total,
+            stock_left: left.max(0) as u64,
             archived_at_ms: at.unwrap_or(0).max(0) as u64,
         },
         archived_by: by,
@@ -113,8 +114,8 @@ pub fn remove_again(redis: &mut Con, db: &mut mysql::Conn, id: u64) -> Result<bo
     if stock.is_none() || s.archived_by.is_none() {
         return Ok(false);
     }
-    let k = seckill_common::buckets::recorded(db, id)?.unwrap_or(1);
-    let buckets = archive::remove_buckets(redis, id, k, &s.tombstone)?;
+    let recorded = seckill_common::buckets::recorded(db, id)?;
+    let buckets = archive::remove(redis, id, recorded, &s.tombstone)?;
     log::warn!(
         "sale {id} is archived but Redis held its keys again (restored from an older \
          snapshot?): removed again ({buckets} bucket(s)), its tombstone kept"
@@ -219,7 +220,8 @@ pub fn archive(
         archived_at_ms: now,
         ..s.tombstone
     };
-    let buckets = seckill_common::archive::remove(redis, id, &tombstone)?;
+    let recorded = seckill_common::buckets::recorded(db, id)?;
+    let buckets = archive::remove(redis, id, recorded, &tombstone)?;
     let text = format!(
         "archived sale {id}: its Redis keys removed ({buckets} bucket(s)), a tombstone kept"
     );
@@ -247,7 +249,8 @@ pub fn complete_interrupted(
         let Some(s) = sale_state(db, id)? else {
             continue;
         };
-        let buckets = seckill_common::archive::remove(redis, id, &s.tombstone)?;
+        let recorded = seckill_common::buckets::recorded(db, id)?;
+        let buckets = archive::remove(redis, id, recorded, &s.tombstone)?;
         let text = format!(
             "archived sale {id}: its Redis keys removed ({buckets} bucket(s)), a tombstone \
              kept (recorded after an interruption)"

@@ -104,9 +104,20 @@ pub fn write_table(w: &mut dyn Write, id: u64, figs: &[BucketFigures]) -> std::i
 
 /// `sale rebalance ID`: completes every half-done transfer of the sale and
 /// gives every empty bucket half of the fullest one's stock
-/// (`transfer::rebalance`), then prints the per-bucket table. Exit 2 when
-/// Redis holds no such sale.
+/// (`transfer::rebalance`), then prints the per-bucket table. Exit 1 for an
+/// archived sale (MySQL's `archived_at`: its buckets are gone from Redis on
+/// purpose, and its tombstone, which keeps no bucket count, would read as
+/// one bucket), as `sale load` refuses one; exit 2 when Redis holds no
+/// such sale.
 pub fn rebalance(config: &Config, id: u64) -> Res<u8> {
+    let mut db = seckill_common::schema::connect(&config.mysql_url, config.mysql_timeout)?;
+    if let Some(by) = crate::archive_cmd::sale_state(&mut db, id)?.and_then(|s| s.archived_by) {
+        eprintln!(
+            "seckill-reconciler: sale {id} was archived by {by}: its buckets are gone from \
+             Redis on purpose; nothing moved"
+        );
+        return Ok(1);
+    }
     let mut con = crate::sale_cmd::redis_con(config)?;
     let Some(k) = buckets::count(&mut con, id)? else {
         eprintln!("seckill-reconciler: Redis holds no sale {id}");

@@ -29,7 +29,7 @@ commands:
                                 created before migration 5, or to repeat the same K)
   sale show ID                  MySQL and Redis figures side by side (per bucket)
   sale rebalance ID             complete half-done transfers between the sale's buckets
-                                and move units to empty ones
+                                and move units to empty ones (exit 1: archived, refused)
   sale repair ID --by NAME [--note TEXT]
                                 rebuild a paused sale's Redis state from MySQL and resume it
   sale archive ID --by NAME     remove an ended sale's Redis keys (a tombstone stays) once
@@ -56,7 +56,7 @@ commands:
                                 and orders (the benchmark's baseline); changes nothing
 
 configuration comes from SECKILL_* environment variables (see README).
-exit codes: 0 ok, 1 open findings (run) or a refused sale repair, archive or load,
+exit codes: 0 ok, 1 open findings (run) or a refused sale repair, archive, load or rebalance,
 2 could not run (an unknown sale included), 64 bad command line";
 
 /// A validated command.

@@ -5,7 +5,8 @@
 //! Exit codes: 0 success (for `run`: no open findings), 1 `run` found open
 //! findings, `sale repair` was refused (no open finding yet, or a worker
 //! holds messages of the sale) or `sale archive` was refused (the sale not
-//! ended a minute ago, an order pending, an open finding, no run since), 2 could not run (Redis, MySQL or SQLite error, bad
+//! ended a minute ago, an order pending, an open finding, no run since), or
+//! `sale load` or `sale rebalance` of an archived sale was refused, 2 could not run (Redis, MySQL or SQLite error, bad
 //! configuration), 64 bad command line (one line saying what is wrong, then
 //! a pointer to `--help`).
 //!

@@ -25,7 +25,8 @@
 //!
 //! Any action that settles a finding (done, or already done) also closes the
 //! other open findings of the same reservation (e.g. its `dead_letter`
-//! entry), each with its own `done` row; a released or re-queued
+//! entry), each with its own `done` row, but never a finding about a
+//! payment, which closes alone (`Kind::is_about_a_payment`); a released or re-queued
 //! reservation's dead-letter entries are archived (`dead_letter_archive.rs`).
 //! A reorder or rollback that gets as far as its effect is written ahead
 //! (`settle.rs`): `started` before, its completion after; an interrupted one

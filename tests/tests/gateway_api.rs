@@ -8,7 +8,7 @@ use gateway_support::*;
 use redis::Commands;
 use seckill_common::keys::SaleKeys;
 use seckill_tests::{wait_until, RedisServer};
-use std::collections::HashSet;
+use std::collections::{BTreeMap, HashSet};
 use std::sync::{Arc, Mutex};
 use std::thread;
 use std::time::{Duration, Instant};
@@ -275,4 +275,67 @@ fn a_rolled_back_buyer_is_not_told_409_after_the_unit_sells_again() {
     assert_eq!(b1.status, 410, "{b1:?}");
     assert_eq!(c.buy(7, &format!("n{}", n + 1)).status, 409);
     assert_eq!(counts(&redis, 7), (0, 1, 1));
+}
+
+/// Redis's clock, Unix ms (what the reservation script's window uses).
+fn redis_now_ms(redis: &RedisServer) -> u64 {
+    let (s, us): (u64, u64) = redis::cmd("TIME").query(&mut redis.con()).unwrap();
+    s * 1000 + us / 1000
+}
+
+/// A sold-out sale of `k` buckets (one unit each), remembered sold out
+/// 300 ms before its end: from its end on (Redis's clock) every purchase
+/// is 403 `sale_ended`, a winner's retry too, never 410 from the sold-out
+/// memory (the hostile review: up to 500 ms of 410 after the end).
+fn sold_out_then_ended(k: u32) {
+    let redis = RedisServer::start();
+    let g = Gateway::start(&redis, &[]);
+    let id = 30 + u64::from(k);
+    let sale = seckill_tests::test_sale(id, u64::from(k), -1000, 2_500);
+    assert!(seckill_common::buckets::load_into_redis(&mut redis.con(), &sale, k, 0).unwrap());
+    let mut c = Client::connect(g.port);
+    let winners: Vec<String> = (0..k)
+        .map(|b| seckill_tests::users_of("w", b, k, 1).remove(0))
+        .collect();
+    for w in &winners {
+        assert_eq!(c.buy(id, w).status, 202, "{w}");
+    }
+    wait_until(Duration::from_secs(5), "300 ms before the end", || {
+        redis_now_ms(&redis) + 300 >= sale.ends_at_ms
+    });
+    let late = c.buy(id, "before-the-end");
+    let past = redis_now_ms(&redis) >= sale.ends_at_ms;
+    assert!(late.status == 410 || past, "{late:?}");
+    wait_until(Duration::from_secs(5), "the end", || {
+        redis_now_ms(&redis) >= sale.ends_at_ms
+    });
+    let buyers: Vec<String> = (0..20)
+        .map(|i| format!("after-{i}"))
+        .chain(winners.iter().cloned())
+        .collect();
+    let mut answers: BTreeMap<(u16, String), usize> = BTreeMap::new();
+    for u in &buyers {
+        let r = c.buy(id, u);
+        *answers.entry((r.status, r.error())).or_default() += 1;
+    }
+    assert_eq!(
+        answers,
+        BTreeMap::from([((403, "sale_ended".to_string()), 20 + k as usize)]),
+        "k = {k}"
+    );
+    let stock: i64 = (0..k)
+        .map(|b| {
+            redis
+                .con()
+                .get::<_, i64>(SaleKeys::bucket(id, b).stock())
+                .unwrap()
+        })
+        .sum();
+    assert_eq!(stock, 0);
+}
+
+#[test]
+fn a_sold_out_sale_is_403_sale_ended_from_its_end_on_never_410_from_memory() {
+    sold_out_then_ended(1);
+    sold_out_then_ended(3);
 }

@@ -414,3 +414,121 @@ fn a_reorder_that_fails_again_opens_its_finding_again_but_a_dismissal_stays() {
         0
     );
 }
+
+/// The findings about payments name a reservation but are each their own
+/// decision (the hostile review: dismissing one `payment_conflict` closed
+/// every finding of its reservation). Two conflicting deliveries of one
+/// payment id for reservation r0, and a late payment for r2 whose message
+/// was lost: dismissing one conflict closes that one only, with one row;
+/// the rollback of r2 closes its `flow_without_order` and leaves its late
+/// payment open; the next run keeps all of that.
+#[test]
+fn dismissing_one_payment_finding_closes_that_one_only_with_one_row() {
+    let w = World::new(10);
+    let rids = w.reserve(&["u1", "u2", "u3"]);
+    w.apply(&rids[..2]);
+    w.lose_message(&rids[2]);
+    {
+        use mysql::prelude::Queryable;
+        let mut db = w.db.conn();
+        db.exec_drop(
+            "INSERT INTO payments (payment_id, reservation_id, sale_id, amount_cents, outcome,
+                                   received_at)
+             VALUES ('pay-a', ?, ?, 1999, 'paid', UTC_TIMESTAMP(3)),
+                    ('pay-late', ?, ?, 1999, 'late_payment', UTC_TIMESTAMP(3))",
+            (&rids[0], w.sale, &rids[2], w.sale),
+        )
+        .unwrap();
+        db.exec_drop(
+            "INSERT INTO payment_conflicts (payment_id, reservation_id, amount_cents, received_at)
+             VALUES ('pay-a', ?, 1000, UTC_TIMESTAMP(3)), ('pay-a', ?, 500, UTC_TIMESTAMP(3))",
+            (&rids[0], &rids[0]),
+        )
+        .unwrap();
+    }
+    assert_eq!(w.run(), 1);
+    let r0 = &rids[0];
+    let r2 = &rids[2];
+    let want_open = |states: [&str; 4]| {
+        let mut v = vec![
+            (
+                "flow_without_order".to_string(),
+                r2.clone(),
+                states[0].to_string(),
+            ),
+            (
+                "late_payment".to_string(),
+                "pay-late".to_string(),
+                states[1].to_string(),
+            ),
+            (
+                "payment_conflict".to_string(),
+                format!("pay-a/{r0}/1000"),
+                states[2].to_string(),
+            ),
+            (
+                "payment_conflict".to_string(),
+                format!("pay-a/{r0}/500"),
+                states[3].to_string(),
+            ),
+        ];
+        v.sort();
+        v
+    };
+    assert_eq!(w.finding_keys(), want_open(["open"; 4]));
+    let id_of = |subject: &str| -> i64 {
+        w.findings()
+            .iter()
+            .find(|f| f["subject"] == subject)
+            .and_then(|f| f["id"].as_i64())
+            .unwrap()
+    };
+    let conflict = id_of(&format!("pay-a/{r0}/1000"));
+    ok(&w.cmd(
+        "0s",
+        &[
+            "resolve",
+            &conflict.to_string(),
+            "--dismiss",
+            "--by",
+            "carol",
+            "--note",
+            "refunded",
+        ],
+    ));
+    assert_eq!(
+        w.finding_keys(),
+        want_open(["open", "open", "resolved", "open"])
+    );
+    assert_eq!(w.review_count("SELECT COUNT(*) FROM actions"), 1);
+    assert_eq!(
+        w.review_count(&format!(
+            "SELECT COUNT(*) FROM actions WHERE finding_id = {conflict} AND action = 'dismiss'
+               AND result = 'done' AND actor = 'carol'"
+        )),
+        1
+    );
+
+    // A rollback of r2 settles its flow_without_order, not its payment.
+    let lost = id_of(r2);
+    ok(&w.cmd(
+        "0s",
+        &["resolve", &lost.to_string(), "--rollback", "--by", "dave"],
+    ));
+    assert_eq!(
+        w.finding_keys(),
+        want_open(["resolved", "open", "resolved", "open"])
+    );
+    let late = id_of("pay-late");
+    assert_eq!(
+        w.review_count(&format!(
+            "SELECT COUNT(*) FROM actions WHERE finding_id = {late}"
+        )),
+        0
+    );
+    assert_eq!(w.run(), 1);
+    assert_eq!(
+        w.finding_keys(),
+        want_open(["resolved", "open", "resolved", "open"])
+    );
+}

@@ -278,10 +278,18 @@ fn ten_ended_sales_are_archived_once_each_leaving_only_tombstones() {
                 "archived_at_ms",
                 "ends_at_ms",
                 "starts_at_ms",
+                "stock_left",
                 "total_stock"
             ]
         );
         assert_eq!(meta["total_stock"], "3");
+        // Every order paid or confirmed: none left; expired: all back.
+        let left = if sales[3..6].iter().any(|&(s, _)| s == id) {
+            "3"
+        } else {
+            "0"
+        };
+        assert_eq!(meta["stock_left"], left, "sale {id}");
         let member: bool = redis
             .con()
             .sismember(seckill_common::keys::SALES, id)
@@ -513,4 +521,192 @@ fn a_sale_whose_reservations_are_still_queued_is_not_archived() {
             (id as i64, "reconciler".to_string(), "done".to_string())
         ]
     );
+}
+
+/// A sale of 6 units split over 3 buckets, one unit bought in each bucket
+/// through the gateway on `port` and made an order by the running worker,
+/// every message applied, then ended 2 h ago (MySQL and Redis). Returns
+/// its id.
+fn ended_split_sale(redis: &RedisServer, db: &TestDb, port: u16) -> u64 {
+    let id = seckill_tests::create_split_sale(db, redis, 6, -1000, 3_600_000, 3);
+    for b in 0..3 {
+        let u = &seckill_tests::users_of("buyer", b, 3, 1)[0];
+        let r = buy(port, id, u);
+        assert_eq!(r.status, 202, "{u}: {}", r.body);
+    }
+    wait_orders(db, id, 3, LONG);
+    seckill_tests::wait_until(LONG, "every order message applied", || {
+        seckill_common::archive::messages_on_their_way(&mut redis.con(), id).unwrap() == 0
+    });
+    age(db, redis, id, 3, 2 * 3_600_000);
+    id
+}
+
+/// `sale rebalance` of an archived split sale is refused as archived
+/// (exit 1, as `sale load` of one), and nothing is written: its tombstone
+/// keeps no bucket count, so the command took it for a sale of one bucket
+/// (the hostile review: "sale N has one bucket: nothing to move", exit 0).
+#[test]
+fn rebalancing_an_archived_split_sale_is_refused_as_archived() {
+    let redis = RedisServer::start();
+    let db = TestDb::create();
+    let dir = TempDir::new();
+    let review = dir.path().join("review.sqlite3");
+    let _w = WorkerProc::start(&redis, &db, "w1", &Opts::default());
+    let g = Gateway::start(&redis, &[]);
+    let id = ended_split_sale(&redis, &db, g.port);
+    let (code, out) = reconciler(&redis, &db, &review, "1h", &["run"]);
+    assert_eq!(code, 0, "{out}");
+    assert_eq!(
+        archive_rows(&review),
+        [(id as i64, "reconciler".into(), "done".into())]
+    );
+    let before = sales_state(&redis, id);
+    assert_eq!(keys_of(&before.0, id), [SaleKeys::new(id).meta()]);
+
+    let (code, out) = reconciler(
+        &redis,
+        &db,
+        &review,
+        "1h",
+        &["sale", "rebalance", &id.to_string()],
+    );
+    assert_eq!(
+        (code, out.trim()),
+        (
+            1,
+            format!(
+                "seckill-reconciler: sale {id} was archived by reconciler: its buckets are gone \
+                 from Redis on purpose; nothing moved"
+            )
+            .as_str()
+        )
+    );
+    assert_eq!(sales_state(&redis, id), before);
+}
+
+/// An archive of a split sale killed half-way, after MySQL's decision,
+/// answers every late buyer 403 `sale_ended` at once, as the whole archive
+/// does, and the next `run` finishes it, once (the hostile review: the
+/// removed buckets' buyers got 503 until that run). Both kill points are
+/// made by hand as the killed command left them: (a) buckets 2 and 1
+/// removed, bucket 0 whole (the order of an older build, and what a
+/// gateway routing by the K it remembers meets); (b) this build's first
+/// step alone, bucket 0's tombstone written, buckets 1 and 2 whole.
+#[test]
+fn a_split_sale_archive_killed_half_way_answers_sale_ended_and_run_finishes_it() {
+    let redis = RedisServer::start();
+    let db = TestDb::create();
+    let dir = TempDir::new();
+    let review = dir.path().join("review.sqlite3");
+    let _w = WorkerProc::start(&redis, &db, "w1", &Opts::default());
+    let g = Gateway::start(&redis, &[]);
+    let (a, b) = (
+        ended_split_sale(&redis, &db, g.port),
+        ended_split_sale(&redis, &db, g.port),
+    );
+    let (code, out) = reconciler(&redis, &db, &review, "off", &["run"]);
+    assert_eq!(code, 0, "{out}");
+    for id in [a, b] {
+        db.conn()
+            .exec_drop(
+                "UPDATE sales SET archived_at = UTC_TIMESTAMP(3), archived_by = 'alice'
+                 WHERE id = ?",
+                (id,),
+            )
+            .unwrap();
+    }
+    let mut con = redis.con();
+    let workers: Vec<String> = con.smembers(seckill_common::keys::WORKERS).unwrap();
+    // (a) Buckets 2 and 1 removed, as the killed archive removed them.
+    for bucket in [2, 1] {
+        let k = SaleKeys::bucket(a, bucket);
+        let _: () = con.del(k.meta()).unwrap();
+        for key in seckill_common::archive::bucket_keys(k, &workers) {
+            let _: () = con.del(key).unwrap();
+        }
+    }
+    // (b) Bucket 0's tombstone alone.
+    let meta: BTreeMap<String, u64> = con.hgetall(SaleKeys::new(b).meta()).unwrap();
+    let t = seckill_common::archive::Tombstone {
+        starts_at_ms: meta["starts_at_ms"],
+        ends_at_ms: meta["ends_at_ms"],
+        total_stock: 6,
+        stock_left: 3,
+        archived_at_ms: seckill_common::now_ms(),
+    };
+    seckill_common::archive::write_tombstone(&mut con, b, &workers, &t).unwrap();
+    assert!(keys_of(&all_keys(&redis), b).len() > 1);
+
+    for id in [a, b] {
+        let mut answers: BTreeMap<(u16, String), usize> = BTreeMap::new();
+        // The removed buckets first: a `sale_ended` from bucket 0 would be
+        // remembered for 500 ms and answer the others from memory.
+        for bucket in [2, 1, 0] {
+            let mut users = seckill_tests::users_of("late", bucket, 3, 2);
+            users.extend(seckill_tests::users_of("buyer", bucket, 3, 1));
+            for u in &users {
+                let r = buy(g.port, id, u);
+                *answers.entry((r.status, r.error())).or_default() += 1;
+            }
+        }
+        assert_eq!(
+            answers,
+            BTreeMap::from([((403, "sale_ended".to_string()), 9)]),
+            "sale {id}"
+        );
+        let r = get(g.port, &format!("/v1/sales/{id}"));
+        assert_eq!((r.status, r.json()["state"].clone()), (200, "ended".into()));
+    }
+
+    for _ in 0..2 {
+        let (code, out) = reconciler(&redis, &db, &review, "off", &["run"]);
+        assert_eq!(code, 0, "{out}");
+        let keys = all_keys(&redis);
+        for id in [a, b] {
+            assert_eq!(keys_of(&keys, id), [SaleKeys::new(id).meta()], "sale {id}");
+        }
+        assert_eq!(
+            archive_rows(&review),
+            [
+                (a as i64, "alice".to_string(), "done".to_string()),
+                (b as i64, "alice".to_string(), "done".to_string())
+            ]
+        );
+    }
+}
+
+/// `GET /v1/sales/{id}` of an archived sale says what its purchases say,
+/// `ended`, with the stock it ended with (what the same read said just
+/// before the archive) and when it was archived (the hostile review:
+/// `stock_remaining` 0 once archived, as if it had sold out).
+#[test]
+fn an_archived_sale_reads_as_ended_with_the_stock_it_ended_with() {
+    let redis = RedisServer::start();
+    let db = TestDb::create();
+    let dir = TempDir::new();
+    let review = dir.path().join("review.sqlite3");
+    let _w = WorkerProc::start(&redis, &db, "w1", &Opts::default());
+    let g = Gateway::start(&redis, &[]);
+    let id = ended_split_sale(&redis, &db, g.port);
+    let path = format!("/v1/sales/{id}");
+    let before = get(g.port, &path);
+    assert_eq!(before.status, 200);
+    let mut want = before.json();
+    assert_eq!(
+        (want["stock_remaining"].clone(), want["state"].clone()),
+        (3.into(), "ended".into())
+    );
+
+    let (code, out) = reconciler(&redis, &db, &review, "1h", &["run"]);
+    assert_eq!(code, 0, "{out}");
+    assert_eq!(keys_of(&all_keys(&redis), id), [SaleKeys::new(id).meta()]);
+    let at: i64 = db.count(&format!(
+        "SELECT CAST(UNIX_TIMESTAMP(archived_at) * 1000 AS SIGNED) FROM sales WHERE id = {id}"
+    ));
+    want["archived_at"] = seckill_common::timefmt::format_ms(at as u64).into();
+    let after = get(g.port, &path);
+    assert_eq!((after.status, after.json()), (200, want));
+    let r = buy(g.port, id, "late-buyer");
+    assert_eq!((r.status, r.error()), (403, "sale_ended".to_string()));
 }

@@ -64,6 +64,22 @@ impl Kind {
     pub fn index(self) -> usize {
         Kind::ALL.iter().position(|k| *k == self).unwrap_or(0)
     }
+
+    /// Whether its subject is a payment (a payment not applied as `paid`,
+    /// or a conflicting delivery), not the reservation it names: each one
+    /// needs its own decision (a refund, a word with the payment service),
+    /// so it never settles with another finding of that reservation
+    /// ([`Review::open_siblings`]).
+    pub fn is_about_a_payment(self) -> bool {
+        matches!(
+            self,
+            Kind::LatePayment
+                | Kind::PaymentAmountMismatch
+                | Kind::PaymentUnknownReservation
+                | Kind::PaymentNotPayable
+                | Kind::PaymentConflict
+        )
+    }
 }
 
 stored_enum! {
@@ -413,18 +429,34 @@ impl Review {
         Ok(n > 0)
     }
 
-    /// The open findings of the same sale and reservation as finding `id`,
-    /// other than `id` itself (an action on a reservation settles them all).
+    /// The open findings of the same sale and reservation as finding `f`,
+    /// other than `f` itself (an action on a reservation settles them all).
+    /// Findings about a payment ([`Kind::is_about_a_payment`]) are nobody's
+    /// siblings and have none: dismissing one `payment_conflict` of a
+    /// reservation closes that one only, and a rollback of the reservation
+    /// leaves its payments' findings open.
     pub fn open_siblings(&self, f: &Finding) -> Result<Vec<i64>, ReviewError> {
         let Some(rid) = &f.reservation_id else {
             return Ok(Vec::new());
         };
+        if f.kind.is_about_a_payment() {
+            return Ok(Vec::new());
+        }
         let mut st = self.db.prepare(
-            "SELECT id FROM findings WHERE sale_id = ?1 AND reservation_id = ?2
+            "SELECT id, kind FROM findings WHERE sale_id = ?1 AND reservation_id = ?2
                AND state = 'open' AND id <> ?3",
         )?;
-        let rows = st.query_map(params![f.sale_id, rid, f.id], |r| r.get(0))?;
-        Ok(rows.collect::<Result<_, _>>()?)
+        let rows = st.query_map(params![f.sale_id, rid, f.id], |r| {
+            Ok((r.get::<_, i64>(0)?, r.get::<_, Kind>(1)?))
+        })?;
+        let mut ids = Vec::new();
+        for row in rows {
+            let (id, kind) = row?;
+            if !kind.is_about_a_payment() {
+                ids.push(id);
+            }
+        }
+        Ok(ids)
     }
 
     /// Finding `id`.
