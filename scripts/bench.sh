@@ -160,13 +160,13 @@ ratio=$(awk -v a="${bl_ms:-0}" -v b="${sys_ms:-0}" 'BEGIN { if (b > 0) printf "%
 row "e2e: open -> last order committed" "system ${sys_ms:-?} ms, baseline ${bl_ms:-?} ms" "$ratio"
 row "e2e: open -> sold out (last 202)" "system ${sys_202:-?} ms, baseline ${bl_202:-?} ms" "$sold_ratio"
 row "e2e: requests/s over the whole crowd" "system $(printf '%.0f' "${sys_rps:-0}"), baseline $(printf '%.0f' "${bl_rps:-0}")" "$rps_ratio"
-sys_drain=$(json_field drain_ms "$OUT/race-system.json")
-bl_drain=$(json_field drain_ms "$OUT/race-baseline.json")
+sys_drain=$(json_field drain_ms "$OUT/race-system.json" || true)
+bl_drain=$(json_field drain_ms "$OUT/race-baseline.json" || true)
 # The last order cannot commit before the last unit is sold, and on shared
 # cores the crowd's requests take the CPU the workers and MySQL need, so the
 # proposed target (docs/PERFORMANCE.md, "End to end") is that the workers
 # keep up: the last order within 500 ms of the crowd's last answer.
-row "e2e: crowd's last answer -> last order committed" "system ${sys_drain:-?} ms, baseline ${bl_drain:-?} ms" "target (proposed) <= 500 ms"
+row "e2e: crowd's last answer -> last order committed" "system ${sys_drain:-?} ms, baseline ${bl_drain:-0} ms (it commits before it answers)" "target (proposed) <= 500 ms"
 row "e2e: latency p99" "system ${sys_p99:-?} ms, baseline ${bl_p99:-?} ms" ""
 sys_cpu=$(json_field load_cpu_us_per_request "$OUT/race-system.json")
 bl_cpu=$(json_field load_cpu_us_per_request "$OUT/race-baseline.json")

@@ -3,7 +3,13 @@
 //! answered, each purchase a distinct user; a shed purchase (503
 //! `overloaded`) is sent again at once, so the offered load stays N in
 //! flight. Prints one line: `admitted_per_s p50_ms p99_ms shed_share
-//! other` over the admitted (202) purchases and every answer. For
+//! other` over the admitted (202) purchases and every answer. With
+//! `BENCH_PACE_MS=P` each connection instead waits a random 0-2P ms (mean
+//! P) before each purchase, its first included: N connections then offer
+//! about N × 1000 / P purchases a second whatever the answers' latency (the
+//! latency of many open, mostly idle connections; wrk's `delay()` cannot
+//! measure it: its timers are a list it scans on every event, which with
+//! 500 connections a thread delays the responses it times). For
 //! benchmarks only; exit 2 when it cannot connect.
 //!
 //! Usage: `seckill-shed-bench ADDR SALE CONNECTIONS SECONDS PREFIX`.
@@ -59,9 +65,21 @@ fn client(addr: String, sale: u64, id: usize, secs: u64, prefix: String) -> Opti
             .and_then(|v| v.parse().ok())
             .unwrap_or(0),
     );
+    let pace_ms: u64 = std::env::var("BENCH_PACE_MS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0);
+    // xorshift64, seeded per connection: the waits need no quality.
+    let mut rng = 0x9e37_79b9_7f4a_7c15u64 ^ ((id as u64 + 1) << 17);
     let mut n = 0u64;
     while Instant::now() < end {
         n += 1;
+        if pace_ms > 0 {
+            rng ^= rng << 13;
+            rng ^= rng >> 7;
+            rng ^= rng << 17;
+            std::thread::sleep(Duration::from_micros(rng % (2 * pace_ms * 1000 + 1)));
+        }
         let body = format!(r#"{{"user_id":"{prefix}-{id}-{n}"}}"#);
         let req = format!(
             "POST /v1/sales/{sale}/purchases HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
