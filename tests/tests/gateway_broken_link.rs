@@ -7,7 +7,9 @@
 //! taken. The break is made by a TCP relay between the gateway and the
 //! test's private Redis that, once armed, forwards the next `EVALSHA` and
 //! closes the connection instead of forwarding Redis's reply. Run with group
-//! commit (one Redis thread) and without (one shared link).
+//! commit (one Redis thread) and without (one shared link). With
+//! `SECKILL_REDIS_REPLICAS_ACK`, the second sending is not 202 while its
+//! replica does not have the reservation.
 
 mod gateway_support;
 
@@ -154,4 +156,63 @@ fn a_pipelined_purchase_whose_connection_broke_after_it_ran_is_202_not_409() {
 #[test]
 fn a_single_purchase_whose_connection_broke_after_it_ran_is_202_not_409() {
     a_purchase_whose_reply_was_lost_is_202_with_its_own_id("0");
+}
+
+/// `SECKILL_REDIS_REPLICAS_ACK=1` with the connection cut after the script
+/// ran: the second sending on a fresh connection finds the buyer's own
+/// reservation, and that connection's `WAIT` covers none of its writes (it
+/// made none), so it says nothing of whether a replica has the
+/// reservation. Here the replica is stopped, so it has not: the purchase
+/// must not be 202 (503, and the retry 409 with its id, as the WAIT mode's
+/// unconfirmed purchases).
+#[test]
+fn with_replicas_ack_a_purchase_resent_after_a_cut_is_not_202_unless_a_replica_has_it() {
+    let redis = RedisServer::start();
+    let replica = RedisServer::start();
+    let _: () = redis::cmd("REPLICAOF")
+        .arg("127.0.0.1")
+        .arg(redis.port)
+        .query(&mut replica.con())
+        .unwrap();
+    seckill_tests::wait_until(
+        std::time::Duration::from_secs(20),
+        "the replica online",
+        || {
+            let info: String = redis::cmd("INFO")
+                .arg("replication")
+                .query(&mut redis.con())
+                .unwrap();
+            info.contains("state=online")
+        },
+    );
+    let sale = 1;
+    open_sale(&redis, sale, 5);
+    let relay = Relay::start(redis.port);
+    let g = Gateway::start(
+        &relay,
+        &[
+            ("SECKILL_GATEWAY_REDIS_THREADS", "1"),
+            ("SECKILL_GATEWAY_THREADS", "1"),
+            ("SECKILL_REDIS_REPLICAS_ACK", "1"),
+            ("SECKILL_REDIS_TIMEOUT", "1s"),
+        ],
+    );
+    // Warm-up: the replica confirms, and the link has been in use.
+    assert_eq!(buy(g.port, sale, "u0").status, 202);
+
+    let pid = replica.pid().unwrap();
+    gateway_support::signal(pid, "STOP");
+    relay.armed.store(true, Ordering::SeqCst);
+    let first = buy(g.port, sale, "u1");
+    let cuts = relay.cuts.load(Ordering::SeqCst);
+    gateway_support::signal(pid, "CONT");
+    assert_eq!(cuts, 1, "one call was cut");
+    assert_eq!(counts(&redis, sale), (3, 2, 2), "u0 and u1, one unit each");
+    assert_eq!(
+        (first.status, first.error()),
+        (503, "unavailable".into()),
+        "no replica had u1's reservation when it was answered: {first:?}"
+    );
+    let again = buy(g.port, sale, "u1");
+    assert_eq!(again.status, 409, "{again:?}");
 }
