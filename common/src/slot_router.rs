@@ -11,7 +11,7 @@
 //! its own reply, and a command that was redirected is sent again where the
 //! reply says: a `MOVED`/`ASK` reply means the command did not run.
 
-use redis::{Cmd, Connection, ConnectionLike, RedisError, RedisResult, ServerErrorKind, Value};
+use redis::{Cmd, Connection, RedisError, RedisResult, ServerErrorKind, Value};
 use std::collections::HashMap;
 use std::time::Duration;
 
@@ -274,8 +274,6 @@ pub struct Replies {
     pub reached: Vec<bool>,
 }
 
-/// One pipeline on one connection: the commands' replies (without the
-/// `ASKING` ones) and whether its closing `WAIT` (when `ack`) was met.
 /// Commands already encoded in RESP, one after the other in one buffer,
 /// each with the cluster slot of its keys: a group commit's batch
 /// (`reservation::write_call` writes each purchase's `EVALSHA` straight
@@ -340,9 +338,14 @@ impl Packed {
 /// without `ack`). All of a batch with nothing added is sent from its own
 /// buffer, with no copy.
 ///
+/// The replies are read one at a time and the first failed read ends the
+/// call: a Redis that stalls (stopped, partitioned) costs one
+/// `SECKILL_REDIS_TIMEOUT`, not one per command (the redis crate's
+/// `req_packed_commands` reads every reply, each with its own timeout).
+///
 /// Errors: the connection failed; some commands may have run.
 pub(crate) fn send(
-    c: &mut dyn ConnectionLike,
+    c: &mut Connection,
     cmds: &Packed,
     which: Option<&[usize]>,
     asking: bool,
@@ -351,7 +354,7 @@ pub(crate) fn send(
     let n = which.map_or(cmds.len(), <[usize]>::len);
     let count = n * if asking { 2 } else { 1 } + usize::from(ack.is_some());
     let mut all = if which.is_none() && !asking && ack.is_none() {
-        c.req_packed_commands(&cmds.buf, 0, count)?
+        read_replies(c, &cmds.buf, count)?
     } else {
         const ASKING: &[u8] = b"*1\r\n$6\r\nASKING\r\n";
         let mut packed = Vec::with_capacity(cmds.buf.len() + n * ASKING.len() + 64);
@@ -371,7 +374,7 @@ pub(crate) fn send(
                 .arg(t.as_millis().max(1) as u64)
                 .write_packed_command(&mut packed);
         }
-        c.req_packed_commands(&packed, 0, count)?
+        read_replies(c, &packed, count)?
     };
     let acked = match ack {
         Some((n, _)) => matches!(all.pop(), Some(Value::Int(got)) if got >= n as i64),
@@ -381,6 +384,23 @@ pub(crate) fn send(
         all = all.into_iter().skip(1).step_by(2).collect();
     }
     Ok((all, acked))
+}
+
+/// Writes `packed` (`count` commands) and reads their `count` replies, an
+/// error reply as a value; RESP3 push messages between them are skipped.
+///
+/// Errors: the write or a read failed (a timeout included): at once, the
+/// replies not yet read left unread (the caller drops the connection).
+fn read_replies(c: &mut Connection, packed: &[u8], count: usize) -> RedisResult<Vec<Value>> {
+    c.send_packed_command(packed)?;
+    let mut replies = Vec::with_capacity(count);
+    while replies.len() < count {
+        match c.recv_response()? {
+            Value::Push { .. } => {}
+            v => replies.push(v),
+        }
+    }
+    Ok(replies)
 }
 
 /// `(MOVED or ASK, "host:port")` when `v` is a redirect reply.
