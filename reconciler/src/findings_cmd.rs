@@ -35,38 +35,128 @@ pub fn findings(config: &Config, args: &FindingsArgs) -> Result<u8, RunError> {
     Ok(0)
 }
 
+/// The findings as a table, one line each, every column as wide as its
+/// widest cell (kinds such as `payment_unknown_reservation` and payment
+/// subjects are longer than the others), evidence last and cut at
+/// [`EVIDENCE_WIDTH`] characters.
 fn write_table(w: &mut dyn Write, rows: &[Finding]) -> io::Result<()> {
     if rows.is_empty() {
         return writeln!(w, "no findings");
     }
-    writeln!(
-        w,
-        "{:>5}  {:<10}  {:<20}  {:>6}  {:<32}  {:<12}  {:>6}  {:<24}  {:>5}  evidence",
-        "id", "state", "kind", "sale", "subject", "user", "order", "last seen", "seen"
-    )?;
-    for f in rows {
-        let mut evidence = f.fix.clone().unwrap_or_else(|| f.evidence.to_string());
-        if f.severity == Severity::Critical {
-            evidence = format!("CRITICAL {evidence}");
+    const HEADER: [&str; 9] = [
+        "id",
+        "state",
+        "kind",
+        "sale",
+        "subject",
+        "user",
+        "order",
+        "last seen",
+        "seen",
+    ];
+    // Right-aligned: the numbers.
+    const RIGHT: [bool; 9] = [true, false, false, true, false, false, true, false, true];
+    let cells: Vec<([String; 9], String)> = rows
+        .iter()
+        .map(|f| {
+            let mut evidence = f.fix.clone().unwrap_or_else(|| f.evidence.to_string());
+            if f.severity == Severity::Critical {
+                evidence = format!("CRITICAL {evidence}");
+            }
+            if evidence.chars().count() > EVIDENCE_WIDTH {
+                evidence = evidence.chars().take(EVIDENCE_WIDTH).collect::<String>() + "...";
+            }
+            let row = [
+                f.id.to_string(),
+                f.state.to_string(),
+                f.kind.to_string(),
+                f.sale_id.to_string(),
+                f.subject.clone(),
+                f.user_id.clone().unwrap_or_else(|| "-".to_string()),
+                f.order_id
+                    .map_or_else(|| "-".to_string(), |o| o.to_string()),
+                f.last_seen.clone(),
+                f.times_seen.to_string(),
+            ];
+            (row, evidence)
+        })
+        .collect();
+    let mut widths = HEADER.map(|h| h.chars().count());
+    for (row, _) in &cells {
+        for (wd, c) in widths.iter_mut().zip(row) {
+            *wd = (*wd).max(c.chars().count());
         }
-        if evidence.chars().count() > EVIDENCE_WIDTH {
-            evidence = evidence.chars().take(EVIDENCE_WIDTH).collect::<String>() + "...";
+    }
+    let line = |w: &mut dyn Write, row: [&str; 9], last: &str| -> io::Result<()> {
+        for ((c, &wd), &right) in row.iter().zip(&widths).zip(&RIGHT) {
+            if right {
+                write!(w, "{c:>wd$}  ")?;
+            } else {
+                write!(w, "{c:<wd$}  ")?;
+            }
         }
-        writeln!(
-            w,
-            "{:>5}  {:<10}  {:<20}  {:>6}  {:<32}  {:<12}  {:>6}  {:<24}  {:>5}  {}",
-            f.id,
-            f.state,
-            f.kind,
-            f.sale_id,
-            f.subject,
-            f.user_id.as_deref().unwrap_or("-"),
-            f.order_id
-                .map_or_else(|| "-".to_string(), |o| o.to_string()),
-            f.last_seen,
-            f.times_seen,
-            evidence
-        )?;
+        writeln!(w, "{last}")
+    };
+    line(w, HEADER, "evidence")?;
+    for (row, evidence) in &cells {
+        line(w, row.each_ref().map(String::as_str), evidence)?;
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::review::findings::{FindingState, Kind};
+
+    fn finding(id: i64, kind: Kind, subject: &str) -> Finding {
+        Finding {
+            id,
+            kind,
+            sale_id: 7,
+            subject: subject.to_string(),
+            reservation_id: None,
+            user_id: Some("carol".to_string()),
+            order_id: None,
+            severity: Severity::Normal,
+            evidence: serde_json::json!({"reason": "test"}),
+            state: FindingState::Open,
+            fix: None,
+            first_seen: "2026-12-01T20:00:00.000Z".to_string(),
+            last_seen: "2026-12-01T20:00:00.000Z".to_string(),
+            times_seen: 1,
+            resolved_by: None,
+            resolved_at: None,
+            resolution: None,
+            note: None,
+        }
+    }
+
+    #[test]
+    fn every_column_starts_where_its_header_does_whatever_the_kind() {
+        let rows = [
+            finding(1, Kind::DeadLetter, "entry:00ff"),
+            finding(
+                12,
+                Kind::PaymentUnknownReservation,
+                "pay-bob-1/9f86d081884c7d65000000000000002a/2999",
+            ),
+        ];
+        let mut out = Vec::new();
+        write_table(&mut out, &rows).unwrap();
+        let text = String::from_utf8(out).unwrap();
+        let lines: Vec<&str> = text.lines().collect();
+        assert_eq!(lines.len(), 3, "{text}");
+        // The user, the last-seen time and the evidence start at the same
+        // column on every line (before, a long kind or subject pushed them).
+        let at = |l: &str, what: &str| l.find(what).unwrap();
+        let user = at(lines[0], "user");
+        let seen = at(lines[0], "last seen");
+        let evidence = at(lines[0], "evidence");
+        for l in &lines[1..] {
+            assert_eq!(at(l, "carol"), user, "{text}");
+            assert_eq!(at(l, "2026-12-01T20"), seen, "{text}");
+            assert_eq!(at(l, "{\"reason\""), evidence, "{text}");
+        }
+    }
 }
