@@ -56,6 +56,44 @@ fn split_over_masters(db: &TestDb, cluster: &RedisCluster) -> (u64, Vec<u16>) {
         .expect("a sale whose buckets span two masters")
 }
 
+/// Checks the answers of one side's buyers: the live side's `live`, all
+/// `n` of them 202; the other side's `down`, each 503 `unavailable` or
+/// 202, at least one 503 (its master was out while they bought).
+fn assert_sides(
+    live: &HashMap<(u16, String), usize>,
+    down: &HashMap<(u16, String), usize>,
+    n: usize,
+) {
+    assert_eq!(
+        live,
+        &HashMap::from([((202, String::new()), n)]),
+        "the live buckets' buyers (the other bucket's: {down:?})"
+    );
+    let count = |k: (u16, &str)| down.get(&(k.0, k.1.to_string())).copied().unwrap_or(0);
+    let (d503, d202) = (count((503, "unavailable")), count((202, "")));
+    assert_eq!(d503 + d202, n, "{down:?}");
+    assert!(d503 >= 1, "the master was out while they bought: {down:?}");
+}
+
+/// The live buckets lost nothing and sold exactly their 202s: each bucket
+/// of `buckets` holds its share less the buyers of `sold` whose home it is.
+fn assert_sold_exactly(cluster: &RedisCluster, sale: u64, buckets: &[u32], sold: &[&String]) {
+    let mut con = cluster.target_con();
+    let mut sold_by_bucket: HashMap<u32, u64> = HashMap::new();
+    for u in sold {
+        *sold_by_bucket.entry(home_bucket(u, BUCKETS)).or_default() += 1;
+    }
+    for &b in buckets {
+        let stock: i64 = con.get(SaleKeys::bucket(sale, b).stock()).unwrap();
+        let sold = sold_by_bucket.get(&b).copied().unwrap_or(0);
+        assert_eq!(
+            stock,
+            (share(STOCK, BUCKETS, b) - sold) as i64,
+            "bucket {b}"
+        );
+    }
+}
+
 #[test]
 fn a_dead_master_fails_only_the_purchases_of_its_buckets() {
     // As OPERATIONS.md advises for split sales: the other masters keep
@@ -120,21 +158,7 @@ fn a_dead_master_fails_only_the_purchases_of_its_buckets() {
         let side = if *is_live { &mut live } else { &mut down };
         *side.entry((*status, error.clone())).or_default() += 1;
     }
-    assert_eq!(
-        live,
-        HashMap::from([((202, String::new()), PER_SIDE)]),
-        "the live buckets' buyers (dead bucket's: {down:?})"
-    );
-    let down_503 = down
-        .get(&(503, "unavailable".to_string()))
-        .copied()
-        .unwrap_or(0);
-    let down_202 = down.get(&(202, String::new())).copied().unwrap_or(0);
-    assert_eq!(down_503 + down_202, PER_SIDE, "{down:?}");
-    assert!(
-        down_503 >= 1,
-        "the master was down while they bought: {down:?}"
-    );
+    assert_sides(&live, &down, PER_SIDE);
 
     // The replica takes over; the same gateway sells that bucket again.
     cluster.wait_for("the replica to serve the dead bucket", || {
@@ -148,23 +172,12 @@ fn a_dead_master_fails_only_the_purchases_of_its_buckets() {
         status == 202
     });
 
-    // The live buckets lost nothing and sold exactly their 202s.
-    let mut con = cluster.target_con();
-    let mut sold_by_bucket: HashMap<u32, u64> = HashMap::new();
-    for (is_live, u, status, _) in &answers {
-        if *is_live && *status == 202 {
-            *sold_by_bucket.entry(home_bucket(u, BUCKETS)).or_default() += 1;
-        }
-    }
-    for &b in &live_buckets {
-        let stock: i64 = con.get(SaleKeys::bucket(sale, b).stock()).unwrap();
-        let sold = sold_by_bucket.get(&b).copied().unwrap_or(0);
-        assert_eq!(
-            stock,
-            (share(STOCK, BUCKETS, b) - sold) as i64,
-            "bucket {b}"
-        );
-    }
+    let sold: Vec<&String> = answers
+        .iter()
+        .filter(|(is_live, _, status, _)| *is_live && *status == 202)
+        .map(|(_, u, _, _)| u)
+        .collect();
+    assert_sold_exactly(&cluster, sale, &live_buckets, &sold);
     eprintln!("dead bucket's buyers during the failover: {down:?}");
 }
 
@@ -245,38 +258,11 @@ fn a_stalled_master_holds_back_only_the_purchases_of_its_buckets() {
     };
     let live = tally(&live_answers);
     let stalled_tally = tally(&stalled_answers);
-    assert_eq!(
-        live,
-        HashMap::from([((202, String::new()), EACH)]),
-        "the other buckets' buyers (the stalled bucket's: {stalled_tally:?})"
+    assert_sides(&live, &stalled_tally, EACH);
+    assert_sold_exactly(
+        &cluster,
+        sale,
+        &live_buckets,
+        &live_users.iter().collect::<Vec<_>>(),
     );
-    let stalled_503 = stalled_tally
-        .get(&(503, "unavailable".to_string()))
-        .copied()
-        .unwrap_or(0);
-    let stalled_202 = stalled_tally
-        .get(&(202, String::new()))
-        .copied()
-        .unwrap_or(0);
-    assert_eq!(stalled_503 + stalled_202, EACH, "{stalled_tally:?}");
-    assert!(
-        stalled_503 >= 1,
-        "the master was stopped: {stalled_tally:?}"
-    );
-
-    // The live buckets sold exactly their 202s.
-    let mut con = cluster.target_con();
-    let mut sold_by_bucket: HashMap<u32, u64> = HashMap::new();
-    for u in &live_users {
-        *sold_by_bucket.entry(home_bucket(u, BUCKETS)).or_default() += 1;
-    }
-    for &b in &live_buckets {
-        let stock: i64 = con.get(SaleKeys::bucket(sale, b).stock()).unwrap();
-        let sold = sold_by_bucket.get(&b).copied().unwrap_or(0);
-        assert_eq!(
-            stock,
-            (share(STOCK, BUCKETS, b) - sold) as i64,
-            "bucket {b}"
-        );
-    }
 }
