@@ -30,6 +30,9 @@
 //! - [`buckets`]: a sale split over K buckets (hash tags, the buyer's home
 //!   bucket, shares, loading); [`transfer`]: moving units between buckets
 //!   with a record on each side, and the sold-out decision over all of them.
+//! - [`redis_target`]: a connection to one Redis or a cluster;
+//!   [`slot_router`]: a cluster's slot map and per-master pipelines;
+//!   [`quarantine`]: the masters that failed, held back for a while.
 //! - [`redis_server`]: the check of the Redis server on every connect
 //!   (eviction policy, persistence, writability).
 //! - [`reliable_queue`]: the atomic take and reclaim moves of the reliable queue.
@@ -69,6 +72,7 @@ pub mod notify;
 pub mod order;
 pub mod owned_key;
 pub mod payment;
+pub mod quarantine;
 pub mod redis_server;
 pub mod redis_target;
 pub mod release;

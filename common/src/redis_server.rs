@@ -77,6 +77,12 @@ impl fmt::Display for ServerError {
 
 impl std::error::Error for ServerError {}
 
+impl crate::redis_target::NodeError for ServerError {
+    fn is_link_failure(&self) -> bool {
+        matches!(self, ServerError::Redis(e) if crate::redis_target::NodeError::is_link_failure(e))
+    }
+}
+
 impl From<redis::RedisError> for ServerError {
     fn from(e: redis::RedisError) -> Self {
         ServerError::Redis(e)

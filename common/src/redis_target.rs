@@ -12,9 +12,11 @@
 //! is split per master ([`Con::pipeline_by_slot`], `slot_router.rs`).
 
 use crate::config::{parse_redis_target, RedisTarget};
+use crate::quarantine::Quarantine;
 use crate::slot_router::{Packed, Replies, SlotRouter};
 use redis::cluster::{ClusterClient, ClusterConnection};
 use redis::{Cmd, Connection, ConnectionLike, RedisError, RedisResult, Value};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 /// Retries of one command on a cluster while a slot moves or a master
@@ -28,8 +30,10 @@ pub const CLUSTER_RETRIES: u32 = 2;
 pub enum Target {
     /// One Redis.
     Single(redis::Client),
-    /// A Redis Cluster and its seed URLs (`redis://host:port/`).
-    Cluster(ClusterClient, Vec<String>),
+    /// A Redis Cluster, its seed URLs (`redis://host:port/`) and the
+    /// quarantine of its nodes shared by all connections opened from this
+    /// target and its clones (`quarantine.rs`).
+    Cluster(ClusterClient, Vec<String>, Arc<Mutex<Quarantine>>),
 }
 
 impl Target {
@@ -54,6 +58,7 @@ impl Target {
                     .max_retry_wait(500)
                     .build()?,
                 seeds,
+                Arc::default(),
             )),
         }
     }
@@ -75,7 +80,7 @@ impl Target {
                 c.set_write_timeout(Some(timeout))?;
                 Ok(Con::Single(c))
             }
-            Target::Cluster(_, seeds) => {
+            Target::Cluster(_, seeds, quarantine) => {
                 // A client per connection: the builder's timeouts are the
                 // caller's.
                 let client = ClusterClient::builder(seeds.clone())
@@ -85,15 +90,31 @@ impl Target {
                     .connection_timeout(timeout)
                     .response_timeout(timeout)
                     .build()?;
-                let con = client.get_connection()?;
-                con.set_read_timeout(Some(timeout))?;
-                con.set_write_timeout(Some(timeout))?;
+                let mut router = SlotRouter::new(seeds.clone(), timeout, quarantine.clone());
+                router.refresh()?;
                 Ok(Con::Cluster(Box::new(ClusterCon {
-                    con,
-                    router: SlotRouter::new(seeds.clone(), timeout),
+                    client,
+                    con: None,
+                    timeouts: (Some(timeout), Some(timeout)),
+                    router,
+                    routes_reads: false,
                 })))
             }
         }
+    }
+}
+
+/// An error of a call to one node ([`Con::each_master`]'s `f`): says
+/// whether the link failed (I/O, a timeout) rather than the node answering
+/// with an error or a refusal.
+pub trait NodeError: From<RedisError> + std::fmt::Display {
+    /// True when the link failed.
+    fn is_link_failure(&self) -> bool;
+}
+
+impl NodeError for RedisError {
+    fn is_link_failure(&self) -> bool {
+        self.is_io_error() || self.is_connection_dropped()
     }
 }
 
@@ -109,30 +130,69 @@ pub enum Con {
 
 /// The two halves of a cluster connection.
 pub struct ClusterCon {
-    /// Single-slot commands, scripts and `MULTI` blocks.
-    con: ClusterConnection,
+    /// What opens `con`.
+    client: ClusterClient,
+    /// Single-slot commands, scripts and `MULTI` blocks; opened on first
+    /// use ([`ClusterCon::con`]): opening it pings every node, a stalled
+    /// one for a whole timeout, and a gateway's group commit never needs it.
+    con: Option<ClusterConnection>,
+    /// (read, write) timeouts `con` gets, as last set.
+    timeouts: (Option<Duration>, Option<Duration>),
     /// Per-master pipelines and per-master server commands.
     router: SlotRouter,
+    /// One-key reads go through `router` ([`Con::route_reads`]).
+    routes_reads: bool,
+}
+
+impl ClusterCon {
+    /// The crate's cluster connection, opened with the timeouts set.
+    ///
+    /// Errors: no node answered with a slot map.
+    fn con(&mut self) -> RedisResult<&mut ClusterConnection> {
+        if self.con.is_none() {
+            let con = self.client.get_connection()?;
+            con.set_read_timeout(self.timeouts.0)?;
+            con.set_write_timeout(self.timeouts.1)?;
+            self.con = Some(con);
+        }
+        self.con
+            .as_mut()
+            .ok_or_else(|| RedisError::from((redis::ErrorKind::Io, "connection vanished")))
+    }
 }
 
 impl Con {
     /// Sets the read timeout (on every node of a cluster).
     ///
     /// Errors: a zero duration.
-    pub fn set_read_timeout(&self, d: Option<Duration>) -> RedisResult<()> {
+    pub fn set_read_timeout(&mut self, d: Option<Duration>) -> RedisResult<()> {
         match self {
             Con::Single(c) => c.set_read_timeout(d),
-            Con::Cluster(c) => c.con.set_read_timeout(d),
+            Con::Cluster(c) => {
+                if d.is_some_and(|d| d.is_zero()) {
+                    return Err(zero_timeout());
+                }
+                c.timeouts.0 = d;
+                c.con.as_ref().map_or(Ok(()), |con| con.set_read_timeout(d))
+            }
         }
     }
 
     /// Sets the write timeout (on every node of a cluster).
     ///
     /// Errors: a zero duration.
-    pub fn set_write_timeout(&self, d: Option<Duration>) -> RedisResult<()> {
+    pub fn set_write_timeout(&mut self, d: Option<Duration>) -> RedisResult<()> {
         match self {
             Con::Single(c) => c.set_write_timeout(d),
-            Con::Cluster(c) => c.con.set_write_timeout(d),
+            Con::Cluster(c) => {
+                if d.is_some_and(|d| d.is_zero()) {
+                    return Err(zero_timeout());
+                }
+                c.timeouts.1 = d;
+                c.con
+                    .as_ref()
+                    .map_or(Ok(()), |con| con.set_write_timeout(d))
+            }
         }
     }
 
@@ -141,13 +201,27 @@ impl Con {
         matches!(self, Con::Cluster(_))
     }
 
+    /// From now on, on a cluster, single read-only commands of one key
+    /// (`slot_router::ROUTED_READS`: `HGET`, `HMGET`, `GET`...) go to their
+    /// master through the slot router, whose quarantine skips a master
+    /// that stalled (`quarantine.rs`), instead of through the redis
+    /// crate's cluster connection, whose (re)connect pings every node and
+    /// waits out a stalled one. The gateway's links do this: a stalled
+    /// master then costs only its own buckets' purchases. Nothing changes
+    /// on one Redis.
+    pub fn route_reads(&mut self) {
+        if let Con::Cluster(c) = self {
+            c.routes_reads = true;
+        }
+    }
+
     /// Runs `f` on each master on a plain connection (the one Redis for
     /// [`Con::Single`]), for server commands such as `INFO` or a keyless
     /// `EVAL`; returns the results in master order.
     ///
     /// Errors: the slot map could not be read or a master not reached,
     /// or what `f` returns.
-    pub fn each_master<T, E: From<RedisError>>(
+    pub fn each_master<T, E: NodeError>(
         &mut self,
         f: impl FnMut(&mut Connection) -> Result<T, E>,
     ) -> Result<Vec<T>, E> {
@@ -162,7 +236,7 @@ impl Con {
     ///
     /// Errors: the slot map could not be read, no master accepted a
     /// connection, or what `f` returns.
-    pub fn each_reachable_master<T, E: From<RedisError>>(
+    pub fn each_reachable_master<T, E: NodeError>(
         &mut self,
         f: impl FnMut(&mut Connection) -> Result<T, E>,
     ) -> Result<Vec<T>, E> {
@@ -170,8 +244,11 @@ impl Con {
     }
 
     /// Both of the above: `skip_unreachable` leaves out (and logs) a master
-    /// whose connect fails, unless none connects.
-    fn masters_do<T, E: From<RedisError>>(
+    /// that is held in quarantine, whose connect fails, or whose link fails
+    /// under `f` (a timeout: a stalled master), unless none is left. A
+    /// link that fails under `f` is dropped and its node held either way
+    /// (`SlotRouter::failed`), so no later call reads its late reply.
+    fn masters_do<T, E: NodeError>(
         &mut self,
         skip_unreachable: bool,
         mut f: impl FnMut(&mut Connection) -> Result<T, E>,
@@ -184,17 +261,32 @@ impl Con {
         let mut out = Vec::with_capacity(masters.len());
         let mut last = None;
         for m in masters {
-            match c.router.node(&m) {
-                Ok(node) => out.push(f(node)?),
-                Err(e) if skip_unreachable => {
-                    log::warn!("redis: master {m} not reached: {e}");
-                    last = Some(e);
-                }
-                Err(e) => return Err(e.into()),
+            let started = std::time::Instant::now();
+            let e = match c.router.node(&m) {
+                Ok(node) => match f(node) {
+                    Ok(v) => {
+                        c.router.answered(&m);
+                        out.push(v);
+                        continue;
+                    }
+                    Err(e) => {
+                        if !e.is_link_failure() {
+                            return Err(e);
+                        }
+                        c.router.failed(&m, started);
+                        e
+                    }
+                },
+                Err(e) => E::from(e),
+            };
+            if !skip_unreachable {
+                return Err(e);
             }
+            log::warn!("redis: master {m} not reached: {e}");
+            last = Some(e);
         }
         match last {
-            Some(e) if out.is_empty() => Err(e.into()),
+            Some(e) if out.is_empty() => Err(e),
             _ => Ok(out),
         }
     }
@@ -242,17 +334,33 @@ impl Con {
     }
 
     /// The inner connection of a cluster's single-slot commands.
-    fn like(&mut self) -> &mut dyn ConnectionLike {
+    ///
+    /// Errors: (cluster) it could not be opened.
+    fn like(&mut self) -> RedisResult<&mut dyn ConnectionLike> {
         match self {
-            Con::Single(c) => c,
-            Con::Cluster(c) => &mut c.con,
+            Con::Single(c) => Ok(c),
+            Con::Cluster(c) => Ok(c.con()?),
         }
     }
 }
 
+fn zero_timeout() -> RedisError {
+    RedisError::from((
+        redis::ErrorKind::InvalidClientConfig,
+        "Duration should be None or non-zero.",
+    ))
+}
+
 impl ConnectionLike for Con {
     fn req_packed_command(&mut self, cmd: &[u8]) -> RedisResult<Value> {
-        self.like().req_packed_command(cmd)
+        if let Con::Cluster(c) = self {
+            if c.routes_reads {
+                if let Some(slot) = crate::slot_router::read_slot(cmd) {
+                    return c.router.read(slot, cmd);
+                }
+            }
+        }
+        self.like()?.req_packed_command(cmd)
     }
 
     fn req_packed_commands(
@@ -261,17 +369,22 @@ impl ConnectionLike for Con {
         offset: usize,
         count: usize,
     ) -> RedisResult<Vec<Value>> {
-        self.like().req_packed_commands(cmd, offset, count)
+        self.like()?.req_packed_commands(cmd, offset, count)
     }
 
     fn req_command(&mut self, cmd: &Cmd) -> RedisResult<Value> {
-        self.like().req_command(cmd)
+        if let Con::Cluster(c) = self {
+            if c.routes_reads {
+                return self.req_packed_command(&cmd.get_packed_command());
+            }
+        }
+        self.like()?.req_command(cmd)
     }
 
     fn get_db(&self) -> i64 {
         match self {
             Con::Single(c) => c.get_db(),
-            Con::Cluster(c) => c.con.get_db(),
+            Con::Cluster(_) => 0,
         }
     }
 
@@ -284,13 +397,14 @@ impl ConnectionLike for Con {
     }
 
     fn check_connection(&mut self) -> bool {
-        self.like().check_connection()
+        self.like().is_ok_and(|c| c.check_connection())
     }
 
     fn is_open(&self) -> bool {
         match self {
             Con::Single(c) => c.is_open(),
-            Con::Cluster(c) => c.con.is_open(),
+            // Not opened yet: nothing is broken.
+            Con::Cluster(c) => c.con.as_ref().is_none_or(|c| c.is_open()),
         }
     }
 }

@@ -11,19 +11,31 @@
 //! its own reply, and a command that was redirected is sent again where the
 //! reply says: a `MOVED`/`ASK` reply means the command did not run.
 
+use crate::quarantine::Quarantine;
 use redis::{Cmd, Connection, RedisError, RedisResult, ServerErrorKind, Value};
 use std::collections::HashMap;
-use std::time::Duration;
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
 
 /// Most redirect rounds per pipeline: each round follows the redirects the
 /// previous one got (a slot moves once per resharding step or failover).
 pub const MAX_REDIRECTS: usize = 3;
 
+/// While a node is held in quarantine, the slot map is read again at most
+/// this often (each read is one `CLUSTER SLOTS` on a node that answers),
+/// so a promoted replica gets its slots' commands within this much of the
+/// promotion.
+pub const REFRESH_EVERY: Duration = Duration::from_millis(100);
+
 /// The cluster slot of `key`: CRC16 of its hash tag (the part between the
 /// first `{` and the next `}`, when not empty) modulo 16384, per the Redis
 /// Cluster specification.
 pub fn slot_of(key: &str) -> u16 {
-    let b = key.as_bytes();
+    slot_of_bytes(key.as_bytes())
+}
+
+/// [`slot_of`] of a key that may not be UTF-8.
+pub fn slot_of_bytes(b: &[u8]) -> u16 {
     let tagged = b.iter().position(|&c| c == b'{').and_then(|open| {
         let len = b[open + 1..].iter().position(|&c| c == b'}')?;
         (len > 0).then(|| &b[open + 1..open + 1 + len])
@@ -59,19 +71,37 @@ pub struct SlotRouter {
     /// `(first slot, last slot, "host:port" of its master)`, as
     /// `CLUSTER SLOTS` last said; empty before the first refresh.
     ranges: Vec<(u16, u16, String)>,
+    /// When `ranges` was last read.
+    refreshed: Option<Instant>,
     /// Open connections by `"host:port"`.
     nodes: HashMap<String, Connection>,
+    /// Nodes that failed and are not tried until their hold ends, shared
+    /// with every router of the same `Target`.
+    quarantine: Arc<Mutex<Quarantine>>,
 }
 
 impl SlotRouter {
-    /// A router that reads the slot map on first use.
-    pub fn new(seeds: Vec<String>, timeout: Duration) -> SlotRouter {
+    /// A router that reads the slot map on first use, sharing
+    /// `quarantine` with the other routers of the same cluster.
+    pub fn new(
+        seeds: Vec<String>,
+        timeout: Duration,
+        quarantine: Arc<Mutex<Quarantine>>,
+    ) -> SlotRouter {
         SlotRouter {
             seeds,
             timeout,
             ranges: Vec::new(),
+            refreshed: None,
             nodes: HashMap::new(),
+            quarantine,
         }
+    }
+
+    /// The shared quarantine (a poisoned lock is taken over: a hold is
+    /// only a hint).
+    fn held(&self) -> MutexGuard<'_, Quarantine> {
+        self.quarantine.lock().unwrap_or_else(|p| p.into_inner())
     }
 
     /// The `"host:port"` of the master serving `slot`, from the map.
@@ -96,25 +126,45 @@ impl SlotRouter {
     }
 
     /// Reads the slot map again, from the first known node or seed that
-    /// answers `CLUSTER SLOTS`.
+    /// answers `CLUSTER SLOTS`; a node held in quarantine is not asked (it
+    /// would cost a timeout), one that fails is put there.
     ///
     /// Errors: the last failure when none answered.
     pub fn refresh(&mut self) -> RedisResult<()> {
         let mut candidates: Vec<String> = self.nodes.keys().cloned().collect();
         candidates.extend(self.seeds.iter().map(|s| addr_of_url(s).to_string()));
         let mut last = None;
+        let mut asked = Vec::with_capacity(candidates.len());
         for addr in candidates {
-            let reply = self
-                .node(&addr)
-                .and_then(|c| redis::cmd("CLUSTER").arg("SLOTS").query::<Value>(c));
+            if asked.contains(&addr) {
+                continue;
+            }
+            asked.push(addr.clone());
+            let c = match self.node(&addr) {
+                Ok(c) => c,
+                // Held, or the connect failed (and it is held now).
+                Err(e) => {
+                    last = Some(e);
+                    continue;
+                }
+            };
+            let started = Instant::now();
+            let reply = redis::cmd("CLUSTER").arg("SLOTS").query::<Value>(c);
             match reply.and_then(|v| parse_slots(&v)) {
                 Ok(ranges) if !ranges.is_empty() => {
+                    let mut q = self.held();
+                    q.answered(&addr);
+                    q.retain(|held| ranges.iter().any(|r| r.2 == held));
+                    drop(q);
                     self.ranges = ranges;
+                    self.refreshed = Some(Instant::now());
                     return Ok(());
                 }
                 Ok(_) => {}
                 Err(e) => {
-                    self.nodes.remove(&addr);
+                    if !crate::is_error_reply(&e) {
+                        self.failed(&addr, started);
+                    }
                     last = Some(e);
                 }
             }
@@ -127,20 +177,72 @@ impl SlotRouter {
         }))
     }
 
+    /// Whether the slot map should be read before routing: never read, or
+    /// a node failed since and the last read is [`REFRESH_EVERY`] old (a
+    /// failover promotes a replica: its slots move).
+    fn map_is_due(&self) -> bool {
+        match self.refreshed {
+            None => true,
+            Some(_) if self.ranges.is_empty() => true,
+            Some(t) => t.elapsed() >= REFRESH_EVERY && self.held().any(),
+        }
+    }
+
     /// The connection to `addr` (`"host:port"`), opened if needed.
     ///
-    /// Errors: the connect failed.
+    /// Errors: `addr` is held in quarantine (an I/O error saying so, at
+    /// once; an open connection to it is dropped: another router found it
+    /// failing), or the connect failed (`addr` is then held).
     pub fn node(&mut self, addr: &str) -> RedisResult<&mut Connection> {
+        let now = Instant::now();
+        let held = self.held().try_node(addr, now);
+        if let Some(left) = held {
+            self.nodes.remove(addr);
+            return Err(RedisError::from((
+                redis::ErrorKind::Io,
+                "node held after a failure",
+                format!("{addr} is not tried for {} ms more", left.as_millis()),
+            )));
+        }
         if !self.nodes.contains_key(addr) {
-            let client = redis::Client::open(format!("redis://{addr}/"))?;
-            let c = client.get_connection_with_timeout(self.timeout)?;
-            c.set_read_timeout(Some(self.timeout))?;
-            c.set_write_timeout(Some(self.timeout))?;
-            self.nodes.insert(addr.to_string(), c);
+            let opened = redis::Client::open(format!("redis://{addr}/")).and_then(|client| {
+                let c = client.get_connection_with_timeout(self.timeout)?;
+                c.set_read_timeout(Some(self.timeout))?;
+                c.set_write_timeout(Some(self.timeout))?;
+                Ok(c)
+            });
+            match opened {
+                Ok(c) => {
+                    self.nodes.insert(addr.to_string(), c);
+                }
+                Err(e) => {
+                    let hold = self.held().failed(addr, now.elapsed(), Instant::now());
+                    log::warn!("redis: node {addr}: {e}; not tried for {hold:?}");
+                    return Err(e);
+                }
+            }
         }
         self.nodes
             .get_mut(addr)
             .ok_or_else(|| RedisError::from((redis::ErrorKind::Io, "connection vanished")))
+    }
+
+    /// Records that talking to `addr` failed after starting at `started`
+    /// (a broken connection or a timeout, not an error reply): its
+    /// connection is dropped (a reply may still be on its way) and the
+    /// node held in quarantine ([`Quarantine::failed`]).
+    pub fn failed(&mut self, addr: &str, started: Instant) {
+        self.nodes.remove(addr);
+        let now = Instant::now();
+        let hold = self
+            .held()
+            .failed(addr, now.saturating_duration_since(started), now);
+        log::warn!("redis: node {addr} failed; not tried for {hold:?}");
+    }
+
+    /// Records that `addr` answered (ends a quarantine).
+    pub fn answered(&mut self, addr: &str) {
+        self.held().answered(addr);
     }
 
     /// Sends `cmds` (each with the slot of all its keys) as one pipeline per
@@ -150,16 +252,22 @@ impl SlotRouter {
     /// `ASK` sends it once with `ASKING` to the node named, for at most
     /// [`MAX_REDIRECTS`] rounds.
     ///
-    /// A master that cannot be reached, or whose connection breaks, fails
-    /// only its own commands (`reached[i]` false, value `Nil`; such a
-    /// command may still have run when the connection broke after the
-    /// write): the other masters' commands keep their replies, so a
-    /// failover costs only the purchases of the buckets on that master.
-    /// Its connection is dropped and the slot map read again next time.
+    /// A master that cannot be reached, or whose connection breaks or
+    /// times out, fails only its own commands (`reached[i]` false, value
+    /// `Nil`; such a command may still have run when the connection broke
+    /// after the write): the other masters' commands keep their replies, so
+    /// a failover or a stalled master costs only the purchases of the
+    /// buckets on that master. Its connection is dropped and it is held in
+    /// quarantine (`quarantine.rs`): until the hold ends its commands fail
+    /// at once, without waiting on it, and the slot map is read again every
+    /// [`REFRESH_EVERY`] to find a promoted replica. A connection that had
+    /// been in use and broke (not a timeout: typically the master
+    /// restarted) is opened again and its commands sent once more, so a
+    /// restart costs no 503 (commands may run twice: send only commands
+    /// safe to repeat, such as reservations with their ids).
     ///
-    /// Errors: no command reached its master (every group failed, or the
-    /// slot map could not be read), so the caller may reconnect and send
-    /// again (commands may have run: send only commands safe to repeat).
+    /// Errors: the slot map could not be read (no node answered) and no
+    /// command reached its master; the caller may reconnect later.
     ///
     /// With `ack` (replicas, timeout), each master's pipeline ends with
     /// `WAIT replicas timeout_ms`, and `replicated[i]` says whether the
@@ -172,29 +280,28 @@ impl SlotRouter {
         let mut replies = vec![Value::Nil; cmds.len()];
         let mut replicated = vec![ack.is_none(); cmds.len()];
         let mut reached = vec![false; cmds.len()];
-        let mut last_error = None;
+        let mut no_map = None;
         // (command index, Some(node) after ASK)
         let mut todo: Vec<(usize, Option<String>)> = (0..cmds.len()).map(|i| (i, None)).collect();
         for round in 0..=MAX_REDIRECTS {
-            if self.ranges.is_empty() {
-                // Cleared by a failed master in the previous round.
+            if self.map_is_due() {
                 if let Err(e) = self.refresh() {
-                    last_error = Some(e);
-                    break;
+                    if self.ranges.is_empty() {
+                        no_map = Some(e);
+                        break;
+                    }
+                    // The map read before still routes the others.
                 }
             }
             let mut groups: HashMap<(String, bool), Vec<usize>> = HashMap::new();
             for (i, ask) in &todo {
                 let key = match ask {
                     Some(node) => (node.clone(), true),
+                    // None: no master serves the slot (a master lost
+                    // without a replica): this command only.
                     None => match self.master_of(cmds.slot(*i)) {
                         Some(m) => (m.to_string(), false),
-                        None => {
-                            // No master serves the slot (a master lost
-                            // without a replica): this command only.
-                            last_error = Some(uncovered(cmds.slot(*i)));
-                            continue;
-                        }
+                        None => continue,
                     },
                 };
                 groups.entry(key).or_default().push(*i);
@@ -202,21 +309,12 @@ impl SlotRouter {
             let mut next = Vec::new();
             let mut moved = false;
             for ((addr, asking), idx) in groups {
-                let got = self
-                    .node(&addr)
-                    .and_then(|c| send(c, cmds, Some(&idx), asking, ack));
-                let (got, acked) = match got {
-                    Ok(v) => v,
-                    Err(e) => {
-                        // This master's commands fail; the others go on.
-                        self.nodes.remove(&addr);
-                        self.ranges.clear();
-                        for &i in &idx {
-                            replicated[i] = false;
-                        }
-                        last_error = Some(e);
-                        continue;
+                let Ok((got, acked)) = self.send_to(&addr, cmds, &idx, asking, ack) else {
+                    // This master's commands fail; the others go on.
+                    for &i in &idx {
+                        replicated[i] = false;
                     }
+                    continue;
                 };
                 for (&i, v) in idx.iter().zip(got) {
                     reached[i] = true;
@@ -240,15 +338,12 @@ impl SlotRouter {
             for (i, _) in &next {
                 reached[*i] = false;
             }
-            if moved {
-                if let Err(e) = self.refresh() {
-                    last_error = Some(e);
-                    break;
-                }
+            if moved && self.refresh().is_err() {
+                break;
             }
             todo = next;
         }
-        if let Some(e) = last_error {
+        if let Some(e) = no_map {
             if !reached.iter().any(|&r| r) {
                 return Err(e);
             }
@@ -258,6 +353,63 @@ impl SlotRouter {
             replicated,
             reached,
         })
+    }
+
+    /// One read-only command (`cmd`, RESP-encoded, its key in `slot`; see
+    /// [`read_slot`]) sent to the slot's master through [`SlotRouter::pipeline`]:
+    /// a master held in quarantine fails it at once.
+    ///
+    /// Errors: the slot map could not be read, or the master was not
+    /// reached (an I/O error naming the slot).
+    pub fn read(&mut self, slot: u16, cmd: &[u8]) -> RedisResult<Value> {
+        let mut p = Packed::with_capacity(1, cmd.len());
+        p.push(slot, |b| b.extend_from_slice(cmd));
+        let r = self.pipeline(&p, None)?;
+        match (r.reached.first(), r.values.into_iter().next()) {
+            (Some(true), Some(v)) => Ok(v),
+            _ => Err(RedisError::from((
+                redis::ErrorKind::Io,
+                "the slot's master was not reached",
+                format!("slot {slot}"),
+            ))),
+        }
+    }
+
+    /// [`send`] of the commands `idx` of `cmds` to `addr`, with the
+    /// quarantine kept: a held node fails at once, one that answers ends
+    /// its hold, one that fails is held; a connection that had been in use
+    /// and broke with anything but a timeout is opened again and the
+    /// commands sent once more.
+    ///
+    /// Errors: `addr` held, not reached, or failed (it is held then).
+    fn send_to(
+        &mut self,
+        addr: &str,
+        cmds: &Packed,
+        idx: &[usize],
+        asking: bool,
+        ack: Option<(usize, Duration)>,
+    ) -> RedisResult<(Vec<Value>, bool)> {
+        let started = Instant::now();
+        let was_open = self.nodes.contains_key(addr);
+        let mut got = self
+            .node(addr)
+            .and_then(|c| send(c, cmds, Some(idx), asking, ack));
+        if let Err(e) = &got {
+            if was_open && !e.is_timeout() {
+                self.nodes.remove(addr);
+                got = self
+                    .node(addr)
+                    .and_then(|c| send(c, cmds, Some(idx), asking, ack));
+            }
+        }
+        match &got {
+            Ok(_) => self.held().answered(addr),
+            // Not open: held, or its connect failed (held by `node`).
+            Err(_) if self.nodes.contains_key(addr) => self.failed(addr, started),
+            Err(_) => {}
+        }
+        got
     }
 }
 
@@ -403,6 +555,71 @@ fn read_replies(c: &mut Connection, packed: &[u8], count: usize) -> RedisResult<
     Ok(replies)
 }
 
+/// Read-only commands of one key whose key is their first argument: the
+/// ones [`read_slot`] routes (safe to send again after a broken link).
+/// Anything else (writes, scripts, blocking and keyless commands, several
+/// keys) is left to the redis crate's cluster connection.
+pub const ROUTED_READS: &[&str] = &[
+    "EXISTS",
+    "GET",
+    "HEXISTS",
+    "HGET",
+    "HGETALL",
+    "HKEYS",
+    "HLEN",
+    "HMGET",
+    "HVALS",
+    "LINDEX",
+    "LLEN",
+    "LRANGE",
+    "PTTL",
+    "SCARD",
+    "SISMEMBER",
+    "SMEMBERS",
+    "STRLEN",
+    "TTL",
+    "TYPE",
+    "XLEN",
+    "ZCARD",
+    "ZRANGE",
+    "ZSCORE",
+];
+
+/// The slot of a RESP-encoded command (`*N` then `$len` arguments) when
+/// it is one of [`ROUTED_READS`] with exactly one key; `None` for anything
+/// else or a malformed encoding.
+pub fn read_slot(cmd: &[u8]) -> Option<u16> {
+    let mut rest = cmd.strip_prefix(b"*")?;
+    let (n, r) = resp_number(rest)?;
+    rest = r;
+    // EXISTS with several keys would span slots.
+    if n < 2 {
+        return None;
+    }
+    let (name, r) = resp_bulk(rest)?;
+    let known = ROUTED_READS
+        .iter()
+        .any(|c| c.as_bytes().eq_ignore_ascii_case(name));
+    if !known || (name.eq_ignore_ascii_case(b"EXISTS") && n != 2) {
+        return None;
+    }
+    let (key, _) = resp_bulk(r)?;
+    Some(slot_of_bytes(key))
+}
+
+/// `<digits>\r\n` at the start of `b`: the number and what follows.
+fn resp_number(b: &[u8]) -> Option<(usize, &[u8])> {
+    let end = b.iter().position(|&c| c == b'\r')?;
+    let n = std::str::from_utf8(&b[..end]).ok()?.parse().ok()?;
+    Some((n, b.get(end + 2..)?))
+}
+
+/// `$<len>\r\n<bytes>\r\n` at the start of `b`: the bytes and what follows.
+fn resp_bulk(b: &[u8]) -> Option<(&[u8], &[u8])> {
+    let (len, r) = resp_number(b.strip_prefix(b"$")?)?;
+    Some((r.get(..len)?, r.get(len + 2..)?))
+}
+
 /// `(MOVED or ASK, "host:port")` when `v` is a redirect reply.
 fn redirect(v: &Value) -> Option<(ServerErrorKind, String)> {
     let Value::ServerError(e) = v else {
@@ -415,14 +632,6 @@ fn redirect(v: &Value) -> Option<(ServerErrorKind, String)> {
     // details: "SLOT host:port"
     let to = e.details()?.split_whitespace().nth(1)?.to_string();
     Some((kind, to))
-}
-
-fn uncovered(slot: u16) -> RedisError {
-    RedisError::from((
-        redis::ErrorKind::Server(ServerErrorKind::ClusterDown),
-        "slot not served by any master",
-        slot.to_string(),
-    ))
 }
 
 /// `"host:port"` of a `redis://host:port/` URL.
@@ -467,5 +676,38 @@ mod tests {
         let k = crate::keys::SaleKeys::new(7);
         assert_eq!(slot_of(&k.stock()), slot_of(&k.queue()));
         assert_eq!(addr_of_url("redis://127.0.0.1:7000/"), "127.0.0.1:7000");
+    }
+
+    #[test]
+    fn only_one_key_reads_are_routed_by_their_key() {
+        let packed = |c: &Cmd| c.get_packed_command();
+        let k = crate::keys::SaleKeys::new(7);
+        let hmget = redis::cmd("HMGET").arg(k.meta()).arg("a").arg("b").clone();
+        assert_eq!(read_slot(&packed(&hmget)), Some(slot_of(&k.meta())));
+        let hget = redis::cmd("hget").arg("{x}:buyers").arg("u").clone();
+        assert_eq!(read_slot(&packed(&hget)), Some(slot_of("x")));
+        assert_eq!(
+            read_slot(&packed(redis::cmd("EXISTS").arg("k1"))),
+            Some(slot_of("k1"))
+        );
+        for not_routed in [
+            redis::cmd("EXISTS").arg("k1").arg("k2").clone(),
+            redis::cmd("SET").arg("k").arg("v").clone(),
+            redis::cmd("EVALSHA").arg("abc").arg(1).arg("k").clone(),
+            redis::cmd("BLMOVE")
+                .arg("a")
+                .arg("b")
+                .arg("LEFT")
+                .arg("RIGHT")
+                .arg(1)
+                .clone(),
+            redis::cmd("PING").clone(),
+            redis::cmd("GET").clone(),
+        ] {
+            assert_eq!(read_slot(&packed(&not_routed)), None, "{not_routed:?}");
+        }
+        assert_eq!(read_slot(b"*2\r\n$3\r\nGET\r\n$5\r\nab"), None);
+        assert_eq!(read_slot(b"GET k\r\n"), None);
+        assert_eq!(read_slot(b"*2\r\n$3\r\nGET\r\n$x\r\n"), None);
     }
 }

@@ -62,6 +62,8 @@ impl Link {
     /// can evict the sale's keys is refused) and loads the script.
     fn connect(&self) -> Result<Con, ServerError> {
         let mut con = self.client.connect(self.timeout)?;
+        // On a cluster, reads skip a stalled master (`Con::route_reads`).
+        con.route_reads();
         match redis_server::check(&mut con) {
             Ok(p) => {
                 let off = i64::from(p.nothing());

@@ -186,12 +186,15 @@ fn a_dead_master_fails_only_the_purchases_of_its_buckets() {
 /// its buyers' pipeline costs the group commit one `SECKILL_REDIS_TIMEOUT`
 /// (300 ms here), not one per purchase. 30 of its buyers buy at once, then
 /// 30 buyers of the other buckets while the master is still stopped, all
-/// through one Redis thread: every one of the others gets 202. Before, the
-/// redis crate read every reply of the stalled pipeline with its own
-/// timeout (30 × 300 ms), and the others waited behind it until their own
-/// bound (3 × 300 ms) and got 503.
+/// through one Redis thread: every one of the others gets 202. Before, a
+/// batch all on the stalled master failed the whole cluster connection,
+/// each reconnect waited on that master again, and the reads of bucket 0
+/// went through the redis crate's cluster connection, whose opening pings
+/// every node: the others waited for a link until their bound (3 × 300 ms)
+/// and got 503. Now the stalled master is held in quarantine for every
+/// connection of the gateway (`quarantine.rs`) and the reads go through
+/// the slot router (`Con::route_reads`).
 #[test]
-#[ignore = "open: with the stalled master's pipeline bounded at one timeout (slot_router::read_replies) the other buckets' 30 buyers still all get 503: a batch whose every purchase is on the stalled master fails the whole cluster connection (SlotRouter::pipeline's Err when none reached), and the reconnect (redis_server::check, load_script on each reachable master) waits a timeout on the stalled master each time; see docs/LIMITS.md, 'Redis stalls and clocks'"]
 fn a_stalled_master_holds_back_only_the_purchases_of_its_buckets() {
     let cluster = RedisCluster::start_with(&[("cluster-require-full-coverage", "no")]);
     let db = TestDb::create();

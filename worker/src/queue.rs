@@ -342,7 +342,7 @@ pub struct Settlement<'a> {
 ///
 /// Errors: Redis failures.
 pub fn open(client: &Target, timeout: Duration, read: Duration) -> redis::RedisResult<Con> {
-    let c = client.connect(timeout)?;
+    let mut c = client.connect(timeout)?;
     c.set_read_timeout(Some(read))?;
     Ok(c)
 }
