@@ -255,6 +255,10 @@ pub struct ReserveKeys {
     /// Their Redis Cluster slot (they share one hash tag), computed once:
     /// a group commit routes every purchase by it.
     pub slot: u16,
+    /// The RESP of every argument of the call before the buyer's:
+    /// `*12`, `EVALSHA`, the script's hash, `6` and the six keys, written
+    /// once ([`write_call`] copies it).
+    head: Vec<u8>,
 }
 
 impl ReserveKeys {
@@ -273,12 +277,23 @@ impl ReserveKeys {
             k.status(),
             k.queue(),
         ];
+        let bytes = keys.iter().map(String::len).sum();
+        let hash = reserve_script().get_hash();
+        let mut head = Vec::with_capacity(12 * 8 + hash.len() + bytes);
+        head.extend_from_slice(b"*12\r\n");
+        bulk(&mut head, b"EVALSHA");
+        bulk(&mut head, hash.as_bytes());
+        bulk(&mut head, b"6");
+        for key in &keys {
+            bulk(&mut head, key.as_bytes());
+        }
         ReserveKeys {
             sale_id: k.sale_id,
             bucket: k,
-            bytes: keys.iter().map(String::len).sum(),
+            bytes,
             slot: crate::slot_router::slot_of(&keys[1]),
             keys,
+            head,
         }
     }
 }
@@ -305,17 +320,10 @@ pub fn push_call(
 /// argument encoding, docs/PERFORMANCE.md). `reservation_id` must come from
 /// [`crate::ids::new_reservation_id`].
 pub fn write_call(out: &mut Vec<u8>, keys: &ReserveKeys, user_id: &str, reservation_id: &str) {
-    let hash = reserve_script().get_hash();
     let mut digits = [0u8; 20];
     let sale = decimal(keys.sale_id, &mut digits);
-    out.reserve(12 * 8 + hash.len() + keys.bytes + user_id.len() + reservation_id.len() + 20);
-    out.extend_from_slice(b"*12\r\n");
-    bulk(out, b"EVALSHA");
-    bulk(out, hash.as_bytes());
-    bulk(out, b"6");
-    for k in &keys.keys {
-        bulk(out, k.as_bytes());
-    }
+    out.reserve(keys.head.len() + 3 * 8 + user_id.len() + reservation_id.len() + 20);
+    out.extend_from_slice(&keys.head);
     bulk(out, user_id.as_bytes());
     bulk(out, reservation_id.as_bytes());
     bulk(out, sale);
