@@ -11,7 +11,11 @@
 #             DECR + one HSET + LPUSH instead of DECR + three HSETs + LPUSH,
 #             with the same guards (key types, pause, integer stock, OOM
 #             undo) and the same reply;
-#   merged_fcall  that prototype as a Function.
+#   merged_fcall  that prototype as a Function;
+#   batch8, batch32  today's script in its batch form (the group commit's
+#             one call per bucket, reservation::write_calls) with 8 or 32
+#             buyers per call: its figure is per reservation (per call / N),
+#             over the same number of reservations.
 # Each: `redis-benchmark -c 2 -P 64` of distinct users on a fresh private
 # redis-server with AOF everysec (as the gateway bench), one sale of plenty
 # of stock. Figures, not a test. Usage: scripts/bench-redis-script.sh
@@ -99,7 +103,7 @@ run() {
   $rc SET 'seckill:{sale:1}:stock' 1000000000 >/dev/null
   local call
   case $name in
-    evalsha) call=(EVALSHA "$($rc SCRIPT LOAD "$lua_src")") ;;
+    evalsha|batch*) call=(EVALSHA "$($rc SCRIPT LOAD "$lua_src")") ;;
     merged) call=(EVALSHA "$($rc SCRIPT LOAD "$merged_src")") ;;
     fcall)
       $rc FUNCTION LOAD "$(printf '#!lua name=seckill\nlocal function reserve(KEYS, ARGV)\n%s\nend\nredis.register_function("reserve", reserve)' "$lua_src")" >/dev/null
@@ -110,9 +114,13 @@ run() {
   esac
   $rc CONFIG RESETSTAT >/dev/null
   [ -n "${BENCH_CALLGRIND:-}" ] && callgrind_control -z "$R_PID" >/dev/null 2>&1
+  # batchN: N buyers per call, CALLS / N calls (as many reservations).
+  local per=1 more=()
+  case $name in batch*) per=${name#batch} ;; esac
+  for _ in $(seq 2 "$per"); do more+=("rb-__rand_int__" "rid__rand_int__"); done
   local out
-  out=$(redis-benchmark -p "$port" -c 2 -P 64 -n "$CALLS" -r 1000000000 -q "${call[@]}" "$@" \
-    "rb-__rand_int__" "rid__rand_int__" 1 | tr '\r' '\n' | grep 'requests per second' | tail -1)
+  out=$(redis-benchmark -p "$port" -c 2 -P 64 -n $(( CALLS / per )) -r 1000000000 -q "${call[@]}" "$@" \
+    "rb-__rand_int__" "rid__rand_int__" 1 "${more[@]}" | tr '\r' '\n' | grep 'requests per second' | tail -1)
   local ir=""
   if [ -n "${BENCH_CALLGRIND:-}" ]; then
     callgrind_control -d "$R_PID" >/dev/null 2>&1
@@ -124,10 +132,11 @@ run() {
   units=$(( 1000000000 - $($rc GET 'seckill:{sale:1}:stock') ))
   read -r calls usec <<<"$stats"
   if [ -n "$ir" ]; then
-    usec=$(( ir / calls ))
-    printf '%-14s %8d instructions per call (all of Redis)   %s calls, %s units\n' "$name" "$usec" "$calls" "$units"
+    usec=$(( ir / calls / per ))
+    printf '%-14s %8d instructions per reservation (all of Redis)   %s calls, %s units\n' "$name" "$usec" "$calls" "$units"
   else
-    printf '%-14s %8.2f us per call   %s calls, %s units   (%s)\n' "$name" "$usec" "$calls" "$units" \
+    usec=$(awk -v u="$usec" -v n="$per" 'BEGIN { printf "%.2f", u / n }')
+    printf '%-14s %8.2f us per reservation   %s calls, %s units   (%s)\n' "$name" "$usec" "$calls" "$units" \
       "$(grep -oE '[0-9.]+ requests per second' <<<"$out")"
   fi
   echo "$usec" >"$WORK/$name.usec"
@@ -143,7 +152,10 @@ run evalsha "${six[@]}"
 run fcall "${six[@]}"
 run merged "${four[@]}"
 run merged_fcall "${four[@]}"
+run batch8 "${six[@]}"
+run batch32 "${six[@]}"
 awk -v e="$(cat "$WORK/evalsha.usec")" -v f="$(cat "$WORK/fcall.usec")" \
-  -v m="$(cat "$WORK/merged.usec")" -v mf="$(cat "$WORK/merged_fcall.usec")" 'BEGIN {
-  printf "ratios to today (evalsha): fcall %.2f, merged %.2f, merged_fcall %.2f (target <= 0.6)\n", f / e, m / e, mf / e
+  -v m="$(cat "$WORK/merged.usec")" -v mf="$(cat "$WORK/merged_fcall.usec")" \
+  -v b8="$(cat "$WORK/batch8.usec")" -v b32="$(cat "$WORK/batch32.usec")" 'BEGIN {
+  printf "ratios to one buyer per call (evalsha): fcall %.2f, merged %.2f, merged_fcall %.2f, batch8 %.2f, batch32 %.2f (target <= 0.6)\n", f / e, m / e, mf / e, b8 / e, b32 / e
 }'

@@ -15,52 +15,76 @@ use std::fmt;
 use std::sync::OnceLock;
 
 /// The reservation script. `KEYS`: meta, stock, buyers, flow, status, queue
-/// (see [`crate::keys`]); `ARGV`: user id, fresh reservation id, sale id.
+/// (see [`crate::keys`]); `ARGV`: user id, fresh reservation id, sale id,
+/// then, for a batch of more buyers of the same bucket (the gateway's
+/// group commit, [`write_calls`]), one more user id and reservation id per
+/// further buyer. The buyers are taken in order, as if each had run the
+/// script alone one after the other (a buyer twice in one batch: the
+/// second time `already_purchased` with the first's id), with one `TIME`
+/// and one read of the meta and stock for the whole batch and its writes
+/// made at the end, one command per key (`DECRBY`, `HSET` of the buyers,
+/// the flow records and the statuses, one `LPUSH` of the messages): a
+/// batch costs Redis the checks once, not once per buyer.
 ///
-/// Replies one string, `"CODE SEQ DETAIL"` (one bulk string, not a table of
-/// three: the gateway's Redis client parses one value instead of four, a
-/// sixth of a purchase's gateway instructions, docs/PERFORMANCE.md):
+/// Replies one string per buyer, `"CODE SEQ DETAIL"`, joined by `\n` (one
+/// bulk string, not a table: the gateway's Redis client parses one value
+/// per batch, docs/PERFORMANCE.md):
 /// `CODE` as in [`ReserveOutcome`], `DETAIL` (the rest of the string after
 /// the second space) the reservation id (`reserved`; for
 /// `already_purchased` the id, a space and the stock left, so that a
 /// winner's retry also tells the gateway's sold-out memory whether units
 /// came back),
 /// the pause reason (`paused`) or empty, and `SEQ` the sale's reservation
-/// sequence after the script ran: units ever reserved, `total_stock − stock + releases` (see
+/// sequence after that buyer's turn: units ever reserved, `total_stock − stock + releases` (see
 /// [`sequence`]; derived, so a reservation writes nothing for it). Since
 /// Redis runs scripts one at a time, `seq` orders the replies: a `reserved`
 /// with a higher `seq` than a `sold_out` ran after it (stock came back), one
-/// with a lower or equal `seq` before.
+/// with a lower or equal `seq` before. In a batch, an invalid user id is
+/// the line `error 0 ERR invalid user id` for that buyer alone; alone, it is
+/// the error reply `ERR invalid user id`.
 ///
 /// Whole or nothing: every key is read before the first write with
 /// `pcall` (meta, buyers, stock: a wrong type is refused there, the error
 /// naming the key); the writes that can still fail (flow, status, queue of
 /// the wrong type) run under `pcall` too, and a failure undoes the writes
 /// before it (inside the one atomic script, so no one sees them) and
-/// returns `WRONGTYPE <key> ...`. A stock that is not an integer is refused
-/// before any write; Redis's own `OOM` is checked before the first write and
-/// lets the rest of the script write. This costs the purchase no extra
-/// call: `TYPE` checks of the three keys and a stored `seq` (`HINCRBY`)
-/// cost 4-7 µs of a 16 µs script (redis-benchmark, pipelined).
+/// returns `WRONGTYPE <key> ...` for the whole batch. A stock that is not
+/// an integer is refused before any write; Redis's own `OOM` is checked
+/// before the first write and lets the rest of the script write.
 pub const RESERVE_LUA: &str = r#"
 local function refused(key, r)
   return redis.error_reply(r['err'] .. ' (' .. key .. ')')
 end
+local n = (#ARGV - 1) / 2
+local function each(line)
+  if n == 1 then return line end
+  local out = {}
+  for i = 1, n do out[i] = line end
+  return table.concat(out, '\n')
+end
 local w = redis.pcall('HMGET', KEYS[1], 'starts_at_ms', 'ends_at_ms', 'total_stock', 'releases', 'paused')
 if w['err'] then return refused(KEYS[1], w) end
 -- A pause wins over everything: a paused sale may have lost its meta too.
-if w[5] then return 'paused 0 ' .. w[5] end
+if w[5] then return each('paused 0 ' .. w[5]) end
 local starts = tonumber(w[1])
 local ends = tonumber(w[2])
 local total = tonumber(w[3])
-if not starts or not ends or not total then return 'unknown_sale 0 ' end
+if not starts or not ends or not total then return each('unknown_sale 0 ') end
 local releases = tonumber(w[4] or '0')
 if not releases then
   return redis.error_reply('ERR ' .. KEYS[1] .. ' field releases is not an integer')
 end
-local user = ARGV[1]
-if #user < 1 or #user > 64 or not string.find(user, '^[A-Za-z0-9_.-]+$') then
-  return redis.error_reply('ERR invalid user id')
+local users, rids, bad = {}, {}, {}
+for i = 1, n do
+  local user = ARGV[1]
+  local rid = ARGV[2]
+  if i > 1 then user = ARGV[2 * i]; rid = ARGV[2 * i + 1] end
+  if #user < 1 or #user > 64 or not string.find(user, '^[A-Za-z0-9_.-]+$') then
+    if n == 1 then return redis.error_reply('ERR invalid user id') end
+    bad[i] = true
+  end
+  users[i] = user
+  rids[i] = rid
 end
 local left = redis.pcall('GET', KEYS[2])
 if type(left) == 'table' then return refused(KEYS[2], left) end
@@ -68,41 +92,71 @@ if left and not string.find(left, '^-?%d+$') then
   return redis.error_reply('ERR ' .. KEYS[2] .. ' is not an integer')
 end
 local stock = tonumber(left or '0')
-local seq = string.format('%d', total - stock + releases)
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-if now < starts then return 'not_started ' .. seq .. ' ' end
-if now >= ends then return 'ended ' .. seq .. ' ' end
-local prev = redis.pcall('HGET', KEYS[3], user)
-if type(prev) == 'table' then return refused(KEYS[3], prev) end
-if prev then return 'already_purchased ' .. seq .. ' ' .. prev .. ' ' .. string.format('%d', stock) end
-if not left or stock < 1 then return 'sold_out ' .. seq .. ' ' end
-local msg = '{"v":1,"reservation_id":"' .. ARGV[2] .. '","sale_id":' .. ARGV[3] ..
-  ',"user_id":"' .. user .. '","reserved_at_ms":' .. string.format('%d', now) .. '}'
-redis.call('DECR', KEYS[2])
-redis.call('HSET', KEYS[3], user, ARGV[2])
-local r = redis.pcall('HSET', KEYS[4], ARGV[2], msg)
-if type(r) == 'table' then
-  redis.call('HDEL', KEYS[3], user)
-  redis.call('INCR', KEYS[2])
-  return refused(KEYS[4], r)
+if now < starts then return each('not_started ' .. string.format('%d', total - stock + releases) .. ' ') end
+if now >= ends then return each('ended ' .. string.format('%d', total - stock + releases) .. ' ') end
+local out, seen = {}, {}
+local taken, pairs_b, pairs_f, pairs_s, msgs, took = 0, {}, {}, {}, {}, {}
+local at = string.format('%d', now)
+for i = 1, n do
+  local user, rid = users[i], rids[i]
+  local seq = string.format('%d', total - stock + releases)
+  if bad[i] then
+    out[i] = 'error 0 ERR invalid user id'
+  else
+    local prev = seen[user]
+    if not prev then
+      prev = redis.pcall('HGET', KEYS[3], user)
+      if type(prev) == 'table' then return refused(KEYS[3], prev) end
+    end
+    if prev then
+      out[i] = 'already_purchased ' .. seq .. ' ' .. prev .. ' ' .. string.format('%d', stock)
+    elseif stock < 1 then
+      out[i] = 'sold_out ' .. seq .. ' '
+    else
+      local msg = '{"v":1,"reservation_id":"' .. rid .. '","sale_id":' .. ARGV[3] ..
+        ',"user_id":"' .. user .. '","reserved_at_ms":' .. at .. '}'
+      stock = stock - 1
+      taken = taken + 1
+      seen[user] = rid
+      took[taken] = user
+      pairs_b[2 * taken - 1] = user; pairs_b[2 * taken] = rid
+      pairs_f[2 * taken - 1] = rid; pairs_f[2 * taken] = msg
+      pairs_s[2 * taken - 1] = rid; pairs_s[2 * taken] = 'queued'
+      msgs[taken] = msg
+      out[i] = 'reserved ' .. string.format('%d', total - stock + releases) .. ' ' .. rid
+    end
+  end
 end
-r = redis.pcall('HSET', KEYS[5], ARGV[2], 'queued')
-if type(r) == 'table' then
-  redis.call('HDEL', KEYS[4], ARGV[2])
-  redis.call('HDEL', KEYS[3], user)
-  redis.call('INCR', KEYS[2])
-  return refused(KEYS[5], r)
+if taken > 0 then
+  local ids = {}
+  for j = 1, taken do ids[j] = pairs_f[2 * j - 1] end
+  redis.call('DECRBY', KEYS[2], taken)
+  redis.call('HSET', KEYS[3], unpack(pairs_b))
+  local r = redis.pcall('HSET', KEYS[4], unpack(pairs_f))
+  if type(r) == 'table' then
+    redis.call('HDEL', KEYS[3], unpack(took))
+    redis.call('INCRBY', KEYS[2], taken)
+    return refused(KEYS[4], r)
+  end
+  r = redis.pcall('HSET', KEYS[5], unpack(pairs_s))
+  if type(r) == 'table' then
+    redis.call('HDEL', KEYS[4], unpack(ids))
+    redis.call('HDEL', KEYS[3], unpack(took))
+    redis.call('INCRBY', KEYS[2], taken)
+    return refused(KEYS[5], r)
+  end
+  r = redis.pcall('LPUSH', KEYS[6], unpack(msgs))
+  if type(r) == 'table' then
+    redis.call('HDEL', KEYS[5], unpack(ids))
+    redis.call('HDEL', KEYS[4], unpack(ids))
+    redis.call('HDEL', KEYS[3], unpack(took))
+    redis.call('INCRBY', KEYS[2], taken)
+    return refused(KEYS[6], r)
+  end
 end
-r = redis.pcall('LPUSH', KEYS[6], msg)
-if type(r) == 'table' then
-  redis.call('HDEL', KEYS[5], ARGV[2])
-  redis.call('HDEL', KEYS[4], ARGV[2])
-  redis.call('HDEL', KEYS[3], user)
-  redis.call('INCR', KEYS[2])
-  return refused(KEYS[6], r)
-end
-return string.format('reserved %d ', total - stock + 1 + releases) .. ARGV[2]
+return table.concat(out, '\n')
 "#;
 
 /// The sale's reservation sequence from its meta fields and stock counter:
@@ -255,9 +309,9 @@ pub struct ReserveKeys {
     /// Their Redis Cluster slot (they share one hash tag), computed once:
     /// a group commit routes every purchase by it.
     pub slot: u16,
-    /// The RESP of every argument of the call before the buyer's:
-    /// `*12`, `EVALSHA`, the script's hash, `6` and the six keys, written
-    /// once ([`write_call`] copies it).
+    /// The RESP of every argument of the call before the buyers':
+    /// `EVALSHA`, the script's hash, `6` and the six keys, written once
+    /// ([`write_calls`] copies it).
     head: Vec<u8>,
 }
 
@@ -279,8 +333,7 @@ impl ReserveKeys {
         ];
         let bytes = keys.iter().map(String::len).sum();
         let hash = reserve_script().get_hash();
-        let mut head = Vec::with_capacity(12 * 8 + hash.len() + bytes);
-        head.extend_from_slice(b"*12\r\n");
+        let mut head = Vec::with_capacity(9 * 8 + hash.len() + bytes);
         bulk(&mut head, b"EVALSHA");
         bulk(&mut head, hash.as_bytes());
         bulk(&mut head, b"6");
@@ -320,13 +373,35 @@ pub fn push_call(
 /// argument encoding, docs/PERFORMANCE.md). `reservation_id` must come from
 /// [`crate::ids::new_reservation_id`].
 pub fn write_call(out: &mut Vec<u8>, keys: &ReserveKeys, user_id: &str, reservation_id: &str) {
+    write_calls(out, keys, &[(user_id, reservation_id)]);
+}
+
+/// Appends one `EVALSHA` of the reservation script for every buyer of
+/// `buyers` (user id, reservation id; at least one; all of the bucket
+/// `keys`), in order: the batch form of the call ([`RESERVE_LUA`]'s extra
+/// `ARGV` pairs), answered by one string of one line per buyer
+/// ([`parse_batch`]). The group commit sends one such call per bucket of
+/// a batch. With one buyer, exactly [`write_call`]'s bytes.
+pub fn write_calls(out: &mut Vec<u8>, keys: &ReserveKeys, buyers: &[(&str, &str)]) {
+    let Some(((user_id, reservation_id), more)) = buyers.split_first() else {
+        return;
+    };
     let mut digits = [0u8; 20];
-    let sale = decimal(keys.sale_id, &mut digits);
-    out.reserve(keys.head.len() + 3 * 8 + user_id.len() + reservation_id.len() + 20);
+    let args = decimal(12 + 2 * more.len() as u64, &mut digits);
+    let ids: usize = buyers.iter().map(|(u, r)| u.len() + r.len() + 16).sum();
+    out.reserve(keys.head.len() + args.len() + 3 + ids + 24);
+    out.push(b'*');
+    out.extend_from_slice(args);
+    out.extend_from_slice(b"\r\n");
     out.extend_from_slice(&keys.head);
     bulk(out, user_id.as_bytes());
     bulk(out, reservation_id.as_bytes());
+    let sale = decimal(keys.sale_id, &mut digits);
     bulk(out, sale);
+    for (user_id, reservation_id) in more {
+        bulk(out, user_id.as_bytes());
+        bulk(out, reservation_id.as_bytes());
+    }
 }
 
 /// One RESP bulk string: `$LEN\r\nBYTES\r\n`.
@@ -379,19 +454,57 @@ pub fn parse(reply: &Value) -> Result<Replied, ReserveError> {
     if let Value::ServerError(e) = reply {
         return Err(ReserveError::Refused(e.to_string()));
     }
-    let unexpected = || ReserveError::UnexpectedReply(format!("{reply:?}"));
-    // Read in place (no copy of the reply): this runs once per purchase on
-    // a group-commit Redis thread.
-    let text = match reply {
+    let text = reply_text(reply).ok_or_else(|| unexpected(reply))?;
+    parse_line(text).map_err(|()| unexpected(reply))
+}
+
+/// [`parse`] of the reply to a call of `n` buyers ([`write_calls`]): one
+/// result per buyer, in order. An error reply is every buyer's
+/// [`ReserveError::Refused`] (the script changed nothing); a line
+/// `error 0 MESSAGE` is that buyer's alone.
+///
+/// Errors: [`ReserveError::UnexpectedReply`] for every buyer when the
+/// reply is not `n` lines.
+pub fn parse_batch(reply: &Value, n: usize) -> Vec<Result<Replied, ReserveError>> {
+    if let Value::ServerError(e) = reply {
+        let e = e.to_string();
+        return (0..n)
+            .map(|_| Err(ReserveError::Refused(e.clone())))
+            .collect();
+    }
+    let lines = reply_text(reply).map(|t| t.split('\n'));
+    match lines {
+        Some(lines) if lines.clone().count() == n => lines
+            .map(|line| match line.strip_prefix("error 0 ") {
+                Some(e) => Err(ReserveError::Refused(e.to_string())),
+                None => parse_line(line).map_err(|()| unexpected(reply)),
+            })
+            .collect(),
+        _ => (0..n).map(|_| Err(unexpected(reply))).collect(),
+    }
+}
+
+/// The text of a bulk or simple string reply, read in place (no copy: this
+/// runs once per batch on a group-commit Redis thread).
+fn reply_text(reply: &Value) -> Option<&str> {
+    match reply {
         Value::BulkString(b) => std::str::from_utf8(b).ok(),
         Value::SimpleString(s) => Some(s.as_str()),
         _ => None,
-    };
-    let mut parts = text.ok_or_else(unexpected)?.splitn(3, ' ');
+    }
+}
+
+fn unexpected(reply: &Value) -> ReserveError {
+    ReserveError::UnexpectedReply(format!("{reply:?}"))
+}
+
+/// One buyer's line, `CODE SEQ DETAIL` ([`RESERVE_LUA`]).
+fn parse_line(text: &str) -> Result<Replied, ()> {
+    let mut parts = text.splitn(3, ' ');
     let (Some(code), Some(seq), Some(detail)) = (parts.next(), parts.next(), parts.next()) else {
-        return Err(unexpected());
+        return Err(());
     };
-    let seq: u64 = seq.parse().map_err(|_| unexpected())?;
+    let seq: u64 = seq.parse().map_err(|_| ())?;
     let mut stock = None;
     let outcome = match code {
         "reserved" => ReserveOutcome::Reserved(detail.to_string()),
@@ -405,7 +518,7 @@ pub fn parse(reply: &Value) -> Result<Replied, ReserveError> {
         "ended" => ReserveOutcome::Ended,
         "unknown_sale" => ReserveOutcome::UnknownSale,
         "paused" => ReserveOutcome::Paused(detail.to_string()),
-        _ => return Err(unexpected()),
+        _ => return Err(()),
     };
     Ok(Replied {
         outcome,

@@ -1,10 +1,13 @@
 //! Owns the group commit: connection threads hand purchases over a bounded
 //! crossbeam channel to a few Redis threads, and each Redis thread sends
-//! whatever has queued up meanwhile as one pipeline of `EVALSHA` calls (one
-//! per master on a Redis Cluster, `slot_router.rs`; up
-//! to [`MAX_BATCH`]) and sends each outcome back to the thread that waits
-//! for it, which answers its client. Each script call stays atomic on its
-//! own; the pipeline only saves round trips. A Redis thread never writes to
+//! whatever has queued up meanwhile (up to [`MAX_BATCH`]) as one pipeline
+//! of `EVALSHA` calls, one call per bucket carrying all of that bucket's
+//! buyers (the script's batch form, `reservation::write_calls`: Redis
+//! checks the sale once per call, not once per buyer), one pipeline per
+//! master on a Redis Cluster (`slot_router.rs`), and sends each outcome
+//! back to the thread that waits for it, which answers its client. Each
+//! call is atomic; the buyers in it are taken in order as if one after
+//! the other. A Redis thread never writes to
 //! a client socket, so a client that stops reading cannot stall it. A
 //! `NOSCRIPT` reply means that script did not run: the thread loads the
 //! script and sends those purchases again.
@@ -15,7 +18,7 @@ use crossbeam_channel::Receiver;
 use redis::Value;
 use seckill_common::keys::SaleKeys;
 use seckill_common::reservation::{
-    own, parse, reserve_script, write_call, Replied, ReserveKeys, ReserveOutcome,
+    own, parse_batch, reserve_script, write_calls, Replied, ReserveKeys, ReserveOutcome,
 };
 use seckill_common::slot_router::{Packed, Replies};
 use std::sync::{Arc, Condvar, Mutex};
@@ -165,10 +168,58 @@ pub fn redis_thread(
     }
 }
 
+/// Most buckets whose reservation keys a Redis thread keeps encoded (a
+/// flash sale is one hot sale, or one sale split over a few buckets).
+pub const KEYS_KEPT: usize = 64;
+
 thread_local! {
-    /// The reservation keys of the last purchase this Redis thread sent:
-    /// a flash sale is one hot sale (bucket), so its six keys are spelled once.
-    static LAST_KEYS: std::cell::RefCell<Option<ReserveKeys>> = const { std::cell::RefCell::new(None) };
+    /// The reservation keys of the buckets this Redis thread sent to last,
+    /// so their six keys and the call's head are spelled once
+    /// (`ReserveKeys`); cleared beyond [`KEYS_KEPT`].
+    static KEYS: std::cell::RefCell<Vec<ReserveKeys>> = const { std::cell::RefCell::new(Vec::new()) };
+}
+
+/// The purchases of a batch by bucket, in order of first arrival, each
+/// bucket's in order: one call of the script per bucket (`write_calls`).
+fn by_bucket(batch: &[Job], sent: &[usize]) -> Vec<(SaleKeys, Vec<usize>)> {
+    let mut groups: Vec<(SaleKeys, Vec<usize>)> = Vec::new();
+    for &i in sent {
+        let k = SaleKeys::bucket(batch[i].sale_id, batch[i].bucket);
+        match groups.iter_mut().find(|(g, _)| *g == k) {
+            Some((_, idx)) => idx.push(i),
+            None => groups.push((k, vec![i])),
+        }
+    }
+    groups
+}
+
+/// The batch's calls, one per bucket group, written into one buffer.
+fn pack(batch: &[Job], groups: &[(SaleKeys, Vec<usize>)]) -> Packed {
+    let purchases: usize = groups.iter().map(|(_, idx)| idx.len()).sum();
+    let mut p = Packed::with_capacity(groups.len(), groups.len() * 320 + purchases * 80);
+    let mut buyers: Vec<(&str, &str)> = Vec::with_capacity(purchases);
+    KEYS.with_borrow_mut(|kept| {
+        for (k, idx) in groups {
+            let at = match kept.iter().position(|rk| rk.bucket == *k) {
+                Some(at) => at,
+                None => {
+                    if kept.len() >= KEYS_KEPT {
+                        kept.clear();
+                    }
+                    kept.push(ReserveKeys::of(*k));
+                    kept.len() - 1
+                }
+            };
+            let rk = &kept[at];
+            buyers.clear();
+            buyers.extend(
+                idx.iter()
+                    .map(|&i| (batch[i].user_id.as_str(), batch[i].reservation_id.as_str())),
+            );
+            p.push(rk.slot, |out| write_calls(out, rk, &buyers));
+        }
+    });
+    p
 }
 
 fn run_batch(
@@ -188,33 +239,22 @@ fn run_batch(
         // up (a reconnect may wait out a Redis stall) and just before the
         // write, so a purchase whose client gave up meanwhile is left out.
         // A second call (a retry on a fresh connection) resends the same.
-        // Each purchase with its sale's cluster slot: on a cluster the
-        // batch goes as one pipeline per master (`Con::pipeline_by_slot`).
-        let mut pipe: Option<Packed> = None;
+        // One call of the script per bucket, with that bucket's cluster
+        // slot: on a cluster the batch goes as one pipeline per master
+        // (`Con::pipeline_by_slot`).
+        let mut pipe: Option<(Packed, Vec<(SaleKeys, Vec<usize>)>)> = None;
         let mut sent: Vec<usize> = Vec::new();
         let reply = link.with(|con| {
-            let p = pipe.get_or_insert_with(|| {
+            let (p, _) = pipe.get_or_insert_with(|| {
                 sent = todo
                     .iter()
                     .copied()
                     .filter(|&i| batch[i].reply_to.mark_sent())
                     .collect();
-                let mut p = Packed::with_capacity(sent.len(), sent.len() * 320);
-                LAST_KEYS.with_borrow_mut(|keys| {
-                    for &i in &sent {
-                        let j = &batch[i];
-                        let k = SaleKeys::bucket(j.sale_id, j.bucket);
-                        let held = keys.take().filter(|held| held.bucket == k);
-                        let rk = held.unwrap_or_else(|| ReserveKeys::of(k));
-                        p.push(rk.slot, |out| {
-                            write_call(out, &rk, &j.user_id, &j.reservation_id)
-                        });
-                        *keys = Some(rk);
-                    }
-                });
-                p
+                let groups = by_bucket(batch, &sent);
+                (pack(batch, &groups), groups)
             });
-            if sent.is_empty() {
+            if p.is_empty() {
                 return Ok(Replies {
                     values: Vec::new(),
                     replicated: Vec::new(),
@@ -223,10 +263,10 @@ fn run_batch(
             }
             con.pipeline_by_slot(p, ack)
         });
-        if pipe.is_none() {
+        let Some((_, groups)) = pipe else {
             // No connection: nothing was sent.
             return results;
-        }
+        };
         metrics.abandoned.inc_by((todo.len() - sent.len()) as u64);
         todo = sent;
         if todo.is_empty() {
@@ -238,51 +278,53 @@ fn run_batch(
             Ok(r) => (r.values, r.replicated, r.reached),
             Err(Unavailable) => return results,
         };
-        if replies.len() != todo.len() {
+        if replies.len() != groups.len() {
             log::error!(
                 "redis: {} replies to a pipeline of {}",
                 replies.len(),
-                todo.len()
+                groups.len()
             );
             return results;
         }
         let mut again = Vec::new();
-        for (((&i, v), &acked), &answered) in todo
+        for ((((_, idx), v), &acked), &answered) in groups
             .iter()
             .zip(replies.iter())
             .zip(&replicated)
             .zip(&reached)
         {
             if !answered {
-                // Its master is down (a failover): 503 for this purchase
+                // Its master is down (a failover): 503 for these purchases
                 // only, the other masters' purchases keep their outcomes.
-                metrics.redis_errors.inc();
+                metrics.redis_errors.inc_by(idx.len() as u64);
                 continue;
             }
             if let Value::ServerError(se) = v {
                 if se.kind() == Some(redis::ServerErrorKind::NoScript) && pass == 0 {
-                    again.push(i);
+                    again.extend_from_slice(idx);
                     continue;
                 }
             }
-            let rid = &batch[i].reservation_id;
-            results[i] = parse(v).map(|o| own(o, rid)).map_err(|e| {
-                metrics.redis_errors.inc();
-                log::error!("redis: reservation: {e}");
-                Unavailable
-            });
-            // Reserved on the master, not yet on the replicas asked for: no
-            // 202 (a retry finds it: 409 with its id).
-            if !acked
-                && matches!(
-                    results[i],
-                    Ok(Replied {
-                        outcome: ReserveOutcome::Reserved(_),
-                        ..
-                    })
-                )
-            {
-                results[i] = Err(Unavailable);
+            for (&i, r) in idx.iter().zip(parse_batch(v, idx.len())) {
+                let rid = &batch[i].reservation_id;
+                results[i] = r.map(|o| own(o, rid)).map_err(|e| {
+                    metrics.redis_errors.inc();
+                    log::error!("redis: reservation: {e}");
+                    Unavailable
+                });
+                // Reserved on the master, not yet on the replicas asked
+                // for: no 202 (a retry finds it: 409 with its id).
+                if !acked
+                    && matches!(
+                        results[i],
+                        Ok(Replied {
+                            outcome: ReserveOutcome::Reserved(_),
+                            ..
+                        })
+                    )
+                {
+                    results[i] = Err(Unavailable);
+                }
             }
         }
         if !again.is_empty() {
@@ -291,6 +333,7 @@ fn run_batch(
                 return results;
             }
         }
+        again.sort_unstable();
         todo = again;
     }
     results

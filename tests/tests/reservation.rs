@@ -206,3 +206,115 @@ fn script_is_reloaded_after_script_flush() {
     let stock: i64 = con.get(SaleKeys::new(5).stock()).unwrap();
     assert_eq!(stock, 3);
 }
+
+/// The batch form of the script (the group commit's one call per bucket):
+/// buyers taken in order as if one after the other. Stock 3, a batch of
+/// six: a, b, a again, an invalid id, c, d. a, b and c reserve (sequences
+/// 1, 2, 3), a's second turn is `already_purchased` with a's own id and the
+/// stock then left (1), the invalid id is its own error, d finds it sold
+/// out. Redis then holds exactly three buyers, flow records, statuses and
+/// queued messages, in the buyers' order, and stock 0; a second batch of
+/// one (b again) matches what the single call answers.
+#[test]
+fn a_batch_of_buyers_is_taken_in_order_as_if_one_after_the_other() {
+    use seckill_common::reservation::{parse_batch, write_calls, ReserveKeys};
+    let redis = RedisServer::start();
+    let id = 9;
+    assert!(load_into_redis(&mut redis.con(), &sale(id, 3, -1000, 600_000), 0).unwrap());
+    let mut con = redis.con();
+    seckill_common::reservation::reserve_script()
+        .prepare_invoke()
+        .load(&mut con)
+        .unwrap();
+    let keys = ReserveKeys::new(id);
+    let rid = |n: u8| format!("{:032x}", u128::from(n) + 0xabc0);
+    let buyers = [
+        ("a".to_string(), rid(1)),
+        ("b".to_string(), rid(2)),
+        ("a".to_string(), rid(3)),
+        ("bad id!".to_string(), rid(4)),
+        ("c".to_string(), rid(5)),
+        ("d".to_string(), rid(6)),
+    ];
+    let pairs: Vec<(&str, &str)> = buyers
+        .iter()
+        .map(|(u, r)| (u.as_str(), r.as_str()))
+        .collect();
+    let mut packed = Vec::new();
+    write_calls(&mut packed, &keys, &pairs);
+    let reply = redis::ConnectionLike::req_packed_command(&mut con, &packed).unwrap();
+    let got: Vec<String> = parse_batch(&reply, 6)
+        .into_iter()
+        .map(|r| match r {
+            Ok(r) => format!("{:?} seq {} stock {:?}", r.outcome, r.seq, r.stock),
+            Err(e) => format!("error {e}"),
+        })
+        .collect();
+    assert_eq!(
+        got,
+        [
+            format!("Reserved(\"{}\") seq 1 stock None", rid(1)),
+            format!("Reserved(\"{}\") seq 2 stock None", rid(2)),
+            format!("AlreadyPurchased(\"{}\") seq 2 stock Some(1)", rid(1)),
+            "error reservation refused by Redis: ERR invalid user id".to_string(),
+            format!("Reserved(\"{}\") seq 3 stock None", rid(5)),
+            "SoldOut seq 3 stock None".to_string(),
+        ]
+    );
+    let k = SaleKeys::new(id);
+    let stock: i64 = con.get(k.stock()).unwrap();
+    assert_eq!(stock, 0);
+    let mut owners: Vec<(String, String)> = con.hgetall(k.buyers()).unwrap();
+    owners.sort();
+    assert_eq!(
+        owners,
+        [
+            ("a".to_string(), rid(1)),
+            ("b".to_string(), rid(2)),
+            ("c".to_string(), rid(5))
+        ]
+    );
+    let flows: Vec<(String, String)> = con.hgetall(k.flow()).unwrap();
+    assert_eq!(flows.len(), 3);
+    let statuses: Vec<(String, String)> = con.hgetall(k.status()).unwrap();
+    assert_eq!(statuses.len(), 3);
+    assert!(statuses.iter().all(|(_, s)| s == "queued"), "{statuses:?}");
+    // LPUSH order: the oldest message at the tail, where the worker takes.
+    let queue: Vec<String> = con.lrange(k.queue(), 0, -1).unwrap();
+    let queued: Vec<String> = queue
+        .iter()
+        .rev()
+        .map(|m| {
+            let v: serde_json::Value = serde_json::from_str(m).unwrap();
+            format!(
+                "{}:{}",
+                v["user_id"].as_str().unwrap(),
+                v["reservation_id"].as_str().unwrap()
+            )
+        })
+        .collect();
+    assert_eq!(
+        queued,
+        [
+            format!("a:{}", rid(1)),
+            format!("b:{}", rid(2)),
+            format!("c:{}", rid(5))
+        ]
+    );
+    for (rid, msg) in &flows {
+        assert!(
+            queue.contains(msg),
+            "flow record {rid} is the queued message"
+        );
+    }
+    // One buyer in the batch form: the single call's answer, byte for byte.
+    let mut one = Vec::new();
+    write_calls(&mut one, &keys, &[("b", rid(7).as_str())]);
+    let single = seckill_common::reservation::call(&keys, "b", &rid(7)).get_packed_command();
+    assert_eq!(one, single);
+    let reply = redis::ConnectionLike::req_packed_command(&mut con, &one).unwrap();
+    assert_eq!(
+        reply,
+        redis::Value::BulkString(format!("already_purchased 3 {} 0", rid(2)).into_bytes())
+    );
+}
