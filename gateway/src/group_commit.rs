@@ -179,10 +179,13 @@ thread_local! {
     static KEYS: std::cell::RefCell<Vec<ReserveKeys>> = const { std::cell::RefCell::new(Vec::new()) };
 }
 
+/// A batch's purchases of one bucket: its keys and the jobs' indices.
+type Group = (SaleKeys, Vec<usize>);
+
 /// The purchases of a batch by bucket, in order of first arrival, each
 /// bucket's in order: one call of the script per bucket (`write_calls`).
-fn by_bucket(batch: &[Job], sent: &[usize]) -> Vec<(SaleKeys, Vec<usize>)> {
-    let mut groups: Vec<(SaleKeys, Vec<usize>)> = Vec::new();
+fn by_bucket(batch: &[Job], sent: &[usize]) -> Vec<Group> {
+    let mut groups: Vec<Group> = Vec::new();
     for &i in sent {
         let k = SaleKeys::bucket(batch[i].sale_id, batch[i].bucket);
         match groups.iter_mut().find(|(g, _)| *g == k) {
@@ -194,7 +197,7 @@ fn by_bucket(batch: &[Job], sent: &[usize]) -> Vec<(SaleKeys, Vec<usize>)> {
 }
 
 /// The batch's calls, one per bucket group, written into one buffer.
-fn pack(batch: &[Job], groups: &[(SaleKeys, Vec<usize>)]) -> Packed {
+fn pack(batch: &[Job], groups: &[Group]) -> Packed {
     let purchases: usize = groups.iter().map(|(_, idx)| idx.len()).sum();
     let mut p = Packed::with_capacity(groups.len(), groups.len() * 320 + purchases * 80);
     let mut buyers: Vec<(&str, &str)> = Vec::with_capacity(purchases);
@@ -242,7 +245,7 @@ fn run_batch(
         // One call of the script per bucket, with that bucket's cluster
         // slot: on a cluster the batch goes as one pipeline per master
         // (`Con::pipeline_by_slot`).
-        let mut pipe: Option<(Packed, Vec<(SaleKeys, Vec<usize>)>)> = None;
+        let mut pipe: Option<(Packed, Vec<Group>)> = None;
         let mut sent: Vec<usize> = Vec::new();
         let reply = link.with(|con| {
             let (p, _) = pipe.get_or_insert_with(|| {
