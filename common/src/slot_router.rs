@@ -217,6 +217,7 @@ impl SlotRouter {
                 }
                 Err(e) => {
                     let hold = self.held().failed(addr, now.elapsed(), Instant::now());
+                    crate::quarantine::watch(&self.quarantine, addr, self.timeout);
                     log::warn!("redis: node {addr}: {e}; not tried for {hold:?}");
                     return Err(e);
                 }
@@ -237,6 +238,7 @@ impl SlotRouter {
         let hold = self
             .held()
             .failed(addr, now.saturating_duration_since(started), now);
+        crate::quarantine::watch(&self.quarantine, addr, self.timeout);
         log::warn!("redis: node {addr} failed; not tried for {hold:?}");
     }
 
@@ -360,7 +362,9 @@ impl SlotRouter {
     /// a master held in quarantine fails it at once.
     ///
     /// Errors: the slot map could not be read, or the master was not
-    /// reached (an I/O error naming the slot).
+    /// reached ([`redis::ErrorKind::ClusterConnectionNotFound`] naming the
+    /// slot: its master is held or its connection was dropped, so nothing
+    /// is left to read on this router; see [`stays_on_its_node`]).
     pub fn read(&mut self, slot: u16, cmd: &[u8]) -> RedisResult<Value> {
         let mut p = Packed::with_capacity(1, cmd.len());
         p.push(slot, |b| b.extend_from_slice(cmd));
@@ -368,7 +372,7 @@ impl SlotRouter {
         match (r.reached.first(), r.values.into_iter().next()) {
             (Some(true), Some(v)) => Ok(v),
             _ => Err(RedisError::from((
-                redis::ErrorKind::Io,
+                redis::ErrorKind::ClusterConnectionNotFound,
                 "the slot's master was not reached",
                 format!("slot {slot}"),
             ))),
@@ -411,6 +415,16 @@ impl SlotRouter {
         }
         got
     }
+}
+
+/// Whether `e` is [`SlotRouter::read`]'s "the slot's master was not
+/// reached": the router has already dropped that master's connection and
+/// held it, the connection `e` came through is sound (nothing is left
+/// unread on it), so a caller keeps it instead of reconnecting, which
+/// would only fail the same way (a new slot map, every master's checks
+/// and script load, per read of a held master's keys).
+pub fn stays_on_its_node(e: &RedisError) -> bool {
+    e.kind() == redis::ErrorKind::ClusterConnectionNotFound
 }
 
 /// What [`SlotRouter::pipeline`] got back.
