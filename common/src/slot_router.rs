@@ -371,11 +371,7 @@ impl SlotRouter {
         let r = self.pipeline(&p, None)?;
         match (r.reached.first(), r.values.into_iter().next()) {
             (Some(true), Some(v)) => Ok(v),
-            _ => Err(RedisError::from((
-                redis::ErrorKind::ClusterConnectionNotFound,
-                "the slot's master was not reached",
-                format!("slot {slot}"),
-            ))),
+            _ => Err(not_reached(slot)),
         }
     }
 
@@ -417,7 +413,17 @@ impl SlotRouter {
     }
 }
 
-/// Whether `e` is [`SlotRouter::read`]'s "the slot's master was not
+/// The error of a command whose master was not reached
+/// (`Replies::reached` false): see [`stays_on_its_node`].
+pub fn not_reached(slot: u16) -> RedisError {
+    RedisError::from((
+        redis::ErrorKind::ClusterConnectionNotFound,
+        "the slot's master was not reached",
+        format!("slot {slot}"),
+    ))
+}
+
+/// Whether `e` is [`not_reached`] ([`SlotRouter::read`]'s "the slot's master was not
 /// reached": the router has already dropped that master's connection and
 /// held it, the connection `e` came through is sound (nothing is left
 /// unread on it), so a caller keeps it instead of reconnecting, which

@@ -9,9 +9,10 @@
 mod gateway_support;
 
 use gateway_support::{get, Client, Gateway};
-use seckill_common::buckets::home_bucket;
+use redis::Commands;
+use seckill_common::buckets::{home_bucket, share};
 use seckill_common::keys::SaleKeys;
-use seckill_tests::cluster::RedisCluster;
+use seckill_tests::cluster::{RedisCluster, TestRedis};
 use seckill_tests::{create_split_sale, TestDb};
 use std::time::{Duration, Instant};
 
@@ -174,4 +175,70 @@ fn reads_of_a_held_masters_buyers_do_not_reconnect_the_gateway() {
         "reconnects for 20 reads of a held master"
     );
     eprintln!("20 reads took {took:?}");
+}
+
+/// Without group commit (`SECKILL_GATEWAY_REDIS_THREADS=0`: each purchase
+/// one round trip on a shared link), as with it
+/// (`cluster_master_down::a_stalled_master_holds_back_only_the_purchases_of_its_buckets`):
+/// while a master is stopped, every buyer of the other masters' buckets
+/// gets 202.
+#[test]
+fn without_group_commit_a_stalled_master_holds_back_only_its_buckets() {
+    let cluster = cluster();
+    let db = TestDb::create();
+    let (sale, stalled, buckets) = sale_and_victim(&db, &cluster);
+    let live_buckets: Vec<u32> = (0..BUCKETS).filter(|b| !buckets.contains(b)).collect();
+    let g = Gateway::start(
+        &cluster,
+        &[
+            ("SECKILL_GATEWAY_BUYER_RATE", "0"),
+            ("SECKILL_GATEWAY_REDIS_THREADS", "0"),
+            ("SECKILL_REDIS_TIMEOUT", "300ms"),
+        ],
+    );
+    const EACH: usize = 30;
+    let stalled_users = users_of("stalled", &buckets, EACH);
+    let live_users = users_of("live", &live_buckets, EACH);
+    // Warm-up: the links are connected.
+    assert_eq!(Client::connect(g.port).buy(sale, "warm-0").status, 202);
+    let buy_all = |users: &[String]| -> Vec<u16> {
+        std::thread::scope(|s| {
+            let handles: Vec<_> = users
+                .iter()
+                .map(|u| s.spawn(move || Client::connect(g.port).buy(sale, u).status))
+                .collect();
+            handles
+                .into_iter()
+                .map(|h| h.join().expect("a buyer"))
+                .collect()
+        })
+    };
+    cluster.signal(stalled, "STOP");
+    let (stalled_answers, live_answers) = std::thread::scope(|s| {
+        let first = s.spawn(|| buy_all(&stalled_users));
+        std::thread::sleep(Duration::from_millis(150));
+        let live = buy_all(&live_users);
+        (first.join().expect("the stalled buyers"), live)
+    });
+    cluster.signal(stalled, "CONT");
+    assert_eq!(
+        live_answers,
+        vec![202; EACH],
+        "the live buckets' buyers (the stalled bucket's: {stalled_answers:?})"
+    );
+    // Exactly their 202s sold (and the warm-up buyer).
+    let mut con = cluster.target_con();
+    for &b in &live_buckets {
+        let sold = live_users
+            .iter()
+            .chain(std::iter::once(&"warm-0".to_string()))
+            .filter(|u| home_bucket(u, BUCKETS) == b)
+            .count() as u64;
+        let stock: i64 = con.get(SaleKeys::bucket(sale, b).stock()).unwrap();
+        assert_eq!(
+            stock,
+            (share(STOCK, BUCKETS, b) - sold) as i64,
+            "bucket {b}"
+        );
+    }
 }
