@@ -242,3 +242,71 @@ fn without_group_commit_a_stalled_master_holds_back_only_its_buckets() {
         );
     }
 }
+
+/// A master killed and started again on its port (its replica never takes
+/// over) sells again within 2 s of saying `cluster_state:ok`, and its bucket holds
+/// exactly its share less the 202s.
+#[test]
+fn a_master_killed_and_restarted_sells_again_at_once() {
+    let mut cluster = cluster();
+    let db = TestDb::create();
+    let (sale, victim, buckets) = sale_and_victim(&db, &cluster);
+    let g = Gateway::start(
+        &cluster,
+        &[
+            ("SECKILL_GATEWAY_BUYER_RATE", "0"),
+            ("SECKILL_GATEWAY_REDIS_THREADS", "1"),
+            ("SECKILL_REDIS_TIMEOUT", "300ms"),
+        ],
+    );
+    let users = users_of("restart", &buckets, 400);
+    let mut next = users.iter();
+    let mut c = Client::connect(g.port);
+    let mut sold = vec![next.next().unwrap().clone()];
+    assert_eq!(c.buy(sale, &sold[0]).status, 202, "before");
+
+    cluster.kill(victim);
+    for _ in 0..5 {
+        let r = c.buy(sale, next.next().unwrap());
+        assert_eq!((r.status, r.error()), (503, "unavailable".to_string()));
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    cluster.restart(victim);
+    let node = redis::Client::open(format!("redis://127.0.0.1:{victim}/")).unwrap();
+    // It serves once it says its cluster is whole again (a restarted
+    // master waits a moment before that, answering CLUSTERDOWN meanwhile).
+    seckill_tests::wait_until(Duration::from_secs(20), "the node to serve", || {
+        node.get_connection_with_timeout(Duration::from_millis(200))
+            .and_then(|mut k| redis::cmd("CLUSTER").arg("INFO").query::<String>(&mut k))
+            .is_ok_and(|i| i.lines().any(|l| l.trim() == "cluster_state:ok"))
+    });
+    let back = Instant::now();
+    let mut answers = Vec::new();
+    loop {
+        let u = next.next().expect("enough buyers");
+        let r = c.buy(sale, u);
+        answers.push(r.status);
+        match r.status {
+            202 => {
+                sold.push(u.clone());
+                break;
+            }
+            503 => {}
+            s => panic!("{s} {:?}", r.body),
+        }
+        assert!(back.elapsed() < Duration::from_secs(10), "{answers:?}");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let took = back.elapsed();
+    assert!(
+        took < Duration::from_secs(2),
+        "first 202 {took:?} after: {answers:?}"
+    );
+    // The 503s took nothing.
+    let mut con = cluster.target_con();
+    for &b in &buckets {
+        let n = sold.iter().filter(|u| home_bucket(u, BUCKETS) == b).count() as u64;
+        let stock: i64 = con.get(SaleKeys::bucket(sale, b).stock()).unwrap();
+        assert_eq!(stock, (share(STOCK, BUCKETS, b) - n) as i64, "bucket {b}");
+    }
+}
