@@ -190,16 +190,18 @@ impl SlotRouter {
 
     /// The connection to `addr` (`"host:port"`), opened if needed.
     ///
-    /// Errors: `addr` is held in quarantine (an I/O error saying so, at
-    /// once; an open connection to it is dropped: another router found it
-    /// failing), or the connect failed (`addr` is then held).
+    /// Errors: `addr` is held in quarantine (at once, a
+    /// [`redis::ErrorKind::ClusterConnectionNotFound`] saying so, see
+    /// [`stays_on_its_node`]; an open connection to it is dropped: another
+    /// router found it failing), or the connect failed (`addr` is then
+    /// held).
     pub fn node(&mut self, addr: &str) -> RedisResult<&mut Connection> {
         let now = Instant::now();
         let held = self.held().try_node(addr, now);
         if let Some(left) = held {
             self.nodes.remove(addr);
             return Err(RedisError::from((
-                redis::ErrorKind::Io,
+                redis::ErrorKind::ClusterConnectionNotFound,
                 "node held after a failure",
                 format!("{addr} is not tried for {} ms more", left.as_millis()),
             )));
@@ -423,12 +425,14 @@ pub fn not_reached(slot: u16) -> RedisError {
     ))
 }
 
-/// Whether `e` is [`not_reached`] ([`SlotRouter::read`]'s "the slot's master was not
-/// reached": the router has already dropped that master's connection and
-/// held it, the connection `e` came through is sound (nothing is left
-/// unread on it), so a caller keeps it instead of reconnecting, which
-/// would only fail the same way (a new slot map, every master's checks
-/// and script load, per read of a held master's keys).
+/// Whether `e` is [`not_reached`] ([`SlotRouter::read`]'s "the slot's
+/// master was not reached") or a held node's error ([`SlotRouter::node`]:
+/// `/readyz`'s check of every master): the router has already dropped
+/// that master's connection and held it, the connection `e` came through
+/// is sound (nothing is left unread on it), so a caller keeps it instead
+/// of reconnecting, which would only fail the same way (a new slot map,
+/// every master's checks and script load, per read of a held master's
+/// keys or per `/readyz` poll).
 pub fn stays_on_its_node(e: &RedisError) -> bool {
     e.kind() == redis::ErrorKind::ClusterConnectionNotFound
 }

@@ -310,3 +310,39 @@ fn a_master_killed_and_restarted_sells_again_at_once() {
         assert_eq!(stock, (share(STOCK, BUCKETS, b) - n) as i64, "bucket {b}");
     }
 }
+
+/// While a master is held, `/readyz` is 503 (a master would not take its
+/// purchases) on a link that stays connected: a load balancer polling it
+/// does not make the gateway reconnect per poll. Before, each poll dropped
+/// its link, reconnected and failed again: 10 polls, 10 reconnects.
+#[test]
+fn readyz_polls_of_a_held_master_do_not_reconnect_the_gateway() {
+    let cluster = cluster();
+    let db = TestDb::create();
+    let (sale, stalled, buckets) = sale_and_victim(&db, &cluster);
+    let g = Gateway::start(
+        &cluster,
+        &[
+            ("SECKILL_GATEWAY_BUYER_RATE", "0"),
+            ("SECKILL_GATEWAY_REDIS_THREADS", "1"),
+            ("SECKILL_REDIS_TIMEOUT", "300ms"),
+            ("SECKILL_GATEWAY_THREADS", "1"),
+        ],
+    );
+    let users = users_of("ready", &buckets, 2);
+    let mut c = Client::connect(g.port);
+    assert_eq!(c.buy(sale, &users[0]).status, 202);
+    assert_eq!(c.send("GET", "/readyz", None).status, 200);
+
+    cluster.signal(stalled, "STOP");
+    // The first try waits one timeout and puts the master in quarantine.
+    assert_eq!(c.buy(sale, &users[1]).status, 503);
+    let before = connects(g.port);
+    let statuses: Vec<u16> = (0..10)
+        .map(|_| c.send("GET", "/readyz", None).status)
+        .collect();
+    let after = connects(g.port);
+    cluster.signal(stalled, "CONT");
+    assert_eq!(statuses, vec![503; 10]);
+    assert_eq!(after - before, 0, "reconnects for 10 polls of /readyz");
+}
