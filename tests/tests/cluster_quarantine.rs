@@ -346,3 +346,48 @@ fn readyz_polls_of_a_held_master_do_not_reconnect_the_gateway() {
     assert_eq!(statuses, vec![503; 10]);
     assert_eq!(after - before, 0, "reconnects for 10 polls of /readyz");
 }
+
+/// While bucket 0's master is stopped, the buyers of the sale's buckets on
+/// the other masters get 202, as the buyers of any other stopped master's
+/// buckets do. Not so (not fixed): every purchase of a split sale first
+/// needs its bucket count, read again from bucket 0's meta once a second
+/// (`home::RECOUNT_AFTER`), so the whole sale answers 503.
+#[test]
+#[ignore = "finding, not fixed: a stopped bucket 0 master stops the whole split sale"]
+fn a_stalled_bucket_0_master_holds_back_only_its_buckets() {
+    let cluster = cluster();
+    let db = TestDb::create();
+    let (sale, masters) = (0..20)
+        .find_map(|_| {
+            let sale = create_split_sale(&db, &cluster, STOCK, -1000, 600_000, BUCKETS);
+            let masters: Vec<u16> = (0..BUCKETS)
+                .map(|b| {
+                    cluster
+                        .master_of(&SaleKeys::bucket(sale, b).stock())
+                        .unwrap()
+                })
+                .collect();
+            (masters.iter().any(|&m| m != masters[0])).then_some((sale, masters))
+        })
+        .expect("a sale whose buckets span two masters");
+    let stalled = masters[0];
+    let live: Vec<u32> = (0..BUCKETS)
+        .filter(|&b| masters[b as usize] != stalled)
+        .collect();
+    let g = Gateway::start(
+        &cluster,
+        &[
+            ("SECKILL_GATEWAY_BUYER_RATE", "0"),
+            ("SECKILL_GATEWAY_REDIS_THREADS", "1"),
+            ("SECKILL_REDIS_TIMEOUT", "300ms"),
+        ],
+    );
+    let users = users_of("b0", &live, 11);
+    let mut c = Client::connect(g.port);
+    assert_eq!(c.buy(sale, &users[0]).status, 202, "before");
+    cluster.signal(stalled, "STOP");
+    std::thread::sleep(Duration::from_millis(1200));
+    let statuses: Vec<u16> = users[1..].iter().map(|u| c.buy(sale, u).status).collect();
+    cluster.signal(stalled, "CONT");
+    assert_eq!(statuses, vec![202; 10]);
+}
