@@ -190,16 +190,18 @@ impl SlotRouter {
 
     /// The connection to `addr` (`"host:port"`), opened if needed.
     ///
-    /// Errors: `addr` is held in quarantine (an I/O error saying so, at
-    /// once; an open connection to it is dropped: another router found it
-    /// failing), or the connect failed (`addr` is then held).
+    /// Errors: `addr` is held in quarantine (at once, a
+    /// [`redis::ErrorKind::ClusterConnectionNotFound`] saying so, see
+    /// [`stays_on_its_node`]; an open connection to it is dropped: another
+    /// router found it failing), or the connect failed (`addr` is then
+    /// held).
     pub fn node(&mut self, addr: &str) -> RedisResult<&mut Connection> {
         let now = Instant::now();
         let held = self.held().try_node(addr, now);
         if let Some(left) = held {
             self.nodes.remove(addr);
             return Err(RedisError::from((
-                redis::ErrorKind::Io,
+                redis::ErrorKind::ClusterConnectionNotFound,
                 "node held after a failure",
                 format!("{addr} is not tried for {} ms more", left.as_millis()),
             )));
@@ -217,6 +219,7 @@ impl SlotRouter {
                 }
                 Err(e) => {
                     let hold = self.held().failed(addr, now.elapsed(), Instant::now());
+                    crate::quarantine::watch(&self.quarantine, addr, self.timeout);
                     log::warn!("redis: node {addr}: {e}; not tried for {hold:?}");
                     return Err(e);
                 }
@@ -237,6 +240,7 @@ impl SlotRouter {
         let hold = self
             .held()
             .failed(addr, now.saturating_duration_since(started), now);
+        crate::quarantine::watch(&self.quarantine, addr, self.timeout);
         log::warn!("redis: node {addr} failed; not tried for {hold:?}");
     }
 
@@ -360,18 +364,16 @@ impl SlotRouter {
     /// a master held in quarantine fails it at once.
     ///
     /// Errors: the slot map could not be read, or the master was not
-    /// reached (an I/O error naming the slot).
+    /// reached ([`redis::ErrorKind::ClusterConnectionNotFound`] naming the
+    /// slot: its master is held or its connection was dropped, so nothing
+    /// is left to read on this router; see [`stays_on_its_node`]).
     pub fn read(&mut self, slot: u16, cmd: &[u8]) -> RedisResult<Value> {
         let mut p = Packed::with_capacity(1, cmd.len());
         p.push(slot, |b| b.extend_from_slice(cmd));
         let r = self.pipeline(&p, None)?;
         match (r.reached.first(), r.values.into_iter().next()) {
             (Some(true), Some(v)) => Ok(v),
-            _ => Err(RedisError::from((
-                redis::ErrorKind::Io,
-                "the slot's master was not reached",
-                format!("slot {slot}"),
-            ))),
+            _ => Err(not_reached(slot)),
         }
     }
 
@@ -411,6 +413,28 @@ impl SlotRouter {
         }
         got
     }
+}
+
+/// The error of a command whose master was not reached
+/// (`Replies::reached` false): see [`stays_on_its_node`].
+pub fn not_reached(slot: u16) -> RedisError {
+    RedisError::from((
+        redis::ErrorKind::ClusterConnectionNotFound,
+        "the slot's master was not reached",
+        format!("slot {slot}"),
+    ))
+}
+
+/// Whether `e` is [`not_reached`] ([`SlotRouter::read`]'s "the slot's
+/// master was not reached") or a held node's error ([`SlotRouter::node`]:
+/// `/readyz`'s check of every master): the router has already dropped
+/// that master's connection and held it, the connection `e` came through
+/// is sound (nothing is left unread on it), so a caller keeps it instead
+/// of reconnecting, which would only fail the same way (a new slot map,
+/// every master's checks and script load, per read of a held master's
+/// keys or per `/readyz` poll).
+pub fn stays_on_its_node(e: &RedisError) -> bool {
+    e.kind() == redis::ErrorKind::ClusterConnectionNotFound
 }
 
 /// What [`SlotRouter::pipeline`] got back.

@@ -115,9 +115,21 @@ impl Link {
     /// Reports a failed call. Anything but an error reply from the server
     /// (a broken socket, a timeout with a reply possibly still in flight)
     /// closes the connection, so no later call reads a stale reply.
+    ///
+    /// On a cluster, a routed read whose master is held or was not reached,
+    /// or a check of every master that meets a held one
+    /// (`slot_router::stays_on_its_node`), keeps the connection: the slot
+    /// router has dropped that master's connection itself, and a reconnect
+    /// per call would fail the same way (before: 20 reads of a held
+    /// master's buyers, 20 reconnects;
+    /// `cluster_quarantine::reads_of_a_held_masters_buyers_do_not_reconnect_the_gateway`;
+    /// 10 `/readyz` polls, 10 reconnects:
+    /// `cluster_quarantine::readyz_polls_of_a_held_master_do_not_reconnect_the_gateway`).
     pub fn failed(&mut self, e: &RedisError) -> Unavailable {
         self.metrics.redis_errors.inc();
-        if !seckill_common::is_error_reply(e) {
+        if seckill_common::slot_router::stays_on_its_node(e) {
+            log::warn!("redis: {e}");
+        } else if !seckill_common::is_error_reply(e) {
             log::warn!("redis: {e}; reconnecting");
             self.con = None;
             self.next_try = Instant::now();
@@ -141,9 +153,10 @@ impl Link {
         match f(con) {
             Ok(v) => Ok(v),
             Err(e) => {
-                let server_reply = seckill_common::is_error_reply(&e);
+                let kept = seckill_common::is_error_reply(&e)
+                    || seckill_common::slot_router::stays_on_its_node(&e);
                 let u = self.failed(&e);
-                if !was_open || server_reply {
+                if !was_open || kept {
                     return Err(u);
                 }
                 let con = self.get()?;

@@ -62,6 +62,46 @@ impl Reserver {
     }
 }
 
+/// One purchase on a cluster, sent like a group commit's
+/// (`Con::pipeline_by_slot`: the slot router, whose quarantine fails a
+/// held master's purchases at once) rather than through the redis crate's
+/// cluster connection, whose (re)connect pings every node and waits out a
+/// stalled one: before, while one master was stopped, every buyer of the
+/// other masters' buckets got 503
+/// (`cluster_quarantine::without_group_commit_a_stalled_master_holds_back_only_its_buckets`).
+/// `NOSCRIPT` loads the script on every reachable master and sends it once
+/// more.
+///
+/// Errors: the master was not reached (`slot_router::not_reached`: the
+/// link stays), or no slot map could be read.
+fn by_slot(
+    con: &mut seckill_common::redis_target::Con,
+    keys: SaleKeys,
+    user_id: &str,
+    rid: &str,
+) -> redis::RedisResult<redis::Value> {
+    use seckill_common::reservation::{reserve_script, write_call, ReserveKeys};
+    use seckill_common::slot_router::{not_reached, Packed};
+    let rk = ReserveKeys::of(keys);
+    let mut p = Packed::with_capacity(1, 320);
+    p.push(rk.slot, |out| write_call(out, &rk, user_id, rid));
+    for pass in 0..2 {
+        let r = con.pipeline_by_slot(&p, None)?;
+        let (Some(true), Some(v)) = (r.reached.first(), r.values.into_iter().next()) else {
+            return Err(not_reached(rk.slot));
+        };
+        match &v {
+            redis::Value::ServerError(se)
+                if se.kind() == Some(redis::ServerErrorKind::NoScript) && pass == 0 =>
+            {
+                con.load_script(reserve_script())?;
+            }
+            _ => return Ok(v),
+        }
+    }
+    Err(not_reached(rk.slot))
+}
+
 /// How long a purchase waits to be sent to Redis before it is given up:
 /// three Redis timeouts (the queue ahead of it, the pipeline before it,
 /// and one retry of that on a fresh connection).
@@ -71,9 +111,15 @@ fn pipeline_wait(app: &App) -> Duration {
 
 fn round_trip(app: &App, keys: SaleKeys, user_id: &str, rid: &str) -> Result<Replied, Unavailable> {
     let inv = reservation::prepare_in(keys, user_id, rid);
-    let reply = app
-        .links
-        .with(|link| link.with(|con| inv.invoke::<redis::Value>(con)))?;
+    let reply = app.links.with(|link| {
+        link.with(|con| {
+            if con.is_cluster() {
+                by_slot(con, keys, user_id, rid)
+            } else {
+                inv.invoke::<redis::Value>(con)
+            }
+        })
+    })?;
     match reservation::parse(&reply) {
         Ok(r) => Ok(reservation::own(r, rid)),
         Err(e) => {

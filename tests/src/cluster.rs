@@ -48,6 +48,8 @@ struct Node {
 /// drop.
 pub struct RedisCluster {
     nodes: Vec<Node>,
+    /// The extra `redis-server` options of every node.
+    options: Vec<(String, String)>,
 }
 
 impl RedisCluster {
@@ -66,42 +68,22 @@ impl RedisCluster {
     /// node (`("cluster-require-full-coverage", "no")`: the other masters
     /// keep serving their slots while one has none).
     pub fn start_with(options: &[(&str, &str)]) -> RedisCluster {
+        let options: Vec<(String, String)> = options
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
         let mut nodes = Vec::with_capacity(NODES);
         for _ in 0..NODES {
             let dir = TempDir::new();
             let port = cluster_port();
-            let child = dies_with_test(crate::redis_server_bin())
-                .args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
-                .arg("--dir")
-                .arg(dir.path())
-                .args(["--cluster-enabled", "yes"])
-                .args(["--cluster-config-file", "nodes.conf"])
-                .args(["--cluster-node-timeout", &NODE_TIMEOUT_MS.to_string()])
-                .args([
-                    "--save",
-                    "",
-                    "--appendonly",
-                    "yes",
-                    "--appendfsync",
-                    "always",
-                ])
-                .args(["--daemonize", "no", "--loglevel", "warning"])
-                .args(
-                    options
-                        .iter()
-                        .flat_map(|(k, v)| [format!("--{k}"), v.to_string()]),
-                )
-                .stdout(Stdio::null())
-                .stderr(Stdio::null())
-                .spawn()
-                .expect("start redis-server (scripts/test.sh installs it)");
+            let child = spawn_node(port, &dir, &options);
             nodes.push(Node {
                 port,
                 _dir: dir,
                 child: Some(child),
             });
         }
-        let c = RedisCluster { nodes };
+        let c = RedisCluster { nodes, options };
         for n in &c.nodes {
             c.wait_for("a node to answer PING", || {
                 node_con(n.port)
@@ -172,6 +154,20 @@ impl RedisCluster {
                 let _ = c.wait();
             }
         }
+    }
+
+    /// Starts the node on `port` again (after [`RedisCluster::kill`]) on
+    /// its port and directory: its `nodes.conf` and AOF, so it comes back
+    /// as the same node with its data.
+    pub fn restart(&mut self, port: u16) {
+        let options = self.options.clone();
+        let n = self
+            .nodes
+            .iter_mut()
+            .find(|n| n.port == port)
+            .expect("a node of this cluster");
+        assert!(n.child.is_none(), "node {port} is running");
+        n.child = Some(spawn_node(port, &n._dir, &options));
     }
 
     /// Sends `signal` (`STOP`, `CONT`) to the node on `port`: a stopped
@@ -253,6 +249,35 @@ impl Drop for RedisCluster {
             }
         }
     }
+}
+
+/// Starts one cluster node on `port` in `dir` with `options`.
+fn spawn_node(port: u16, dir: &TempDir, options: &[(String, String)]) -> Child {
+    dies_with_test(crate::redis_server_bin())
+        .args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
+        .arg("--dir")
+        .arg(dir.path())
+        .args(["--cluster-enabled", "yes"])
+        .args(["--cluster-config-file", "nodes.conf"])
+        .args(["--cluster-node-timeout", &NODE_TIMEOUT_MS.to_string()])
+        .args([
+            "--save",
+            "",
+            "--appendonly",
+            "yes",
+            "--appendfsync",
+            "always",
+        ])
+        .args(["--daemonize", "no", "--loglevel", "warning"])
+        .args(
+            options
+                .iter()
+                .flat_map(|(k, v)| [format!("--{k}"), v.clone()]),
+        )
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("start redis-server (scripts/test.sh installs it)")
 }
 
 /// A free loopback port whose cluster bus port (`port + 10000`) is free
