@@ -124,9 +124,12 @@ watch_stop() {
 watched() {
   awk -v n="$1" '$1 == n { d = $2; r = $2 / ($4 - $3) } END { printf "%d %.0f\n", d, r }' "$WORK/watch"
 }
-# Redis's own cost of the reservation script since the last RESETSTAT.
+# Redis's own cost of the reservation script since the last RESETSTAT:
+# "X us per EVALSHA, Y us per reservation" (a group-commit call carries
+# every buyer of its batch's bucket; UNITS: the units taken meanwhile).
 evalsha_usec() {
-  rc INFO commandstats | tr -d '\r' | awk -F'[=,]' '/^cmdstat_evalsha:/ { print $6 }'
+  rc INFO commandstats | tr -d '\r' | awk -F'[=,]' -v u="$1" '/^cmdstat_evalsha:/ {
+    printf "%s us per EVALSHA, %.2f us per reservation", $6, (u > 0 ? $4 / u : 0) }'
 }
 MISMATCHES=0
 # check WHAT TOOL_RATE SERVER_RATE: the two within 5 %, else a loud line and
@@ -177,8 +180,8 @@ run_wrk() {
   check "$name" "$rps" "$srv_rps"
   if [ "${series##*:}" = 202 ]; then
     read -r units_n units_rps <<<"$(watched units)"
-    printf '%-34s %10.0f units/s in Redis (%s units), %s reservations per Redis round trip, %s us per EVALSHA\n' \
-      "" "$units_rps" "$units_n" "$batch" "$(evalsha_usec)"
+    printf '%-34s %10.0f units/s in Redis (%s units), %s reservations per Redis round trip, %s\n' \
+      "" "$units_rps" "$units_n" "$batch" "$(evalsha_usec "$units_n")"
     check "$name (units in Redis)" "$rps" "$units_rps"
   fi
   # CPU per answer: gateway + Redis + wrk (and the watcher), by their own
@@ -264,7 +267,7 @@ watch_stop
 rb_rps=$(grep -oE '[0-9.]+ requests per second' <<<"$rb_out" | awk '{print $1}')
 read -r rb_units rb_srv <<<"$(watched units)"
 printf '%-34s %10.0f req/s   (%s)\n' "redis-benchmark EVALSHA -c50" "$rb_rps" "$rb_out"
-printf '%-34s %10.0f units/s in Redis (%s units), %s us per EVALSHA\n' "" "$rb_srv" "$rb_units" "$(evalsha_usec)"
+printf '%-34s %10.0f units/s in Redis (%s units), %s\n' "" "$rb_srv" "$rb_units" "$(evalsha_usec "$rb_units")"
 check "redis-benchmark EVALSHA (units in Redis)" "$rb_rps" "$rb_srv"
 
 best=""; best_rps=0

@@ -74,17 +74,15 @@ local releases = tonumber(w[4] or '0')
 if not releases then
   return redis.error_reply('ERR ' .. KEYS[1] .. ' field releases is not an integer')
 end
-local users, rids, bad = {}, {}, {}
+local function buyer(i)
+  if i == 1 then return ARGV[1], ARGV[2] end
+  return ARGV[2 * i], ARGV[2 * i + 1]
+end
+local function valid(user)
+  return #user >= 1 and #user <= 64 and string.find(user, '^[A-Za-z0-9_.-]+$')
+end
 for i = 1, n do
-  local user = ARGV[1]
-  local rid = ARGV[2]
-  if i > 1 then user = ARGV[2 * i]; rid = ARGV[2 * i + 1] end
-  if #user < 1 or #user > 64 or not string.find(user, '^[A-Za-z0-9_.-]+$') then
-    if n == 1 then return redis.error_reply('ERR invalid user id') end
-    bad[i] = true
-  end
-  users[i] = user
-  rids[i] = rid
+  if n == 1 and not valid(buyer(i)) then return redis.error_reply('ERR invalid user id') end
 end
 local left = redis.pcall('GET', KEYS[2])
 if type(left) == 'table' then return refused(KEYS[2], left) end
@@ -100,9 +98,8 @@ local out, seen = {}, {}
 local taken, pairs_b, pairs_f, pairs_s, msgs, took = 0, {}, {}, {}, {}, {}
 local at = string.format('%d', now)
 for i = 1, n do
-  local user, rid = users[i], rids[i]
-  local seq = string.format('%d', total - stock + releases)
-  if bad[i] then
+  local user, rid = buyer(i)
+  if not valid(user) then
     out[i] = 'error 0 ERR invalid user id'
   else
     local prev = seen[user]
@@ -111,9 +108,10 @@ for i = 1, n do
       if type(prev) == 'table' then return refused(KEYS[3], prev) end
     end
     if prev then
-      out[i] = 'already_purchased ' .. seq .. ' ' .. prev .. ' ' .. string.format('%d', stock)
+      out[i] = 'already_purchased ' .. string.format('%d', total - stock + releases) .. ' ' ..
+        prev .. ' ' .. string.format('%d', stock)
     elseif stock < 1 then
-      out[i] = 'sold_out ' .. seq .. ' '
+      out[i] = 'sold_out ' .. string.format('%d', total - stock + releases) .. ' '
     else
       local msg = '{"v":1,"reservation_id":"' .. rid .. '","sale_id":' .. ARGV[3] ..
         ',"user_id":"' .. user .. '","reserved_at_ms":' .. at .. '}'
@@ -130,8 +128,12 @@ for i = 1, n do
   end
 end
 if taken > 0 then
-  local ids = {}
-  for j = 1, taken do ids[j] = pairs_f[2 * j - 1] end
+  -- The reservation ids, for an undo (rare: a key of the wrong type).
+  local function ids()
+    local r = {}
+    for j = 1, taken do r[j] = pairs_f[2 * j - 1] end
+    return r
+  end
   redis.call('DECRBY', KEYS[2], taken)
   redis.call('HSET', KEYS[3], unpack(pairs_b))
   local r = redis.pcall('HSET', KEYS[4], unpack(pairs_f))
@@ -142,20 +144,21 @@ if taken > 0 then
   end
   r = redis.pcall('HSET', KEYS[5], unpack(pairs_s))
   if type(r) == 'table' then
-    redis.call('HDEL', KEYS[4], unpack(ids))
+    redis.call('HDEL', KEYS[4], unpack(ids()))
     redis.call('HDEL', KEYS[3], unpack(took))
     redis.call('INCRBY', KEYS[2], taken)
     return refused(KEYS[5], r)
   end
   r = redis.pcall('LPUSH', KEYS[6], unpack(msgs))
   if type(r) == 'table' then
-    redis.call('HDEL', KEYS[5], unpack(ids))
-    redis.call('HDEL', KEYS[4], unpack(ids))
+    redis.call('HDEL', KEYS[5], unpack(ids()))
+    redis.call('HDEL', KEYS[4], unpack(ids()))
     redis.call('HDEL', KEYS[3], unpack(took))
     redis.call('INCRBY', KEYS[2], taken)
     return refused(KEYS[6], r)
   end
 end
+if n == 1 then return out[1] end
 return table.concat(out, '\n')
 "#;
 
