@@ -307,6 +307,21 @@ pub fn evalsha_calls(redis: &RedisServer) -> u64 {
         .unwrap_or(0)
 }
 
+/// Purchases the gateway on `port` has sent to Redis in its group-commit
+/// pipelines (`seckill_gateway_pipelined_purchases_total` on `/metrics`):
+/// each is one buyer's turn in a call of the reservation script (a call
+/// carries every buyer of its bucket in the batch, so `EVALSHA` calls
+/// count fewer).
+pub fn purchases_sent(port: u16) -> u64 {
+    let m = get(port, "/metrics");
+    assert_eq!(m.status, 200, "/metrics");
+    m.body
+        .lines()
+        .find_map(|l| l.strip_prefix("seckill_gateway_pipelined_purchases_total "))
+        .and_then(|v| v.trim().parse().ok())
+        .unwrap_or(0)
+}
+
 /// Buys until the answer is final: a 503 (Redis busy, or transfers kept
 /// moving under the pull) is retried, as a client would.
 ///
