@@ -43,6 +43,11 @@ use std::sync::OnceLock;
 /// the line `error 0 ERR invalid user id` for that buyer alone; alone, it is
 /// the error reply `ERR invalid user id`.
 ///
+/// Arguments that are not the first buyer's three then whole pairs, or
+/// more than [`MAX_BUYERS_PER_CALL`] buyers, are refused before anything
+/// is read (`ERR wrong number of arguments ...`, `ERR too many buyers
+/// ...`).
+///
 /// Whole or nothing: every key is read before the first write with
 /// `pcall` (meta, buyers, stock: a wrong type is refused there, the error
 /// naming the key); the writes that can still fail (flow, status, queue of
@@ -55,7 +60,11 @@ pub const RESERVE_LUA: &str = r#"
 local function refused(key, r)
   return redis.error_reply(r['err'] .. ' (' .. key .. ')')
 end
+if #ARGV < 3 or #ARGV % 2 == 0 then
+  return redis.error_reply('ERR wrong number of arguments: user id, reservation id, sale id, then a user id and reservation id per further buyer')
+end
 local n = (#ARGV - 1) / 2
+if n > 1024 then return redis.error_reply('ERR too many buyers in one call (at most 1024)') end
 local function each(line)
   if n == 1 then return line end
   local out = {}
@@ -161,6 +170,12 @@ end
 if n == 1 then return out[1] end
 return table.concat(out, '\n')
 "#;
+
+/// Most buyers one call of [`RESERVE_LUA`] takes (its writes hand every
+/// buyer to one command, and Lua's `unpack` stops at 8,000 values); a
+/// call with more is refused before any write. The group commit's
+/// `MAX_BATCH` is below it.
+pub const MAX_BUYERS_PER_CALL: usize = 1024;
 
 /// The sale's reservation sequence from its meta fields and stock counter:
 /// `total_stock − stock + releases`, units ever reserved. Every reservation
@@ -571,6 +586,12 @@ pub fn reserve<C: ConnectionLike>(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_script_refuses_beyond_max_buyers_per_call() {
+        let check = format!("if n > {MAX_BUYERS_PER_CALL} then");
+        assert!(RESERVE_LUA.contains(&check), "{check}");
+    }
 
     #[test]
     fn write_call_writes_the_bytes_of_call() {

@@ -27,6 +27,10 @@ use std::time::{Duration, Instant};
 /// Most purchases in one pipeline.
 pub const MAX_BATCH: usize = 256;
 
+// A batch's buyers of one bucket go in one call of the script, which
+// refuses more than this.
+const _: () = assert!(MAX_BATCH <= seckill_common::reservation::MAX_BUYERS_PER_CALL);
+
 /// Purchases waiting for a Redis thread; beyond it a purchase is answered
 /// 503 at once.
 pub const QUEUE_CAPACITY: usize = 8192;

@@ -318,3 +318,123 @@ fn a_batch_of_buyers_is_taken_in_order_as_if_one_after_the_other() {
         redis::Value::BulkString(format!("already_purchased 3 {} 0", rid(2)).into_bytes())
     );
 }
+
+/// Every key a purchase of sale `id` touches, as `(stock, buyers, flow
+/// records, statuses, queued messages)`.
+fn purchase_state(con: &mut redis::Connection, id: u64) -> (i64, usize, usize, usize, usize) {
+    let k = SaleKeys::new(id);
+    (
+        con.get(k.stock()).unwrap(),
+        con.hlen(k.buyers()).unwrap(),
+        con.hlen(k.flow()).unwrap(),
+        con.hlen(k.status()).unwrap(),
+        con.llen(k.queue()).unwrap(),
+    )
+}
+
+/// A batch call larger than the script takes (its writes pass every
+/// buyer to one command; Lua's `unpack` stops at 8,000 values) is refused
+/// before any write, whole. Before: 4,101 buyers in one call took 4,101
+/// units (`DECRBY`) and then failed on `too many results to unpack`,
+/// leaving stock 5,899 of 10,000 with no buyer, flow record, status or
+/// message: units taken that no order, release or finding accounts for.
+/// The most the script takes, [`MAX_BUYERS_PER_CALL`], all reserve.
+#[test]
+fn a_batch_larger_than_the_script_takes_is_refused_and_changes_nothing() {
+    use seckill_common::reservation::{parse_batch, write_calls, ReserveKeys, MAX_BUYERS_PER_CALL};
+    let redis = RedisServer::start();
+    let id = 11;
+    assert!(load_into_redis(&mut redis.con(), &sale(id, 10_000, -1000, 600_000), 0).unwrap());
+    let mut con = redis.con();
+    seckill_common::reservation::reserve_script()
+        .prepare_invoke()
+        .load(&mut con)
+        .unwrap();
+    let keys = ReserveKeys::new(id);
+    let buyers: Vec<(String, String)> = (0..4_101u32)
+        .map(|i| {
+            (
+                format!("{:0>64}", i),
+                format!("{:032x}", 0xb000_0000u64 + u64::from(i)),
+            )
+        })
+        .collect();
+    let pairs: Vec<(&str, &str)> = buyers
+        .iter()
+        .map(|(u, r)| (u.as_str(), r.as_str()))
+        .collect();
+    for n in [4_101, MAX_BUYERS_PER_CALL + 1] {
+        let mut packed = Vec::new();
+        write_calls(&mut packed, &keys, &pairs[..n]);
+        let reply = redis::ConnectionLike::req_packed_command(&mut con, &packed);
+        assert_eq!(
+            purchase_state(&mut con, id),
+            (10_000, 0, 0, 0, 0),
+            "{n} buyers: {reply:?}"
+        );
+        let e = match reply {
+            Ok(redis::Value::ServerError(e)) => e.to_string(),
+            Err(e) => e.to_string(),
+            Ok(v) => panic!("{n} buyers: {v:?}"),
+        };
+        assert!(e.contains("too many buyers"), "{n}: {e}");
+    }
+    let n = MAX_BUYERS_PER_CALL;
+    let mut packed = Vec::new();
+    write_calls(&mut packed, &keys, &pairs[..n]);
+    let reply = redis::ConnectionLike::req_packed_command(&mut con, &packed).unwrap();
+    let reserved = parse_batch(&reply, n)
+        .into_iter()
+        .filter(|r| matches!(r, Ok(r) if matches!(r.outcome, ReserveOutcome::Reserved(_))))
+        .count();
+    assert_eq!(reserved, n);
+    assert_eq!(
+        purchase_state(&mut con, id),
+        (10_000 - n as i64, n, n, n, n)
+    );
+}
+
+/// A call whose arguments are not the first buyer's three then whole
+/// pairs is refused with an error naming the arguments, and changes
+/// nothing. Before: `u1 r1 SALE u2` (the second buyer's reservation id
+/// missing) reserved u1 and dropped u2 without a word, and `u1 r1` (no
+/// sale id) answered an empty string.
+#[test]
+fn a_call_whose_arguments_are_not_whole_buyers_is_refused_and_changes_nothing() {
+    let redis = RedisServer::start();
+    let id = 12;
+    assert!(load_into_redis(&mut redis.con(), &sale(id, 5, -1000, 600_000), 0).unwrap());
+    let mut con = redis.con();
+    let k = SaleKeys::new(id);
+    let rid = |n: u8| format!("{:032x}", u128::from(n) + 0xc0de);
+    let sale_id = id.to_string();
+    let (r1, r2) = (rid(1), rid(2));
+    let cases: Vec<Vec<&str>> = vec![
+        vec!["u1", &r1, &sale_id, "u2"],
+        vec!["u1", &r1, &sale_id, "u2", &r2, "u3"],
+        vec!["u1", &r1],
+        vec!["u1"],
+        vec![],
+    ];
+    for args in &cases {
+        let r: redis::RedisResult<redis::Value> = redis::cmd("EVAL")
+            .arg(seckill_common::reservation::RESERVE_LUA)
+            .arg(6)
+            .arg(k.meta())
+            .arg(k.stock())
+            .arg(k.buyers())
+            .arg(k.flow())
+            .arg(k.status())
+            .arg(k.queue())
+            .arg(&args[..])
+            .query(&mut con);
+        match r {
+            Err(e) => assert!(
+                e.to_string().contains("wrong number of arguments"),
+                "{args:?}: {e}"
+            ),
+            Ok(v) => panic!("{args:?}: {v:?}"),
+        }
+        assert_eq!(purchase_state(&mut con, id), (5, 0, 0, 0, 0), "{args:?}");
+    }
+}
