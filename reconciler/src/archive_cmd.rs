@@ -168,8 +168,9 @@ pub fn refusal(
     }
     if !by_run && !review.run_finished_since(&format_ms(settled))? {
         return Ok(Some(format!(
-            "no reconciliation run has checked sale {id} since it ended: \
-             run `seckill-reconciler run` first"
+            "no reconciliation run has checked sale {id} since it settled at {} \
+             (its end + the grace): run `seckill-reconciler run` first",
+            format_ms(settled)
         )));
     }
     Ok(None)

@@ -230,6 +230,25 @@ fn ten_ended_sales_are_archived_once_each_leaving_only_tombstones() {
     for &(id, k) in &sales {
         age(&db, &redis, id, k, 2 * 3_600_000);
     }
+    // Ended two hours ago, but no run has started since it settled (its end
+    // + the grace): refused, and the refusal names that time (a run before
+    // it does not count; the fresh-user pass misread the old wording).
+    let before = sales_state(&redis, first);
+    let (code, out) = reconciler(
+        &redis,
+        &db,
+        &review,
+        "off",
+        &["sale", "archive", &first.to_string(), "--by", "op"],
+    );
+    assert_eq!(code, 1, "{out}");
+    assert!(
+        out.contains(&format!(
+            "no reconciliation run has checked sale {first} since it settled at "
+        )) && out.contains("(its end + the grace): run `seckill-reconciler run` first"),
+        "{out}"
+    );
+    assert_eq!(sales_state(&redis, first), before);
     let (code, out) = reconciler(&redis, &db, &review, "off", &["run"]);
     assert_eq!(code, 1, "the late payment is open: {out}");
     // With an open finding: refused, nothing changed.
@@ -365,7 +384,7 @@ fn ten_ended_sales_are_archived_once_each_leaving_only_tombstones() {
         10
     );
 
-    // Once each in the audit log, with the two refusals; a repeat by hand
+    // Once each in the audit log, with the three refusals; a repeat by hand
     // changes nothing and says so.
     let (code, out) = reconciler(
         &redis,
@@ -382,6 +401,7 @@ fn ten_ended_sales_are_archived_once_each_leaving_only_tombstones() {
         let row = |actor: &str, result: &str| (id, actor.to_string(), result.to_string());
         if id == first as i64 {
             want.extend([
+                row("op", "refused"),
                 row("op", "refused"),
                 row("op", "done"),
                 row("op", "no_change"),
