@@ -21,6 +21,10 @@ use std::time::{Duration, Instant};
 /// previous one got (a slot moves once per resharding step or failover).
 pub const MAX_REDIRECTS: usize = 3;
 
+/// After a master failed some commands, the slot map is read again (to
+/// send them to a promoted replica at once) at most this often.
+pub const LOST_REFRESH_EVERY: Duration = Duration::from_millis(10);
+
 /// While a node is held in quarantine, the slot map is read again at most
 /// this often (each read is one `CLUSTER SLOTS` on a node that answers),
 /// so a promoted replica gets its slots' commands within this much of the
@@ -312,11 +316,15 @@ impl SlotRouter {
             }
             let mut next = Vec::new();
             let mut moved = false;
+            let mut lost: Vec<(usize, String)> = Vec::new();
             for ((addr, asking), idx) in groups {
                 let Ok((got, acked)) = self.send_to(&addr, cmds, &idx, asking, ack) else {
                     // This master's commands fail; the others go on.
                     for &i in &idx {
                         replicated[i] = false;
+                        if !asking {
+                            lost.push((i, addr.clone()));
+                        }
                     }
                     continue;
                 };
@@ -332,6 +340,22 @@ impl SlotRouter {
                             next.push((i, Some(to)));
                         }
                         _ => replies[i] = v,
+                    }
+                }
+            }
+            // A master that failed may have been replaced (a failover this
+            // router's map has not seen yet): when the map read again names
+            // another master for such a command's slot, the command goes
+            // there in the next round (it did not run, or ran on a master
+            // that has lost its slots). At most one read per
+            // [`LOST_REFRESH_EVERY`].
+            let stale = self
+                .refreshed
+                .is_none_or(|t| t.elapsed() >= LOST_REFRESH_EVERY);
+            if !lost.is_empty() && round < MAX_REDIRECTS && stale && self.refresh().is_ok() {
+                for (i, was) in lost {
+                    if self.master_of(cmds.slot(i)).is_some_and(|m| m != was) {
+                        next.push((i, None));
                     }
                 }
             }
