@@ -517,6 +517,44 @@ pub fn create_split_sale(
     sale.id
 }
 
+/// A sale of `stock` over `buckets` buckets, open for ten minutes, whose
+/// buckets are not all on one master of `cluster` (the slots of the hash
+/// tags decide; a later sale id gives other slots), and the master port of
+/// each bucket.
+pub fn split_sale_over_masters(
+    db: &TestDb,
+    cluster: &cluster::RedisCluster,
+    stock: u64,
+    buckets: u32,
+) -> (u64, Vec<u16>) {
+    (0..20)
+        .find_map(|_| {
+            let sale = create_split_sale(db, cluster, stock, -1000, 600_000, buckets);
+            let masters: Vec<u16> = (0..buckets)
+                .map(|b| {
+                    cluster
+                        .master_of(&seckill_common::keys::SaleKeys::bucket(sale, b).stock())
+                        .expect("every bucket has a master")
+                })
+                .collect();
+            masters
+                .iter()
+                .any(|&m| m != masters[0])
+                .then_some((sale, masters))
+        })
+        .expect("a sale whose buckets span two masters")
+}
+
+/// [`users_of`] over several buckets: the first `n` user ids `PREFIX-i`
+/// whose home bucket of `k` is one of `buckets`.
+pub fn users_in(prefix: &str, buckets: &[u32], n: usize, k: u32) -> Vec<String> {
+    (0..)
+        .map(|i| format!("{prefix}-{i}"))
+        .filter(|u| buckets.contains(&seckill_common::buckets::home_bucket(u, k)))
+        .take(n)
+        .collect()
+}
+
 /// A sale of `stock` units (SKU `SKU-TEST`, 19.99) whose window opens
 /// `starts_in_ms` from now (negative: already open) and lasts `len_ms`.
 pub fn test_sale(

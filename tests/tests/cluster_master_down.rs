@@ -17,7 +17,7 @@ use redis::Commands;
 use seckill_common::buckets::{home_bucket, share};
 use seckill_common::keys::SaleKeys;
 use seckill_tests::cluster::{RedisCluster, TestRedis};
-use seckill_tests::{create_split_sale, TestDb};
+use seckill_tests::TestDb;
 use std::collections::HashMap;
 use std::time::Duration;
 
@@ -28,32 +28,12 @@ const PER_SIDE: usize = 300;
 /// Client threads buying at once.
 const THREADS: usize = 8;
 
-/// The first `n` user ids `PREFIX-i` whose home bucket is in `buckets`.
 fn users_of(prefix: &str, buckets: &[u32], n: usize) -> Vec<String> {
-    (0..)
-        .map(|i| format!("{prefix}-{i}"))
-        .filter(|u| buckets.contains(&home_bucket(u, BUCKETS)))
-        .take(n)
-        .collect()
+    seckill_tests::users_in(prefix, buckets, n, BUCKETS)
 }
 
-/// A sale of [`STOCK`] over [`BUCKETS`] buckets whose buckets are not all
-/// on one master (the slots of the hash tags decide; a later sale id gives
-/// other slots), and the master port of each bucket.
 fn split_over_masters(db: &TestDb, cluster: &RedisCluster) -> (u64, Vec<u16>) {
-    (0..20)
-        .find_map(|_| {
-            let sale = create_split_sale(db, cluster, STOCK, -1000, 600_000, BUCKETS);
-            let masters: Vec<u16> = (0..BUCKETS)
-                .map(|b| {
-                    cluster
-                        .master_of(&SaleKeys::bucket(sale, b).stock())
-                        .unwrap()
-                })
-                .collect();
-            (masters.iter().any(|&m| m != masters[1])).then_some((sale, masters))
-        })
-        .expect("a sale whose buckets span two masters")
+    seckill_tests::split_sale_over_masters(db, cluster, STOCK, BUCKETS)
 }
 
 /// Checks the answers of one side's buyers: the live side's `live`, all
@@ -223,23 +203,7 @@ fn a_stalled_master_holds_back_only_the_purchases_of_its_buckets() {
     const EACH: usize = 30;
     let stalled_users = users_of("stalled", &stalled_buckets, EACH);
     let live_users = users_of("live", &live_buckets, EACH);
-    let buy_all = |users: &[String]| -> Vec<(u16, String)> {
-        std::thread::scope(|s| {
-            let handles: Vec<_> = users
-                .iter()
-                .map(|u| {
-                    s.spawn(move || {
-                        let r = Client::connect(g.port).buy(sale, u);
-                        (r.status, r.error())
-                    })
-                })
-                .collect();
-            handles
-                .into_iter()
-                .map(|h| h.join().expect("a buyer"))
-                .collect()
-        })
-    };
+    let buy_all = |users: &[String]| gateway_support::buy_all(g.port, sale, users);
 
     cluster.signal(stalled, "STOP");
     let (stalled_answers, live_answers) = std::thread::scope(|s| {

@@ -19,13 +19,8 @@ use std::time::{Duration, Instant};
 const BUCKETS: u32 = 3;
 const STOCK: u64 = 3_000;
 
-/// The first `n` user ids `PREFIX-i` whose home bucket is in `buckets`.
 fn users_of(prefix: &str, buckets: &[u32], n: usize) -> Vec<String> {
-    (0..)
-        .map(|i| format!("{prefix}-{i}"))
-        .filter(|u| buckets.contains(&home_bucket(u, BUCKETS)))
-        .take(n)
-        .collect()
+    seckill_tests::users_in(prefix, buckets, n, BUCKETS)
 }
 
 /// A sale whose buckets span two masters, the master port of each bucket,
@@ -33,19 +28,7 @@ fn users_of(prefix: &str, buckets: &[u32], n: usize) -> Vec<String> {
 /// the sale's bucket count from bucket 0): `(sale, stalled port, its
 /// buckets)`.
 fn sale_and_victim(db: &TestDb, cluster: &RedisCluster) -> (u64, u16, Vec<u32>) {
-    let (sale, masters) = (0..20)
-        .find_map(|_| {
-            let sale = create_split_sale(db, cluster, STOCK, -1000, 600_000, BUCKETS);
-            let masters: Vec<u16> = (0..BUCKETS)
-                .map(|b| {
-                    cluster
-                        .master_of(&SaleKeys::bucket(sale, b).stock())
-                        .unwrap()
-                })
-                .collect();
-            (masters.iter().any(|&m| m != masters[0])).then_some((sale, masters))
-        })
-        .expect("a sale whose buckets span two masters");
+    let (sale, masters) = seckill_tests::split_sale_over_masters(db, cluster, STOCK, BUCKETS);
     let victim = *masters
         .iter()
         .find(|&&m| m != masters[0])
@@ -202,16 +185,10 @@ fn without_group_commit_a_stalled_master_holds_back_only_its_buckets() {
     // Warm-up: the links are connected.
     assert_eq!(Client::connect(g.port).buy(sale, "warm-0").status, 202);
     let buy_all = |users: &[String]| -> Vec<u16> {
-        std::thread::scope(|s| {
-            let handles: Vec<_> = users
-                .iter()
-                .map(|u| s.spawn(move || Client::connect(g.port).buy(sale, u).status))
-                .collect();
-            handles
-                .into_iter()
-                .map(|h| h.join().expect("a buyer"))
-                .collect()
-        })
+        gateway_support::buy_all(g.port, sale, users)
+            .into_iter()
+            .map(|(status, _)| status)
+            .collect()
     };
     cluster.signal(stalled, "STOP");
     let (stalled_answers, live_answers) = std::thread::scope(|s| {

@@ -322,6 +322,26 @@ pub fn purchases_sent(port: u16) -> u64 {
         .unwrap_or(0)
 }
 
+/// `users` buying sale `sale` at once on the gateway at `port`, one
+/// thread and connection each: each buyer's (status, error code), in order.
+pub fn buy_all(port: u16, sale: u64, users: &[String]) -> Vec<(u16, String)> {
+    std::thread::scope(|s| {
+        let handles: Vec<_> = users
+            .iter()
+            .map(|u| {
+                s.spawn(move || {
+                    let r = Client::connect(port).buy(sale, u);
+                    (r.status, r.error())
+                })
+            })
+            .collect();
+        handles
+            .into_iter()
+            .map(|h| h.join().expect("a buyer"))
+            .collect()
+    })
+}
+
 /// Buys until the answer is final: a 503 (Redis busy, or transfers kept
 /// moving under the pull) is retried, as a client would.
 ///
