@@ -137,35 +137,24 @@ for i = 1, n do
   end
 end
 if taken > 0 then
-  -- The reservation ids, for an undo (rare: a key of the wrong type).
-  local function ids()
-    local r = {}
-    for j = 1, taken do r[j] = pairs_f[2 * j - 1] end
-    return r
+  -- Undoes this call's writes to the keys before KEYS[k] and refuses with
+  -- r (KEYS[k] holds the wrong type; rare).
+  local function undo(k, r)
+    local ids = {}
+    for j = 1, taken do ids[j] = pairs_f[2 * j - 1] end
+    for key = k - 1, 4, -1 do redis.call('HDEL', KEYS[key], unpack(ids)) end
+    redis.call('HDEL', KEYS[3], unpack(took))
+    redis.call('INCRBY', KEYS[2], taken)
+    return refused(KEYS[k], r)
   end
   redis.call('DECRBY', KEYS[2], taken)
   redis.call('HSET', KEYS[3], unpack(pairs_b))
   local r = redis.pcall('HSET', KEYS[4], unpack(pairs_f))
-  if type(r) == 'table' then
-    redis.call('HDEL', KEYS[3], unpack(took))
-    redis.call('INCRBY', KEYS[2], taken)
-    return refused(KEYS[4], r)
-  end
+  if type(r) == 'table' then return undo(4, r) end
   r = redis.pcall('HSET', KEYS[5], unpack(pairs_s))
-  if type(r) == 'table' then
-    redis.call('HDEL', KEYS[4], unpack(ids()))
-    redis.call('HDEL', KEYS[3], unpack(took))
-    redis.call('INCRBY', KEYS[2], taken)
-    return refused(KEYS[5], r)
-  end
+  if type(r) == 'table' then return undo(5, r) end
   r = redis.pcall('LPUSH', KEYS[6], unpack(msgs))
-  if type(r) == 'table' then
-    redis.call('HDEL', KEYS[5], unpack(ids()))
-    redis.call('HDEL', KEYS[4], unpack(ids()))
-    redis.call('HDEL', KEYS[3], unpack(took))
-    redis.call('INCRBY', KEYS[2], taken)
-    return refused(KEYS[6], r)
-  end
+  if type(r) == 'table' then return undo(6, r) end
 end
 if n == 1 then return out[1] end
 return table.concat(out, '\n')
