@@ -24,13 +24,21 @@ use std::sync::OnceLock;
 /// and one read of the meta and stock for the whole batch and its writes
 /// made at the end, one command per key (`DECRBY`, `HSET` of the buyers,
 /// the flow records and the statuses, one `LPUSH` of the messages): a
-/// batch costs Redis the checks once, not once per buyer.
+/// batch costs Redis the checks once, not once per buyer. While stock is
+/// left and once the sale has had a release (meta `releases` > 0; before,
+/// no id can have been released, and a hot sale's calls pay nothing for
+/// this), one `HMGET` of the statuses of the call's reservation ids: an id
+/// that has a status was reserved before and released since (a retry of a
+/// call whose reply was lost, after an expiry, a cancellation or a
+/// rollback), and is answered `released` with nothing taken (before, the
+/// retry took a second unit under the same id when the sale lets a
+/// released buyer buy again, or after a rollback).
 ///
 /// Replies one string per buyer, `"CODE SEQ DETAIL"`, joined by `\n` (one
 /// bulk string, not a table: the gateway's Redis client parses one value
 /// per batch, docs/PERFORMANCE.md):
 /// `CODE` as in [`ReserveOutcome`], `DETAIL` (the rest of the string after
-/// the second space) the reservation id (`reserved`; for
+/// the second space) the reservation id (`reserved`, `released`; for
 /// `already_purchased` the id, a space and the stock left, so that a
 /// winner's retry also tells the gateway's sold-out memory whether units
 /// came back),
@@ -49,7 +57,7 @@ use std::sync::OnceLock;
 /// ...`).
 ///
 /// Whole or nothing: every key is read before the first write with
-/// `pcall` (meta, buyers, stock: a wrong type is refused there, the error
+/// `pcall` (meta, buyers, stock, statuses: a wrong type is refused there, the error
 /// naming the key); the writes that can still fail (flow, status, queue of
 /// the wrong type) run under `pcall` too, and a failure undoes the writes
 /// before it (inside the one atomic script, so no one sees them) and
@@ -103,6 +111,19 @@ local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 if now < starts then return each('not_started ' .. string.format('%d', total - stock + releases) .. ' ') end
 if now >= ends then return each('ended ' .. string.format('%d', total - stock + releases) .. ' ') end
+-- A reservation id with a status was reserved before and released since
+-- (a retry of a call whose reply was lost): it takes nothing again. Only
+-- a sale with a release has such ids.
+local done = {}
+if stock >= 1 and releases > 0 then
+  local ids = {}
+  for i = 1, n do
+    local _, rid = buyer(i)
+    ids[i] = rid
+  end
+  done = redis.pcall('HMGET', KEYS[5], unpack(ids))
+  if done['err'] then return refused(KEYS[5], done) end
+end
 local out, seen = {}, {}
 local taken, pairs_b, pairs_f, pairs_s, msgs, took = 0, {}, {}, {}, {}, {}
 local at = string.format('%d', now)
@@ -121,6 +142,8 @@ for i = 1, n do
         prev .. ' ' .. string.format('%d', stock)
     elseif stock < 1 then
       out[i] = 'sold_out ' .. string.format('%d', total - stock + releases) .. ' '
+    elseif done[i] then
+      out[i] = 'released ' .. string.format('%d', total - stock + releases) .. ' ' .. rid
     else
       local msg = '{"v":1,"reservation_id":"' .. rid .. '","sale_id":' .. ARGV[3] ..
         ',"user_id":"' .. user .. '","reserved_at_ms":' .. at .. '}'
@@ -222,6 +245,10 @@ pub enum ReserveOutcome {
     /// The sale is paused (meta field `paused`, e.g. `redis_data_loss`
     /// while Redis is behind MySQL); holds the reason. Nothing changed.
     Paused(String),
+    /// This reservation id was reserved before and released since (its
+    /// status is `expired`, `cancelled` or `failed`): the call is a retry
+    /// of one whose reply was lost, and takes nothing again. Holds the id.
+    Released(String),
 }
 
 /// A parsed reply: the outcome and the sale's reservation sequence after
@@ -525,6 +552,7 @@ fn parse_line(text: &str) -> Result<Replied, ()> {
         "ended" => ReserveOutcome::Ended,
         "unknown_sale" => ReserveOutcome::UnknownSale,
         "paused" => ReserveOutcome::Paused(detail.to_string()),
+        "released" => ReserveOutcome::Released(detail.to_string()),
         _ => return Err(()),
     };
     Ok(Replied {

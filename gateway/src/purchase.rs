@@ -225,6 +225,14 @@ pub fn conclude(
             }
             already_purchased(&rid)
         }
+        // A retry (same reservation id) of a call whose reply was lost,
+        // released since: what this request bought, now expired,
+        // cancelled or rolled back (its status route says which).
+        ReserveOutcome::Released(rid) => {
+            metrics.outcome(Outcome::AlreadyPurchased);
+            app.soldout.inconclusive(sale_id, Instant::now());
+            already_purchased(&rid)
+        }
         ReserveOutcome::NotStarted => {
             metrics.outcome(Outcome::NotStarted);
             app.soldout.inconclusive(sale_id, Instant::now());

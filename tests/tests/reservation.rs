@@ -438,3 +438,65 @@ fn a_call_whose_arguments_are_not_whole_buyers_is_refused_and_changes_nothing() 
         assert_eq!(purchase_state(&mut con, id), (5, 0, 0, 0, 0), "{args:?}");
     }
 }
+
+/// A call sent again with the same reservation id after that reservation
+/// was released (the group commit's retry of a call whose reply was lost,
+/// with an expiry, a cancellation or a rollback in between) takes nothing:
+/// it is answered `released` with the id. Before, it found no buyer mark
+/// (removed by the release) and took a second unit under the same id, a
+/// unit no order could account for (the worker's insert of that id is a
+/// duplicate). A fresh id of the same buyer still buys.
+#[test]
+fn a_reservation_id_released_since_takes_nothing_when_sent_again() {
+    use seckill_common::order::Release;
+    use seckill_common::release::{release, release_order, OrderRelease, ReleaseOutcome};
+    use seckill_common::reservation::{call, parse, ReserveKeys};
+    let redis = RedisServer::start();
+    let id = 12;
+    assert!(load_into_redis(&mut redis.con(), &sale(id, 5, -1000, 600_000), 0).unwrap());
+    let mut con = redis.con();
+    seckill_common::reservation::reserve_script()
+        .prepare_invoke()
+        .load(&mut con)
+        .unwrap();
+    let keys = ReserveKeys::new(id);
+    let send = |con: &mut redis::Connection, user: &str, rid: &str| {
+        let reply: redis::Value = call(&keys, user, rid).query(con).unwrap();
+        let r = parse(&reply).unwrap();
+        (r.outcome, r.seq)
+    };
+    let (expired, rolled_back) = (format!("{:032x}", 0xe1u32), format!("{:032x}", 0xe2u32));
+    assert_eq!(
+        send(&mut con, "a", &expired),
+        (ReserveOutcome::Reserved(expired.clone()), 1)
+    );
+    assert_eq!(
+        send(&mut con, "b", &rolled_back),
+        (ReserveOutcome::Reserved(rolled_back.clone()), 2)
+    );
+    assert_eq!(
+        release_order(&mut con, SaleKeys::new(id), &expired, Release::Expire, true).unwrap(),
+        OrderRelease::Released { stock_after: 4 }
+    );
+    assert_eq!(
+        release(&mut con, id, &rolled_back, &[]).unwrap(),
+        ReleaseOutcome::Released { stock_after: 5 }
+    );
+    let before = purchase_state(&mut con, id);
+    assert_eq!(before, (5, 0, 0, 2, 0));
+    assert_eq!(
+        send(&mut con, "a", &expired),
+        (ReserveOutcome::Released(expired.clone()), 2)
+    );
+    assert_eq!(
+        send(&mut con, "b", &rolled_back),
+        (ReserveOutcome::Released(rolled_back.clone()), 2)
+    );
+    assert_eq!(purchase_state(&mut con, id), before);
+    let fresh = format!("{:032x}", 0xe3u32);
+    assert_eq!(
+        send(&mut con, "a", &fresh),
+        (ReserveOutcome::Reserved(fresh.clone()), 3)
+    );
+    assert_eq!(purchase_state(&mut con, id), (4, 1, 1, 3, 1));
+}
