@@ -42,15 +42,24 @@ fn process_prefix() -> u64 {
 pub fn new_reservation_id() -> String {
     let n = COUNTER.fetch_add(1, Ordering::Relaxed);
     // `format!("{:016x}{:016x}")` by hand: one allocation, no formatter
-    // (a purchase's id is drawn on its connection thread).
-    const HEX: &[u8; 16] = b"0123456789abcdef";
+    // (a purchase's id is drawn on its connection thread); the prefix's
+    // digits are written once per process.
+    static PREFIX_HEX: OnceLock<String> = OnceLock::new();
+    let prefix = PREFIX_HEX.get_or_init(|| format!("{:016x}", process_prefix()));
     let mut id = String::with_capacity(32);
-    for v in [process_prefix(), n] {
-        for shift in (0..16).rev() {
-            id.push(char::from(HEX[((v >> (shift * 4)) & 0xf) as usize]));
-        }
-    }
+    id.push_str(prefix);
+    id.push_str(hex16(n, &mut [0u8; 16]));
     id
+}
+
+/// `v` as 16 lowercase hex digits, written into `buf`.
+fn hex16(v: u64, buf: &mut [u8; 16]) -> &str {
+    const HEX: &[u8; 16] = b"0123456789abcdef";
+    for (i, d) in buf.iter_mut().enumerate() {
+        *d = HEX[((v >> ((15 - i) * 4)) & 0xf) as usize];
+    }
+    // Hex digits are ASCII, so this is never the empty fallback.
+    std::str::from_utf8(buf).unwrap_or_default()
 }
 
 /// Whether `s` has the shape of a reservation id (32 lowercase hex digits).
@@ -74,5 +83,8 @@ mod tests {
         let (id, next) = (new_reservation_id(), COUNTER.load(Ordering::Relaxed));
         assert!(id.starts_with(&format!("{:016x}", process_prefix())));
         assert!(u64::from_str_radix(&id[16..], 16).is_ok_and(|n| n < next));
+        for v in [0, 42, u64::MAX, 0x0123_4567_89ab_cdef] {
+            assert_eq!(hex16(v, &mut [0; 16]), format!("{v:016x}"));
+        }
     }
 }

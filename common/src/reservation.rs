@@ -506,16 +506,37 @@ pub fn parse_batch(reply: &Value, n: usize) -> Vec<Result<Replied, ReserveError>
             .map(|_| Err(ReserveError::Refused(e.clone())))
             .collect();
     }
-    let lines = reply_text(reply).map(|t| t.split('\n'));
-    match lines {
-        Some(lines) if lines.clone().count() == n => lines
-            .map(|line| match line.strip_prefix("error 0 ") {
-                Some(e) => Err(ReserveError::Refused(e.to_string())),
-                None => parse_line(line).map_err(|()| unexpected(reply)),
-            })
-            .collect(),
-        _ => (0..n).map(|_| Err(unexpected(reply))).collect(),
+    let mut out = Vec::with_capacity(n);
+    let mut rest = reply_text(reply);
+    // One pass over the lines (this runs once per batch on a group-commit
+    // Redis thread): a reply of more or fewer lines than `n` is unexpected
+    // for every buyer.
+    while let Some(text) = rest {
+        let (line, more) = match cut(text, b'\n') {
+            Some((line, more)) => (line, Some(more)),
+            None => (text, None),
+        };
+        if out.len() == n {
+            break;
+        }
+        out.push(match line.strip_prefix("error 0 ") {
+            Some(e) => Err(ReserveError::Refused(e.to_string())),
+            None => parse_line(line).map_err(|()| unexpected(reply)),
+        });
+        rest = more;
     }
+    if rest.is_some() || out.len() != n {
+        return (0..n).map(|_| Err(unexpected(reply))).collect();
+    }
+    out
+}
+
+/// `s` cut at its first `sep` byte (ASCII, so both halves are whole
+/// characters): a plain byte scan, cheaper than `split_once` on the
+/// short lines of a reply.
+fn cut(s: &str, sep: u8) -> Option<(&str, &str)> {
+    let i = s.bytes().position(|b| b == sep)?;
+    Some((s.get(..i)?, s.get(i + 1..)?))
 }
 
 /// The text of a bulk or simple string reply, read in place (no copy: this
@@ -534,16 +555,14 @@ fn unexpected(reply: &Value) -> ReserveError {
 
 /// One buyer's line, `CODE SEQ DETAIL` ([`RESERVE_LUA`]).
 fn parse_line(text: &str) -> Result<Replied, ()> {
-    let mut parts = text.splitn(3, ' ');
-    let (Some(code), Some(seq), Some(detail)) = (parts.next(), parts.next(), parts.next()) else {
-        return Err(());
-    };
+    let (code, rest) = cut(text, b' ').ok_or(())?;
+    let (seq, detail) = cut(rest, b' ').ok_or(())?;
     let seq: u64 = seq.parse().map_err(|_| ())?;
     let mut stock = None;
     let outcome = match code {
         "reserved" => ReserveOutcome::Reserved(detail.to_string()),
         "already_purchased" => {
-            let (rid, left) = detail.split_once(' ').unwrap_or((detail, ""));
+            let (rid, left) = cut(detail, b' ').unwrap_or((detail, ""));
             stock = left.parse().ok();
             ReserveOutcome::AlreadyPurchased(rid.to_string())
         }
@@ -608,6 +627,53 @@ mod tests {
     fn the_script_refuses_beyond_max_buyers_per_call() {
         let check = format!("if n > {MAX_BUYERS_PER_CALL} then");
         assert!(RESERVE_LUA.contains(&check), "{check}");
+    }
+
+    #[test]
+    fn parse_batch_takes_exactly_n_lines() {
+        let reply = |s: &str| Value::BulkString(s.as_bytes().to_vec());
+        let shown = |v: Vec<Result<Replied, ReserveError>>| -> Vec<String> {
+            v.into_iter()
+                .map(|r| match r {
+                    Ok(r) => format!("{:?} {} {:?}", r.outcome, r.seq, r.stock),
+                    Err(ReserveError::Refused(e)) => format!("refused {e}"),
+                    Err(e) => format!("error {e}"),
+                })
+                .collect()
+        };
+        let text = "reserved 1 ab\nalready_purchased 1 ab 4\nerror 0 ERR invalid user id\n\
+                    sold_out 7 \npaused 0 lost data\nreleased 2 cd";
+        assert_eq!(
+            shown(parse_batch(&reply(text), 6)),
+            [
+                "Reserved(\"ab\") 1 None",
+                "AlreadyPurchased(\"ab\") 1 Some(4)",
+                "refused ERR invalid user id",
+                "SoldOut 7 None",
+                "Paused(\"lost data\") 0 None",
+                "Released(\"cd\") 2 None",
+            ]
+        );
+        for (text, n) in [
+            ("reserved 1 ab", 2),
+            ("reserved 1 ab\nreserved 2 cd", 1),
+            ("reserved 1 ab\n", 1),
+            ("reserved 1", 1),
+            ("reserved x ab", 1),
+            ("", 1),
+        ] {
+            let got = shown(parse_batch(&reply(text), n));
+            assert_eq!(got.len(), n, "{text:?}");
+            assert!(
+                got.iter().all(|g| g.starts_with("error unexpected")),
+                "{text:?}: {got:?}"
+            );
+        }
+        assert_eq!(
+            shown(parse_batch(&Value::Int(3), 2)).len(),
+            2,
+            "a reply that is not a string"
+        );
     }
 
     #[test]

@@ -151,12 +151,22 @@ impl Reply {
     }
 }
 
+/// The bytes a JSON string holds as they are (printable ASCII but `"` and
+/// `\`), one lookup per byte.
+const PLAIN: [bool; 256] = {
+    let mut t = [false; 256];
+    let mut i = 0x20;
+    while i < 0x7f {
+        t[i] = i != b'"' as usize && i != b'\\' as usize;
+        i += 1;
+    }
+    t
+};
+
 /// Appends `s` as a JSON string: as it is when it needs no escape (the
 /// codes and ids the gateway sends), else through serde_json.
 fn push_json_str(out: &mut String, s: &str) {
-    if s.bytes()
-        .all(|b| b >= 0x20 && b != b'"' && b != b'\\' && b < 0x7f)
-    {
+    if s.bytes().all(|b| PLAIN[usize::from(b)]) {
         out.push('"');
         out.push_str(s);
         out.push('"');
