@@ -28,12 +28,30 @@ pub const MAX_SALES: usize = 10_000;
 /// reloads a lost sale with another `--shards` changes it: a gateway that
 /// kept the old K would route a buyer to another home bucket and let them
 /// buy twice (the hostile pass). Once a second per sale per gateway is one
-/// `HMGET`, nothing beside a purchase's script.
+/// `HMGET` (one caller reads it, [`RECOUNT_GRACE`]), nothing beside a
+/// purchase's script.
 pub const RECOUNT_AFTER: Duration = Duration::from_secs(1);
 
-/// What is remembered of one sale: its K, its window end (Unix ms) when
-/// bucket 0's meta has one, and when they were read.
-type Known = (u32, Option<u64>, Instant);
+/// While one caller reads a due K again ([`BucketCounts::of`]), how long
+/// the others keep the remembered one: a K is used at most this long after
+/// the first purchase that found it due. If that read has not answered by
+/// then (a stalled master of bucket 0), every caller reads it, as before
+/// any claim: none goes on with an old K.
+pub const RECOUNT_GRACE: Duration = Duration::from_millis(250);
+
+/// What is remembered of one sale.
+#[derive(Debug, Clone, Copy)]
+struct Known {
+    /// Its number of buckets.
+    k: u32,
+    /// Its window end (Unix ms), when bucket 0's meta has one.
+    ends: Option<u64>,
+    /// When `k` and `ends` were read.
+    read_at: Instant,
+    /// When a caller took the read of a due K on itself (see
+    /// [`BucketCounts::of`]); `None` before.
+    claimed_at: Option<Instant>,
+}
 
 /// Sale id -> its number of buckets (K ≥ 1), window end and when they were
 /// read, for sales Redis holds.
@@ -47,15 +65,26 @@ impl BucketCounts {
     /// (`buckets::count`). A sale Redis does not hold counts as 1 and is
     /// not remembered (the script then answers `unknown_sale`).
     ///
+    /// A K read [`RECOUNT_AFTER`] ago is due: the first caller to find it
+    /// so reads it again, and the others keep the remembered K meanwhile,
+    /// for at most [`RECOUNT_GRACE`] (before, every connection thread that
+    /// found it due read it: at each second's turn each purchase in flight
+    /// made one more round trip, often on a new link;
+    /// `sale_buckets::a_due_bucket_count_is_read_again_by_one_purchase`).
+    ///
     /// Errors: [`Unavailable`] when Redis cannot be read in time.
     pub fn of(&self, app: &App, sale_id: u64) -> Result<u32, Unavailable> {
-        if let Some(&(k, _, at)) = self
+        let known = self
             .known
             .read()
             .unwrap_or_else(|p| p.into_inner())
             .get(&sale_id)
-        {
-            if at.elapsed() < RECOUNT_AFTER {
+            .copied();
+        if let Some(n) = known {
+            if n.read_at.elapsed() < RECOUNT_AFTER {
+                return Ok(n.k);
+            }
+            if let Some(k) = self.kept_while_due(sale_id, n) {
                 return Ok(k);
             }
         }
@@ -63,14 +92,55 @@ impl BucketCounts {
             .links
             .with(|link| link.with(|con| buckets::count_and_end(con, sale_id)))?
         else {
+            // No longer held (lost, archived): forgotten, so every caller
+            // reads it again, as for a sale never seen.
+            if known.is_some() {
+                self.known
+                    .write()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .remove(&sale_id);
+            }
             return Ok(1);
         };
         let mut known = self.known.write().unwrap_or_else(|p| p.into_inner());
         if known.len() >= MAX_SALES {
             known.clear();
         }
-        known.insert(sale_id, (k, ends, Instant::now()));
+        let read_at = Instant::now();
+        known.insert(
+            sale_id,
+            Known {
+                k,
+                ends,
+                read_at,
+                claimed_at: None,
+            },
+        );
         Ok(k)
+    }
+
+    /// For a caller that found `sale_id`'s K `n` due: `None` when it must
+    /// read it again (the first such caller, which claims the read, and
+    /// every caller once [`RECOUNT_GRACE`] has passed since the claim),
+    /// else the K to use (the remembered one, or one read meanwhile).
+    fn kept_while_due(&self, sale_id: u64, n: Known) -> Option<u32> {
+        let past_grace = |claimed: Instant| claimed.elapsed() >= RECOUNT_GRACE;
+        if let Some(claimed) = n.claimed_at {
+            return (!past_grace(claimed)).then_some(n.k);
+        }
+        let mut known = self.known.write().unwrap_or_else(|p| p.into_inner());
+        let e = known.get_mut(&sale_id)?;
+        if e.read_at != n.read_at {
+            // Read again meanwhile.
+            return Some(e.k);
+        }
+        match e.claimed_at {
+            None => {
+                e.claimed_at = Some(Instant::now());
+                None
+            }
+            Some(claimed) => (!past_grace(claimed)).then_some(e.k),
+        }
     }
 
     /// The window end (Unix ms) of `sale_id` as last read with its K
@@ -80,7 +150,7 @@ impl BucketCounts {
             .read()
             .unwrap_or_else(|p| p.into_inner())
             .get(&sale_id)
-            .and_then(|&(_, ends, _)| ends)
+            .and_then(|n| n.ends)
     }
 
     /// The keys of `user_id`'s home bucket in `sale_id`, and the sale's K.

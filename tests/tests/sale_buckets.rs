@@ -812,3 +812,53 @@ fn a_gateway_sees_a_new_bucket_count_within_a_second() {
     );
     assert_eq!(buy(g.port, 32, &user).status, 409);
 }
+
+/// Calls of `cmd` by Redis's `INFO commandstats` (commands a script runs
+/// included).
+fn calls(con: &mut redis::Connection, cmd: &str) -> u64 {
+    let info: String = redis::cmd("INFO").arg("commandstats").query(con).unwrap();
+    let head = format!("cmdstat_{cmd}:calls=");
+    info.lines()
+        .find_map(|l| l.strip_prefix(&head))
+        .and_then(|rest| rest.split(',').next())
+        .map_or(0, |n| n.parse().unwrap())
+}
+
+/// When a sale's remembered bucket count is due again (`RECOUNT_AFTER`),
+/// one purchase reads it and the others in flight keep the remembered
+/// count for that round trip: 32 purchases at once after a second make
+/// exactly one more `HMGET` of the meta beside their scripts' own. Before,
+/// each connection thread that found the count due read it (a stampede of
+/// round trips, and of new links, at every second's turn).
+#[test]
+fn a_due_bucket_count_is_read_again_by_one_purchase() {
+    let redis = RedisServer::start();
+    load_split(&redis, 33, 1000, 1);
+    let g = Gateway::start(&redis, &[("SECKILL_GATEWAY_BUYER_RATE", "0")]);
+    let mut clients: Vec<Client> = (0..32).map(|_| Client::connect(g.port)).collect();
+    for (i, c) in clients.iter_mut().enumerate() {
+        assert_eq!(c.buy(33, &format!("warm{i}")).status, 202);
+    }
+    let mut con = redis.con();
+    std::thread::sleep(Duration::from_millis(1100));
+    let (hmget, scripts) = (calls(&mut con, "hmget"), calls(&mut con, "evalsha"));
+    let barrier = std::sync::Barrier::new(clients.len());
+    let statuses: Vec<u16> = std::thread::scope(|s| {
+        let handles: Vec<_> = clients
+            .iter_mut()
+            .enumerate()
+            .map(|(i, c)| {
+                let barrier = &barrier;
+                s.spawn(move || {
+                    barrier.wait();
+                    c.buy(33, &format!("due{i}")).status
+                })
+            })
+            .collect();
+        handles.into_iter().map(|h| h.join().unwrap()).collect()
+    });
+    assert_eq!(statuses, vec![202; 32]);
+    let scripts = calls(&mut con, "evalsha") - scripts;
+    // Each script call reads the meta once (no release yet: no statuses).
+    assert_eq!(calls(&mut con, "hmget") - hmget - scripts, 1);
+}
