@@ -29,7 +29,8 @@
 //!   purchases waiting for Redis.
 //! - [`reply`], [`metrics`]: answers and `/metrics` (`prometheus-client`);
 //!   `metrics_cost` (tests only) benchmarks the metrics of a purchase,
-//!   `token_cost` (tests only) the check of a buyer token.
+//!   `token_cost` (tests only) the check of a buyer token,
+//!   `handoff_cost` (tests only) the group commit's hand-off alone.
 //!
 //! Exit codes: 0 after SIGTERM/SIGINT, 2 bad configuration or cannot
 //! listen, 1 any other failure, 64 an argument (it takes none: `--help`).
@@ -41,6 +42,8 @@ mod buyers;
 mod client_addr;
 mod group_commit;
 mod handler;
+#[cfg(test)]
+mod handoff_cost;
 mod home;
 mod identity;
 mod limits;
