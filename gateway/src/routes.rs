@@ -130,6 +130,9 @@ pub fn route(method: &Method, url: &str) -> Route {
                     Method::Delete => Route::CancelMyPurchase(sale),
                     _ => Route::WrongMethod("GET, DELETE"),
                 },
+                // A trailing slash, whatever the method (README, openapi:
+                // 404 `not_found`; it was 405 `Allow: GET` for a POST).
+                ["purchases", ""] => Route::NotFound,
                 ["purchases", user] => {
                     if !get {
                         Route::WrongMethod("GET")
@@ -195,10 +198,9 @@ mod tests {
             Route::NoSuchSale
         );
         assert_eq!(route(&p, "/v1/sales/0/purchases"), Route::NoSuchSale);
-        assert_eq!(
-            route(&p, "/v1/sales/1/purchases/"),
-            Route::WrongMethod("GET")
-        );
+        for m in [&p, &Method::Get, &Method::Delete, &Method::Put] {
+            assert_eq!(route(m, "/v1/sales/1/purchases/"), Route::NotFound);
+        }
         assert_eq!(route(&p, "/v1/sales/1/purchases/x/y"), Route::NotFound);
         assert!(matches!(
             route(&p, "/v1/sales/1/purchases?x=1"),

@@ -335,7 +335,37 @@ pub fn bin(name: &str) -> PathBuf {
         "{} is missing: run `cargo build --workspace --all-targets --features seckill-worker/crash-points` (scripts/test.sh does)",
         p.display()
     );
+    if let Some(src) = newer_source(&p) {
+        panic!(
+            "{} is older than {src}: run `cargo build --workspace --all-targets --features seckill-worker/crash-points` (`cargo test --test NAME` does not rebuild the binaries a test starts)",
+            p.display()
+        );
+    }
     p
+}
+
+/// A source file of this workspace that `cargo` built `bin` from (its
+/// dep-info file, `bin.d`, next to it) and that changed after `bin` was
+/// built, if any: a test would otherwise run the old binary without a word
+/// (the fresh-user pass: `cargo test --test X` builds only the tests).
+/// `None` too when there is no dep-info file.
+pub fn newer_source(bin: &Path) -> Option<String> {
+    let built = std::fs::metadata(bin).and_then(|m| m.modified()).ok()?;
+    let info = std::fs::read_to_string(bin.with_extension("d")).ok()?;
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).parent()?;
+    let head = format!("{}:", bin.display().to_string().replace(' ', "\\ "));
+    let deps = info.lines().find_map(|l| l.strip_prefix(head.as_str()))?;
+    // Paths are separated by spaces; a space inside one is written `\ `.
+    deps.replace("\\ ", "\0")
+        .split_whitespace()
+        .map(|f| PathBuf::from(f.replace('\0', " ")))
+        .filter(|f| f.starts_with(root))
+        .find(|f| {
+            std::fs::metadata(f)
+                .and_then(|m| m.modified())
+                .is_ok_and(|t| t > built)
+        })
+        .map(|f| f.display().to_string())
 }
 
 /// Where a spawned binary's URLs point until the test sets its own: a port

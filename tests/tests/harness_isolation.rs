@@ -79,3 +79,47 @@ fn a_test_redis_dies_with_its_thread_without_its_drop() {
         std::thread::sleep(Duration::from_millis(20));
     }
 }
+
+/// A binary older than a workspace source it was built from (its cargo
+/// dep-info file names the sources) is refused by `bin`: the fresh-user
+/// pass ran `cargo test --test X` after an edit and tested the old
+/// binary without a word. A source outside the workspace (the registry)
+/// or older than the binary is not.
+#[test]
+fn a_binary_older_than_its_sources_is_found() {
+    use std::time::SystemTime;
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .unwrap()
+        .to_path_buf();
+    let dir = root
+        .join("target")
+        .join(format!("harness-stale-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let (bin, src) = (dir.join("fake bin"), dir.join("src.rs"));
+    let set = |p: &std::path::Path, secs: u64| {
+        std::fs::write(p, b"x").unwrap();
+        let f = std::fs::File::options().write(true).open(p).unwrap();
+        f.set_modified(SystemTime::UNIX_EPOCH + Duration::from_secs(secs))
+            .unwrap();
+    };
+    let escaped = |p: &std::path::Path| p.display().to_string().replace(' ', "\\ ");
+    std::fs::write(
+        bin.with_extension("d"),
+        format!(
+            "{}: /nonexistent/registry/lib.rs {}\n",
+            escaped(&bin),
+            escaped(&src)
+        ),
+    )
+    .unwrap();
+    set(&src, 1_000);
+    set(&bin, 2_000);
+    assert_eq!(seckill_tests::newer_source(&bin), None);
+    set(&src, 3_000);
+    assert_eq!(
+        seckill_tests::newer_source(&bin),
+        Some(src.display().to_string())
+    );
+    std::fs::remove_dir_all(&dir).unwrap();
+}
