@@ -24,15 +24,18 @@ use std::sync::OnceLock;
 /// and one read of the meta and stock for the whole batch and its writes
 /// made at the end, one command per key (`DECRBY`, `HSET` of the buyers,
 /// the flow records and the statuses, one `LPUSH` of the messages): a
-/// batch costs Redis the checks once, not once per buyer. While stock is
-/// left and once the sale has had a release (meta `releases` > 0; before,
+/// batch costs Redis the checks once, not once per buyer. Once the sale
+/// has had a release (meta `releases` > 0, whatever the stock left; before,
 /// no id can have been released, and a hot sale's calls pay nothing for
 /// this), one `HMGET` of the statuses of the call's reservation ids: an id
 /// that has a status was reserved before and released since (a retry of a
 /// call whose reply was lost, after an expiry, a cancellation or a
 /// rollback), and is answered `released` with nothing taken (before, the
 /// retry took a second unit under the same id when the sale lets a
-/// released buyer buy again, or after a rollback).
+/// released buyer buy again, or after a rollback; and while the check ran
+/// only with stock left, a split sale's retry that found its home bucket
+/// empty was answered `sold_out`, and the gateway pulled a unit from
+/// another bucket and bought it under a fresh id).
 ///
 /// Replies one string per buyer, `"CODE SEQ DETAIL"`, joined by `\n` (one
 /// bulk string, not a table: the gateway's Redis client parses one value
@@ -113,9 +116,11 @@ if now < starts then return each('not_started ' .. string.format('%d', total - s
 if now >= ends then return each('ended ' .. string.format('%d', total - stock + releases) .. ' ') end
 -- A reservation id with a status was reserved before and released since
 -- (a retry of a call whose reply was lost): it takes nothing again. Only
--- a sale with a release has such ids.
+-- a sale with a release has such ids. Read whatever the stock: with none
+-- left, 'sold_out' would send a split sale's gateway to pull a unit from
+-- another bucket and buy it under a fresh id.
 local done = {}
-if stock >= 1 and releases > 0 then
+if releases > 0 then
   local ids = {}
   for i = 1, n do
     local _, rid = buyer(i)
@@ -140,10 +145,10 @@ for i = 1, n do
     if prev then
       out[i] = 'already_purchased ' .. string.format('%d', total - stock + releases) .. ' ' ..
         prev .. ' ' .. string.format('%d', stock)
-    elseif stock < 1 then
-      out[i] = 'sold_out ' .. string.format('%d', total - stock + releases) .. ' '
     elseif done[i] then
       out[i] = 'released ' .. string.format('%d', total - stock + releases) .. ' ' .. rid
+    elseif stock < 1 then
+      out[i] = 'sold_out ' .. string.format('%d', total - stock + releases) .. ' '
     else
       local msg = '{"v":1,"reservation_id":"' .. rid .. '","sale_id":' .. ARGV[3] ..
         ',"user_id":"' .. user .. '","reserved_at_ms":' .. at .. '}'

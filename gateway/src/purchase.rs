@@ -227,7 +227,8 @@ pub fn conclude(
         }
         // A retry (same reservation id) of a call whose reply was lost,
         // released since: what this request bought, now expired,
-        // cancelled or rolled back (its status route says which).
+        // cancelled or rolled back (the release removed the buyer's mark,
+        // so the status route answers 404 purchase_not_found).
         ReserveOutcome::Released(rid) => {
             metrics.outcome(Outcome::AlreadyPurchased);
             app.soldout.inconclusive(sale_id, Instant::now());

@@ -31,7 +31,13 @@ struct Relay {
     armed: Arc<AtomicBool>,
     /// Connections cut so far.
     cuts: Arc<AtomicUsize>,
+    /// Run once, by the cut, after Redis's reply to the cut call was read
+    /// and before the connection is closed (so before the gateway's
+    /// second sending): what happens in between.
+    between: Hook,
 }
+
+type Hook = Arc<std::sync::Mutex<Option<Box<dyn FnOnce() + Send>>>>;
 
 impl Relay {
     /// Listens on a free port, relaying every connection to `redis_port`.
@@ -40,15 +46,21 @@ impl Relay {
         let port = listener.local_addr().unwrap().port();
         let armed = Arc::new(AtomicBool::new(false));
         let cuts = Arc::new(AtomicUsize::new(0));
-        let (a, c) = (armed.clone(), cuts.clone());
+        let between: Hook = Arc::default();
+        let (a, c, h) = (armed.clone(), cuts.clone(), between.clone());
         std::thread::spawn(move || {
             for client in listener.incoming().flatten() {
                 if let Ok(server) = TcpStream::connect(("127.0.0.1", redis_port)) {
-                    relay_pair(client, server, a.clone(), c.clone());
+                    relay_pair(client, server, a.clone(), c.clone(), h.clone());
                 }
             }
         });
-        Relay { port, armed, cuts }
+        Relay {
+            port,
+            armed,
+            cuts,
+            between,
+        }
     }
 
     fn url(&self) -> String {
@@ -73,6 +85,7 @@ fn relay_pair(
     server: TcpStream,
     armed: Arc<AtomicBool>,
     cuts: Arc<AtomicUsize>,
+    between: Hook,
 ) {
     let cut = Arc::new(AtomicBool::new(false));
     let (mut c_in, mut s_out) = (client.try_clone().unwrap(), server.try_clone().unwrap());
@@ -95,6 +108,9 @@ fn relay_pair(
         let mut buf = [0u8; 16384];
         while let Ok(n @ 1..) = s_in.read(&mut buf) {
             if cut.load(Ordering::SeqCst) {
+                if let Some(f) = between.lock().unwrap().take() {
+                    f();
+                }
                 cuts.fetch_add(1, Ordering::SeqCst);
                 break;
             }
@@ -215,4 +231,177 @@ fn with_replicas_ack_a_purchase_resent_after_a_cut_is_not_202_unless_a_replica_h
     );
     let again = buy(g.port, sale, "u1");
     assert_eq!(again.status, 409, "{again:?}");
+}
+
+/// The purchase of `user` in bucket `home` of sale `sale` whose reply is
+/// cut; between the cut and the gateway's second sending, `between` runs
+/// (given the reservation id the cut call took). Returns the purchase's
+/// answer and that id.
+fn cut_with_between(
+    redis: &RedisServer,
+    relay: &Relay,
+    port: u16,
+    sale: u64,
+    home: SaleKeys,
+    user: &str,
+    between: impl FnOnce(&mut redis::Connection, &str) + Send + 'static,
+) -> (gateway_support::Resp, String) {
+    let taken: Arc<std::sync::Mutex<Option<String>>> = Arc::default();
+    let (t, mut con, buyers, u) = (taken.clone(), redis.con(), home.buyers(), user.to_string());
+    *relay.between.lock().unwrap() = Some(Box::new(move || {
+        let rid: String = con.hget(&buyers, &u).expect("the cut call reserved");
+        between(&mut con, &rid);
+        *t.lock().unwrap() = Some(rid);
+    }));
+    relay.armed.store(true, Ordering::SeqCst);
+    let answer = buy(port, sale, user);
+    assert_eq!(relay.cuts.load(Ordering::SeqCst), 1, "one call was cut");
+    let rid = taken.lock().unwrap().clone().expect("the hook ran");
+    (answer, rid)
+}
+
+/// Releases `rid` as `resolve --rollback` does (no worker holds it).
+fn roll_back(con: &mut redis::Connection, k: SaleKeys, rid: &str) {
+    assert!(matches!(
+        seckill_common::release::release_in(con, k, rid, &[]).unwrap(),
+        seckill_common::release::ReleaseOutcome::Released { .. }
+    ));
+}
+
+/// Takes one unit of bucket `k` for `user` with the reservation script.
+fn take_one(con: &mut redis::Connection, k: SaleKeys, user: &str) {
+    let rid = seckill_common::ids::new_reservation_id();
+    let reply: redis::Value = seckill_common::reservation::prepare_in(k, user, &rid)
+        .invoke(con)
+        .unwrap();
+    assert_eq!(
+        seckill_common::reservation::parse(&reply).unwrap().outcome,
+        seckill_common::reservation::ReserveOutcome::Reserved(rid)
+    );
+}
+
+/// docs/reliability.md §9 end to end: the reservation of a cut call is
+/// rolled back before the gateway's second sending; the second sending
+/// takes nothing and the buyer gets 409 with the id.
+fn a_resent_purchase_rolled_back_in_between_is_409_and_takes_nothing(redis_threads: &str) {
+    let redis = RedisServer::start();
+    let sale = 1;
+    open_sale(&redis, sale, 5);
+    let relay = Relay::start(redis.port);
+    let g = Gateway::start(
+        &relay,
+        &[
+            ("SECKILL_GATEWAY_REDIS_THREADS", redis_threads),
+            ("SECKILL_GATEWAY_THREADS", "1"),
+        ],
+    );
+    assert_eq!(buy(g.port, sale, "u0").status, 202);
+    let k = SaleKeys::new(sale);
+    let (first, rid) = cut_with_between(&redis, &relay, g.port, sale, k, "u1", move |con, rid| {
+        roll_back(con, k, rid)
+    });
+    assert_eq!(
+        (first.status, first.error(), first.json()["reservation_id"].as_str()),
+        (409, "already_purchased".to_string(), Some(rid.as_str())),
+        "{first:?}"
+    );
+    assert_eq!(counts(&redis, sale), (4, 1, 1), "u0's unit only");
+}
+
+#[test]
+fn a_pipelined_purchase_rolled_back_between_its_two_sendings_takes_nothing() {
+    a_resent_purchase_rolled_back_in_between_is_409_and_takes_nothing("1");
+}
+
+#[test]
+fn a_single_purchase_rolled_back_between_its_two_sendings_takes_nothing() {
+    a_resent_purchase_rolled_back_in_between_is_409_and_takes_nothing("0");
+}
+
+/// The status route after the 409 of a released re-send: 404
+/// `purchase_not_found` (the rollback removed the buyer's mark, which the
+/// route reads), while the id's own status is `failed`. docs/reliability.md
+/// §9 said "its status route says `expired`, `cancelled` or `failed`":
+/// it never could.
+#[test]
+fn the_status_route_after_a_purchase_rolled_back_between_its_two_sendings_is_404() {
+    let redis = RedisServer::start();
+    let sale = 1;
+    open_sale(&redis, sale, 5);
+    let relay = Relay::start(redis.port);
+    let g = Gateway::start(
+        &relay,
+        &[
+            ("SECKILL_GATEWAY_REDIS_THREADS", "1"),
+            ("SECKILL_GATEWAY_THREADS", "1"),
+        ],
+    );
+    assert_eq!(buy(g.port, sale, "u0").status, 202);
+    let k = SaleKeys::new(sale);
+    let (first, rid) = cut_with_between(&redis, &relay, g.port, sale, k, "u1", move |con, rid| {
+        roll_back(con, k, rid)
+    });
+    assert_eq!(first.status, 409, "{first:?}");
+    let status = gateway_support::get(g.port, "/v1/sales/1/purchases/u1");
+    assert_eq!(
+        (status.status, status.error()),
+        (404, "purchase_not_found".to_string()),
+        "{status:?}"
+    );
+    let own: Option<String> = redis.con().hget(k.status(), &rid).unwrap();
+    assert_eq!(own.as_deref(), Some("failed"));
+}
+
+/// The same in a sale split over two buckets whose home bucket has no unit
+/// left at the second sending (the released unit was bought by another
+/// buyer meanwhile) while the other bucket has: the second sending must
+/// not take a unit either (it did: `sold_out` from the script, whose check
+/// ran only while stock was left, then the gateway pulled a unit from the
+/// other bucket and bought it under a fresh id: 202, a second unit for the
+/// same purchase).
+fn a_split_sale_purchase_rolled_back_in_between_takes_nothing(redis_threads: &str) {
+    let redis = RedisServer::start();
+    let sale = 2;
+    let k = 2;
+    let s = seckill_tests::test_sale(sale, 4, -1000, 600_000);
+    assert!(seckill_common::buckets::load_into_redis(&mut redis.con(), &s, k, 0).unwrap());
+    let relay = Relay::start(redis.port);
+    let g = Gateway::start(
+        &relay,
+        &[
+            ("SECKILL_GATEWAY_REDIS_THREADS", redis_threads),
+            ("SECKILL_GATEWAY_THREADS", "1"),
+            ("SECKILL_GATEWAY_BUYER_RATE", "0"),
+        ],
+    );
+    let users = seckill_tests::users_of("b0", 0, k, 3);
+    let home = SaleKeys::bucket(sale, 0);
+    assert_eq!(buy(g.port, sale, &users[0]).status, 202);
+    let other = users[2].clone();
+    let (first, rid) = cut_with_between(&redis, &relay, g.port, sale, home, &users[1], move |con, rid| {
+        roll_back(con, home, rid);
+        take_one(con, home, &other);
+    });
+    let mut con = redis.con();
+    let stocks: Vec<i64> = (0..k)
+        .map(|b| con.get(SaleKeys::bucket(sale, b).stock()).unwrap())
+        .collect();
+    let flows: usize = (0..k)
+        .map(|b| con.hlen::<_, usize>(SaleKeys::bucket(sale, b).flow()).unwrap())
+        .sum();
+    assert_eq!(
+        (first.status, first.json()["reservation_id"].as_str(), stocks, flows),
+        (409, Some(rid.as_str()), vec![0, 2], 2),
+        "{first:?}"
+    );
+}
+
+#[test]
+fn a_pipelined_split_sale_purchase_rolled_back_between_its_two_sendings_takes_nothing() {
+    a_split_sale_purchase_rolled_back_in_between_takes_nothing("1");
+}
+
+#[test]
+fn a_single_split_sale_purchase_rolled_back_between_its_two_sendings_takes_nothing() {
+    a_split_sale_purchase_rolled_back_in_between_takes_nothing("0");
 }

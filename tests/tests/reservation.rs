@@ -500,3 +500,63 @@ fn a_reservation_id_released_since_takes_nothing_when_sent_again() {
     );
     assert_eq!(purchase_state(&mut con, id), (4, 1, 1, 3, 1));
 }
+
+/// A re-send of a released reservation id when no unit is left is
+/// answered `released` too (not `sold_out`: a split sale's gateway pulls a
+/// unit from another bucket on `sold_out` and buys it under a fresh id,
+/// `gateway_broken_link::a_*_split_sale_purchase_rolled_back_*`), in a
+/// batch as alone, and takes nothing.
+#[test]
+fn a_released_reservation_id_sent_again_with_no_stock_left_is_released_not_sold_out() {
+    use seckill_common::release::{release, ReleaseOutcome};
+    use seckill_common::reservation::{call, parse, parse_batch, ReserveKeys};
+    let redis = RedisServer::start();
+    let id = 13;
+    assert!(load_into_redis(&mut redis.con(), &sale(id, 1, -1000, 600_000), 0).unwrap());
+    let mut con = redis.con();
+    seckill_common::reservation::reserve_script()
+        .prepare_invoke()
+        .load(&mut con)
+        .unwrap();
+    let keys = ReserveKeys::new(id);
+    let send = |con: &mut redis::Connection, user: &str, rid: &str| {
+        let reply: redis::Value = call(&keys, user, rid).query(con).unwrap();
+        parse(&reply).unwrap().outcome
+    };
+    let (first, other, fresh) = (
+        format!("{:032x}", 0xf1u32),
+        format!("{:032x}", 0xf2u32),
+        format!("{:032x}", 0xf3u32),
+    );
+    assert_eq!(send(&mut con, "a", &first), ReserveOutcome::Reserved(first.clone()));
+    assert_eq!(
+        release(&mut con, id, &first, &[]).unwrap(),
+        ReleaseOutcome::Released { stock_after: 1 }
+    );
+    assert_eq!(send(&mut con, "b", &other), ReserveOutcome::Reserved(other.clone()));
+    let before = purchase_state(&mut con, id);
+    assert_eq!(before.0, 0, "sold out");
+    assert_eq!(send(&mut con, "a", &first), ReserveOutcome::Released(first.clone()));
+    // In a batch: the released id, then a fresh buyer (sold out).
+    let reply: redis::Value = redis::cmd("EVALSHA")
+        .arg(seckill_common::reservation::reserve_script().get_hash())
+        .arg(6)
+        .arg(keys_of(id))
+        .arg(&["a", first.as_str(), &id.to_string(), "c", fresh.as_str()])
+        .query(&mut con)
+        .unwrap();
+    let got: Vec<ReserveOutcome> = parse_batch(&reply, 2)
+        .into_iter()
+        .map(|r| r.unwrap().outcome)
+        .collect();
+    assert_eq!(
+        got,
+        [ReserveOutcome::Released(first.clone()), ReserveOutcome::SoldOut]
+    );
+    assert_eq!(purchase_state(&mut con, id), before);
+}
+
+fn keys_of(id: u64) -> Vec<String> {
+    let k = SaleKeys::new(id);
+    vec![k.meta(), k.stock(), k.buyers(), k.flow(), k.status(), k.queue()]
+}
