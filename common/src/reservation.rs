@@ -30,12 +30,15 @@ use std::sync::OnceLock;
 /// this), one `HMGET` of the statuses of the call's reservation ids: an id
 /// that has a status was reserved before and released since (a retry of a
 /// call whose reply was lost, after an expiry, a cancellation or a
-/// rollback), and is answered `released` with nothing taken (before, the
-/// retry took a second unit under the same id when the sale lets a
-/// released buyer buy again, or after a rollback; and while the check ran
-/// only with stock left, a split sale's retry that found its home bucket
-/// empty was answered `sold_out`, and the gateway pulled a unit from
-/// another bucket and bought it under a fresh id).
+/// rollback), and is answered `released` with nothing taken. So is the
+/// re-send of an id whose buyer's mark the release kept (a sale without
+/// `rebuy_after_release`) once its status is `expired`, `cancelled` or
+/// `failed`. Before: the retry took a second unit under the same id when
+/// the release had removed the mark; while the check ran only with stock
+/// left, a split sale's retry that found its home bucket empty was
+/// answered `sold_out` and the gateway pulled a unit from another bucket
+/// and bought it under a fresh id; and a kept mark answered the buyer's
+/// own `already_purchased`, which the gateway turns into 202 `queued`.
 ///
 /// Replies one string per buyer, `"CODE SEQ DETAIL"`, joined by `\n` (one
 /// bulk string, not a table: the gateway's Redis client parses one value
@@ -142,7 +145,8 @@ for i = 1, n do
       prev = redis.pcall('HGET', KEYS[3], user)
       if type(prev) == 'table' then return refused(KEYS[3], prev) end
     end
-    if prev then
+    local gone = done[i] == 'expired' or done[i] == 'cancelled' or done[i] == 'failed'
+    if prev and not (prev == rid and gone) then
       out[i] = 'already_purchased ' .. string.format('%d', total - stock + releases) .. ' ' ..
         prev .. ' ' .. string.format('%d', stock)
     elseif done[i] then

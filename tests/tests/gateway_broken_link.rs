@@ -301,7 +301,11 @@ fn a_resent_purchase_rolled_back_in_between_is_409_and_takes_nothing(redis_threa
         roll_back(con, k, rid)
     });
     assert_eq!(
-        (first.status, first.error(), first.json()["reservation_id"].as_str()),
+        (
+            first.status,
+            first.error(),
+            first.json()["reservation_id"].as_str()
+        ),
         (409, "already_purchased".to_string(), Some(rid.as_str())),
         "{first:?}"
     );
@@ -378,19 +382,35 @@ fn a_split_sale_purchase_rolled_back_in_between_takes_nothing(redis_threads: &st
     let home = SaleKeys::bucket(sale, 0);
     assert_eq!(buy(g.port, sale, &users[0]).status, 202);
     let other = users[2].clone();
-    let (first, rid) = cut_with_between(&redis, &relay, g.port, sale, home, &users[1], move |con, rid| {
-        roll_back(con, home, rid);
-        take_one(con, home, &other);
-    });
+    let (first, rid) = cut_with_between(
+        &redis,
+        &relay,
+        g.port,
+        sale,
+        home,
+        &users[1],
+        move |con, rid| {
+            roll_back(con, home, rid);
+            take_one(con, home, &other);
+        },
+    );
     let mut con = redis.con();
     let stocks: Vec<i64> = (0..k)
         .map(|b| con.get(SaleKeys::bucket(sale, b).stock()).unwrap())
         .collect();
     let flows: usize = (0..k)
-        .map(|b| con.hlen::<_, usize>(SaleKeys::bucket(sale, b).flow()).unwrap())
+        .map(|b| {
+            con.hlen::<_, usize>(SaleKeys::bucket(sale, b).flow())
+                .unwrap()
+        })
         .sum();
     assert_eq!(
-        (first.status, first.json()["reservation_id"].as_str(), stocks, flows),
+        (
+            first.status,
+            first.json()["reservation_id"].as_str(),
+            stocks,
+            flows
+        ),
         (409, Some(rid.as_str()), vec![0, 2], 2),
         "{first:?}"
     );

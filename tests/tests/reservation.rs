@@ -528,15 +528,24 @@ fn a_released_reservation_id_sent_again_with_no_stock_left_is_released_not_sold_
         format!("{:032x}", 0xf2u32),
         format!("{:032x}", 0xf3u32),
     );
-    assert_eq!(send(&mut con, "a", &first), ReserveOutcome::Reserved(first.clone()));
+    assert_eq!(
+        send(&mut con, "a", &first),
+        ReserveOutcome::Reserved(first.clone())
+    );
     assert_eq!(
         release(&mut con, id, &first, &[]).unwrap(),
         ReleaseOutcome::Released { stock_after: 1 }
     );
-    assert_eq!(send(&mut con, "b", &other), ReserveOutcome::Reserved(other.clone()));
+    assert_eq!(
+        send(&mut con, "b", &other),
+        ReserveOutcome::Reserved(other.clone())
+    );
     let before = purchase_state(&mut con, id);
     assert_eq!(before.0, 0, "sold out");
-    assert_eq!(send(&mut con, "a", &first), ReserveOutcome::Released(first.clone()));
+    assert_eq!(
+        send(&mut con, "a", &first),
+        ReserveOutcome::Released(first.clone())
+    );
     // In a batch: the released id, then a fresh buyer (sold out).
     let reply: redis::Value = redis::cmd("EVALSHA")
         .arg(seckill_common::reservation::reserve_script().get_hash())
@@ -551,12 +560,68 @@ fn a_released_reservation_id_sent_again_with_no_stock_left_is_released_not_sold_
         .collect();
     assert_eq!(
         got,
-        [ReserveOutcome::Released(first.clone()), ReserveOutcome::SoldOut]
+        [
+            ReserveOutcome::Released(first.clone()),
+            ReserveOutcome::SoldOut
+        ]
     );
     assert_eq!(purchase_state(&mut con, id), before);
 }
 
 fn keys_of(id: u64) -> Vec<String> {
     let k = SaleKeys::new(id);
-    vec![k.meta(), k.stock(), k.buyers(), k.flow(), k.status(), k.queue()]
+    vec![
+        k.meta(),
+        k.stock(),
+        k.buyers(),
+        k.flow(),
+        k.status(),
+        k.queue(),
+    ]
+}
+
+/// A sale that keeps a released buyer's mark (no `rebuy_after_release`):
+/// the re-send of the cancelled reservation's id is answered `released`,
+/// not the buyer's own `already_purchased` (which the gateway turns into
+/// 202 `queued` for an order its status route calls `cancelled`: the
+/// hostile pass), and takes nothing. The buyer's new attempt (a fresh id)
+/// is still `already_purchased` with the old id, the mark being kept.
+#[test]
+fn a_cancelled_reservation_whose_mark_is_kept_is_released_when_sent_again() {
+    use seckill_common::order::Release;
+    use seckill_common::release::{release_order, OrderRelease};
+    use seckill_common::reservation::{call, parse, ReserveKeys};
+    let redis = RedisServer::start();
+    let id = 14;
+    assert!(load_into_redis(&mut redis.con(), &sale(id, 3, -1000, 600_000), 0).unwrap());
+    let mut con = redis.con();
+    let keys = ReserveKeys::new(id);
+    let send = |con: &mut redis::Connection, rid: &str| {
+        let reply: redis::Value = call(&keys, "a", rid).query(con).unwrap();
+        parse(&reply).unwrap().outcome
+    };
+    seckill_common::reservation::reserve_script()
+        .prepare_invoke()
+        .load(&mut con)
+        .unwrap();
+    let (first, fresh) = (format!("{:032x}", 0xc1u32), format!("{:032x}", 0xc2u32));
+    assert_eq!(
+        send(&mut con, &first),
+        ReserveOutcome::Reserved(first.clone())
+    );
+    assert_eq!(
+        release_order(&mut con, SaleKeys::new(id), &first, Release::Cancel, false).unwrap(),
+        OrderRelease::Released { stock_after: 3 }
+    );
+    let before = purchase_state(&mut con, id);
+    assert_eq!(before, (3, 1, 0, 1, 0));
+    assert_eq!(
+        send(&mut con, &first),
+        ReserveOutcome::Released(first.clone())
+    );
+    assert_eq!(
+        send(&mut con, &fresh),
+        ReserveOutcome::AlreadyPurchased(first.clone())
+    );
+    assert_eq!(purchase_state(&mut con, id), before);
 }
