@@ -119,6 +119,7 @@ impl Slot {
     pub fn wait(&self, timeout: Duration, sent_extra: Duration) -> Outcome {
         let start = Instant::now();
         let mut s = self.lock();
+        let mut first = true;
         loop {
             if let Some(outcome) = s.outcome.take() {
                 return outcome;
@@ -127,7 +128,14 @@ impl Slot {
                 Phase::Sent => timeout + sent_extra,
                 _ => timeout,
             };
-            let left = limit.saturating_sub(start.elapsed());
+            // The first wait is the whole limit: `start` was just taken
+            // (one clock read fewer per purchase).
+            let left = if first {
+                limit
+            } else {
+                limit.saturating_sub(start.elapsed())
+            };
+            first = false;
             if left.is_zero() {
                 if s.phase == Phase::Queued {
                     s.phase = Phase::Abandoned;

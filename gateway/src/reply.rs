@@ -39,15 +39,19 @@ impl Reply {
     /// `json!` map (members in key order: give `members` sorted by key)
     /// but without building a `serde_json::Value`: the purchase answers
     /// are written once per purchase.
-    pub fn object(status: u16, members: &[(&str, &str)]) -> Reply {
+    pub fn object(status: u16, members: &[(&'static str, &str)]) -> Reply {
         let mut body = String::with_capacity(96);
         body.push('{');
         for (i, (key, value)) in members.iter().enumerate() {
             if i > 0 {
                 body.push(',');
             }
-            push_json_str(&mut body, key);
-            body.push(':');
+            // Keys are the gateway's own names (`error`, `reservation_id`,
+            // ...): written as they are, no escape check.
+            debug_assert!(key.bytes().all(|b| PLAIN[usize::from(b)]), "{key}");
+            body.push('"');
+            body.push_str(key);
+            body.push_str("\":");
             push_json_str(&mut body, value);
         }
         body.push('}');
