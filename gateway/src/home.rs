@@ -36,7 +36,9 @@ pub const RECOUNT_AFTER: Duration = Duration::from_secs(1);
 /// the others keep the remembered one: a K is used at most this long after
 /// the first purchase that found it due. If that read has not answered by
 /// then (a stalled master of bucket 0), every caller reads it, as before
-/// any claim: none goes on with an old K.
+/// any claim: none goes on with an old K. Nor is a K kept once it was read
+/// [`RECOUNT_AFTER`] + this ago, whenever the claim: a K is used at most
+/// 1.25 s after its read.
 pub const RECOUNT_GRACE: Duration = Duration::from_millis(250);
 
 /// What is remembered of one sale.
@@ -124,6 +126,14 @@ impl BucketCounts {
     /// every caller once [`RECOUNT_GRACE`] has passed since the claim),
     /// else the K to use (the remembered one, or one read meanwhile).
     fn kept_while_due(&self, sale_id: u64, n: Known) -> Option<u32> {
+        // The grace also runs from the read, not only from the claim: a K
+        // read long ago (an idle sale, reloaded since with another K) is
+        // never kept while another caller reads it again, or a buyer
+        // routed by it buys twice (test
+        // `sale_buckets::a_k_read_long_ago_is_not_used_while_another_purchase_reads_it_again`).
+        if n.read_at.elapsed() >= RECOUNT_AFTER + RECOUNT_GRACE {
+            return None;
+        }
         let past_grace = |claimed: Instant| claimed.elapsed() >= RECOUNT_GRACE;
         if let Some(claimed) = n.claimed_at {
             return (!past_grace(claimed)).then_some(n.k);

@@ -862,3 +862,49 @@ fn a_due_bucket_count_is_read_again_by_one_purchase() {
     // Each script call reads the meta once (no release yet: no statuses).
     assert_eq!(calls(&mut con, "hmget") - hmget - scripts, 1);
 }
+
+/// The grace of a due bucket count (`RECOUNT_GRACE`) runs from the claim,
+/// not from the read: a K read long ago, reloaded since with another K,
+/// must not be used by a purchase that arrives while the claimer's read is
+/// in flight. Here the sale is reloaded with 3 buckets right after the
+/// gateway read K = 1, nobody buys for 3 s, then two purchases arrive while
+/// Redis is briefly paused: the second must not be routed by K = 1 (it
+/// would buy in bucket 0 and again in its home bucket of 3: two 202s).
+/// Before the claim, every caller of a due K read it itself.
+#[test]
+fn a_k_read_long_ago_is_not_used_while_another_purchase_reads_it_again() {
+    let redis = RedisServer::start();
+    load_split(&redis, 34, 20, 1);
+    let g = Gateway::start(&redis, &[("SECKILL_GATEWAY_BUYER_RATE", "0")]);
+    assert_eq!(buy(g.port, 34, "warm").status, 202);
+    let mut con = redis.con();
+    let keys: Vec<String> = redis::cmd("KEYS")
+        .arg("seckill:{sale:34}*")
+        .query(&mut con)
+        .unwrap();
+    let _: () = con.del(keys).unwrap();
+    load_split(&redis, 34, 20, 3);
+    // Well past RECOUNT_AFTER + RECOUNT_GRACE after the reload.
+    std::thread::sleep(Duration::from_millis(3000));
+    let user = users_of("dbl", 1, 3, 1).remove(0);
+    let mut claimer = Client::connect(g.port);
+    let mut late = Client::connect(g.port);
+    let _: () = redis::cmd("CLIENT")
+        .arg("PAUSE")
+        .arg(300)
+        .arg("ALL")
+        .query(&mut con)
+        .unwrap();
+    let first = std::thread::scope(|s| {
+        let c = s.spawn(|| claimer.buy(34, "claimer").status);
+        std::thread::sleep(Duration::from_millis(60));
+        let first = late.buy(34, &user);
+        assert_eq!(c.join().unwrap(), 202);
+        first
+    });
+    assert_eq!(first.status, 202, "{first:?}");
+    let again = buy(g.port, 34, &user);
+    assert_eq!(again.status, 409, "one buyer, two purchases: {again:?}");
+    let in_bucket_0: Option<String> = con.hget(SaleKeys::bucket(34, 0).buyers(), &user).unwrap();
+    assert_eq!(in_bucket_0, None, "routed by the K = 1 read 3 s before");
+}
