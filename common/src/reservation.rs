@@ -33,7 +33,9 @@ use std::sync::OnceLock;
 /// rollback), and is answered `released` with nothing taken. So is the
 /// re-send of an id whose buyer's mark the release kept (a sale without
 /// `rebuy_after_release`) once its status is `expired`, `cancelled` or
-/// `failed`. Before: the retry took a second unit under the same id when
+/// `failed`, and of a dead-lettered id (status `failed`, mark kept, nothing
+/// released; its status is read, one `HGET`, for a re-send of the buyer's
+/// own id when the sale has had no release). Before: the retry took a second unit under the same id when
 /// the release had removed the mark; while the check ran only with stock
 /// left, a split sale's retry that found its home bucket empty was
 /// answered `sold_out` and the gateway pulled a unit from another bucket
@@ -145,11 +147,18 @@ for i = 1, n do
       prev = redis.pcall('HGET', KEYS[3], user)
       if type(prev) == 'table' then return refused(KEYS[3], prev) end
     end
-    local gone = done[i] == 'expired' or done[i] == 'cancelled' or done[i] == 'failed'
+    local st = done[i]
+    if prev == rid and releases == 0 then
+      -- A re-send of the buyer's own id (rare) in a sale with no release:
+      -- its status still tells a dead letter ('failed', nothing released).
+      st = redis.pcall('HGET', KEYS[5], rid)
+      if type(st) == 'table' then return refused(KEYS[5], st) end
+    end
+    local gone = st == 'expired' or st == 'cancelled' or st == 'failed'
     if prev and not (prev == rid and gone) then
       out[i] = 'already_purchased ' .. string.format('%d', total - stock + releases) .. ' ' ..
         prev .. ' ' .. string.format('%d', stock)
-    elseif done[i] then
+    elseif st then
       out[i] = 'released ' .. string.format('%d', total - stock + releases) .. ' ' .. rid
     elseif stock < 1 then
       out[i] = 'sold_out ' .. string.format('%d', total - stock + releases) .. ' '

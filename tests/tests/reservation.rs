@@ -625,3 +625,49 @@ fn a_cancelled_reservation_whose_mark_is_kept_is_released_when_sent_again() {
     );
     assert_eq!(purchase_state(&mut con, id), before);
 }
+
+/// A dead-lettered reservation (the worker's `settle`: status `failed`,
+/// flow record and buyer's mark kept, no release) sent again with its id
+/// is answered as once the sale has had a release: `released` (the gateway:
+/// 409 with the id), not the buyer's own `already_purchased` (which
+/// `reservation::own` makes `reserved`, 202 `queued`, for a purchase the
+/// status route calls `failed`). Before, the answer depended on whether
+/// any other buyer of the bucket had had a release: 202 with none, 409
+/// after one.
+#[test]
+fn a_dead_lettered_reservation_sent_again_is_released_whether_or_not_the_sale_had_a_release() {
+    use seckill_common::order::Release;
+    use seckill_common::release::{release_order, OrderRelease};
+    use seckill_common::reservation::{call, parse, ReserveKeys};
+    let redis = RedisServer::start();
+    let id = 15;
+    assert!(load_into_redis(&mut redis.con(), &sale(id, 3, -1000, 600_000), 0).unwrap());
+    let mut con = redis.con();
+    let keys = ReserveKeys::new(id);
+    let send = |con: &mut redis::Connection, user: &str, rid: &str| {
+        let reply: redis::Value = call(&keys, user, rid).query(con).unwrap();
+        parse(&reply).unwrap().outcome
+    };
+    seckill_common::reservation::reserve_script()
+        .prepare_invoke()
+        .load(&mut con)
+        .unwrap();
+    let (dead, other) = (format!("{:032x}", 0xd1u32), format!("{:032x}", 0xd2u32));
+    assert_eq!(send(&mut con, "a", &dead), ReserveOutcome::Reserved(dead.clone()));
+    // What the worker writes for a dead letter (worker/src/queue.rs settle).
+    let _: () = con.hset(SaleKeys::new(id).status(), &dead, "failed").unwrap();
+    let before = purchase_state(&mut con, id);
+    let no_release = send(&mut con, "a", &dead);
+    assert_eq!(purchase_state(&mut con, id), before);
+    // Another buyer's cancellation: the bucket has had a release.
+    assert_eq!(send(&mut con, "b", &other), ReserveOutcome::Reserved(other.clone()));
+    assert_eq!(
+        release_order(&mut con, SaleKeys::new(id), &other, Release::Cancel, false).unwrap(),
+        OrderRelease::Released { stock_after: 2 }
+    );
+    let after = purchase_state(&mut con, id);
+    let with_release = send(&mut con, "a", &dead);
+    assert_eq!(purchase_state(&mut con, id), after);
+    assert_eq!(with_release, ReserveOutcome::Released(dead.clone()));
+    assert_eq!(no_release, with_release, "the same re-send, another answer");
+}
