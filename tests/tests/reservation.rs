@@ -653,14 +653,22 @@ fn a_dead_lettered_reservation_sent_again_is_released_whether_or_not_the_sale_ha
         .load(&mut con)
         .unwrap();
     let (dead, other) = (format!("{:032x}", 0xd1u32), format!("{:032x}", 0xd2u32));
-    assert_eq!(send(&mut con, "a", &dead), ReserveOutcome::Reserved(dead.clone()));
+    assert_eq!(
+        send(&mut con, "a", &dead),
+        ReserveOutcome::Reserved(dead.clone())
+    );
     // What the worker writes for a dead letter (worker/src/queue.rs settle).
-    let _: () = con.hset(SaleKeys::new(id).status(), &dead, "failed").unwrap();
+    let _: () = con
+        .hset(SaleKeys::new(id).status(), &dead, "failed")
+        .unwrap();
     let before = purchase_state(&mut con, id);
     let no_release = send(&mut con, "a", &dead);
     assert_eq!(purchase_state(&mut con, id), before);
     // Another buyer's cancellation: the bucket has had a release.
-    assert_eq!(send(&mut con, "b", &other), ReserveOutcome::Reserved(other.clone()));
+    assert_eq!(
+        send(&mut con, "b", &other),
+        ReserveOutcome::Reserved(other.clone())
+    );
     assert_eq!(
         release_order(&mut con, SaleKeys::new(id), &other, Release::Cancel, false).unwrap(),
         OrderRelease::Released { stock_after: 2 }

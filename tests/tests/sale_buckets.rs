@@ -836,11 +836,16 @@ fn a_due_bucket_count_is_read_again_by_one_purchase() {
     load_split(&redis, 33, 1000, 1);
     let g = Gateway::start(&redis, &[("SECKILL_GATEWAY_BUYER_RATE", "0")]);
     let mut clients: Vec<Client> = (0..32).map(|_| Client::connect(g.port)).collect();
+    // The count is read by the first purchase; the crowd comes 1.1 s
+    // after it, inside the window where one purchase reads it again and
+    // the others keep it (a K read 1.25 s ago is read by everyone).
+    let read = std::time::Instant::now();
     for (i, c) in clients.iter_mut().enumerate() {
         assert_eq!(c.buy(33, &format!("warm{i}")).status, 202);
     }
     let mut con = redis.con();
-    std::thread::sleep(Duration::from_millis(1100));
+    let due = read + Duration::from_millis(1100);
+    std::thread::sleep(due.saturating_duration_since(std::time::Instant::now()));
     let (hmget, scripts) = (calls(&mut con, "hmget"), calls(&mut con, "evalsha"));
     let barrier = std::sync::Barrier::new(clients.len());
     let statuses: Vec<u16> = std::thread::scope(|s| {
