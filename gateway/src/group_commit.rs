@@ -164,20 +164,30 @@ pub fn redis_thread(
     ack: Option<(usize, Duration)>,
 ) {
     let mut batch: Vec<Job> = Vec::with_capacity(MAX_BATCH);
-    while let Ok(first) = jobs.recv() {
-        batch.push(first);
-        while batch.len() < MAX_BATCH {
-            match jobs.try_recv() {
-                Ok(j) => batch.push(j),
-                Err(_) => break,
-            }
-        }
+    while next_batch(&jobs, &mut batch) {
         let results = run_batch(&mut link, &batch, metrics, ack);
         for (job, r) in batch.drain(..).zip(results) {
             // The waiting thread may have given up (it answered 503).
             job.reply_to.fill(r);
         }
     }
+}
+
+/// Fills the empty `batch` with the first waiting job (waiting for one)
+/// and whatever else has queued up, at most [`MAX_BATCH`]. False once
+/// every job sender is dropped.
+pub fn next_batch(jobs: &Receiver<Job>, batch: &mut Vec<Job>) -> bool {
+    let Ok(first) = jobs.recv() else {
+        return false;
+    };
+    batch.push(first);
+    while batch.len() < MAX_BATCH {
+        match jobs.try_recv() {
+            Ok(j) => batch.push(j),
+            Err(_) => break,
+        }
+    }
+    true
 }
 
 /// Most buckets whose reservation keys a Redis thread keeps encoded (a

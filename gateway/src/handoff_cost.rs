@@ -1,7 +1,7 @@
 //! Measures what the group commit's hand-off costs on this machine with
 //! no Redis behind it: connection threads each queue a job on the real
 //! channel and wait on the real [`Slot`]; one thread takes the waiting
-//! jobs in batches (as `group_commit::redis_thread` does) and fills each
+//! jobs in batches (`group_commit::next_batch`, as the Redis threads do) and fills each
 //! slot at once. Prints hand-offs per second, the average batch, and CPU
 //! per hand-off (every thread's time on a CPU, from
 //! `/proc/self/task/*/schedstat`, in µs): the part of a purchase's CPU
@@ -11,7 +11,7 @@
 //! `cargo test --release -p seckill-gateway handoff_cost -- --ignored --nocapture`
 //! (figures in docs/PERFORMANCE.md, "The hand-off").
 
-use crate::group_commit::{Job, Slot, MAX_BATCH};
+use crate::group_commit::{next_batch, Job, Slot, MAX_BATCH};
 use crate::redis_link::Unavailable;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
@@ -39,14 +39,7 @@ fn handoffs(conns: usize, run: Duration) -> (u64, u64, u64) {
         let batches = batches.clone();
         std::thread::spawn(move || {
             let mut batch = Vec::with_capacity(MAX_BATCH);
-            while let Ok(first) = rx.recv() {
-                batch.push(first);
-                while batch.len() < MAX_BATCH {
-                    match rx.try_recv() {
-                        Ok(j) => batch.push(j),
-                        Err(_) => break,
-                    }
-                }
+            while next_batch(&rx, &mut batch) {
                 batches.fetch_add(1, Ordering::Relaxed);
                 for j in batch.drain(..) {
                     if j.reply_to.mark_sent() {

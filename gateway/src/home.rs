@@ -32,13 +32,13 @@ pub const MAX_SALES: usize = 10_000;
 /// purchase's script.
 pub const RECOUNT_AFTER: Duration = Duration::from_secs(1);
 
-/// While one caller reads a due K again ([`BucketCounts::of`]), how long
-/// the others keep the remembered one: a K is used at most this long after
-/// the first purchase that found it due. If that read has not answered by
-/// then (a stalled master of bucket 0), every caller reads it, as before
-/// any claim: none goes on with an old K. Nor is a K kept once it was read
-/// [`RECOUNT_AFTER`] + this ago, whenever the claim: a K is used at most
-/// 1.25 s after its read.
+/// How long past [`RECOUNT_AFTER`] the other callers keep a due K while
+/// the first one that found it due reads it again ([`BucketCounts::of`]):
+/// a K is never used once read 1.25 s ago. If that read has not answered
+/// by then (a stalled master of bucket 0), every caller reads it, as
+/// before any claim: none goes on with an old K, and an idle sale's K read
+/// long ago is read again by everyone (the hostile pass: kept while another
+/// purchase read it, it routed a buyer of a reloaded sale to a second 202).
 pub const RECOUNT_GRACE: Duration = Duration::from_millis(250);
 
 /// What is remembered of one sale.
@@ -50,9 +50,9 @@ struct Known {
     ends: Option<u64>,
     /// When `k` and `ends` were read.
     read_at: Instant,
-    /// When a caller took the read of a due K on itself (see
-    /// [`BucketCounts::of`]); `None` before.
-    claimed_at: Option<Instant>,
+    /// Whether a caller has taken the read of this due K on itself (see
+    /// [`BucketCounts::of`]).
+    claimed: bool,
 }
 
 /// Sale id -> its number of buckets (K ≥ 1), window end and when they were
@@ -115,7 +115,7 @@ impl BucketCounts {
                 k,
                 ends,
                 read_at,
-                claimed_at: None,
+                claimed: false,
             },
         );
         Ok(k)
@@ -123,34 +123,23 @@ impl BucketCounts {
 
     /// For a caller that found `sale_id`'s K `n` due: `None` when it must
     /// read it again (the first such caller, which claims the read, and
-    /// every caller once [`RECOUNT_GRACE`] has passed since the claim),
-    /// else the K to use (the remembered one, or one read meanwhile).
+    /// every caller once `n` was read [`RECOUNT_AFTER`] + [`RECOUNT_GRACE`]
+    /// ago), else the K to use (the remembered one, or one read meanwhile).
     fn kept_while_due(&self, sale_id: u64, n: Known) -> Option<u32> {
-        // The grace also runs from the read, not only from the claim: a K
-        // read long ago (an idle sale, reloaded since with another K) is
-        // never kept while another caller reads it again, or a buyer
-        // routed by it buys twice (test
-        // `sale_buckets::a_k_read_long_ago_is_not_used_while_another_purchase_reads_it_again`).
         if n.read_at.elapsed() >= RECOUNT_AFTER + RECOUNT_GRACE {
             return None;
         }
-        let past_grace = |claimed: Instant| claimed.elapsed() >= RECOUNT_GRACE;
-        if let Some(claimed) = n.claimed_at {
-            return (!past_grace(claimed)).then_some(n.k);
+        if n.claimed {
+            return Some(n.k);
         }
         let mut known = self.known.write().unwrap_or_else(|p| p.into_inner());
         let e = known.get_mut(&sale_id)?;
-        if e.read_at != n.read_at {
-            // Read again meanwhile.
+        if e.read_at != n.read_at || e.claimed {
+            // Read again meanwhile, or claimed by another caller.
             return Some(e.k);
         }
-        match e.claimed_at {
-            None => {
-                e.claimed_at = Some(Instant::now());
-                None
-            }
-            Some(claimed) => (!past_grace(claimed)).then_some(e.k),
-        }
+        e.claimed = true;
+        None
     }
 
     /// The window end (Unix ms) of `sale_id` as last read with its K

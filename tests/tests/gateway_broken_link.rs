@@ -123,18 +123,29 @@ fn relay_pair(
     });
 }
 
+/// A relay in front of `redis` and a gateway whose one purchase link
+/// goes through it (`SECKILL_GATEWAY_THREADS=1`), with
+/// `SECKILL_GATEWAY_REDIS_THREADS=redis_threads` and `extra`.
+fn relayed_gateway(
+    redis: &RedisServer,
+    redis_threads: &str,
+    extra: &[(&str, &str)],
+) -> (Relay, Gateway) {
+    let relay = Relay::start(redis.port);
+    let mut env = vec![
+        ("SECKILL_GATEWAY_REDIS_THREADS", redis_threads),
+        ("SECKILL_GATEWAY_THREADS", "1"),
+    ];
+    env.extend_from_slice(extra);
+    let g = Gateway::start(&relay, &env);
+    (relay, g)
+}
+
 fn a_purchase_whose_reply_was_lost_is_202_with_its_own_id(redis_threads: &str) {
     let redis = RedisServer::start();
     let sale = 1;
     open_sale(&redis, sale, 5);
-    let relay = Relay::start(redis.port);
-    let g = Gateway::start(
-        &relay,
-        &[
-            ("SECKILL_GATEWAY_REDIS_THREADS", redis_threads),
-            ("SECKILL_GATEWAY_THREADS", "1"),
-        ],
-    );
+    let (relay, g) = relayed_gateway(&redis, redis_threads, &[]);
     // Warm-up: the one link that carries purchases has been in use.
     assert_eq!(buy(g.port, sale, "u0").status, 202);
     let calls_before = evalsha_calls(&redis);
@@ -203,12 +214,10 @@ fn with_replicas_ack_a_purchase_resent_after_a_cut_is_not_202_unless_a_replica_h
     );
     let sale = 1;
     open_sale(&redis, sale, 5);
-    let relay = Relay::start(redis.port);
-    let g = Gateway::start(
-        &relay,
+    let (relay, g) = relayed_gateway(
+        &redis,
+        "1",
         &[
-            ("SECKILL_GATEWAY_REDIS_THREADS", "1"),
-            ("SECKILL_GATEWAY_THREADS", "1"),
             ("SECKILL_REDIS_REPLICAS_ACK", "1"),
             ("SECKILL_REDIS_TIMEOUT", "1s"),
         ],
@@ -287,14 +296,7 @@ fn a_resent_purchase_rolled_back_in_between_is_409_and_takes_nothing(redis_threa
     let redis = RedisServer::start();
     let sale = 1;
     open_sale(&redis, sale, 5);
-    let relay = Relay::start(redis.port);
-    let g = Gateway::start(
-        &relay,
-        &[
-            ("SECKILL_GATEWAY_REDIS_THREADS", redis_threads),
-            ("SECKILL_GATEWAY_THREADS", "1"),
-        ],
-    );
+    let (relay, g) = relayed_gateway(&redis, redis_threads, &[]);
     assert_eq!(buy(g.port, sale, "u0").status, 202);
     let k = SaleKeys::new(sale);
     let (first, rid) = cut_with_between(&redis, &relay, g.port, sale, k, "u1", move |con, rid| {
@@ -332,14 +334,7 @@ fn the_status_route_after_a_purchase_rolled_back_between_its_two_sendings_is_404
     let redis = RedisServer::start();
     let sale = 1;
     open_sale(&redis, sale, 5);
-    let relay = Relay::start(redis.port);
-    let g = Gateway::start(
-        &relay,
-        &[
-            ("SECKILL_GATEWAY_REDIS_THREADS", "1"),
-            ("SECKILL_GATEWAY_THREADS", "1"),
-        ],
-    );
+    let (relay, g) = relayed_gateway(&redis, "1", &[]);
     assert_eq!(buy(g.port, sale, "u0").status, 202);
     let k = SaleKeys::new(sale);
     let (first, rid) = cut_with_between(&redis, &relay, g.port, sale, k, "u1", move |con, rid| {
@@ -369,14 +364,10 @@ fn a_split_sale_purchase_rolled_back_in_between_takes_nothing(redis_threads: &st
     let k = 2;
     let s = seckill_tests::test_sale(sale, 4, -1000, 600_000);
     assert!(seckill_common::buckets::load_into_redis(&mut redis.con(), &s, k, 0).unwrap());
-    let relay = Relay::start(redis.port);
-    let g = Gateway::start(
-        &relay,
-        &[
-            ("SECKILL_GATEWAY_REDIS_THREADS", redis_threads),
-            ("SECKILL_GATEWAY_THREADS", "1"),
-            ("SECKILL_GATEWAY_BUYER_RATE", "0"),
-        ],
+    let (relay, g) = relayed_gateway(
+        &redis,
+        redis_threads,
+        &[("SECKILL_GATEWAY_BUYER_RATE", "0")],
     );
     let users = seckill_tests::users_of("b0", 0, k, 3);
     let home = SaleKeys::bucket(sale, 0);

@@ -439,6 +439,33 @@ fn a_call_whose_arguments_are_not_whole_buyers_is_refused_and_changes_nothing() 
     }
 }
 
+/// A private Redis holding sale `id` (`stock` units, open for ten
+/// minutes) with the reservation script loaded, and a connection to it.
+fn scripted_sale(id: u64, stock: u64) -> (RedisServer, redis::Connection) {
+    let redis = RedisServer::start();
+    assert!(load_into_redis(&mut redis.con(), &sale(id, stock, -1000, 600_000), 0).unwrap());
+    let mut con = redis.con();
+    seckill_common::reservation::reserve_script()
+        .prepare_invoke()
+        .load(&mut con)
+        .unwrap();
+    (redis, con)
+}
+
+/// One call of the script in sale `id` for `user` with reservation id
+/// `rid`: its outcome and the sale's sequence.
+fn send(con: &mut redis::Connection, id: u64, user: &str, rid: &str) -> (ReserveOutcome, u64) {
+    use seckill_common::reservation::{call, parse, ReserveKeys};
+    let reply: redis::Value = call(&ReserveKeys::new(id), user, rid).query(con).unwrap();
+    let r = parse(&reply).unwrap();
+    (r.outcome, r.seq)
+}
+
+/// Reservation id number `n`, 32 hex digits.
+fn rid(n: u32) -> String {
+    format!("{n:032x}")
+}
+
 /// A call sent again with the same reservation id after that reservation
 /// was released (the group commit's retry of a call whose reply was lost,
 /// with an expiry, a cancellation or a rollback in between) takes nothing:
@@ -450,28 +477,15 @@ fn a_call_whose_arguments_are_not_whole_buyers_is_refused_and_changes_nothing() 
 fn a_reservation_id_released_since_takes_nothing_when_sent_again() {
     use seckill_common::order::Release;
     use seckill_common::release::{release, release_order, OrderRelease, ReleaseOutcome};
-    use seckill_common::reservation::{call, parse, ReserveKeys};
-    let redis = RedisServer::start();
     let id = 12;
-    assert!(load_into_redis(&mut redis.con(), &sale(id, 5, -1000, 600_000), 0).unwrap());
-    let mut con = redis.con();
-    seckill_common::reservation::reserve_script()
-        .prepare_invoke()
-        .load(&mut con)
-        .unwrap();
-    let keys = ReserveKeys::new(id);
-    let send = |con: &mut redis::Connection, user: &str, rid: &str| {
-        let reply: redis::Value = call(&keys, user, rid).query(con).unwrap();
-        let r = parse(&reply).unwrap();
-        (r.outcome, r.seq)
-    };
-    let (expired, rolled_back) = (format!("{:032x}", 0xe1u32), format!("{:032x}", 0xe2u32));
+    let (_redis, mut con) = scripted_sale(id, 5);
+    let (expired, rolled_back) = (rid(0xe1), rid(0xe2));
     assert_eq!(
-        send(&mut con, "a", &expired),
+        send(&mut con, id, "a", &expired),
         (ReserveOutcome::Reserved(expired.clone()), 1)
     );
     assert_eq!(
-        send(&mut con, "b", &rolled_back),
+        send(&mut con, id, "b", &rolled_back),
         (ReserveOutcome::Reserved(rolled_back.clone()), 2)
     );
     assert_eq!(
@@ -485,17 +499,17 @@ fn a_reservation_id_released_since_takes_nothing_when_sent_again() {
     let before = purchase_state(&mut con, id);
     assert_eq!(before, (5, 0, 0, 2, 0));
     assert_eq!(
-        send(&mut con, "a", &expired),
+        send(&mut con, id, "a", &expired),
         (ReserveOutcome::Released(expired.clone()), 2)
     );
     assert_eq!(
-        send(&mut con, "b", &rolled_back),
+        send(&mut con, id, "b", &rolled_back),
         (ReserveOutcome::Released(rolled_back.clone()), 2)
     );
     assert_eq!(purchase_state(&mut con, id), before);
-    let fresh = format!("{:032x}", 0xe3u32);
+    let fresh = rid(0xe3);
     assert_eq!(
-        send(&mut con, "a", &fresh),
+        send(&mut con, id, "a", &fresh),
         (ReserveOutcome::Reserved(fresh.clone()), 3)
     );
     assert_eq!(purchase_state(&mut con, id), (4, 1, 1, 3, 1));
@@ -509,27 +523,12 @@ fn a_reservation_id_released_since_takes_nothing_when_sent_again() {
 #[test]
 fn a_released_reservation_id_sent_again_with_no_stock_left_is_released_not_sold_out() {
     use seckill_common::release::{release, ReleaseOutcome};
-    use seckill_common::reservation::{call, parse, parse_batch, ReserveKeys};
-    let redis = RedisServer::start();
+    use seckill_common::reservation::{parse_batch, write_calls, ReserveKeys};
     let id = 13;
-    assert!(load_into_redis(&mut redis.con(), &sale(id, 1, -1000, 600_000), 0).unwrap());
-    let mut con = redis.con();
-    seckill_common::reservation::reserve_script()
-        .prepare_invoke()
-        .load(&mut con)
-        .unwrap();
-    let keys = ReserveKeys::new(id);
-    let send = |con: &mut redis::Connection, user: &str, rid: &str| {
-        let reply: redis::Value = call(&keys, user, rid).query(con).unwrap();
-        parse(&reply).unwrap().outcome
-    };
-    let (first, other, fresh) = (
-        format!("{:032x}", 0xf1u32),
-        format!("{:032x}", 0xf2u32),
-        format!("{:032x}", 0xf3u32),
-    );
+    let (_redis, mut con) = scripted_sale(id, 1);
+    let (first, other, fresh) = (rid(0xf1), rid(0xf2), rid(0xf3));
     assert_eq!(
-        send(&mut con, "a", &first),
+        send(&mut con, id, "a", &first).0,
         ReserveOutcome::Reserved(first.clone())
     );
     assert_eq!(
@@ -537,23 +536,23 @@ fn a_released_reservation_id_sent_again_with_no_stock_left_is_released_not_sold_
         ReleaseOutcome::Released { stock_after: 1 }
     );
     assert_eq!(
-        send(&mut con, "b", &other),
+        send(&mut con, id, "b", &other).0,
         ReserveOutcome::Reserved(other.clone())
     );
     let before = purchase_state(&mut con, id);
     assert_eq!(before.0, 0, "sold out");
     assert_eq!(
-        send(&mut con, "a", &first),
+        send(&mut con, id, "a", &first).0,
         ReserveOutcome::Released(first.clone())
     );
     // In a batch: the released id, then a fresh buyer (sold out).
-    let reply: redis::Value = redis::cmd("EVALSHA")
-        .arg(seckill_common::reservation::reserve_script().get_hash())
-        .arg(6)
-        .arg(keys_of(id))
-        .arg(&["a", first.as_str(), &id.to_string(), "c", fresh.as_str()])
-        .query(&mut con)
-        .unwrap();
+    let mut packed = Vec::new();
+    write_calls(
+        &mut packed,
+        &ReserveKeys::new(id),
+        &[("a", first.as_str()), ("c", fresh.as_str())],
+    );
+    let reply = redis::ConnectionLike::req_packed_command(&mut con, &packed).unwrap();
     let got: Vec<ReserveOutcome> = parse_batch(&reply, 2)
         .into_iter()
         .map(|r| r.unwrap().outcome)
@@ -568,18 +567,6 @@ fn a_released_reservation_id_sent_again_with_no_stock_left_is_released_not_sold_
     assert_eq!(purchase_state(&mut con, id), before);
 }
 
-fn keys_of(id: u64) -> Vec<String> {
-    let k = SaleKeys::new(id);
-    vec![
-        k.meta(),
-        k.stock(),
-        k.buyers(),
-        k.flow(),
-        k.status(),
-        k.queue(),
-    ]
-}
-
 /// A sale that keeps a released buyer's mark (no `rebuy_after_release`):
 /// the re-send of the cancelled reservation's id is answered `released`,
 /// not the buyer's own `already_purchased` (which the gateway turns into
@@ -590,23 +577,11 @@ fn keys_of(id: u64) -> Vec<String> {
 fn a_cancelled_reservation_whose_mark_is_kept_is_released_when_sent_again() {
     use seckill_common::order::Release;
     use seckill_common::release::{release_order, OrderRelease};
-    use seckill_common::reservation::{call, parse, ReserveKeys};
-    let redis = RedisServer::start();
     let id = 14;
-    assert!(load_into_redis(&mut redis.con(), &sale(id, 3, -1000, 600_000), 0).unwrap());
-    let mut con = redis.con();
-    let keys = ReserveKeys::new(id);
-    let send = |con: &mut redis::Connection, rid: &str| {
-        let reply: redis::Value = call(&keys, "a", rid).query(con).unwrap();
-        parse(&reply).unwrap().outcome
-    };
-    seckill_common::reservation::reserve_script()
-        .prepare_invoke()
-        .load(&mut con)
-        .unwrap();
-    let (first, fresh) = (format!("{:032x}", 0xc1u32), format!("{:032x}", 0xc2u32));
+    let (_redis, mut con) = scripted_sale(id, 3);
+    let (first, fresh) = (rid(0xc1), rid(0xc2));
     assert_eq!(
-        send(&mut con, &first),
+        send(&mut con, id, "a", &first).0,
         ReserveOutcome::Reserved(first.clone())
     );
     assert_eq!(
@@ -616,11 +591,11 @@ fn a_cancelled_reservation_whose_mark_is_kept_is_released_when_sent_again() {
     let before = purchase_state(&mut con, id);
     assert_eq!(before, (3, 1, 0, 1, 0));
     assert_eq!(
-        send(&mut con, &first),
+        send(&mut con, id, "a", &first).0,
         ReserveOutcome::Released(first.clone())
     );
     assert_eq!(
-        send(&mut con, &fresh),
+        send(&mut con, id, "a", &fresh).0,
         ReserveOutcome::AlreadyPurchased(first.clone())
     );
     assert_eq!(purchase_state(&mut con, id), before);
@@ -638,23 +613,11 @@ fn a_cancelled_reservation_whose_mark_is_kept_is_released_when_sent_again() {
 fn a_dead_lettered_reservation_sent_again_is_released_whether_or_not_the_sale_had_a_release() {
     use seckill_common::order::Release;
     use seckill_common::release::{release_order, OrderRelease};
-    use seckill_common::reservation::{call, parse, ReserveKeys};
-    let redis = RedisServer::start();
     let id = 15;
-    assert!(load_into_redis(&mut redis.con(), &sale(id, 3, -1000, 600_000), 0).unwrap());
-    let mut con = redis.con();
-    let keys = ReserveKeys::new(id);
-    let send = |con: &mut redis::Connection, user: &str, rid: &str| {
-        let reply: redis::Value = call(&keys, user, rid).query(con).unwrap();
-        parse(&reply).unwrap().outcome
-    };
-    seckill_common::reservation::reserve_script()
-        .prepare_invoke()
-        .load(&mut con)
-        .unwrap();
-    let (dead, other) = (format!("{:032x}", 0xd1u32), format!("{:032x}", 0xd2u32));
+    let (_redis, mut con) = scripted_sale(id, 3);
+    let (dead, other) = (rid(0xd1), rid(0xd2));
     assert_eq!(
-        send(&mut con, "a", &dead),
+        send(&mut con, id, "a", &dead).0,
         ReserveOutcome::Reserved(dead.clone())
     );
     // What the worker writes for a dead letter (worker/src/queue.rs settle).
@@ -662,11 +625,11 @@ fn a_dead_lettered_reservation_sent_again_is_released_whether_or_not_the_sale_ha
         .hset(SaleKeys::new(id).status(), &dead, "failed")
         .unwrap();
     let before = purchase_state(&mut con, id);
-    let no_release = send(&mut con, "a", &dead);
+    let no_release = send(&mut con, id, "a", &dead).0;
     assert_eq!(purchase_state(&mut con, id), before);
     // Another buyer's cancellation: the bucket has had a release.
     assert_eq!(
-        send(&mut con, "b", &other),
+        send(&mut con, id, "b", &other).0,
         ReserveOutcome::Reserved(other.clone())
     );
     assert_eq!(
@@ -674,7 +637,7 @@ fn a_dead_lettered_reservation_sent_again_is_released_whether_or_not_the_sale_ha
         OrderRelease::Released { stock_after: 2 }
     );
     let after = purchase_state(&mut con, id);
-    let with_release = send(&mut con, "a", &dead);
+    let with_release = send(&mut con, id, "a", &dead).0;
     assert_eq!(purchase_state(&mut con, id), after);
     assert_eq!(with_release, ReserveOutcome::Released(dead.clone()));
     assert_eq!(no_release, with_release, "the same re-send, another answer");

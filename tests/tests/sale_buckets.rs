@@ -783,6 +783,26 @@ fn a_lost_bucket_is_503_for_its_buyers_and_does_not_close_the_sale() {
     assert_eq!(others, vec![202; 6]);
 }
 
+/// Sale `sale` (20 units) loaded with one bucket, read by a new gateway
+/// (a purchase), then removed and loaded again with 3 buckets: the
+/// gateway, and a connection to Redis.
+fn reloaded_after_a_gateway_read_it(
+    redis: &RedisServer,
+    sale: u64,
+) -> (Gateway, redis::Connection) {
+    load_split(redis, sale, 20, 1);
+    let g = Gateway::start(redis, &[("SECKILL_GATEWAY_BUYER_RATE", "0")]);
+    assert_eq!(buy(g.port, sale, "warm").status, 202);
+    let mut con = redis.con();
+    let keys: Vec<String> = redis::cmd("KEYS")
+        .arg(format!("seckill:{{sale:{sale}}}*"))
+        .query(&mut con)
+        .unwrap();
+    let _: () = con.del(keys).unwrap();
+    load_split(redis, sale, 20, 3);
+    (g, con)
+}
+
 /// A sale reloaded with another bucket count: a gateway that knew the old
 /// count reads it again within `RECOUNT_AFTER` (1 s), so a buyer is routed
 /// to the new home bucket (the hostile pass: an old gateway kept K = 1 and
@@ -790,16 +810,7 @@ fn a_lost_bucket_is_503_for_its_buyers_and_does_not_close_the_sale() {
 #[test]
 fn a_gateway_sees_a_new_bucket_count_within_a_second() {
     let redis = RedisServer::start();
-    load_split(&redis, 32, 20, 1);
-    let g = Gateway::start(&redis, &[("SECKILL_GATEWAY_BUYER_RATE", "0")]);
-    assert_eq!(buy(g.port, 32, "warm").status, 202);
-    let mut con = redis.con();
-    let keys: Vec<String> = redis::cmd("KEYS")
-        .arg("seckill:{sale:32}*")
-        .query(&mut con)
-        .unwrap();
-    let _: () = con.del(keys).unwrap();
-    load_split(&redis, 32, 20, 3);
+    let (g, mut con) = reloaded_after_a_gateway_read_it(&redis, 32);
     std::thread::sleep(Duration::from_millis(1100));
     let user = users_of("dbl", 1, 3, 1).remove(0);
     let first = buy(g.port, 32, &user);
@@ -868,8 +879,8 @@ fn a_due_bucket_count_is_read_again_by_one_purchase() {
     assert_eq!(calls(&mut con, "hmget") - hmget - scripts, 1);
 }
 
-/// The grace of a due bucket count (`RECOUNT_GRACE`) runs from the claim,
-/// not from the read: a K read long ago, reloaded since with another K,
+/// The grace of a due bucket count (`RECOUNT_GRACE`) runs from the read
+/// too, not only from the claim: a K read long ago, reloaded since with another K,
 /// must not be used by a purchase that arrives while the claimer's read is
 /// in flight. Here the sale is reloaded with 3 buckets right after the
 /// gateway read K = 1, nobody buys for 3 s, then two purchases arrive while
@@ -879,16 +890,7 @@ fn a_due_bucket_count_is_read_again_by_one_purchase() {
 #[test]
 fn a_k_read_long_ago_is_not_used_while_another_purchase_reads_it_again() {
     let redis = RedisServer::start();
-    load_split(&redis, 34, 20, 1);
-    let g = Gateway::start(&redis, &[("SECKILL_GATEWAY_BUYER_RATE", "0")]);
-    assert_eq!(buy(g.port, 34, "warm").status, 202);
-    let mut con = redis.con();
-    let keys: Vec<String> = redis::cmd("KEYS")
-        .arg("seckill:{sale:34}*")
-        .query(&mut con)
-        .unwrap();
-    let _: () = con.del(keys).unwrap();
-    load_split(&redis, 34, 20, 3);
+    let (g, mut con) = reloaded_after_a_gateway_read_it(&redis, 34);
     // Well past RECOUNT_AFTER + RECOUNT_GRACE after the reload.
     std::thread::sleep(Duration::from_millis(3000));
     let user = users_of("dbl", 1, 3, 1).remove(0);
