@@ -7,7 +7,7 @@ use std::str::FromStr;
 
 use std::sync::mpsc::Sender;
 
-use crate::util::{Closing, EqualReader, FusedReader};
+use crate::util::{Closing, EqualReader, FusedReader, ResponseWriter};
 use crate::{HTTPVersion, Header, Method, Response, StatusCode};
 use chunked_transfer::Decoder;
 use std::sync::Arc;
@@ -53,7 +53,9 @@ pub struct Request {
     data_reader: Option<Box<dyn Read + Send + 'static>>,
 
     // if this writer is empty, then the request has been answered
-    response_writer: Option<Box<dyn Write + Send + 'static>>,
+    // seckill patch: a writer that can also write without waiting
+    // (`respond_now`).
+    response_writer: Option<Box<dyn ResponseWriter + 'static>>,
 
     remote_addr: Option<SocketAddr>,
 
@@ -148,7 +150,7 @@ pub fn new_request<R, W>(
 ) -> Result<Request, RequestCreationError>
 where
     R: Read + Send + 'static,
-    W: Write + Send + 'static,
+    W: ResponseWriter + 'static,
 {
     // finding the transfer-encoding header
     let transfer_encoding = headers
@@ -240,7 +242,7 @@ where
 
     Ok(Request {
         data_reader: Some(reader),
-        response_writer: Some(Box::new(writer) as Box<dyn Write + Send + 'static>),
+        response_writer: Some(Box::new(writer) as Box<dyn ResponseWriter + 'static>),
         remote_addr,
         secure,
         method,
@@ -404,7 +406,7 @@ impl Request {
     /// Therefore you should always destroy the `Writer` as soon as possible.
     #[inline]
     pub fn into_writer(mut self) -> Box<dyn Write + Send + 'static> {
-        let writer = self.extract_writer_impl();
+        let writer = Box::new(self.extract_writer_impl()) as Box<dyn Write + Send + 'static>;
         if let Some(sender) = self.notify_when_responded.take() {
             let writer = NotifyOnDrop {
                 sender,
@@ -420,7 +422,7 @@ impl Request {
     /// as the object returned by `into_writer` above.
     ///
     /// This may only be called once on a single request.
-    fn extract_writer_impl(&mut self) -> Box<dyn Write + Send + 'static> {
+    fn extract_writer_impl(&mut self) -> Box<dyn ResponseWriter + 'static> {
         use std::mem;
 
         assert!(self.response_writer.is_some());
@@ -482,6 +484,80 @@ impl Request {
             sender.send(()).unwrap();
         }
         res
+    }
+
+    /// seckill patch: sends `response` without ever waiting, for a thread
+    /// that answers the requests of many connections (one client that
+    /// stops reading must not hold up the others).
+    ///
+    /// The answer is written into memory, then to the socket with
+    /// non-blocking sends. `Ok(None)`: it was written whole, and the
+    /// request is answered as by `respond`. `Ok(Some(rest))`: the answer
+    /// could not be written whole without waiting (an earlier answer of the
+    /// connection is not written yet, the socket's send buffer is full, the
+    /// answer must close the connection, or the stream is TLS or a test
+    /// request's); [`Unfinished::finish`] writes the rest, waiting as
+    /// `respond` would, on a thread that may wait. Until then the
+    /// connection's later answers wait for this one, as they do for an
+    /// unanswered request.
+    ///
+    /// Errors: the write error, as `respond`'s (a client that closed is not
+    /// one); the request is answered then.
+    pub fn respond_now<R>(mut self, mut response: Response<R>) -> Result<Option<Unfinished>, IoError>
+    where
+        R: Read,
+    {
+        // As `respond_impl`: a final answer to an `Expect: 100-continue`
+        // whose body was never asked for closes the connection, which is
+        // left to `Unfinished::finish`.
+        let close = self.must_send_continue && self.declares_body();
+        if close {
+            self.closing.mark();
+            response.push_connection_close();
+        }
+        let mut bytes = Vec::with_capacity(256);
+        response.raw_print(
+            &mut bytes,
+            self.http_version.clone(),
+            &self.headers,
+            self.method == Method::Head,
+            None,
+        )?;
+        let mut written = 0;
+        if !close {
+            let writer = self.response_writer.as_mut().unwrap();
+            while written < bytes.len() {
+                match writer.write_now(&bytes[written..]) {
+                    Ok(0) => break,
+                    Ok(n) => written += n,
+                    Err(e) if e.kind() == ErrorKind::Interrupted => {}
+                    Err(e) if e.kind() == ErrorKind::WouldBlock => break,
+                    Err(e) => {
+                        self.answered();
+                        return Self::ignore_client_closing_errors(Err(e)).map(|()| None);
+                    }
+                }
+            }
+        }
+        if written == bytes.len() {
+            self.answered();
+            return Ok(None);
+        }
+        bytes.drain(..written);
+        Ok(Some(Unfinished {
+            request: self,
+            rest: bytes,
+            close,
+        }))
+    }
+
+    /// seckill patch: the answer is out: the writer is dropped (the next
+    /// answer of the connection may go) and whoever waits is told.
+    fn answered(&mut self) {
+        drop(self.response_writer.take());
+        if let Some(sender) = self.notify_when_responded.take() {
+            sender.send(()).ok();
+        }
     }
 
     /// seckill patch: `respond_and_close` with an HTTP/1.1 status line,
@@ -561,6 +637,46 @@ impl Request {
     pub(crate) fn with_notify_sender(mut self, sender: Sender<()>) -> Self {
         self.notify_when_responded = Some(sender);
         self
+    }
+}
+
+/// seckill patch: the part of an answer `Request::respond_now` could not
+/// write without waiting.
+pub struct Unfinished {
+    request: Request,
+    rest: Vec<u8>,
+    close: bool,
+}
+
+impl Unfinished {
+    /// Writes the rest of the answer, waiting as `Request::respond` does
+    /// (for the connection's earlier answers, and for the client to read
+    /// up to the socket's write timeout).
+    ///
+    /// Errors: the write error, as `respond`'s (a client that closed is not
+    /// one).
+    pub fn finish(mut self) -> Result<(), IoError> {
+        let mut writer = self.request.extract_writer_impl();
+        let res = Request::ignore_client_closing_errors(
+            writer
+                .write_all(&self.rest)
+                .and_then(|()| writer.flush()),
+        );
+        drop(writer);
+        if self.close {
+            self.request.closing.shut_write();
+        }
+        self.request.answered();
+        res
+    }
+
+    /// Gives the answer up without writing the rest: the connection is
+    /// closed (its client sees the answer cut short, then end of stream)
+    /// and no further request is read from it.
+    pub fn abandon(mut self) {
+        self.request.closing.mark();
+        self.request.closing.shut_write();
+        self.request.answered();
     }
 }
 

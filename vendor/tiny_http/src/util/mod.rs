@@ -7,6 +7,7 @@ pub use self::refined_tcp_stream::RefinedTcpStream;
 pub use self::sequential::{SequentialReader, SequentialReaderBuilder};
 pub use self::sequential::{SequentialWriter, SequentialWriterBuilder};
 pub use self::task_pool::TaskPool;
+pub use self::write_now::ResponseWriter;
 
 use std::str::FromStr;
 
@@ -18,6 +19,8 @@ mod messages_queue;
 pub(crate) mod refined_tcp_stream;
 mod sequential;
 mod task_pool;
+// seckill patch: `Request::respond_now`.
+mod write_now;
 
 /// Parses a the value of a header.
 /// Suitable for `Accept-*`, `TE`, etc.

@@ -5,6 +5,12 @@ use std::sync::mpsc::channel;
 use std::sync::mpsc::{Receiver, Sender};
 use std::sync::{Arc, Mutex};
 
+// seckill patch: see `ResponseWriter`.
+use super::write_now::ResponseWriter;
+use std::io::ErrorKind;
+use std::sync::mpsc::TryRecvError;
+use std::sync::TryLockError;
+
 use std::mem;
 
 pub struct SequentialReaderBuilder<R>
@@ -165,6 +171,25 @@ impl<W: Write + Send> Write for SequentialWriter<W> {
         self.trigger = None;
 
         self.writer.lock().unwrap().flush()
+    }
+}
+
+// seckill patch: a write that never waits for the earlier answers of the
+// connection (nor for the lock of the writer they share): `WouldBlock`
+// while one of them is not written yet.
+impl<W: ResponseWriter> ResponseWriter for SequentialWriter<W> {
+    fn write_now(&mut self, buf: &[u8]) -> IoResult<usize> {
+        if let Some(v) = self.trigger.as_mut() {
+            match v.try_recv() {
+                Ok(()) | Err(TryRecvError::Disconnected) => self.trigger = None,
+                Err(TryRecvError::Empty) => return Err(ErrorKind::WouldBlock.into()),
+            }
+        }
+        match self.writer.try_lock() {
+            Ok(mut w) => w.write_now(buf),
+            Err(TryLockError::Poisoned(p)) => p.into_inner().write_now(buf),
+            Err(TryLockError::WouldBlock) => Err(ErrorKind::WouldBlock.into()),
+        }
     }
 }
 
