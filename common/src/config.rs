@@ -53,6 +53,13 @@ pub struct Config {
     /// holds its own connection's thread at most this long per write (that
     /// answer is then lost). Default 5s.
     pub gateway_write_timeout: Duration,
+    /// `SECKILL_GATEWAY_SEND_BUFFER`: the send buffer of every HTTP client
+    /// socket, in bytes (`SO_SNDBUF`; the kernel doubles it and keeps at
+    /// least 4,608); `0` (the default) leaves it to the kernel's
+    /// autotuning, up to `net.ipv4.tcp_wmem`'s maximum (4 MiB on Debian)
+    /// per connection whose client stops reading. Like nginx's `listen
+    /// ... sndbuf=`. 0 to 16 MiB.
+    pub gateway_send_buffer: usize,
     /// `SECKILL_GATEWAY_BUYERS_MAX`: most buyers (user id -> reservation
     /// id) the gateway keeps in memory, over all its sold-out sales, to
     /// answer winners' retries 409 without a Redis call (0-100,000,000;
@@ -204,6 +211,7 @@ impl Default for Config {
             gateway_redis_threads: 2,
             redis_replicas_ack: 0,
             gateway_write_timeout: Duration::from_secs(5),
+            gateway_send_buffer: 0,
             gateway_buyers_max: 1_000_000,
             gateway_buyer_rate: 2,
             gateway_buyer_burst: 5,
@@ -356,6 +364,15 @@ fn read_gateway(c: &mut Config, get: &Get<'_>) -> Result<(), ConfigError> {
     }
     if let Some(v) = get("SECKILL_GATEWAY_WRITE_TIMEOUT") {
         c.gateway_write_timeout = parse_duration("SECKILL_GATEWAY_WRITE_TIMEOUT", v)?;
+    }
+    if let Some(v) = get("SECKILL_GATEWAY_SEND_BUFFER") {
+        c.gateway_send_buffer = parse_int(
+            "SECKILL_GATEWAY_SEND_BUFFER",
+            v,
+            0,
+            1 << 24,
+            INT_SEND_BUFFER,
+        )?;
     }
     if let Some(v) = get("SECKILL_GATEWAY_BUYERS_MAX") {
         c.gateway_buyers_max =
@@ -549,6 +566,7 @@ fn read_auth(c: &mut Config, get: &Get<'_>) -> Result<(), ConfigError> {
 const INT_0_1024: &str = "an integer from 0 (auto) to 1024";
 const INT_0_64: &str = "an integer from 0 (one round trip per purchase) to 64";
 const INT_BODY: &str = "a byte count from 64 to 1048576";
+const INT_SEND_BUFFER: &str = "a byte count from 0 (the kernel's autotuning) to 16777216";
 const INT_BUYERS: &str = "an integer from 0 to 100000000";
 const INT_AUTH_CACHE: &str = "an integer from 0 to 10000000";
 const INT_0_1000: &str = "an integer from 0 (no limit) to 1000";
@@ -709,6 +727,7 @@ mod tests {
         assert_eq!(c.gateway_threads, 0);
         assert_eq!(c.gateway_redis_threads, 2);
         assert_eq!(c.gateway_write_timeout, Duration::from_secs(5));
+        assert_eq!(c.gateway_send_buffer, 0);
         assert_eq!((c.gateway_buyer_rate, c.gateway_buyer_burst), (2, 5));
         assert_eq!((c.gateway_address_rate, c.gateway_address_burst), (50, 100));
         assert_eq!(c.gateway_limit_slots, 1 << 20);
@@ -745,6 +764,7 @@ mod tests {
             ("SECKILL_BODY_LIMIT", "8192"),
             ("SECKILL_GATEWAY_REDIS_THREADS", "0"),
             ("SECKILL_GATEWAY_WRITE_TIMEOUT", "30s"),
+            ("SECKILL_GATEWAY_SEND_BUFFER", "65536"),
             ("SECKILL_GATEWAY_BUYER_RATE", "0"),
             ("SECKILL_GATEWAY_BUYER_BURST", "9"),
             ("SECKILL_GATEWAY_ADDRESS_RATE", "7"),
@@ -802,6 +822,7 @@ mod tests {
         assert_eq!(c.body_limit_bytes, 8192);
         assert_eq!(c.gateway_redis_threads, 0);
         assert_eq!(c.gateway_write_timeout, Duration::from_secs(30));
+        assert_eq!(c.gateway_send_buffer, 65536);
         assert_eq!((c.gateway_buyer_rate, c.gateway_buyer_burst), (0, 9));
         assert_eq!((c.gateway_address_rate, c.gateway_address_burst), (7, 8));
         assert_eq!(c.gateway_limit_slots, 4096);
@@ -841,6 +862,7 @@ mod tests {
             ("SECKILL_GATEWAY_REDIS_THREADS", "65"),
             ("SECKILL_REDIS_REPLICAS_ACK", "9"),
             ("SECKILL_GATEWAY_WRITE_TIMEOUT", "5"),
+            ("SECKILL_GATEWAY_SEND_BUFFER", "16777217"),
             ("SECKILL_GATEWAY_BUYER_RATE", "1001"),
             ("SECKILL_GATEWAY_BUYER_BURST", "0"),
             ("SECKILL_GATEWAY_ADDRESS_RATE", "-5"),

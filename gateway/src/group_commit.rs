@@ -5,12 +5,12 @@
 //! buyers (the script's batch form, `reservation::write_calls`: Redis
 //! checks the sale once per call, not once per buyer), one pipeline per
 //! master on a Redis Cluster (`slot_router.rs`), and sends each outcome
-//! back to the thread that waits for it, which answers its client. Each
-//! call is atomic; the buyers in it are taken in order as if one after
-//! the other. A Redis thread never writes to
-//! a client socket, so a client that stops reading cannot stall it. A
-//! `NOSCRIPT` reply means that script did not run: the thread loads the
-//! script and sends those purchases again.
+//! where it goes ([`ReplyTo`]): to its client, answered here without ever
+//! waiting on the client (`answer.rs`), or to the connection thread that
+//! waits for it (a split sale's purchase, a connection's second pipelined
+//! purchase). Each call is atomic; the buyers in it are taken in order as
+//! if one after the other. A `NOSCRIPT` reply means that script did not
+//! run: the thread loads the script and sends those purchases again.
 
 use crate::metrics::Metrics;
 use crate::redis_link::{Link, Unavailable};
@@ -49,8 +49,36 @@ pub struct Job {
     pub user_id: String,
     /// A fresh id from `ids::new_reservation_id`.
     pub reservation_id: String,
-    /// Where the outcome goes: the waiting connection thread.
-    pub reply_to: Arc<Slot>,
+    /// Where the outcome goes.
+    pub reply_to: ReplyTo,
+}
+
+/// Where a purchase's outcome goes.
+pub enum ReplyTo {
+    /// To its connection thread, which waits for it.
+    Waiter(Arc<Slot>),
+    /// To its client, answered by the Redis thread (`answer.rs`).
+    Client(Box<crate::answer::Answer>),
+}
+
+impl ReplyTo {
+    /// Whether the purchase may be written to Redis now (false: its waiter
+    /// gave up, or it was queued past its deadline); if so a waiter keeps
+    /// waiting for it past its queue timeout.
+    pub fn mark_sent(&self) -> bool {
+        match self {
+            ReplyTo::Waiter(slot) => slot.mark_sent(),
+            ReplyTo::Client(answer) => answer.may_send(),
+        }
+    }
+
+    /// Sends the outcome where it goes.
+    pub fn fill(self, user_id: &str, outcome: Outcome) {
+        match self {
+            ReplyTo::Waiter(slot) => slot.fill(outcome),
+            ReplyTo::Client(answer) => answer.deliver(user_id, outcome),
+        }
+    }
 }
 
 /// A one-time mailbox for one purchase's outcome: a connection thread
@@ -167,8 +195,8 @@ pub fn redis_thread(
     while next_batch(&jobs, &mut batch) {
         let results = run_batch(&mut link, &batch, metrics, ack);
         for (job, r) in batch.drain(..).zip(results) {
-            // The waiting thread may have given up (it answered 503).
-            job.reply_to.fill(r);
+            // A waiting thread may have given up (it answered 503).
+            job.reply_to.fill(&job.user_id, r);
         }
     }
 }

@@ -1,10 +1,11 @@
 //! Owns the life of one request on the thread that read it from its
-//! connection (tiny_http calls [`handle`] there: one thread per connection,
-//! no hand-off): route it, charge it to its client address (429 beyond
+//! connection (tiny_http calls [`handle`] there: one thread per
+//! connection): route it, charge it to its client address (429 beyond
 //! the address's share), take its body safely (`body.rs`), call the
-//! route (a purchase: `purchase::buy`; a status read: the buyer from
-//! `identity.rs`; a payment or a cancellation: `payments.rs`), answer, and
-//! count it.
+//! route (a purchase: `purchase::prepare`, then handed with its request to
+//! the Redis thread that answers it, `answer.rs`, or completed here; a
+//! status read: the buyer from `identity.rs`; a payment or a
+//! cancellation: `payments.rs`), answer, and count it.
 
 use crate::app::App;
 use crate::body::{self, Plan};
@@ -14,16 +15,18 @@ use crate::limits::Verdict;
 use crate::metrics::Outcome;
 use crate::reply::Reply;
 use crate::routes::{self, Label, Route};
-use crate::{payments, purchase, queries};
+use crate::{answer, payments, purchase, queries};
 use seckill_common::payment;
 use std::sync::atomic::Ordering;
+use std::sync::Arc;
 use std::time::Instant;
 use tiny_http::Request;
 
-/// Handles one request from start to answer. Once the stop has begun
-/// (`App::closing`) a request gets 503 (`unavailable`, `Retry-After`) and
-/// changes nothing.
-pub fn handle(app: &App, rq: Request) {
+/// Handles one request from start to answer (or to its hand-off: a
+/// purchase answered by a Redis thread, `answer.rs`, which then releases
+/// it). Once the stop has begun (`App::closing`) a request gets 503
+/// (`unavailable`, `Retry-After`) and changes nothing.
+pub fn handle(app: &Arc<App>, rq: Request) {
     let start = Instant::now();
     // Counted before `closing` is read, and the stop sets `closing` before
     // it reads `active` (both SeqCst): either this request sees the stop,
@@ -50,10 +53,24 @@ pub fn handle(app: &App, rq: Request) {
                 body::park(app, rq, Reply::payload_too_large());
             }
             Plan::Read if limited => finish(app, rq, label, Reply::too_many_requests(), start),
-            Plan::Read => serve(app, rq, route, start),
+            Plan::Read => {
+                if serve(app, rq, route, start) == Served::HandedOff {
+                    // Released by its answer.
+                    return;
+                }
+            }
         }
     }
     app.active.fetch_sub(1, Ordering::SeqCst);
+}
+
+/// Who answers a request [`serve`] took.
+#[derive(PartialEq, Eq, Debug)]
+enum Served {
+    /// This thread did.
+    Here,
+    /// A Redis thread does (`answer.rs`).
+    HandedOff,
 }
 
 /// Charges `rq` to its client address (`client_addr.rs`, `limits.rs`);
@@ -92,10 +109,11 @@ fn within_address_share(app: &App, rq: &Request, route: &Route) -> bool {
     }
 }
 
-/// Calls the route and answers, all on this connection's thread: a slow
-/// client, or one that never reads its answers, holds up only its own
-/// connection.
-fn serve(app: &App, mut rq: Request, route: Route, start: Instant) {
+/// Calls the route and answers on this connection's thread, or hands a
+/// purchase with its request to the Redis thread that answers it without
+/// waiting on the client (`answer.rs`): a slow client, or one that never
+/// reads its answers, holds up only its own connection.
+fn serve(app: &Arc<App>, mut rq: Request, route: Route, start: Instant) -> Served {
     let label = route.label();
     let reply = match route {
         Route::Purchase(sale_id) => {
@@ -103,7 +121,16 @@ fn serve(app: &App, mut rq: Request, route: Route, start: Instant) {
             // Up to 1 KiB is in memory already; a longer body comes from the
             // client now, and only this client's connection waits for it.
             match body::read_limited(&mut rq, app.body_limit) {
-                Ok(body) => purchase::buy(app, sale_id, &body, &creds),
+                Ok(body) => match purchase::prepare(app, sale_id, &body, &creds) {
+                    Ok(p) => match answer::claim(app, &p) {
+                        Some(claim) => {
+                            answer::hand_off(app, rq, sale_id, label, start, p, claim);
+                            return Served::HandedOff;
+                        }
+                        None => purchase::complete(app, sale_id, p),
+                    },
+                    Err(reply) => reply,
+                },
                 Err(reply) => {
                     app.metrics.outcome(Outcome::Invalid);
                     reply
@@ -126,9 +153,10 @@ fn serve(app: &App, mut rq: Request, route: Route, start: Instant) {
                 Err(reply) => reply,
             }
         }
-        other => answer(app, other),
+        other => answer_route(app, other),
     };
     finish(app, rq, label, reply, start);
+    Served::Here
 }
 
 /// A purchase status read: only the token's own (`identity.rs`).
@@ -141,7 +169,7 @@ fn status(app: &App, rq: &Request, sale_id: u64, path_user: Option<&str>) -> Rep
 }
 
 /// The reply to every route but a purchase and a status read.
-fn answer(app: &App, route: Route) -> Reply {
+fn answer_route(app: &App, route: Route) -> Reply {
     match route {
         Route::Sale(sale_id) => queries::sale(app, sale_id),
         Route::Healthz => Reply::json(200, serde_json::json!({ "status": "ok" })),
@@ -163,7 +191,9 @@ fn answer(app: &App, route: Route) -> Reply {
     }
 }
 
-fn count(app: &App, label: Label, status: u16, start: Instant) {
+/// Counts a request answered with `status` (`/metrics`): its latency
+/// since `start`, and one fewer in flight.
+pub fn count(app: &App, label: Label, status: u16, start: Instant) {
     app.metrics.request(label, status, start.elapsed());
     app.metrics.in_flight.dec();
 }

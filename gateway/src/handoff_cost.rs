@@ -11,7 +11,7 @@
 //! `cargo test --release -p seckill-gateway handoff_cost -- --ignored --nocapture`
 //! (figures in docs/PERFORMANCE.md, "The hand-off").
 
-use crate::group_commit::{next_batch, Job, Slot, MAX_BATCH};
+use crate::group_commit::{next_batch, Job, ReplyTo, Slot, MAX_BATCH};
 use crate::redis_link::Unavailable;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
@@ -43,7 +43,7 @@ fn handoffs(conns: usize, run: Duration) -> (u64, u64, u64) {
                 batches.fetch_add(1, Ordering::Relaxed);
                 for j in batch.drain(..) {
                     if j.reply_to.mark_sent() {
-                        j.reply_to.fill(Err(Unavailable));
+                        j.reply_to.fill(&j.user_id, Err(Unavailable));
                     }
                 }
             }
@@ -60,7 +60,7 @@ fn handoffs(conns: usize, run: Duration) -> (u64, u64, u64) {
                         bucket: 0,
                         user_id: format!("u{i}"),
                         reservation_id: seckill_common::ids::new_reservation_id(),
-                        reply_to: slot.clone(),
+                        reply_to: ReplyTo::Waiter(slot.clone()),
                     };
                     if tx.send(job).is_err() {
                         return;

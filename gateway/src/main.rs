@@ -18,7 +18,9 @@
 //!   [`home`]: which bucket of a sale split over buckets it goes to, and
 //!   the pull of units to an empty one before `sold_out`.
 //! - [`app`]: the state every thread shares.
-//! - [`group_commit`]: pipelining purchases to Redis from a few threads.
+//! - [`group_commit`]: pipelining purchases to Redis from a few threads;
+//!   [`answer`]: a purchase answered by the Redis thread that reserved it
+//!   (its connection thread does not wait for it).
 //! - [`redis_link`]: one Redis connection with reconnect and backoff; the
 //!   pool of them the reading routes borrow.
 //! - [`soldout`]: the sold-out fast path, ordered by the sale's reservation
@@ -36,6 +38,7 @@
 //! listen, 1 any other failure, 64 an argument (it takes none: `--help`).
 #![forbid(unsafe_code)]
 
+mod answer;
 mod app;
 mod body;
 mod buyers;

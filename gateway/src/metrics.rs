@@ -1,7 +1,8 @@
 //! Owns the gateway's Prometheus metrics: requests by route and status,
 //! purchase outcomes, a latency histogram per route, Redis errors, requests
-//! in flight, parked connections (declared body too large), and the group
-//! commit's pipelines, requests refused by the limits and purchases shed.
+//! in flight, parked connections (declared body too large), the group
+//! commit's pipelines, answers left to a finisher thread, requests refused
+//! by the limits and purchases shed.
 //! `prometheus-client` metrics in one registry, with a handle to each
 //! series kept here so that counting a request never looks a label set up;
 //! rendered by `/metrics`.
@@ -114,8 +115,13 @@ pub struct Metrics {
     /// Redis pipelines sent by the group-commit threads.
     pub pipelines: Counter,
     /// Purchases dropped before they reached Redis because their client
-    /// had already been answered 503 (no outcome in time).
+    /// had already been answered 503 (no outcome in time), or is answered
+    /// 503 now (queued past their deadline, `answer.rs`).
     pub abandoned: Counter,
+    /// Answers a Redis thread could not write at once (the client not
+    /// reading, its socket full), finished on a thread of their own
+    /// (`answer.rs`).
+    pub slow_answers: Counter,
     /// Buyers held in memory for sold-out sales (`soldout.rs`).
     pub buyers_remembered: Gauge,
     /// 1 when the last server check found Redis persisting nothing (no
@@ -249,6 +255,11 @@ impl Default for Metrics {
                 &mut r,
                 "seckill_gateway_abandoned_purchases",
                 "Purchases not sent to Redis because their client had already been answered 503",
+            ),
+            slow_answers: add(
+                &mut r,
+                "seckill_gateway_slow_answers",
+                "Purchase answers not written at once (client not reading), finished on a thread of their own",
             ),
             buyers_remembered: add(
                 &mut r,

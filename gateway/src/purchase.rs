@@ -1,10 +1,11 @@
 //! Owns `POST /v1/sales/{sale_id}/purchases`: the strict reading of the JSON
 //! body, the buyer's share and the sold-out fast path in front of Redis
-//! ([`admit`]), the in-flight bound ([`buy`]) and the
+//! ([`admit`]), the in-flight bound and the home bucket ([`prepare`]), the
 //! mapping of a reservation outcome to the API's answers (202, 409, 410,
 //! 403, 404, 503 `unavailable` or `sale_paused`: [`conclude`]), and the
-//! whole purchase from body to reply ([`buy`]; the Redis call between the
-//! halves is `reserver.rs`). The buyer is the token's (`identity.rs`); the
+//! purchase completed on its connection's thread ([`complete`]; the Redis
+//! call between the halves is `reserver.rs`, or the whole second half runs
+//! on a Redis thread: `answer.rs`). The buyer is the token's (`identity.rs`); the
 //! body's `user_id` is optional then, and must agree with the token.
 //!
 //! Unknown fields in the body are refused (400): a client that sends, say,
@@ -74,23 +75,60 @@ pub fn parse_body(body: &[u8], required: bool) -> Result<Option<String>, Reply> 
     }
 }
 
-/// One purchase whose body is in memory, from body to reply: the buyer's
-/// share and the sold-out fast path ([`admit`]), the in-flight bound
-/// (503 `overloaded` beyond it, `shed.rs`), the reservation ([`crate::reserver::Reserver`]:
-/// group commit or one round trip), and the reply ([`conclude`]).
-pub fn buy(app: &App, sale_id: u64, body: &[u8], creds: &Credentials) -> Reply {
-    let user_id = match admit(app, sale_id, body, creds) {
-        Ok(u) => u,
-        Err(reply) => return reply,
-    };
-    let Some(_place) = app.shed.try_admit() else {
+/// A purchase admitted and routed, not yet sent to Redis.
+pub struct Prepared<'a> {
+    /// The buyer (the token's, or the body's with `SECKILL_AUTH=none`).
+    pub user_id: String,
+    /// The buyer's home bucket (`home.rs`); a sale of one bucket's keys.
+    pub home: seckill_common::keys::SaleKeys,
+    /// The sale's number of buckets.
+    pub k: u32,
+    /// Its place under the in-flight bound (`shed.rs`).
+    pub place: crate::shed::Admitted<'a>,
+}
+
+/// Everything of a purchase before Redis: the buyer's share and the
+/// sold-out fast path ([`admit`]), the in-flight bound (503 `overloaded`
+/// beyond it, `shed.rs`) and the buyer's home bucket.
+///
+/// Errors: the final reply when no reservation script is to run (as
+/// [`admit`]'s, 503 `overloaded`, 503 when the sale's bucket count cannot
+/// be read).
+pub fn prepare<'a>(
+    app: &'a App,
+    sale_id: u64,
+    body: &[u8],
+    creds: &Credentials,
+) -> Result<Prepared<'a>, Reply> {
+    let user_id = admit(app, sale_id, body, creds)?;
+    let Some(place) = app.shed.try_admit() else {
         app.metrics.shed.inc();
-        return Reply::overloaded();
+        return Err(Reply::overloaded());
     };
-    let (home, k) = match app.buckets.home(app, sale_id, &user_id) {
-        Ok(h) => h,
-        Err(Unavailable) => return unavailable(app),
-    };
+    let (home, k) = app
+        .buckets
+        .home(app, sale_id, &user_id)
+        .map_err(|Unavailable| unavailable(app))?;
+    Ok(Prepared {
+        user_id,
+        home,
+        k,
+        place,
+    })
+}
+
+/// The rest of a purchase on this thread: the reservation
+/// ([`crate::reserver::Reserver`]: group commit or one round trip), the
+/// pull of a unit for a split sale's empty bucket (`home.rs`), and the
+/// reply ([`conclude`]). A purchase of a one-bucket sale under group
+/// commit is usually answered by the Redis thread instead (`answer.rs`).
+pub fn complete(app: &App, sale_id: u64, p: Prepared<'_>) -> Reply {
+    let Prepared {
+        user_id,
+        home,
+        k,
+        place: _place,
+    } = p;
     let outcome = app.reserver.reserve(app, home, &user_id);
     let outcome = crate::home::reach_stock(app, home, k, &user_id, outcome);
     let outcome = crate::home::ended_elsewhere(app, home, k, outcome);

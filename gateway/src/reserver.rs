@@ -3,10 +3,12 @@
 //! purchase handed to the Redis threads of `group_commit.rs`, its outcome
 //! waited for on this connection's thread). Either way the reservation id
 //! is drawn here and a reply naming it is this purchase's own success
-//! (`reservation::own`).
+//! (`reservation::own`). (Most purchases of a one-bucket sale under group
+//! commit are not waited for at all: `answer.rs` hands them over with
+//! their request.)
 
 use crate::app::App;
-use crate::group_commit::{Job, Slot};
+use crate::group_commit::{Job, ReplyTo, Slot};
 use crate::redis_link::Unavailable;
 use crossbeam_channel::Sender;
 use seckill_common::keys::SaleKeys;
@@ -51,7 +53,7 @@ impl Reserver {
                     bucket: keys.bucket,
                     user_id: user_id.to_string(),
                     reservation_id: rid,
-                    reply_to: slot.clone(),
+                    reply_to: ReplyTo::Waiter(slot.clone()),
                 };
                 if jobs.try_send(job).is_err() {
                     return Err(Unavailable);
@@ -104,8 +106,10 @@ fn by_slot(
 
 /// How long a purchase waits to be sent to Redis before it is given up:
 /// three Redis timeouts (the queue ahead of it, the pipeline before it,
-/// and one retry of that on a fresh connection).
-fn pipeline_wait(app: &App) -> Duration {
+/// and one retry of that on a fresh connection). A purchase the Redis
+/// thread answers (`answer.rs`) is held to the same deadline from its
+/// arrival.
+pub fn pipeline_wait(app: &App) -> Duration {
     app.redis_timeout * 3
 }
 

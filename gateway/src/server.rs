@@ -105,15 +105,23 @@ impl Unblocker {
 
 /// Binds `addr` with the options every accepted connection inherits from
 /// the listening socket on Linux: `SO_SNDTIMEO` (`write_timeout`: a client
-/// that stops reading cannot hold a handler longer), TCP keep-alive (dead
-/// peers are noticed after about 90 s), `TCP_NODELAY`.
+/// that stops reading cannot hold a handler longer), `SO_SNDBUF`
+/// (`send_buffer` bytes unless 0: the kernel's autotuning), TCP
+/// keep-alive (dead peers are noticed after about 90 s), `TCP_NODELAY`.
 ///
 /// A receive timeout cannot be set this way: on the listening socket it
 /// also limits `accept`, which would stop tiny_http's accept loop.
-fn bind(addr: SocketAddr, write_timeout: Duration) -> std::io::Result<TcpListener> {
+fn bind(
+    addr: SocketAddr,
+    write_timeout: Duration,
+    send_buffer: usize,
+) -> std::io::Result<TcpListener> {
     let s = Socket::new(Domain::for_address(addr), Type::STREAM, Some(Protocol::TCP))?;
     s.set_reuse_address(true)?;
     s.set_write_timeout(Some(write_timeout))?;
+    if send_buffer > 0 {
+        s.set_send_buffer_size(send_buffer)?;
+    }
     s.set_tcp_nodelay(true)?;
     s.set_keepalive(true)?;
     let ka = TcpKeepalive::new()
@@ -133,8 +141,12 @@ fn bind(addr: SocketAddr, write_timeout: Duration) -> std::io::Result<TcpListene
 pub fn run(config: Config, shutdown: Shutdown, unblocker: Unblocker) -> Result<(), GatewayError> {
     let client = Target::open(config.redis_url.as_str()).map_err(GatewayError::RedisUrl)?;
     let identity = Identity::from_config(&config).map_err(GatewayError::Identity)?;
-    let listener = bind(config.listen, config.gateway_write_timeout)
-        .map_err(|e| GatewayError::Bind(config.listen, e))?;
+    let listener = bind(
+        config.listen,
+        config.gateway_write_timeout,
+        config.gateway_send_buffer,
+    )
+    .map_err(|e| GatewayError::Bind(config.listen, e))?;
     let metrics = Arc::new(Metrics::default());
     let (reserver, job_rx) = match config.gateway_redis_threads {
         0 => (Reserver::RoundTrip, None),

@@ -20,7 +20,16 @@ pub struct Admitted<'a>(&'a Shed);
 
 impl Drop for Admitted<'_> {
     fn drop(&mut self) {
-        self.0.in_flight.fetch_sub(1, Ordering::AcqRel);
+        self.0.free();
+    }
+}
+
+impl Admitted<'_> {
+    /// Keeps the place past this borrow, for a purchase answered by
+    /// another thread (`answer.rs`): whoever holds it then calls
+    /// [`Shed::free`] exactly once.
+    pub fn keep(self) {
+        std::mem::forget(self);
     }
 }
 
@@ -41,6 +50,12 @@ impl Shed {
             })
             .ok()
             .map(|_| Admitted(self))
+    }
+
+    /// Frees one place taken by [`Shed::try_admit`] and kept
+    /// ([`Admitted::keep`]).
+    pub fn free(&self) {
+        self.in_flight.fetch_sub(1, Ordering::AcqRel);
     }
 
     /// Purchases in flight now.

@@ -1,0 +1,216 @@
+//! Owns a purchase answered by the Redis thread that reserved it
+//! ([`Answer`]): the connection thread hands the whole request over with
+//! the purchase ([`hand_off`]) and goes back to reading its socket; the
+//! Redis thread, once the script has answered, writes the reply without
+//! waiting (tiny_http's `Request::respond_now`, patch 0015) and counts it.
+//!
+//! Why: a connection thread that waited for its purchase's outcome was
+//! woken twice per purchase (its socket, then the outcome) against once
+//! per health check; the second wake-up cost 5.7-7.5 µs of CPU per
+//! purchase (`handoff_cost`, docs/PERFORMANCE.md "The hand-off").
+//!
+//! What keeps it safe:
+//! - the Redis thread never waits on a client: an answer that cannot be
+//!   written whole at once (the client stopped reading, an earlier answer
+//!   of its connection is not written yet) is finished on a thread of its
+//!   own ([`FINISHER`]), which waits as the connection thread would have;
+//! - a connection has at most one handed-off purchase unanswered: while
+//!   one is, its next purchase waits for its outcome on its own thread
+//!   (today's path), so a client that pipelines purchases and never reads
+//!   holds at most one finisher thread;
+//! - a purchase still queued [`crate::reserver::pipeline_wait`] after it
+//!   arrived is answered 503 by the Redis thread that takes it, and never
+//!   sent (as a waiter that gave up);
+//! - the stop waits for handed-off purchases as for any request being
+//!   handled (`App::active` is released when the answer is written).
+//!
+//! A split sale's purchase (it may pull units from other buckets: more
+//! round trips) and a purchase without group commit stay on their
+//! connection's thread.
+
+use crate::app::App;
+use crate::group_commit::{Job, Outcome, ReplyTo};
+use crate::purchase::{self, Prepared};
+use crate::redis_link::Unavailable;
+use crate::reserver::Reserver;
+use crate::routes::Label;
+use crossbeam_channel::Sender;
+use std::cell::RefCell;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Instant;
+use tiny_http::{Request, Unfinished};
+
+/// The name of the threads that finish an answer the Redis thread could
+/// not write at once.
+pub const FINISHER: &str = "gw-finish";
+
+thread_local! {
+    /// On a connection thread: set while its last handed-off purchase is
+    /// unanswered (then the next one waits on this thread instead).
+    static PENDING: RefCell<Option<Arc<AtomicBool>>> = const { RefCell::new(None) };
+}
+
+/// A purchase whose client the Redis thread answers. Dropping it releases
+/// what the request held: its count (`/metrics`), its place under the
+/// in-flight bound, its place in `App::active`, and its connection's
+/// claim.
+pub struct Answer {
+    app: Arc<App>,
+    /// `None` once the reply is written (or handed to a finisher).
+    rq: Option<Request>,
+    sale_id: u64,
+    label: Label,
+    /// When the request was read (its latency, and its queue deadline).
+    start: Instant,
+    /// Past this the purchase is not sent (answered 503).
+    deadline: Instant,
+    /// The status written, for the count (500: none was, tiny_http's).
+    status: u16,
+    /// Set (true) when this answer is released: its connection may hand
+    /// off the next purchase.
+    released: Arc<AtomicBool>,
+}
+
+impl Answer {
+    /// Whether the purchase may still be sent to Redis (false: queued past
+    /// its deadline; it is answered 503).
+    pub fn may_send(&self) -> bool {
+        Instant::now() < self.deadline
+    }
+
+    /// Answers the client with what Redis said about the purchase of
+    /// `user_id` (`purchase::conclude`), without waiting on the client.
+    pub fn deliver(mut self, user_id: &str, outcome: Outcome) {
+        let reply = purchase::conclude(&self.app, self.sale_id, 1, user_id, outcome);
+        self.status = reply.status;
+        let Some(rq) = self.rq.take() else {
+            return;
+        };
+        match rq.respond_now(reply.into_response()) {
+            Ok(None) => {}
+            Ok(Some(rest)) => finish_elsewhere(self, rest),
+            Err(e) => log::debug!("writing a response: {e}"),
+        }
+    }
+}
+
+impl Drop for Answer {
+    fn drop(&mut self) {
+        // A request never answered (a panic on the way) gets tiny_http's
+        // 500 here, before it is counted.
+        drop(self.rq.take());
+        crate::handler::count(&self.app, self.label, self.status, self.start);
+        self.app.shed.free();
+        self.app.active.fetch_sub(1, Ordering::SeqCst);
+        self.released.store(true, Ordering::Release);
+    }
+}
+
+/// The right to hand one purchase to the Redis threads ([`hand_off`]).
+pub struct Claim<'a> {
+    jobs: &'a Sender<Job>,
+    released: Arc<AtomicBool>,
+}
+
+/// Whether the prepared purchase `p` is to be answered by a Redis thread:
+/// a one-bucket sale's purchase under group commit whose connection (this
+/// thread) has no handed-off purchase unanswered. `None`: it is completed
+/// on this thread (`purchase::complete`).
+pub fn claim<'a>(app: &'a App, p: &Prepared<'_>) -> Option<Claim<'a>> {
+    let Reserver::GroupCommit { jobs } = &app.reserver else {
+        return None;
+    };
+    if p.k != 1 {
+        return None;
+    }
+    let released = PENDING.with_borrow_mut(|pending| match pending {
+        Some(flag) if !flag.load(Ordering::Acquire) => None,
+        Some(flag) => {
+            // Its answer has released it and will not touch it again.
+            flag.store(false, Ordering::Relaxed);
+            Some(flag.clone())
+        }
+        None => {
+            let flag = Arc::new(AtomicBool::new(false));
+            *pending = Some(flag.clone());
+            Some(flag)
+        }
+    })?;
+    Some(Claim { jobs, released })
+}
+
+/// Hands the prepared purchase `p` and its request to the Redis threads,
+/// which answer it ([`Answer::deliver`]); with the queue full, answers it
+/// 503 at once.
+///
+/// The request stays counted in `App::active` (the caller must not
+/// release it) until the answer is written.
+pub fn hand_off(
+    app: &Arc<App>,
+    rq: Request,
+    sale_id: u64,
+    label: Label,
+    start: Instant,
+    p: Prepared<'_>,
+    claim: Claim<'_>,
+) {
+    let Prepared {
+        user_id,
+        home,
+        k: _,
+        place,
+    } = p;
+    place.keep();
+    let answer = Answer {
+        app: app.clone(),
+        rq: Some(rq),
+        sale_id,
+        label,
+        start,
+        deadline: start + crate::reserver::pipeline_wait(app),
+        status: 500,
+        released: claim.released,
+    };
+    let job = Job {
+        sale_id: home.sale_id,
+        bucket: home.bucket,
+        user_id,
+        reservation_id: seckill_common::ids::new_reservation_id(),
+        reply_to: ReplyTo::Client(Box::new(answer)),
+    };
+    if let Err(e) = claim.jobs.try_send(job) {
+        // The queue is full: 503 now, from this thread.
+        let job = e.into_inner();
+        job.reply_to.fill(&job.user_id, Err(Unavailable));
+    }
+}
+
+/// Writes the rest of an answer on a thread of its own (it may wait for
+/// the client up to the socket's write timeout); the answer is released
+/// after it. When no thread can be started the rest is given up and the
+/// connection closed.
+fn finish_elsewhere(answer: Answer, rest: Unfinished) {
+    answer.app.metrics.slow_answers.inc();
+    let both = Arc::new(Mutex::new(Some((answer, rest))));
+    let theirs = both.clone();
+    let started = std::thread::Builder::new()
+        .name(FINISHER.into())
+        .stack_size(64 * 1024)
+        .spawn(move || {
+            let taken = theirs.lock().unwrap_or_else(|p| p.into_inner()).take();
+            if let Some((answer, rest)) = taken {
+                if let Err(e) = rest.finish() {
+                    log::debug!("writing a response: {e}");
+                }
+                drop(answer);
+            }
+        });
+    if let Err(e) = started {
+        log::warn!("no thread to finish an answer ({e}): closing its connection");
+        let taken = both.lock().unwrap_or_else(|p| p.into_inner()).take();
+        if let Some((_answer, rest)) = taken {
+            rest.abandon();
+        }
+    }
+}
