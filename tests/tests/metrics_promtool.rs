@@ -176,6 +176,7 @@ fn the_gateways_metrics_pass_promtool_after_purchases() {
         "seckill_gateway_pipelined_purchases_total counter",
         "seckill_gateway_redis_pipelines_total counter",
         "seckill_gateway_abandoned_purchases_total counter",
+        "seckill_gateway_slow_answers_total counter",
         "seckill_gateway_buyers_remembered gauge",
         "seckill_gateway_redis_persistence_off gauge",
         "seckill_gateway_redis_refused_total counter",
