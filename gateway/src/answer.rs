@@ -18,6 +18,13 @@
 //!   one is, its next purchase waits for its outcome on its own thread
 //!   (today's path), so a client that pipelines purchases and never reads
 //!   holds at most one finisher thread;
+//! - a request pipelined behind a handed-off purchase is served only once
+//!   Redis has decided that purchase ([`wait_for_decision`]): requests of
+//!   a connection take effect in their order (RFC 9112, 9.3.2), so a
+//!   status read, a cancellation or a retry sees the purchase before it
+//!   (before: a status read pipelined after a purchase was answered 404
+//!   while the purchase got its 202). A client that waits for each answer
+//!   never waits here: the decision comes before the answer;
 //! - a purchase still queued [`crate::reserver::pipeline_wait`] after it
 //!   arrived is answered 503 by the Redis thread that takes it, and never
 //!   sent (as a waiter that gave up);
@@ -36,9 +43,11 @@ use crate::reserver::Reserver;
 use crate::routes::Label;
 use crossbeam_channel::Sender;
 use std::cell::RefCell;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::Instant;
+use std::thread::Thread;
+use std::time::{Duration, Instant};
 use tiny_http::{Request, Unfinished};
 
 /// The name of the threads that finish an answer the Redis thread could
@@ -46,9 +55,69 @@ use tiny_http::{Request, Unfinished};
 pub const FINISHER: &str = "gw-finish";
 
 thread_local! {
-    /// On a connection thread: set while its last handed-off purchase is
-    /// unanswered (then the next one waits on this thread instead).
-    static PENDING: RefCell<Option<Arc<AtomicBool>>> = const { RefCell::new(None) };
+    /// On a connection thread: its last handed-off purchase, and the
+    /// client address of the connection it came from.
+    static PENDING: RefCell<Option<(Arc<Pending>, Option<SocketAddr>)>> = const { RefCell::new(None) };
+}
+
+/// [`Pending::state`]: Redis has not decided the purchase yet.
+const UNDECIDED: u8 = 0;
+/// [`Pending::state`]: not decided, and the connection thread is parked
+/// until it is.
+const AWAITED: u8 = 1;
+/// [`Pending::state`]: decided (an outcome, or not sent).
+const DECIDED: u8 = 2;
+
+/// A connection thread's last handed-off purchase, shared with its
+/// [`Answer`] (one per connection thread, reused purchase after purchase).
+pub struct Pending {
+    /// [`UNDECIDED`], [`AWAITED`] or [`DECIDED`].
+    state: AtomicU8,
+    /// Set when the answer is released: the connection may hand off the
+    /// next purchase.
+    released: AtomicBool,
+    /// The connection thread, woken by the decision when it waits for it.
+    thread: Thread,
+}
+
+impl Pending {
+    /// Redis has decided the purchase: later requests of its connection
+    /// may be served. Idempotent.
+    fn decide(&self) {
+        if self.state.swap(DECIDED, Ordering::AcqRel) == AWAITED {
+            self.thread.unpark();
+        }
+    }
+}
+
+/// Waits, on a connection thread, until Redis has decided the purchase
+/// this thread last handed off, if it came from the connection at `peer`
+/// (a request pipelined behind it must see it), at most `limit` (the
+/// longest a purchase waits for its outcome; the Redis threads always
+/// decide sooner). Costs one load when there is nothing to wait for: a
+/// client that waits for each answer gets it after the decision.
+pub fn wait_for_decision(peer: Option<&SocketAddr>, limit: Duration) {
+    PENDING.with_borrow(|pending| {
+        let Some((p, from)) = pending else {
+            return;
+        };
+        if from.as_ref() != peer
+            || p.state
+                .compare_exchange(UNDECIDED, AWAITED, Ordering::AcqRel, Ordering::Acquire)
+                .is_err()
+        {
+            return;
+        }
+        let deadline = Instant::now() + limit;
+        while p.state.load(Ordering::Acquire) != DECIDED {
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                log::warn!("a handed-off purchase was not decided in {limit:?}");
+                return;
+            }
+            std::thread::park_timeout(left);
+        }
+    });
 }
 
 /// A purchase whose client the Redis thread answers. Dropping it releases
@@ -67,9 +136,8 @@ pub struct Answer {
     deadline: Instant,
     /// The status written, for the count (500: none was, tiny_http's).
     status: u16,
-    /// Set (true) when this answer is released: its connection may hand
-    /// off the next purchase.
-    released: Arc<AtomicBool>,
+    /// Its connection's: decided, then released.
+    pending: Arc<Pending>,
 }
 
 impl Answer {
@@ -82,6 +150,9 @@ impl Answer {
     /// Answers the client with what Redis said about the purchase of
     /// `user_id` (`purchase::conclude`), without waiting on the client.
     pub fn deliver(mut self, user_id: &str, outcome: Outcome) {
+        // Redis is done with it: its connection's next request may go on
+        // (its answer is written after this one, tiny_http keeps the order).
+        self.pending.decide();
         let reply = purchase::conclude(&self.app, self.sale_id, 1, user_id, outcome);
         self.status = reply.status;
         let Some(rq) = self.rq.take() else {
@@ -103,41 +174,48 @@ impl Drop for Answer {
         crate::handler::count(&self.app, self.label, self.status, self.start);
         self.app.shed.free();
         self.app.active.fetch_sub(1, Ordering::SeqCst);
-        self.released.store(true, Ordering::Release);
+        self.pending.decide();
+        self.pending.released.store(true, Ordering::Release);
     }
 }
 
 /// The right to hand one purchase to the Redis threads ([`hand_off`]).
 pub struct Claim<'a> {
     jobs: &'a Sender<Job>,
-    released: Arc<AtomicBool>,
+    pending: Arc<Pending>,
 }
 
 /// Whether the prepared purchase `p` is to be answered by a Redis thread:
 /// a one-bucket sale's purchase under group commit whose connection (this
 /// thread) has no handed-off purchase unanswered. `None`: it is completed
 /// on this thread (`purchase::complete`).
-pub fn claim<'a>(app: &'a App, p: &Prepared<'_>) -> Option<Claim<'a>> {
+pub fn claim<'a>(app: &'a App, p: &Prepared<'_>, peer: Option<&SocketAddr>) -> Option<Claim<'a>> {
     let Reserver::GroupCommit { jobs } = &app.reserver else {
         return None;
     };
     if p.k != 1 {
         return None;
     }
-    let released = PENDING.with_borrow_mut(|pending| match pending {
-        Some(flag) if !flag.load(Ordering::Acquire) => None,
-        Some(flag) => {
+    let pending = PENDING.with_borrow_mut(|pending| match pending {
+        Some((p, _)) if !p.released.load(Ordering::Acquire) => None,
+        Some((p, from)) => {
             // Its answer has released it and will not touch it again.
-            flag.store(false, Ordering::Relaxed);
-            Some(flag.clone())
+            p.released.store(false, Ordering::Relaxed);
+            p.state.store(UNDECIDED, Ordering::Relaxed);
+            *from = peer.copied();
+            Some(p.clone())
         }
         None => {
-            let flag = Arc::new(AtomicBool::new(false));
-            *pending = Some(flag.clone());
-            Some(flag)
+            let p = Arc::new(Pending {
+                state: AtomicU8::new(UNDECIDED),
+                released: AtomicBool::new(false),
+                thread: std::thread::current(),
+            });
+            *pending = Some((p.clone(), peer.copied()));
+            Some(p)
         }
     })?;
-    Some(Claim { jobs, released })
+    Some(Claim { jobs, pending })
 }
 
 /// Hands the prepared purchase `p` and its request to the Redis threads,
@@ -170,7 +248,7 @@ pub fn hand_off(
         start,
         deadline: start + crate::reserver::pipeline_wait(app),
         status: 500,
-        released: claim.released,
+        pending: claim.pending,
     };
     let job = Job {
         sale_id: home.sale_id,

@@ -27,6 +27,12 @@ use tiny_http::Request;
 /// it). Once the stop has begun (`App::closing`) a request gets 503
 /// (`unavailable`, `Retry-After`) and changes nothing.
 pub fn handle(app: &Arc<App>, rq: Request) {
+    // A request pipelined behind a purchase this connection handed off
+    // is served once Redis has decided that purchase (`answer.rs`).
+    answer::wait_for_decision(
+        rq.remote_addr(),
+        crate::reserver::pipeline_wait(app) + app.redis_timeout * 3,
+    );
     let start = Instant::now();
     // Counted before `closing` is read, and the stop sets `closing` before
     // it reads `active` (both SeqCst): either this request sees the stop,
@@ -122,7 +128,7 @@ fn serve(app: &Arc<App>, mut rq: Request, route: Route, start: Instant) -> Serve
             // client now, and only this client's connection waits for it.
             match body::read_limited(&mut rq, app.body_limit) {
                 Ok(body) => match purchase::prepare(app, sale_id, &body, &creds) {
-                    Ok(p) => match answer::claim(app, &p) {
+                    Ok(p) => match answer::claim(app, &p, rq.remote_addr()) {
                         Some(claim) => {
                             answer::hand_off(app, rq, sale_id, label, start, p, claim);
                             return Served::HandedOff;

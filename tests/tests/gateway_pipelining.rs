@@ -98,6 +98,51 @@ fn pipelined_requests_on_one_connection_are_answered_in_order() {
     assert_eq!(counts(&redis, SALE), (6, 4, 4));
 }
 
+/// Requests of a connection take effect in their order (RFC 9112, 9.3.2):
+/// a status read and a retry pipelined behind a purchase the Redis thread
+/// answers see that purchase. Before, the connection thread served them
+/// as soon as it had handed the purchase over, so the read often ran
+/// before the reservation script: 202 for the purchase, then 404
+/// `purchase_not_found` for its status (on 10 to 17 of 50 connections).
+#[test]
+fn requests_pipelined_behind_a_purchase_see_it() {
+    let redis = RedisServer::start();
+    open_sale(&redis, SALE, 200);
+    let g = Gateway::start(&redis, &[("SECKILL_GATEWAY_ADDRESS_RATE", "0")]);
+    for i in 0..100 {
+        let user = format!("r{i}");
+        let mut s = TcpStream::connect(("127.0.0.1", g.port)).unwrap();
+        s.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+        let all = [
+            purchase(&user),
+            format_request(
+                "GET",
+                &format!("/v1/sales/{SALE}/purchases/{user}"),
+                None,
+                false,
+            ),
+            purchase(&user),
+        ]
+        .concat();
+        s.write_all(all.as_bytes()).unwrap();
+        let mut r = BufReader::new(s);
+        let answers: Vec<Resp> = (0..3)
+            .map(|n| read_resp(&mut r).unwrap_or_else(|| panic!("{user}: answer {n}")))
+            .collect();
+        let statuses: Vec<u16> = answers.iter().map(|a| a.status).collect();
+        assert_eq!(statuses, [202, 200, 409], "{user}: {answers:?}");
+        let rid = answers[0].json()["reservation_id"]
+            .as_str()
+            .unwrap()
+            .to_string();
+        assert_eq!(Some(rid.clone()), reservation_of(&redis, &user), "{user}");
+        assert_eq!(answers[1].json()["reservation_id"], rid.as_str(), "{user}");
+        assert_eq!(answers[2].error(), "already_purchased", "{user}");
+        assert_eq!(answers[2].json()["reservation_id"], rid.as_str(), "{user}");
+    }
+    assert_eq!(counts(&redis, SALE), (100, 100, 100));
+}
+
 /// A client with the smallest receive buffer the kernel allows that
 /// writes `users`' purchases from a thread of its own and reads nothing
 /// until told.
