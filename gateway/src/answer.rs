@@ -101,7 +101,8 @@ pub fn wait_for_decision(peer: Option<&SocketAddr>, limit: Duration) {
         let Some((p, from)) = pending else {
             return;
         };
-        if from.as_ref() != peer
+        if p.state.load(Ordering::Acquire) == DECIDED
+            || from.as_ref() != peer
             || p.state
                 .compare_exchange(UNDECIDED, AWAITED, Ordering::AcqRel, Ordering::Acquire)
                 .is_err()
