@@ -673,16 +673,17 @@ fn parse_int(
     }
 }
 
+/// A duration above zero; every refusal names [`DURATION`] (never "0, or
+/// ...": zero is refused here).
 fn parse_duration(variable: &'static str, v: &str) -> Result<Duration, ConfigError> {
-    let d = parse_duration_or_zero(variable, v)?;
-    if d.is_zero() {
-        return Err(ConfigError {
+    match parse_duration_or_zero(variable, v) {
+        Ok(d) if !d.is_zero() => Ok(d),
+        _ => Err(ConfigError {
             variable,
             value: v.to_string(),
             expected: DURATION,
-        });
+        }),
     }
-    Ok(d)
 }
 
 fn parse_duration_or_zero(variable: &'static str, v: &str) -> Result<Duration, ConfigError> {
@@ -938,6 +939,31 @@ mod tests {
             let e = parse_redis_target(bad).unwrap_err();
             assert_eq!((e.variable, e.value.as_str()), ("SECKILL_REDIS_URL", bad));
         }
+    }
+
+    /// A new user who wrote `SECKILL_GATEWAY_WRITE_TIMEOUT=5` was told
+    /// "expected 0, or a duration", then `0` was refused: a variable that
+    /// refuses zero never suggests it.
+    #[test]
+    fn a_duration_that_cannot_be_zero_never_suggests_zero() {
+        for var in [
+            "SECKILL_REDIS_TIMEOUT",
+            "SECKILL_MYSQL_TIMEOUT",
+            "SECKILL_GATEWAY_WRITE_TIMEOUT",
+            "SECKILL_WORKER_BLOCK",
+            "SECKILL_WORKER_HEARTBEAT_TTL",
+            "SECKILL_WORKER_EXPIRY_EVERY",
+            "SECKILL_RECONCILE_LOOKBACK",
+            "SECKILL_PAYMENT_TOLERANCE",
+        ] {
+            for val in ["5", "abc", "0", "0s", "90d"] {
+                let err = Config::from_map(&map(&[(var, val)])).unwrap_err();
+                assert_eq!(err.variable, var);
+                assert_eq!(err.expected, DURATION, "{var}={val}: {err}");
+            }
+        }
+        let err = Config::from_map(&map(&[("SECKILL_RECONCILE_GRACE", "5")])).unwrap_err();
+        assert_eq!(err.expected, DURATION_OR_ZERO);
     }
 
     #[test]
