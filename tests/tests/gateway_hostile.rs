@@ -656,3 +656,52 @@ fn an_empty_header_name_or_a_control_character_in_a_header_is_refused() {
         assert_eq!(r.status, 200, "{r:?}");
     });
 }
+
+#[test]
+fn a_request_on_a_connection_reset_before_it_was_accepted_makes_no_thread_panic() {
+    use socket2::{Domain, Socket, Type};
+    let redis = RedisServer::start();
+    open_sale(&redis, SALE, 10);
+    let dir = seckill_tests::TempDir::new();
+    let log = dir.path().join("gateway.stderr");
+    let port = seckill_tests::free_port();
+    let mut child = seckill_tests::command("seckill-gateway")
+        .env("SECKILL_LISTEN", format!("127.0.0.1:{port}"))
+        .env("SECKILL_REDIS_URL", redis.url())
+        .env("RUST_LOG", "warn")
+        .stdout(std::process::Stdio::null())
+        .stderr(std::fs::File::create(&log).unwrap())
+        .spawn()
+        .unwrap();
+    wait_until(Duration::from_secs(10), "the gateway to listen", || {
+        TcpStream::connect(("127.0.0.1", port)).is_ok()
+    });
+    // Each connection sends a request and is reset (SO_LINGER 0) at once,
+    // while the gateway is stopped: the kernel completes them in the
+    // listen backlog, and the gateway accepts them reset, the request
+    // still to read but no peer address left (ENOTCONN).
+    let addr: std::net::SocketAddr = ([127, 0, 0, 1], port).into();
+    signal(child.id(), "STOP");
+    for _ in 0..50 {
+        let s = Socket::new(Domain::IPV4, Type::STREAM, None).unwrap();
+        s.set_linger(Some(Duration::ZERO)).unwrap();
+        s.connect(&addr.into()).unwrap();
+        // A whole request first: the gateway reads it, then finds no peer.
+        let mut s: TcpStream = s.into();
+        s.write_all(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
+            .unwrap();
+        drop(s);
+    }
+    signal(child.id(), "CONT");
+    // Served as usual afterwards.
+    let r = buy(port, SALE, "after-resets");
+    assert_eq!(r.status, 202, "{r:?}");
+    assert_eq!(counts(&redis, SALE), (9, 1, 1));
+    let _ = child.kill();
+    let _ = child.wait();
+    let err = std::fs::read_to_string(&log).unwrap();
+    assert!(
+        !err.contains("panicked"),
+        "a reset connection made a thread panic:\n{err}"
+    );
+}

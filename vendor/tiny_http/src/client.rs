@@ -258,6 +258,15 @@ impl ClientConnection {
         let mut data_source = self.source.next().unwrap();
         std::mem::swap(&mut self.next_header_source, &mut data_source);
 
+        // seckill patch: the peer's address as read when the connection
+        // was accepted; a connection whose address could not be read (the
+        // client reset it first: ENOTCONN) serves no request. Upstream
+        // unwrapped it here, and each such connection's thread panicked.
+        let remote_addr = match &self.remote_addr {
+            Ok(addr) => *addr,
+            Err(e) => return Err(ReadError::ReadIoError(IoError::new(e.kind(), e.to_string()))),
+        };
+
         // building the next reader
         let request = crate::request::new_request(
             self.secure,
@@ -265,7 +274,7 @@ impl ClientConnection {
             path,
             version.clone(),
             headers,
-            *self.remote_addr.as_ref().unwrap(),
+            remote_addr,
             data_source,
             writer,
             self.closing.clone(),
@@ -298,6 +307,11 @@ impl Iterator for ClientConnection {
         //  or is using HTTP 1.0, meaning that no new request will come
         // seckill patch: or a request was answered with `respond_and_close`.
         if self.no_more_requests || self.closing.is_set() {
+            return None;
+        }
+        // seckill patch: a connection reset before its peer's address was
+        // read is gone: nothing to read, nobody to answer.
+        if self.remote_addr.is_err() {
             return None;
         }
 
