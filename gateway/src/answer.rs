@@ -93,32 +93,38 @@ impl Pending {
 /// Waits, on a connection thread, until Redis has decided the purchase
 /// this thread last handed off, if it came from the connection at `peer`
 /// (a request pipelined behind it must see it), at most `limit` (the
-/// longest a purchase waits for its outcome; the Redis threads always
-/// decide sooner). Costs one load when there is nothing to wait for: a
-/// client that waits for each answer gets it after the decision.
-pub fn wait_for_decision(peer: Option<&SocketAddr>, limit: Duration) {
+/// longest a purchase waits for its outcome on its own thread, as
+/// `reserver.rs` waits: three Redis timeouts queued, three more once
+/// sent). Costs one load when there is nothing to wait for: a client that
+/// waits for each answer gets it after the decision.
+///
+/// Returns false when `limit` ran out with the purchase still undecided:
+/// the request must not be served (503: it could take effect before the
+/// purchase ahead of it), and the next one waits again.
+pub fn wait_for_decision(peer: Option<&SocketAddr>, limit: Duration) -> bool {
     PENDING.with_borrow(|pending| {
         let Some((p, from)) = pending else {
-            return;
+            return true;
         };
-        if p.state.load(Ordering::Acquire) == DECIDED
-            || from.as_ref() != peer
-            || p.state
-                .compare_exchange(UNDECIDED, AWAITED, Ordering::AcqRel, Ordering::Acquire)
-                .is_err()
-        {
-            return;
+        if p.state.load(Ordering::Acquire) == DECIDED || from.as_ref() != peer {
+            return true;
         }
+        // UNDECIDED, or AWAITED by an earlier wait that ran out; either
+        // way the decision unparks this thread from now on.
+        let _ = p
+            .state
+            .compare_exchange(UNDECIDED, AWAITED, Ordering::AcqRel, Ordering::Acquire);
         let deadline = Instant::now() + limit;
         while p.state.load(Ordering::Acquire) != DECIDED {
             let left = deadline.saturating_duration_since(Instant::now());
             if left.is_zero() {
-                log::warn!("a handed-off purchase was not decided in {limit:?}");
-                return;
+                log::warn!("a handed-off purchase was not decided in {limit:?}; the request behind it is answered 503");
+                return false;
             }
             std::thread::park_timeout(left);
         }
-    });
+        true
+    })
 }
 
 /// A purchase whose client the Redis thread answers. Dropping it releases
@@ -291,5 +297,57 @@ fn finish_elsewhere(answer: Answer, rest: Unfinished) {
         if let Some((_answer, rest)) = taken {
             rest.abandon();
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Makes this thread's last hand-off an undecided purchase from `peer`.
+    fn pending_from(peer: SocketAddr) -> Arc<Pending> {
+        let p = Arc::new(Pending {
+            state: AtomicU8::new(UNDECIDED),
+            released: AtomicBool::new(false),
+            thread: std::thread::current(),
+        });
+        PENDING.with_borrow_mut(|slot| *slot = Some((p.clone(), Some(peer))));
+        p
+    }
+
+    #[test]
+    fn only_the_same_connection_waits_and_the_decision_wakes_it() {
+        let peer: SocketAddr = ([127, 0, 0, 1], 4000).into();
+        let other: SocketAddr = ([127, 0, 0, 1], 4001).into();
+        assert!(
+            wait_for_decision(Some(&peer), Duration::ZERO),
+            "nothing handed off"
+        );
+        let p = pending_from(peer);
+        assert!(
+            wait_for_decision(Some(&other), Duration::ZERO),
+            "another connection"
+        );
+        let decider = p.clone();
+        let t = std::thread::spawn(move || {
+            std::thread::sleep(Duration::from_millis(50));
+            decider.decide();
+        });
+        // A guard against a hang, not a timed assertion.
+        assert!(wait_for_decision(Some(&peer), Duration::from_secs(30)));
+        t.join().unwrap();
+        assert!(wait_for_decision(Some(&peer), Duration::ZERO), "decided");
+    }
+
+    #[test]
+    fn a_wait_that_runs_out_refuses_the_request_and_the_next_one_waits_again() {
+        let peer: SocketAddr = ([127, 0, 0, 1], 4002).into();
+        let p = pending_from(peer);
+        assert!(!wait_for_decision(Some(&peer), Duration::from_millis(10)));
+        // Still undecided: the next request is refused too (it used to be
+        // served at once, the state left AWAITED).
+        assert!(!wait_for_decision(Some(&peer), Duration::from_millis(10)));
+        p.decide();
+        assert!(wait_for_decision(Some(&peer), Duration::from_millis(10)));
     }
 }

@@ -24,12 +24,13 @@ use tiny_http::Request;
 
 /// Handles one request from start to answer (or to its hand-off: a
 /// purchase answered by a Redis thread, `answer.rs`, which then releases
-/// it). Once the stop has begun (`App::closing`) a request gets 503
-/// (`unavailable`, `Retry-After`) and changes nothing.
+/// it). Once the stop has begun (`App::closing`), or behind a handed-off
+/// purchase Redis has not decided in time (`answer::wait_for_decision`),
+/// a request gets 503 (`unavailable`, `Retry-After`) and changes nothing.
 pub fn handle(app: &Arc<App>, rq: Request) {
     // A request pipelined behind a purchase this connection handed off
     // is served once Redis has decided that purchase (`answer.rs`).
-    answer::wait_for_decision(
+    let decided = answer::wait_for_decision(
         rq.remote_addr(),
         crate::reserver::pipeline_wait(app) + app.redis_timeout * 3,
     );
@@ -41,7 +42,7 @@ pub fn handle(app: &Arc<App>, rq: Request) {
     app.metrics.in_flight.inc();
     let route = routes::route(rq.method(), rq.url());
     let label = route.label();
-    if app.closing.load(Ordering::SeqCst) {
+    if !decided || app.closing.load(Ordering::SeqCst) {
         finish(app, rq, label, Reply::unavailable(), start);
     } else {
         // Charged before anything else is looked at, so invalid requests
