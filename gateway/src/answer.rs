@@ -81,6 +81,15 @@ pub struct Pending {
 }
 
 impl Pending {
+    /// An undecided purchase of the calling connection thread.
+    fn of_this_thread() -> Arc<Pending> {
+        Arc::new(Pending {
+            state: AtomicU8::new(UNDECIDED),
+            released: AtomicBool::new(false),
+            thread: std::thread::current(),
+        })
+    }
+
     /// Redis has decided the purchase: later requests of its connection
     /// may be served. Idempotent.
     fn decide(&self) {
@@ -213,11 +222,7 @@ pub fn claim<'a>(app: &'a App, p: &Prepared<'_>, peer: Option<&SocketAddr>) -> O
             Some(p.clone())
         }
         None => {
-            let p = Arc::new(Pending {
-                state: AtomicU8::new(UNDECIDED),
-                released: AtomicBool::new(false),
-                thread: std::thread::current(),
-            });
+            let p = Pending::of_this_thread();
             *pending = Some((p.clone(), peer.copied()));
             Some(p)
         }
@@ -306,11 +311,7 @@ mod tests {
 
     /// Makes this thread's last hand-off an undecided purchase from `peer`.
     fn pending_from(peer: SocketAddr) -> Arc<Pending> {
-        let p = Arc::new(Pending {
-            state: AtomicU8::new(UNDECIDED),
-            released: AtomicBool::new(false),
-            thread: std::thread::current(),
-        });
+        let p = Pending::of_this_thread();
         PENDING.with_borrow_mut(|slot| *slot = Some((p.clone(), Some(peer))));
         p
     }
