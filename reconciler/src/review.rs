@@ -293,6 +293,80 @@ CREATE TRIGGER actions_no_update BEFORE UPDATE ON actions
 CREATE TRIGGER actions_no_delete BEFORE DELETE ON actions
   BEGIN SELECT RAISE(ABORT, 'actions is append-only'); END;
 "#,
+    // 5: kinds and actions are no longer listed in CHECKs (the build writes
+    // only the names its enums have, and reads past names it does not know),
+    // so a new kind or action needs no table rebuild; per-kind counts of a
+    // run go to `run_counts`, one row per kind observed; `runs.reopened`
+    // counts findings a run opened again apart from the new ones. An action
+    // names a finding, a sale, or neither (an action on the payments queue),
+    // never both. Rebuilt as in 2.
+    r#"
+ALTER TABLE runs ADD COLUMN reopened INTEGER NOT NULL DEFAULT 0;
+CREATE TABLE run_counts (
+  run_id INTEGER NOT NULL REFERENCES runs (id),
+  kind TEXT NOT NULL,
+  observed INTEGER NOT NULL,
+  PRIMARY KEY (run_id, kind)
+);
+CREATE TABLE findings_v5 (
+  id INTEGER PRIMARY KEY,
+  kind TEXT NOT NULL CHECK (kind <> ''),
+  sale_id INTEGER NOT NULL,
+  subject TEXT NOT NULL,
+  reservation_id TEXT,
+  user_id TEXT,
+  order_id INTEGER,
+  severity TEXT NOT NULL CHECK (severity IN ('normal', 'critical')),
+  evidence TEXT NOT NULL,
+  state TEXT NOT NULL CHECK (state IN ('open', 'auto_fixed', 'resolved')),
+  fix TEXT,
+  first_seen TEXT NOT NULL,
+  last_seen TEXT NOT NULL,
+  first_run_id INTEGER,
+  last_run_id INTEGER,
+  times_seen INTEGER NOT NULL DEFAULT 1,
+  resolved_by TEXT,
+  resolved_at TEXT,
+  resolution TEXT,
+  note TEXT,
+  UNIQUE (kind, sale_id, subject)
+);
+INSERT INTO findings_v5 SELECT * FROM findings;
+CREATE TABLE actions_parked AS SELECT * FROM actions;
+DROP TRIGGER actions_no_update;
+DROP TRIGGER actions_no_delete;
+DROP TABLE actions;
+DROP TABLE findings;
+ALTER TABLE findings_v5 RENAME TO findings;
+CREATE TABLE actions (
+  id INTEGER PRIMARY KEY,
+  at TEXT NOT NULL,
+  actor TEXT NOT NULL,
+  finding_id INTEGER REFERENCES findings (id),
+  action TEXT NOT NULL CHECK (action <> ''),
+  detail TEXT NOT NULL,
+  result TEXT NOT NULL
+    CHECK (result IN ('started', 'done', 'no_change', 'refused', 'failed')),
+  completes INTEGER REFERENCES actions (id),
+  sale_id INTEGER,
+  CHECK (finding_id IS NULL OR sale_id IS NULL)
+);
+INSERT INTO actions (id, at, actor, finding_id, action, detail, result, completes, sale_id)
+  SELECT id, at, actor, finding_id, action, detail, result, completes, sale_id
+  FROM actions_parked ORDER BY id;
+DROP TABLE actions_parked;
+CREATE INDEX findings_state ON findings (state, sale_id);
+CREATE INDEX findings_reservation ON findings (sale_id, reservation_id);
+CREATE INDEX actions_finding ON actions (finding_id);
+CREATE INDEX actions_sale ON actions (sale_id);
+CREATE UNIQUE INDEX actions_completes ON actions (completes);
+CREATE UNIQUE INDEX actions_archived_once ON actions (sale_id)
+  WHERE action = 'archive' AND result = 'done';
+CREATE TRIGGER actions_no_update BEFORE UPDATE ON actions
+  BEGIN SELECT RAISE(ABORT, 'actions is append-only'); END;
+CREATE TRIGGER actions_no_delete BEFORE DELETE ON actions
+  BEGIN SELECT RAISE(ABORT, 'actions is append-only'); END;
+"#,
 ];
 
 stored_enum! {
@@ -443,6 +517,8 @@ pub struct RunCounts {
     pub by_kind: [u64; findings::Kind::ALL.len()],
     /// Findings seen for the first time.
     pub new_findings: u64,
+    /// Closed findings a run observed again and opened again (not new).
+    pub reopened: u64,
     /// Compensations done in this run.
     pub auto_fixed: u64,
 }
@@ -595,7 +671,7 @@ impl Review {
                outcome = ?12, error = ?13, sale_missing_in_mysql = ?14, redis_data_loss = ?15,
                released_in_mysql_held_in_redis = ?16, late_payment = ?17,
                payment_amount_mismatch = ?18, payment_unknown_reservation = ?19,
-               payment_not_payable = ?20, payment_conflict = ?21
+               payment_not_payable = ?20, payment_conflict = ?21, reopened = ?22
              WHERE id = ?1",
             params![
                 id,
@@ -619,8 +695,20 @@ impl Review {
                 k[10] as i64,
                 k[11] as i64,
                 k[12] as i64,
+                counts.reopened as i64,
             ],
         )?;
+        // One row per kind observed: the place for every kind, those without
+        // a column of their own in `runs` included.
+        for (kind, n) in findings::Kind::ALL.iter().zip(k.iter()) {
+            if *n > 0 {
+                self.db.execute(
+                    "INSERT OR REPLACE INTO run_counts (run_id, kind, observed)
+                     VALUES (?1, ?2, ?3)",
+                    params![id, kind.as_str(), *n as i64],
+                )?;
+            }
+        }
         Ok(())
     }
 
@@ -787,7 +875,7 @@ mod tests {
             .chain([Resolution::NoLongerObserved])
             .collect();
         round(&resolutions, Resolution::as_str);
-        assert_eq!(Kind::ALL.len(), 13);
+        assert_eq!(Kind::ALL.len(), 15);
         assert_eq!(Kind::RedisDataLoss.index(), 6);
     }
 
@@ -876,6 +964,95 @@ mod tests {
                 [],
             )
             .unwrap();
+        drop(review);
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[test]
+    fn a_run_counts_every_kind_in_run_counts_and_a_reopened_finding_apart_from_new_ones() {
+        use findings::{Kind, Observation, Resolution};
+        let dir = std::env::temp_dir().join(format!(
+            "seckill-review-counts-{}-{}",
+            std::process::id(),
+            seckill_common::now_ms()
+        ));
+        std::fs::create_dir_all(&dir).unwrap();
+        let review = Review::open(&dir.join("review.sqlite3")).unwrap();
+        let obs = Observation {
+            kind: Kind::LedgerWithoutOrder,
+            sale_id: 7,
+            subject: "r1".into(),
+            reservation_id: Some("r1".into()),
+            user_id: None,
+            order_id: None,
+            critical: true,
+            evidence: serde_json::json!({"delta": -1}),
+            fixed: None,
+        };
+        let run1 = review.start_run("2026-01-01T00:00:00.000Z").unwrap();
+        let first = review
+            .record_observation(&obs, run1, "2026-01-01T00:00:00.001Z")
+            .unwrap();
+        assert!(first.is_new && !first.reopened);
+        let mut counts = RunCounts::default();
+        counts.by_kind[Kind::LedgerWithoutOrder.index()] = 1;
+        counts.new_findings = 1;
+        review
+            .finish_run(run1, "2026-01-01T00:00:00.002Z", &counts, Some(1), None)
+            .unwrap();
+        review
+            .set_resolved(
+                first.id,
+                "alice",
+                Resolution::NoLongerObserved,
+                None,
+                "2026-01-01T00:00:01.000Z",
+            )
+            .unwrap();
+        let run2 = review.start_run("2026-01-01T00:00:02.000Z").unwrap();
+        let again = review
+            .record_observation(&obs, run2, "2026-01-01T00:00:02.001Z")
+            .unwrap();
+        assert_eq!(
+            (again.id, again.is_new, again.reopened),
+            (first.id, false, true)
+        );
+        let mut counts = RunCounts::default();
+        counts.by_kind[Kind::LedgerWithoutOrder.index()] = 1;
+        counts.reopened = 1;
+        review
+            .finish_run(run2, "2026-01-01T00:00:02.002Z", &counts, Some(1), None)
+            .unwrap();
+        let rows: Vec<(i64, String, i64)> = {
+            let mut st = review
+                .db
+                .prepare("SELECT run_id, kind, observed FROM run_counts ORDER BY run_id")
+                .unwrap();
+            let rows = st
+                .query_map([], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))
+                .unwrap();
+            rows.collect::<Result<_, _>>().unwrap()
+        };
+        let name = "ledger_without_order".to_string();
+        assert_eq!(rows, vec![(run1, name.clone(), 1), (run2, name, 1)]);
+        let (new, reopened): (i64, i64) = review
+            .db
+            .query_row(
+                "SELECT new_findings, reopened FROM runs WHERE id = ?1",
+                params![run2],
+                |r| Ok((r.get(0)?, r.get(1)?)),
+            )
+            .unwrap();
+        assert_eq!((new, reopened), (0, 1));
+        // An action names a finding or a sale, never both.
+        assert!(review
+            .db
+            .execute(
+                "INSERT INTO actions (at, actor, finding_id, action, detail, result, sale_id)
+                 VALUES ('t', 'bob', ?1, 'dismiss', 'x', 'done', 7)",
+                params![first.id],
+            )
+            .is_err());
         drop(review);
         let _ = std::fs::remove_dir_all(&dir);
     }

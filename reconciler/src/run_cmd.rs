@@ -91,10 +91,11 @@ pub fn run(config: &Config, shutdown: &Shutdown) -> Result<u8, RunError> {
         .map(|(k, n)| format!("{k} {n}"))
         .collect();
     let summary = format!(
-        "run {run_id}: {} sales checked, observed [{}], {} new, {} auto-fixed, {} open, {:.2}s",
+        "run {run_id}: {} sales checked, observed [{}], {} new, {} reopened, {} auto-fixed, {} open, {:.2}s",
         counts.sales_checked,
         by_kind.join(", "),
         counts.new_findings,
+        counts.reopened,
         counts.auto_fixed,
         open_after.map_or_else(|| "?".to_string(), |n| n.to_string()),
         started.elapsed().as_secs_f64()
@@ -269,6 +270,7 @@ fn record(
                 counts.new_findings += 1;
             }
             if rec.reopened {
+                counts.reopened += 1;
                 log::warn!(
                     "finding {} reopened: observed again after it was closed",
                     rec.id

@@ -371,7 +371,7 @@ fn ten_ended_sales_are_archived_once_each_leaving_only_tombstones() {
         let (code, out) = reconciler(&redis, &db, &review, "1h", &["run"]);
         assert_eq!(code, 0, "{out}");
         assert!(
-            out.contains("observed [late_payment 1], 0 new, 0 auto-fixed, 0 open"),
+            out.contains("observed [late_payment 1], 0 new, 0 reopened, 0 auto-fixed, 0 open"),
             "{out}"
         );
     }

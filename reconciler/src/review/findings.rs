@@ -56,6 +56,14 @@ stored_enum! {
         /// reservation or amount: the first payment stands; check with the
         /// payment service (a reused id, or a forged or corrupted message).
         PaymentConflict => "payment_conflict",
+        /// A stock-ledger deduction with no order (the order row was lost
+        /// in MySQL while its deduction stayed): the books count a unit no
+        /// order holds (critical). Fixed by re-creating the order from the
+        /// ledger row, never by a rollback.
+        LedgerWithoutOrder => "ledger_without_order",
+        /// A payment received for an order its buyer had cancelled before
+        /// the payment was applied: refund it (not late: the buyer cancelled).
+        PaymentAfterCancellation => "payment_after_cancellation",
     }
 }
 
@@ -78,6 +86,7 @@ impl Kind {
                 | Kind::PaymentUnknownReservation
                 | Kind::PaymentNotPayable
                 | Kind::PaymentConflict
+                | Kind::PaymentAfterCancellation
         )
     }
 }
@@ -282,7 +291,8 @@ fn finding_from_row(r: &Row<'_>) -> rusqlite::Result<Finding> {
 pub struct Recorded {
     /// The finding's id.
     pub id: i64,
-    /// Whether this is its first observation.
+    /// Whether this is its first observation (a reopened finding is not new:
+    /// see `reopened`).
     pub is_new: bool,
     /// Its state after recording.
     pub state: FindingState,
@@ -371,7 +381,7 @@ impl Review {
         )?;
         Ok(Recorded {
             id,
-            is_new: existed.is_none() || reopen,
+            is_new: existed.is_none(),
             state: state_after,
             reopened: reopen,
         })
