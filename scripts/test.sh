@@ -44,6 +44,7 @@ ensure_node_exporter
 ensure_nginx
 ensure_chromium
 ensure_schemathesis
+ensure_pyjwt
 
 echo "test.sh: MySQL for tests: ${SECKILL_TEST_MYSQL_URL%%@*}@... ; redis-server: $(command -v redis-server); promtool: $(command -v promtool); nginx: $(command -v nginx || echo /usr/sbin/nginx); chromium: $(command -v chromium); schemathesis: $SECKILL_SCHEMATHESIS"
 vendor/tiny_http/check-patches.sh

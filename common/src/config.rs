@@ -155,6 +155,10 @@ pub struct Config {
     /// `SECKILL_AUTH_AUDIENCE`: the `aud` every token must carry (default
     /// `seckill`).
     pub auth_audience: String,
+    /// `SECKILL_AUTH_ISSUER`: when set, the `iss` every token must carry,
+    /// exactly (an identity provider's issuer URL; 1-512 printable ASCII
+    /// characters, no spaces). Unset: `iss` is not checked.
+    pub auth_issuer: Option<String>,
     /// `SECKILL_AUTH_LEEWAY`: clock skew allowed on `exp`, `nbf` and `iat`,
     /// whole seconds (0-300 s; default 30s).
     pub auth_leeway: Duration,
@@ -237,6 +241,7 @@ impl Default for Config {
             auth: AuthMode::Jwt,
             auth_keys: None,
             auth_audience: "seckill".to_string(),
+            auth_issuer: None,
             auth_leeway: Duration::from_secs(30),
             auth_max_ttl: Duration::from_secs(24 * 3600),
             auth_cache_max: 200_000,
@@ -531,6 +536,17 @@ fn read_auth(c: &mut Config, get: &Get<'_>) -> Result<(), ConfigError> {
             });
         }
         c.auth_audience = v.to_string();
+    }
+    if let Some(v) = get("SECKILL_AUTH_ISSUER") {
+        if v.len() > 512 || !v.bytes().all(|b| b.is_ascii_graphic()) {
+            return Err(ConfigError {
+                variable: "SECKILL_AUTH_ISSUER",
+                value: v.to_string(),
+                expected:
+                    "the issuer (iss) tokens carry: 1-512 printable ASCII characters, no spaces",
+            });
+        }
+        c.auth_issuer = Some(v.to_string());
     }
     if let Some(v) = get("SECKILL_AUTH_LEEWAY") {
         let d = parse_duration_or_zero("SECKILL_AUTH_LEEWAY", v)?;

@@ -19,8 +19,10 @@ pub const EXIT_USAGE: u8 = 64;
 pub struct Started {
     /// The configuration read from `SECKILL_*`.
     pub config: Config,
-    /// Set by SIGINT or SIGTERM.
+    /// Set by SIGINT or SIGTERM (and SIGHUP unless it reloads).
     pub shutdown: Shutdown,
+    /// Set by SIGHUP when the binary reloads ([`start_reloading`]).
+    pub reload: crate::shutdown::Reload,
 }
 
 /// Why a binary could not start.
@@ -29,8 +31,8 @@ pub struct Started {
 pub enum StartError {
     /// A `SECKILL_*` variable is invalid.
     Config(crate::ConfigError),
-    /// The SIGINT/SIGTERM handler could not be installed.
-    Signal(ctrlc::Error),
+    /// The SIGINT/SIGTERM/SIGHUP handlers could not be installed.
+    Signal(crate::shutdown::SignalError),
 }
 
 impl std::fmt::Display for StartError {
@@ -87,11 +89,33 @@ pub fn command_line(program: &str, usage: &str) -> Option<ExitCode> {
 /// (`on_signal` runs after the flag is set, once per signal).
 ///
 /// Errors: [`StartError`]; nothing is written (see [`fail`]).
-pub fn start(on_signal: impl Fn() + Send + 'static) -> Result<Started, StartError> {
+pub fn start(on_signal: impl Fn() + Send + Sync + 'static) -> Result<Started, StartError> {
+    start_with(on_signal, crate::shutdown::Hangup::Stop)
+}
+
+/// As [`start`], with SIGHUP a reload request ([`Started::reload`]) instead
+/// of a stop: for a service that reads files it can swap while running.
+///
+/// Errors: [`StartError`].
+pub fn start_reloading(
+    on_signal: impl Fn() + Send + Sync + 'static,
+) -> Result<Started, StartError> {
+    start_with(on_signal, crate::shutdown::Hangup::Reload)
+}
+
+fn start_with(
+    on_signal: impl Fn() + Send + Sync + 'static,
+    hangup: crate::shutdown::Hangup,
+) -> Result<Started, StartError> {
     crate::shutdown::init_logging();
     let config = Config::from_env().map_err(StartError::Config)?;
-    let shutdown = Shutdown::install(on_signal).map_err(StartError::Signal)?;
-    Ok(Started { config, shutdown })
+    let (shutdown, reload) =
+        Shutdown::install_with(on_signal, hangup).map_err(StartError::Signal)?;
+    Ok(Started {
+        config,
+        shutdown,
+        reload,
+    })
 }
 
 /// The exit code of a binary's result: `Ok(code)` as is; an error as one

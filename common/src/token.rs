@@ -38,6 +38,11 @@ pub enum Alg {
     Hs256,
     /// Ed25519 signatures (RFC 8037): gateways hold only public keys.
     EdDsa,
+    /// RSASSA-PKCS1-v1_5 with SHA-256 (RFC 7518 §3.3), an RSA key of at least
+    /// 2048 bits: what most identity providers sign with. Verify only.
+    Rs256,
+    /// ECDSA on P-256 with SHA-256 (RFC 7518 §3.4). Verify only.
+    Es256,
 }
 
 impl Alg {
@@ -46,6 +51,8 @@ impl Alg {
         match self {
             Alg::Hs256 => "HS256",
             Alg::EdDsa => "EdDSA",
+            Alg::Rs256 => "RS256",
+            Alg::Es256 => "ES256",
         }
     }
 
@@ -54,6 +61,8 @@ impl Alg {
         match s {
             "HS256" => Some(Alg::Hs256),
             "EdDSA" => Some(Alg::EdDsa),
+            "RS256" => Some(Alg::Rs256),
+            "ES256" => Some(Alg::Es256),
             _ => None,
         }
     }
@@ -63,9 +72,27 @@ impl Alg {
         match self {
             Alg::Hs256 => jsonwebtoken::Algorithm::HS256,
             Alg::EdDsa => jsonwebtoken::Algorithm::EdDSA,
+            Alg::Rs256 => jsonwebtoken::Algorithm::RS256,
+            Alg::Es256 => jsonwebtoken::Algorithm::ES256,
+        }
+    }
+
+    /// Every accepted algorithm.
+    pub const ALL: [Alg; 4] = [Alg::Hs256, Alg::EdDsa, Alg::Rs256, Alg::Es256];
+
+    /// Its position in [`Alg::ALL`] (a table index).
+    pub fn index(self) -> usize {
+        match self {
+            Alg::Hs256 => 0,
+            Alg::EdDsa => 1,
+            Alg::Rs256 => 2,
+            Alg::Es256 => 3,
         }
     }
 }
+
+/// Smallest RSA modulus accepted, in bits (RFC 7518 §3.3 requires 2048).
+pub const MIN_RSA_BITS: usize = 2048;
 
 /// The key material of one key.
 #[derive(Clone, PartialEq, Eq)]
@@ -77,6 +104,11 @@ enum Material {
         public: [u8; 32],
         private: Option<[u8; 32]>,
     },
+    /// An RSA public key: modulus and exponent, big-endian, as the JWK's `n`
+    /// and `e` decode.
+    Rsa { n: Vec<u8>, e: Vec<u8> },
+    /// A P-256 public key: the JWK's `x` and `y` (32 bytes each).
+    P256 { x: [u8; 32], y: [u8; 32] },
 }
 
 /// One key of a key file.
@@ -102,12 +134,24 @@ impl Key {
         match &self.material {
             Material::Secret(s) => DecodingKey::from_secret(s),
             Material::Ed25519 { public, .. } => DecodingKey::from_ed_der(public),
+            Material::Rsa { n, e } => DecodingKey::from_rsa_raw_components(n, e),
+            Material::P256 { x, y } => {
+                let mut sec1 = Vec::with_capacity(65);
+                sec1.push(0x04);
+                sec1.extend_from_slice(x);
+                sec1.extend_from_slice(y);
+                DecodingKey::from_ec_der(&sec1)
+            }
         }
     }
 
     /// Whether the key can sign (an HS256 secret, or an Ed25519 key with `d`).
     pub fn can_sign(&self) -> bool {
-        !matches!(self.material, Material::Ed25519 { private: None, .. })
+        match self.material {
+            Material::Secret(_) => true,
+            Material::Ed25519 { private, .. } => private.is_some(),
+            Material::Rsa { .. } | Material::P256 { .. } => false,
+        }
     }
 
     fn encoding_key(&self) -> Option<EncodingKey> {
@@ -123,6 +167,7 @@ impl Key {
                 der.extend_from_slice(private.as_ref()?);
                 Some(EncodingKey::from_ed_der(&der))
             }
+            Material::Rsa { .. } | Material::P256 { .. } => None,
         }
     }
 
@@ -145,6 +190,14 @@ impl Key {
                 }
                 v
             }
+            Material::Rsa { n, e } => serde_json::json!({
+                "kty": "RSA", "kid": self.kid, "alg": "RS256", "use": "sig",
+                "n": b64(n), "e": b64(e),
+            }),
+            Material::P256 { x, y } => serde_json::json!({
+                "kty": "EC", "crv": "P-256", "kid": self.kid, "alg": "ES256", "use": "sig",
+                "x": b64(x), "y": b64(y),
+            }),
         }
     }
 }
@@ -154,9 +207,45 @@ impl Key {
 pub struct KeySet {
     /// At least one key; `kid`s are unique.
     pub keys: Vec<Key>,
+    /// The file's keys that are not for verifying tokens here (an
+    /// encryption key, a type or algorithm this gateway does not verify),
+    /// passed over: the caller logs each.
+    pub skipped: Vec<Skipped>,
+}
+
+/// A key of the file passed over, and why.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Skipped {
+    /// Its position in `keys` (from 0).
+    pub index: usize,
+    /// Its `kid`, when it has one.
+    pub kid: Option<String>,
+    /// Why, e.g. `use "enc": an encryption key`.
+    pub reason: String,
+}
+
+impl fmt::Display for Skipped {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match &self.kid {
+            Some(kid) => write!(
+                f,
+                "key {} (kid {kid:?}) skipped: {}",
+                self.index, self.reason
+            ),
+            None => write!(f, "key {} skipped: {}", self.index, self.reason),
+        }
+    }
 }
 
 impl KeySet {
+    /// A set of `keys`, none skipped (keys made or read by this program).
+    pub fn of(keys: Vec<Key>) -> KeySet {
+        KeySet {
+            keys,
+            skipped: Vec::new(),
+        }
+    }
+
     /// The key named `kid`.
     pub fn find(&self, kid: &str) -> Option<&Key> {
         self.keys.iter().find(|k| k.kid == kid)
@@ -182,6 +271,9 @@ pub enum KeyFileError {
     NotJwks(String),
     /// The file has no key.
     NoKeys,
+    /// Every key of the file was passed over (`skipped`): none verifies a
+    /// token here.
+    NoUsableKey(Vec<Skipped>),
     /// Key number `index` (from 0) is unusable, and why.
     BadKey {
         /// Its position in `keys`.
@@ -206,6 +298,17 @@ impl fmt::Display for KeyFileError {
                 )
             }
             KeyFileError::NoKeys => write!(f, "the key file holds no key"),
+            KeyFileError::NoUsableKey(skipped) => {
+                write!(
+                    f,
+                    "the key file holds no key to verify tokens with (HS256, EdDSA, RS256 or \
+                     ES256 signature keys)"
+                )?;
+                for sk in skipped {
+                    write!(f, "; {sk}")?;
+                }
+                Ok(())
+            }
             KeyFileError::BadKey {
                 index,
                 kid: Some(kid),
@@ -228,6 +331,9 @@ struct RawJwk {
     crv: Option<String>,
     k: Option<String>,
     x: Option<String>,
+    y: Option<String>,
+    n: Option<String>,
+    e: Option<String>,
     d: Option<String>,
     /// RFC 7517 §4.2: `sig` or `enc`; a key for encryption is not one to
     /// verify signatures with.
@@ -262,37 +368,102 @@ pub fn parse(text: &str) -> Result<KeySet, KeyFileError> {
         return Err(KeyFileError::NoKeys);
     }
     let mut keys: Vec<Key> = Vec::with_capacity(raw.keys.len());
+    let mut skipped = Vec::new();
     for (index, j) in raw.keys.into_iter().enumerate() {
         let kid = j.kid.clone();
-        let key = one_key(j).map_err(|reason| KeyFileError::BadKey { index, kid, reason })?;
+        let key = match one_key(j) {
+            Ok(key) => key,
+            Err(KeyProblem::Skip(reason)) => {
+                skipped.push(Skipped { index, kid, reason });
+                continue;
+            }
+            Err(KeyProblem::Broken(reason)) => {
+                return Err(KeyFileError::BadKey { index, kid, reason })
+            }
+        };
         if keys.iter().any(|k| k.kid == key.kid) {
             return Err(KeyFileError::DuplicateKid(key.kid));
         }
         keys.push(key);
     }
-    Ok(KeySet { keys })
+    if keys.is_empty() {
+        return Err(KeyFileError::NoUsableKey(skipped));
+    }
+    Ok(KeySet { keys, skipped })
 }
 
-fn one_key(j: RawJwk) -> Result<Key, String> {
-    let kid = j.kid.ok_or("no kid")?;
-    if !crate::is_valid_token(&kid) {
-        return Err(format!("kid must be {}", crate::TOKEN_RULE));
+/// Why one JWK gives no key.
+enum KeyProblem {
+    /// Not a key to verify tokens with here (an encryption key, a type or
+    /// algorithm not accepted): passed over with a warning.
+    Skip(String),
+    /// A signature key of an accepted kind whose content is unusable (a
+    /// short RSA modulus, a point off the curve, bad base64): the whole file
+    /// is refused, as its author meant this key to verify tokens.
+    Broken(String),
+}
+
+impl From<String> for KeyProblem {
+    fn from(s: String) -> Self {
+        KeyProblem::Broken(s)
     }
+}
+
+impl From<&str> for KeyProblem {
+    fn from(s: &str) -> Self {
+        KeyProblem::Broken(s.to_string())
+    }
+}
+
+/// The algorithm a JWK is pinned to: its `alg`, or for a key type with one
+/// accepted algorithm only (RSA: RS256, EC P-256: ES256, OKP Ed25519:
+/// EdDSA) the one its type implies, as providers often leave `alg` out.
+fn pinned_alg(j: &RawJwk) -> Result<Alg, KeyProblem> {
+    let implied = match (j.kty.as_deref(), j.crv.as_deref()) {
+        (Some("RSA"), _) => Some(Alg::Rs256),
+        (Some("EC"), Some("P-256")) => Some(Alg::Es256),
+        (Some("OKP"), Some("Ed25519")) => Some(Alg::EdDsa),
+        _ => None,
+    };
+    match (j.alg.as_deref(), implied) {
+        (Some(name), _) => Alg::parse(name).ok_or_else(|| {
+            KeyProblem::Skip(format!(
+                "alg {name:?} is not verified here (HS256, EdDSA, RS256 or ES256)"
+            ))
+        }),
+        (None, Some(alg)) => Ok(alg),
+        (None, None) => match j.kty.as_deref() {
+            Some("oct") => Err("no alg (an oct key needs alg HS256)".into()),
+            Some(kty) => Err(KeyProblem::Skip(format!(
+                "kty {kty:?}{} is not verified here",
+                j.crv
+                    .as_deref()
+                    .map(|c| format!(" crv {c:?}"))
+                    .unwrap_or_default()
+            ))),
+            None => Err("no kty".into()),
+        },
+    }
+}
+
+fn one_key(j: RawJwk) -> Result<Key, KeyProblem> {
     if let Some(u) = j.use_.as_deref().filter(|u| *u != "sig") {
-        return Err(format!(
+        return Err(KeyProblem::Skip(format!(
             "use {u:?}: only a signature key (use \"sig\") checks tokens"
-        ));
+        )));
     }
     if let Some(ops) = &j.key_ops {
         if !ops.iter().any(|o| o == "verify" || o == "sign") {
-            return Err(format!(
+            return Err(KeyProblem::Skip(format!(
                 "key_ops {ops:?} has neither \"verify\" nor \"sign\": not a key to check tokens with"
-            ));
+            )));
         }
     }
-    let alg_name = j.alg.ok_or("no alg (HS256 or EdDSA)")?;
-    let alg = Alg::parse(&alg_name)
-        .ok_or(format!("alg {alg_name:?} is not accepted (HS256 or EdDSA)"))?;
+    let alg = pinned_alg(&j)?;
+    let kid = j.kid.clone().ok_or("no kid")?;
+    if !crate::is_valid_token(&kid) {
+        return Err(format!("kid must be {}", crate::TOKEN_RULE).into());
+    }
     let b64 = |name: &str, v: Option<String>| -> Result<Vec<u8>, String> {
         let v = v.ok_or(format!("no {name}"))?;
         URL_SAFE_NO_PAD
@@ -335,10 +506,60 @@ fn one_key(j: RawJwk) -> Result<Key, String> {
             }
             Material::Ed25519 { public: x, private }
         }
+        (Alg::Rs256, Some("RSA")) => {
+            let n = strip_zeros(b64("n", j.n)?);
+            let e = strip_zeros(b64("e", j.e)?);
+            let bits = n.len() * 8 - n.first().map_or(8, |b| b.leading_zeros() as usize);
+            if bits < MIN_RSA_BITS {
+                return Err(format!(
+                    "an RS256 modulus needs at least {MIN_RSA_BITS} bits, n has {bits}"
+                )
+                .into());
+            }
+            rsa::RsaPublicKey::new(
+                rsa::BigUint::from_bytes_be(&n),
+                rsa::BigUint::from_bytes_be(&e),
+            )
+            .map_err(|err| format!("n and e are not an RSA public key: {err}"))?;
+            if j.d.is_some() {
+                return Err("an RS256 key here is a public key: remove d (and p, q...)".into());
+            }
+            Material::Rsa { n, e }
+        }
+        (Alg::Es256, Some("EC")) => {
+            if j.crv.as_deref() != Some("P-256") {
+                return Err("an ES256 key needs crv P-256".into());
+            }
+            let x: [u8; 32] = b64("x", j.x)?
+                .try_into()
+                .map_err(|_| "x must be 32 bytes".to_string())?;
+            let y: [u8; 32] = b64("y", j.y)?
+                .try_into()
+                .map_err(|_| "y must be 32 bytes".to_string())?;
+            let mut sec1 = [0u8; 65];
+            sec1[0] = 0x04;
+            sec1[1..33].copy_from_slice(&x);
+            sec1[33..].copy_from_slice(&y);
+            p256::PublicKey::from_sec1_bytes(&sec1)
+                .map_err(|_| "x and y are not a point of P-256".to_string())?;
+            if j.d.is_some() {
+                return Err("an ES256 key here is a public key: remove d".into());
+            }
+            Material::P256 { x, y }
+        }
         (Alg::Hs256, _) => return Err("an HS256 key needs kty oct".into()),
         (Alg::EdDsa, _) => return Err("an EdDSA key needs kty OKP".into()),
+        (Alg::Rs256, _) => return Err("an RS256 key needs kty RSA".into()),
+        (Alg::Es256, _) => return Err("an ES256 key needs kty EC".into()),
     };
     Ok(Key { kid, alg, material })
+}
+
+/// `v` without its leading zero bytes (a big-endian integer as JWKs write
+/// it, sometimes with a sign byte).
+fn strip_zeros(v: Vec<u8>) -> Vec<u8> {
+    let first = v.iter().position(|b| *b != 0).unwrap_or(v.len());
+    v[first..].to_vec()
 }
 
 fn ed25519_public(seed: &[u8; 32]) -> [u8; 32] {
@@ -367,6 +588,16 @@ pub fn generate(alg: Alg, kid: &str) -> std::io::Result<Key> {
             public: ed25519_public(&seed),
             private: Some(seed),
         },
+        Alg::Rs256 | Alg::Es256 => {
+            return Err(std::io::Error::new(
+                std::io::ErrorKind::InvalidInput,
+                format!(
+                    "{} keys are verified, not made, here: use the identity provider's \
+                     published keys (docs/IDENTITY.md)",
+                    alg.as_str()
+                ),
+            ))
+        }
     };
     Ok(Key {
         kid: kid.to_string(),
@@ -476,9 +707,7 @@ mod tests {
     fn generated_keys_round_trip_and_keep_d_only_in_signing_files() {
         let ed = generate(Alg::EdDsa, "e1").unwrap();
         let hs = generate(Alg::Hs256, "h1").unwrap();
-        let set = KeySet {
-            keys: vec![hs.clone(), ed.clone()],
-        };
+        let set = KeySet::of(vec![hs.clone(), ed.clone()]);
         let signing = parse(&set.to_jwks(true)).unwrap();
         assert_eq!(signing, set);
         let public = parse(&set.to_jwks(false)).unwrap();
@@ -508,21 +737,33 @@ mod tests {
             bad(r#"{"keys":[{"kty":"oct","kid":"a","alg":"HS256","k":"c2hvcnQ"}]}"#)
                 .contains("32 bytes")
         );
+        // A file whose only keys are passed over holds no usable key.
+        let none_usable = |s: &str| match parse(s) {
+            Err(KeyFileError::NoUsableKey(skipped)) => {
+                assert_eq!(skipped.len(), 1, "{skipped:?}");
+                skipped[0].reason.clone()
+            }
+            other => panic!("{other:?}"),
+        };
         assert!(
-            bad(r#"{"keys":[{"kty":"oct","kid":"a","alg":"HS256","use":"enc","k":"x"}]}"#)
+            none_usable(r#"{"keys":[{"kty":"oct","kid":"a","alg":"HS256","use":"enc","k":"x"}]}"#)
                 .contains("use \"enc\""),
             "a key for encryption"
         );
         assert!(
-            bad(
+            none_usable(
                 r#"{"keys":[{"kty":"oct","kid":"a","alg":"HS256","key_ops":["encrypt"],"k":"x"}]}"#
             )
             .contains("key_ops"),
             "a key that may not verify"
         );
         assert!(
-            bad(r#"{"keys":[{"kty":"oct","kid":"a","alg":"none","k":"x"}]}"#)
-                .contains("not accepted")
+            none_usable(r#"{"keys":[{"kty":"oct","kid":"a","alg":"none","k":"x"}]}"#)
+                .contains("not verified here")
+        );
+        assert!(
+            none_usable(r#"{"keys":[{"kty":"EC","crv":"P-384","kid":"a","x":"x","y":"y"}]}"#)
+                .contains("P-384")
         );
         assert!(bad(
             r#"{"keys":[{"kty":"OKP","crv":"Ed25519","kid":"a","alg":"EdDSA","x":"AAAA"}]}"#
@@ -539,6 +780,57 @@ mod tests {
             r#"{{"keys":[{{"kty":"oct","kid":"a","alg":"HS256","k":"{k}"}},{{"kty":"oct","kid":"a","alg":"HS256","k":"{k}"}}]}}"#
         );
         assert!(matches!(parse(&two), Err(KeyFileError::DuplicateKid(_))));
+    }
+
+    #[test]
+    fn provider_keys_are_taken_skipped_or_refused_key_by_key() {
+        let b = |v: &[u8]| URL_SAFE_NO_PAD.encode(v);
+        // The P-256 generator G: a real point.
+        let gx = "axfR8uEsQkf4vOblY6RA8ncDfYEt6zOg9KE5RdiYwpY";
+        let gy = "T-NC4v4af5uO5-tKfA-eFivOM1drMV7Oy7ZAaDe_UfU";
+        let mut n = vec![0xc5u8; 256];
+        n[255] = 0x01;
+        let e = b(&[1, 0, 1]);
+        let file = format!(
+            r#"{{"keys":[
+              {{"kty":"RSA","kid":"r1","use":"sig","alg":"RS256","n":"{n}","e":"{e}","x5c":["MIIB"]}},
+              {{"kty":"RSA","kid":"r2","n":"{n}","e":"{e}"}},
+              {{"kty":"RSA","kid":"enc","use":"enc","alg":"RSA-OAEP","n":"{n}","e":"{e}"}},
+              {{"kty":"RSA","kid":"r384","alg":"RS384","n":"{n}","e":"{e}"}},
+              {{"kty":"EC","kid":"e1","crv":"P-256","x":"{gx}","y":"{gy}"}}
+            ]}}"#,
+            n = b(&n),
+        );
+        let set = parse(&file).unwrap();
+        let kept: Vec<_> = set.keys.iter().map(|k| (k.kid.as_str(), k.alg)).collect();
+        assert_eq!(
+            kept,
+            [("r1", Alg::Rs256), ("r2", Alg::Rs256), ("e1", Alg::Es256)]
+        );
+        let skipped: Vec<_> = set.skipped.iter().map(|s| s.kid.as_deref()).collect();
+        assert_eq!(skipped, [Some("enc"), Some("r384")]);
+        assert!(set.keys.iter().all(|k| !k.can_sign()));
+
+        let refused = |file: String| match parse(&file) {
+            Err(KeyFileError::BadKey { reason, .. }) => reason,
+            other => panic!("{other:?}"),
+        };
+        let short = b(&[0xc5u8; 128]);
+        assert!(refused(format!(
+            r#"{{"keys":[{{"kty":"RSA","kid":"s","alg":"RS256","n":"{short}","e":"{e}"}}]}}"#
+        ))
+        .contains("2048 bits, n has 1024"));
+        let off_curve = b(&[7u8; 32]);
+        assert!(refused(format!(
+            r#"{{"keys":[{{"kty":"EC","kid":"o","crv":"P-256","alg":"ES256","x":"{gx}","y":"{off_curve}"}}]}}"#
+        ))
+        .contains("not a point of P-256"));
+        // A usable key beside the broken one does not save the file.
+        assert!(refused(format!(
+            r#"{{"keys":[{{"kty":"EC","kid":"e1","crv":"P-256","x":"{gx}","y":"{gy}"}},
+               {{"kty":"RSA","kid":"s","alg":"RS256","n":"{short}","e":"{e}"}}]}}"#
+        ))
+        .contains("2048"));
     }
 
     #[test]

@@ -119,6 +119,46 @@ impl fmt::Display for IdentityError {
 
 impl std::error::Error for IdentityError {}
 
+/// The key file of `config`, read and checked, with a warning for each key
+/// passed over and for Ed25519 private keys (a gateway needs only the
+/// public half), and one line naming the keys in use.
+fn load_keys(config: &Config) -> Result<seckill_common::token::KeySet, IdentityError> {
+    let path = config.auth_keys.as_ref().ok_or(IdentityError::NoKeyFile)?;
+    let keys =
+        seckill_common::token::load(path).map_err(|e| IdentityError::KeyFile(path.clone(), e))?;
+    for skipped in &keys.skipped {
+        log::warn!("SECKILL_AUTH_KEYS={}: {skipped}", path.display());
+    }
+    if keys
+        .keys
+        .iter()
+        .any(|k| k.alg == Alg::EdDsa && k.can_sign())
+    {
+        log::warn!(
+            "SECKILL_AUTH_KEYS={} holds Ed25519 private keys (d): a gateway needs only \
+             the public half; give it the file without d",
+            path.display()
+        );
+    }
+    log::info!(
+        "buyer tokens: {} key(s) from {} ({}), audience {:?}{}",
+        keys.keys.len(),
+        path.display(),
+        keys.keys
+            .iter()
+            .map(|k| format!("{} {}", k.kid, k.alg.as_str()))
+            .collect::<Vec<_>>()
+            .join(", "),
+        config.auth_audience,
+        config
+            .auth_issuer
+            .as_deref()
+            .map(|i| format!(", issuer {i:?}"))
+            .unwrap_or_default()
+    );
+    Ok(keys)
+}
+
 /// How the gateway learns who buys (`SECKILL_AUTH`).
 pub enum Identity {
     /// `none`: the body's `user_id`, believed as sent.
@@ -141,38 +181,31 @@ impl Identity {
             );
             return Ok(Identity::Unverified);
         }
-        let path = config.auth_keys.as_ref().ok_or(IdentityError::NoKeyFile)?;
-        let keys = seckill_common::token::load(path)
-            .map_err(|e| IdentityError::KeyFile(path.clone(), e))?;
-        if keys
-            .keys
-            .iter()
-            .any(|k| k.alg == Alg::EdDsa && k.can_sign())
-        {
-            log::warn!(
-                "SECKILL_AUTH_KEYS={} holds Ed25519 private keys (d): a gateway needs only \
-                 the public half; give it the file without d",
-                path.display()
-            );
-        }
-        log::info!(
-            "buyer tokens: {} key(s) from {} ({}), audience {:?}",
-            keys.keys.len(),
-            path.display(),
-            keys.keys
-                .iter()
-                .map(|k| format!("{} {}", k.kid, k.alg.as_str()))
-                .collect::<Vec<_>>()
-                .join(", "),
-            config.auth_audience
-        );
-        Ok(Identity::Jwt(Box::new(Verifier::new(
+        let keys = load_keys(config)?;
+        Ok(Identity::Jwt(Box::new(Verifier::with_issuer(
             &keys,
             &config.auth_audience,
+            config.auth_issuer.as_deref(),
             config.auth_leeway.as_secs(),
             config.auth_max_ttl.as_secs(),
             config.auth_cache_max,
         ))))
+    }
+
+    /// Reads the key file again (a SIGHUP) and verifies with its keys from
+    /// now on; tokens of a key that left the file are refused at once. An
+    /// unusable file changes nothing: the keys in use stay.
+    ///
+    /// Errors: [`IdentityError`] (the old keys are kept).
+    pub fn reload(&self, config: &Config) -> Result<(), IdentityError> {
+        match self {
+            Identity::Unverified => Ok(()),
+            Identity::Jwt(v) => {
+                let keys = load_keys(config)?;
+                v.replace_keys(&keys);
+                Ok(())
+            }
+        }
     }
 
     /// Whether the body must name the buyer (`SECKILL_AUTH=none`).

@@ -79,6 +79,7 @@ order messages queued for the workers. No arguments: it is configured by
 SECKILL_* environment variables (README, \"Configuration\"), chiefly
 SECKILL_LISTEN (127.0.0.1:8080), SECKILL_REDIS_URL, SECKILL_AUTH and
 SECKILL_AUTH_KEYS (a JWKS file of buyer-token keys), SECKILL_PAYMENT_SECRET.
+SIGHUP reads SECKILL_AUTH_KEYS again (a bad file keeps the keys in use).
 Exit codes: 0 stopped by SIGTERM/SIGINT, 1 failed while running, 2 bad
 configuration or a port that cannot be listened on, 64 bad command line.";
 
@@ -88,10 +89,11 @@ fn main() -> ExitCode {
     }
     let unblocker = server::Unblocker::default();
     let on_signal = unblocker.clone();
-    let started = match start::start(move || on_signal.unblock_all()) {
+    let started = match start::start_reloading(move || on_signal.unblock_all()) {
         Ok(s) => s,
         Err(e) => return start::fail("seckill-gateway", &e, e.exit_code()),
     };
-    let result = server::run(started.config, started.shutdown, unblocker).map(|()| 0);
+    let result =
+        server::run(started.config, started.shutdown, started.reload, unblocker).map(|()| 0);
     start::finish("seckill-gateway", result, server::GatewayError::exit_code)
 }

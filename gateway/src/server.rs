@@ -17,6 +17,7 @@ use crate::reserver::Reserver;
 use crate::shed::Shed;
 use crate::soldout::SoldOutCache;
 use seckill_common::redis_target::Target;
+use seckill_common::shutdown::Reload;
 use seckill_common::{Config, Shutdown};
 use socket2::{Domain, Protocol, Socket, TcpKeepalive, Type};
 use std::fmt;
@@ -138,7 +139,12 @@ fn bind(
 /// being handled and returns.
 ///
 /// Errors: see [`GatewayError`].
-pub fn run(config: Config, shutdown: Shutdown, unblocker: Unblocker) -> Result<(), GatewayError> {
+pub fn run(
+    config: Config,
+    shutdown: Shutdown,
+    reload: Reload,
+    unblocker: Unblocker,
+) -> Result<(), GatewayError> {
     let client = Target::open(config.redis_url.as_str()).map_err(GatewayError::RedisUrl)?;
     let identity = Identity::from_config(&config).map_err(GatewayError::Identity)?;
     let listener = bind(
@@ -177,6 +183,13 @@ pub fn run(config: Config, shutdown: Shutdown, unblocker: Unblocker) -> Result<(
         payment_secret: config.payment_secret.clone(),
         payment_tolerance_s: config.payment_tolerance.as_secs(),
     });
+    if matches!(app.identity, Identity::Jwt(_)) {
+        let (app, config, shutdown) = (app.clone(), config.clone(), shutdown.clone());
+        std::thread::Builder::new()
+            .name("gw-keys".into())
+            .spawn(move || reload_keys(&app, &config, &shutdown, &reload))
+            .map_err(GatewayError::Thread)?;
+    }
     {
         let app = app.clone();
         std::thread::Builder::new()
@@ -285,4 +298,21 @@ fn start_readiness(app: Arc<App>, shutdown: Shutdown) -> Result<(), GatewayError
         })
         .map(|_| ())
         .map_err(GatewayError::Thread)
+}
+
+/// How often the key thread looks for a reload request.
+const RELOAD_POLL: std::time::Duration = std::time::Duration::from_millis(100);
+
+/// Reads the key file again after each SIGHUP ([`Reload`]) until
+/// `shutdown`; an unusable file is logged and the keys in use stay.
+fn reload_keys(app: &App, config: &Config, shutdown: &Shutdown, reload: &Reload) {
+    while !shutdown.is_triggered() {
+        std::thread::sleep(RELOAD_POLL);
+        if reload.take() {
+            match app.identity.reload(config) {
+                Ok(()) => log::info!("buyer-token keys reloaded"),
+                Err(e) => log::error!("key reload refused, the keys in use stay: {e}"),
+            }
+        }
+    }
 }

@@ -61,9 +61,7 @@ fn split(c: &Credentials) -> (Vec<u8>, Vec<u8>) {
 fn token_cost() {
     let hs = generate(Alg::Hs256, "h").unwrap();
     let ed = generate(Alg::EdDsa, "e").unwrap();
-    let set = KeySet {
-        keys: vec![hs.clone(), ed.clone()],
-    };
+    let set = KeySet::of(vec![hs.clone(), ed.clone()]);
     let public = seckill_common::token::parse(&set.to_jwks(false)).unwrap();
     let uncached = Verifier::new(&public, "seckill", 30, 24 * 3600, 0);
     let cached = Verifier::new(&public, "seckill", 30, 24 * 3600, 2 * TOKENS);

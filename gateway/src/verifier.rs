@@ -14,7 +14,8 @@ use seckill_common::token::{Alg, KeySet};
 use serde::Deserialize;
 use sha2::{Digest, Sha256};
 use std::collections::HashMap;
-use std::sync::Mutex;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::{Arc, Mutex, RwLock};
 
 /// Shards of the verified-token memory (one mutex each).
 pub const SHARDS: usize = 16;
@@ -57,13 +58,23 @@ impl KeyChoice {
 struct Remembered {
     sub: Box<str>,
     exp: u64,
+    /// The key set's generation it was verified under: a token verified
+    /// before a reload is checked again with the new keys.
+    generation: u32,
 }
+
+/// The keys by `kid`, each pinned to its algorithm.
+type Keys = HashMap<String, (Alg, DecodingKey)>;
 
 /// Verifies tokens against the keys of the key file.
 pub struct Verifier {
-    keys: HashMap<String, (Alg, DecodingKey)>,
-    hs256: Validation,
-    eddsa: Validation,
+    /// Replaced whole by [`Verifier::replace_keys`] (a reload); read only
+    /// for a token not in memory, which pays a signature check anyway.
+    keys: RwLock<Arc<Keys>>,
+    /// Bumped after each replacement of `keys`.
+    generation: AtomicU32,
+    /// The claims rules, one per algorithm ([`Alg::index`]).
+    validations: [Validation; 4],
     leeway_s: u64,
     /// `SECKILL_AUTH_MAX_TTL` in seconds: the longest lifetime accepted.
     max_ttl_s: u64,
@@ -76,9 +87,23 @@ impl Verifier {
     /// skew, refusing tokens that live longer than `max_ttl_s` seconds
     /// ([`Verifier::lifetime_ok`]), remembering at most about `cache_max`
     /// tokens (0: none).
+    #[cfg(test)]
     pub fn new(
         keys: &KeySet,
         audience: &str,
+        leeway_s: u64,
+        max_ttl_s: u64,
+        cache_max: usize,
+    ) -> Verifier {
+        Verifier::with_issuer(keys, audience, None, leeway_s, max_ttl_s, cache_max)
+    }
+
+    /// As [`Verifier::new`], and with `issuer` every token's `iss` must be
+    /// exactly it (`SECKILL_AUTH_ISSUER`).
+    pub fn with_issuer(
+        keys: &KeySet,
+        audience: &str,
+        issuer: Option<&str>,
         leeway_s: u64,
         max_ttl_s: u64,
         cache_max: usize,
@@ -89,21 +114,35 @@ impl Verifier {
             v.validate_exp = true;
             v.validate_nbf = true;
             v.set_audience(&[audience]);
-            v.set_required_spec_claims(&["exp", "aud", "sub"]);
+            match issuer {
+                Some(iss) => {
+                    v.set_issuer(&[iss]);
+                    v.set_required_spec_claims(&["exp", "aud", "sub", "iss"]);
+                }
+                None => v.set_required_spec_claims(&["exp", "aud", "sub"]),
+            }
             v
         };
         Verifier {
-            keys: keys
-                .keys
-                .iter()
-                .map(|k| (k.kid.clone(), (k.alg, k.decoding_key())))
-                .collect(),
-            hs256: validation(Alg::Hs256),
-            eddsa: validation(Alg::EdDsa),
+            keys: RwLock::new(Arc::new(keys_of(keys))),
+            generation: AtomicU32::new(0),
+            validations: Alg::ALL.map(validation),
             leeway_s,
             max_ttl_s,
             shard_max: cache_max.div_ceil(SHARDS),
             shards: (0..SHARDS).map(|_| Mutex::new(HashMap::new())).collect(),
+        }
+    }
+
+    /// Verifies with `keys` from now on: tokens of a key no longer in the
+    /// set are refused, and every remembered token is checked again once
+    /// (the memory does not say which key verified it).
+    pub fn replace_keys(&self, keys: &KeySet) {
+        let fresh = Arc::new(keys_of(keys));
+        *self.keys.write().unwrap_or_else(|p| p.into_inner()) = fresh;
+        self.generation.fetch_add(1, Ordering::AcqRel);
+        for shard in &self.shards {
+            shard.lock().unwrap_or_else(|p| p.into_inner()).clear();
         }
     }
 
@@ -127,15 +166,21 @@ impl Verifier {
         id.copy_from_slice(&digest[..16]);
         let id = u128::from_le_bytes(id);
         let shard = &self.shards[(id as usize) % SHARDS];
+        // Read before the keys (in `check`): a reload between the two leaves
+        // this token remembered under the old generation, checked again.
+        let generation = self.generation.load(Ordering::Acquire);
         if self.shard_max > 0 {
             let mut map = shard.lock().unwrap_or_else(|p| p.into_inner());
             if let Some(r) = map.get(&id) {
-                if now > r.exp.saturating_add(self.leeway_s) {
+                if r.generation != generation {
+                    map.remove(&id);
+                } else if now > r.exp.saturating_add(self.leeway_s) {
                     map.remove(&id);
                     return Err(Refused::Expired);
+                } else {
+                    metrics.token_cache_hits.inc();
+                    return Ok(r.sub.to_string());
                 }
-                metrics.token_cache_hits.inc();
-                return Ok(r.sub.to_string());
             }
         }
         let claims = self.check(token, now)?;
@@ -157,6 +202,7 @@ impl Verifier {
                 Remembered {
                     sub: claims.sub.as_str().into(),
                     exp: claims.exp,
+                    generation,
                 },
             );
         }
@@ -167,16 +213,15 @@ impl Verifier {
     fn check(&self, token: &str, now: u64) -> Result<Claims, Refused> {
         let header = KeyChoice::read(token)?;
         let kid = header.kid.as_deref().ok_or(Refused::Invalid)?;
-        let (alg, key) = self.keys.get(kid).ok_or(Refused::Invalid)?;
+        let keys = Arc::clone(&self.keys.read().unwrap_or_else(|p| p.into_inner()));
+        let (alg, key) = keys.get(kid).ok_or(Refused::Invalid)?;
         // The key decides the algorithm, never the token (an HS256 token
-        // "signed" with an Ed25519 public key as its secret is refused here).
+        // "signed" with an Ed25519 or RSA public key as its secret is
+        // refused here).
         if header.alg != alg.as_str() {
             return Err(Refused::Invalid);
         }
-        let validation = match alg {
-            Alg::Hs256 => &self.hs256,
-            Alg::EdDsa => &self.eddsa,
-        };
+        let validation = &self.validations[alg.index()];
         let data =
             jsonwebtoken::decode::<Claims>(token, key, validation).map_err(|e| match e.kind() {
                 jsonwebtoken::errors::ErrorKind::ExpiredSignature => Refused::Expired,
@@ -210,6 +255,14 @@ impl Verifier {
     }
 }
 
+/// The verifying keys of `set` by `kid`.
+fn keys_of(set: &KeySet) -> Keys {
+    set.keys
+        .iter()
+        .map(|k| (k.kid.clone(), (k.alg, k.decoding_key())))
+        .collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -219,13 +272,9 @@ mod tests {
     fn setup() -> (Verifier, Signer, Signer, Metrics) {
         let hs = generate(Alg::Hs256, "h").unwrap();
         let ed = generate(Alg::EdDsa, "e").unwrap();
-        let public = seckill_common::token::parse(
-            &KeySet {
-                keys: vec![hs.clone(), ed.clone()],
-            }
-            .to_jwks(false),
-        )
-        .unwrap();
+        let public =
+            seckill_common::token::parse(&KeySet::of(vec![hs.clone(), ed.clone()]).to_jwks(false))
+                .unwrap();
         (
             Verifier::new(&public, "seckill", 30, 24 * 3600, 1000),
             Signer::new(&hs).unwrap(),

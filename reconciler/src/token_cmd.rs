@@ -53,7 +53,7 @@ fn existing(path: &str) -> Result<Vec<token::Key>, TokenError> {
 fn write(path: &str, keys: Vec<token::Key>, private: bool) -> Result<(), TokenError> {
     use std::io::Write;
     use std::os::unix::fs::OpenOptionsExt;
-    let text = KeySet { keys }.to_jwks(private);
+    let text = KeySet::of(keys).to_jwks(private);
     let tmp = format!("{path}.tmp");
     let w = |e| TokenError::Write(path.to_string(), e);
     let mut f = std::fs::OpenOptions::new()

@@ -146,6 +146,9 @@ SQL
 
 # The schemathesis release tests/tests/api_contract.rs runs (PyPI).
 SCHEMATHESIS_VERSION=4.32.5
+# PyJWT (and the cryptography it brings for RS256 and ES256), pinned like
+# schemathesis: ensure_pyjwt.
+PYJWT_VERSION=2.15.1
 
 # ensure_schemathesis: installs schemathesis $SCHEMATHESIS_VERSION in a
 # virtual environment under the build directory
@@ -169,4 +172,29 @@ ensure_schemathesis() {
   python3 -m venv "$venv"
   "$venv/bin/pip" install -q "schemathesis==$SCHEMATHESIS_VERSION" >&2
   export SECKILL_SCHEMATHESIS="$st"
+}
+
+# ensure_pyjwt: installs PyJWT $PYJWT_VERSION with its `crypto` extra
+# (cryptography, for RS256 and ES256) in a virtual environment under the
+# build directory (${CARGO_TARGET_DIR:-target}/venv-pyjwt) when it is missing
+# or another version, and exports SECKILL_PYJWT_PYTHON (its python) for
+# tests/tests/gateway_provider_keys.rs: tokens minted by an independent JWT
+# library, as a shop's identity provider mints them.
+ensure_pyjwt() {
+  local venv
+  venv="$(realpath -m "${CARGO_TARGET_DIR:-target}")/venv-pyjwt"
+  local py="$venv/bin/python"
+  if [ -x "$py" ] && [ "$("$py" -c 'import jwt, cryptography; print(jwt.__version__)' 2>/dev/null)" = "$PYJWT_VERSION" ]; then
+    export SECKILL_PYJWT_PYTHON="$py"
+    return 0
+  fi
+  ensure_package python3 python3
+  if ! python3 -c 'import ensurepip, venv' >/dev/null 2>&1; then
+    ensure_package no-such-command-venv python3-venv
+  fi
+  echo "installing PyJWT $PYJWT_VERSION in $venv (for tests/tests/gateway_provider_keys.rs)" >&2
+  rm -rf "$venv"
+  python3 -m venv "$venv"
+  "$venv/bin/pip" install -q "pyjwt[crypto]==$PYJWT_VERSION" >&2
+  export SECKILL_PYJWT_PYTHON="$py"
 }

@@ -323,9 +323,7 @@ fn the_buyer_is_the_tokens_sub_and_reads_only_its_own_status() {
 
 fn write_keys(dir: &TempDir, name: &str, keys: &[&token::Key]) -> String {
     let path = dir.path().join(name);
-    let set = KeySet {
-        keys: keys.iter().map(|k| (*k).clone()).collect(),
-    };
+    let set = KeySet::of(keys.iter().map(|k| (*k).clone()).collect());
     std::fs::write(&path, set.to_jwks(false)).unwrap();
     path.display().to_string()
 }
