@@ -42,6 +42,7 @@ mod bench_read;
 mod bucket_read;
 mod buckets_cmd;
 mod cli;
+mod cli_help;
 mod compensate;
 mod dead_letter_archive;
 mod error;
@@ -67,18 +68,18 @@ use seckill_common::start::{self, EXIT_CONFIG, EXIT_USAGE};
 use seckill_common::Config;
 use std::process::ExitCode;
 
-const PROGRAM: &str = "seckill-reconciler";
+use cli_help::PROGRAM;
 
 fn main() -> ExitCode {
     let cmd = match cli::parse(std::env::args_os().skip(1)) {
         Ok(c) => c,
         Err(e) => {
-            let what = format!("{e}\nrun `{PROGRAM} --help` for usage");
+            let what = format!("{e}\n{}", e.pointer());
             return start::fail(PROGRAM, &what, EXIT_USAGE);
         }
     };
-    if let cli::Command::Help = cmd {
-        output::outln!("{}", cli::USAGE);
+    if let cli::Command::Help(text) = &cmd {
+        output::outln!("{text}");
         return ExitCode::SUCCESS;
     }
     // Exit 2 for any failure to start: 1 means "open findings" here.
@@ -97,7 +98,7 @@ fn run(
     cmd: cli::Command,
 ) -> Result<u8, Box<dyn std::error::Error>> {
     match cmd {
-        cli::Command::Help => Ok(0),
+        cli::Command::Help(_) => Ok(0),
         cli::Command::Migrate => {
             let applied = seckill_common::schema::migrate(&config.mysql_url, config.mysql_timeout)?;
             if applied.is_empty() {

@@ -10,7 +10,7 @@ mod support;
 
 use std::io::Read;
 use std::process::Stdio;
-use support::World;
+use support::{ok, World};
 
 fn stderr(out: &std::process::Output) -> String {
     String::from_utf8_lossy(&out.stderr).into_owned()
@@ -127,7 +127,7 @@ fn a_usage_error_is_one_line_and_a_pointer_to_help() {
     assert_eq!(
         stderr(&out),
         "seckill-reconciler: --state \"closed\": expected open, auto_fixed, resolved or all\n\
-         run `seckill-reconciler --help` for usage\n"
+         run `seckill-reconciler findings --help` for usage\n"
     );
     let out = w.cmd("0s", &["frobnicate"]);
     assert_eq!(out.status.code(), Some(64));
@@ -136,7 +136,85 @@ fn a_usage_error_is_one_line_and_a_pointer_to_help() {
     let help = w.cmd("0s", &["--help"]);
     assert_eq!(help.status.code(), Some(0));
     let text = String::from_utf8_lossy(&help.stdout);
-    assert!(text.starts_with("usage: seckill-reconciler COMMAND [OPTIONS]\n"));
+    assert!(text.starts_with("usage: seckill-reconciler COMMAND [ARGS] [OPTIONS]\n"));
     assert!(text.contains("  resolve FINDING_ID"), "{text}");
     assert!(text.lines().count() > 15, "{text}");
+}
+
+#[test]
+fn each_command_has_its_own_help_and_a_missing_argument_is_named() {
+    let w = World::new(1);
+    // A group without its subcommand lists them (exit 64).
+    let out = w.cmd("0s", &["sale"]);
+    assert_eq!(out.status.code(), Some(64));
+    assert!(out.stdout.is_empty());
+    let text = stderr(&out);
+    assert!(
+        text.starts_with("seckill-reconciler: sale: missing SUBCOMMAND, one of:\n  sale create "),
+        "{text}"
+    );
+    assert!(text.contains("\n  sale show ID "), "{text}");
+    assert!(
+        text.ends_with("\nrun `seckill-reconciler sale --help` for usage\n"),
+        "{text}"
+    );
+    assert!(!text.contains("resolve"), "{text}");
+
+    // A missing argument is named, with the command's own help.
+    let out = w.cmd("0s", &["resolve"]);
+    assert_eq!(out.status.code(), Some(64));
+    assert_eq!(
+        stderr(&out),
+        "seckill-reconciler: resolve: missing FINDING_ID\n\
+         run `seckill-reconciler resolve --help` for usage\n"
+    );
+    let out = w.cmd("0s", &["sale", "show"]);
+    assert_eq!(out.status.code(), Some(64));
+    assert_eq!(
+        stderr(&out),
+        "seckill-reconciler: sale show: missing ID\n\
+         run `seckill-reconciler sale show --help` for usage\n"
+    );
+    let out = w.cmd("0s", &["run", "now"]);
+    assert_eq!(out.status.code(), Some(64));
+    assert_eq!(
+        stderr(&out),
+        "seckill-reconciler: run: unexpected argument \"now\"\n\
+         run `seckill-reconciler run --help` for usage\n"
+    );
+
+    // `X --help` prints X's help only, each its own.
+    let mut seen = std::collections::HashSet::new();
+    for (args, usage) in [
+        (&["run", "--help"][..], "usage: seckill-reconciler run\n"),
+        (
+            &["resolve", "--help"],
+            "usage: seckill-reconciler resolve FINDING_ID (--reorder | --rollback | --dismiss) \
+             --by NAME [--note TEXT] [--dry-run]\n",
+        ),
+        (
+            &["sale", "create", "--help"],
+            "usage: seckill-reconciler sale create --sku SKU --stock N",
+        ),
+        (
+            &["sale", "--help"],
+            "usage: seckill-reconciler sale SUBCOMMAND [ARGS] [OPTIONS]\n",
+        ),
+        (
+            &["help", "findings"],
+            "usage: seckill-reconciler findings [",
+        ),
+    ] {
+        let out = w.cmd("0s", args);
+        assert_eq!(out.status.code(), Some(0), "{args:?}");
+        let text = String::from_utf8_lossy(&out.stdout).into_owned();
+        assert!(text.starts_with(usage), "{args:?}: {text}");
+        assert!(text.lines().count() < 30, "{args:?}: {text}");
+        assert!(seen.insert(text), "{args:?}: the same text as another");
+    }
+    let run = ok(&w.cmd("0s", &["run", "--help"]));
+    assert!(
+        !run.contains("--sku") && !run.contains("--reorder"),
+        "{run}"
+    );
 }
