@@ -210,7 +210,8 @@ options:
 options:
   --user U      the buyer: 1-64 characters of A-Z a-z 0-9 _ . -
   --key FILE    the signing key file
-  --ttl D       lifetime, 1s to 30d (default 10m)
+  --ttl D       lifetime, 1s to 30d (default 10m); the gateway refuses one longer
+                than its SECKILL_AUTH_MAX_TTL (default 24h): a warning says so
   --kid KID     the key (default: the file's last key that can sign)
   --audience A  default SECKILL_AUTH_AUDIENCE
   --count N     N tokens, one a line, for users U-0 .. U-(N-1) (benchmarks)",

@@ -119,6 +119,10 @@ fn run(
         cli::Command::Resolve(args) => Ok(resolve_cmd::resolve(config, &args)?),
         cli::Command::BenchRead(id) => Ok(bench_read::bench_read(config, id)?),
         cli::Command::TokenKeygen(args) => Ok(token_cmd::keygen(&args)?),
-        cli::Command::TokenIssue(args) => Ok(token_cmd::issue(&args, &config.auth_audience)?),
+        cli::Command::TokenIssue(args) => Ok(token_cmd::issue(
+            &args,
+            &config.auth_audience,
+            config.auth_max_ttl,
+        )?),
     }
 }

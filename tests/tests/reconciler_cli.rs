@@ -218,3 +218,92 @@ fn each_command_has_its_own_help_and_a_missing_argument_is_named() {
         "{run}"
     );
 }
+
+#[test]
+fn a_token_longer_than_the_gateways_maximum_is_issued_with_a_warning() {
+    let w = World::new(1);
+    let keys = w.dir.path().join("signing.json");
+    let keys = keys.to_str().unwrap();
+    ok(&w.cmd(
+        "0s",
+        &[
+            "token", "keygen", "--alg", "HS256", "--kid", "k1", "--out", keys,
+        ],
+    ));
+    let out = w.cmd(
+        "0s",
+        &[
+            "token", "issue", "--user", "alice", "--key", keys, "--ttl", "48h",
+        ],
+    );
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    assert_eq!(String::from_utf8_lossy(&out.stdout).matches('.').count(), 2);
+    assert_eq!(
+        stderr(&out),
+        "seckill-reconciler: warning: --ttl 48h is longer than SECKILL_AUTH_MAX_TTL (24h): \
+         a gateway with that maximum refuses this token (401 invalid_token); issue it with \
+         --ttl 24h or less, or raise SECKILL_AUTH_MAX_TTL on the gateway\n"
+    );
+    // At the maximum: no warning.
+    let out = w.cmd(
+        "0s",
+        &[
+            "token", "issue", "--user", "alice", "--key", keys, "--ttl", "24h",
+        ],
+    );
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    assert_eq!(stderr(&out), "");
+}
+
+#[test]
+fn a_review_file_in_a_missing_directory_names_the_variable_and_the_path() {
+    let w = World::new(1);
+    let path = w.dir.path().join("nowhere").join("review.sqlite3");
+    let out = seckill_tests::command("seckill-reconciler")
+        .arg("run")
+        .env("SECKILL_MYSQL_URL", w.db.url())
+        .env("SECKILL_REDIS_URL", w.redis.url())
+        .env("SECKILL_REVIEW_DB", &path)
+        .env("RUST_LOG", "off")
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert_eq!(
+        stderr(&out),
+        format!(
+            "seckill-reconciler: review store SECKILL_REVIEW_DB={}: its directory {} does \
+             not exist: create it, or set SECKILL_REVIEW_DB to a file in an existing one\n",
+            path.display(),
+            path.parent().unwrap().display()
+        )
+    );
+    assert!(!path.parent().unwrap().exists());
+}
+
+#[test]
+fn an_archive_delay_beyond_the_lookback_is_refused_with_the_lookbacks_value() {
+    let w = World::new(1);
+    for (lookback, after, shown) in [(None, "48h", "24h"), (Some("2h"), "3h", "2h")] {
+        let mut c = seckill_tests::command("seckill-reconciler");
+        c.arg("run")
+            .env("SECKILL_MYSQL_URL", w.db.url())
+            .env("SECKILL_REDIS_URL", w.redis.url())
+            .env("SECKILL_REVIEW_DB", w.review_path())
+            .env("SECKILL_ARCHIVE_AFTER", after)
+            .env_remove("SECKILL_RECONCILE_LOOKBACK");
+        if let Some(l) = lookback {
+            c.env("SECKILL_RECONCILE_LOOKBACK", l);
+        }
+        let out = c.output().unwrap();
+        assert_eq!(out.status.code(), Some(2));
+        assert_eq!(
+            stderr(&out),
+            format!(
+                "seckill-reconciler: invalid configuration: SECKILL_ARCHIVE_AFTER=\"{after}\": \
+                 expected a duration such as 1h, below SECKILL_RECONCILE_LOOKBACK ({shown}), \
+                 0, or off\n"
+            ),
+        );
+    }
+    assert!(!w.review_path().exists());
+}
