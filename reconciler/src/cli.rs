@@ -5,6 +5,8 @@
 //! named) before its match arm here reads it.
 
 use crate::cli_help::{self, PROGRAM};
+use crate::dead_letter_cmd::DeadLetterList;
+use crate::payment_dlq_cmd::{PaymentDeadLetterAction, PaymentDeadLetterArgs};
 use crate::review::findings::FindingState;
 use lexopt::prelude::*;
 use seckill_common::timefmt::parse_time_ms;
@@ -35,8 +37,17 @@ pub enum Command {
     Run,
     /// List findings.
     Findings(FindingsArgs),
+    /// Show one finding whole (`findings show ID [--json]`): id, JSON.
+    FindingsShow(i64, bool),
     /// Act on a finding.
     Resolve(ResolveArgs),
+    /// The reliable queues of one sale (`Some`) or every sale, and of
+    /// payments.
+    QueueShow(Option<u64>),
+    /// List a dead-letter list.
+    DeadLetterList(DeadLetterList),
+    /// Requeue or drop a payment dead letter.
+    PaymentDeadLetter(PaymentDeadLetterArgs),
     /// Time the bare reads of sale ID.
     BenchRead(u64),
     /// Add a new key to key files.
@@ -443,10 +454,26 @@ fn command(path: &str, args: &[&str], opts: &mut Opts, now_ms: u64) -> Result<Co
         }
         ("run", []) => Command::Run,
         ("findings", []) => findings(opts)?,
+        ("findings show", [id]) => {
+            Command::FindingsShow(finding_id(id)?, opts.take("json").is_some())
+        }
         ("resolve", [id]) => resolve(id, opts)?,
         ("token keygen", []) => token_keygen(opts)?,
         ("token issue", []) => token_issue(opts)?,
         ("bench-read", [id]) => Command::BenchRead(parse_u64(id, "sale id")?),
+        ("queue show", []) => Command::QueueShow(None),
+        ("queue show", [id]) => Command::QueueShow(Some(parse_u64(id, "sale id")?)),
+        ("dead-letter list", ["payments"]) => Command::DeadLetterList(DeadLetterList::Payments),
+        ("dead-letter list", [id]) => Command::DeadLetterList(DeadLetterList::Sale(parse_u64(
+            id,
+            "SALE (a sale id, or payments)",
+        )?)),
+        ("dead-letter requeue payments", [entry]) => {
+            payment_dead_letter(PaymentDeadLetterAction::Requeue, entry, opts)?
+        }
+        ("dead-letter drop payments", [entry]) => {
+            payment_dead_letter(PaymentDeadLetterAction::Drop, entry, opts)?
+        }
         _ => return err(format!("{path}: no match arm for {args:?}")),
     })
 }
@@ -564,6 +591,26 @@ fn resolve(id: &str, opts: &mut Opts) -> Result<Command, UsageError> {
         by,
         note,
         dry_run,
+    }))
+}
+
+/// `dead-letter requeue|drop payments ENTRY --by NAME [--note TEXT]
+/// [--dry-run]`; a drop needs its note.
+fn payment_dead_letter(
+    action: PaymentDeadLetterAction,
+    entry: &str,
+    opts: &mut Opts,
+) -> Result<Command, UsageError> {
+    let (by, note) = by_and_note(opts.take("by"), opts.take("note"))?;
+    if action == PaymentDeadLetterAction::Drop && note.is_none() {
+        return err("--note TEXT is required: say why the payment is not applied");
+    }
+    Ok(Command::PaymentDeadLetter(PaymentDeadLetterArgs {
+        action,
+        entry: entry.to_string(),
+        by,
+        note,
+        dry_run: opts.take("dry-run").is_some(),
     }))
 }
 

@@ -168,6 +168,18 @@ options:
   --json        a JSON array, every field whole",
     },
     Help {
+        path: "findings show",
+        args: &["ID"],
+        summary: "one finding whole: its evidence and every action on it",
+        options: "[--json]",
+        text: "Prints finding ID whole: every field, its evidence pretty-printed, and every
+row of the audit log about it (started rows and their completions). Changes
+nothing.
+
+options:
+  --json        one JSON object: {\"finding\": {...}, \"actions\": [...]}",
+    },
+    Help {
         path: "resolve",
         args: &["FINDING_ID"],
         summary: "act on a finding (reorder, rollback or dismiss)",
@@ -184,6 +196,61 @@ options:
   --dry-run     print what would change; change nothing, record nothing
 
 exit 2: refused (the line says why), nothing changed.",
+    },
+    Help {
+        path: "queue show",
+        args: &["[SALE]"],
+        summary: "queue lengths, processing lists, dead letters by reason",
+        options: "",
+        text: "Prints, for sale SALE (default: every sale in Redis) and then for the payment
+queue: the messages queued, each worker's processing list with the age of its
+oldest message and whether the worker's heartbeat is present, and the dead
+letters counted by reason. Reads long lists in pages; changes nothing.",
+    },
+    Help {
+        path: "dead-letter list",
+        args: &["SALE"],
+        summary: "a sale's dead letters, or the payment queue's (SALE: payments)",
+        options: "",
+        text: "Lists the dead letters of sale SALE (every bucket), or of the payment queue when
+SALE is `payments`, one a line. A sale's entry is named as its dead_letter finding
+(the reservation id); a payment entry by `entry` (what requeue and drop take) and
+by its finding's subject. Changes nothing.",
+    },
+    Help {
+        path: "dead-letter requeue payments",
+        args: &["ENTRY"],
+        summary: "put a payment dead letter back on the payment queue",
+        options: "--by NAME [--note TEXT] [--dry-run]",
+        text: "Puts payment dead letter ENTRY (its entry, or its finding's subject such as
+payment:pay-7 when one entry has it) back on the payment queue with its failed
+attempts cleared, in one step with its removal; audited in the review store as
+requeue_payment. The next run closes its dead_letter finding.
+
+options:
+  --by NAME     who acts: 1-64 characters of A-Z a-z 0-9 _ . - @
+  --note TEXT   why, at most 1000 characters
+  --dry-run     print what would change; change nothing, record nothing
+
+exit 2: refused (no such entry, several, or a message the worker cannot read:
+drop it), nothing changed.",
+    },
+    Help {
+        path: "dead-letter drop payments",
+        args: &["ENTRY"],
+        summary: "remove a payment dead letter (kept in the settled hash)",
+        options: "--by NAME --note TEXT [--dry-run]",
+        text: "Removes payment dead letter ENTRY (its entry, or its finding's subject) once the
+money or the cancellation was settled by hand; the entry is kept in
+seckill:{payments}:dlq:settled under the action. Audited in the review store as
+drop_payment. The next run closes its dead_letter finding.
+
+options:
+  --by NAME     who acts: 1-64 characters of A-Z a-z 0-9 _ . - @
+  --note TEXT   why the payment is not applied (required)
+  --dry-run     print what would change; change nothing, record nothing
+
+exit 2: refused (no such entry, or several), nothing changed.",
     },
     Help {
         path: "token keygen",

@@ -45,12 +45,15 @@ mod cli;
 mod cli_help;
 mod compensate;
 mod dead_letter_archive;
+mod dead_letter_cmd;
 mod error;
 mod findings_cmd;
 mod lock;
 mod metrics_file;
 mod mysql_read;
 mod output;
+mod payment_dlq_cmd;
+mod queue_cmd;
 mod redis_read;
 mod repair_cmd;
 mod repair_rebuild;
@@ -116,6 +119,10 @@ fn run(
         cli::Command::SaleArchive(id, by) => Ok(archive_cmd::archive_cmd(config, id, &by)?),
         cli::Command::Run => Ok(run_cmd::run(config, shutdown)?),
         cli::Command::Findings(args) => Ok(findings_cmd::findings(config, &args)?),
+        cli::Command::QueueShow(sale) => Ok(queue_cmd::show(config, sale)?),
+        cli::Command::DeadLetterList(which) => Ok(dead_letter_cmd::list(config, which)?),
+        cli::Command::PaymentDeadLetter(args) => Ok(payment_dlq_cmd::settle(config, &args)?),
+        cli::Command::FindingsShow(id, json) => Ok(findings_cmd::show(config, id, json)?),
         cli::Command::Resolve(args) => Ok(resolve_cmd::resolve(config, &args)?),
         cli::Command::BenchRead(id) => Ok(bench_read::bench_read(config, id)?),
         cli::Command::TokenKeygen(args) => Ok(token_cmd::keygen(&args)?),

@@ -15,6 +15,7 @@
 //!   `no_change`, `refused` or `failed`, its `completes` naming the started
 //!   row, `UNIQUE`) after it; see `settle.rs`.
 
+pub mod actions;
 pub mod archives;
 pub mod findings;
 
@@ -388,6 +389,13 @@ stored_enum! {
         /// An operator, or `run` after `SECKILL_ARCHIVE_AFTER`, removed an
         /// ended sale's Redis keys (`sale archive`); names a sale, no finding.
         Archive => "archive",
+        /// An operator put a payment dead letter back on the payment queue
+        /// (`dead-letter requeue payments`); names neither finding nor sale.
+        RequeuePayment => "requeue_payment",
+        /// An operator removed a payment dead letter, kept in the payment
+        /// queue's settled hash (`dead-letter drop payments`); names neither
+        /// finding nor sale.
+        DropPayment => "drop_payment",
     }
 }
 
