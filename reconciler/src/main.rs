@@ -14,8 +14,11 @@
 //!
 //! - [`cli`]: the command line, lexed then validated into a typed
 //!   [`cli::Command`], one function per command.
-//! - Commands, one file each: [`run_cmd`] (`run`), [`findings_cmd`],
-//!   [`resolve_cmd`], [`sale_cmd`] (`sale create/load/show`), [`repair_cmd`]
+//! - [`cli_help`]: every command's help text, one entry each.
+//! - Commands, one file each: [`run_cmd`] (`run`), [`findings_cmd`]
+//!   (`findings`, `findings show`), [`resolve_cmd`], [`queue_cmd`] (`queue
+//!   show`), [`dead_letter_cmd`] (`dead-letter list`), [`payment_dlq_cmd`]
+//!   (`dead-letter requeue|drop payments`), [`sale_cmd`] (`sale create/load/show`), [`repair_cmd`]
 //!   (`sale repair`), [`archive_cmd`] (`sale archive`, and `run`'s own),
 //!   [`token_cmd`] (`token keygen/issue`), [`bench_read`],
 //!   [`buckets_cmd`] (`sale rebalance`, the per-bucket table of `sale show`).
