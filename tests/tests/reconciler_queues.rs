@@ -464,3 +464,80 @@ fn an_interrupted_payment_action_is_completed_by_the_next_run() {
         2
     );
 }
+
+#[test]
+fn a_requeue_killed_at_random_moments_happens_once_with_one_completion_row() {
+    let (w, rids, entry) = queues();
+    assert_eq!(w.run(), 1);
+    let mut con = w.redis.con();
+    let _: i64 = con.lrem(payment::DEAD_LETTERS, 1, &entry).unwrap();
+    const N: u64 = 20;
+    let mut seed = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .subsec_nanos() as u64;
+    for i in 0..N {
+        let id = format!("pay-k{i}");
+        let e = payment::dead_letter_entry(payment(&id, &rids[0]).to_json().as_bytes(), "x");
+        let _: () = con.lpush(payment::DEAD_LETTERS, &e).unwrap();
+        let mut child = seckill_tests::command("seckill-reconciler")
+            .args([
+                "dead-letter",
+                "requeue",
+                "payments",
+                &format!("payment:{id}"),
+            ])
+            .args(["--by", "alice"])
+            .env("SECKILL_MYSQL_URL", w.db.url())
+            .env("SECKILL_REDIS_URL", w.redis.url())
+            .env("SECKILL_REVIEW_DB", w.review_path())
+            .env("RUST_LOG", "off")
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .unwrap();
+        seed = seed
+            .wrapping_mul(6_364_136_223_846_793_005)
+            .wrapping_add(1_442_695_040_888_963_407);
+        std::thread::sleep(std::time::Duration::from_millis((seed >> 33) % 40));
+        let _ = child.kill(); // SIGKILL; it may have finished already
+        let _ = child.wait();
+    }
+    assert_eq!(w.run(), 1); // completes what the kills left
+    let queued: Vec<String> = con.lrange(payment::QUEUE, 0, -1).unwrap();
+    let left: Vec<String> = con.lrange(payment::DEAD_LETTERS, 0, -1).unwrap();
+    let settled: i64 = con.hlen(payment::DEAD_LETTERS_SETTLED).unwrap();
+    let count = |sql: &str| w.review_count(sql);
+    let done =
+        count("SELECT COUNT(*) FROM actions WHERE action = 'requeue_payment' AND result = 'done'");
+    // Each payment is exactly once either still a dead letter or requeued.
+    for i in 0..N {
+        let m = payment(&format!("pay-k{i}"), &rids[0]).to_json();
+        let in_queue = queued.iter().filter(|q| **q == m).count();
+        let in_dlq = left
+            .iter()
+            .filter(|e| e.contains(&format!("pay-k{i}\\")))
+            .count();
+        assert_eq!(
+            in_queue + in_dlq,
+            1,
+            "pay-k{i}: queued {in_queue}, dead {in_dlq}"
+        );
+    }
+    // One done row per effect, one completion per started row, none other.
+    assert_eq!(done, settled);
+    assert_eq!(done as usize, queued.len() - 1); // pay-1 was queued before
+    assert_eq!(
+        count("SELECT COUNT(*) FROM actions s WHERE s.result = 'started' AND (SELECT COUNT(*) FROM actions c WHERE c.completes = s.id) <> 1"),
+        0
+    );
+    assert_eq!(
+        count("SELECT COUNT(*) FROM actions WHERE result = 'started' AND action = 'requeue_payment'"),
+        count("SELECT COUNT(*) FROM actions WHERE completes IS NOT NULL AND action = 'requeue_payment'")
+    );
+    println!(
+        "{N} kills: {done} requeued, {} left as dead letters, {} started rows",
+        left.len(),
+        count("SELECT COUNT(*) FROM actions WHERE result = 'started'")
+    );
+}
