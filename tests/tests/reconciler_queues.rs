@@ -404,6 +404,17 @@ fn a_payment_dead_letter_is_requeued_or_dropped_once_with_its_action_rows() {
          longer observed this discrepancy\n"
     ));
     assert_eq!(out, want);
+    let json: serde_json::Value = serde_json::from_str(&ok(
+        &w.cmd("0s", &["findings", "show", &id.to_string(), "--json"])
+    ))
+    .unwrap();
+    assert_eq!(json["finding"], f);
+    assert_eq!(
+        json["actions"],
+        serde_json::json!([{"id": close_id, "at": close_at, "actor": "reconciler",
+            "action": "close", "result": "done", "completes": null,
+            "detail": "a run no longer observed this discrepancy"}])
+    );
     let out = w.cmd("0s", &["findings", "show", "999"]);
     assert_eq!(out.status.code(), Some(2));
     assert_eq!(
