@@ -381,7 +381,16 @@ fn command_of<'w>(
                     command: g,
                 },
                 (_, Some(g)) => UsageError {
-                    message: unknown,
+                    // `dead-letter requeue` without its third word: say
+                    // which words the command takes.
+                    message: match cli_help::partial(words) {
+                        Some(h) => format!(
+                            "{}: expected {}",
+                            words.join(" "),
+                            h.usage().trim_start_matches("usage: ")
+                        ),
+                        None => unknown,
+                    },
                     command: g,
                 },
                 (_, None) => UsageError::new(unknown),
@@ -978,6 +987,15 @@ mod tests {
         );
         let e = p("sale frobnicate 1").unwrap_err();
         assert_eq!(e.command, "sale");
+        let e = p("dead-letter requeue").unwrap_err();
+        assert_eq!(
+            (e.message.as_str(), e.command),
+            (
+                "dead-letter requeue: expected seckill-reconciler dead-letter requeue payments \
+                 ENTRY --by NAME [--note TEXT] [--dry-run]",
+                "dead-letter"
+            )
+        );
         let e = p("findings --state closed").unwrap_err();
         assert_eq!(e.command, "findings");
         let Ok(Command::Help(run)) = p("run --help") else {

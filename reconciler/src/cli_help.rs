@@ -368,6 +368,15 @@ pub fn find(words: &[&str]) -> Option<&'static Help> {
         .max_by_key(|h| h.path.len())
 }
 
+/// The command of more than two words whose first two `words` are (`dead-letter
+/// requeue` of `dead-letter requeue payments`), when `words` name none.
+pub fn partial(words: &[&str]) -> Option<&'static Help> {
+    COMMANDS.iter().find(|h| {
+        let path: Vec<&str> = h.path.split(' ').collect();
+        path.len() > 2 && words.len() >= 2 && path[..2] == words[..2]
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
