@@ -468,10 +468,20 @@ fn read_worker(c: &mut Config, get: &Get<'_>) -> Result<(), ConfigError> {
             v => Some(parse_duration_or_zero("SECKILL_ARCHIVE_AFTER", v).map_err(|_| err())?),
         };
         // A sale ended longer ago than the lookback is no longer checked,
-        // so it would never be archived (the hostile pass: 48h against the
-        // default 24h was taken silently).
+        // so it would never be archived.
         if c.archive_after.is_some_and(|a| a >= c.reconcile_lookback) {
-            return Err(err());
+            // The lookback's value, so the operator sees which bound to
+            // meet. `expected` is a `&'static str` for the fixed texts of
+            // every other variable; this one error ends the process, so the
+            // few bytes are leaked once.
+            let expected = format!(
+                "a duration such as 1h, below SECKILL_RECONCILE_LOOKBACK ({}), 0, or off",
+                short_duration(c.reconcile_lookback)
+            );
+            return Err(ConfigError {
+                expected: Box::leak(expected.into_boxed_str()),
+                ..err()
+            });
         }
     }
     if let Some(v) = get("SECKILL_RECONCILE_GRACE") {
@@ -601,6 +611,17 @@ const MAX_TTL: &str = "whole seconds from 1s to 30 days, such as 24h";
 
 /// What `SECKILL_ARCHIVE_AFTER` takes.
 const ARCHIVE_AFTER: &str = "a duration such as 1h, below SECKILL_RECONCILE_LOOKBACK, 0, or off";
+
+/// `d` as an operator writes it: `24h`, `90m`, `45s`, `1500ms`.
+fn short_duration(d: Duration) -> String {
+    let ms = d.as_millis();
+    match ms {
+        _ if ms % 3_600_000 == 0 => format!("{}h", ms / 3_600_000),
+        _ if ms % 60_000 == 0 => format!("{}m", ms / 60_000),
+        _ if ms % 1000 == 0 => format!("{}s", ms / 1000),
+        _ => format!("{ms}ms"),
+    }
+}
 
 fn parse_url(variable: &'static str, v: &str, schemes: &[&str]) -> Result<String, ConfigError> {
     if schemes.iter().any(|s| v.starts_with(s)) && v.len() > 8 {
@@ -920,6 +941,22 @@ mod tests {
                 "{msg}"
             );
         }
+    }
+
+    #[test]
+    fn an_archive_delay_beyond_the_lookback_shows_the_lookback() {
+        let err = Config::from_map(&map(&[
+            ("SECKILL_RECONCILE_LOOKBACK", "90m"),
+            ("SECKILL_ARCHIVE_AFTER", "2h"),
+        ]))
+        .unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "invalid configuration: SECKILL_ARCHIVE_AFTER=\"2h\": expected a duration such \
+             as 1h, below SECKILL_RECONCILE_LOOKBACK (90m), 0, or off"
+        );
+        assert_eq!(short_duration(Duration::from_millis(1500)), "1500ms");
+        assert_eq!(short_duration(Duration::from_secs(86_400)), "24h");
     }
 
     #[test]

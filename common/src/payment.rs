@@ -32,6 +32,12 @@ pub const QUEUE: &str = "seckill:{payments}";
 pub const ATTEMPTS: &str = "seckill:{payments}:attempts";
 /// The payments' dead-letter list (JSON: message, reason).
 pub const DEAD_LETTERS: &str = "seckill:{payments}:dlq";
+/// Hash action mark (`ACTION_ID@TIME`) -> JSON `{"entry", "action",
+/// "actor", "at"}`: each dead letter an operator requeued or dropped
+/// (`seckill-reconciler dead-letter requeue|drop payments`), written in the
+/// same script as its removal, so nothing is lost and an interrupted action
+/// can tell whether its effect happened.
+pub const DEAD_LETTERS_SETTLED: &str = "seckill:{payments}:dlq:settled";
 
 /// The processing list of worker `worker_id` for payments.
 pub fn processing(worker_id: &str) -> String {

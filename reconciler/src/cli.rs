@@ -1,69 +1,23 @@
 //! Owns the command line: raw arguments are parsed with lexopt, then
 //! validated into a typed [`Command`]; nothing here touches the network.
+//! The help texts, and each command's positional arguments, are in
+//! `cli_help.rs`: a command path is checked there (a missing argument is
+//! named) before its match arm here reads it.
 
+use crate::cli_help::{self, PROGRAM};
+use crate::dead_letter_cmd::DeadLetterList;
+use crate::payment_dlq_cmd::{PaymentDeadLetterAction, PaymentDeadLetterArgs};
 use crate::review::findings::FindingState;
 use lexopt::prelude::*;
 use seckill_common::timefmt::parse_time_ms;
 use std::ffi::OsString;
 use std::fmt;
 
-/// The usage text printed by `--help` (a command-line error prints only
-/// itself and a pointer to `--help`).
-pub const USAGE: &str = "\
-usage: seckill-reconciler COMMAND [OPTIONS]
-
-commands:
-  migrate                       create the MySQL database if missing and apply the schema
-  sale create --sku SKU --stock N --starts-at T --ends-at T [--title TEXT] [--price-cents N]
-              [--payment-window D [--rebuy-after-release]] [--shards K]
-                                T: RFC 3339 (2026-11-29T20:00:00Z, +08:00 offsets too),
-                                   now, now+30s, now+2h
-                                D: 15m, 30s, 500ms: orders wait that long for their payment,
-                                   then their unit goes back on sale (default: none, orders
-                                   are final at creation); --rebuy-after-release lets the
-                                   buyer of an expired or cancelled order buy again
-                                K: split the stock over K buckets (1-64, default 1), each
-                                   under its own hash tag
-  sale load ID [--shards K]     put a MySQL sale into Redis unless Redis holds live state
-                                (K: the sale's, which MySQL keeps; --shards only for a sale
-                                created before migration 5, or to repeat the same K)
-  sale show ID                  MySQL and Redis figures side by side (per bucket)
-  sale rebalance ID             complete half-done transfers between the sale's buckets
-                                and move units to empty ones (exit 1: archived, refused)
-  sale repair ID --by NAME [--note TEXT]
-                                rebuild a paused sale's Redis state from MySQL and resume it
-  sale archive ID --by NAME     remove an ended sale's Redis keys (a tombstone stays) once
-                                every order is final and a run found it clean (exit 1:
-                                refused, nothing changed); `run` does it by itself
-                                SECKILL_ARCHIVE_AFTER past the end (default 1h, off: never)
-  run                           reconcile every active or recent sale (exit 1: open findings)
-  findings [--state open|auto_fixed|resolved|all] [--sale ID] [--json]
-                                list findings from the review store (default: open)
-  resolve FINDING_ID (--reorder | --rollback | --dismiss) --by NAME [--note TEXT] [--dry-run]
-                                --reorder   queue the order message again
-                                --rollback  release the reservation in Redis (stock +1)
-                                --dismiss   close the finding with the note
-  token keygen --alg HS256|EdDSA --kid KID --out FILE [--public FILE]
-                                add a new random key to the signing key file FILE (JWKS,
-                                created when missing) and its verifying half to --public
-                                (the gateway's SECKILL_AUTH_KEYS); prints the kid
-  token issue --user U --key FILE [--ttl 10m] [--kid KID] [--audience A] [--count N]
-                                print a buyer token for U signed with KID (default: the
-                                file's last key that can sign); audience default
-                                SECKILL_AUTH_AUDIENCE; --count N: N tokens, one a line,
-                                for users U-0 .. U-(N-1) (benchmarks)
-  bench-read ID                 time the bare reads of a sale's flow records, ledger
-                                and orders (the benchmark's baseline); changes nothing
-
-configuration comes from SECKILL_* environment variables (see README).
-exit codes: 0 ok, 1 open findings (run) or a refused sale repair, archive, load or rebalance,
-2 could not run (an unknown sale included), 64 bad command line";
-
 /// A validated command.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Command {
-    /// Print usage.
-    Help,
+    /// Print this help text (`--help`, `COMMAND --help`, `help`).
+    Help(String),
     /// Apply the MySQL schema.
     Migrate,
     /// Create a sale in MySQL and load it into Redis.
@@ -83,8 +37,17 @@ pub enum Command {
     Run,
     /// List findings.
     Findings(FindingsArgs),
+    /// Show one finding whole (`findings show ID [--json]`): id, JSON.
+    FindingsShow(i64, bool),
     /// Act on a finding.
     Resolve(ResolveArgs),
+    /// The reliable queues of one sale (`Some`) or every sale, and of
+    /// payments.
+    QueueShow(Option<u64>),
+    /// List a dead-letter list.
+    DeadLetterList(DeadLetterList),
+    /// Requeue or drop a payment dead letter.
+    PaymentDeadLetter(PaymentDeadLetterArgs),
     /// Time the bare reads of sale ID.
     BenchRead(u64),
     /// Add a new key to key files.
@@ -235,29 +198,63 @@ pub const MAX_AHEAD_MS: u64 = 10 * 366 * 24 * 3600 * 1000;
 /// Highest price: one billion currency units, in cents.
 pub const MAX_PRICE_CENTS: u64 = 100_000_000_000;
 
-/// A command line that cannot be run: one line saying what is wrong.
+/// A command line that cannot be run: what is wrong, and the command whose
+/// `--help` tells what is right.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct UsageError(pub String);
+pub struct UsageError {
+    /// One line (a missing subcommand adds the list of them).
+    pub message: String,
+    /// The command path the pointer names (`resolve`, `sale`); empty for
+    /// the top-level help.
+    pub command: &'static str,
+}
+
+impl UsageError {
+    /// An error of no particular command.
+    pub fn new(message: impl Into<String>) -> UsageError {
+        UsageError {
+            message: message.into(),
+            command: "",
+        }
+    }
+
+    /// The same error, pointing at `command --help` unless it already
+    /// points somewhere.
+    fn within(mut self, command: &'static str) -> UsageError {
+        if self.command.is_empty() {
+            self.command = command;
+        }
+        self
+    }
+
+    /// The line after the message: where the usage is.
+    pub fn pointer(&self) -> String {
+        match self.command {
+            "" => format!("run `{PROGRAM} --help` for usage"),
+            c => format!("run `{PROGRAM} {c} --help` for usage"),
+        }
+    }
+}
 
 impl fmt::Display for UsageError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(&self.0)
+        f.write_str(&self.message)
     }
 }
 
 impl From<lexopt::Error> for UsageError {
     fn from(e: lexopt::Error) -> Self {
-        UsageError(e.to_string())
+        UsageError::new(e.to_string())
     }
 }
 
 fn err<T>(msg: impl Into<String>) -> Result<T, UsageError> {
-    Err(UsageError(msg.into()))
+    Err(UsageError::new(msg))
 }
 
 fn string(v: OsString, what: &str) -> Result<String, UsageError> {
     v.into_string()
-        .map_err(|_| UsageError(format!("{what}: not valid UTF-8")))
+        .map_err(|_| UsageError::new(format!("{what}: not valid UTF-8")))
 }
 
 /// The operator (`--by`, required: 1-64 of `A-Z a-z 0-9 _ . - @`) and the
@@ -266,19 +263,19 @@ fn by_and_note(
     by: Option<String>,
     note: Option<String>,
 ) -> Result<(String, Option<String>), UsageError> {
-    let by = by.ok_or_else(|| UsageError("--by NAME is required".into()))?;
+    let by = by.ok_or_else(|| UsageError::new("--by NAME is required"))?;
     if !(1..=64).contains(&by.len())
         || !by
             .bytes()
             .all(|b| b.is_ascii_alphanumeric() || b"_.-@".contains(&b))
     {
-        return Err(UsageError(format!(
+        return Err(UsageError::new(format!(
             "--by {by:?}: expected 1-64 characters of A-Z a-z 0-9 _ . - @"
         )));
     }
     if let Some(n) = &note {
         if n.chars().count() > MAX_NOTE || n.chars().any(|c| c.is_control() && c != '\n') {
-            return Err(UsageError(format!(
+            return Err(UsageError::new(format!(
                 "--note: at most {MAX_NOTE} characters, no control characters"
             )));
         }
@@ -288,7 +285,7 @@ fn by_and_note(
 
 fn parse_u64(v: &str, what: &str) -> Result<u64, UsageError> {
     v.parse()
-        .map_err(|_| UsageError(format!("{what}: {v:?} is not a non-negative integer")))
+        .map_err(|_| UsageError::new(format!("{what}: {v:?} is not a non-negative integer")))
 }
 
 /// Parses the arguments after the program name.
@@ -309,16 +306,26 @@ impl Opts {
     }
 }
 
-/// Splits the arguments into words and options; `None` for `--help`.
-fn lex(
-    args: impl IntoIterator<Item = OsString>,
-) -> Result<Option<(Vec<String>, Opts)>, UsageError> {
+/// A lexed command line: its words, its options, and whether `--help` (or
+/// `-h`) came (the words before it name the help asked for).
+struct Lexed {
+    words: Vec<String>,
+    opts: Opts,
+    help: bool,
+}
+
+/// Splits the arguments into words and options, up to a `--help`.
+fn lex(args: impl IntoIterator<Item = OsString>) -> Result<Lexed, UsageError> {
     let mut p = lexopt::Parser::from_args(args);
     let mut words = Vec::new();
     let mut opts: Vec<(String, String)> = Vec::new();
+    let mut help = false;
     while let Some(arg) = p.next()? {
         match arg {
-            Short('h') | Long("help") => return Ok(None),
+            Short('h') | Long("help") => {
+                help = true;
+                break;
+            }
             Long(name) if FLAGS.contains(&name) => {
                 let name = name.to_string();
                 if p.optional_value().is_some() {
@@ -335,7 +342,76 @@ fn lex(
             other => return Err(other.unexpected().into()),
         }
     }
-    Ok(Some((words, Opts(opts))))
+    Ok(Lexed {
+        words,
+        opts: Opts(opts),
+        help,
+    })
+}
+
+/// The help text asked for by `WORDS --help` or `help WORDS`: the
+/// command's own, a group's list of subcommands, or the overview.
+fn help_for(words: &[&str]) -> String {
+    if let Some(h) = cli_help::find(words) {
+        return h.full();
+    }
+    words
+        .first()
+        .and_then(|w| cli_help::group(w))
+        .unwrap_or_else(cli_help::overview)
+}
+
+/// The command `words` name, with its positional arguments checked
+/// against its help entry.
+///
+/// Errors: an unknown command, a group without its subcommand (listing
+/// them), a missing argument (named) or one too many.
+fn command_of<'w>(
+    words: &'w [&'w str],
+) -> Result<(&'static cli_help::Help, &'w [&'w str]), UsageError> {
+    let Some(h) = cli_help::find(words) else {
+        let unknown = format!("unknown command: {}", words.join(" "));
+        return Err(
+            match (words, words.first().and_then(|w| cli_help::group_name(w))) {
+                ([_], Some(g)) => UsageError {
+                    message: format!(
+                        "{g}: missing SUBCOMMAND, one of:\n{}",
+                        cli_help::subcommands(g)
+                    ),
+                    command: g,
+                },
+                (_, Some(g)) => UsageError {
+                    // `dead-letter requeue` without its third word: say
+                    // which words the command takes.
+                    message: match cli_help::partial(words) {
+                        Some(h) => format!(
+                            "{}: expected {}",
+                            words.join(" "),
+                            h.usage().trim_start_matches("usage: ")
+                        ),
+                        None => unknown,
+                    },
+                    command: g,
+                },
+                (_, None) => UsageError::new(unknown),
+            },
+        );
+    };
+    let rest = &words[h.path.split(' ').count()..];
+    if rest.len() < h.required() {
+        return Err(
+            UsageError::new(format!("{}: missing {}", h.path, h.args[rest.len()])).within(h.path),
+        );
+    }
+    if rest.len() > h.args.len() {
+        return Err(UsageError::new(format!(
+            "{}: unexpected argument {:?}",
+            h.path,
+            rest[h.args.len()]
+        ))
+        .within(h.path));
+    }
+    Ok((h, rest))
 }
 
 /// [`parse`] with the clock given (for `now+30s`), so tests are exact.
@@ -343,52 +419,82 @@ pub fn parse_at(
     args: impl IntoIterator<Item = OsString>,
     now_ms: u64,
 ) -> Result<Command, UsageError> {
-    let Some((words, mut opts)) = lex(args)? else {
-        return Ok(Command::Help);
-    };
+    let Lexed {
+        words,
+        mut opts,
+        help,
+    } = lex(args)?;
     let words: Vec<&str> = words.iter().map(String::as_str).collect();
-    let cmd = match words.as_slice() {
-        [] | ["help"] => Command::Help,
-        ["migrate"] => Command::Migrate,
-        ["sale", "load", id] => {
+    match words.as_slice() {
+        _ if help => return Ok(Command::Help(help_for(&words))),
+        [] | ["help"] => return Ok(Command::Help(cli_help::overview())),
+        ["help", rest @ ..] => return Ok(Command::Help(help_for(rest))),
+        _ => {}
+    }
+    let (h, rest) = command_of(&words)?;
+    let cmd = command(h.path, rest, &mut opts, now_ms).map_err(|e| e.within(h.path))?;
+    if let Some((name, _)) = opts.0.first() {
+        return Err(UsageError::new(format!("unexpected option --{name}")).within(h.path));
+    }
+    Ok(cmd)
+}
+
+/// The match arm of each command: `path` is a [`cli_help::Help`] path,
+/// `args` its positional arguments, as many as it declares.
+fn command(path: &str, args: &[&str], opts: &mut Opts, now_ms: u64) -> Result<Command, UsageError> {
+    Ok(match (path, args) {
+        ("migrate", []) => Command::Migrate,
+        ("sale create", []) => sale_create(opts, now_ms)?,
+        ("sale load", [id]) => {
             let id = parse_u64(id, "sale id")?;
-            Command::SaleLoad(id, shards_given(&mut opts)?)
+            Command::SaleLoad(id, shards_given(opts)?)
         }
-        ["sale", "rebalance", id] => Command::SaleRebalance(parse_u64(id, "sale id")?),
-        ["sale", "show", id] => Command::SaleShow(parse_u64(id, "sale id")?),
-        ["sale", "repair", id] => {
+        ("sale rebalance", [id]) => Command::SaleRebalance(parse_u64(id, "sale id")?),
+        ("sale show", [id]) => Command::SaleShow(parse_u64(id, "sale id")?),
+        ("sale repair", [id]) => {
             let sale_id = parse_u64(id, "sale id")?;
             let (by, note) = by_and_note(opts.take("by"), opts.take("note"))?;
             Command::SaleRepair(RepairArgs { sale_id, by, note })
         }
-        ["sale", "archive", id] => {
+        ("sale archive", [id]) => {
             let sale_id = parse_u64(id, "sale id")?;
             let (by, _) = by_and_note(opts.take("by"), None)?;
             Command::SaleArchive(sale_id, by)
         }
-        ["run"] => Command::Run,
-        ["bench-read", id] => Command::BenchRead(parse_u64(id, "sale id")?),
-        ["token", "keygen"] => token_keygen(&mut opts)?,
-        ["token", "issue"] => token_issue(&mut opts)?,
-        ["findings"] => findings(&mut opts)?,
-        ["resolve", id] => resolve(id, &mut opts)?,
-        ["sale", "create"] => sale_create(&mut opts, now_ms)?,
-        _ => return err(format!("unknown command: {}", words.join(" "))),
-    };
-    if let Some((name, _)) = opts.0.first() {
-        return err(format!("unexpected option --{name}"));
-    }
-    Ok(cmd)
+        ("run", []) => Command::Run,
+        ("findings", []) => findings(opts)?,
+        ("findings show", [id]) => {
+            Command::FindingsShow(finding_id(id)?, opts.take("json").is_some())
+        }
+        ("resolve", [id]) => resolve(id, opts)?,
+        ("token keygen", []) => token_keygen(opts)?,
+        ("token issue", []) => token_issue(opts)?,
+        ("bench-read", [id]) => Command::BenchRead(parse_u64(id, "sale id")?),
+        ("queue show", []) => Command::QueueShow(None),
+        ("queue show", [id]) => Command::QueueShow(Some(parse_u64(id, "sale id")?)),
+        ("dead-letter list", ["payments"]) => Command::DeadLetterList(DeadLetterList::Payments),
+        ("dead-letter list", [id]) => Command::DeadLetterList(DeadLetterList::Sale(parse_u64(
+            id,
+            "SALE (a sale id, or payments)",
+        )?)),
+        ("dead-letter requeue payments", [entry]) => {
+            payment_dead_letter(PaymentDeadLetterAction::Requeue, entry, opts)?
+        }
+        ("dead-letter drop payments", [entry]) => {
+            payment_dead_letter(PaymentDeadLetterAction::Drop, entry, opts)?
+        }
+        _ => return err(format!("{path}: no match arm for {args:?}")),
+    })
 }
 
 /// `token keygen --alg HS256|EdDSA --kid K --out FILE [--public FILE]`.
 fn token_keygen(opts: &mut Opts) -> Result<Command, UsageError> {
     let alg = opts.take("alg").unwrap_or_default();
     let alg = seckill_common::token::Alg::parse(&alg)
-        .ok_or_else(|| UsageError(format!("--alg {alg:?}: expected HS256 or EdDSA")))?;
+        .ok_or_else(|| UsageError::new(format!("--alg {alg:?}: expected HS256 or EdDSA")))?;
     let kid = opts
         .take("kid")
-        .ok_or_else(|| UsageError("--kid is required".into()))?;
+        .ok_or_else(|| UsageError::new("--kid is required"))?;
     if !seckill_common::is_valid_token(&kid) {
         return err(format!(
             "--kid {kid:?}: expected {}",
@@ -397,7 +503,7 @@ fn token_keygen(opts: &mut Opts) -> Result<Command, UsageError> {
     }
     let out = opts
         .take("out")
-        .ok_or_else(|| UsageError("--out is required".into()))?;
+        .ok_or_else(|| UsageError::new("--out is required"))?;
     let public = opts.take("public");
     Ok(Command::TokenKeygen(TokenKeygen {
         alg,
@@ -411,7 +517,7 @@ fn token_keygen(opts: &mut Opts) -> Result<Command, UsageError> {
 fn token_issue(opts: &mut Opts) -> Result<Command, UsageError> {
     let user = opts
         .take("user")
-        .ok_or_else(|| UsageError("--user is required".into()))?;
+        .ok_or_else(|| UsageError::new("--user is required"))?;
     if !seckill_common::is_valid_token(&user) {
         return err(format!(
             "--user {user:?}: expected {}",
@@ -420,14 +526,14 @@ fn token_issue(opts: &mut Opts) -> Result<Command, UsageError> {
     }
     let key = opts
         .take("key")
-        .ok_or_else(|| UsageError("--key is required".into()))?;
+        .ok_or_else(|| UsageError::new("--key is required"))?;
     let ttl = opts.take("ttl").unwrap_or_else(|| "10m".into());
     let ttl_s = humantime::parse_duration(&ttl)
         .ok()
         .map(|d| d.as_secs())
         .filter(|s| (1..=30 * 24 * 3600).contains(s))
         .ok_or_else(|| {
-            UsageError(format!(
+            UsageError::new(format!(
                 "--ttl {ttl:?}: expected a duration from 1s to 30d, such as 10m"
             ))
         })?;
@@ -472,11 +578,7 @@ fn findings(opts: &mut Opts) -> Result<Command, UsageError> {
 
 /// `resolve ID --reorder|--rollback|--dismiss --by NAME [--note] [--dry-run]`.
 fn resolve(id: &str, opts: &mut Opts) -> Result<Command, UsageError> {
-    let finding_id: i64 = id
-        .parse()
-        .ok()
-        .filter(|n| *n > 0)
-        .ok_or_else(|| UsageError(format!("finding id: {id:?} is not a positive integer")))?;
+    let finding_id = finding_id(id)?;
     let mut actions = Vec::new();
     for (flag, action) in [
         ("reorder", ResolveAction::Reorder),
@@ -501,20 +603,48 @@ fn resolve(id: &str, opts: &mut Opts) -> Result<Command, UsageError> {
     }))
 }
 
+/// `dead-letter requeue|drop payments ENTRY --by NAME [--note TEXT]
+/// [--dry-run]`; a drop needs its note.
+fn payment_dead_letter(
+    action: PaymentDeadLetterAction,
+    entry: &str,
+    opts: &mut Opts,
+) -> Result<Command, UsageError> {
+    let (by, note) = by_and_note(opts.take("by"), opts.take("note"))?;
+    if action == PaymentDeadLetterAction::Drop && note.is_none() {
+        return err("--note TEXT is required: say why the payment is not applied");
+    }
+    Ok(Command::PaymentDeadLetter(PaymentDeadLetterArgs {
+        action,
+        entry: entry.to_string(),
+        by,
+        note,
+        dry_run: opts.take("dry-run").is_some(),
+    }))
+}
+
+/// A finding id: a positive integer.
+fn finding_id(id: &str) -> Result<i64, UsageError> {
+    id.parse()
+        .ok()
+        .filter(|n| *n > 0)
+        .ok_or_else(|| UsageError::new(format!("finding id: {id:?} is not a positive integer")))
+}
+
 /// `sale create --sku --stock --starts-at --ends-at [--title] [--price-cents]`.
 fn sale_create(opts: &mut Opts, now_ms: u64) -> Result<Command, UsageError> {
     let sku = opts
         .take("sku")
-        .ok_or_else(|| UsageError("--sku is required".into()))?;
+        .ok_or_else(|| UsageError::new("--sku is required"))?;
     let stock = opts
         .take("stock")
-        .ok_or_else(|| UsageError("--stock is required".into()))?;
+        .ok_or_else(|| UsageError::new("--stock is required"))?;
     let starts = opts
         .take("starts-at")
-        .ok_or_else(|| UsageError("--starts-at is required".into()))?;
+        .ok_or_else(|| UsageError::new("--starts-at is required"))?;
     let ends = opts
         .take("ends-at")
-        .ok_or_else(|| UsageError("--ends-at is required".into()))?;
+        .ok_or_else(|| UsageError::new("--ends-at is required"))?;
     let title = opts.take("title").unwrap_or_default();
     let price = opts.take("price-cents").unwrap_or_else(|| "0".into());
     if !seckill_common::is_valid_token(&sku) {
@@ -528,14 +658,14 @@ fn sale_create(opts: &mut Opts, now_ms: u64) -> Result<Command, UsageError> {
         .ok()
         .filter(|n| (1..=MAX_STOCK).contains(n))
         .ok_or_else(|| {
-            UsageError(format!(
+            UsageError::new(format!(
                 "--stock {stock:?}: expected an integer from 1 to {MAX_STOCK}"
             ))
         })?;
     let starts_at_ms = parse_time_ms(&starts, now_ms)
-        .map_err(|e| UsageError(format!("--starts-at {starts:?}: {e}")))?;
-    let ends_at_ms =
-        parse_time_ms(&ends, now_ms).map_err(|e| UsageError(format!("--ends-at {ends:?}: {e}")))?;
+        .map_err(|e| UsageError::new(format!("--starts-at {starts:?}: {e}")))?;
+    let ends_at_ms = parse_time_ms(&ends, now_ms)
+        .map_err(|e| UsageError::new(format!("--ends-at {ends:?}: {e}")))?;
     for (name, given, ms) in [
         ("--starts-at", &starts, starts_at_ms),
         ("--ends-at", &ends, ends_at_ms),
@@ -568,7 +698,7 @@ fn sale_create(opts: &mut Opts, now_ms: u64) -> Result<Command, UsageError> {
                 .map(|d| d.as_millis() as u64)
                 .filter(|ms| (1..=MAX_PAYMENT_WINDOW_MS).contains(ms))
                 .ok_or_else(|| {
-                    UsageError(format!(
+                    UsageError::new(format!(
                         "--payment-window {w:?}: expected a duration from 1ms to 7d (15m, 30s)"
                     ))
                 })?,
@@ -608,7 +738,7 @@ fn shards_given(opts: &mut Opts) -> Result<Option<u32>, UsageError> {
             .filter(|k| (1..=max).contains(k))
             .map(Some)
             .ok_or_else(|| {
-                UsageError(format!(
+                UsageError::new(format!(
                     "--shards {k:?}: expected an integer from 1 to {max}"
                 ))
             }),
@@ -735,7 +865,7 @@ mod tests {
             let e = p(&format!(
                 "sale create --sku A --stock 9 --starts-at now --ends-at now+1h --shards {bad}"
             ));
-            assert!(e.unwrap_err().0.contains("--shards"), "{bad}");
+            assert!(e.unwrap_err().message.contains("--shards"), "{bad}");
         }
         let c = p("sale create --sku A --stock 9 --starts-at now --ends-at now+1h --shards 2 --payment-window 1m");
         let Ok(Command::SaleCreate(c)) = c else {
@@ -763,7 +893,7 @@ mod tests {
             p("sale repair 7").unwrap_err().to_string(),
             "--by NAME is required"
         );
-        assert_eq!(p("--help").unwrap(), Command::Help);
+        assert!(matches!(p("--help").unwrap(), Command::Help(_)));
         assert_eq!(p("run").unwrap(), Command::Run);
         assert_eq!(p("bench-read 3").unwrap(), Command::BenchRead(3));
     }
@@ -827,5 +957,58 @@ mod tests {
         ] {
             assert_eq!(p(bad).unwrap_err().to_string(), why, "{bad}");
         }
+    }
+
+    #[test]
+    fn a_group_lists_its_subcommands_and_a_missing_argument_is_named() {
+        let e = p("sale").unwrap_err();
+        assert_eq!(e.command, "sale");
+        assert!(
+            e.message
+                .starts_with("sale: missing SUBCOMMAND, one of:\n  sale create "),
+            "{e}"
+        );
+        assert_eq!(e.message.lines().count(), 1 + 6, "{e}");
+        let e = p("resolve").unwrap_err();
+        assert_eq!(
+            (e.message.as_str(), e.command),
+            ("resolve: missing FINDING_ID", "resolve")
+        );
+        assert_eq!(
+            e.pointer(),
+            "run `seckill-reconciler resolve --help` for usage"
+        );
+        let e = p("token").unwrap_err();
+        assert_eq!(e.command, "token");
+        let e = p("frobnicate").unwrap_err();
+        assert_eq!(
+            (e.message.as_str(), e.command),
+            ("unknown command: frobnicate", "")
+        );
+        let e = p("sale frobnicate 1").unwrap_err();
+        assert_eq!(e.command, "sale");
+        let e = p("dead-letter requeue").unwrap_err();
+        assert_eq!(
+            (e.message.as_str(), e.command),
+            (
+                "dead-letter requeue: expected seckill-reconciler dead-letter requeue payments \
+                 ENTRY --by NAME [--note TEXT] [--dry-run]",
+                "dead-letter"
+            )
+        );
+        let e = p("findings --state closed").unwrap_err();
+        assert_eq!(e.command, "findings");
+        let Ok(Command::Help(run)) = p("run --help") else {
+            panic!("run --help")
+        };
+        assert!(
+            run.starts_with("usage: seckill-reconciler run\n\n"),
+            "{run}"
+        );
+        let Ok(Command::Help(create)) = p("sale create --help") else {
+            panic!("sale create --help")
+        };
+        assert!(create.contains("--payment-window D") && !create.contains("--reorder"));
+        assert_eq!(p("help sale create"), Ok(Command::Help(create)));
     }
 }

@@ -1,12 +1,15 @@
 //! Owns `seckill-reconciler findings`: the review store's findings as a
 //! readable table (default) or as JSON for scripts (`--json`: an array of
-//! objects with the fields of `review::findings::Finding`). It only reads an
-//! existing review file (see `Review::open_existing`), and a reader that
-//! closes the pipe early (`| head`) ends the output quietly.
+//! objects with the fields of `review::findings::Finding`), and `findings
+//! show ID`: one finding whole (its evidence pretty-printed) and every
+//! action row about it. It only reads an existing review file (see
+//! `Review::open_existing`), and a reader that closes the pipe early
+//! (`| head`) ends the output quietly.
 
 use crate::cli::FindingsArgs;
 use crate::error::RunError;
 use crate::output::write_stdout;
+use crate::review::actions::ActionRow;
 use crate::review::findings::{Finding, Severity};
 use crate::review::Review;
 use seckill_common::Config;
@@ -33,6 +36,98 @@ pub fn findings(config: &Config, args: &FindingsArgs) -> Result<u8, RunError> {
     };
     written.map_err(RunError::Output)?;
     Ok(0)
+}
+
+/// Prints finding `id` whole and every action row about it (`--json`: one
+/// object, `{"finding": {...}, "actions": [...]}`); exit code 0.
+///
+/// Errors: as [`findings`], and [`crate::review::ReviewError::NoSuchFinding`].
+pub fn show(config: &Config, id: i64, json: bool) -> Result<u8, RunError> {
+    let review = Review::open_existing(&config.review_db)?;
+    let f = review.finding(id)?;
+    let actions = review.actions_of(id)?;
+    let written = if json {
+        write_stdout(|w| {
+            let whole = serde_json::json!({"finding": f, "actions": actions});
+            serde_json::to_writer_pretty(&mut *w, &whole).map_err(io::Error::from)?;
+            writeln!(w)
+        })
+    } else {
+        write_stdout(|w| write_one(w, &f, &actions))
+    };
+    written.map_err(RunError::Output)?;
+    Ok(0)
+}
+
+/// One finding as `name: value` lines, the evidence pretty-printed, then
+/// its actions as a table.
+fn write_one(w: &mut dyn Write, f: &Finding, actions: &[ActionRow]) -> io::Result<()> {
+    let or_dash = |v: Option<String>| v.unwrap_or_else(|| "-".to_string());
+    let resolved = match (&f.resolved_at, &f.resolved_by, f.resolution) {
+        (Some(at), Some(by), Some(how)) => format!("{at} by {by} ({how})"),
+        _ => "-".to_string(),
+    };
+    let fields = [
+        ("finding", f.id.to_string()),
+        ("kind", f.kind.to_string()),
+        ("severity", f.severity.to_string()),
+        ("state", f.state.to_string()),
+        ("sale", f.sale_id.to_string()),
+        ("subject", f.subject.clone()),
+        ("reservation", or_dash(f.reservation_id.clone())),
+        ("user", or_dash(f.user_id.clone())),
+        ("order", or_dash(f.order_id.map(|o| o.to_string()))),
+        ("first seen", f.first_seen.clone()),
+        (
+            "last seen",
+            format!("{} (runs: {})", f.last_seen, f.times_seen),
+        ),
+        ("fix", or_dash(f.fix.clone())),
+        ("resolved", resolved),
+        ("note", or_dash(f.note.clone())),
+    ];
+    for (name, value) in fields {
+        writeln!(w, "{:<12} {value}", format!("{name}:"))?;
+    }
+    let evidence = serde_json::to_string_pretty(&f.evidence).map_err(io::Error::from)?;
+    writeln!(w, "evidence:")?;
+    for l in evidence.lines() {
+        writeln!(w, "  {l}")?;
+    }
+    if actions.is_empty() {
+        return writeln!(w, "actions:     none");
+    }
+    writeln!(w, "actions:")?;
+    let width = |get: fn(&ActionRow) -> String, header: &str| {
+        actions
+            .iter()
+            .map(|a| get(a).chars().count())
+            .chain([header.len()])
+            .max()
+            .unwrap_or(0)
+    };
+    let id_w = width(|a| a.id.to_string(), "id");
+    let actor_w = width(|a| a.actor.clone(), "actor");
+    let action_w = width(|a| a.action.clone(), "action");
+    let result_w = width(|a| a.result.clone(), "result");
+    let completes_w = width(
+        |a| a.completes.map_or_else(|| "-".into(), |c| c.to_string()),
+        "completes",
+    );
+    writeln!(
+        w,
+        "  {:>id_w$}  {:<24}  {:<actor_w$}  {:<action_w$}  {:<result_w$}  {:>completes_w$}  detail",
+        "id", "at", "actor", "action", "result", "completes"
+    )?;
+    for a in actions {
+        let completes = a.completes.map_or_else(|| "-".into(), |c| c.to_string());
+        writeln!(
+            w,
+            "  {:>id_w$}  {:<24}  {:<actor_w$}  {:<action_w$}  {:<result_w$}  {completes:>completes_w$}  {}",
+            a.id, a.at, a.actor, a.action, a.result, a.detail
+        )?;
+    }
+    Ok(())
 }
 
 /// The findings as a table, one line each, every column as wide as its

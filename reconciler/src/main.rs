@@ -14,8 +14,11 @@
 //!
 //! - [`cli`]: the command line, lexed then validated into a typed
 //!   [`cli::Command`], one function per command.
-//! - Commands, one file each: [`run_cmd`] (`run`), [`findings_cmd`],
-//!   [`resolve_cmd`], [`sale_cmd`] (`sale create/load/show`), [`repair_cmd`]
+//! - [`cli_help`]: every command's help text, one entry each.
+//! - Commands, one file each: [`run_cmd`] (`run`), [`findings_cmd`]
+//!   (`findings`, `findings show`), [`resolve_cmd`], [`queue_cmd`] (`queue
+//!   show`), [`dead_letter_cmd`] (`dead-letter list`), [`payment_dlq_cmd`]
+//!   (`dead-letter requeue|drop payments`), [`sale_cmd`] (`sale create/load/show`), [`repair_cmd`]
 //!   (`sale repair`), [`archive_cmd`] (`sale archive`, and `run`'s own),
 //!   [`token_cmd`] (`token keygen/issue`), [`bench_read`],
 //!   [`buckets_cmd`] (`sale rebalance`, the per-bucket table of `sale show`).
@@ -42,14 +45,18 @@ mod bench_read;
 mod bucket_read;
 mod buckets_cmd;
 mod cli;
+mod cli_help;
 mod compensate;
 mod dead_letter_archive;
+mod dead_letter_cmd;
 mod error;
 mod findings_cmd;
 mod lock;
 mod metrics_file;
 mod mysql_read;
 mod output;
+mod payment_dlq_cmd;
+mod queue_cmd;
 mod redis_read;
 mod repair_cmd;
 mod repair_rebuild;
@@ -67,18 +74,18 @@ use seckill_common::start::{self, EXIT_CONFIG, EXIT_USAGE};
 use seckill_common::Config;
 use std::process::ExitCode;
 
-const PROGRAM: &str = "seckill-reconciler";
+use cli_help::PROGRAM;
 
 fn main() -> ExitCode {
     let cmd = match cli::parse(std::env::args_os().skip(1)) {
         Ok(c) => c,
         Err(e) => {
-            let what = format!("{e}\nrun `{PROGRAM} --help` for usage");
+            let what = format!("{e}\n{}", e.pointer());
             return start::fail(PROGRAM, &what, EXIT_USAGE);
         }
     };
-    if let cli::Command::Help = cmd {
-        output::outln!("{}", cli::USAGE);
+    if let cli::Command::Help(text) = &cmd {
+        output::outln!("{text}");
         return ExitCode::SUCCESS;
     }
     // Exit 2 for any failure to start: 1 means "open findings" here.
@@ -97,7 +104,7 @@ fn run(
     cmd: cli::Command,
 ) -> Result<u8, Box<dyn std::error::Error>> {
     match cmd {
-        cli::Command::Help => Ok(0),
+        cli::Command::Help(_) => Ok(0),
         cli::Command::Migrate => {
             let applied = seckill_common::schema::migrate(&config.mysql_url, config.mysql_timeout)?;
             if applied.is_empty() {
@@ -115,9 +122,17 @@ fn run(
         cli::Command::SaleArchive(id, by) => Ok(archive_cmd::archive_cmd(config, id, &by)?),
         cli::Command::Run => Ok(run_cmd::run(config, shutdown)?),
         cli::Command::Findings(args) => Ok(findings_cmd::findings(config, &args)?),
+        cli::Command::QueueShow(sale) => Ok(queue_cmd::show(config, sale)?),
+        cli::Command::DeadLetterList(which) => Ok(dead_letter_cmd::list(config, which)?),
+        cli::Command::PaymentDeadLetter(args) => Ok(payment_dlq_cmd::settle(config, &args)?),
+        cli::Command::FindingsShow(id, json) => Ok(findings_cmd::show(config, id, json)?),
         cli::Command::Resolve(args) => Ok(resolve_cmd::resolve(config, &args)?),
         cli::Command::BenchRead(id) => Ok(bench_read::bench_read(config, id)?),
         cli::Command::TokenKeygen(args) => Ok(token_cmd::keygen(&args)?),
-        cli::Command::TokenIssue(args) => Ok(token_cmd::issue(&args, &config.auth_audience)?),
+        cli::Command::TokenIssue(args) => Ok(token_cmd::issue(
+            &args,
+            &config.auth_audience,
+            config.auth_max_ttl,
+        )?),
     }
 }

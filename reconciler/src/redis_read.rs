@@ -188,7 +188,7 @@ pub fn dead_letters(con: &mut Con, sale_id: u64) -> redis::RedisResult<DeadLette
     Ok(out)
 }
 
-/// Reads the payment queue's dead-letter list (`seckill:payments:dlq`),
+/// Reads the payment queue's dead-letter list (`seckill:{payments}:dlq`),
 /// raw entries head first ([`LIST_CHUNK`] at a time).
 pub fn payment_dead_letters(con: &mut Con) -> redis::RedisResult<Vec<Vec<u8>>> {
     let mut out = Vec::new();

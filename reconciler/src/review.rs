@@ -15,6 +15,7 @@
 //!   `no_change`, `refused` or `failed`, its `completes` naming the started
 //!   row, `UNIQUE`) after it; see `settle.rs`.
 
+pub mod actions;
 pub mod archives;
 pub mod findings;
 
@@ -388,6 +389,13 @@ stored_enum! {
         /// An operator, or `run` after `SECKILL_ARCHIVE_AFTER`, removed an
         /// ended sale's Redis keys (`sale archive`); names a sale, no finding.
         Archive => "archive",
+        /// An operator put a payment dead letter back on the payment queue
+        /// (`dead-letter requeue payments`); names neither finding nor sale.
+        RequeuePayment => "requeue_payment",
+        /// An operator removed a payment dead letter, kept in the payment
+        /// queue's settled hash (`dead-letter drop payments`); names neither
+        /// finding nor sale.
+        DropPayment => "drop_payment",
     }
 }
 
@@ -450,8 +458,9 @@ impl PendingAction {
 #[derive(Debug)]
 #[non_exhaustive]
 pub enum ReviewError {
-    /// The file could not be created or its mode set.
-    File(std::io::Error),
+    /// The file at this path (`SECKILL_REVIEW_DB`) could not be created,
+    /// read or its mode set.
+    File(PathBuf, std::io::Error),
     /// SQLite refused an operation.
     Sqlite(rusqlite::Error),
     /// The file's schema is newer than this build knows.
@@ -469,7 +478,18 @@ pub enum ReviewError {
 impl fmt::Display for ReviewError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            ReviewError::File(e) => write!(f, "review store: {e}"),
+            ReviewError::File(p, e) => {
+                write!(f, "review store SECKILL_REVIEW_DB={}: ", p.display())?;
+                match p.parent().filter(|d| !d.as_os_str().is_empty()) {
+                    Some(d) if e.kind() == std::io::ErrorKind::NotFound && !d.exists() => write!(
+                        f,
+                        "its directory {} does not exist: create it, or set \
+                         SECKILL_REVIEW_DB to a file in an existing one",
+                        d.display()
+                    ),
+                    _ => write!(f, "{e}"),
+                }
+            }
             ReviewError::Sqlite(e) => write!(f, "review store: sqlite: {e}"),
             ReviewError::TooNew(v) => write!(
                 f,
@@ -531,7 +551,7 @@ impl Review {
     /// Errors: [`ReviewError::File`], [`ReviewError::Sqlite`],
     /// [`ReviewError::TooNew`].
     pub fn open(path: &Path) -> Result<Review, ReviewError> {
-        create_private(path).map_err(ReviewError::File)?;
+        create_private(path).map_err(|e| ReviewError::File(path.to_path_buf(), e))?;
         Review::open_retrying(path, true)
     }
 
@@ -550,7 +570,7 @@ impl Review {
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
                 Err(ReviewError::Missing(path.to_path_buf()))
             }
-            Err(e) => Err(ReviewError::File(e)),
+            Err(e) => Err(ReviewError::File(path.to_path_buf(), e)),
         }
     }
 

@@ -127,6 +127,7 @@ fn pass(
         // An action interrupted after its effect must be on record before a
         // run reads the state it changed.
         crate::settle::complete_pending(review, || redis_connect(config))?;
+        crate::payment_dlq_cmd::complete_pending(review, &mut redis)?;
         crate::archive_cmd::complete_interrupted(review, &mut redis, &mut mysql)?;
         // Every sale MySQL says is in play, whether or not Redis still knows
         // it: a Redis that lost its data must show up as findings, not as

@@ -3,9 +3,11 @@
 //! (the shop's login service mints its own; docs/IDENTITY.md).
 
 use crate::cli::{TokenIssue, TokenKeygen};
+use crate::cli_help::PROGRAM;
 use crate::output::outln;
 use seckill_common::token::{self, Claims, KeySet, Signer};
 use std::path::Path;
+use std::time::Duration;
 
 /// Why a token command failed (exit 2).
 #[derive(Debug)]
@@ -102,7 +104,20 @@ pub fn keygen(a: &TokenKeygen) -> Result<u8, TokenError> {
 /// `--key` that can sign.
 ///
 /// Errors: [`TokenError`].
-pub fn issue(a: &TokenIssue, audience: &str) -> Result<u8, TokenError> {
+/// A `--ttl` longer than `max_ttl` (this environment's
+/// `SECKILL_AUTH_MAX_TTL`, which the gateway enforces) is issued, with a
+/// warning on stderr: the gateway would refuse the token.
+pub fn issue(a: &TokenIssue, audience: &str, max_ttl: Duration) -> Result<u8, TokenError> {
+    if a.ttl_s > max_ttl.as_secs() {
+        eprintln!(
+            "{PROGRAM}: warning: --ttl {} is longer than SECKILL_AUTH_MAX_TTL ({}): a gateway \
+             with that maximum refuses this token (401 invalid_token); issue it with --ttl {} \
+             or less, or raise SECKILL_AUTH_MAX_TTL on the gateway",
+            short(a.ttl_s),
+            short(max_ttl.as_secs()),
+            short(max_ttl.as_secs())
+        );
+    }
     let set = token::load(Path::new(&a.key)).map_err(|e| TokenError::KeyFile(a.key.clone(), e))?;
     let key = match &a.kid {
         Some(kid) => set
@@ -127,4 +142,13 @@ pub fn issue(a: &TokenIssue, audience: &str) -> Result<u8, TokenError> {
         outln!("{}", signer.mint(&claims).map_err(TokenError::Mint)?);
     }
     Ok(0)
+}
+
+/// `s` seconds as an operator writes them: `24h`, `90m`, `45s`.
+fn short(s: u64) -> String {
+    match s {
+        _ if s % 3600 == 0 => format!("{}h", s / 3600),
+        _ if s % 60 == 0 => format!("{}m", s / 60),
+        _ => format!("{s}s"),
+    }
 }

@@ -10,7 +10,7 @@ mod support;
 
 use std::io::Read;
 use std::process::Stdio;
-use support::World;
+use support::{ok, World};
 
 fn stderr(out: &std::process::Output) -> String {
     String::from_utf8_lossy(&out.stderr).into_owned()
@@ -127,7 +127,7 @@ fn a_usage_error_is_one_line_and_a_pointer_to_help() {
     assert_eq!(
         stderr(&out),
         "seckill-reconciler: --state \"closed\": expected open, auto_fixed, resolved or all\n\
-         run `seckill-reconciler --help` for usage\n"
+         run `seckill-reconciler findings --help` for usage\n"
     );
     let out = w.cmd("0s", &["frobnicate"]);
     assert_eq!(out.status.code(), Some(64));
@@ -136,7 +136,174 @@ fn a_usage_error_is_one_line_and_a_pointer_to_help() {
     let help = w.cmd("0s", &["--help"]);
     assert_eq!(help.status.code(), Some(0));
     let text = String::from_utf8_lossy(&help.stdout);
-    assert!(text.starts_with("usage: seckill-reconciler COMMAND [OPTIONS]\n"));
+    assert!(text.starts_with("usage: seckill-reconciler COMMAND [ARGS] [OPTIONS]\n"));
     assert!(text.contains("  resolve FINDING_ID"), "{text}");
     assert!(text.lines().count() > 15, "{text}");
+}
+
+#[test]
+fn each_command_has_its_own_help_and_a_missing_argument_is_named() {
+    let w = World::new(1);
+    // A group without its subcommand lists them (exit 64).
+    let out = w.cmd("0s", &["sale"]);
+    assert_eq!(out.status.code(), Some(64));
+    assert!(out.stdout.is_empty());
+    let text = stderr(&out);
+    assert!(
+        text.starts_with("seckill-reconciler: sale: missing SUBCOMMAND, one of:\n  sale create "),
+        "{text}"
+    );
+    assert!(text.contains("\n  sale show ID "), "{text}");
+    assert!(
+        text.ends_with("\nrun `seckill-reconciler sale --help` for usage\n"),
+        "{text}"
+    );
+    assert!(!text.contains("resolve"), "{text}");
+
+    // A missing argument is named, with the command's own help.
+    let out = w.cmd("0s", &["resolve"]);
+    assert_eq!(out.status.code(), Some(64));
+    assert_eq!(
+        stderr(&out),
+        "seckill-reconciler: resolve: missing FINDING_ID\n\
+         run `seckill-reconciler resolve --help` for usage\n"
+    );
+    let out = w.cmd("0s", &["sale", "show"]);
+    assert_eq!(out.status.code(), Some(64));
+    assert_eq!(
+        stderr(&out),
+        "seckill-reconciler: sale show: missing ID\n\
+         run `seckill-reconciler sale show --help` for usage\n"
+    );
+    let out = w.cmd("0s", &["run", "now"]);
+    assert_eq!(out.status.code(), Some(64));
+    assert_eq!(
+        stderr(&out),
+        "seckill-reconciler: run: unexpected argument \"now\"\n\
+         run `seckill-reconciler run --help` for usage\n"
+    );
+
+    // `X --help` prints X's help only, each its own.
+    let mut seen = std::collections::HashSet::new();
+    for (args, usage) in [
+        (&["run", "--help"][..], "usage: seckill-reconciler run\n"),
+        (
+            &["resolve", "--help"],
+            "usage: seckill-reconciler resolve FINDING_ID (--reorder | --rollback | --dismiss) \
+             --by NAME [--note TEXT] [--dry-run]\n",
+        ),
+        (
+            &["sale", "create", "--help"],
+            "usage: seckill-reconciler sale create --sku SKU --stock N",
+        ),
+        (
+            &["sale", "--help"],
+            "usage: seckill-reconciler sale SUBCOMMAND [ARGS] [OPTIONS]\n",
+        ),
+        (
+            &["help", "findings"],
+            "usage: seckill-reconciler findings [",
+        ),
+    ] {
+        let out = w.cmd("0s", args);
+        assert_eq!(out.status.code(), Some(0), "{args:?}");
+        let text = String::from_utf8_lossy(&out.stdout).into_owned();
+        assert!(text.starts_with(usage), "{args:?}: {text}");
+        assert!(text.lines().count() < 30, "{args:?}: {text}");
+        assert!(seen.insert(text), "{args:?}: the same text as another");
+    }
+    let run = ok(&w.cmd("0s", &["run", "--help"]));
+    assert!(
+        !run.contains("--sku") && !run.contains("--reorder"),
+        "{run}"
+    );
+}
+
+#[test]
+fn a_token_longer_than_the_gateways_maximum_is_issued_with_a_warning() {
+    let w = World::new(1);
+    let keys = w.dir.path().join("signing.json");
+    let keys = keys.to_str().unwrap();
+    ok(&w.cmd(
+        "0s",
+        &[
+            "token", "keygen", "--alg", "HS256", "--kid", "k1", "--out", keys,
+        ],
+    ));
+    let out = w.cmd(
+        "0s",
+        &[
+            "token", "issue", "--user", "alice", "--key", keys, "--ttl", "48h",
+        ],
+    );
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    assert_eq!(String::from_utf8_lossy(&out.stdout).matches('.').count(), 2);
+    assert_eq!(
+        stderr(&out),
+        "seckill-reconciler: warning: --ttl 48h is longer than SECKILL_AUTH_MAX_TTL (24h): \
+         a gateway with that maximum refuses this token (401 invalid_token); issue it with \
+         --ttl 24h or less, or raise SECKILL_AUTH_MAX_TTL on the gateway\n"
+    );
+    // At the maximum: no warning.
+    let out = w.cmd(
+        "0s",
+        &[
+            "token", "issue", "--user", "alice", "--key", keys, "--ttl", "24h",
+        ],
+    );
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    assert_eq!(stderr(&out), "");
+}
+
+#[test]
+fn a_review_file_in_a_missing_directory_names_the_variable_and_the_path() {
+    let w = World::new(1);
+    let path = w.dir.path().join("nowhere").join("review.sqlite3");
+    let out = seckill_tests::command("seckill-reconciler")
+        .arg("run")
+        .env("SECKILL_MYSQL_URL", w.db.url())
+        .env("SECKILL_REDIS_URL", w.redis.url())
+        .env("SECKILL_REVIEW_DB", &path)
+        .env("RUST_LOG", "off")
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert_eq!(
+        stderr(&out),
+        format!(
+            "seckill-reconciler: review store SECKILL_REVIEW_DB={}: its directory {} does \
+             not exist: create it, or set SECKILL_REVIEW_DB to a file in an existing one\n",
+            path.display(),
+            path.parent().unwrap().display()
+        )
+    );
+    assert!(!path.parent().unwrap().exists());
+}
+
+#[test]
+fn an_archive_delay_beyond_the_lookback_is_refused_with_the_lookbacks_value() {
+    let w = World::new(1);
+    for (lookback, after, shown) in [(None, "48h", "24h"), (Some("2h"), "3h", "2h")] {
+        let mut c = seckill_tests::command("seckill-reconciler");
+        c.arg("run")
+            .env("SECKILL_MYSQL_URL", w.db.url())
+            .env("SECKILL_REDIS_URL", w.redis.url())
+            .env("SECKILL_REVIEW_DB", w.review_path())
+            .env("SECKILL_ARCHIVE_AFTER", after)
+            .env_remove("SECKILL_RECONCILE_LOOKBACK");
+        if let Some(l) = lookback {
+            c.env("SECKILL_RECONCILE_LOOKBACK", l);
+        }
+        let out = c.output().unwrap();
+        assert_eq!(out.status.code(), Some(2));
+        assert_eq!(
+            stderr(&out),
+            format!(
+                "seckill-reconciler: invalid configuration: SECKILL_ARCHIVE_AFTER=\"{after}\": \
+                 expected a duration such as 1h, below SECKILL_RECONCILE_LOOKBACK ({shown}), \
+                 0, or off\n"
+            ),
+        );
+    }
+    assert!(!w.review_path().exists());
 }

@@ -1,13 +1,14 @@
 //! Owns the `dead_letter` rule of the payment queue: each entry of
-//! `seckill:payments:dlq` (a payment or a buyer's cancellation the workers
+//! `seckill:{payments}:dlq` (a payment or a buyer's cancellation the workers
 //! gave up on, `worker/src/payments.rs`) becomes one open `dead_letter`
 //! finding of "sale 0" (the payment queue names no sale, as the orphan
 //! payments of `payments.rs`), with the worker's reason and the message.
 //!
 //! Such a finding names no reservation (the reservation is in the
-//! evidence), so `resolve` offers only `--dismiss`: the operator settles
-//! the money or the cancellation by hand (docs/OPERATIONS.md), removes the
-//! entry, and dismisses the finding.
+//! evidence), so `resolve` offers only `--dismiss`; the entry itself is
+//! settled by `dead-letter requeue payments` or `dead-letter drop payments`
+//! (`payment_dlq_cmd.rs`), after which a run no longer observes it and
+//! closes the finding.
 
 use crate::review::findings::{Kind, Observation};
 use crate::rules::{dead_letter::fnv1a, obs};

@@ -1,0 +1,402 @@
+//! Owns the help texts of `seckill-reconciler`: one [`Help`] entry per
+//! command in [`COMMANDS`], from which the command list of `--help`, each
+//! command's own `COMMAND --help`, the subcommand list of a group
+//! (`sale`, `token`) and the name of a missing argument are all made. A new
+//! command adds one entry here and one match arm in `cli.rs`.
+
+/// The help of one command.
+#[derive(Debug, PartialEq, Eq)]
+pub struct Help {
+    /// The words that name the command: `run`, `sale create`.
+    pub path: &'static str,
+    /// Its positional arguments, in order; an optional one in brackets
+    /// (`[SALE]`), which may only come last.
+    pub args: &'static [&'static str],
+    /// One line for the command list.
+    pub summary: &'static str,
+    /// The rest of its usage line after the path and arguments (options).
+    pub options: &'static str,
+    /// What it does and what each option means.
+    pub text: &'static str,
+}
+
+impl Help {
+    /// The positional arguments that must be given.
+    pub fn required(&self) -> usize {
+        self.args.iter().filter(|a| !a.starts_with('[')).count()
+    }
+
+    /// The usage line: `usage: seckill-reconciler PATH ARGS OPTIONS`.
+    pub fn usage(&self) -> String {
+        let mut line = format!("usage: {PROGRAM} {}", self.path);
+        for a in self.args {
+            line.push(' ');
+            line.push_str(a);
+        }
+        if !self.options.is_empty() {
+            line.push(' ');
+            line.push_str(self.options);
+        }
+        line
+    }
+
+    /// The whole text `PATH --help` prints.
+    pub fn full(&self) -> String {
+        format!("{}\n\n{}", self.usage(), self.text.trim_end())
+    }
+}
+
+/// The program's name as the operator types it.
+pub const PROGRAM: &str = "seckill-reconciler";
+
+/// Every command, in the order `--help` lists them.
+pub const COMMANDS: &[Help] = &[
+    Help {
+        path: "migrate",
+        args: &[],
+        summary: "create the MySQL database if missing and apply the schema",
+        options: "",
+        text: "Creates the database SECKILL_MYSQL_URL names when it is missing and applies
+the schema migrations it lacks; prints what it applied. Safe to repeat.",
+    },
+    Help {
+        path: "sale create",
+        args: &[],
+        summary: "create a sale in MySQL and load it into Redis",
+        options: "--sku SKU --stock N --starts-at T --ends-at T [--title TEXT] \
+                  [--price-cents N] [--payment-window D [--rebuy-after-release]] [--shards K]",
+        text: "Creates a sale in MySQL and loads it into Redis; prints its id.
+
+options:
+  --sku SKU                 1-64 characters of A-Z a-z 0-9 _ . -
+  --stock N                 units on sale, 1 to 100000000
+  --starts-at T, --ends-at T
+                            RFC 3339 (2026-11-29T20:00:00Z, +08:00 offsets too), now,
+                            now+30s, now+2h; the window at most 366 days
+  --title TEXT              at most 255 characters
+  --price-cents N           the price, integer cents (default 0)
+  --payment-window D        15m, 30s, 500ms: orders wait that long for their payment,
+                            then their unit goes back on sale (default: none, orders
+                            are final at creation)
+  --rebuy-after-release     (with --payment-window) the buyer of an expired or
+                            cancelled order may buy again
+  --shards K                split the stock over K buckets (1-64, default 1), each
+                            under its own hash tag; above 1 only without a payment window",
+    },
+    Help {
+        path: "sale load",
+        args: &["ID"],
+        summary: "put a MySQL sale into Redis unless Redis holds live state",
+        options: "[--shards K]",
+        text: "Puts sale ID from MySQL into Redis unless Redis already holds live state of it.
+
+options:
+  --shards K    the sale's K, which MySQL keeps; only for a sale created before
+                migration 5, or to repeat the same K
+
+exit 1: the sale is archived (refused, nothing changed).",
+    },
+    Help {
+        path: "sale show",
+        args: &["ID"],
+        summary: "MySQL and Redis figures side by side (per bucket)",
+        options: "",
+        text: "Prints sale ID's figures in MySQL and in Redis side by side, per bucket for a
+split sale. Changes nothing.",
+    },
+    Help {
+        path: "sale rebalance",
+        args: &["ID"],
+        summary: "complete half-done transfers between buckets, refill empty ones",
+        options: "",
+        text: "Completes the half-done transfers between sale ID's buckets and moves units to
+empty ones.
+
+exit 1: the sale is archived (refused, nothing changed).",
+    },
+    Help {
+        path: "sale repair",
+        args: &["ID"],
+        summary: "rebuild a paused sale's Redis state from MySQL and resume it",
+        options: "--by NAME [--note TEXT]",
+        text: "Rebuilds paused sale ID's Redis state from MySQL and resumes it; audited in
+the review store.
+
+options:
+  --by NAME     who acts: 1-64 characters of A-Z a-z 0-9 _ . - @
+  --note TEXT   why, at most 1000 characters
+
+exit 1: refused (no open redis_data_loss finding yet, or a worker holds messages
+of the sale); nothing changed.",
+    },
+    Help {
+        path: "sale archive",
+        args: &["ID"],
+        summary: "remove an ended sale's Redis keys once it is settled",
+        options: "--by NAME",
+        text: "Removes ended sale ID's Redis keys (a tombstone stays) once every order is
+final and a run found it clean; audited in the review store. `run` does it by
+itself SECKILL_ARCHIVE_AFTER past the end (default 1h, off: never).
+
+options:
+  --by NAME     who acts: 1-64 characters of A-Z a-z 0-9 _ . - @
+
+exit 1: refused, nothing changed.",
+    },
+    Help {
+        path: "run",
+        args: &[],
+        summary: "reconcile every active or recent sale",
+        options: "",
+        text: "Reconciles every sale active or ended within SECKILL_RECONCILE_LOOKBACK: records
+findings in the review store (SECKILL_REVIEW_DB, created when missing), fixes what
+it may by itself, prints a summary.
+
+exit 1: open findings remain.",
+    },
+    Help {
+        path: "findings",
+        args: &[],
+        summary: "list findings from the review store",
+        options: "[--state open|auto_fixed|resolved|all] [--sale ID] [--json]",
+        text: "Lists findings from the review store, one a line (evidence cut to fit);
+`findings show ID` prints one whole.
+
+options:
+  --state S     open (default), auto_fixed, resolved or all
+  --sale ID     only this sale (0: the payment queue's)
+  --json        a JSON array, every field whole",
+    },
+    Help {
+        path: "findings show",
+        args: &["ID"],
+        summary: "one finding whole: its evidence and every action on it",
+        options: "[--json]",
+        text: "Prints finding ID whole: every field, its evidence pretty-printed, and every
+row of the audit log about it (started rows and their completions). Changes
+nothing.
+
+options:
+  --json        one JSON object: {\"finding\": {...}, \"actions\": [...]}",
+    },
+    Help {
+        path: "resolve",
+        args: &["FINDING_ID"],
+        summary: "act on a finding (reorder, rollback or dismiss)",
+        options: "(--reorder | --rollback | --dismiss) --by NAME [--note TEXT] [--dry-run]",
+        text: "Acts on finding FINDING_ID; audited in the review store (a started row before
+the effect, its completion after).
+
+options:
+  --reorder     queue the order message again
+  --rollback    release the reservation in Redis (stock +1)
+  --dismiss     close the finding with the note
+  --by NAME     who acts: 1-64 characters of A-Z a-z 0-9 _ . - @
+  --note TEXT   why, at most 1000 characters
+  --dry-run     print what would change; change nothing, record nothing
+
+exit 2: refused (the line says why), nothing changed.",
+    },
+    Help {
+        path: "queue show",
+        args: &["[SALE]"],
+        summary: "queue lengths, processing lists, dead letters by reason",
+        options: "",
+        text: "Prints, for sale SALE (default: every sale in Redis) and then for the payment
+queue: the messages queued, each worker's processing list with the age of its
+oldest message and whether the worker's heartbeat is present, and the dead
+letters counted by reason. Reads long lists in pages; changes nothing.",
+    },
+    Help {
+        path: "dead-letter list",
+        args: &["SALE"],
+        summary: "a sale's dead letters, or the payment queue's (SALE: payments)",
+        options: "",
+        text: "Lists the dead letters of sale SALE (every bucket), or of the payment queue when
+SALE is `payments`, one a line. A sale's entry is named as its dead_letter finding
+(the reservation id); a payment entry by `entry` (what requeue and drop take) and
+by its finding's subject. Changes nothing.",
+    },
+    Help {
+        path: "dead-letter requeue payments",
+        args: &["ENTRY"],
+        summary: "put a payment dead letter back on the payment queue",
+        options: "--by NAME [--note TEXT] [--dry-run]",
+        text: "Puts payment dead letter ENTRY (its entry, or its finding's subject such as
+payment:pay-7 when one entry has it) back on the payment queue with its failed
+attempts cleared, in one step with its removal; audited in the review store as
+requeue_payment. The next run closes its dead_letter finding.
+
+options:
+  --by NAME     who acts: 1-64 characters of A-Z a-z 0-9 _ . - @
+  --note TEXT   why, at most 1000 characters
+  --dry-run     print what would change; change nothing, record nothing
+
+exit 2: refused (no such entry, several, or a message the worker cannot read:
+drop it), nothing changed.",
+    },
+    Help {
+        path: "dead-letter drop payments",
+        args: &["ENTRY"],
+        summary: "remove a payment dead letter (kept in the settled hash)",
+        options: "--by NAME --note TEXT [--dry-run]",
+        text: "Removes payment dead letter ENTRY (its entry, or its finding's subject) once the
+money or the cancellation was settled by hand; the entry is kept in
+seckill:{payments}:dlq:settled under the action. Audited in the review store as
+drop_payment. The next run closes its dead_letter finding.
+
+options:
+  --by NAME     who acts: 1-64 characters of A-Z a-z 0-9 _ . - @
+  --note TEXT   why the payment is not applied (required)
+  --dry-run     print what would change; change nothing, record nothing
+
+exit 2: refused (no such entry, or several), nothing changed.",
+    },
+    Help {
+        path: "token keygen",
+        args: &[],
+        summary: "add a new random signing key to a key file",
+        options: "--alg HS256|EdDSA --kid KID --out FILE [--public FILE]",
+        text: "Adds a new random key to the signing key file FILE (JWKS, created when
+missing) and its verifying half to --public FILE (the gateway's
+SECKILL_AUTH_KEYS); prints the kid.
+
+options:
+  --alg A       HS256 or EdDSA
+  --kid KID     1-64 characters of A-Z a-z 0-9 _ . -
+  --out FILE    the signing key file
+  --public FILE the gateway's key file",
+    },
+    Help {
+        path: "token issue",
+        args: &[],
+        summary: "print a buyer token",
+        options: "--user U --key FILE [--ttl 10m] [--kid KID] [--audience A] [--count N]",
+        text: "Prints a buyer token for U signed with KID.
+
+options:
+  --user U      the buyer: 1-64 characters of A-Z a-z 0-9 _ . -
+  --key FILE    the signing key file
+  --ttl D       lifetime, 1s to 30d (default 10m); the gateway refuses one longer
+                than its SECKILL_AUTH_MAX_TTL (default 24h): a warning says so
+  --kid KID     the key (default: the file's last key that can sign)
+  --audience A  default SECKILL_AUTH_AUDIENCE
+  --count N     N tokens, one a line, for users U-0 .. U-(N-1) (benchmarks)",
+    },
+    Help {
+        path: "bench-read",
+        args: &["ID"],
+        summary: "time the bare reads of a sale (the benchmark's baseline)",
+        options: "",
+        text: "Times the bare reads of sale ID's flow records, ledger and orders (the
+benchmark's baseline). Changes nothing.",
+    },
+];
+
+/// The top-level `--help`.
+pub fn overview() -> String {
+    let mut s = format!("usage: {PROGRAM} COMMAND [ARGS] [OPTIONS]\n\ncommands:\n");
+    for h in COMMANDS {
+        s.push_str(&list_line(h));
+    }
+    s.push_str(&format!(
+        "\nrun `{PROGRAM} COMMAND --help` for a command's arguments and options.
+configuration comes from SECKILL_* environment variables (see README).
+exit codes: 0 ok, 1 open findings (run) or a refused command (each command's help
+says which), 2 could not run (an unknown sale included), 64 bad command line"
+    ));
+    s
+}
+
+/// The `--help` of `group` (`sale`): its subcommands, or `None` when no
+/// command starts with that word.
+pub fn group(group: &str) -> Option<String> {
+    let g = group_name(group)?;
+    Some(format!(
+        "usage: {PROGRAM} {g} SUBCOMMAND [ARGS] [OPTIONS]\n\nsubcommands:\n{}\n\n\
+         run `{PROGRAM} {g} SUBCOMMAND --help` for its arguments and options.",
+        subcommands(g)
+    ))
+}
+
+/// `word` as the name of a group of subcommands (`sale`, `token`), or
+/// `None` when it is not one.
+pub fn group_name(word: &str) -> Option<&'static str> {
+    COMMANDS
+        .iter()
+        .find_map(|h| h.path.split_once(' ').filter(|(g, _)| *g == word))
+        .map(|(g, _)| g)
+}
+
+/// The list lines of `group`'s subcommands, without the last newline.
+pub fn subcommands(group: &str) -> String {
+    let mut s = String::new();
+    for h in COMMANDS
+        .iter()
+        .filter(|h| h.path.split_once(' ').is_some_and(|(g, _)| g == group))
+    {
+        s.push_str(&list_line(h));
+    }
+    s.trim_end().to_string()
+}
+
+/// `  PATH ARGS    SUMMARY`, the summaries of every list aligned.
+fn list_line(h: &Help) -> String {
+    let width = COMMANDS.iter().map(|c| name(c).len()).max().unwrap_or(0) + 2;
+    format!("  {:<width$}{}\n", name(h), h.summary)
+}
+
+/// `PATH ARGS`.
+fn name(h: &Help) -> String {
+    let mut name = h.path.to_string();
+    for a in h.args {
+        name.push(' ');
+        name.push_str(a);
+    }
+    name
+}
+
+/// The command whose path is the longest prefix of `words`, with how many
+/// words it takes.
+pub fn find(words: &[&str]) -> Option<&'static Help> {
+    COMMANDS
+        .iter()
+        .filter(|h| {
+            let path: Vec<&str> = h.path.split(' ').collect();
+            words.len() >= path.len() && words[..path.len()] == path[..]
+        })
+        .max_by_key(|h| h.path.len())
+}
+
+/// The command of more than two words whose first two `words` are (`dead-letter
+/// requeue` of `dead-letter requeue payments`), when `words` name none.
+pub fn partial(words: &[&str]) -> Option<&'static Help> {
+    COMMANDS.iter().find(|h| {
+        let path: Vec<&str> = h.path.split(' ').collect();
+        path.len() > 2 && words.len() >= 2 && path[..2] == words[..2]
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_command_has_its_own_help_and_a_unique_path() {
+        for (i, h) in COMMANDS.iter().enumerate() {
+            assert!(
+                COMMANDS[i + 1..].iter().all(|o| o.path != h.path),
+                "{}",
+                h.path
+            );
+            assert_eq!(find(&h.path.split(' ').collect::<Vec<_>>()), Some(h));
+            assert!(!h.text.is_empty() && !h.summary.is_empty(), "{}", h.path);
+            let optional = h.args.iter().position(|a| a.starts_with('['));
+            assert!(
+                optional.is_none_or(|p| p == h.args.len() - 1),
+                "{}: an optional argument only last",
+                h.path
+            );
+        }
+    }
+}

@@ -1,0 +1,196 @@
+//! Owns `seckill-reconciler dead-letter list SALE|payments`: the dead
+//! letters of a sale (every bucket) or of the payment queue, one a line,
+//! read [`LIST_CHUNK`](crate::redis_read::LIST_CHUNK) entries a call and
+//! changing nothing.
+//!
+//! A sale's entry is named as its `dead_letter` finding is: the
+//! reservation id, or `entry:<fnv1a hex>` of the message when it has none.
+//! A payment entry is named by `entry` (16 hex digits, the FNV-1a of the
+//! entry's text: what `dead-letter requeue` and `drop` take) and by the
+//! subject of its finding (`payment:ID`, `cancel:RESERVATION`). A sale's
+//! list shows its dead-letter entries head first, then anything else pushed
+//! onto it.
+
+use crate::error::RunError;
+use crate::output::write_stdout;
+use crate::redis_read::{dead_letters_into, for_each_in_list, DeadLetters};
+use crate::rules::dead_letter::fnv1a;
+use seckill_common::message::OrderMessage;
+use seckill_common::redis_target::Con;
+use seckill_common::timefmt::format_ms;
+use seckill_common::Config;
+use std::io::{self, Write};
+
+/// Which dead-letter list.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DeadLetterList {
+    /// A sale's (all its buckets).
+    Sale(u64),
+    /// The payment queue's.
+    Payments,
+}
+
+/// One payment dead letter as listed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PaymentEntry {
+    /// The entry's text as stored (what `LREM` must match).
+    pub raw: Vec<u8>,
+    /// FNV-1a of `raw`, 16 lowercase hex digits.
+    pub entry: String,
+    /// Its finding's subject.
+    pub subject: String,
+    /// The worker's reason.
+    pub reason: String,
+    /// The queued message, as the entry holds it.
+    pub message: String,
+    /// When the gateway received it (Unix ms), when the message says.
+    pub received_ms: Option<u64>,
+}
+
+/// Prints the list; exit code 0 (an unknown sale lists nothing).
+///
+/// Errors: Redis failures, stdout.
+pub fn list(config: &Config, which: DeadLetterList) -> Result<u8, RunError> {
+    let (mut con, _) =
+        seckill_common::redis_server::connect(&config.redis_url, config.redis_timeout)?;
+    match which {
+        DeadLetterList::Sale(id) => {
+            let k = seckill_common::buckets::count(&mut con, id)?.unwrap_or(1);
+            let mut dead = DeadLetters::default();
+            for keys in seckill_common::buckets::all(id, k) {
+                dead_letters_into(&mut con, keys, &mut dead)?;
+            }
+            write_stdout(|w| write_sale(w, id, &dead))
+        }
+        DeadLetterList::Payments => {
+            let entries = payment_entries(&mut con)?;
+            write_stdout(|w| write_payments(w, &entries))
+        }
+    }
+    .map_err(RunError::Output)?;
+    Ok(0)
+}
+
+/// Every payment dead letter, head first.
+///
+/// Errors: Redis failures.
+pub fn payment_entries(con: &mut Con) -> redis::RedisResult<Vec<PaymentEntry>> {
+    let mut out = Vec::new();
+    for_each_in_list(con, seckill_common::payment::DEAD_LETTERS, |raw| {
+        out.push(payment_entry(raw))
+    })?;
+    Ok(out)
+}
+
+/// What `raw` is, named as its finding is.
+pub fn payment_entry(raw: &[u8]) -> PaymentEntry {
+    let subject = crate::rules::payment_dead_letter::observations(&[raw.to_vec()])
+        .pop()
+        .map(|o| o.subject)
+        .unwrap_or_default();
+    let v: serde_json::Value = serde_json::from_slice(raw).unwrap_or_default();
+    let message = v["message"].as_str().unwrap_or_default().to_string();
+    let m: serde_json::Value = serde_json::from_str(&message).unwrap_or_default();
+    PaymentEntry {
+        raw: raw.to_vec(),
+        entry: format!("{:016x}", fnv1a(raw)),
+        subject,
+        reason: v["reason"]
+            .as_str()
+            .unwrap_or("(not a dead-letter entry)")
+            .to_string(),
+        message,
+        received_ms: m["received_ms"].as_u64(),
+    }
+}
+
+fn write_sale(w: &mut dyn Write, sale: u64, dead: &DeadLetters) -> io::Result<()> {
+    if dead.entries.is_empty() && dead.foreign.is_empty() {
+        return writeln!(w, "sale {sale}: no dead letters");
+    }
+    let rows: Vec<[String; 6]> = dead
+        .entries
+        .iter()
+        .map(|d| {
+            let reserved = OrderMessage::parse(d.message.as_bytes())
+                .map_or_else(|_| "-".to_string(), |m| format_ms(m.reserved_at_ms));
+            [
+                d.reservation_id
+                    .clone()
+                    .unwrap_or_else(|| format!("entry:{:016x}", fnv1a(d.message.as_bytes()))),
+                d.attempts.to_string(),
+                d.worker.clone(),
+                reserved,
+                format_ms(d.at_ms),
+                d.reason.clone(),
+            ]
+        })
+        .chain(dead.foreign.iter().map(|raw| {
+            [
+                format!("entry:{:016x}", fnv1a(raw.as_bytes())),
+                "-".into(),
+                "-".into(),
+                "-".into(),
+                "-".into(),
+                "(not a dead-letter entry)".into(),
+            ]
+        }))
+        .collect();
+    let header = [
+        "id",
+        "attempts",
+        "worker",
+        "reserved at",
+        "dead-lettered at",
+        "reason",
+    ];
+    write_columns(w, &header, &rows)
+}
+
+fn write_payments(w: &mut dyn Write, entries: &[PaymentEntry]) -> io::Result<()> {
+    if entries.is_empty() {
+        return writeln!(w, "payments: no dead letters");
+    }
+    let rows: Vec<[String; 4]> = entries
+        .iter()
+        .map(|e| {
+            [
+                e.entry.clone(),
+                e.subject.clone(),
+                e.received_ms.map_or_else(|| "-".to_string(), format_ms),
+                e.reason.clone(),
+            ]
+        })
+        .collect();
+    write_columns(w, &["entry", "subject", "received at", "reason"], &rows)
+}
+
+/// A table: each column as wide as its widest cell, the last one unpadded.
+fn write_columns<const N: usize>(
+    w: &mut dyn Write,
+    header: &[&str; N],
+    rows: &[[String; N]],
+) -> io::Result<()> {
+    let mut widths = header.map(str::len);
+    for r in rows {
+        for (wd, c) in widths.iter_mut().zip(r) {
+            *wd = (*wd).max(c.chars().count());
+        }
+    }
+    let line = |w: &mut dyn Write, cells: [&str; N]| -> io::Result<()> {
+        let mut s = String::new();
+        for (i, (c, wd)) in cells.iter().zip(widths).enumerate() {
+            if i + 1 == N {
+                s.push_str(c);
+            } else {
+                s.push_str(&format!("{c:<wd$}  "));
+            }
+        }
+        writeln!(w, "{s}")
+    };
+    line(w, *header)?;
+    for r in rows {
+        line(w, r.each_ref().map(String::as_str))?;
+    }
+    Ok(())
+}

@@ -1,0 +1,273 @@
+//! Owns `seckill-reconciler dead-letter requeue|drop payments ENTRY`: an
+//! operator puts a payment dead letter back on the payment queue, or
+//! removes it, audited in the review store as `requeue_payment` or
+//! `drop_payment` (rows that name neither a finding nor a sale).
+//!
+//! Written ahead as `resolve` is (`settle.rs`): the `started` row is
+//! committed before the effect; under the review file's write lock the
+//! effect runs and its completion row is committed. The effect is one
+//! script on the `{payments}` slot ([`SETTLE_LUA`]): it removes one copy of
+//! the exact entry, for a requeue pushes its message back on the queue and
+//! clears its failed attempts, and records the entry under the action's
+//! mark in [`payment::DEAD_LETTERS_SETTLED`]; a mark already there means
+//! done already, so a repeat changes nothing. A `started` row left by a kill
+//! is completed by the next of these commands or `run`: `done` when the mark
+//! is there, `failed` (nothing changed) when it is not.
+//!
+//! The next `run` closes the entry's `dead_letter` finding as no longer
+//! observed; a requeued payment the worker gives up on again is a new dead
+//! letter and opens its finding again.
+
+use crate::dead_letter_cmd::{payment_entries, PaymentEntry};
+use crate::error::RunError;
+use crate::output::outln;
+use crate::review::actions::PendingPaymentAction;
+use crate::review::{ActionKind, ActionStatus, Review};
+use crate::settle::{with_note, Outcome};
+use redis::Script;
+use seckill_common::payment::{self, Queued};
+use seckill_common::redis_target::Con;
+use seckill_common::timefmt::format_ms;
+use seckill_common::{now_ms, Config};
+
+/// `KEYS`: dead letters, queue, attempts, settled; `ARGV`: the entry, the
+/// action's mark, the settled record, `requeue` or `drop`, the message, its
+/// attempts field. Replies 2 when the mark is already there (done before),
+/// 1 when the entry moved, 0 when it was not there; an error reply, with
+/// nothing changed, when a key holds another type.
+const SETTLE_LUA: &str = concat!(
+    seckill_common::lua_expect_types!(),
+    r"
+local bad = expect_types({KEYS[1], 'list', KEYS[2], 'list', KEYS[3], 'hash', KEYS[4], 'hash'})
+if bad then return bad end
+if redis.call('HEXISTS', KEYS[4], ARGV[2]) == 1 then return 2 end
+if redis.call('LREM', KEYS[1], 1, ARGV[1]) == 0 then return 0 end
+if ARGV[4] == 'requeue' then
+  redis.call('LPUSH', KEYS[2], ARGV[5])
+  redis.call('HDEL', KEYS[3], ARGV[6])
+end
+redis.call('HSET', KEYS[4], ARGV[2], ARGV[3])
+return 1"
+);
+
+/// What to do with the entry.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PaymentDeadLetterAction {
+    /// Put its message back on the payment queue.
+    Requeue,
+    /// Remove it (kept in the settled hash).
+    Drop,
+}
+
+impl PaymentDeadLetterAction {
+    fn kind(self) -> ActionKind {
+        match self {
+            PaymentDeadLetterAction::Requeue => ActionKind::RequeuePayment,
+            PaymentDeadLetterAction::Drop => ActionKind::DropPayment,
+        }
+    }
+}
+
+/// Arguments of `dead-letter requeue|drop payments`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PaymentDeadLetterArgs {
+    /// Requeue or drop.
+    pub action: PaymentDeadLetterAction,
+    /// The entry: its 16 hex digits, or its finding's subject.
+    pub entry: String,
+    /// Who acts.
+    pub by: String,
+    /// Why (required for a drop).
+    pub note: Option<String>,
+    /// Print what would change; change and record nothing.
+    pub dry_run: bool,
+}
+
+/// Runs the command; exit code 0 when done or nothing was left to do.
+///
+/// Errors: no review file, SQLite or Redis failures; [`RunError::Refused`]
+/// (exit 2, nothing changed, nothing recorded) when no entry or more than
+/// one has that name, or a requeue of a message the worker cannot read.
+pub fn settle(config: &Config, a: &PaymentDeadLetterArgs) -> Result<u8, RunError> {
+    let review = Review::open_existing(&config.review_db)?;
+    let (mut con, _) =
+        seckill_common::redis_server::connect(&config.redis_url, config.redis_timeout)?;
+    if !a.dry_run {
+        complete_pending(&review, &mut con)?;
+    }
+    let e = find(&mut con, &a.entry)?;
+    if a.action == PaymentDeadLetterAction::Requeue {
+        if let Err(why) = Queued::parse(e.message.as_bytes()) {
+            return Err(RunError::Refused(format!(
+                "entry {} ({}): its message does not parse ({why}); the worker would \
+                 dead-letter it again: drop it instead",
+                e.entry, e.subject
+            )));
+        }
+    }
+    let what = match a.action {
+        PaymentDeadLetterAction::Requeue => "requeue",
+        PaymentDeadLetterAction::Drop => "drop",
+    };
+    let intent = format!(
+        "{what} payment dead letter {} ({}; reason: {})",
+        e.entry, e.subject, e.reason
+    );
+    if a.dry_run {
+        outln!("dry run: would {intent}; nothing changed");
+        return Ok(0);
+    }
+    let at = format_ms(now_ms());
+    let detail = with_note(&intent, a.note.as_deref());
+    let kind = a.action.kind();
+    let id =
+        review.record_payment_action(&at, &a.by, kind, &detail, ActionStatus::Started, None)?;
+    let started = PendingPaymentAction {
+        id,
+        at,
+        actor: a.by.clone(),
+        action: kind,
+    };
+    let outcome = review.immediate(|| -> Result<Outcome, RunError> {
+        if review.is_completed(id)? {
+            return Err(RunError::Refused(format!(
+                "action {id} was completed by another process as interrupted before its \
+                 effect; nothing done: run the command again"
+            )));
+        }
+        let o = effect(&mut con, &started, &e, a.action)?;
+        let now = format_ms(now_ms());
+        let text = with_note(&o.text, a.note.as_deref());
+        review.record_payment_action(&now, &a.by, kind, &text, o.status, Some(id))?;
+        Ok(o)
+    })?;
+    outln!("{}: {}", outcome.status, outcome.text);
+    Ok(0)
+}
+
+/// The one entry named `name` (16 hex digits, or a finding's subject).
+///
+/// Errors: [`RunError::Refused`] when none or several are.
+fn find(con: &mut Con, name: &str) -> Result<PaymentEntry, RunError> {
+    let mut hits: Vec<PaymentEntry> = payment_entries(con)?
+        .into_iter()
+        .filter(|e| e.entry == name || e.subject == name)
+        .collect();
+    // Copies of one text are one entry (a requeue or drop moves one copy).
+    hits.sort_by(|a, b| a.raw.cmp(&b.raw));
+    hits.dedup_by(|a, b| a.raw == b.raw);
+    match hits.len() {
+        1 => Ok(hits.remove(0)),
+        0 => Err(RunError::Refused(format!(
+            "no payment dead letter {name:?}: `seckill-reconciler dead-letter list payments` \
+             lists them (entry or subject)"
+        ))),
+        n => Err(RunError::Refused(format!(
+            "{n} payment dead letters are {name:?}: name one by its entry (`seckill-reconciler \
+             dead-letter list payments`)"
+        ))),
+    }
+}
+
+/// Runs the script for `started` on entry `e`.
+fn effect(
+    con: &mut Con,
+    started: &PendingPaymentAction,
+    e: &PaymentEntry,
+    action: PaymentDeadLetterAction,
+) -> Result<Outcome, RunError> {
+    let (what, field) = match action {
+        PaymentDeadLetterAction::Requeue => (
+            "requeue",
+            Queued::parse(e.message.as_bytes())
+                .map(|m| m.attempts_field())
+                .unwrap_or_default(),
+        ),
+        PaymentDeadLetterAction::Drop => ("drop", String::new()),
+    };
+    let record = serde_json::json!({
+        "entry": String::from_utf8_lossy(&e.raw),
+        "action": started.action.as_str(),
+        "action_id": started.id,
+        "actor": started.actor,
+        "at": started.at,
+    })
+    .to_string();
+    let n: i64 = Script::new(SETTLE_LUA)
+        .key(payment::DEAD_LETTERS)
+        .key(payment::QUEUE)
+        .key(payment::ATTEMPTS)
+        .key(payment::DEAD_LETTERS_SETTLED)
+        .arg(&e.raw)
+        .arg(started.mark())
+        .arg(record)
+        .arg(what)
+        .arg(&e.message)
+        .arg(field)
+        .invoke(con)?;
+    Ok(match (n, action) {
+        (0, _) => Outcome::no_change(format!(
+            "payment dead letter {} ({}) was no longer there; nothing changed",
+            e.entry, e.subject
+        )),
+        (_, PaymentDeadLetterAction::Requeue) => Outcome::done(format!(
+            "put {} back on {} (entry {} kept in {})",
+            e.subject,
+            payment::QUEUE,
+            e.entry,
+            payment::DEAD_LETTERS_SETTLED
+        )),
+        (_, PaymentDeadLetterAction::Drop) => Outcome::done(format!(
+            "dropped {} (entry {} kept in {})",
+            e.subject,
+            e.entry,
+            payment::DEAD_LETTERS_SETTLED
+        )),
+    })
+}
+
+/// Completes every `started` action on the payment queue without its
+/// completion row (see the module doc); returns how many.
+///
+/// Errors: SQLite or Redis failures (nothing recorded; a later attempt
+/// does it).
+pub fn complete_pending(review: &Review, con: &mut Con) -> Result<usize, RunError> {
+    if review.pending_payment_actions()?.is_empty() {
+        return Ok(0);
+    }
+    review.immediate(|| -> Result<usize, RunError> {
+        let pending = review.pending_payment_actions()?; // again, under the lock
+        for p in &pending {
+            let present: bool = redis::cmd("HEXISTS")
+                .arg(payment::DEAD_LETTERS_SETTLED)
+                .arg(p.mark())
+                .query(con)?;
+            let o = if present {
+                Outcome::done(format!(
+                    "recorded after an interruption: {} holds this action's mark",
+                    payment::DEAD_LETTERS_SETTLED
+                ))
+            } else {
+                Outcome::failed("interrupted before its effect; nothing changed".to_string())
+            };
+            let now = format_ms(now_ms());
+            review.record_payment_action(
+                &now,
+                &p.actor,
+                p.action,
+                &o.text,
+                o.status,
+                Some(p.id),
+            )?;
+            log::warn!(
+                "action {} ({} by {}) was interrupted; recorded now as {}: {}",
+                p.id,
+                p.action,
+                p.actor,
+                o.status.as_str(),
+                o.text
+            );
+        }
+        Ok(pending.len())
+    })
+}
