@@ -5,7 +5,9 @@
 //! On a cluster, single commands, scripts (`EVALSHA` routed by their first
 //! key) and pipelines or `MULTI` blocks whose keys share one slot go
 //! through the redis crate's `ClusterConnection`, which follows `MOVED`
-//! and `ASK` and refreshes its slot map. Commands the crate would send to
+//! and `ASK` and refreshes its slot map; a single command answered
+//! `TRYAGAIN` (a slot half-moved) is sent again after a short wait within
+//! the read timeout ([`Con`]'s `again_while_tryagain`). Commands the crate would send to
 //! every master and merge (`INFO`, a keyless `EVAL`) are sent to each
 //! master on a connection of its own ([`Con::each_master`]), and a pipeline
 //! whose commands belong to different slots (the gateway's group commit)
@@ -351,6 +353,42 @@ fn zero_timeout() -> RedisError {
     ))
 }
 
+/// True for a `TRYAGAIN` error: a multi-key command on a slot being
+/// migrated, some of its keys already moved; it did not run.
+fn is_tryagain(e: &RedisError) -> bool {
+    e.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::TryAgain)
+}
+
+impl Con {
+    /// `f` once, and again after a short wait (the router's backoff:
+    /// `slot_router::TRYAGAIN_FIRST_WAIT` doubling up to
+    /// `TRYAGAIN_MAX_WAIT`) while a cluster answers `TRYAGAIN` and the read
+    /// timeout allows from the first try: a slot moved key by key
+    /// (`redis-cli --cluster reshard`) answers a script whose keys are
+    /// split between the two masters that way until the last key moved.
+    /// One command only: it did not run, so it never runs twice.
+    fn again_while_tryagain<T>(
+        &mut self,
+        mut f: impl FnMut(&mut Con) -> RedisResult<T>,
+    ) -> RedisResult<T> {
+        let limit = match self {
+            Con::Single(_) => return f(self),
+            Con::Cluster(c) => c.timeouts.0.unwrap_or(Duration::from_secs(1)),
+        };
+        let started = std::time::Instant::now();
+        let mut wait = crate::slot_router::TRYAGAIN_FIRST_WAIT;
+        loop {
+            match f(self) {
+                Err(e) if is_tryagain(&e) && started.elapsed() + wait < limit => {
+                    std::thread::sleep(wait);
+                    wait = (wait * 2).min(crate::slot_router::TRYAGAIN_MAX_WAIT);
+                }
+                r => return r,
+            }
+        }
+    }
+}
+
 impl ConnectionLike for Con {
     fn req_packed_command(&mut self, cmd: &[u8]) -> RedisResult<Value> {
         if let Con::Cluster(c) = self {
@@ -360,7 +398,7 @@ impl ConnectionLike for Con {
                 }
             }
         }
-        self.like()?.req_packed_command(cmd)
+        self.again_while_tryagain(|c| c.like()?.req_packed_command(cmd))
     }
 
     fn req_packed_commands(
@@ -378,7 +416,7 @@ impl ConnectionLike for Con {
                 return self.req_packed_command(&cmd.get_packed_command());
             }
         }
-        self.like()?.req_command(cmd)
+        self.again_while_tryagain(|c| c.like()?.req_command(cmd))
     }
 
     fn get_db(&self) -> i64 {

@@ -21,6 +21,13 @@ use std::time::{Duration, Instant};
 /// previous one got (a slot moves once per resharding step or failover).
 pub const MAX_REDIRECTS: usize = 3;
 
+/// The first wait before a command answered `TRYAGAIN` is sent again; each
+/// further wait doubles, up to [`TRYAGAIN_MAX_WAIT`].
+pub const TRYAGAIN_FIRST_WAIT: Duration = Duration::from_millis(2);
+
+/// The longest wait between two tries of a command answered `TRYAGAIN`.
+pub const TRYAGAIN_MAX_WAIT: Duration = Duration::from_millis(25);
+
 /// After a master failed some commands, the slot map is read again (to
 /// send them to a promoted replica at once) at most this often.
 pub const LOST_REFRESH_EVERY: Duration = Duration::from_millis(10);
@@ -258,7 +265,12 @@ impl SlotRouter {
     /// stay values (`Value::ServerError`), as with `Pipeline::ignore_errors`.
     /// `MOVED` refreshes the map and resends that command to its new master,
     /// `ASK` sends it once with `ASKING` to the node named, for at most
-    /// [`MAX_REDIRECTS`] rounds.
+    /// [`MAX_REDIRECTS`] rounds. `TRYAGAIN` (a multi-key command on a slot
+    /// being migrated, some of its keys moved: it did not run) sends it
+    /// again to the slot's master after a short wait
+    /// ([`TRYAGAIN_FIRST_WAIT`], doubling up to [`TRYAGAIN_MAX_WAIT`]) for
+    /// as long as the router's timeout allows from the call's start; past
+    /// that the `TRYAGAIN` reply is the command's reply.
     ///
     /// A master that cannot be reached, or whose connection breaks or
     /// times out, fails only its own commands (`reached[i]` false, value
@@ -291,7 +303,10 @@ impl SlotRouter {
         let mut no_map = None;
         // (command index, Some(node) after ASK)
         let mut todo: Vec<(usize, Option<String>)> = (0..cmds.len()).map(|i| (i, None)).collect();
-        for round in 0..=MAX_REDIRECTS {
+        let started = Instant::now();
+        let mut wait = TRYAGAIN_FIRST_WAIT;
+        let mut round = 0;
+        loop {
             if self.map_is_due() {
                 if let Err(e) = self.refresh() {
                     if self.ranges.is_empty() {
@@ -315,6 +330,7 @@ impl SlotRouter {
                 groups.entry(key).or_default().push(*i);
             }
             let mut next = Vec::new();
+            let mut again = Vec::new();
             let mut moved = false;
             let mut lost: Vec<(usize, String)> = Vec::new();
             for ((addr, asking), idx) in groups {
@@ -339,6 +355,10 @@ impl SlotRouter {
                         Some((ServerErrorKind::Ask, to)) if round < MAX_REDIRECTS => {
                             next.push((i, Some(to)));
                         }
+                        Some((ServerErrorKind::TryAgain, _)) => {
+                            again.push(i);
+                            replies[i] = v;
+                        }
                         _ => replies[i] = v,
                     }
                 }
@@ -359,6 +379,15 @@ impl SlotRouter {
                     }
                 }
             }
+            // `TRYAGAIN`: the command did not run; once more after a wait
+            // while the timeout allows (its reply stays `TRYAGAIN` else).
+            let redirected = !next.is_empty();
+            let retry_again = !again.is_empty() && started.elapsed() + wait < self.timeout;
+            if retry_again {
+                std::thread::sleep(wait);
+                wait = (wait * 2).min(TRYAGAIN_MAX_WAIT);
+                next.extend(again.into_iter().map(|i| (i, None)));
+            }
             if next.is_empty() {
                 break;
             }
@@ -368,6 +397,11 @@ impl SlotRouter {
             }
             if moved && self.refresh().is_err() {
                 break;
+            }
+            // Rounds of `TRYAGAIN` only are bounded by the timeout, not
+            // counted as redirect rounds.
+            if redirected {
+                round += 1;
             }
             todo = next;
         }
@@ -668,12 +702,16 @@ fn resp_bulk(b: &[u8]) -> Option<(&[u8], &[u8])> {
     Some((r.get(..len)?, r.get(len + 2..)?))
 }
 
-/// `(MOVED or ASK, "host:port")` when `v` is a redirect reply.
+/// `(MOVED or ASK, "host:port")` when `v` is a redirect reply;
+/// `(TRYAGAIN, "")` for a `TRYAGAIN` reply.
 fn redirect(v: &Value) -> Option<(ServerErrorKind, String)> {
     let Value::ServerError(e) = v else {
         return None;
     };
     let kind = e.kind()?;
+    if kind == ServerErrorKind::TryAgain {
+        return Some((kind, String::new()));
+    }
     if kind != ServerErrorKind::Moved && kind != ServerErrorKind::Ask {
         return None;
     }

@@ -69,6 +69,7 @@ mod scan;
 mod settle;
 mod stored;
 mod token_cmd;
+mod unordered;
 
 use seckill_common::start::{self, EXIT_CONFIG, EXIT_USAGE};
 use seckill_common::Config;

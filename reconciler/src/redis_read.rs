@@ -10,7 +10,7 @@ use seckill_common::keys::SaleKeys;
 use seckill_common::redis_target::Con;
 
 /// Fields asked for per `HSCAN` call (a hint to Redis, not a limit).
-pub const HSCAN_COUNT: usize = 2000;
+pub const HSCAN_COUNT: usize = 200;
 /// Elements per `LRANGE` call.
 pub const LIST_CHUNK: isize = 1000;
 
@@ -101,6 +101,26 @@ pub fn scan_hash<E: From<redis::RedisError>>(
         }
         cursor = next;
     }
+}
+
+/// Every entry of hash `key` (lossy UTF-8), by [`scan_hash`].
+pub fn hash_entries(
+    con: &mut Con,
+    key: &str,
+) -> redis::RedisResult<std::collections::HashMap<String, String>> {
+    let mut out = std::collections::HashMap::new();
+    scan_hash(
+        con,
+        key,
+        |f, v| {
+            out.insert(
+                String::from_utf8_lossy(f).into_owned(),
+                String::from_utf8_lossy(v).into_owned(),
+            );
+        },
+        || Ok::<(), redis::RedisError>(()),
+    )?;
+    Ok(out)
 }
 
 fn split_scan_reply(reply: Value) -> redis::RedisResult<(u64, Vec<Value>)> {

@@ -256,11 +256,17 @@ pub struct BucketNow {
 ///
 /// Errors: Redis failures.
 pub fn read_now(con: &mut Con, k: &SaleKeys) -> Result<BucketNow, RunError> {
+    // In pages (`HSCAN`, `LRANGE`), never a whole key in one call: the sale
+    // is paused, so nothing moves under the reads.
+    let mut queue = Vec::new();
+    crate::redis_read::for_each_in_list(con, &k.queue(), |raw| {
+        queue.push(String::from_utf8_lossy(raw).into_owned())
+    })?;
     Ok(BucketNow {
-        flows: con.hgetall(k.flow())?,
-        released: con.hgetall(k.released())?,
-        buyers: con.hgetall(k.buyers())?,
-        queue: con.lrange(k.queue(), 0, -1)?,
+        flows: crate::redis_read::hash_entries(con, &k.flow())?,
+        released: crate::redis_read::hash_entries(con, &k.released())?,
+        buyers: crate::redis_read::hash_entries(con, &k.buyers())?,
+        queue,
     })
 }
 

@@ -12,12 +12,13 @@
 //! 4. the flow records by `HSCAN`, marking orders that have one; a flow record
 //!    with no order and older than the grace period becomes a candidate;
 //! 5. the dead-letter list;
-//! 6. for candidates only: the queue, then the processing lists (a message
-//!    being moved is seen in one of them), then one atomic check of every
-//!    list for the few left (`seckill_common::in_flight`), then a MySQL
-//!    re-check (an order committed after step 2 clears it), then their
-//!    status and whether their flow record is still there (released
-//!    meanwhile clears it);
+//! 6. for candidates only (`unordered.rs`): the queue, then the processing
+//!    lists, read in pages, then a MySQL re-check (an order committed after
+//!    step 2 clears it) and a flow re-check (released meanwhile clears it),
+//!    up to three times; then one atomic check of every list for the few
+//!    left while the lists are short (`seckill_common::in_flight`), the
+//!    re-checks again, and their status. No call holds Redis for more than
+//!    a few milliseconds, whatever the backlog;
 //! 7. the details (order id, user) of orders missing a flow record or a
 //!    ledger row;
 //! 8. the orders MySQL released (expired, cancelled) whose flow record Redis
@@ -38,8 +39,8 @@
 use crate::error::RunError;
 use crate::mysql_read::{self, rid_to_u128, u128_to_rid, Books, OddPayment, OrderDetail};
 use crate::redis_read::{self, DeadLetters, RedisTotals};
-use seckill_common::in_flight::still_in_flight;
-use seckill_common::keys::{SaleKeys, WORKERS};
+use crate::unordered::{self, Candidates};
+use seckill_common::keys::SaleKeys;
 use seckill_common::lifecycle::{released_orders, ReleasedOrder};
 use seckill_common::message::OrderMessage;
 use seckill_common::redis_target::Con;
@@ -102,17 +103,20 @@ pub struct SaleScan {
     pub odd_payments: Vec<OddPayment>,
 }
 
-/// A bit per order, in the sorted order of the orders' ids.
-struct Bits(Vec<u64>);
+/// A bit per entry of a sorted list of ids (orders, candidates).
+pub struct Bits(Vec<u64>);
 
 impl Bits {
-    fn new(n: usize) -> Bits {
+    /// `n` bits, all clear.
+    pub fn new(n: usize) -> Bits {
         Bits(vec![0; n.div_ceil(64)])
     }
-    fn set(&mut self, i: usize) {
+    /// Sets bit `i`.
+    pub fn set(&mut self, i: usize) {
         self.0[i / 64] |= 1 << (i % 64);
     }
-    fn get(&self, i: usize) -> bool {
+    /// Bit `i`.
+    pub fn get(&self, i: usize) -> bool {
         self.0[i / 64] & (1 << (i % 64)) != 0
     }
 }
@@ -141,7 +145,7 @@ pub fn scan(ctx: &mut Ctx<'_>, sale_id: u64, buckets: u32) -> Result<Option<Sale
     drop(deducted);
     let mut flows = FlowMarks {
         has_flow: Bits::new(orders.len()),
-        candidates: HashMap::new(),
+        candidates: Candidates::new(),
         read: 0,
         young: 0,
     };
@@ -155,7 +159,13 @@ pub fn scan(ctx: &mut Ctx<'_>, sale_id: u64, buckets: u32) -> Result<Option<Sale
         flows.read += f.read;
         flows.young += f.young;
         redis_read::dead_letters_into(ctx.redis, k, &mut dead)?;
-        unordered_all.extend(unordered(ctx, k, f.candidates)?);
+        unordered_all.extend(unordered::unordered(
+            ctx.redis,
+            ctx.mysql,
+            k,
+            f.candidates,
+            &mut *ctx.tick,
+        )?);
     }
     let unordered = unordered_all;
 
@@ -266,9 +276,8 @@ fn ledger_marks(orders: &[u128], deducted: &[u128]) -> Bits {
 struct FlowMarks {
     /// Which orders have a flow record.
     has_flow: Bits,
-    /// Flow records with no order, older than the grace period: reservation
-    /// id → flow record text.
-    candidates: HashMap<String, String>,
+    /// Flow records with no order, older than the grace period.
+    candidates: Candidates,
     /// Flow records read.
     read: u64,
     /// Flow records younger than the grace period.
@@ -285,7 +294,7 @@ fn flow_marks(
     let grace_ms = ctx.grace.as_millis() as u64;
     let mut m = FlowMarks {
         has_flow: Bits::new(orders.len()),
-        candidates: HashMap::new(),
+        candidates: Candidates::new(),
         read: 0,
         young: 0,
     };
@@ -305,72 +314,12 @@ fn flow_marks(
                 m.young += 1;
                 return;
             }
-            m.candidates.insert(
-                String::from_utf8_lossy(field).into_owned(),
-                String::from_utf8_lossy(value).into_owned(),
-            );
+            m.candidates.add(field);
         },
         &mut *ctx.tick,
     )?;
+    m.candidates.seal();
     Ok(m)
-}
-
-/// Step 6: the candidates that are neither in flight nor ordered meanwhile
-/// nor released meanwhile, with their status, in reservation id order.
-fn unordered(
-    ctx: &mut Ctx<'_>,
-    k: SaleKeys,
-    mut candidates: HashMap<String, String>,
-) -> Result<Vec<Unordered>, RunError> {
-    if candidates.is_empty() {
-        return Ok(Vec::new());
-    }
-    let mut lists = vec![k.queue()];
-    for w in redis_read::set_members(ctx.redis, WORKERS)? {
-        lists.push(k.processing(&w));
-    }
-    for list in &lists {
-        redis_read::for_each_in_list(ctx.redis, list, |raw| {
-            if let Some(rid) = redis_read::message_rid(raw) {
-                candidates.remove(String::from_utf8_lossy(rid).as_ref());
-            }
-        })?;
-    }
-    // The scans above read one list after another, so a message that a
-    // reclaim moved from a processing list back to the queue in between was
-    // in neither scan. The few candidates left are checked again in one
-    // atomic script over every list.
-    if !candidates.is_empty() {
-        let (rids, texts): (Vec<String>, Vec<&str>) = candidates
-            .iter()
-            .map(|(rid, text)| (rid.clone(), text.as_str()))
-            .unzip();
-        let in_flight = still_in_flight(ctx.redis, &lists, &texts)?;
-        for (rid, _) in rids.iter().zip(in_flight).filter(|(_, f)| *f) {
-            candidates.remove(rid);
-        }
-    }
-    let rids: Vec<String> = candidates.keys().cloned().collect();
-    for o in mysql_read::order_details(ctx.mysql, &rids)? {
-        candidates.remove(&o.reservation_id);
-    }
-    let mut rids: Vec<String> = candidates.keys().cloned().collect();
-    rids.sort_unstable();
-    let statuses = redis_read::hash_values(ctx.redis, &k.status(), &rids)?;
-    let still = redis_read::hash_values(ctx.redis, &k.flow(), &rids)?;
-    let mut out = Vec::with_capacity(rids.len());
-    for ((rid, status), flow) in rids.into_iter().zip(statuses).zip(still) {
-        if flow.is_none() {
-            continue; // released meanwhile
-        }
-        let flow_record = candidates.remove(&rid).unwrap_or_default();
-        out.push(Unordered {
-            reservation_id: rid,
-            flow_record,
-            status,
-        });
-    }
-    Ok(out)
 }
 
 #[cfg(test)]

@@ -118,7 +118,7 @@ fn every_script_runs_on_a_redis_cluster_with_all_its_keys_in_one_slot() {
     let lists = vec![k.processing("w1")];
     assert_eq!(
         in_flight::still_in_flight(&mut r, &lists, &[&msg]).unwrap(),
-        [true]
+        Some(vec![true])
     );
     assert_eq!(
         reliable_queue::reclaim(&mut r, &k.processing("w1"), &k.queue()).unwrap(),

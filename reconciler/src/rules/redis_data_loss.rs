@@ -14,7 +14,6 @@ use crate::error::RunError;
 use crate::review::findings::{Kind, Observation};
 use crate::rules::obs;
 use mysql::prelude::Queryable;
-use redis::Commands;
 use seckill_common::buckets;
 use seckill_common::data_loss::{self, SaleState};
 use seckill_common::keys::SaleKeys;
@@ -112,8 +111,18 @@ fn lost_reservations(
     let mut held: Vec<HashSet<String>> = Vec::with_capacity(k as usize);
     for b in 0..k {
         let keys = SaleKeys::bucket(sale_id, b);
-        let mut ids: HashSet<String> = redis.hkeys(keys.flow())?;
-        ids.extend(redis.hkeys::<_, Vec<String>>(keys.released())?);
+        // By `HSCAN`, never the whole hash in one call.
+        let mut ids: HashSet<String> = HashSet::new();
+        for key in [keys.flow(), keys.released()] {
+            crate::redis_read::scan_hash(
+                redis,
+                &key,
+                |f, _| {
+                    ids.insert(String::from_utf8_lossy(f).into_owned());
+                },
+                || Ok::<(), redis::RedisError>(()),
+            )?;
+        }
         held.push(ids);
     }
     let mut lost: Vec<(u32, String)> = orders
