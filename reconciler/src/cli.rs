@@ -39,9 +39,11 @@ commands:
   run                           reconcile every active or recent sale (exit 1: open findings)
   findings [--state open|auto_fixed|resolved|all] [--sale ID] [--json]
                                 list findings from the review store (default: open)
-  resolve FINDING_ID (--reorder | --rollback | --dismiss) --by NAME [--note TEXT] [--dry-run]
+  resolve FINDING_ID (--reorder | --rollback | --recreate | --dismiss) --by NAME [--note TEXT] [--dry-run]
                                 --reorder   queue the order message again
                                 --rollback  release the reservation in Redis (stock +1)
+                                --recreate  make the order of a ledger deduction without
+                                            order again (ledger_without_order)
                                 --dismiss   close the finding with the note
   token keygen --alg HS256|EdDSA --kid KID --out FILE [--public FILE]
                                 add a new random key to the signing key file FILE (JWKS,
@@ -141,6 +143,8 @@ pub enum ResolveAction {
     Reorder,
     /// Release the reservation in Redis.
     Rollback,
+    /// Make the order of a stock-ledger deduction without order again.
+    Recreate,
     /// Close the finding, changing nothing else.
     Dismiss,
 }
@@ -151,6 +155,7 @@ impl ResolveAction {
         match self {
             ResolveAction::Reorder => "reorder",
             ResolveAction::Rollback => "rollback",
+            ResolveAction::Recreate => "recreate",
             ResolveAction::Dismiss => "dismiss",
         }
     }
@@ -179,6 +184,7 @@ const FLAGS: &[&str] = &[
     "json",
     "reorder",
     "rollback",
+    "recreate",
     "dismiss",
     "dry-run",
     "rebuy-after-release",
@@ -470,7 +476,7 @@ fn findings(opts: &mut Opts) -> Result<Command, UsageError> {
     Ok(Command::Findings(FindingsArgs { state, sale, json }))
 }
 
-/// `resolve ID --reorder|--rollback|--dismiss --by NAME [--note] [--dry-run]`.
+/// `resolve ID --reorder|--rollback|--recreate|--dismiss --by NAME [--note] [--dry-run]`.
 fn resolve(id: &str, opts: &mut Opts) -> Result<Command, UsageError> {
     let finding_id: i64 = id
         .parse()
@@ -481,6 +487,7 @@ fn resolve(id: &str, opts: &mut Opts) -> Result<Command, UsageError> {
     for (flag, action) in [
         ("reorder", ResolveAction::Reorder),
         ("rollback", ResolveAction::Rollback),
+        ("recreate", ResolveAction::Recreate),
         ("dismiss", ResolveAction::Dismiss),
     ] {
         while opts.take(flag).is_some() {
@@ -488,7 +495,7 @@ fn resolve(id: &str, opts: &mut Opts) -> Result<Command, UsageError> {
         }
     }
     let [action] = actions.as_slice() else {
-        return err("resolve needs exactly one of --reorder, --rollback, --dismiss");
+        return err("resolve needs exactly one of --reorder, --rollback, --recreate, --dismiss");
     };
     let (by, note) = by_and_note(opts.take("by"), opts.take("note"))?;
     let dry_run = opts.take("dry-run").is_some();
@@ -804,11 +811,11 @@ mod tests {
             ),
             (
                 "resolve 1 --by alice",
-                "resolve needs exactly one of --reorder, --rollback, --dismiss",
+                "resolve needs exactly one of --reorder, --rollback, --recreate, --dismiss",
             ),
             (
                 "resolve 1 --reorder --rollback --by alice",
-                "resolve needs exactly one of --reorder, --rollback, --dismiss",
+                "resolve needs exactly one of --reorder, --rollback, --recreate, --dismiss",
             ),
             ("resolve 1 --dismiss", "--by NAME is required"),
             (

@@ -50,6 +50,7 @@ mod lock;
 mod metrics_file;
 mod mysql_read;
 mod output;
+mod recreate;
 mod redis_read;
 mod repair_cmd;
 mod repair_rebuild;
