@@ -475,3 +475,84 @@ fn a_buyer_answered_202_reads_failed_after_a_rollback() {
     assert_eq!(s.json()["status"], "failed");
     assert_eq!(w.run(), 0);
 }
+
+/// The same in a sale split over two buckets with a payment window: the
+/// order is made again `pending_payment` with the deadline the worker
+/// gave it, and the status and deadline are written in the buyer's home
+/// bucket, where the buyer reads them.
+#[test]
+fn recreate_in_a_split_sale_with_a_payment_window_writes_the_buyers_home_bucket() {
+    const K: u32 = 2;
+    let redis = seckill_tests::RedisServer::start();
+    let db = seckill_tests::TestDb::create();
+    let dir = seckill_tests::TempDir::new();
+    let file = dir.path().join("review.sqlite3");
+    let sale = seckill_tests::create_windowed_split_sale(&redis, &db, &file, 4, "1h", K);
+    let w = World {
+        redis,
+        db,
+        dir,
+        sale,
+    };
+    let g = Gateway::start(&w.redis, &[]);
+    let users: Vec<String> = (0..4).map(|i| format!("s{i}")).collect();
+    let mut rids = Vec::new();
+    for u in &users {
+        let r = gateway_support::buy(g.port, sale, u);
+        assert_eq!(r.status, 202, "{r:?}");
+        rids.push(r.json()["reservation_id"].as_str().unwrap().to_string());
+    }
+    let _wk = worker::WorkerProc::start(&w.redis, &w.db, "w1", &worker::Opts::default());
+    worker::wait_orders(&w.db, sale, 4, LONG);
+    let i = users
+        .iter()
+        .position(|u| seckill_common::buckets::home_bucket(u, K) == 1)
+        .expect("a buyer of bucket 1");
+    let (user, rid) = (users[i].as_str(), rids[i].clone());
+    seckill_tests::wait_until(LONG, "the buyer's order pending", || {
+        status_of(&g, sale, user) == (200, "pending_payment".into())
+    });
+    let pay_by = w.sql(&format!(
+        "SELECT CAST(UNIX_TIMESTAMP(pay_by) * 1000 AS SIGNED) FROM orders \
+         WHERE reservation_id = '{rid}'"
+    ));
+    w.sql(&format!(
+        "DELETE FROM orders WHERE reservation_id = '{rid}'"
+    ));
+    // What a worker's dead letter would have written meanwhile.
+    let home = SaleKeys::bucket(sale, 1);
+    let _: () = w.redis.con().hset(home.status(), &rid, "failed").unwrap();
+
+    assert_eq!(w.run(), 1);
+    let f = w.findings();
+    assert_eq!(f.len(), 1, "{f:#?}");
+    assert_eq!(f[0]["kind"], "ledger_without_order");
+    assert_eq!(f[0]["evidence"]["status"], "failed");
+    let id = f[0]["id"].as_i64().unwrap().to_string();
+    let done = ok(&w.cmd("0s", &["resolve", &id, "--recreate", "--by", "alice"]));
+    assert!(
+        done.contains(&format!(
+            "for buyer {user} (pending_payment) from ledger row"
+        )) && done.ends_with("Redis status pending_payment\n"),
+        "{done}"
+    );
+    assert_eq!(mysql_of(&w, &rid), (1, 1, 0));
+    assert_eq!(
+        w.sql(&format!(
+            "SELECT CAST(UNIX_TIMESTAMP(pay_by) * 1000 AS SIGNED) FROM orders \
+             WHERE reservation_id = '{rid}' AND status = 'pending_payment'"
+        )),
+        pay_by
+    );
+    let mut con = w.redis.con();
+    let st: Option<String> = con.hget(home.status(), &rid).unwrap();
+    assert_eq!(st.as_deref(), Some("pending_payment"));
+    let deadline: Option<i64> = con.hget(home.pay_by(), &rid).unwrap();
+    assert_eq!(deadline, Some(pay_by));
+    assert_eq!(status_of(&g, sale, user), (200, "pending_payment".into()));
+    let stocks: Vec<i64> = (0..K)
+        .map(|b| con.get(SaleKeys::bucket(sale, b).stock()).unwrap())
+        .collect();
+    assert_eq!(stocks.iter().sum::<i64>(), 0, "{stocks:?}");
+    assert_eq!(w.run(), 0);
+}
