@@ -556,3 +556,73 @@ fn recreate_in_a_split_sale_with_a_payment_window_writes_the_buyers_home_bucket(
     assert_eq!(stocks.iter().sum::<i64>(), 0, "{stocks:?}");
     assert_eq!(w.run(), 0);
 }
+
+/// Writes a `started` row of `action` on finding `id` by `actor`, as an
+/// action killed after it would have left it.
+fn started_row(w: &World, id: &str, action: &str, actor: &str) {
+    let at = seckill_common::timefmt::format_ms(seckill_common::now_ms());
+    let c = rusqlite::Connection::open(w.review_path()).unwrap();
+    c.execute(
+        "INSERT INTO actions (at, actor, finding_id, action, detail, result)
+         VALUES (?1, ?2, ?3, ?4, 'started: interrupted', 'started')",
+        rusqlite::params![at, actor, id.parse::<i64>().unwrap(), action],
+    )
+    .unwrap();
+}
+
+/// A `--recreate` killed before its effect is completed as `failed`
+/// (nothing changed, the finding stays open); one killed after its MySQL
+/// commit, before its Redis status write, is completed as `done` by the
+/// next command, which writes the status: one order, one `done` row.
+#[test]
+fn an_interrupted_recreate_is_completed_from_what_mysql_holds() {
+    let (w, g, _wk, rid) = order_lost_in_mysql();
+    assert_eq!(w.run(), 1);
+    let id = w.findings()[0]["id"].as_i64().unwrap().to_string();
+
+    started_row(&w, &id, "recreate", "alice");
+    assert_eq!(w.run(), 1);
+    assert_eq!(
+        w.review_count(
+            "SELECT COUNT(*) FROM actions WHERE action = 'recreate' AND result = 'failed'"
+        ),
+        1
+    );
+    assert_eq!(w.findings()[0]["state"], "open");
+    assert_eq!(mysql_of(&w, &rid), (0, 1, 0));
+
+    // Killed after the commit: the order is there, the status is not
+    // (here `failed`, as a dead letter would have left it).
+    started_row(&w, &id, "recreate", "bob");
+    w.sql(&format!(
+        "INSERT INTO orders (reservation_id, sale_id, user_id, quantity, status, reserved_at)
+         VALUES ('{rid}', {{sale}}, 'u2', 1, 'confirmed', UTC_TIMESTAMP(3))"
+    ));
+    let k = SaleKeys::new(w.sale);
+    let _: () = w.redis.con().hset(k.status(), &rid, "failed").unwrap();
+    assert_eq!(status_of(&g, w.sale, "u2"), (200, "failed".into()));
+    assert_eq!(w.run(), 0);
+    assert_eq!(status_of(&g, w.sale, "u2"), (200, "confirmed".into()));
+    assert_eq!(mysql_of(&w, &rid), (1, 1, 0));
+    for (result, n) in [("started", 2), ("failed", 1), ("done", 1)] {
+        assert_eq!(
+            w.review_count(&format!(
+                "SELECT COUNT(*) FROM actions WHERE action = 'recreate' AND result = '{result}'"
+            )),
+            n,
+            "{result}"
+        );
+    }
+    assert_eq!(
+        w.review_count(
+            "SELECT COUNT(*) FROM actions d JOIN actions s ON d.completes = s.id
+             WHERE d.result = 'done' AND s.actor = 'bob' AND d.actor = 'bob'"
+        ),
+        1
+    );
+    let f = &w.findings()[0];
+    assert_eq!(
+        (f["state"].as_str(), f["resolved_by"].as_str()),
+        (Some("resolved"), Some("bob"))
+    );
+}
