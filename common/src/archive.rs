@@ -52,6 +52,7 @@ pub fn bucket_keys(k: SaleKeys, workers: &[String]) -> Vec<String> {
     let mut v = vec![
         k.stock(),
         k.buyers(),
+        k.released_buyers(),
         k.flow(),
         k.status(),
         k.pay_by(),

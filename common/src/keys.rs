@@ -142,6 +142,15 @@ impl SaleKeys {
     pub fn status(&self) -> String {
         self.key("status")
     }
+    /// Hash user id -> the reservation id whose buyer mark a release
+    /// removed (a rollback, or an expiry or cancellation in a sale that lets
+    /// a released buyer buy again; `release.rs`). The status route reads
+    /// it when the buyer holds no mark, so a buyer who was answered 202
+    /// reads the status of that purchase (`failed`, `expired`, `cancelled`)
+    /// until the sale is archived or they buy again.
+    pub fn released_buyers(&self) -> String {
+        self.key("buyers:released")
+    }
     /// Hash reservation id -> payment deadline (Unix ms) of an order
     /// created `pending_payment`.
     pub fn pay_by(&self) -> String {
@@ -218,6 +227,7 @@ mod tests {
             k.reorder_marks(),
             k.released(),
             k.pay_by(),
+            k.released_buyers(),
         ] {
             assert!(key.starts_with("seckill:{sale:42}:"), "{key}");
         }

@@ -4,7 +4,9 @@
 //!
 //! A release is the exact inverse of the reservation script
 //! (`reservation.rs`): the flow record and the user's purchase mark are
-//! removed, the stock counter goes up by one (and the meta field `releases`,
+//! removed (the mark's reservation id is kept in the sale's
+//! `buyers:released` hash, which the status route reads for a buyer who
+//! holds no mark), the stock counter goes up by one (and the meta field `releases`,
 //! so the reservation sequence never goes back), the status becomes `failed`,
 //! and a copy of the order message still waiting in the sale's queue is
 //! removed so no worker turns it into an order afterwards. It refuses, and
@@ -23,7 +25,8 @@
 //! order exists: that is the point), moves the flow record into the sale's
 //! `released` hash instead of deleting it (so `stock + flow records =
 //! total` still holds, and the evidence stays), removes the buyer mark only
-//! when the sale lets a released buyer buy again, and sets the status
+//! when the sale lets a released buyer buy again (keeping it in
+//! `buyers:released` as above), and sets the status
 //! `expired` or `cancelled`. The `released` entry makes it happen once:
 //! a repeat replies `already` and changes nothing.
 
@@ -33,8 +36,8 @@ use std::fmt;
 use std::sync::OnceLock;
 
 /// The release script. `KEYS`: flow, buyers, stock, status, queue, meta,
-/// released, then the sale's processing list of every known worker (any
-/// number, may be none); it counts itself in the meta field `releases`, which keeps the
+/// released, released buyers, then the sale's processing list of every
+/// known worker (any number, may be none); it counts itself in the meta field `releases`, which keeps the
 /// sale's reservation sequence (`reservation::sequence`) from going back;
 /// `ARGV`: the reservation id. Replies `{'released', stock_after}`,
 /// `{'not_found'}`, `{'confirmed'}` or `{'in_flight', processing_key}`;
@@ -49,7 +52,7 @@ pub const RELEASE_LUA: &str = concat!(
     crate::lua_expect_types!(),
     r#"
 local bad = expect_types({KEYS[1], 'hash', KEYS[2], 'hash', KEYS[3], 'string',
-  KEYS[4], 'hash', KEYS[5], 'list', KEYS[6], 'hash', KEYS[7], 'hash'})
+  KEYS[4], 'hash', KEYS[5], 'list', KEYS[6], 'hash', KEYS[7], 'hash', KEYS[8], 'hash'})
 if bad then return bad end
 local left = redis.call('GET', KEYS[3])
 if left and not string.find(left, '^-?%d+$') then
@@ -70,6 +73,7 @@ if lifecycle then
   redis.call('HDEL', KEYS[1], ARGV[1])
   if ARGV[3] == '1' and user and redis.call('HGET', KEYS[2], user) == ARGV[1] then
     redis.call('HDEL', KEYS[2], user)
+    redis.call('HSET', KEYS[8], user, ARGV[1])
   end
   local stock = redis.call('INCR', KEYS[3])
   redis.call('HINCRBY', KEYS[6], 'releases', 1)
@@ -78,7 +82,7 @@ if lifecycle then
 end
 local st = redis.call('HGET', KEYS[4], ARGV[1])
 if st == 'confirmed' or st == 'pending_payment' or st == 'paid' then return {'confirmed'} end
-for i = 8, #KEYS do
+for i = 9, #KEYS do
   if redis.call('LPOS', KEYS[i], msg) then return {'in_flight', KEYS[i]} end
 end
 if ARGV[2] == 'check' then return {'clear', left or '0'} end
@@ -87,6 +91,7 @@ redis.call('LREM', KEYS[5], 0, msg)
 redis.call('HDEL', KEYS[1], ARGV[1])
 if user and redis.call('HGET', KEYS[2], user) == ARGV[1] then
   redis.call('HDEL', KEYS[2], user)
+  redis.call('HSET', KEYS[8], user, ARGV[1])
 end
 local stock = redis.call('INCR', KEYS[3])
 redis.call('HINCRBY', KEYS[6], 'releases', 1)
@@ -308,7 +313,8 @@ fn run_mode<C: ConnectionLike>(
         .key(k.status())
         .key(k.queue())
         .key(k.meta())
-        .key(k.released());
+        .key(k.released())
+        .key(k.released_buyers());
     for w in worker_ids {
         inv.key(k.processing(w));
     }

@@ -265,8 +265,9 @@ pub fn conclude(
         }
         // A retry (same reservation id) of a call whose reply was lost,
         // released since: what this request bought, now expired,
-        // cancelled or rolled back (the release removed the buyer's mark,
-        // so the status route answers 404 purchase_not_found).
+        // cancelled or rolled back (the release removed the buyer's mark
+        // and kept the id in `buyers:released`, where the status route
+        // reads it).
         ReserveOutcome::Released(rid) => {
             metrics.outcome(Outcome::AlreadyPurchased);
             app.soldout.inconclusive(sale_id, Instant::now());

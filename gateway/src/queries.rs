@@ -113,9 +113,14 @@ fn other_buckets_stock(app: &App, sale_id: u64, k: u32) -> Result<i64, Unavailab
     })
 }
 
-/// `GET /v1/sales/{sale_id}/purchases/{user_id}`: `HGET buyers user`, then
-/// one pipeline of `HGET status rid` and `HGET pay_by rid`. A reservation
-/// without a status reads as `queued`; `pending_payment` carries `pay_by`
+/// `GET /v1/sales/{sale_id}/purchases/{user_id}`: one pipeline of `HGET
+/// buyers user` and `HGET buyers:released user` (the purchase whose mark a
+/// release removed: a rollback, or an expiry or cancellation in a sale that
+/// lets a released buyer buy again), then one pipeline of `HGET status rid`
+/// and `HGET pay_by rid` of the buyer's mark, else of the released one. So
+/// a buyer who was answered 202 reads a status until the sale is archived;
+/// 404 only for a buyer who never bought. A reservation without a status
+/// reads as `queued`; `pending_payment` carries `pay_by`
 /// (RFC 3339 UTC, the deadline MySQL holds). The statuses: `queued`,
 /// `confirmed` (final at creation), `pending_payment`, `paid`, `expired`,
 /// `cancelled`, `failed`.
@@ -124,13 +129,19 @@ pub fn purchase_status(app: &App, sale_id: u64, user_id: &str) -> Reply {
         return Reply::unavailable();
     };
     let found = app.links.with(|link| {
-        let rid = link.with(|con| {
-            redis::cmd("HGET")
+        let (held, released) = link.with(|con| {
+            redis::pipe()
+                .cmd("HGET")
                 .arg(k.buyers())
                 .arg(user_id)
-                .query::<Option<String>>(con)
+                .cmd("HGET")
+                .arg(k.released_buyers())
+                .arg(user_id)
+                .query::<(Option<String>, Option<String>)>(con)
         })?;
-        let Some(rid) = rid else { return Ok(None) };
+        let Some(rid) = held.or(released) else {
+            return Ok(None);
+        };
         let (status, pay_by) = link.with(|con| {
             redis::pipe()
                 .cmd("HGET")

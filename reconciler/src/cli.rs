@@ -104,6 +104,8 @@ pub enum ResolveAction {
     Reorder,
     /// Release the reservation in Redis.
     Rollback,
+    /// Make the order of a stock-ledger deduction without order again.
+    Recreate,
     /// Close the finding, changing nothing else.
     Dismiss,
 }
@@ -114,6 +116,7 @@ impl ResolveAction {
         match self {
             ResolveAction::Reorder => "reorder",
             ResolveAction::Rollback => "rollback",
+            ResolveAction::Recreate => "recreate",
             ResolveAction::Dismiss => "dismiss",
         }
     }
@@ -142,6 +145,7 @@ const FLAGS: &[&str] = &[
     "json",
     "reorder",
     "rollback",
+    "recreate",
     "dismiss",
     "dry-run",
     "rebuy-after-release",
@@ -576,13 +580,14 @@ fn findings(opts: &mut Opts) -> Result<Command, UsageError> {
     Ok(Command::Findings(FindingsArgs { state, sale, json }))
 }
 
-/// `resolve ID --reorder|--rollback|--dismiss --by NAME [--note] [--dry-run]`.
+/// `resolve ID --reorder|--rollback|--recreate|--dismiss --by NAME [--note] [--dry-run]`.
 fn resolve(id: &str, opts: &mut Opts) -> Result<Command, UsageError> {
     let finding_id = finding_id(id)?;
     let mut actions = Vec::new();
     for (flag, action) in [
         ("reorder", ResolveAction::Reorder),
         ("rollback", ResolveAction::Rollback),
+        ("recreate", ResolveAction::Recreate),
         ("dismiss", ResolveAction::Dismiss),
     ] {
         while opts.take(flag).is_some() {
@@ -590,7 +595,7 @@ fn resolve(id: &str, opts: &mut Opts) -> Result<Command, UsageError> {
         }
     }
     let [action] = actions.as_slice() else {
-        return err("resolve needs exactly one of --reorder, --rollback, --dismiss");
+        return err("resolve needs exactly one of --reorder, --rollback, --recreate, --dismiss");
     };
     let (by, note) = by_and_note(opts.take("by"), opts.take("note"))?;
     let dry_run = opts.take("dry-run").is_some();
@@ -934,11 +939,11 @@ mod tests {
             ),
             (
                 "resolve 1 --by alice",
-                "resolve needs exactly one of --reorder, --rollback, --dismiss",
+                "resolve needs exactly one of --reorder, --rollback, --recreate, --dismiss",
             ),
             (
                 "resolve 1 --reorder --rollback --by alice",
-                "resolve needs exactly one of --reorder, --rollback, --dismiss",
+                "resolve needs exactly one of --reorder, --rollback, --recreate, --dismiss",
             ),
             ("resolve 1 --dismiss", "--by NAME is required"),
             (

@@ -182,14 +182,18 @@ options:
     Help {
         path: "resolve",
         args: &["FINDING_ID"],
-        summary: "act on a finding (reorder, rollback or dismiss)",
-        options: "(--reorder | --rollback | --dismiss) --by NAME [--note TEXT] [--dry-run]",
+        summary: "act on a finding (reorder, rollback, recreate or dismiss)",
+        options:
+            "(--reorder | --rollback | --recreate | --dismiss) --by NAME [--note TEXT] [--dry-run]",
         text: "Acts on finding FINDING_ID; audited in the review store (a started row before
 the effect, its completion after).
 
 options:
   --reorder     queue the order message again
-  --rollback    release the reservation in Redis (stock +1)
+  --rollback    release the reservation in Redis (stock +1); refused for a
+                reservation MySQL holds or deducted
+  --recreate    make the order of a ledger deduction without order again
+                (ledger_without_order), without a second deduction
   --dismiss     close the finding with the note
   --by NAME     who acts: 1-64 characters of A-Z a-z 0-9 _ . - @
   --note TEXT   why, at most 1000 characters

@@ -10,6 +10,11 @@
 //!
 //! Each entry moves in one atomic script ([`dead_letter::archive`]), so a
 //! repeat, or two processes at once, move every entry exactly once.
+//!
+//! An action settles only the entries that existed when it started
+//! ([`Existing`]): an entry its own effect causes (a re-queued message
+//! dead-lettered again, at once) stays in the list, and the next run
+//! reports it as a new `dead_letter` finding.
 
 use crate::redis_read;
 use seckill_common::dead_letter::{self, DeadLetter};
@@ -32,10 +37,56 @@ pub struct SettledBy<'a> {
     pub at: &'a str,
 }
 
-/// Moves every dead-letter entry of reservation `rid` of sale `sale_id` to
-/// the archive, wrapped with `by`; returns how many moved. A sale split
-/// over buckets has a list per bucket: each is read, and an entry goes to
-/// its own bucket's archive.
+/// Which of a reservation's dead-letter entries an action settles: those
+/// that existed when it started.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Existing {
+    /// Exactly these entries, read just before the action's effect (under
+    /// the review file's write lock, [`entries_of`]).
+    Entries(Vec<String>),
+    /// The entries dead-lettered before this time, Unix ms: an interrupted
+    /// action completed later, whose `started` row (written before its
+    /// effect) has this time. The worker stamps the entry with its own
+    /// clock, so this relies on the hosts' clocks agreeing to well within
+    /// the time between an action's start and its effect; an entry read as
+    /// later stays in the list and is reported (never hidden).
+    Before(u64),
+    /// Every entry of the reservation (`sale repair`: its released
+    /// duplicates can no longer be dead-lettered).
+    All,
+}
+
+impl Existing {
+    fn settles(&self, raw: &str, d: &DeadLetter) -> bool {
+        match self {
+            Existing::Entries(v) => v.iter().any(|e| e == raw),
+            Existing::Before(ms) => d.at_ms < *ms,
+            Existing::All => true,
+        }
+    }
+}
+
+/// The dead-letter entries of reservation `rid` of sale `sale_id`, verbatim,
+/// from every bucket's list.
+///
+/// Errors: Redis failures.
+pub fn entries_of(con: &mut Con, sale_id: u64, rid: &str) -> redis::RedisResult<Vec<String>> {
+    let n = seckill_common::buckets::count(con, sale_id)?.unwrap_or(1);
+    let mut out = Vec::new();
+    for k in seckill_common::buckets::all(sale_id, n) {
+        out.extend(
+            entries_in(con, k, rid, &Existing::All)?
+                .into_iter()
+                .map(|(raw, _)| raw),
+        );
+    }
+    Ok(out)
+}
+
+/// Moves the dead-letter entries of reservation `rid` of sale `sale_id`
+/// that `existing` names to the archive, wrapped with `by`; returns how
+/// many moved. A sale split over buckets has a list per bucket: each is
+/// read, and an entry goes to its own bucket's archive.
 ///
 /// Errors: Redis failures (entries moved before the failure stay moved; a
 /// repeat moves the rest).
@@ -43,14 +94,36 @@ pub fn archive_entries_of(
     con: &mut Con,
     sale_id: u64,
     rid: &str,
+    existing: &Existing,
     by: &SettledBy<'_>,
 ) -> redis::RedisResult<u64> {
     let n = seckill_common::buckets::count(con, sale_id)?.unwrap_or(1);
     let mut moved = 0;
     for k in seckill_common::buckets::all(sale_id, n) {
-        moved += archive_entries_in(con, k, rid, by)?;
+        moved += archive_entries_in(con, k, rid, existing, by)?;
     }
     Ok(moved)
+}
+
+/// The entries of `rid` in bucket `k`'s dead-letter list that `existing`
+/// names, verbatim.
+fn entries_in(
+    con: &mut Con,
+    k: SaleKeys,
+    rid: &str,
+    existing: &Existing,
+) -> redis::RedisResult<Vec<(String, DeadLetter)>> {
+    let mut mine = Vec::new();
+    redis_read::for_each_in_list(con, &k.dead_letter(), |raw| {
+        let Some(d) = DeadLetter::parse(raw) else {
+            return;
+        };
+        let text = String::from_utf8_lossy(raw);
+        if d.reservation_id.as_deref() == Some(rid) && existing.settles(&text, &d) {
+            mine.push((text.into_owned(), d));
+        }
+    })?;
+    Ok(mine)
 }
 
 /// [`archive_entries_of`] in bucket `k` of a split sale only (its own
@@ -61,20 +134,12 @@ pub fn archive_entries_in(
     con: &mut Con,
     k: SaleKeys,
     rid: &str,
+    existing: &Existing,
     by: &SettledBy<'_>,
 ) -> redis::RedisResult<u64> {
-    let mut mine: Vec<String> = Vec::new();
-    redis_read::for_each_in_list(con, &k.dead_letter(), |raw| {
-        if DeadLetter::parse(raw)
-            .and_then(|d| d.reservation_id)
-            .as_deref()
-            == Some(rid)
-        {
-            mine.push(String::from_utf8_lossy(raw).into_owned());
-        }
-    })?;
+    let mine = entries_in(con, k, rid, existing)?;
     let mut moved = 0;
-    for entry in mine {
+    for (entry, _) in mine {
         let wrapped = json!({
             "entry": entry,
             "settled_by": {"action": by.action, "actor": by.actor, "finding_id": by.finding_id,

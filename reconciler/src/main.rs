@@ -57,6 +57,7 @@ mod mysql_read;
 mod output;
 mod payment_dlq_cmd;
 mod queue_cmd;
+mod recreate;
 mod redis_read;
 mod repair_cmd;
 mod repair_rebuild;

@@ -92,6 +92,10 @@ pub struct Snapshot {
     /// reason `order` or `compensation`), sorted; ids that are not 32 hex
     /// digits are skipped (no order can match them either).
     pub deducted: Vec<u128>,
+    /// The reservation ids of the ledger's releases (rows with reason
+    /// `release`: the unit of an expired or cancelled order given back),
+    /// sorted.
+    pub released: Vec<u128>,
 }
 
 /// Reads sale `sale_id`'s MySQL side in one consistent snapshot, each table
@@ -139,7 +143,7 @@ pub fn snapshot(
                 on_order(&id);
             }
         }
-        let (deducted, ledger_deductions) = ledger(db, sale_id)?;
+        let (deducted, released, ledger_deductions) = ledger(db, sale_id)?;
         Ok(Some(Snapshot {
             books: Books {
                 total_stock,
@@ -149,6 +153,7 @@ pub fn snapshot(
                 paid,
             },
             deducted,
+            released,
         }))
     })();
     db.query_drop("COMMIT")?;
@@ -156,30 +161,92 @@ pub fn snapshot(
 }
 
 /// Streams every ledger row of the sale: the sorted ids of its deductions
-/// (reason `order` or `compensation`) and the units the whole ledger
-/// deducts (`-SUM(delta)`, as `seckill_common::schema::ledger_deductions`).
-fn ledger(db: &mut Conn, sale_id: u64) -> mysql::Result<(Vec<u128>, i64)> {
+/// (reason `order` or `compensation`), the sorted ids of its releases
+/// (reason `release`) and the units the whole ledger deducts
+/// (`-SUM(delta)`, as `seckill_common::schema::ledger_deductions`).
+fn ledger(db: &mut Conn, sale_id: u64) -> mysql::Result<(Vec<u128>, Vec<u128>, i64)> {
     let mut ids = Vec::new();
+    let mut released = Vec::new();
     let mut deducted = 0i64;
     let rows = db.exec_iter(
-        "SELECT reservation_id, delta, reason IN ('order', 'compensation')
+        "SELECT reservation_id, delta,
+                CASE WHEN reason IN ('order', 'compensation') THEN 1
+                     WHEN reason = 'release' THEN 2 ELSE 0 END
          FROM stock_ledger WHERE sale_id = ?",
         (sale_id,),
     )?;
     for row in rows {
         let mut row = row?;
         deducted -= row.take_opt::<i64, _>(1).and_then(Result::ok).unwrap_or(0);
-        if row.take_opt::<i64, _>(2).and_then(Result::ok) != Some(1) {
-            continue;
-        }
+        let into = match row.take_opt::<i64, _>(2).and_then(Result::ok) {
+            Some(1) => &mut ids,
+            Some(2) => &mut released,
+            _ => continue,
+        };
         if let Some(Ok(id)) = row.take_opt::<Vec<u8>, _>(0) {
             if let Some(v) = rid_to_u128(&id) {
-                ids.push(v);
+                into.push(v);
             }
         }
     }
     ids.sort_unstable();
-    Ok((ids, deducted))
+    released.sort_unstable();
+    Ok((ids, released, deducted))
+}
+
+/// One stock-ledger deduction, for the evidence of a
+/// `ledger_without_order` finding and the fix that re-creates its order.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Deduction {
+    /// `stock_ledger.id`.
+    pub id: u64,
+    /// `stock_ledger.reservation_id`.
+    pub reservation_id: String,
+    /// `stock_ledger.sale_id`.
+    pub sale_id: u64,
+    /// `stock_ledger.user_id`.
+    pub user_id: String,
+    /// `stock_ledger.reason`: `order` or `compensation`.
+    pub reason: String,
+    /// `stock_ledger.created_at`, Unix ms.
+    pub created_ms: u64,
+}
+
+/// The deduction of each of `rids` (any number; [`LOOKUP_CHUNK`] at a time)
+/// that MySQL has not given back (no `release` row of the same
+/// reservation); at most one per reservation (the first).
+///
+/// Errors: MySQL failures.
+pub fn deductions_of<Q: Queryable>(db: &mut Q, rids: &[String]) -> mysql::Result<Vec<Deduction>> {
+    let mut out: Vec<Deduction> = Vec::new();
+    for chunk in rids.chunks(LOOKUP_CHUNK) {
+        let sql = format!(
+            "SELECT l.id, l.reservation_id, l.sale_id, l.user_id, l.reason,
+                    CAST(UNIX_TIMESTAMP(l.created_at) * 1000 AS SIGNED)
+             FROM stock_ledger l
+             WHERE l.reservation_id IN ({}) AND l.reason IN ('order', 'compensation')
+               AND NOT EXISTS (SELECT 1 FROM stock_ledger r
+                               WHERE r.reservation_id = l.reservation_id
+                                 AND r.reason = 'release')
+             ORDER BY l.reservation_id, l.id",
+            seckill_common::schema::placeholders(chunk.len())
+        );
+        let rows: Vec<(u64, String, u64, String, String, i64)> = db.exec(sql, chunk.to_vec())?;
+        for (id, reservation_id, sale_id, user_id, reason, at) in rows {
+            if out.last().map(|d| &d.reservation_id) == Some(&reservation_id) {
+                continue;
+            }
+            out.push(Deduction {
+                id,
+                reservation_id,
+                sale_id,
+                user_id,
+                reason,
+                created_ms: at.max(0) as u64,
+            });
+        }
+    }
+    Ok(out)
 }
 
 /// The orders among `rids` (any number; looked up [`LOOKUP_CHUNK`] at a time).

@@ -27,14 +27,14 @@
 //! and writes the same state again. Audited: see [`repair`].
 
 use crate::cli::RepairArgs;
-use crate::dead_letter_archive::{archive_entries_in, SettledBy};
+use crate::dead_letter_archive::{archive_entries_in, Existing, SettledBy};
 use crate::error::RunError;
 use crate::lock::{RunLock, LOCK_WAIT};
 use crate::output::outln;
 use crate::repair_rebuild::{self, BucketRepair, OrderRow};
 use crate::review::findings::{FindingState, Kind};
 use crate::review::{ActionKind, ActionStatus, PendingAction, Review};
-use crate::run_cmd::redis_connect;
+use crate::run_cmd::{mysql_connect, redis_connect};
 use crate::sale_cmd::fetch_sale;
 use crate::settle::Outcome;
 use mysql::prelude::Queryable;
@@ -77,7 +77,7 @@ pub fn repair(config: &Config, args: &RepairArgs) -> Result<u8, RunError> {
         return Ok(0);
     }
     let review = Review::open(&config.review_db)?;
-    crate::settle::complete_pending(&review, || redis_connect(config))?;
+    crate::settle::complete_pending(&review, || redis_connect(config), || mysql_connect(config))?;
     let Some(finding) = review
         .list_findings(Some(FindingState::Open), Some(id))?
         .into_iter()
@@ -266,7 +266,7 @@ fn rebuild(
     let mut duplicates: Vec<String> = Vec::new();
     for (bk, out) in bucket_keys.iter().zip(&done) {
         for rid in &out.duplicates {
-            archive_entries_in(con, *bk, rid, &by)?;
+            archive_entries_in(con, *bk, rid, &Existing::All, &by)?;
         }
         duplicates.extend(out.duplicates.iter().cloned());
     }

@@ -15,7 +15,16 @@
 //!   worker holds its message, or its Redis status is `confirmed` (a worker
 //!   committed it: the buyer was told the unit is theirs). A repeat finds no
 //!   flow record: stock moves once.
+//! - `--recreate`: make the order of a `ledger_without_order` finding again
+//!   from its ledger row and flow record, without a second deduction
+//!   (`recreate.rs`).
 //! - `--dismiss`: close the finding with the note.
+//!
+//! `--reorder` and `--rollback` are refused for a reservation whose unit
+//! MySQL's stock ledger deducted while it holds no order: a rollback would
+//! put back on sale in Redis a unit MySQL no longer has, and a re-queued
+//! message cannot become an order (the worker's batch would deduct a second
+//! unit, and MySQL's stock may not cover it); `--recreate` is the fix.
 //!
 //! In a sale split over buckets, `--reorder` and `--rollback` act in the
 //! bucket whose flow records hold the reservation
@@ -35,9 +44,9 @@
 use crate::cli::{ResolveAction, ResolveArgs};
 use crate::error::RunError;
 use crate::output::outln;
-use crate::review::findings::{Finding, Resolution};
+use crate::review::findings::{Finding, Kind, Resolution};
 use crate::review::{ActionKind, ActionStatus, PendingAction, Review};
-use crate::run_cmd::redis_connect;
+use crate::run_cmd::{mysql_connect, redis_connect};
 use crate::settle::{self, Outcome};
 use seckill_common::keys::{SaleKeys, WORKERS};
 use seckill_common::redis_target::Con;
@@ -64,6 +73,8 @@ enum Checked {
         redis: Con,
         /// MySQL, open.
         mysql: mysql::Conn,
+        /// For `--recreate`: what its checks found.
+        plan: Option<Box<crate::recreate::Plan>>,
     },
 }
 
@@ -75,7 +86,7 @@ enum Checked {
 pub fn resolve(config: &Config, args: &ResolveArgs) -> Result<u8, RunError> {
     let review = Review::open_existing(&config.review_db)?;
     if !args.dry_run {
-        settle::complete_pending(&review, || redis_connect(config))?;
+        settle::complete_pending(&review, || redis_connect(config), || mysql_connect(config))?;
     }
     let f = review.finding(args.finding_id)?;
     let action = action_kind(args.action);
@@ -85,10 +96,12 @@ pub fn resolve(config: &Config, args: &ResolveArgs) -> Result<u8, RunError> {
         } else {
             Outcome::no_change(format!("finding {} is already {}", f.id, f.state))
         }),
-        ResolveAction::Reorder | ResolveAction::Rollback => match settled_otherwise(&f, args) {
-            Some(refusal) => Checked::Final(refusal),
-            None => check(config, &f, args)?,
-        },
+        ResolveAction::Reorder | ResolveAction::Rollback | ResolveAction::Recreate => {
+            match settled_otherwise(&f, args) {
+                Some(refusal) => Checked::Final(refusal),
+                None => check(config, &f, args)?,
+            }
+        }
     };
     let outcome = match checked {
         Checked::Final(o) if args.dry_run => o,
@@ -104,6 +117,7 @@ pub fn resolve(config: &Config, args: &ResolveArgs) -> Result<u8, RunError> {
             workers,
             mut redis,
             mut mysql,
+            plan,
         } => settle::written_ahead(
             &review,
             &mut redis,
@@ -113,6 +127,9 @@ pub fn resolve(config: &Config, args: &ResolveArgs) -> Result<u8, RunError> {
             args.note.as_deref(),
             &format!("started: {would}"),
             |redis, started| {
+                if let Some(plan) = &plan {
+                    return crate::recreate::recreate(&mut mysql, redis, plan);
+                }
                 effect(
                     redis,
                     &mut mysql,
@@ -145,6 +162,7 @@ fn action_kind(action: ResolveAction) -> ActionKind {
     match action {
         ResolveAction::Reorder => ActionKind::Reorder,
         ResolveAction::Rollback => ActionKind::Rollback,
+        ResolveAction::Recreate => ActionKind::Recreate,
         ResolveAction::Dismiss => ActionKind::Dismiss,
     }
 }
@@ -202,10 +220,23 @@ fn check(config: &Config, f: &Finding, args: &ResolveArgs) -> Result<Checked, Ru
             f.id, f.kind
         ))));
     };
-    if !matches!(f.kind.as_str(), "flow_without_order" | "dead_letter") {
+    let recreate = args.action == ResolveAction::Recreate;
+    if recreate && f.kind != Kind::LedgerWithoutOrder {
         return Ok(Checked::Final(Outcome::refused(format!(
-            "finding {} is {}: --{action} applies to flow_without_order and dead_letter",
+            "finding {} is {}: --recreate applies to ledger_without_order",
             f.id, f.kind
+        ))));
+    }
+    if !recreate && !matches!(f.kind, Kind::FlowWithoutOrder | Kind::DeadLetter) {
+        return Ok(Checked::Final(Outcome::refused(format!(
+            "finding {} is {}: --{action} applies to flow_without_order and dead_letter{}",
+            f.id,
+            f.kind,
+            if f.kind == Kind::LedgerWithoutOrder {
+                " (a ledger_without_order is fixed by --recreate)"
+            } else {
+                ""
+            }
         ))));
     }
     let sale_id = f.sale_id.max(0) as u64;
@@ -214,6 +245,25 @@ fn check(config: &Config, f: &Finding, args: &ResolveArgs) -> Result<Checked, Ru
         return Ok(Checked::Final(order_exists(args.action, order.id, &rid)));
     }
     let mut redis = redis_connect(config)?;
+    if recreate {
+        return Ok(
+            match crate::recreate::check(&mut mysql, &mut redis, sale_id, &rid)? {
+                Ok(plan) => Checked::Go {
+                    would: plan.would(),
+                    rid,
+                    keys: plan.keys,
+                    workers: Vec::new(),
+                    redis,
+                    mysql,
+                    plan: Some(Box::new(plan)),
+                },
+                Err(o) => Checked::Final(o),
+            },
+        );
+    }
+    if let Some(refusal) = deducted_without_order(&mut mysql, args.action, &rid)? {
+        return Ok(Checked::Final(refusal));
+    }
     // The bucket whose flow records hold it (a sale split over buckets: its
     // buyer's home bucket); when none does, the sale's own keys, where the
     // scripts then find nothing (released already, or never reserved).
@@ -249,7 +299,39 @@ fn check(config: &Config, f: &Finding, args: &ResolveArgs) -> Result<Checked, Ru
         workers,
         redis,
         mysql,
+        plan: None,
     })
+}
+
+/// The refusal of a reorder or rollback of `rid` whose unit MySQL's stock
+/// ledger deducted (a deduction not given back) while MySQL holds no order
+/// for it (the caller checked the order first); `None` when the ledger
+/// holds no such deduction.
+///
+/// Errors: MySQL failures.
+fn deducted_without_order(
+    mysql: &mut mysql::Conn,
+    action: ResolveAction,
+    rid: &str,
+) -> Result<Option<Outcome>, RunError> {
+    let Some(d) = crate::mysql_read::deductions_of(mysql, &[rid.to_string()])?
+        .into_iter()
+        .next()
+    else {
+        return Ok(None);
+    };
+    let why = if action == ResolveAction::Rollback {
+        "releasing it in Redis would put on sale a unit MySQL no longer has"
+    } else {
+        "a worker cannot make its order without deducting a second unit (it dead-letters the \
+         message)"
+    };
+    Ok(Some(Outcome::refused(format!(
+        "MySQL's stock ledger deducted a unit for {rid} (ledger row {}, reason {}) but holds no \
+         order for it: {why}; re-create the order with --recreate on its ledger_without_order \
+         finding (`run` opens it)",
+        d.id, d.reason
+    ))))
 }
 
 /// The effect of a reorder or rollback that passed its checks (the scripts

@@ -379,6 +379,9 @@ stored_enum! {
         Reorder => "reorder",
         /// An operator released a reservation in Redis.
         Rollback => "rollback",
+        /// An operator made the order of a stock-ledger deduction without
+        /// order again (`resolve --recreate`).
+        Recreate => "recreate",
         /// An operator closed a finding without any other change.
         Dismiss => "dismiss",
         /// The reconciler closed a finding a run no longer observed.

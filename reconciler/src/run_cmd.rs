@@ -35,6 +35,16 @@ pub fn redis_connect(config: &Config) -> Result<Con, RunError> {
     Ok(con)
 }
 
+/// Opens one MySQL connection with the configured URL and timeout.
+///
+/// Errors: the URL or the connection ([`RunError::Mysql`] and kin).
+pub fn mysql_connect(config: &Config) -> Result<mysql::Conn, RunError> {
+    Ok(seckill_common::schema::connect(
+        &config.mysql_url,
+        config.mysql_timeout,
+    )?)
+}
+
 /// Runs one reconciliation pass; returns the exit code (0 or 1).
 ///
 /// Errors: anything that stopped the pass (recorded in `runs` when the review
@@ -126,7 +136,11 @@ fn pass(
     let outcome = (|| -> Result<(), RunError> {
         // An action interrupted after its effect must be on record before a
         // run reads the state it changed.
-        crate::settle::complete_pending(review, || redis_connect(config))?;
+        crate::settle::complete_pending(
+            review,
+            || redis_connect(config),
+            || mysql_connect(config),
+        )?;
         crate::payment_dlq_cmd::complete_pending(review, &mut redis)?;
         crate::archive_cmd::complete_interrupted(review, &mut redis, &mut mysql)?;
         // Every sale MySQL says is in play, whether or not Redis still knows

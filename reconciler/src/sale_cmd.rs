@@ -58,6 +58,24 @@ fn order_count(db: &mut mysql::Conn, id: u64) -> Res<u64> {
     Ok(seckill_common::lifecycle::held_units(db, id)?)
 }
 
+/// The mark `sale show` puts under its books when the ledger's deductions
+/// and the orders holding a unit differ (each order holds exactly one
+/// deduction): which side has more, and the finding `run` opens for it.
+fn ledger_mark(ledger: i64, orders: u64) -> Option<String> {
+    let diff = ledger - i64::try_from(orders).unwrap_or(i64::MAX);
+    match diff {
+        0 => None,
+        d if d > 0 => Some(format!(
+            "{d} ledger deduction(s) with no order holding the unit (finding \
+             ledger_without_order; fix: resolve ID --recreate)"
+        )),
+        d => Some(format!(
+            "{} order(s) with no ledger deduction (finding order_without_ledger)",
+            -d
+        )),
+    }
+}
+
 /// `sale create`: inserts the sale, then loads it into Redis; prints the id.
 ///
 /// Redis may already hold a live sale with the new id (another MySQL
@@ -328,6 +346,9 @@ pub fn show(config: &Config, id: u64) -> Res<u8> {
         )?;
         writeln!(w, "ledger deductions {:<12} -", ledger)?;
         writeln!(w, "orders holding    {:<12} -", orders)?;
+        if let Some(mark) = ledger_mark(ledger, orders) {
+            writeln!(w, "                  ! {mark}")?;
+        }
         if let Some(ms) = window.flatten() {
             writeln!(
                 w,

@@ -8,7 +8,8 @@
 //!    orders' reservation ids streamed into a sorted `Vec<u128>` (16 bytes
 //!    per order: the only memory that grows with the sale), the ledger's
 //!    deductions streamed (16 bytes each); then
-//! 3. the orders that have a deduction are marked;
+//! 3. the orders that have a deduction are marked, and the deductions that
+//!    no order holds and no `release` row gave back are kept (one merge);
 //! 4. the flow records by `HSCAN`, marking orders that have one; a flow record
 //!    with no order and older than the grace period becomes a candidate;
 //! 5. the dead-letter list;
@@ -20,7 +21,10 @@
 //!    re-checks again, and their status. No call holds Redis for more than
 //!    a few milliseconds, whatever the backlog;
 //! 7. the details (order id, user) of orders missing a flow record or a
-//!    ledger row;
+//!    ledger row, and, for the deductions kept in step 3: a point look-up of their order
+//!    (any state) and their ledger row, and their flow record and status
+//!    in Redis (in whichever bucket holds them). Their flow record is not
+//!    also a `flow_without_order` candidate;
 //! 8. the orders MySQL released (expired, cancelled) whose flow record Redis
 //!    still holds (their Redis step did not happen), and the payments that
 //!    were not applied as `paid`.
@@ -37,7 +41,9 @@
 //! bucket that holds it (`ReleasedOrder::keys`: its buyer's home bucket).
 
 use crate::error::RunError;
-use crate::mysql_read::{self, rid_to_u128, u128_to_rid, Books, OddPayment, OrderDetail};
+use crate::mysql_read::{
+    self, rid_to_u128, u128_to_rid, Books, Deduction, OddPayment, OrderDetail,
+};
 use crate::redis_read::{self, DeadLetters, RedisTotals};
 use crate::unordered::{self, Candidates};
 use seckill_common::keys::SaleKeys;
@@ -71,6 +77,19 @@ pub struct Unordered {
     pub status: Option<String>,
 }
 
+/// A stock-ledger deduction that MySQL did not give back and no order
+/// holds, with what Redis holds of its reservation.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LedgerOnly {
+    /// The ledger row.
+    pub deduction: Deduction,
+    /// The reservation's flow record (the order message), in whichever
+    /// bucket holds it; `None` when Redis holds none.
+    pub flow_record: Option<String>,
+    /// Its purchase status in Redis (`None` when absent).
+    pub status: Option<String>,
+}
+
 /// What one sale's scan read, in the order of the module doc.
 #[derive(Debug)]
 pub struct SaleScan {
@@ -97,6 +116,8 @@ pub struct SaleScan {
     pub no_ledger: Vec<String>,
     /// The details of the orders in `no_flow` and `no_ledger` (step 7).
     pub details: HashMap<String, OrderDetail>,
+    /// Stock-ledger deductions with no order (steps 3 and 7).
+    pub ledger_only: Vec<LedgerOnly>,
     /// Orders released in MySQL whose flow record Redis still holds (step 8).
     pub released_held: Vec<ReleasedOrder>,
     /// The sale's payments not applied as `paid` (step 8).
@@ -138,11 +159,13 @@ pub fn scan(ctx: &mut Ctx<'_>, sale_id: u64, buckets: u32) -> Result<Option<Sale
             }
         },
     };
-    let Some((books, orders, odd_orders, deducted)) = read_mysql(ctx, sale_id)? else {
+    let Some((books, orders, odd_orders, deducted, given_back)) = read_mysql(ctx, sale_id)? else {
         return Ok(None);
     };
     let has_ledger = ledger_marks(&orders, &deducted);
+    let no_order = deducted_without_order(&orders, &deducted, &given_back);
     drop(deducted);
+    drop(given_back);
     let mut flows = FlowMarks {
         has_flow: Bits::new(orders.len()),
         candidates: Candidates::new(),
@@ -167,6 +190,14 @@ pub fn scan(ctx: &mut Ctx<'_>, sale_id: u64, buckets: u32) -> Result<Option<Sale
             &mut *ctx.tick,
         )?);
     }
+    let ledger_only = ledger_only(ctx, sale_id, no_order)?;
+    // A flow record whose unit MySQL deducted is the `ledger_without_order`
+    // finding's evidence, not a finding of its own.
+    unordered_all.retain(|u| {
+        !ledger_only
+            .iter()
+            .any(|l| l.deduction.reservation_id == u.reservation_id)
+    });
     let unordered = unordered_all;
 
     let mut no_flow = odd_orders;
@@ -202,7 +233,62 @@ pub fn scan(ctx: &mut Ctx<'_>, sale_id: u64, buckets: u32) -> Result<Option<Sale
         no_flow,
         no_ledger,
         details,
+        ledger_only,
     }))
+}
+
+/// Step 3: the reservations `deducted` (sorted) that no order of `orders`
+/// holds and no ledger release in `given_back` (sorted) gave back.
+fn deducted_without_order(orders: &[u128], deducted: &[u128], given_back: &[u128]) -> Vec<u128> {
+    let mut out: Vec<u128> = deducted
+        .iter()
+        .filter(|v| orders.binary_search(v).is_err() && given_back.binary_search(v).is_err())
+        .copied()
+        .collect();
+    out.dedup();
+    out
+}
+
+/// Step 7: the deductions of `no_order` whose reservation has no order in
+/// MySQL (in any state: a released order is another story), with their
+/// ledger row and what Redis holds of them, in reservation id order.
+fn ledger_only(
+    ctx: &mut Ctx<'_>,
+    sale_id: u64,
+    no_order: Vec<u128>,
+) -> Result<Vec<LedgerOnly>, RunError> {
+    if no_order.is_empty() {
+        return Ok(Vec::new());
+    }
+    let mut rids: Vec<String> = no_order.into_iter().map(u128_to_rid).collect();
+    let ordered: Vec<String> = mysql_read::order_details(ctx.mysql, &rids)?
+        .into_iter()
+        .map(|o| o.reservation_id)
+        .collect();
+    rids.retain(|r| !ordered.contains(r));
+    let mut out = Vec::with_capacity(rids.len());
+    for deduction in mysql_read::deductions_of(ctx.mysql, &rids)? {
+        let rid = deduction.reservation_id.as_str();
+        let k = seckill_common::buckets::holding(ctx.redis, sale_id, rid, SaleKeys::flow)?;
+        let (flow_record, status) = match k {
+            Some(k) => (
+                redis_read::hash_values(ctx.redis, &k.flow(), &[rid.to_string()])?
+                    .pop()
+                    .flatten(),
+                redis_read::hash_values(ctx.redis, &k.status(), &[rid.to_string()])?
+                    .pop()
+                    .flatten(),
+            ),
+            None => (None, None),
+        };
+        out.push(LedgerOnly {
+            deduction,
+            flow_record,
+            status,
+        });
+    }
+    (ctx.tick)()?;
+    Ok(out)
 }
 
 /// Step 8: the released orders whose flow record is still in Redis.
@@ -238,12 +324,12 @@ fn released_held(ctx: &mut Ctx<'_>, sale_id: u64) -> Result<Vec<ReleasedOrder>, 
 
 /// Step 2: the books, the orders' reservation ids (sorted and distinct),
 /// those that are not one of ours (as text), and the ledger's deductions
-/// (sorted), in one snapshot; `None` when MySQL has no such sale.
+/// and releases (each sorted), in one snapshot; `None` when MySQL has no such sale.
 #[allow(clippy::type_complexity)]
 fn read_mysql(
     ctx: &mut Ctx<'_>,
     sale_id: u64,
-) -> Result<Option<(Books, Vec<u128>, Vec<String>, Vec<u128>)>, RunError> {
+) -> Result<Option<(Books, Vec<u128>, Vec<String>, Vec<u128>, Vec<u128>)>, RunError> {
     let mut orders: Vec<u128> = Vec::new();
     let mut odd: Vec<String> = Vec::new();
     let snap = mysql_read::snapshot(ctx.mysql, sale_id, |id| match rid_to_u128(id) {
@@ -256,7 +342,13 @@ fn read_mysql(
     orders.sort_unstable();
     orders.dedup();
     (ctx.tick)()?;
-    Ok(Some((snap.books, orders, odd, snap.deducted)))
+    Ok(Some((
+        snap.books,
+        orders,
+        odd,
+        snap.deducted,
+        snap.released,
+    )))
 }
 
 /// Step 3: which of `orders` have a deduction (both sorted: one merge).

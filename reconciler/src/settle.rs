@@ -1,7 +1,8 @@
 //! Owns the write-ahead audit of operator actions with an effect outside
 //! SQLite (`resolve --rollback`: a Redis release; `--reorder`: a message
-//! queued again; `sale repair`: a paused sale rebuilt from MySQL), and their
-//! completion after an interruption.
+//! queued again; `--recreate`: an order made again in MySQL; `sale
+//! repair`: a paused sale rebuilt from MySQL), and their completion after
+//! an interruption.
 //!
 //! An action is written ahead: its `started` row (who, what, on which
 //! finding) is committed before the effect. Then, holding the review file's
@@ -9,7 +10,10 @@
 //! (`done`, `no_change` or `refused`, with `completes` = the started row) is
 //! committed together with the finding's new state, its siblings' closing
 //! (one `done` row each) and after the reservation's dead-letter entries were
-//! archived (`dead_letter_archive.rs`). A kill at any moment leaves either no
+//! archived (`dead_letter_archive.rs`): only those read just before the
+//! effect, so an entry the effect itself causes (a re-queued message
+//! dead-lettered again at once) stays in the list and is reported by the
+//! next run. A kill at any moment leaves either no
 //! row (nothing happened), a `started` row without completion (the effect may
 //! or may not have happened), or the whole record.
 //!
@@ -23,7 +27,11 @@
 //! increment); a reorder happened iff `seckill:{sale:ID}:reordered` holds the
 //! action's mark, which the reorder script writes atomically with the push;
 //! a repair happened iff the sale's meta hash holds the action's mark
-//! (`repaired_by`), written in the repair's `MULTI`.
+//! (`repaired_by`), written in the repair's `MULTI`; a re-creation happened
+//! iff MySQL holds the reservation's order (`recreate.rs`: no worker can
+//! make it while the deduction it is made from stands), whose status is
+//! then written to Redis. The dead-letter entries it settles are those
+//! dead-lettered before its `started` row.
 //! It is recorded under the original actor as `done` (effect present) or
 //! `failed` (nothing changed), so every effect has exactly one `done` row
 //! naming who asked for it.
@@ -33,7 +41,7 @@
 //! recorded as `no_change`. So however often an action is repeated or
 //! recovered, each closing of a finding has exactly one `done` row.
 
-use crate::dead_letter_archive::{archive_entries_of, SettledBy};
+use crate::dead_letter_archive::{archive_entries_of, entries_of, Existing, SettledBy};
 use crate::error::RunError;
 use crate::review::findings::{Finding, Resolution};
 use crate::review::{ActionKind, ActionStatus, PendingAction, Review};
@@ -133,30 +141,44 @@ pub fn written_ahead(
                  effect; nothing done: run the command again"
             )));
         }
+        let existing = match f.reservation_id.as_deref() {
+            Some(rid) => Existing::Entries(entries_of(redis, f.sale_id.max(0) as u64, rid)?),
+            None => Existing::All,
+        };
         let outcome = effect(redis, &started)?;
-        complete(review, redis, &started, &outcome, note)
+        complete(review, redis, &started, &outcome, note, &existing)
     })
 }
 
 /// Completes every `started` action without completion (see the module
-/// doc), connecting to Redis only when there is one. Returns how many.
+/// doc), connecting to Redis only when there is one, and to MySQL only for
+/// an interrupted `--recreate`. Returns how many.
 ///
-/// Errors: SQLite or Redis failures (nothing is then recorded; a later
-/// attempt does it).
+/// Errors: SQLite, Redis or MySQL failures (nothing is then recorded; a
+/// later attempt does it).
 pub fn complete_pending(
     review: &Review,
     connect: impl FnOnce() -> Result<Con, RunError>,
+    mut connect_mysql: impl FnMut() -> Result<mysql::Conn, RunError>,
 ) -> Result<usize, RunError> {
     if review.pending_actions()?.is_empty() {
         return Ok(0);
     }
     let mut redis = connect()?;
+    let mut mysql: Option<mysql::Conn> = None;
     review.immediate(|| -> Result<usize, RunError> {
         let pending = review.pending_actions()?; // again, under the lock
         for p in &pending {
             let f = review.finding(p.finding_id)?;
-            let observed = observe(&mut redis, p, &f)?;
-            let o = complete(review, &mut redis, p, &observed, None)?;
+            let observed = if p.action == ActionKind::Recreate {
+                observe_recreate(&mut redis, &mut mysql, &mut connect_mysql, &f)?
+            } else {
+                observe(&mut redis, p, &f)?
+            };
+            // The entries dead-lettered before its `started` row.
+            let started_ms = seckill_common::timefmt::parse_time_ms(&p.at, 0).unwrap_or(0);
+            let existing = Existing::Before(started_ms);
+            let o = complete(review, &mut redis, p, &observed, None, &existing)?;
             log::warn!(
                 "action {} ({} of finding {} by {}) was interrupted; recorded now as {}: {}",
                 p.id,
@@ -219,6 +241,26 @@ fn observe(redis: &mut Con, p: &PendingAction, f: &Finding) -> Result<Outcome, R
     })
 }
 
+/// What an interrupted `resolve --recreate` on finding `f` came to, read
+/// from MySQL (`recreate::observe`), connecting to it on first use.
+fn observe_recreate(
+    redis: &mut Con,
+    mysql: &mut Option<mysql::Conn>,
+    connect: &mut impl FnMut() -> Result<mysql::Conn, RunError>,
+    f: &Finding,
+) -> Result<Outcome, RunError> {
+    let Some(rid) = f.reservation_id.as_deref() else {
+        return Ok(Outcome::failed(
+            "interrupted; the finding names no reservation: nothing changed".to_string(),
+        ));
+    };
+    let db = match mysql {
+        Some(db) => db,
+        None => mysql.insert(connect()?),
+    };
+    crate::recreate::observe(db, redis, f.sale_id.max(0) as u64, rid)
+}
+
 /// What an interrupted `sale repair` came to: done exactly when its
 /// `MULTI` ran, which leaves the action's mark in the meta hash.
 fn observe_repair(redis: &mut Con, p: &PendingAction, f: &Finding) -> Result<Outcome, RunError> {
@@ -236,8 +278,8 @@ fn observe_repair(redis: &mut Con, p: &PendingAction, f: &Finding) -> Result<Out
 }
 
 /// Records the completion of `started` with `outcome`, inside the caller's
-/// transaction: archives the reservation's dead letters when the action
-/// settles it, appends the completion row (`no_change` instead of `done`
+/// transaction: archives the reservation's dead letters that existed when
+/// it started (`existing`) when the action settles it, appends the completion row (`no_change` instead of `done`
 /// when the finding was closed meanwhile), closes the finding and its open
 /// siblings. Returns the outcome as recorded.
 fn complete(
@@ -246,6 +288,7 @@ fn complete(
     started: &PendingAction,
     outcome: &Outcome,
     note: Option<&str>,
+    existing: &Existing,
 ) -> Result<Outcome, RunError> {
     let now = format_ms(now_ms());
     let f = review.finding(started.finding_id)?;
@@ -259,7 +302,7 @@ fn complete(
                 action_id: started.id,
                 at: &now,
             };
-            archive_entries_of(redis, f.sale_id.max(0) as u64, rid, &by)?;
+            archive_entries_of(redis, f.sale_id.max(0) as u64, rid, existing, &by)?;
         }
     }
     let mut recorded = outcome.clone();

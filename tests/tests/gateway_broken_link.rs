@@ -324,13 +324,14 @@ fn a_single_purchase_rolled_back_between_its_two_sendings_takes_nothing() {
     a_resent_purchase_rolled_back_in_between_is_409_and_takes_nothing("0");
 }
 
-/// The status route after the 409 of a released re-send: 404
-/// `purchase_not_found` (the rollback removed the buyer's mark, which the
-/// route reads), while the id's own status is `failed`. docs/reliability.md
-/// §9 said "its status route says `expired`, `cancelled` or `failed`":
-/// it never could.
+/// The status route after the 409 of a released re-send: 200 with the
+/// id's own status, `failed` (the rollback removed the buyer's mark and
+/// kept the id in `buyers:released`, which the route reads when the buyer
+/// holds no mark): a buyer who was answered 202 reads a status until the
+/// sale is archived. A new purchase of the same buyer is then read
+/// instead.
 #[test]
-fn the_status_route_after_a_purchase_rolled_back_between_its_two_sendings_is_404() {
+fn the_status_route_after_a_purchase_rolled_back_between_its_two_sendings_reads_failed() {
     let redis = RedisServer::start();
     let sale = 1;
     open_sale(&redis, sale, 5);
@@ -342,13 +343,38 @@ fn the_status_route_after_a_purchase_rolled_back_between_its_two_sendings_is_404
     });
     assert_eq!(first.status, 409, "{first:?}");
     let status = gateway_support::get(g.port, "/v1/sales/1/purchases/u1");
+    assert_eq!(status.status, 200, "{status:?}");
     assert_eq!(
-        (status.status, status.error()),
-        (404, "purchase_not_found".to_string()),
+        (
+            status.json()["reservation_id"].as_str(),
+            status.json()["status"].as_str()
+        ),
+        (Some(rid.as_str()), Some("failed")),
         "{status:?}"
     );
     let own: Option<String> = redis.con().hget(k.status(), &rid).unwrap();
     assert_eq!(own.as_deref(), Some("failed"));
+    // Buying again (the mark is gone): the new purchase is what it reads.
+    let again = buy(g.port, sale, "u1");
+    assert_eq!(again.status, 202, "{again:?}");
+    let status = gateway_support::get(g.port, "/v1/sales/1/purchases/u1");
+    assert_eq!(
+        (
+            status.status,
+            status.json()["reservation_id"].as_str().map(str::to_string)
+        ),
+        (
+            200,
+            again.json()["reservation_id"].as_str().map(str::to_string)
+        ),
+        "{status:?}"
+    );
+    // A buyer who never bought is still 404.
+    let none = gateway_support::get(g.port, "/v1/sales/1/purchases/u9");
+    assert_eq!(
+        (none.status, none.error()),
+        (404, "purchase_not_found".to_string())
+    );
 }
 
 /// The same in a sale split over two buckets whose home bucket has no unit

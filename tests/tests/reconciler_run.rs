@@ -39,8 +39,11 @@ fn a_clean_sale_gives_no_finding_and_exit_0() {
     assert_eq!(mode.permissions().mode() & 0o777, 0o600);
 }
 
+/// The order is deleted, its ledger row and deduction stay: the unit is
+/// MySQL's `ledger_without_order` (critical), not a `flow_without_order`,
+/// whose fixes (a reorder, a rollback) do not apply to it.
 #[test]
-fn a_deleted_order_gives_flow_without_order_once() {
+fn a_deleted_order_gives_ledger_without_order_once() {
     let (w, rids) = four_orders();
     w.sql(&format!(
         "DELETE FROM orders WHERE reservation_id = '{}'",
@@ -49,12 +52,12 @@ fn a_deleted_order_gives_flow_without_order_once() {
     assert_eq!(w.run(), 1);
     assert_eq!(
         w.finding_keys(),
-        vec![key("flow_without_order", &rids[1], "open")]
+        vec![key("ledger_without_order", &rids[1], "open")]
     );
     assert_eq!(w.run(), 1);
     assert_eq!(
         w.finding_keys(),
-        vec![key("flow_without_order", &rids[1], "open")]
+        vec![key("ledger_without_order", &rids[1], "open")]
     );
     assert_eq!(w.review_count("SELECT times_seen FROM findings"), 2);
     assert_eq!(
@@ -64,6 +67,7 @@ fn a_deleted_order_gives_flow_without_order_once() {
     let f = &w.findings()[0];
     assert_eq!(f["user_id"], "u2");
     assert_eq!(f["evidence"]["status"], "confirmed");
+    assert_eq!(f["severity"], "critical");
 }
 
 #[test]

@@ -203,8 +203,12 @@ impl Resolution {
     pub fn reopens(self) -> bool {
         matches!(
             self,
-            Resolution::By(ActionKind::Reorder | ActionKind::Rollback | ActionKind::Repair)
-                | Resolution::NoLongerObserved
+            Resolution::By(
+                ActionKind::Reorder
+                    | ActionKind::Rollback
+                    | ActionKind::Recreate
+                    | ActionKind::Repair
+            ) | Resolution::NoLongerObserved
         )
     }
 }
@@ -305,7 +309,7 @@ impl Review {
     /// `last_seen` of the existing finding of the same kind, sale and subject.
     /// An `open` finding may become `auto_fixed`. A closed one stays closed,
     /// with one exception: a finding closed by `reorder`, `rollback`,
-    /// `repair` or `no_longer_observed` and observed again by a run that started after it
+    /// `recreate`, `repair` or `no_longer_observed` and observed again by a run that started after it
     /// was closed is opened again (the action did not cure it, e.g. the
     /// re-queued message was dead-lettered again), so a person sees it. A
     /// dismissed or auto-fixed finding is never reopened.

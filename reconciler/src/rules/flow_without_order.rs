@@ -1,7 +1,10 @@
 //! Owns the `flow_without_order` rule: a flow record older than the grace
 //! period with no order, neither queued nor in a processing list after every
 //! re-check (`scan.rs`, step 6), is a unit taken that no order holds. Open,
-//! with the worker's reason when the message was dead-lettered.
+//! with the worker's reason when the message was dead-lettered. A flow
+//! record whose unit MySQL's ledger deducted is not one: it is the
+//! evidence of a `ledger_without_order` (`ledger_without_order.rs`), whose
+//! fix is not a reorder or a rollback.
 
 use crate::review::findings::{Kind, Observation};
 use crate::rules::obs;

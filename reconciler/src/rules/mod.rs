@@ -9,6 +9,7 @@
 //! | flow record without order | [`flow_without_order`] | open, with the worker's dead-letter reason if any |
 //! | order without flow record | [`order_without_flow`] | open; the evidence says what Redis should hold |
 //! | order without ledger row | [`order_without_ledger`] | compensated (`auto_fixed`) when the cross-checks hold, else open |
+//! | ledger deduction without order | [`ledger_without_order`] | open, critical; fixed by `resolve --recreate` |
 //! | stock totals | [`stock_mismatch`] | open (`oversell` critical) |
 //! | dead-letter entry | [`dead_letter`] | open, one per entry |
 //! | Redis behind MySQL's marks | [`redis_data_loss`] | critical, one per sale; pauses the sale |
@@ -20,6 +21,7 @@
 
 pub mod dead_letter;
 pub mod flow_without_order;
+pub mod ledger_without_order;
 pub mod order_without_flow;
 pub mod order_without_ledger;
 pub mod payment_dead_letter;
@@ -97,6 +99,7 @@ pub fn reconcile_sale(ctx: &mut Ctx<'_>, sale_id: u64) -> Result<Option<SaleRepo
     out.extend(flow_without_order::observe(&s));
     out.extend(order_without_flow::observe(&s));
     out.extend(order_without_ledger::observe(ctx.mysql, &mut s)?);
+    out.extend(ledger_without_order::observe(&s));
     // Before the Redis totals are judged: each fix moves a unit back to
     // Redis's stock (the totals read in step 1 already count it there,
     // as the flow record was counted among the reservations).
