@@ -26,7 +26,9 @@ commands:
                                    under its own hash tag
   sale load ID [--shards K]     put a MySQL sale into Redis unless Redis holds live state
                                 (K: the sale's, which MySQL keeps; --shards only for a sale
-                                created before migration 5, or to repeat the same K)
+                                created before migration 5, or to repeat the same K;
+                                exit 1: archived, or Redis lost it since its load: run,
+                                then sale repair)
   sale show ID                  MySQL and Redis figures side by side (per bucket)
   sale rebalance ID             complete half-done transfers between the sale's buckets
                                 and move units to empty ones (exit 1: archived, refused)
