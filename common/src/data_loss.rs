@@ -25,6 +25,17 @@
 //! counter is gone, and one holding fewer buyer marks or flow records than
 //! units taken (one key lost alone: its winners could buy twice).
 //!
+//! A sale whose keys are gone before any mark was written (no worker ever
+//! ran, and no reconciliation run saw it) is told from one never sold by
+//! MySQL's record of its load (`load_record.rs`, `sales.loaded_at`): a
+//! loaded sale, not archived, whose stock counter or meta is gone in any
+//! bucket lost them, and is paused as any other loss. The pause is then
+//! written into a meta hash that holds nothing else, which the reservation
+//! script reads first (503 `sale_paused`, not 404 or 410), and `sale load`
+//! refuses the sale (`sale repair` rebuilds it). What such a loss takes
+//! cannot be counted: the reservations acknowledged since the last mark
+//! are known neither to MySQL nor to what is left of Redis.
+//!
 //! A split sale (`buckets.rs`) has these marks per bucket (bucket 0's in
 //! `sale_redis_state`, the others' in `sale_bucket_marks`,
 //! `bucket_marks.rs`), each bucket compared with its own, but **one pause
@@ -100,7 +111,8 @@ pub enum SaleState {
         /// The sum of the buckets' reservation sequences now.
         redis_seq: u64,
     },
-    /// The sale is not in Redis and MySQL has no mark for it (never sold).
+    /// The sale is not in Redis, and MySQL has no mark for it and no
+    /// record of its load (never sold).
     Absent,
     /// A bucket is behind a mark (or lost the sale): Redis lost data. The
     /// whole sale was paused now.
@@ -127,6 +139,9 @@ pub struct Marks {
     pub checkpoint_high: u64,
     /// Why the sale is paused, if it is.
     pub paused: Option<PauseReason>,
+    /// Whether the sale was loaded into Redis and is not archived
+    /// (`load_record.rs`): its keys are then expected in Redis.
+    pub loaded: bool,
 }
 
 /// Why a comparison could not be made.
@@ -165,20 +180,27 @@ impl From<mysql::Error> for WatchError {
     }
 }
 
-/// The MySQL side of sale `sale_id` (all zero and not paused when MySQL
-/// has no row for it).
+/// The MySQL side of sale `sale_id` (marks zero and not paused when MySQL
+/// has no row for it; not loaded when `sales` records no load or the sale
+/// is archived), in one query.
 ///
 /// Errors: MySQL failures.
 pub fn mysql_state<Q: Queryable>(db: &mut Q, sale_id: u64) -> Result<Marks, mysql::Error> {
-    let row: Option<(u64, u64, Option<String>)> = db.exec_first(
-        "SELECT seq_high, checkpoint_high, paused_reason FROM sale_redis_state WHERE sale_id = ?",
-        (sale_id,),
+    // Aggregates: one row even when `sale_redis_state` has none.
+    type Row = (Option<u64>, Option<u64>, Option<String>, u64);
+    let row: Option<Row> = db.exec_first(
+        "SELECT MAX(seq_high), MAX(checkpoint_high), MAX(paused_reason),
+                (SELECT COUNT(*) FROM sales WHERE id = ? AND loaded_at IS NOT NULL
+                   AND archived_at IS NULL)
+         FROM sale_redis_state WHERE sale_id = ?",
+        (sale_id, sale_id),
     )?;
     Ok(row
-        .map(|(s, c, r)| Marks {
-            seq_high: s,
-            checkpoint_high: c,
+        .map(|(s, c, r, loaded)| Marks {
+            seq_high: s.unwrap_or(0),
+            checkpoint_high: c.unwrap_or(0),
             paused: r.as_deref().map(PauseReason::parse),
+            loaded: loaded > 0,
         })
         .unwrap_or_default())
 }
@@ -253,9 +275,10 @@ fn watch_script() -> &'static redis::Script {
 }
 
 /// How many buckets sale `sale_id` has, for the watch and the repair: the
-/// larger of what bucket 0's meta says (`buckets::count`) and what MySQL
-/// has marks for (`bucket_marks::known_buckets`), so a bucket 0 that lost
-/// its meta does not hide the other buckets.
+/// largest of what bucket 0's meta says (`buckets::count`), what MySQL
+/// has marks for (`bucket_marks::known_buckets`) and the K MySQL records
+/// (`buckets::recorded`), so a bucket 0 that lost its meta does not hide
+/// the other buckets, marks or not.
 ///
 /// Errors: Redis or MySQL failures, a meta hash of the wrong type.
 pub fn bucket_count<C: ConnectionLike, Q: Queryable>(
@@ -265,7 +288,11 @@ pub fn bucket_count<C: ConnectionLike, Q: Queryable>(
 ) -> Result<u32, WatchError> {
     let redis = crate::buckets::count(con, sale_id)?.unwrap_or(1);
     let mysql = crate::bucket_marks::known_buckets(db, sale_id)?;
-    Ok(redis.max(mysql).min(crate::buckets::MAX_BUCKETS))
+    let recorded = crate::buckets::recorded(db, sale_id)?.unwrap_or(1);
+    Ok(redis
+        .max(mysql)
+        .max(recorded)
+        .clamp(1, crate::buckets::MAX_BUCKETS))
 }
 
 /// One bucket's reply to [`WATCH_LUA`].
@@ -306,7 +333,8 @@ fn watch_bucket<C: ConnectionLike>(
 /// MySQL) and the sequence marks; when one is behind (or lost its keys),
 /// pauses the whole sale; re-asserts an existing pause in every bucket (a
 /// Redis that lost data may have lost the pause too). A bucket gone from
-/// Redis with no mark in MySQL never sold and is no loss.
+/// Redis (no meta, or no stock counter) is a loss when MySQL has a mark
+/// for it or records the sale's load; with neither it never sold.
 ///
 /// Errors: [`WatchError`]; nothing is decided then.
 pub fn watch_sale<C: ConnectionLike, Q: Queryable>(
@@ -328,7 +356,7 @@ pub fn watch_sale<C: ConnectionLike, Q: Queryable>(
         let keys = crate::keys::SaleKeys::bucket(sale_id, b as u32);
         replies.push(watch_bucket(con, &keys, *m)?);
     }
-    let never_sold = |m: &BucketMarks| m.seq_high == 0 && m.checkpoint_high == 0;
+    let never_sold = |m: &BucketMarks| !marks.loaded && m.seq_high == 0 && m.checkpoint_high == 0;
     let gaps: Vec<Gap> = replies
         .iter()
         .zip(&all)

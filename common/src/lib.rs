@@ -22,7 +22,8 @@
 //! - [`in_flight`]: whether order messages sit in a sale's queue or
 //!   processing lists (one atomic check).
 //! - [`message`]: the versioned JSON order message.
-//! - [`data_loss`]: detecting that Redis lost a sale's reservations, the pause.
+//! - [`data_loss`]: detecting that Redis lost a sale's reservations, the pause;
+//!   [`load_record`]: MySQL's record that a sale was loaded into Redis.
 //! - [`dead_letter`]: the entry the worker writes to a dead-letter list.
 //! - [`metrics`]: bucket bounds and the Prometheus text rendering shared on top of `prometheus-client`.
 //! - [`schema`]: MySQL tables, migrations, connection options.
@@ -65,6 +66,7 @@ pub mod ids;
 pub mod in_flight;
 pub mod keys;
 pub mod lifecycle;
+pub mod load_record;
 pub mod lua;
 pub mod message;
 pub mod metrics;

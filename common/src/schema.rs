@@ -31,6 +31,11 @@
 //! sale is archived (`seckill-reconciler sale archive`: the decision, its
 //! Redis keys removed after it).
 //!
+//! Migration 7 (`load_record.rs`): `sales.loaded_at`, when `sale create`
+//! or `sale load` put the sale into Redis. A loaded sale (not archived)
+//! whose Redis keys are gone lost them, whether or not a worker ever wrote
+//! a mark for it: the data-loss watch pauses it and `sale load` refuses it.
+//!
 //! Times are `DATETIME(3)` in UTC: every connection sets `time_zone` to
 //! `+00:00`, so `UNIX_TIMESTAMP`, `FROM_UNIXTIME` and `UTC_TIMESTAMP(3)` agree.
 
@@ -172,6 +177,14 @@ CREATE TABLE IF NOT EXISTS payment_conflicts (
 ALTER TABLE sales
   ADD COLUMN IF NOT EXISTS archived_at DATETIME(3) NULL,
   ADD COLUMN IF NOT EXISTS archived_by VARCHAR(64) NULL;
+"#,
+    ),
+    (
+        7,
+        "sales.loaded_at: when the sale was loaded into Redis",
+        r#"
+ALTER TABLE sales
+  ADD COLUMN IF NOT EXISTS loaded_at DATETIME(3) NULL;
 "#,
     ),
 ];

@@ -21,7 +21,9 @@ use serde_json::json;
 /// `seckill_common::archive`) is `ended`, as its purchases are 403
 /// `sale_ended`, with `stock_remaining` the units it ended with (what this
 /// route said just before the archive; 0 for a tombstone older than that
-/// field) and `archived_at`; no other bucket is read.
+/// field) and `archived_at`; no other bucket is read. A paused sale whose
+/// meta Redis lost (only the pause is left, written back by the data-loss
+/// watch) is 503 `sale_paused`, as its purchases.
 pub fn sale(app: &App, sale_id: u64) -> Reply {
     let k = SaleKeys::new(sale_id);
     let r = app.links.with(|link| {
@@ -46,10 +48,15 @@ pub fn sale(app: &App, sale_id: u64) -> Reply {
         Err(_) => return Reply::unavailable(),
     };
     let num = |i: usize| meta.get(i).cloned().flatten()?.parse::<u64>().ok();
+    let paused = meta.get(3).is_some_and(Option::is_some);
     let (Some(starts), Some(ends)) = (num(1), num(2)) else {
+        // A pause written back after Redis lost the meta: the sale exists
+        // and is paused, as its purchases are answered.
+        if paused {
+            return Reply::sale_paused();
+        }
         return Reply::sale_not_found();
     };
-    let paused = meta.get(3).is_some_and(Option::is_some);
     if let Some(archived) = num(4) {
         return Reply::json(
             200,

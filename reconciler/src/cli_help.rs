@@ -94,7 +94,8 @@ options:
   --shards K    the sale's K, which MySQL keeps; only for a sale created before
                 migration 5, or to repeat the same K
 
-exit 1: the sale is archived (refused, nothing changed).",
+exit 1: refused, nothing changed: the sale is archived, or Redis lost it since
+its load (run, then sale repair ID --by NAME).",
     },
     Help {
         path: "sale show",

@@ -1,5 +1,6 @@
 //! Owns the `sale` operator commands: create a sale in MySQL and load it into
-//! Redis, load an existing one without ever overwriting live stock, and show
+//! Redis, load an existing one without ever overwriting live stock (nor
+//! one Redis lost since its recorded load: `sale repair`'s job), and show
 //! MySQL and Redis figures side by side, and whether it is archived (the
 //! repair of a sale Redis lost data of is `repair_cmd.rs`, the archive
 //! `archive_cmd.rs`). `create` refuses (and takes its
@@ -122,6 +123,13 @@ pub fn create(config: &Config, a: &SaleCreate) -> Res<u8> {
         );
         return Ok(2);
     }
+    if let Err(e) = seckill_common::load_record::record(&mut db, id) {
+        eprintln!(
+            "seckill-reconciler: sale {id} is on sale in Redis, but recording its load in \
+             MySQL failed ({e}): run `seckill-reconciler sale load {id}` to record it"
+        );
+        return Ok(2);
+    }
     eprintln!(
         "created sale {id}: {} unit{} of {} from {} to {}{}",
         sale.total_stock,
@@ -182,7 +190,9 @@ fn describe_live(con: &mut Con, id: u64) -> String {
 /// exit 64: another K would move buyers to other home buckets, away from
 /// their orders' flow records and marks). A sale MySQL records no K for
 /// (created before migration 5) takes `shards` (default 1), and MySQL
-/// records it (or the K Redis holds it with, when it does).
+/// records it (or the K Redis holds it with, when it does). A sale whose
+/// load MySQL records and whose keys Redis has lost since is refused, exit
+/// 1 ([`lost_since_loaded`]); every load is recorded (`sales.loaded_at`).
 pub fn load(config: &Config, id: u64, shards: Option<u32>) -> Res<u8> {
     let mut db = seckill_common::schema::connect(&config.mysql_url, config.mysql_timeout)?;
     let Some(sale) = fetch_sale(&mut db, id)? else {
@@ -199,6 +209,10 @@ pub fn load(config: &Config, id: u64, shards: Option<u32>) -> Res<u8> {
     }
     let ordered = order_count(&mut db, id)?;
     let mut con = redis_con(config)?;
+    if let Some(why) = lost_since_loaded(&mut con, &mut db, id)? {
+        eprintln!("seckill-reconciler: {why}");
+        return Ok(1);
+    }
     let recorded = seckill_common::buckets::recorded(&mut db, id)?;
     // A sale created before migration 5 that Redis still holds: its K is
     // the one Redis routes by.
@@ -235,7 +249,11 @@ pub fn load(config: &Config, id: u64, shards: Option<u32>) -> Res<u8> {
         );
         return Ok(2);
     }
-    if seckill_common::buckets::load_into_redis(&mut con, &sale, buckets, ordered)? {
+    let loaded = seckill_common::buckets::load_into_redis(&mut con, &sale, buckets, ordered)?;
+    // Live either way now (a load interrupted before its record, or a sale
+    // from before the record, is recorded by this one).
+    seckill_common::load_record::record(&mut db, id)?;
+    if loaded {
         outln!(
             "loaded sale {id} into Redis with stock {} ({} total, {} already ordered){}",
             sale.total_stock.saturating_sub(ordered),
@@ -254,6 +272,49 @@ pub fn load(config: &Config, id: u64, shards: Option<u32>) -> Res<u8> {
         );
     }
     Ok(0)
+}
+
+/// Why sale `id` must not be loaded: MySQL records its load
+/// (`load_record.rs`) and Redis has lost its stock counter or meta in a
+/// bucket since. Loading it would offer again the units of purchases
+/// acknowledged before the loss with nothing reported; `run` pauses such a
+/// sale and `sale repair` rebuilds it. Only for a sale that can still sell
+/// (its window not closed a minute ago), the ones the data-loss watch and
+/// `run` check: an ended sale reloaded sells nothing.
+///
+/// Errors: Redis or MySQL failures.
+fn lost_since_loaded(con: &mut Con, db: &mut mysql::Conn, id: u64) -> Res<Option<String>> {
+    let Some(at) = seckill_common::load_record::loaded_at_ms(db, id)? else {
+        return Ok(None);
+    };
+    let open: Option<i64> = db.exec_first(
+        "SELECT ends_at > UTC_TIMESTAMP(3) - INTERVAL 1 MINUTE FROM sales WHERE id = ?",
+        (id,),
+    )?;
+    if open != Some(1) {
+        return Ok(None);
+    }
+    let k = seckill_common::data_loss::bucket_count(con, db, id)?;
+    let gone = seckill_common::load_record::gone_buckets(con, id, k)?;
+    if gone.is_empty() {
+        return Ok(None);
+    }
+    let which = match (k, gone.as_slice()) {
+        (1, _) => String::new(),
+        (_, b) => format!(
+            " (bucket{} {})",
+            if b.len() == 1 { "" } else { "s" },
+            b.iter().map(u32::to_string).collect::<Vec<_>>().join(", ")
+        ),
+    };
+    Ok(Some(format!(
+        "sale {id} was loaded into Redis at {} and Redis has lost its stock counter or \
+         meta since{which}: the purchases it acknowledged that MySQL holds no order of are \
+         lost, and a load would sell their units again; nothing loaded. Run \
+         `seckill-reconciler run` (it pauses the sale and opens a critical redis_data_loss \
+         finding), then `seckill-reconciler sale repair {id} --by NAME`",
+        format_ms(at)
+    )))
 }
 
 /// `sale show`: MySQL and Redis figures side by side; the Redis column is

@@ -674,9 +674,12 @@ fn sale_keys(con: &mut redis::Connection, sale: u64) -> Vec<String> {
 }
 
 /// K lives in MySQL too (`sales.buckets`): a split sale with a payment
-/// window that Redis lost entirely reloads with `sale load ID` alone into
-/// its 3 buckets, its ordered units left out; a disagreeing `--shards` is
-/// refused (exit 64) and writes nothing; the same `--shards` is accepted.
+/// window that Redis lost entirely, whose load MySQL does not record (a
+/// sale from before migration 7; a recorded one is refused, `sale repair`
+/// rebuilds it: `redis_data_loss_unseen.rs`), reloads with `sale load ID`
+/// alone into its 3 buckets, its ordered units left out, and the load is
+/// recorded; a disagreeing `--shards` is refused (exit 64) and writes
+/// nothing; the same `--shards` is accepted.
 /// A sale MySQL records no K for (created before migration 5) records the
 /// `--shards` it is loaded with.
 #[test]
@@ -704,6 +707,17 @@ fn a_split_sale_redis_lost_reloads_with_the_k_mysql_keeps() {
     let keys = sale_keys(&mut con, sale);
     let _: () = con.del(keys).unwrap();
     let _: () = con.srem(seckill_common::keys::SALES, sale).unwrap();
+    let (code, out) = seckill_tests::reconciler(&redis, &db, &path, &["sale", "load", &id]);
+    assert_eq!(code, 1, "{out}");
+    assert!(
+        out.contains(&format!("sale repair {sale} --by NAME")),
+        "{out}"
+    );
+    assert_eq!(sale_keys(&mut con, sale), Vec::<String>::new());
+    let loaded = format!("SELECT COUNT(*) FROM sales WHERE id = {sale} AND loaded_at IS NOT NULL");
+    db.conn()
+        .exec_drop("UPDATE sales SET loaded_at = NULL WHERE id = ?", (sale,))
+        .unwrap();
 
     let (code, out) =
         seckill_tests::reconciler(&redis, &db, &path, &["sale", "load", &id, "--shards", "2"]);
@@ -721,6 +735,7 @@ fn a_split_sale_redis_lost_reloads_with_the_k_mysql_keeps() {
         "{out}"
     );
     assert_eq!(stocks(&mut con, sale, 3), [3, 3, 2]);
+    assert_eq!(db.count(&loaded), 1);
     let k: Option<u32> = con.hget(SaleKeys::new(sale).meta(), "buckets").unwrap();
     assert_eq!(k, Some(3));
     let (code, out) =

@@ -161,7 +161,7 @@ impl LossWatch {
                     log::error!(
                         "sale {sale}: Redis lost data of this sale (Redis is behind what MySQL \
                          has seen: {}; or fewer buyer marks / flow records than units taken, \
-                         or a stock counter is gone); sale paused, every bucket: run \
+                         or a loaded sale's stock counter or meta is gone); sale paused, every bucket: run \
                          `seckill-reconciler run`, then `seckill-reconciler sale repair {sale} \
                          --by NAME`",
                         behind.join("; ")

@@ -5,7 +5,12 @@
 //! minute, as the workers), and a paused sale is one critical finding (subject
 //! `sale`) with the evidence, until `sale repair` resumes it. The evidence
 //! names each bucket behind its marks, and every order of MySQL whose
-//! reservation Redis lost (no flow record in the buyer's home bucket). The
+//! reservation Redis lost (no flow record in the buyer's home bucket), the
+//! buckets whose stock counter or meta is gone, when the sale was loaded,
+//! and how many reservations Redis had acknowledged at the last marks
+//! that MySQL holds no order of: those buyers are lost with the keys, and
+//! nothing knows who they are (reservations after the last marks are
+//! counted nowhere; `sale repair` cannot restore them). The
 //! per-record rules are not applied to a paused sale: its Redis state is
 //! known to be wrong, and the repair rebuilds it; the sale's other findings
 //! are left as they are.
@@ -50,6 +55,11 @@ pub fn observe(
         SaleState::Paused { gaps, .. } => (None, gaps),
     };
     let lost = lost_reservations(redis, mysql, sale_id)?;
+    let unseen = unordered_at_last_marks(redis, mysql, sale_id, marks.seq_high)?;
+    let k = data_loss::bucket_count(redis, mysql, sale_id).map_err(watch_error)?;
+    let gone = seckill_common::load_record::gone_buckets(redis, sale_id, k)?;
+    let loaded_at = seckill_common::load_record::loaded_at_ms(mysql, sale_id)?
+        .map(seckill_common::timefmt::format_ms);
     let buckets: Vec<serde_json::Value> = gaps
         .iter()
         .map(|g| {
@@ -75,6 +85,14 @@ pub fn observe(
         "checkpoint_high": marks.checkpoint_high,
         "buckets_behind": buckets,
         "lost_orders": lost.len(),
+        "keys_gone_in_buckets": gone,
+        "loaded_at": loaded_at,
+        "orders_in_mysql": unseen.orders,
+        "reserved_at_last_marks": unseen.reserved,
+        "reserved_without_order_at_last_marks": unseen.reserved.saturating_sub(unseen.orders),
+        "unknown": "reservations acknowledged after the last marks (all of them when no \
+                    worker and no run ever saw the sale) are counted nowhere and their \
+                    buyers are unknown to MySQL; the repair cannot restore them",
         "fix": format!("seckill-reconciler sale repair {sale_id} --by NAME"),
     });
     match (detected_by, marks.paused) {
@@ -134,6 +152,39 @@ fn lost_reservations(
         .collect();
     lost.sort();
     Ok(lost)
+}
+
+/// Units ever reserved at the last marks (every bucket's sequence mark)
+/// and orders MySQL holds of the sale (any status: each came from one
+/// reservation).
+struct Unseen {
+    reserved: u64,
+    orders: u64,
+}
+
+/// The marks' sum over the sale's buckets (`seq_high` is bucket 0's) and
+/// the sale's orders in MySQL: their difference is what Redis had
+/// acknowledged at the last marks with no order yet (lost with the keys,
+/// unless a worker dead-lettered it before).
+///
+/// Errors: Redis or MySQL failures.
+fn unordered_at_last_marks(
+    redis: &mut Con,
+    mysql: &mut mysql::Conn,
+    sale_id: u64,
+    seq_high: u64,
+) -> Result<Unseen, RunError> {
+    let k = data_loss::bucket_count(redis, mysql, sale_id).map_err(watch_error)?;
+    let split: u64 = seckill_common::bucket_marks::read_split(mysql, sale_id, k)?
+        .iter()
+        .map(|m| m.seq_high)
+        .sum();
+    let orders: Option<u64> =
+        mysql.exec_first("SELECT COUNT(*) FROM orders WHERE sale_id = ?", (sale_id,))?;
+    Ok(Unseen {
+        reserved: seq_high + split,
+        orders: orders.unwrap_or(0),
+    })
 }
 
 fn watch_error(e: data_loss::WatchError) -> RunError {
