@@ -36,6 +36,18 @@ commands:
                                 every order is final and a run found it clean (exit 1:
                                 refused, nothing changed); `run` does it by itself
                                 SECKILL_ARCHIVE_AFTER past the end (default 1h, off: never)
+  sale list                     every sale: window, state, units total/left/reserved/ordered/paid,
+                                paused and why
+  sale pause ID --reason TEXT --by NAME [--dry-run]
+                                refuse purchases (503 sale_paused) until `sale resume`
+  sale resume ID --by NAME [--dry-run]
+                                end an operator's pause (refused while Redis lost data of it)
+  sale end ID --by NAME [--dry-run]
+                                end the sale now (purchases 403 sale_ended; orders go on)
+  sale extend ID --ends-at T --by NAME [--dry-run]
+                                move the sale's end later
+  sale add-stock ID N --by NAME [--dry-run]
+                                put N more units on sale (MySQL, Redis, a stock-ledger row)
   run                           reconcile every active or recent sale (exit 1: open findings)
   findings [--state open|auto_fixed|resolved|all] [--sale ID] [--json]
                                 list findings from the review store (default: open)
@@ -79,6 +91,11 @@ pub enum Command {
     SaleRepair(RepairArgs),
     /// Archive an ended sale (`sale archive ID --by NAME`): sale, actor.
     SaleArchive(u64, String),
+    /// List every sale (`sale list`, `sale_list_cmd.rs`).
+    SaleList,
+    /// Pause, resume, end, extend a sale or add stock to it
+    /// (`sale_admin_cli.rs`, `sale_admin_cmd.rs`).
+    SaleAdmin(crate::sale_admin_cli::SaleAdminArgs),
     /// One reconciliation pass.
     Run,
     /// List findings.
@@ -262,7 +279,7 @@ fn string(v: OsString, what: &str) -> Result<String, UsageError> {
 
 /// The operator (`--by`, required: 1-64 of `A-Z a-z 0-9 _ . - @`) and the
 /// note (`--note`, optional) of an audited action.
-fn by_and_note(
+pub(crate) fn by_and_note(
     by: Option<String>,
     note: Option<String>,
 ) -> Result<(String, Option<String>), UsageError> {
@@ -286,7 +303,7 @@ fn by_and_note(
     Ok((by, note))
 }
 
-fn parse_u64(v: &str, what: &str) -> Result<u64, UsageError> {
+pub(crate) fn parse_u64(v: &str, what: &str) -> Result<u64, UsageError> {
     v.parse()
         .map_err(|_| UsageError(format!("{what}: {v:?} is not a non-negative integer")))
 }
@@ -299,11 +316,11 @@ pub fn parse(args: impl IntoIterator<Item = OsString>) -> Result<Command, UsageE
 /// The options of a command line, by name, in the order given (a flag's
 /// value is empty); each is taken once by the command that knows it, and
 /// any left over is an error.
-struct Opts(Vec<(String, String)>);
+pub(crate) struct Opts(Vec<(String, String)>);
 
 impl Opts {
     /// Removes and returns the first value of option `--name`.
-    fn take(&mut self, name: &str) -> Option<String> {
+    pub(crate) fn take(&mut self, name: &str) -> Option<String> {
         let i = self.0.iter().position(|(n, _)| n == name)?;
         Some(self.0.remove(i).1)
     }
@@ -365,6 +382,9 @@ pub fn parse_at(
             let sale_id = parse_u64(id, "sale id")?;
             let (by, _) = by_and_note(opts.take("by"), None)?;
             Command::SaleArchive(sale_id, by)
+        }
+        ["sale", w, ..] if crate::sale_admin_cli::help(w).is_some() => {
+            crate::sale_admin_cli::parse(&words, &mut opts, now_ms)?
         }
         ["run"] => Command::Run,
         ["bench-read", id] => Command::BenchRead(parse_u64(id, "sale id")?),

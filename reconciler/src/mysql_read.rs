@@ -44,7 +44,9 @@ pub struct Books {
     pub total_stock: i64,
     /// `sales.available_stock`.
     pub available_stock: i64,
-    /// Units deducted by the ledger: `-SUM(delta)` over every row of the sale.
+    /// Units deducted by the ledger: `-SUM(delta)` over every row of the
+    /// sale but its `add_stock` ones (`sale add-stock`: counted in
+    /// `total_stock`).
     pub ledger_deductions: i64,
     /// Orders of the sale that hold a unit (confirmed, pending, paid: not
     /// the released ones).
@@ -156,14 +158,15 @@ pub fn snapshot(
 }
 
 /// Streams every ledger row of the sale: the sorted ids of its deductions
-/// (reason `order` or `compensation`) and the units the whole ledger
-/// deducts (`-SUM(delta)`, as `seckill_common::schema::ledger_deductions`).
+/// (reason `order` or `compensation`) and the units the ledger deducts
+/// (`-SUM(delta)` but over `add_stock` rows, whose units `total_stock`
+/// holds; as `seckill_common::schema::ledger_deductions`).
 fn ledger(db: &mut Conn, sale_id: u64) -> mysql::Result<(Vec<u128>, i64)> {
     let mut ids = Vec::new();
     let mut deducted = 0i64;
     let rows = db.exec_iter(
         "SELECT reservation_id, delta, reason IN ('order', 'compensation')
-         FROM stock_ledger WHERE sale_id = ?",
+         FROM stock_ledger WHERE sale_id = ? AND reason <> 'add_stock'",
         (sale_id,),
     )?;
     for row in rows {

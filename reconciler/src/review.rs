@@ -17,6 +17,7 @@
 
 pub mod archives;
 pub mod findings;
+pub mod sale_actions;
 
 use crate::stored::stored_enum;
 use rusqlite::{params, Connection, OpenFlags};
@@ -388,6 +389,19 @@ stored_enum! {
         /// An operator, or `run` after `SECKILL_ARCHIVE_AFTER`, removed an
         /// ended sale's Redis keys (`sale archive`); names a sale, no finding.
         Archive => "archive",
+        /// An operator paused a sale (`sale pause`); names a sale.
+        Pause => "pause",
+        /// An operator ended their pause of a sale (`sale resume`); names
+        /// a sale.
+        Resume => "resume",
+        /// An operator ended a sale now (`sale end`); names a sale.
+        End => "end",
+        /// An operator moved a sale's end later (`sale extend`); names a
+        /// sale.
+        Extend => "extend",
+        /// An operator put more units on sale (`sale add-stock`); names a
+        /// sale.
+        AddStock => "add_stock",
     }
 }
 

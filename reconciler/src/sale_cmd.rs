@@ -179,6 +179,10 @@ pub fn load(config: &Config, id: u64, shards: Option<u32>) -> Res<u8> {
         );
         return Ok(1);
     }
+    if let Some(why) = crate::sale_admin_cmd::load_refusal(&mut db, id)? {
+        eprintln!("seckill-reconciler: refused: {why}; nothing loaded");
+        return Ok(1);
+    }
     let ordered = order_count(&mut db, id)?;
     let mut con = redis_con(config)?;
     let recorded = seckill_common::buckets::recorded(&mut db, id)?;
