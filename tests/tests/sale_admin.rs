@@ -676,3 +676,54 @@ fn a_killed_command_makes_its_change_once_and_its_audit_rows_complete() {
     );
     seckill_tests::assert_reconciles_clean(&redis, &db, &review);
 }
+
+#[test]
+fn a_repair_after_redis_lost_data_keeps_an_operators_pause_until_resume() {
+    let redis = RedisServer::start();
+    let db = TestDb::create();
+    let dir = TempDir::new();
+    let review = dir.path().join("review.sqlite3");
+    let id = seckill_tests::create_sale(&db, &redis, 5, -1000, 3_600_000);
+    let s = id.to_string();
+    let _w = WorkerProc::start(&redis, &db, "w1", &Opts::default());
+    let g = Gateway::start(&redis, &[]);
+    assert_eq!(buy(g.port, id, "a").status, 202);
+    wait_orders(&db, id, 1, LONG);
+    let (code, out) = op(
+        &redis,
+        &db,
+        &review,
+        &["sale", "pause", &s, "--reason", "audit", "--by", "op"],
+    );
+    assert_eq!(code, 0, "{out}");
+    // Redis loses the sale's meta and stock: the workers' watch pauses it.
+    let mut con = redis.con();
+    let _: () = con.del(SaleKeys::new(id).meta()).unwrap();
+    let _: () = con.del(SaleKeys::new(id).stock()).unwrap();
+    seckill_tests::wait_until(LONG, "the data-loss pause", || {
+        db.count(&format!(
+            "SELECT COUNT(*) FROM sale_redis_state WHERE sale_id = {id}
+               AND paused_reason IS NOT NULL"
+        )) == 1
+    });
+    let (code, out) = op(&redis, &db, &review, &["run"]);
+    assert_eq!(code, 1, "{out}");
+    let (code, out) = op(&redis, &db, &review, &["sale", "resume", &s, "--by", "op"]);
+    assert_eq!(code, 1, "{out}");
+    assert!(out.contains("open redis_data_loss finding"), "{out}");
+    let (code, out) = op(&redis, &db, &review, &["sale", "repair", &s, "--by", "op"]);
+    assert_eq!(code, 0, "{out}");
+    // The data-loss pause ended; the operator's stays, in MySQL and Redis.
+    let m = meta(&redis, id, 0);
+    assert_eq!(
+        (m.get("paused"), m["operator_paused"].as_str()),
+        (None, "audit")
+    );
+    assert_eq!(mysql_sale(&db, id).3.as_deref(), Some("audit"));
+    let r = buy(g.port, id, "b");
+    assert_eq!((r.status, r.error()), (503, "sale_paused".to_string()));
+    let (code, out) = op(&redis, &db, &review, &["sale", "resume", &s, "--by", "op"]);
+    let t = Instant::now();
+    assert_eq!(code, 0, "{out}");
+    answered_within(g.port, id, "b", (202, ""), t);
+}

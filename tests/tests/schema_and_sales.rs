@@ -53,7 +53,7 @@ fn migrating_twice_changes_nothing() {
         "schema is current; nothing to apply"
     );
     assert_eq!(before, schema_fingerprint(&db));
-    assert_eq!(db.count("SELECT COUNT(*) FROM schema_migrations"), 6);
+    assert_eq!(db.count("SELECT COUNT(*) FROM schema_migrations"), 7);
 }
 
 #[test]
@@ -72,8 +72,8 @@ fn migrate_creates_a_missing_database() {
         )
         .unwrap();
     // sales, orders, stock_ledger, sale_redis_state, payments,
-    // sale_bucket_marks, payment_conflicts, schema_migrations
-    assert_eq!(n, Some(8));
+    // sale_bucket_marks, payment_conflicts, sale_changes, schema_migrations
+    assert_eq!(n, Some(9));
 }
 
 #[test]
