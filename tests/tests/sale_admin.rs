@@ -727,3 +727,76 @@ fn a_repair_after_redis_lost_data_keeps_an_operators_pause_until_resume() {
     assert_eq!(code, 0, "{out}");
     answered_within(g.port, id, "b", (202, ""), t);
 }
+
+#[test]
+fn payments_and_cancellations_go_on_in_a_paused_and_in_an_ended_sale() {
+    // Paused, then ended: orders are paid and cancelled as before.
+    let redis = RedisServer::start();
+    let db = TestDb::create();
+    let dir = TempDir::new();
+    let review = dir.path().join("review.sqlite3");
+    let id = seckill_tests::create_windowed_sale(&redis, &db, &review, 5, "1h");
+    let s = id.to_string();
+    let _w = WorkerProc::start(&redis, &db, "w1", &Opts::default());
+    let g = Gateway::start(&redis, &[]);
+    for u in ["a", "b", "c"] {
+        assert_eq!(buy(g.port, id, u).status, 202);
+    }
+    wait_orders(&db, id, 3, LONG);
+    let rid = |user: &str| -> String {
+        db.conn()
+            .exec_first(
+                "SELECT reservation_id FROM orders WHERE sale_id = ? AND user_id = ?",
+                (id, user),
+            )
+            .unwrap()
+            .unwrap()
+    };
+    let pay = |user: &str| {
+        let m = seckill_common::payment::PaymentMessage {
+            v: 1,
+            reservation_id: rid(user),
+            payment_id: format!("pay-{user}"),
+            amount_cents: 1999,
+            received_ms: seckill_common::now_ms(),
+        };
+        seckill_common::payment::enqueue(&mut redis.con(), &m).unwrap();
+    };
+    let status = |user: &str| -> String {
+        db.conn()
+            .exec_first(
+                "SELECT status FROM orders WHERE sale_id = ? AND user_id = ?",
+                (id, user),
+            )
+            .unwrap()
+            .unwrap()
+    };
+    let (code, out) = op(
+        &redis,
+        &db,
+        &review,
+        &["sale", "pause", &s, "--reason", "p", "--by", "op"],
+    );
+    assert_eq!(code, 0, "{out}");
+    pay("a");
+    seckill_tests::wait_until(LONG, "a paid while paused", || status("a") == "paid");
+    let (code, out) = op(&redis, &db, &review, &["sale", "end", &s, "--by", "op"]);
+    assert_eq!(code, 0, "{out}");
+    pay("b");
+    seckill_tests::wait_until(LONG, "b paid after the end", || status("b") == "paid");
+    // c cancels after the end: the unit goes back (to a sale that takes
+    // no purchase).
+    let rq = format!(
+        "DELETE /v1/sales/{id}/purchases/me HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\
+         Authorization: Bearer {}\r\n\r\n",
+        seckill_tests::auth::token_for("c")
+    );
+    let r = gw::raw(g.port, rq.as_bytes()).expect("an answer");
+    assert_eq!(r.status, 202, "{}", r.body);
+    seckill_tests::wait_until(LONG, "c cancelled", || status("c") == "cancelled");
+    assert_eq!(
+        buy(g.port, id, "d").status,
+        503,
+        "paused wins over ended: still 503"
+    );
+}
