@@ -269,6 +269,8 @@ pub fn show(config: &Config, id: u64) -> Res<u8> {
     let mut stock: Option<i64> = con.get(k.stock())?;
     let mut meta: HashMap<String, u64> = read_meta(&mut con, id)?;
     let paused: Option<String> = con.hget(k.meta(), "paused")?;
+    let operator_paused: Option<String> =
+        con.hget(k.meta(), seckill_common::sale_admin::OPERATOR_PAUSED)?;
     let mut flows: u64 = con.hlen(k.flow())?;
     let mut queued: u64 = con.llen(k.queue())?;
     let mut dead: u64 = con.llen(k.dead_letter())?;
@@ -359,6 +361,13 @@ pub fn show(config: &Config, id: u64) -> Res<u8> {
                 w,
                 "PAUSED            {p}: run `seckill-reconciler run`, then \
                  `seckill-reconciler sale repair {id} --by NAME`"
+            )?;
+        }
+        if let Some(p) = &operator_paused {
+            writeln!(
+                w,
+                "PAUSED            by an operator ({p}): `seckill-reconciler sale resume {id} \
+                 --by NAME`"
             )?;
         }
         Ok(())

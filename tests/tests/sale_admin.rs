@@ -212,6 +212,12 @@ fn each_change_takes_effect_in_mysql_redis_the_log_and_a_caching_gateway_within_
         "{out}"
     );
 
+    let (_, out) = op(&redis, &db, &review, &["sale", "show", &s]);
+    assert!(
+        out.contains("PAUSED            by an operator (fraud check)"),
+        "{out}"
+    );
+
     // resume: purchases again.
     let (code, out) = op(&redis, &db, &review, &["sale", "resume", &s, "--by", "op"]);
     let t = Instant::now();
