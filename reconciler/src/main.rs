@@ -76,7 +76,12 @@ use std::process::ExitCode;
 const PROGRAM: &str = "seckill-reconciler";
 
 fn main() -> ExitCode {
-    let cmd = match cli::parse(std::env::args_os().skip(1)) {
+    let args: Vec<std::ffi::OsString> = std::env::args_os().skip(1).collect();
+    if let Some(text) = sale_admin_cli::help_asked(&args) {
+        output::outln!("{text}");
+        return ExitCode::SUCCESS;
+    }
+    let cmd = match cli::parse(args) {
         Ok(c) => c,
         Err(e) => {
             let what = format!("{e}\nrun `{PROGRAM} --help` for usage");

@@ -79,6 +79,16 @@ pub fn help(word: &str) -> Option<&'static str> {
     })
 }
 
+/// The help text asked for by a command line `sale WORD ... --help` (or
+/// `-h`) of a command of this file; `None` for any other line.
+pub fn help_asked(args: &[std::ffi::OsString]) -> Option<&'static str> {
+    let words: Vec<&str> = args.iter().filter_map(|a| a.to_str()).collect();
+    match words.as_slice() {
+        ["sale", w, rest @ ..] if rest.iter().any(|a| *a == "--help" || *a == "-h") => help(w),
+        _ => None,
+    }
+}
+
 /// Longest `--reason`, in characters (`sales.paused_reason`).
 pub const MAX_REASON: usize = 255;
 
@@ -188,6 +198,21 @@ mod tests {
 
     fn p(s: &str) -> Result<Command, UsageError> {
         crate::cli::parse_at(s.split_whitespace().map(OsString::from), 1_790_000_000_000)
+    }
+
+    #[test]
+    fn each_command_has_its_own_help() {
+        let args =
+            |s: &str| -> Vec<OsString> { s.split_whitespace().map(OsString::from).collect() };
+        assert_eq!(help_asked(&args("sale pause 7 --help")), Some(PAUSE_HELP));
+        assert_eq!(help_asked(&args("sale add-stock -h")), Some(ADD_STOCK_HELP));
+        assert_eq!(help_asked(&args("sale list --help")), Some(LIST_HELP));
+        assert_eq!(help_asked(&args("sale show 7 --help")), None);
+        assert_eq!(help_asked(&args("sale end 7 --by a")), None);
+        for w in ["list", "pause", "resume", "end", "extend", "add-stock"] {
+            assert!(help(w)
+                .is_some_and(|h| h.starts_with(&format!("usage: seckill-reconciler sale {w}"))));
+        }
     }
 
     #[test]
