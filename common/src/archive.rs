@@ -62,6 +62,7 @@ pub fn bucket_keys(k: SaleKeys, workers: &[String]) -> Vec<String> {
         k.attempts(),
         k.dead_letter_archive(),
         k.reorder_marks(),
+        k.stock_added(),
         k.transfers_out(),
         k.transfers_open(),
         k.transfers_in(),

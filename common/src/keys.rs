@@ -6,7 +6,7 @@
 //!
 //! | key | type | content |
 //! |---|---|---|
-//! | `seckill:{sale:ID}:meta` | hash | `total_stock`, `starts_at_ms`, `ends_at_ms` (Unix ms, UTC); `releases` (units released back, see `reservation::sequence`), `checkpoint` (the workers' watch, `data_loss.rs`), `paused` (why purchases are refused), `repaired_by` (the last `sale repair`'s action mark) |
+//! | `seckill:{sale:ID}:meta` | hash | `total_stock`, `starts_at_ms`, `ends_at_ms` (Unix ms, UTC); `releases` (units released back, see `reservation::sequence`), `checkpoint` (the workers' watch, `data_loss.rs`), `paused` (why purchases are refused: Redis lost data), `operator_paused` (why purchases are refused: an operator's `sale pause`), `repaired_by` (the last `sale repair`'s action mark) |
 //! | `seckill:{sale:ID}:stock` | string | units left to reserve, never below 0 |
 //! | `seckill:{sale:ID}:buyers` | hash | user id -> reservation id (one purchase per user) |
 //! | `seckill:{sale:ID}:flow` | hash | reservation id -> order message JSON: the flow record |
@@ -18,6 +18,7 @@
 //! | `seckill:{sale:ID}:dlq` | list | dead-letter entries (JSON: message, reason, attempts) |
 //! | `seckill:{sale:ID}:attempts` | hash | reservation id -> failed applications so far |
 //! | `seckill:{sale:ID}:dlq:archive` | list | settled dead-letter entries (JSON: the entry and the operator action that settled it) |
+//! | `seckill:{sale:ID}:stock_added` | hash | action key -> units an operator's `sale add-stock` put into this bucket (`sale_admin.rs`): written in the same script as the units, it makes an interrupted add-stock add them once |
 //! | `seckill:{sale:ID}:reordered` | hash | reservation id -> mark of the last operator reorder (`ACTION_ID@TIME`), the evidence an interrupted `resolve --reorder` took effect |
 //!
 //! | `seckill:{sale:ID}:transfers:out` | hash | transfer id -> JSON `{"to", "units", "at_ms"}`: units this bucket gave to another (`buckets.rs`); kept for the reconciler |
@@ -190,6 +191,11 @@ impl SaleKeys {
     /// whether its effect happened.
     pub fn reorder_marks(&self) -> String {
         self.key("reordered")
+    }
+    /// Hash action key -> units an operator's `sale add-stock` added to
+    /// this bucket (`sale_admin.rs`), written with the units.
+    pub fn stock_added(&self) -> String {
+        self.key("stock_added")
     }
     /// Hash transfer id -> record of units this bucket gave away.
     pub fn transfers_out(&self) -> String {

@@ -28,6 +28,8 @@
 //! - [`metrics`]: bucket bounds and the Prometheus text rendering shared on top of `prometheus-client`.
 //! - [`schema`]: MySQL tables, migrations, connection options.
 //! - [`sale`]: a sale and the load script that never overwrites live stock.
+//! - [`sale_admin`]: an operator's pause, end, extension or added stock:
+//!   decided once in MySQL, followed in every bucket in Redis.
 //! - [`buckets`]: a sale split over K buckets (hash tags, the buyer's home
 //!   bucket, shares, loading); [`transfer`]: moving units between buckets
 //!   with a record on each side, and the sold-out decision over all of them.
@@ -82,6 +84,7 @@ pub mod reliable_queue;
 pub mod reorder;
 pub mod reservation;
 pub mod sale;
+pub mod sale_admin;
 pub mod schema;
 pub mod shutdown;
 pub mod slot_router;

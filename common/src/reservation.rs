@@ -50,7 +50,9 @@ use std::sync::OnceLock;
 /// `already_purchased` the id, a space and the stock left, so that a
 /// winner's retry also tells the gateway's sold-out memory whether units
 /// came back),
-/// the pause reason (`paused`) or empty, and `SEQ` the sale's reservation
+/// the pause reason (`paused`: the meta field `paused`, e.g.
+/// `redis_data_loss`, or `operator` for the field `operator_paused` that
+/// `sale pause` sets) or empty, and `SEQ` the sale's reservation
 /// sequence after that buyer's turn: units ever reserved, `total_stock − stock + releases` (see
 /// [`sequence`]; derived, so a reservation writes nothing for it). Since
 /// Redis runs scripts one at a time, `seq` orders the replies: a `reserved`
@@ -87,10 +89,11 @@ local function each(line)
   for i = 1, n do out[i] = line end
   return table.concat(out, '\n')
 end
-local w = redis.pcall('HMGET', KEYS[1], 'starts_at_ms', 'ends_at_ms', 'total_stock', 'releases', 'paused')
+local w = redis.pcall('HMGET', KEYS[1], 'starts_at_ms', 'ends_at_ms', 'total_stock', 'releases', 'paused', 'operator_paused')
 if w['err'] then return refused(KEYS[1], w) end
 -- A pause wins over everything: a paused sale may have lost its meta too.
 if w[5] then return each('paused 0 ' .. w[5]) end
+if w[6] then return each('paused 0 operator') end
 local starts = tonumber(w[1])
 local ends = tonumber(w[2])
 local total = tonumber(w[3])
@@ -261,7 +264,8 @@ pub enum ReserveOutcome {
     /// No sale with this id is loaded into Redis.
     UnknownSale,
     /// The sale is paused (meta field `paused`, e.g. `redis_data_loss`
-    /// while Redis is behind MySQL); holds the reason. Nothing changed.
+    /// while Redis is behind MySQL, or `operator` while an operator's
+    /// `sale pause` holds it); holds the reason. Nothing changed.
     Paused(String),
     /// This reservation id was reserved before and released since (its
     /// status is `expired`, `cancelled` or `failed`): the call is a retry

@@ -36,6 +36,16 @@
 //! whose Redis keys are gone lost them, whether or not a worker ever wrote
 //! a mark for it: the data-loss watch pauses it and `sale load` refuses it.
 //!
+//! Migration 8 (`seckill_common::sale_admin`): `sales.paused_reason`,
+//! `paused_by`, `paused_at`, an operator's pause (`sale pause`; apart from
+//! the data-loss pause in `sale_redis_state`), and `sale_changes`, one row
+//! per operator change of a sale (pause, resume, end, extend, add-stock),
+//! keyed by the audited action, written in the change's own transaction:
+//! the evidence an interrupted command's change was made, and made once.
+//! An add-stock also writes a `stock_ledger` row of reason `add_stock`
+//! (delta +N, `reservation_id` the action key), which the books count into
+//! `total_stock`, not as a deduction ([`ledger_deductions`]).
+//!
 //! Times are `DATETIME(3)` in UTC: every connection sets `time_zone` to
 //! `+00:00`, so `UNIX_TIMESTAMP`, `FROM_UNIXTIME` and `UTC_TIMESTAMP(3)` agree.
 
@@ -187,6 +197,27 @@ ALTER TABLE sales
   ADD COLUMN IF NOT EXISTS loaded_at DATETIME(3) NULL;
 "#,
     ),
+    (
+        8,
+        "operator pause of a sale, the operators' sale changes",
+        r#"
+ALTER TABLE sales
+  ADD COLUMN IF NOT EXISTS paused_reason VARCHAR(255) NULL,
+  ADD COLUMN IF NOT EXISTS paused_by VARCHAR(64) NULL,
+  ADD COLUMN IF NOT EXISTS paused_at DATETIME(3) NULL;
+CREATE TABLE IF NOT EXISTS sale_changes (
+  action_key CHAR(32) NOT NULL PRIMARY KEY,
+  sale_id BIGINT UNSIGNED NOT NULL,
+  action VARCHAR(16) NOT NULL,
+  actor VARCHAR(64) NOT NULL,
+  detail VARCHAR(255) NOT NULL,
+  units INT UNSIGNED NULL,
+  total_before INT UNSIGNED NULL,
+  made_at DATETIME(3) NOT NULL DEFAULT (UTC_TIMESTAMP(3)),
+  KEY sale_changes_sale (sale_id, made_at)
+) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_bin;
+"#,
+    ),
 ];
 
 /// Why the schema could not be applied or a connection opened.
@@ -236,12 +267,14 @@ pub fn placeholders(n: usize) -> String {
 }
 
 /// Units the stock ledger has deducted from `sale_id`: `-SUM(delta)` over
-/// every row of the sale (0 without rows).
+/// every row of the sale but the `add_stock` ones, which `total_stock`
+/// holds (0 without rows).
 ///
 /// Errors: MySQL failures.
 pub fn ledger_deductions<Q: Queryable>(db: &mut Q, sale_id: u64) -> Result<i64, mysql::Error> {
     let v: Option<i64> = db.exec_first(
-        "SELECT CAST(COALESCE(-SUM(delta), 0) AS SIGNED) FROM stock_ledger WHERE sale_id = ?",
+        "SELECT CAST(COALESCE(-SUM(delta), 0) AS SIGNED) FROM stock_ledger
+         WHERE sale_id = ? AND reason <> 'add_stock'",
         (sale_id,),
     )?;
     Ok(v.unwrap_or(0))

@@ -15,7 +15,8 @@ use serde_json::json;
 /// `GET /v1/sales/{sale_id}`: one pipeline of `HMGET meta`, `GET stock`,
 /// `TIME` (of bucket 0; for a sale split over buckets, `stock_remaining`
 /// adds the other buckets' stock). `state` is `paused` while the sale is paused (Redis lost data
-/// of it, until `sale repair`), else `upcoming` before the window, `ended`
+/// of it, until `sale repair`; or an operator's `sale pause`, until `sale
+/// resume`), else `upcoming` before the window, `ended`
 /// after it, `sold_out` when no stock is left, else `active`; times are
 /// RFC 3339 UTC. An archived sale (bucket 0's meta is its tombstone,
 /// `seckill_common::archive`) is `ended`, as its purchases are 403
@@ -37,6 +38,7 @@ pub fn sale(app: &App, sale_id: u64) -> Reply {
                 .arg("paused")
                 .arg(archive::ARCHIVED_FIELD)
                 .arg(archive::STOCK_LEFT_FIELD)
+                .arg(seckill_common::sale_admin::OPERATOR_PAUSED)
                 .cmd("GET")
                 .arg(k.stock())
                 .cmd("TIME")
@@ -57,6 +59,10 @@ pub fn sale(app: &App, sale_id: u64) -> Reply {
         }
         return Reply::sale_not_found();
     };
+    // Redis lost data of it (`paused`), or an operator paused it.
+    let paused = [3, 6]
+        .iter()
+        .any(|&i| meta.get(i).is_some_and(Option::is_some));
     if let Some(archived) = num(4) {
         return Reply::json(
             200,

@@ -97,7 +97,8 @@ impl Reply {
 
     /// 503 `{"error": "sale_paused"}` with `Retry-After`: the sale is
     /// paused until an operator repairs it (Redis lost data of it; see
-    /// `seckill-reconciler sale repair`). Nothing was reserved.
+    /// `seckill-reconciler sale repair`) or resumes it (`sale pause`,
+    /// `sale resume`). Nothing was reserved.
     pub fn sale_paused() -> Reply {
         let mut r = Reply::error(503, "sale_paused");
         r.extra = Some(("Retry-After", RETRY_AFTER_S));

@@ -33,6 +33,11 @@ pub enum Command {
     SaleRepair(RepairArgs),
     /// Archive an ended sale (`sale archive ID --by NAME`): sale, actor.
     SaleArchive(u64, String),
+    /// List every sale (`sale list`, `sale_list_cmd.rs`).
+    SaleList,
+    /// Pause, resume, end, extend a sale or add stock to it
+    /// (`sale_admin_cli.rs`, `sale_admin_cmd.rs`).
+    SaleAdmin(crate::sale_admin_cli::SaleAdminArgs),
     /// One reconciliation pass.
     Run,
     /// List findings.
@@ -263,7 +268,7 @@ fn string(v: OsString, what: &str) -> Result<String, UsageError> {
 
 /// The operator (`--by`, required: 1-64 of `A-Z a-z 0-9 _ . - @`) and the
 /// note (`--note`, optional) of an audited action.
-fn by_and_note(
+pub(crate) fn by_and_note(
     by: Option<String>,
     note: Option<String>,
 ) -> Result<(String, Option<String>), UsageError> {
@@ -287,7 +292,7 @@ fn by_and_note(
     Ok((by, note))
 }
 
-fn parse_u64(v: &str, what: &str) -> Result<u64, UsageError> {
+pub(crate) fn parse_u64(v: &str, what: &str) -> Result<u64, UsageError> {
     v.parse()
         .map_err(|_| UsageError::new(format!("{what}: {v:?} is not a non-negative integer")))
 }
@@ -300,11 +305,11 @@ pub fn parse(args: impl IntoIterator<Item = OsString>) -> Result<Command, UsageE
 /// The options of a command line, by name, in the order given (a flag's
 /// value is empty); each is taken once by the command that knows it, and
 /// any left over is an error.
-struct Opts(Vec<(String, String)>);
+pub(crate) struct Opts(Vec<(String, String)>);
 
 impl Opts {
     /// Removes and returns the first value of option `--name`.
-    fn take(&mut self, name: &str) -> Option<String> {
+    pub(crate) fn take(&mut self, name: &str) -> Option<String> {
         let i = self.0.iter().position(|(n, _)| n == name)?;
         Some(self.0.remove(i).1)
     }
@@ -455,6 +460,14 @@ fn command(path: &str, args: &[&str], opts: &mut Opts, now_ms: u64) -> Result<Co
         }
         ("sale rebalance", [id]) => Command::SaleRebalance(parse_u64(id, "sale id")?),
         ("sale show", [id]) => Command::SaleShow(parse_u64(id, "sale id")?),
+        (
+            "sale list" | "sale pause" | "sale resume" | "sale end" | "sale extend"
+            | "sale add-stock",
+            _,
+        ) => {
+            let words: Vec<&str> = path.split(' ').chain(args.iter().copied()).collect();
+            crate::sale_admin_cli::parse(&words, opts, now_ms)?
+        }
         ("sale repair", [id]) => {
             let sale_id = parse_u64(id, "sale id")?;
             let (by, note) = by_and_note(opts.take("by"), opts.take("note"))?;
@@ -973,7 +986,7 @@ mod tests {
                 .starts_with("sale: missing SUBCOMMAND, one of:\n  sale create "),
             "{e}"
         );
-        assert_eq!(e.message.lines().count(), 1 + 6, "{e}");
+        assert_eq!(e.message.lines().count(), 1 + 12, "{e}");
         let e = p("resolve").unwrap_err();
         assert_eq!(
             (e.message.as_str(), e.command),

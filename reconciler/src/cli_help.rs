@@ -98,6 +98,72 @@ exit 1: refused, nothing changed: the sale is archived, or Redis lost it since
 its load (run, then sale repair ID --by NAME).",
     },
     Help {
+        path: "sale list",
+        args: &[],
+        summary: "one line per sale: window, state, units, pause",
+        options: "",
+        text: "One line per sale in MySQL: id, SKU, window (UTC), state (upcoming, active,
+sold_out, ended, paused, archived), units total / left / reserved / ordered /
+paid, and who paused it and why. left: Redis's stock (every bucket), MySQL's
+available stock when Redis does not hold the sale; reserved: units taken in
+Redis (total - left); ordered: MySQL orders holding a unit; paid: of those,
+paid. Changes nothing. Exit 0, 2 could not run.",
+    },
+    Help {
+        path: "sale pause",
+        args: &["ID"],
+        summary: "refuse every purchase of a sale until sale resume",
+        options: "--reason TEXT --by NAME [--dry-run]",
+        text: "Refuses every purchase of sale ID (503 sale_paused, Retry-After) on every
+gateway within a second, until `sale resume ID`. Reads, payments,
+cancellations, expiries and the workers go on. Audited in the review store.
+TEXT: 1-255 characters. Exit 0 paused (or paused already), 1 refused (nothing
+changed), 2 could not run.",
+    },
+    Help {
+        path: "sale resume",
+        args: &["ID"],
+        summary: "end an operator's pause of a sale",
+        options: "--by NAME [--dry-run]",
+        text: "Ends an operator's pause of sale ID: purchases are taken again within a
+second. Refused while the sale is paused because Redis lost data of it (an
+open redis_data_loss finding, or the data-loss pause in MySQL): `sale repair
+ID --by NAME` ends that pause. Audited in the review store. Exit 0 resumed (or
+not paused), 1 refused, 2 could not run.",
+    },
+    Help {
+        path: "sale end",
+        args: &["ID"],
+        summary: "end a sale now",
+        options: "--by NAME [--dry-run]",
+        text: "Ends sale ID now (a sale not started yet: a millisecond after its start):
+later purchases get 403 sale_ended within a second; payments, cancellations
+and expiries of its orders go on. Audited in the review store. Exit 0 ended
+(or ended already), 1 refused, 2 could not run.",
+    },
+    Help {
+        path: "sale extend",
+        args: &["ID"],
+        summary: "move a sale's end later",
+        options: "--ends-at T --by NAME [--dry-run]",
+        text: "Moves the end of sale ID later, to T (RFC 3339, now+2h): a sale that had
+ended takes purchases again. T must be after now and after the current end
+(`sale end` ends a sale earlier), the window at most 366 days. Audited in the
+review store. Exit 0 extended, 1 refused, 2 could not run.",
+    },
+    Help {
+        path: "sale add-stock",
+        args: &["ID", "N"],
+        summary: "put N more units of a sale on sale",
+        options: "--by NAME [--dry-run]",
+        text: "Puts N more units of sale ID on sale, in MySQL (total_stock and
+available_stock, a stock_ledger row of reason add_stock) and in Redis (its
+stock) at once; buyers see them within a second. A split sale's units go so
+that each bucket holds its share of the new total (printed per bucket).
+Refused for an ended or archived sale and while Redis lost data of it.
+Audited in the review store. Exit 0 added, 1 refused, 2 could not run.",
+    },
+    Help {
         path: "sale show",
         args: &["ID"],
         summary: "MySQL and Redis figures side by side (per bucket)",

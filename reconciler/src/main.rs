@@ -6,7 +6,8 @@
 //! findings, `sale repair` was refused (no open finding yet, or a worker
 //! holds messages of the sale) or `sale archive` was refused (the sale not
 //! ended a minute ago, an order pending, an open finding, no run since), or
-//! `sale load` or `sale rebalance` of an archived sale was refused, 2 could not run (Redis, MySQL or SQLite error, bad
+//! `sale load` or `sale rebalance` of an archived sale was refused, or a
+//! `sale pause/resume/end/extend/add-stock` was refused, 2 could not run (Redis, MySQL or SQLite error, bad
 //! configuration), 64 bad command line (one line saying what is wrong, then
 //! a pointer to `--help`).
 //!
@@ -21,6 +22,8 @@
 //!   (`dead-letter requeue|drop payments`), [`sale_cmd`] (`sale create/load/show`), [`repair_cmd`]
 //!   (`sale repair`), [`archive_cmd`] (`sale archive`, and `run`'s own),
 //!   [`token_cmd`] (`token keygen/issue`), [`bench_read`],
+//!   [`sale_list_cmd`] (`sale list`), [`sale_admin_cmd`] (`sale pause /
+//!   resume / end / extend / add-stock`, parsed by [`sale_admin_cli`]),
 //!   [`buckets_cmd`] (`sale rebalance`, the per-bucket table of `sale show`).
 //! - Reconciliation: [`scan`] reads one sale in its documented order into
 //!   one value; [`rules`] holds one file per rule turning it into
@@ -65,7 +68,10 @@ mod resolve_cmd;
 mod review;
 mod rules;
 mod run_cmd;
+mod sale_admin_cli;
+mod sale_admin_cmd;
 mod sale_cmd;
+mod sale_list_cmd;
 mod scan;
 mod settle;
 mod stored;
@@ -79,7 +85,8 @@ use std::process::ExitCode;
 use cli_help::PROGRAM;
 
 fn main() -> ExitCode {
-    let cmd = match cli::parse(std::env::args_os().skip(1)) {
+    let args: Vec<std::ffi::OsString> = std::env::args_os().skip(1).collect();
+    let cmd = match cli::parse(args) {
         Ok(c) => c,
         Err(e) => {
             let what = format!("{e}\n{}", e.pointer());
@@ -122,6 +129,8 @@ fn run(
         cli::Command::SaleShow(id) => sale_cmd::show(config, id),
         cli::Command::SaleRepair(args) => Ok(repair_cmd::repair(config, &args)?),
         cli::Command::SaleArchive(id, by) => Ok(archive_cmd::archive_cmd(config, id, &by)?),
+        cli::Command::SaleList => Ok(sale_list_cmd::list(config)?),
+        cli::Command::SaleAdmin(args) => Ok(sale_admin_cmd::sale_admin(config, &args)?),
         cli::Command::Run => Ok(run_cmd::run(config, shutdown)?),
         cli::Command::Findings(args) => Ok(findings_cmd::findings(config, &args)?),
         cli::Command::QueueShow(sale) => Ok(queue_cmd::show(config, sale)?),

@@ -44,7 +44,9 @@ pub struct Books {
     pub total_stock: i64,
     /// `sales.available_stock`.
     pub available_stock: i64,
-    /// Units deducted by the ledger: `-SUM(delta)` over every row of the sale.
+    /// Units deducted by the ledger: `-SUM(delta)` over every row of the
+    /// sale but its `add_stock` ones (`sale add-stock`: counted in
+    /// `total_stock`).
     pub ledger_deductions: i64,
     /// Orders of the sale that hold a unit (confirmed, pending, paid: not
     /// the released ones).
@@ -163,7 +165,8 @@ pub fn snapshot(
 /// Streams every ledger row of the sale: the sorted ids of its deductions
 /// (reason `order` or `compensation`), the sorted ids of its releases
 /// (reason `release`) and the units the whole ledger deducts
-/// (`-SUM(delta)`, as `seckill_common::schema::ledger_deductions`).
+/// (`-SUM(delta)` but over `add_stock` rows, whose units `total_stock`
+/// holds; as `seckill_common::schema::ledger_deductions`).
 fn ledger(db: &mut Conn, sale_id: u64) -> mysql::Result<(Vec<u128>, Vec<u128>, i64)> {
     let mut ids = Vec::new();
     let mut released = Vec::new();
@@ -172,7 +175,7 @@ fn ledger(db: &mut Conn, sale_id: u64) -> mysql::Result<(Vec<u128>, Vec<u128>, i
         "SELECT reservation_id, delta,
                 CASE WHEN reason IN ('order', 'compensation') THEN 1
                      WHEN reason = 'release' THEN 2 ELSE 0 END
-         FROM stock_ledger WHERE sale_id = ?",
+         FROM stock_ledger WHERE sale_id = ? AND reason <> 'add_stock'",
         (sale_id,),
     )?;
     for row in rows {

@@ -131,6 +131,10 @@ fn rebuild(
     let mark = started.mark();
     let id = sale.id;
     let k = buckets_of(con, db, id)?;
+    // An operator's pause outlives the repair (its own meta field, which a
+    // lost meta hash lost too): MySQL holds it.
+    let operator_pause =
+        seckill_common::sale_admin::settings(db, id)?.and_then(|s| s.paused_reason);
     let bucket_keys = seckill_common::buckets::all(id, k);
     let workers: Vec<String> = con.smembers(keys::WORKERS)?;
     let mut held = 0usize;
@@ -232,6 +236,9 @@ fn rebuild(
         }
         if b == 0 {
             fields.push((REPAIRED_BY, mark.clone()));
+        }
+        if let Some(r) = &operator_pause {
+            fields.push((seckill_common::sale_admin::OPERATOR_PAUSED, r.clone()));
         }
         pipes[b].hset_multiple(bk.meta(), &fields).ignore();
         pipes[b].hdel(bk.meta(), "paused").ignore();

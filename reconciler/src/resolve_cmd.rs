@@ -244,6 +244,17 @@ fn check(config: &Config, f: &Finding, args: &ResolveArgs) -> Result<Checked, Ru
     if let Some(order) = crate::mysql_read::order_of(&mut mysql, &rid)? {
         return Ok(Checked::Final(order_exists(args.action, order.id, &rid)));
     }
+    // A rollback puts a unit back on sale: never for a sale MySQL no longer
+    // holds (no order could ever be made of it).
+    if args.action == ResolveAction::Rollback
+        && seckill_common::sale_admin::settings(&mut mysql, sale_id)?.is_none()
+    {
+        return Ok(Checked::Final(Outcome::refused(format!(
+            "MySQL holds no sale {sale_id}: a rollback would put {rid} back on sale for a sale \
+             no order can be made of; --dismiss the finding (the sale_missing_in_mysql finding \
+             says what to do with the sale)"
+        ))));
+    }
     let mut redis = redis_connect(config)?;
     if recreate {
         return Ok(

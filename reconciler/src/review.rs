@@ -18,6 +18,7 @@
 pub mod actions;
 pub mod archives;
 pub mod findings;
+pub mod sale_actions;
 
 use crate::stored::stored_enum;
 use rusqlite::{params, Connection, OpenFlags};
@@ -399,6 +400,19 @@ stored_enum! {
         /// queue's settled hash (`dead-letter drop payments`); names neither
         /// finding nor sale.
         DropPayment => "drop_payment",
+        /// An operator paused a sale (`sale pause`); names a sale.
+        Pause => "pause",
+        /// An operator ended their pause of a sale (`sale resume`); names
+        /// a sale.
+        Resume => "resume",
+        /// An operator ended a sale now (`sale end`); names a sale.
+        End => "end",
+        /// An operator moved a sale's end later (`sale extend`); names a
+        /// sale.
+        Extend => "extend",
+        /// An operator put more units on sale (`sale add-stock`); names a
+        /// sale.
+        AddStock => "add_stock",
     }
 }
 

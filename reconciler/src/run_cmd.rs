@@ -143,6 +143,7 @@ fn pass(
         )?;
         crate::payment_dlq_cmd::complete_pending(review, &mut redis)?;
         crate::archive_cmd::complete_interrupted(review, &mut redis, &mut mysql)?;
+        crate::sale_admin_cmd::complete_pending(review, &mut redis, &mut mysql)?;
         // Every sale MySQL says is in play, whether or not Redis still knows
         // it: a Redis that lost its data must show up as findings, not as
         // silence. And every sale Redis sells, whether or not MySQL knows it.

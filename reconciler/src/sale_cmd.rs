@@ -207,6 +207,10 @@ pub fn load(config: &Config, id: u64, shards: Option<u32>) -> Res<u8> {
         );
         return Ok(1);
     }
+    if let Some(why) = crate::sale_admin_cmd::load_refusal(&mut db, id)? {
+        eprintln!("seckill-reconciler: refused: {why}; nothing loaded");
+        return Ok(1);
+    }
     let ordered = order_count(&mut db, id)?;
     let mut con = redis_con(config)?;
     if let Some(why) = lost_since_loaded(&mut con, &mut db, id)? {
@@ -344,6 +348,8 @@ pub fn show(config: &Config, id: u64) -> Res<u8> {
     let mut stock: Option<i64> = con.get(k.stock())?;
     let mut meta: HashMap<String, u64> = read_meta(&mut con, id)?;
     let paused: Option<String> = con.hget(k.meta(), "paused")?;
+    let operator_paused: Option<String> =
+        con.hget(k.meta(), seckill_common::sale_admin::OPERATOR_PAUSED)?;
     let mut flows: u64 = con.hlen(k.flow())?;
     let mut queued: u64 = con.llen(k.queue())?;
     let mut dead: u64 = con.llen(k.dead_letter())?;
@@ -437,6 +443,13 @@ pub fn show(config: &Config, id: u64) -> Res<u8> {
                 w,
                 "PAUSED            {p}: run `seckill-reconciler run`, then \
                  `seckill-reconciler sale repair {id} --by NAME`"
+            )?;
+        }
+        if let Some(p) = &operator_paused {
+            writeln!(
+                w,
+                "PAUSED            by an operator ({p}): `seckill-reconciler sale resume {id} \
+                 --by NAME`"
             )?;
         }
         Ok(())

@@ -189,7 +189,7 @@ fn each_command_has_its_own_help_and_a_missing_argument_is_named() {
         (&["run", "--help"][..], "usage: seckill-reconciler run\n"),
         (
             &["resolve", "--help"],
-            "usage: seckill-reconciler resolve FINDING_ID (--reorder | --rollback | --dismiss) \
+            "usage: seckill-reconciler resolve FINDING_ID (--reorder | --rollback | --recreate | --dismiss) \
              --by NAME [--note TEXT] [--dry-run]\n",
         ),
         (
