@@ -257,7 +257,8 @@ impl Default for Config {
 pub struct ConfigError {
     /// The variable, e.g. `SECKILL_WORKER_BATCH`.
     pub variable: &'static str,
-    /// The value as given.
+    /// The value as given (a URL without its password,
+    /// `crate::redact::redacted`).
     pub value: String,
     /// What would have been accepted, e.g. `an integer from 1 to 10000`.
     pub expected: &'static str,
@@ -629,7 +630,7 @@ fn parse_url(variable: &'static str, v: &str, schemes: &[&str]) -> Result<String
     } else {
         Err(ConfigError {
             variable,
-            value: v.to_string(),
+            value: crate::redact::redacted(v),
             expected: if schemes[0] == "redis://" {
                 "a URL such as redis://127.0.0.1:6379/"
             } else {
@@ -662,7 +663,7 @@ pub const CLUSTER_SCHEME: &str = "redis+cluster://";
 pub fn parse_redis_target(v: &str) -> Result<RedisTarget, ConfigError> {
     let bad = || ConfigError {
         variable: "SECKILL_REDIS_URL",
-        value: v.to_string(),
+        value: crate::redact::redacted(v),
         expected:
             "a URL such as redis://127.0.0.1:6379/ or redis+cluster://10.0.0.1:7000,10.0.0.2:7000/",
     };
@@ -990,8 +991,17 @@ mod tests {
             "cluster://h:1",
         ] {
             let e = parse_redis_target(bad).unwrap_err();
-            assert_eq!((e.variable, e.value.as_str()), ("SECKILL_REDIS_URL", bad));
+            let shown = crate::redact::redacted(bad);
+            assert_eq!(
+                (e.variable, e.value.as_str()),
+                ("SECKILL_REDIS_URL", &*shown)
+            );
         }
+        // The refusal never repeats a password.
+        let e = parse_redis_target("redis+cluster://user:pw@h:1").unwrap_err();
+        assert_eq!(e.value, "redis+cluster://user:***@h:1");
+        let e = Config::from_map(&map(&[("SECKILL_MYSQL_URL", "mysq://app:pw@db/x")])).unwrap_err();
+        assert_eq!(e.value, "mysq://app:***@db/x");
     }
 
     /// A new user who wrote `SECKILL_GATEWAY_WRITE_TIMEOUT=5` was told

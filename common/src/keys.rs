@@ -84,6 +84,11 @@ pub const WORKERS: &str = "seckill:workers";
 /// The reconciler's run lock (`SET NX PX`), so two runs never overlap.
 pub const RECONCILE_LOCK: &str = "seckill:reconcile:lock";
 
+/// The gauge lease (`SET NX PX`, holding a worker id): the one worker that
+/// exports the gauges of the shared lists (queues, processing lists, dead
+/// letters), so a sum over workers counts each list once.
+pub const GAUGE_LEASE: &str = "seckill:gauges:reporter";
+
 /// A worker's heartbeat key; it expires when the worker stops refreshing it.
 pub fn worker_heartbeat(worker_id: &str) -> String {
     format!("seckill:worker:{worker_id}:heartbeat")

@@ -36,6 +36,9 @@
 //! - [`redis_target`]: a connection to one Redis or a cluster;
 //!   [`slot_router`]: a cluster's slot map and per-master pipelines;
 //!   [`quarantine`]: the masters that failed, held back for a while.
+//! - [`redact`]: a service URL shown without its password.
+//! - [`process_metrics`]: the process figures of a `/metrics` page (memory,
+//!   descriptors, threads), read from `/proc/self` at each scrape.
 //! - [`redis_server`]: the check of the Redis server on every connect
 //!   (eviction policy, persistence, writability).
 //! - [`reliable_queue`]: the atomic take and reclaim moves of the reliable queue.
@@ -76,7 +79,9 @@ pub mod notify;
 pub mod order;
 pub mod owned_key;
 pub mod payment;
+pub mod process_metrics;
 pub mod quarantine;
+pub mod redact;
 pub mod redis_server;
 pub mod redis_target;
 pub mod release;

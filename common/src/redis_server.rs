@@ -58,6 +58,9 @@ pub enum ServerError {
     NotWritable(String),
     /// The connection or a check command failed.
     Redis(redis::RedisError),
+    /// No connection could be opened to the address (`SECKILL_REDIS_URL`
+    /// without its password, and the variable's name).
+    Unreachable(String, redis::RedisError),
 }
 
 impl fmt::Display for ServerError {
@@ -71,6 +74,7 @@ impl fmt::Display for ServerError {
             ),
             ServerError::NotWritable(e) => write!(f, "redis refuses writes: {e}"),
             ServerError::Redis(e) => write!(f, "redis: {e}"),
+            ServerError::Unreachable(at, e) => write!(f, "redis at {at}: {e}"),
         }
     }
 }
@@ -79,7 +83,11 @@ impl std::error::Error for ServerError {}
 
 impl crate::redis_target::NodeError for ServerError {
     fn is_link_failure(&self) -> bool {
-        matches!(self, ServerError::Redis(e) if crate::redis_target::NodeError::is_link_failure(e))
+        match self {
+            ServerError::Redis(e) => crate::redis_target::NodeError::is_link_failure(e),
+            ServerError::Unreachable(..) => true,
+            ServerError::EvictionPolicy(_) | ServerError::NotWritable(_) => false,
+        }
     }
 }
 
@@ -160,10 +168,14 @@ fn check_writable_node(con: &mut Connection) -> Result<(), ServerError> {
 /// and [`check`]s the server; a server that persists nothing is logged as a
 /// warning.
 ///
-/// Errors: the URL is not usable, the server cannot be reached, or
-/// [`check`] refuses it.
+/// Errors: the URL is not usable, the server cannot be reached
+/// ([`ServerError::Unreachable`], naming the address), or [`check`]
+/// refuses it.
 pub fn connect(url: &str, timeout: Duration) -> Result<(Con, Persistence), ServerError> {
-    let mut con = Target::open(url)?.connect(timeout)?;
+    let target = Target::open(url)?;
+    let mut con = target
+        .connect(timeout)
+        .map_err(|e| ServerError::Unreachable(target.address().to_string(), e))?;
     let p = check(&mut con)?;
     warn_if_volatile(&p);
     Ok((con, p))

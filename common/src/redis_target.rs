@@ -26,16 +26,25 @@ use std::time::Duration;
 /// timeout and 503 decide, as with one Redis.
 pub const CLUSTER_RETRIES: u32 = 2;
 
-/// What opens connections: one Redis or a cluster's seed nodes. Cheap to
-/// clone.
+/// What opens connections: one Redis or a cluster's seed nodes, and the
+/// address to name in messages. Cheap to clone.
 #[derive(Clone)]
-pub enum Target {
+pub struct Target {
+    nodes: Nodes,
+    /// `SECKILL_REDIS_URL` without its password, then the variable's name
+    /// (`crate::redact::address`): what every connect error names.
+    address: Arc<str>,
+}
+
+/// The nodes a [`Target`] connects to.
+#[derive(Clone)]
+enum Nodes {
     /// One Redis.
     Single(redis::Client),
     /// A Redis Cluster, its seed URLs (`redis://host:port/`) and the
     /// quarantine of its nodes shared by all connections opened from this
     /// target and its clones (`quarantine.rs`).
-    Cluster(ClusterClient, Vec<String>, Arc<Mutex<Quarantine>>),
+    Cluster(Vec<String>, Arc<Mutex<Quarantine>>),
 }
 
 impl Target {
@@ -51,23 +60,30 @@ impl Target {
                 e.to_string(),
             ))
         })?;
-        match parsed {
-            RedisTarget::Single(u) => Ok(Target::Single(redis::Client::open(u)?)),
-            RedisTarget::Cluster(seeds) => Ok(Target::Cluster(
-                ClusterClient::builder(seeds.clone())
-                    .retries(CLUSTER_RETRIES)
-                    .min_retry_wait(50)
-                    .max_retry_wait(500)
-                    .build()?,
-                seeds,
-                Arc::default(),
-            )),
-        }
+        let nodes = match parsed {
+            RedisTarget::Single(u) => Nodes::Single(redis::Client::open(u)?),
+            RedisTarget::Cluster(seeds) => {
+                // Built once here to refuse unusable seeds now; each
+                // connection builds its own with the caller's timeouts.
+                ClusterClient::builder(seeds.clone()).build()?;
+                Nodes::Cluster(seeds, Arc::default())
+            }
+        };
+        Ok(Target {
+            nodes,
+            address: crate::redact::address(url, "SECKILL_REDIS_URL").into(),
+        })
     }
 
     /// True for a cluster.
     pub fn is_cluster(&self) -> bool {
-        matches!(self, Target::Cluster(..))
+        matches!(self.nodes, Nodes::Cluster(..))
+    }
+
+    /// The URL without its password and the variable that sets it, for
+    /// messages: `redis://127.0.0.1:6379/ (SECKILL_REDIS_URL)`.
+    pub fn address(&self) -> &str {
+        &self.address
     }
 
     /// A connection with `timeout` for connect, reads and writes.
@@ -75,14 +91,14 @@ impl Target {
     /// Errors: no node reachable within `timeout`, or (cluster) no node
     /// answered with a slot map.
     pub fn connect(&self, timeout: Duration) -> RedisResult<Con> {
-        match self {
-            Target::Single(client) => {
+        match &self.nodes {
+            Nodes::Single(client) => {
                 let c = client.get_connection_with_timeout(timeout)?;
                 c.set_read_timeout(Some(timeout))?;
                 c.set_write_timeout(Some(timeout))?;
                 Ok(Con::Single(c))
             }
-            Target::Cluster(_, seeds, quarantine) => {
+            Nodes::Cluster(seeds, quarantine) => {
                 // A client per connection: the builder's timeouts are the
                 // caller's.
                 let client = ClusterClient::builder(seeds.clone())

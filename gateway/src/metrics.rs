@@ -2,18 +2,22 @@
 //! purchase outcomes, a latency histogram per route, Redis errors, requests
 //! in flight, parked connections (declared body too large), the group
 //! commit's pipelines, answers left to a finisher thread, requests refused
-//! by the limits and purchases shed.
+//! by the limits and purchases shed, tokens refused by reason, the build's
+//! version and the process figures (memory, descriptors, threads: read at
+//! each scrape, `seckill_common::process_metrics`).
 //! `prometheus-client` metrics in one registry, with a handle to each
 //! series kept here so that counting a request never looks a label set up;
 //! rendered by `/metrics`.
 
 use crate::routes::{Label, LABELS};
+use crate::verifier::{Why, WHY_LABELS};
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::Histogram;
 use prometheus_client::registry::Registry;
 use seckill_common::metrics::latency_histogram;
+use seckill_common::process_metrics::ProcessFigures;
 use std::sync::OnceLock;
 use std::time::Duration;
 
@@ -29,54 +33,81 @@ const STATUS_LABELS: [&str; STATUSES.len()] = [
     "other",
 ];
 
-/// What a purchase attempt came to (the `outcome` label).
+/// What a purchase attempt came to (the `outcome` label): each value is
+/// one answer decided one way, so `outcome=~"sold_out.*"` counts every 410
+/// and `outcome=~"already_purchased.*"` every 409 of a purchase.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Outcome {
     /// 202: a unit was reserved.
     Reserved = 0,
-    /// 409: the user already holds a reservation.
+    /// 409 decided by Redis: the user already holds a reservation.
     AlreadyPurchased,
-    /// 410 decided by Redis.
+    /// 410 `sold_out` decided by Redis.
     SoldOut,
-    /// 410 or 403 `sale_ended` answered from memory (the sold-out fast path).
-    ClosedFromMemory,
+    /// 410 `sold_out` answered from memory (the sold-out fast path: the
+    /// buyer is not among the sale's buyers held in memory).
+    SoldOutFromMemory,
     /// 403 `sale_not_started`.
     NotStarted,
     /// 403 `sale_ended` decided by Redis.
     Ended,
-    /// 404 `sale_not_found`.
+    /// 404 `sale_not_found` decided by Redis.
     UnknownSale,
     /// 400 or 413: the request was refused before Redis.
     Invalid,
     /// 503: Redis could not be reached, or refused the script.
     Unavailable,
-    /// 410 or 409 for a sold-out sale whose buyers are not in memory
-    /// (being loaded, or more than `SECKILL_GATEWAY_BUYERS_MAX`): one
+    /// 410 `sold_out` for a sold-out sale whose buyers are not in memory
+    /// (being loaded, or more than `SECKILL_GATEWAY_BUYERS_MAX`), after one
     /// `HGET` of the buyer instead of the script.
-    ClosedAfterBuyerRead,
+    SoldOutAfterBuyerRead,
     /// 503 `sale_paused`: the sale is paused (e.g. Redis lost data).
     Paused,
-    /// 401 `invalid_token` or `token_expired` (`identity.rs`).
+    /// 401 `invalid_token` or `token_expired` (`identity.rs`; why:
+    /// `seckill_gateway_tokens_refused_total{reason}`).
     InvalidToken,
     /// 403 `user_mismatch`: the body names another user than the token.
     UserMismatch,
+    /// 403 `sale_ended` answered from memory (the sale's window closed).
+    EndedFromMemory,
+    /// 404 `sale_not_found` answered from memory.
+    UnknownSaleFromMemory,
+    /// 409 answered from memory: a buyer of a sold-out sale retrying.
+    AlreadyPurchasedFromMemory,
+    /// 409 for a sold-out sale whose buyers are not in memory, after one
+    /// `HGET` of the buyer.
+    AlreadyPurchasedAfterBuyerRead,
 }
 
-const OUTCOMES: [&str; 13] = [
+const OUTCOMES: [&str; 17] = [
     "reserved",
     "already_purchased",
     "sold_out",
-    "closed_from_memory",
+    "sold_out_from_memory",
     "not_started",
     "ended",
     "unknown_sale",
     "invalid",
     "unavailable",
-    "closed_after_buyer_read",
+    "sold_out_after_buyer_read",
     "paused",
     "invalid_token",
     "user_mismatch",
+    "ended_from_memory",
+    "unknown_sale_from_memory",
+    "already_purchased_from_memory",
+    "already_purchased_after_buyer_read",
 ];
+
+/// The HELP of `seckill_gateway_purchases_total`: every outcome and its
+/// answer, so a dashboard reads them without the source.
+const OUTCOMES_HELP: &str = "Purchase attempts by outcome, one answer each: reserved 202; \
+already_purchased 409 (Redis), already_purchased_from_memory 409 (a sold-out sale's buyers in memory), \
+already_purchased_after_buyer_read 409 (one HGET of the buyer); sold_out 410 (Redis), \
+sold_out_from_memory 410, sold_out_after_buyer_read 410; ended 403 sale_ended (Redis), \
+ended_from_memory 403; not_started 403; unknown_sale 404 (Redis), unknown_sale_from_memory 404; \
+user_mismatch 403; invalid_token 401; invalid 400 or 413; paused 503 sale_paused; \
+unavailable 503";
 
 /// The label set of `seckill_gateway_requests_total`: route, then status.
 type RequestLabels = [(&'static str, &'static str); 2];
@@ -99,6 +130,8 @@ pub struct Metrics {
     latency: Vec<Histogram>,
     /// One counter per outcome, in [`OUTCOMES`] order.
     outcomes: Vec<Counter>,
+    /// One counter per reason a token is refused, in [`WHY_LABELS`] order.
+    tokens_refused: Vec<Counter>,
     /// Failed Redis calls (connection refused, timeouts, error replies).
     pub redis_errors: Counter,
     /// Successful Redis (re)connects of every thread.
@@ -188,10 +221,27 @@ impl Default for Metrics {
         let outcomes = one_label_counters(
             &mut r,
             "seckill_gateway_purchases",
-            "Purchase attempts by outcome",
+            OUTCOMES_HELP,
             "outcome",
             &OUTCOMES,
         );
+        let tokens_refused = one_label_counters(
+            &mut r,
+            "seckill_gateway_tokens_refused",
+            "Buyer tokens refused (401), by reason",
+            "reason",
+            &WHY_LABELS,
+        );
+        let build = Family::<OneLabel, Gauge>::default();
+        r.register(
+            "seckill_gateway_build_info",
+            "1, labelled with the version of this gateway's build",
+            build.clone(),
+        );
+        build
+            .get_or_create(&[("version", env!("CARGO_PKG_VERSION"))])
+            .set(1);
+        r.register_collector(Box::new(ProcessFigures));
         let durations = Family::<OneLabel, Histogram, fn() -> Histogram>::new_with_constructor(
             latency_histogram,
         );
@@ -221,6 +271,7 @@ impl Default for Metrics {
             requests,
             latency,
             outcomes,
+            tokens_refused,
             redis_errors: add(
                 &mut r,
                 "seckill_gateway_redis_errors",
@@ -329,6 +380,13 @@ impl Metrics {
     /// Counts one purchase outcome.
     pub fn outcome(&self, o: Outcome) {
         if let Some(c) = self.outcomes.get(o as usize) {
+            c.inc();
+        }
+    }
+
+    /// Counts one refused token.
+    pub fn token_refused(&self, why: Why) {
+        if let Some(c) = self.tokens_refused.get(why as usize) {
             c.inc();
         }
     }

@@ -167,22 +167,27 @@ pub fn admit(app: &App, sale_id: u64, body: &[u8], creds: &Credentials) -> Resul
         Known::Closed(c, set) => (c, set),
     };
     if closed != Closed::SoldOut {
-        app.metrics.outcome(Outcome::ClosedFromMemory);
+        app.metrics.outcome(match closed {
+            Closed::Ended => Outcome::EndedFromMemory,
+            _ => Outcome::UnknownSaleFromMemory,
+        });
         return Err(closed_reply(closed));
     }
-    let holds = match set {
-        Some(set) => {
-            app.metrics.outcome(Outcome::ClosedFromMemory);
-            set.lookup(&user_id)
-        }
+    let (holds, from_memory) = match set {
+        Some(set) => (set.lookup(&user_id), true),
         None => {
             limit_buyer(app, sale_id, &user_id)?;
             let r = buyers::lookup_one(app, sale_id, &user_id)
                 .map_err(|Unavailable| unavailable(app))?;
-            app.metrics.outcome(Outcome::ClosedAfterBuyerRead);
-            r
+            (r, false)
         }
     };
+    app.metrics.outcome(match (&holds, from_memory) {
+        (Some(_), true) => Outcome::AlreadyPurchasedFromMemory,
+        (Some(_), false) => Outcome::AlreadyPurchasedAfterBuyerRead,
+        (None, true) => Outcome::SoldOutFromMemory,
+        (None, false) => Outcome::SoldOutAfterBuyerRead,
+    });
     Err(match holds {
         Some(rid) => already_purchased(&rid),
         None => closed_reply(Closed::SoldOut),

@@ -4,7 +4,7 @@
 //! `GET /readyz` (Redis would take a purchase now).
 
 use crate::app::App;
-use crate::redis_link::Unavailable;
+use crate::redis_link::{Down, Unavailable};
 use crate::reply::Reply;
 use seckill_common::archive;
 use seckill_common::keys::PurchaseStatus;
@@ -189,22 +189,30 @@ pub fn purchase_status(app: &App, sale_id: u64, user_id: &str) -> Reply {
 /// `GET /readyz`: 200 `{"status": "ready"}` when Redis would take a
 /// purchase now (`redis_server::check_writable`: not a replica, not short
 /// of replicas, not out of memory, an eviction policy that keeps the sale's
-/// keys), else 503 `unavailable` (the reason is logged), so a load balancer
-/// stops sending purchases that would all get 503.
+/// keys), else 503 `{"error": "unavailable", "reason": ...}` naming why
+/// (`redis_unreachable`, `redis_eviction_policy`, `redis_not_writable`,
+/// or `gateway_busy`: no Redis link free within three Redis timeouts; the
+/// details are logged), so a load balancer stops sending purchases that
+/// would all get 503 and an operator sees what to fix.
 pub fn ready(app: &App) -> Reply {
     let checked = app.links.with(|link| {
-        link.with(|con| match redis_server::check_writable(con) {
+        let r = link.with(|con| match redis_server::check_writable(con) {
             // A broken connection: the link reconnects.
             Err(redis_server::ServerError::Redis(e)) => Err(e),
-            other => Ok(other.map_err(|e| e.to_string())),
+            other => Ok(other),
+        });
+        Ok(match r {
+            Ok(Ok(())) => Ok(()),
+            Ok(Err(e)) => {
+                log::warn!("not ready: {e}");
+                Err(Down::of(&e).reason())
+            }
+            Err(Unavailable) => Err(link.down().reason()),
         })
     });
     match checked {
         Ok(Ok(())) => Reply::json(200, json!({ "status": "ready" })),
-        Ok(Err(why)) => {
-            log::warn!("not ready: {why}");
-            Reply::unavailable()
-        }
-        Err(_) => Reply::unavailable(),
+        Ok(Err(reason)) => Reply::not_ready(reason),
+        Err(Unavailable) => Reply::not_ready("gateway_busy"),
     }
 }

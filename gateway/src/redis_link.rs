@@ -28,6 +28,41 @@ pub const BACKOFF_MAX: Duration = Duration::from_secs(1);
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Unavailable;
 
+/// Why a link's last connect failed: what `/readyz` names in its 503 body
+/// (`reason`), so an operator tells a Redis that is down from one the
+/// gateway refuses.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Down {
+    /// Redis did not answer (refused, timed out, the connection broke).
+    Unreachable,
+    /// Redis answered, but its `maxmemory-policy` can evict the sale's
+    /// keys (`redis_server::check`).
+    EvictionPolicy,
+    /// Redis answered, but refuses writes (a replica, `OOM`, too few
+    /// replicas: `redis_server::check_writable`).
+    NotWritable,
+}
+
+impl Down {
+    /// The reason as `/readyz` writes it.
+    pub fn reason(self) -> &'static str {
+        match self {
+            Down::Unreachable => "redis_unreachable",
+            Down::EvictionPolicy => "redis_eviction_policy",
+            Down::NotWritable => "redis_not_writable",
+        }
+    }
+
+    /// The reason of a failed server check.
+    pub fn of(e: &ServerError) -> Down {
+        match e {
+            ServerError::EvictionPolicy(_) => Down::EvictionPolicy,
+            ServerError::NotWritable(_) => Down::NotWritable,
+            _ => Down::Unreachable,
+        }
+    }
+}
+
 /// A lazily (re)connected Redis connection owned by one thread.
 pub struct Link {
     client: Target,
@@ -41,6 +76,8 @@ pub struct Link {
     /// `metrics.redis_connects` when the last connect failed: once another
     /// thread has connected since, the backoff is cut short.
     connects_seen: u64,
+    /// Why the last connect failed (meaningful while `con` is `None`).
+    down: Down,
     metrics: Arc<Metrics>,
 }
 
@@ -54,6 +91,7 @@ impl Link {
             next_try: Instant::now(),
             backoff: Backoff::new(BACKOFF_MIN, BACKOFF_MAX),
             connects_seen: 0,
+            down: Down::Unreachable,
             metrics,
         }
     }
@@ -102,14 +140,29 @@ impl Link {
                 Err(e) => {
                     self.connects_seen = self.metrics.redis_connects.get();
                     self.metrics.redis_errors.inc();
+                    self.down = Down::of(&e);
                     let wait = self.backoff.next_delay();
-                    log::warn!("redis: connect: {e}; next attempt in {wait:?}");
+                    log::warn!(
+                        "redis at {}: connect: {e}; next attempt in {wait:?}",
+                        self.client.address()
+                    );
                     self.next_try = now + wait;
                     return Err(Unavailable);
                 }
             }
         }
         self.con.as_mut().ok_or(Unavailable)
+    }
+
+    /// Why Redis could not be used: the last connect's failure while no
+    /// connection is open, else [`Down::Unreachable`] (a call on an open
+    /// connection failed).
+    pub fn down(&self) -> Down {
+        if self.con.is_none() {
+            self.down
+        } else {
+            Down::Unreachable
+        }
     }
 
     /// Reports a failed call. Anything but an error reply from the server

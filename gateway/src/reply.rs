@@ -113,6 +113,15 @@ impl Reply {
         r
     }
 
+    /// 503 `{"error": "unavailable", "reason": reason}` with `Retry-After:
+    /// 1`: `/readyz`'s answer when Redis would not take a purchase now
+    /// (`queries::ready` lists the reasons).
+    pub fn not_ready(reason: &str) -> Reply {
+        let mut r = Reply::json(503, json!({ "error": "unavailable", "reason": reason }));
+        r.extra = Some(("Retry-After", RETRY_AFTER_S));
+        r
+    }
+
     /// 429 `{"error": "too_many_requests"}` with `Retry-After: 1`: the
     /// buyer's or the client address's share is used up (`limits.rs`;
     /// rates are whole requests per second, so a token is back within 1 s).

@@ -41,16 +41,86 @@ struct KeyChoice {
 /// Longest header segment read (base64url); a real one is under 100 bytes.
 const MAX_HEADER_B64: usize = 512;
 
+/// Why a token was refused, finer than the 401 code the client reads
+/// ([`Refused`]): the `reason` label of `seckill_gateway_tokens_refused_total`
+/// and the gateway's debug log line, so an operator tells an unknown `kid`
+/// after a key rotation from a lifetime over `SECKILL_AUTH_MAX_TTL`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Why {
+    /// No `Authorization` header.
+    Missing = 0,
+    /// Another scheme than `Bearer`, an empty token, or several headers.
+    Unusable,
+    /// Longer than `MAX_TOKEN_BYTES`.
+    TooLong,
+    /// Not a compact JWS: bad base64url or JSON, a missing claim.
+    Malformed,
+    /// No `kid`, or a `kid` the key file does not hold (a rotation the
+    /// gateway's key file has not caught up with).
+    UnknownKid,
+    /// An `alg` that is not its key's.
+    WrongAlgorithm,
+    /// The signature does not match the key.
+    BadSignature,
+    /// `aud` is not `SECKILL_AUTH_AUDIENCE`.
+    WrongAudience,
+    /// `iss` is not `SECKILL_AUTH_ISSUER` (when set), or missing then.
+    WrongIssuer,
+    /// `nbf` or `iat` in the future (beyond the leeway).
+    NotYetValid,
+    /// A `sub` that is not a buyer id.
+    BadSubject,
+    /// Lives longer than `SECKILL_AUTH_MAX_TTL`.
+    LifetimeOverMax,
+    /// `exp` has passed (401 `token_expired`).
+    Expired,
+}
+
+/// The `reason` label of each [`Why`], in its order.
+pub const WHY_LABELS: [&str; 13] = [
+    "missing",
+    "unusable",
+    "too_long",
+    "malformed",
+    "unknown_kid",
+    "wrong_algorithm",
+    "bad_signature",
+    "wrong_audience",
+    "wrong_issuer",
+    "not_yet_valid",
+    "bad_subject",
+    "lifetime_over_max",
+    "expired",
+];
+
+impl Why {
+    /// The reason's label.
+    pub fn label(self) -> &'static str {
+        WHY_LABELS
+            .get(self as usize)
+            .copied()
+            .unwrap_or("malformed")
+    }
+
+    /// The 401 the client reads.
+    pub fn refused(self) -> Refused {
+        match self {
+            Why::Expired => Refused::Expired,
+            _ => Refused::Invalid,
+        }
+    }
+}
+
 impl KeyChoice {
-    /// Reads them from `token`. Errors: [`Refused::Invalid`] for a header
+    /// Reads them from `token`. Errors: [`Why::Malformed`] for a header
     /// that is not base64url JSON with a string `alg`, or too long.
-    fn read(token: &str) -> Result<KeyChoice, Refused> {
+    fn read(token: &str) -> Result<KeyChoice, Why> {
         let head = token.split('.').next().unwrap_or_default();
         if head.len() > MAX_HEADER_B64 {
-            return Err(Refused::Invalid);
+            return Err(Why::Malformed);
         }
-        let json = URL_SAFE_NO_PAD.decode(head).map_err(|_| Refused::Invalid)?;
-        serde_json::from_slice(&json).map_err(|_| Refused::Invalid)
+        let json = URL_SAFE_NO_PAD.decode(head).map_err(|_| Why::Malformed)?;
+        serde_json::from_slice(&json).map_err(|_| Why::Malformed)
     }
 }
 
@@ -146,7 +216,8 @@ impl Verifier {
         }
     }
 
-    /// The buyer (`sub`) of the token in `creds` at Unix second `now`.
+    /// The buyer (`sub`) of the token in `creds` at Unix second `now`; a
+    /// refusal is counted by its reason ([`Why`]) and logged at debug level.
     ///
     /// Errors: [`Refused`].
     pub fn verify(
@@ -155,11 +226,22 @@ impl Verifier {
         now: u64,
         metrics: &Metrics,
     ) -> Result<String, Refused> {
-        let Credentials::Bearer(token) = creds else {
-            return Err(Refused::Invalid);
+        self.verify_why(creds, now, metrics).map_err(|why| {
+            metrics.token_refused(why);
+            log::debug!("buyer token refused: {}", why.label());
+            why.refused()
+        })
+    }
+
+    /// [`Verifier::verify`] with the reason of a refusal.
+    fn verify_why(&self, creds: &Credentials, now: u64, metrics: &Metrics) -> Result<String, Why> {
+        let token = match creds {
+            Credentials::Bearer(token) => token,
+            Credentials::Missing => return Err(Why::Missing),
+            Credentials::Unusable => return Err(Why::Unusable),
         };
         if token.len() > MAX_TOKEN_BYTES {
-            return Err(Refused::Invalid);
+            return Err(Why::TooLong);
         }
         let digest = Sha256::digest(token.as_bytes());
         let mut id = [0u8; 16];
@@ -176,7 +258,7 @@ impl Verifier {
                     map.remove(&id);
                 } else if now > r.exp.saturating_add(self.leeway_s) {
                     map.remove(&id);
-                    return Err(Refused::Expired);
+                    return Err(Why::Expired);
                 } else {
                     metrics.token_cache_hits.inc();
                     return Ok(r.sub.to_string());
@@ -210,34 +292,40 @@ impl Verifier {
     }
 
     /// The signature and claims check of one token not in memory.
-    fn check(&self, token: &str, now: u64) -> Result<Claims, Refused> {
+    fn check(&self, token: &str, now: u64) -> Result<Claims, Why> {
+        use jsonwebtoken::errors::ErrorKind;
         let header = KeyChoice::read(token)?;
-        let kid = header.kid.as_deref().ok_or(Refused::Invalid)?;
+        let kid = header.kid.as_deref().ok_or(Why::UnknownKid)?;
         let keys = Arc::clone(&self.keys.read().unwrap_or_else(|p| p.into_inner()));
-        let (alg, key) = keys.get(kid).ok_or(Refused::Invalid)?;
+        let (alg, key) = keys.get(kid).ok_or(Why::UnknownKid)?;
         // The key decides the algorithm, never the token (an HS256 token
         // "signed" with an Ed25519 or RSA public key as its secret is
         // refused here).
         if header.alg != alg.as_str() {
-            return Err(Refused::Invalid);
+            return Err(Why::WrongAlgorithm);
         }
         let validation = &self.validations[alg.index()];
         let data =
             jsonwebtoken::decode::<Claims>(token, key, validation).map_err(|e| match e.kind() {
-                jsonwebtoken::errors::ErrorKind::ExpiredSignature => Refused::Expired,
-                _ => Refused::Invalid,
+                ErrorKind::ExpiredSignature => Why::Expired,
+                ErrorKind::InvalidSignature => Why::BadSignature,
+                ErrorKind::InvalidAudience => Why::WrongAudience,
+                ErrorKind::InvalidIssuer => Why::WrongIssuer,
+                ErrorKind::ImmatureSignature => Why::NotYetValid,
+                ErrorKind::InvalidAlgorithm => Why::WrongAlgorithm,
+                _ => Why::Malformed,
             })?;
         let c = data.claims;
         if !seckill_common::is_valid_token(&c.sub) {
-            return Err(Refused::Invalid);
+            return Err(Why::BadSubject);
         }
         if c.iat
             .is_some_and(|iat| iat > now.saturating_add(self.leeway_s))
         {
-            return Err(Refused::Invalid);
+            return Err(Why::NotYetValid);
         }
         if !self.lifetime_ok(&c, now) {
-            return Err(Refused::Invalid);
+            return Err(Why::LifetimeOverMax);
         }
         Ok(c)
     }
@@ -356,6 +444,40 @@ mod tests {
         // Without iat, exp - now with the leeway.
         assert_eq!(check(token(None, now + day + 30)), ok);
         assert_eq!(check(token(None, now + day + 31)), Err(Refused::Invalid));
+    }
+
+    #[test]
+    fn each_refusal_is_counted_by_its_reason() {
+        let (v, hs, _, m) = setup();
+        let now = now_s();
+        let other = Signer::new(&generate(Alg::Hs256, "rotated").unwrap()).unwrap();
+        let mut long = Mint::new("dave", "seckill", 60);
+        long.iat = Some(now);
+        long.exp = now + 48 * 3600;
+        let mut expired = Mint::new("dave", "seckill", 60);
+        expired.exp = now - 100;
+        let cases = [
+            (Credentials::Missing, "missing"),
+            (Credentials::Unusable, "unusable"),
+            (bearer("x".repeat(MAX_TOKEN_BYTES + 1)), "too_long"),
+            (bearer("abc".into()), "malformed"),
+            (
+                bearer(other.mint(&Mint::new("dave", "seckill", 60)).unwrap()),
+                "unknown_kid",
+            ),
+            (bearer(hs.mint(&long).unwrap()), "lifetime_over_max"),
+            (bearer(hs.mint(&expired).unwrap()), "expired"),
+        ];
+        for (creds, _) in &cases {
+            assert!(v.verify(creds, now, &m).is_err());
+        }
+        let page = m.render().unwrap();
+        for (_, reason) in &cases {
+            let line = format!("seckill_gateway_tokens_refused_total{{reason=\"{reason}\"}} 1\n");
+            assert!(page.contains(&line), "{line}{page}");
+        }
+        let line = "seckill_gateway_tokens_refused_total{reason=\"bad_signature\"} 0\n";
+        assert!(page.contains(line), "{page}");
     }
 
     #[test]

@@ -71,8 +71,8 @@ fn sold_out_buyers_are_bounded_answered_409_and_freed_when_the_sales_end() {
         )
     };
     let (memory, read_one, script) = (
-        outcome("closed_from_memory"),
-        outcome("closed_after_buyer_read"),
+        outcome("already_purchased_from_memory"),
+        outcome("already_purchased_after_buyer_read"),
         outcome("already_purchased"),
     );
     assert_eq!(
@@ -84,6 +84,12 @@ fn sold_out_buyers_are_bounded_answered_409_and_freed_when_the_sales_end() {
         memory > 0.0 && read_one > 0.0,
         "{memory} {read_one} {script}"
     );
+    // Every 410 is one of the three `sold_out` outcomes, however decided:
+    // the 50 late buyers.
+    let sold_out = outcome("sold_out")
+        + outcome("sold_out_from_memory")
+        + outcome("sold_out_after_buyer_read");
+    assert_eq!(sold_out, 50.0);
     // The sales end (their window moved to the past in Redis): the next
     // recheck hears `ended` and frees each sale's buyers.
     let past = seckill_common::now_ms() - 1;

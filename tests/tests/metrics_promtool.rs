@@ -185,6 +185,13 @@ fn the_gateways_metrics_pass_promtool_after_purchases() {
         "seckill_gateway_limited_total counter",
         "seckill_gateway_limit_table_full_total counter",
         "seckill_gateway_shed_total counter",
+        "seckill_gateway_tokens_refused_total counter",
+        "seckill_gateway_build_info gauge",
+        "process_resident_memory_bytes gauge",
+        "process_virtual_memory_bytes gauge",
+        "process_threads gauge",
+        "process_open_fds gauge",
+        "process_max_fds gauge",
     ]
     .map(String::from)
     .into();
@@ -244,6 +251,20 @@ fn the_workers_metrics_pass_promtool_after_orders() {
         "seckill_queue_length gauge",
         "seckill_processing_length gauge",
         "seckill_queue_oldest_age_seconds gauge",
+        "seckill_dead_letter_length gauge",
+        "seckill_payments_queue_length gauge",
+        "seckill_payments_dead_letter_length gauge",
+        "seckill_worker_payments_total counter",
+        "seckill_worker_cancellations_total counter",
+        "seckill_worker_orders_expired_total counter",
+        "seckill_worker_releases_total counter",
+        "seckill_worker_shared_lists_exporter gauge",
+        "seckill_worker_build_info gauge",
+        "process_resident_memory_bytes gauge",
+        "process_virtual_memory_bytes gauge",
+        "process_threads gauge",
+        "process_open_fds gauge",
+        "process_max_fds gauge",
     ]
     .map(String::from)
     .into();
@@ -267,10 +288,26 @@ fn the_workers_metrics_pass_promtool_after_orders() {
             0.0,
         ),
         (
-            r#"seckill_worker_dead_lettered_total{worker="w1"}"#.into(),
+            r#"seckill_worker_dead_lettered_total{worker="w1",reason="stock_exhausted"}"#.into(),
             0.0,
         ),
         (format!("seckill_processing_length{{sale=\"{sale}\"}}"), 0.0),
+        (
+            format!("seckill_dead_letter_length{{sale=\"{sale}\"}}"),
+            0.0,
+        ),
+        ("seckill_payments_dead_letter_length".into(), 0.0),
+        (
+            r#"seckill_worker_shared_lists_exporter{worker="w1"}"#.into(),
+            1.0,
+        ),
+        (
+            format!(
+                "seckill_worker_build_info{{worker=\"w1\",version=\"{}\"}}",
+                env!("CARGO_PKG_VERSION")
+            ),
+            1.0,
+        ),
         (
             format!("seckill_queue_oldest_age_seconds{{sale=\"{sale}\"}}"),
             0.0,

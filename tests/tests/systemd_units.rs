@@ -112,6 +112,7 @@ fn services_carry_the_required_hardening() {
         for line in [
             "Type=notify",
             "Restart=on-failure",
+            "RestartPreventExitStatus=2",
             "StartLimitBurst=5",
             "StartLimitIntervalSec=60",
         ] {

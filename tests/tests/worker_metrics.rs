@@ -13,7 +13,9 @@
 //!   messages reclaimed and found already done. Second scrape: exactly
 //!   those counts, the MySQL transactions and the batches taken (a batch
 //!   MySQL's stock cannot cover is applied again message by message), every
-//!   gauge back to 0, no retry, fence, requeue or Redis error.
+//!   queue gauge back to 0, the sale's dead-letter gauge at 3, no retry,
+//!   fence, requeue or Redis error; each MySQL transaction timed once
+//!   (`batch_seconds_count` = `batches_total`).
 //!
 //! (`seckill_worker_retries_total` moving: worker_mysql.rs and
 //! worker_frozen.rs; `..._fenced_total`: worker_fence.rs; `..._requeued_total`:
@@ -68,13 +70,17 @@ fn documented(sale: u64) -> Vec<(&'static str, Vec<String>)> {
             "seckill_worker_retries_total",
             vec![w.clone(), r#"cause="connection""#.into()],
         ),
-        worker("seckill_worker_dead_lettered_total"),
+        (
+            "seckill_worker_dead_lettered_total",
+            vec![w.clone(), r#"reason="stock_exhausted""#.into()],
+        ),
         worker("seckill_worker_fenced_total"),
         worker("seckill_worker_requeued_total"),
         worker("seckill_worker_reclaimed_total"),
         worker("seckill_worker_redis_errors_total"),
         ("seckill_queue_length", vec![s.clone()]),
         ("seckill_processing_length", vec![s.clone()]),
+        ("seckill_dead_letter_length", vec![s.clone()]),
         ("seckill_queue_oldest_age_seconds", vec![s]),
     ]
 }
@@ -170,29 +176,30 @@ fn every_documented_worker_metric_is_present_and_moves() {
     let mut after = Vec::new();
     seckill_tests::wait_until(LONG, "the reclaimed messages counted, gauges at 0", || {
         after = scrape(&w.metrics(), sale);
-        after[1] == 2.0 && after[13..] == [0.0, 0.0, 0.0]
+        after[1] == 2.0 && after[13..] == [0.0, 0.0, 3.0, 0.0]
     });
     // MySQL transactions (`..._batches_total`, `..._batch_size`): the 5
     // as one (over the 4 units MySQL holds), then one by one (5: 4 orders,
     // 1 dead letter); the 2 as one, then one by one (2 dead letters); the
-    // reclaimed 2 as one (already done): 10 transactions of 16 messages.
-    // Batches taken from Redis (`..._batch_seconds`): 3.
+    // reclaimed 2 as one (already done): 10 transactions of 16 messages,
+    // each timed (`..._batch_seconds`).
     let expected = vec![
         4.0,  // orders applied
         2.0,  // already done (the ghost's copies)
         10.0, // MySQL transactions
         10.0, // batch_size count: one per transaction
         16.0, // batch_size sum: the messages of each transaction
-        3.0,  // batch_seconds count: one per batch taken
+        10.0, // batch_seconds count: one per transaction
         0.0,  // retries, lock wait (the row was released within 10 s)
         0.0,  // retries, connection
-        3.0,  // dead lettered
+        3.0,  // dead lettered, stock exhausted in MySQL
         0.0,  // fenced
         0.0,  // requeued
         2.0,  // reclaimed
         0.0,  // Redis errors
         0.0,  // queue
         0.0,  // processing
+        3.0,  // the sale's dead letters
         0.0,  // oldest age
     ];
     assert_eq!(
@@ -200,4 +207,120 @@ fn every_documented_worker_metric_is_present_and_moves() {
         "second scrape, in the order of `documented`"
     );
     assert_eq!(db.count("SELECT COUNT(*) FROM orders"), 4);
+}
+
+/// The payment consumer and the expiry sweep count what they did by
+/// outcome, and the gauges of the shared lists come from one worker at a
+/// time (the holder of the gauge lease), so a sum over workers counts each
+/// list once: a sale of 3 with a 1 ms payment window whose 2 orders
+/// expire (2 expiries, 2 units released in Redis); a payment of no
+/// reservation, a cancellation by a buyer holding no order, a message that
+/// is neither (dead-lettered); then a second worker that exports none of
+/// the shared gauges until the first stops.
+#[test]
+fn payments_cancellations_expiries_and_releases_are_counted_and_one_worker_exports_shared_gauges() {
+    let redis = RedisServer::start();
+    let db = TestDb::create();
+    let dir = seckill_tests::TempDir::new();
+    let review = dir.path().join("review.sqlite3");
+    let sale = seckill_tests::create_windowed_sale(&redis, &db, &review, 3, "1ms");
+    reserve_users(&redis, sale, "x", 2);
+    let mut w1 = WorkerProc::start(&redis, &db, "w1", &Opts::default());
+    w1.wait_metrics();
+    let w = r#"worker="w1""#;
+    seckill_tests::wait_until(LONG, "two expiries and two releases", || {
+        let page = w1.metrics();
+        value(&page, "seckill_worker_orders_expired_total", &[w]) == Some(2.0)
+            && value(
+                &page,
+                "seckill_worker_releases_total",
+                &[w, r#"outcome="released""#],
+            ) == Some(2.0)
+    });
+    worker_support::pay(&redis, &"0".repeat(32), "pay-none", 1999);
+    let cancel = seckill_common::payment::CancelMessage::new(
+        sale,
+        "nobody",
+        &"1".repeat(32),
+        seckill_common::now_ms(),
+    );
+    seckill_common::payment::enqueue_cancel(&mut redis.con(), &cancel).unwrap();
+    con_lpush(&redis, seckill_common::payment::QUEUE, "neither");
+    let want = [
+        (
+            "seckill_worker_payments_total",
+            r#"outcome="unknown_reservation""#,
+            1.0,
+        ),
+        (
+            "seckill_worker_payments_total",
+            r#"outcome="dead_lettered""#,
+            1.0,
+        ),
+        ("seckill_worker_payments_total", r#"outcome="paid""#, 0.0),
+        (
+            "seckill_worker_cancellations_total",
+            r#"outcome="no_order""#,
+            1.0,
+        ),
+        (
+            "seckill_worker_cancellations_total",
+            r#"outcome="cancelled""#,
+            0.0,
+        ),
+        (
+            "seckill_worker_releases_total",
+            r#"outcome="not_found""#,
+            0.0,
+        ),
+        ("seckill_worker_shared_lists_exporter", "", 1.0),
+    ];
+    let mut page = String::new();
+    seckill_tests::wait_until(LONG, "the payments counted", || {
+        page = w1.metrics();
+        want.iter()
+            .all(|(n, l, v)| value(&page, n, &[w, l]) == Some(*v))
+            && value(&page, "seckill_payments_dead_letter_length", &[]) == Some(1.0)
+    });
+    let version = format!(r#"version="{}""#, env!("CARGO_PKG_VERSION"));
+    assert_eq!(
+        value(&page, "seckill_worker_build_info", &[w, &version]),
+        Some(1.0)
+    );
+    assert!(value(&page, "process_threads", &[]).is_some_and(|t| t >= 4.0));
+
+    // A second worker: exactly one of the two exports the shared gauges.
+    let mut w2 = WorkerProc::start(&redis, &db, "w2", &Opts::default());
+    w2.wait_metrics();
+    let sale_label = format!(r#"sale="{sale}""#);
+    let shared = |page: &str| {
+        (
+            value(page, "seckill_queue_length", &[&sale_label]),
+            value(page, "seckill_payments_dead_letter_length", &[]),
+        )
+    };
+    seckill_tests::wait_until(LONG, "w2 to run its housekeeping", || {
+        value(&w2.metrics(), "seckill_worker_shared_lists_exporter", &[]) == Some(0.0)
+    });
+    for _ in 0..3 {
+        std::thread::sleep(Duration::from_millis(1100));
+        assert_eq!(shared(&w1.metrics()), (Some(0.0), Some(1.0)));
+        assert_eq!(shared(&w2.metrics()), (None, None));
+    }
+    // The reporter stops: the other takes the lease over.
+    w1.signal("-TERM");
+    assert!(w1.wait_exit(LONG).success());
+    seckill_tests::wait_until(LONG, "w2 to export the shared gauges", || {
+        shared(&w2.metrics()) == (Some(0.0), Some(1.0))
+    });
+    assert_eq!(
+        value(&w2.metrics(), "seckill_worker_shared_lists_exporter", &[]),
+        Some(1.0)
+    );
+    w2.signal("-TERM");
+    assert!(w2.wait_exit(LONG).success());
+}
+
+fn con_lpush(redis: &RedisServer, key: &str, v: &str) {
+    redis.con().lpush(key, v).unwrap()
 }

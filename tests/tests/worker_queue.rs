@@ -51,13 +51,16 @@ fn four_workers_turn_1200_reservations_of_two_sales_into_exactly_1200_orders() {
     assert_eq!(registered.len(), 4);
 }
 
-/// The value of the first sample of `name` on a `/metrics` page.
+/// The sum of every series of `name` on `page` (all label sets).
 fn metric(page: &str, name: &str) -> u64 {
-    page.lines()
-        .find(|l| l.starts_with(name) && !l.starts_with('#'))
-        .and_then(|l| l.rsplit(' ').next())
-        .and_then(|v| v.parse().ok())
-        .unwrap_or_else(|| panic!("{name} missing from:\n{page}"))
+    let values: Vec<u64> = page
+        .lines()
+        .filter_map(|l| l.strip_prefix(name))
+        .filter(|rest| rest.starts_with('{') || rest.starts_with(' '))
+        .filter_map(|rest| rest.rsplit(' ').next()?.parse().ok())
+        .collect();
+    assert!(!values.is_empty(), "{name} missing from:\n{page}");
+    values.iter().sum()
 }
 
 #[test]

@@ -113,6 +113,13 @@ impl WorkerProc {
         }
     }
 
+    /// Waits (bounded) until the worker's `/metrics` listener accepts.
+    pub fn wait_metrics(&self) {
+        seckill_tests::wait_until(Duration::from_secs(30), "the worker's /metrics", || {
+            std::net::TcpStream::connect(("127.0.0.1", self.metrics_port)).is_ok()
+        });
+    }
+
     /// The process id.
     pub fn pid(&self) -> u32 {
         self.child.as_ref().expect("running").id()
@@ -140,15 +147,18 @@ impl WorkerProc {
         status.expect("exited")
     }
 
-    /// The value of the counter or gauge line starting with `name` on the
-    /// worker's `/metrics` page; panics when it is missing.
+    /// The sum of every series (all label sets) of the counter or gauge
+    /// `name` on the worker's `/metrics` page; panics when it is missing.
     pub fn metric(&self, name: &str) -> u64 {
         let page = self.metrics();
-        page.lines()
-            .find(|l| l.starts_with(name))
-            .and_then(|l| l.rsplit(' ').next())
-            .and_then(|v| v.parse().ok())
-            .unwrap_or_else(|| panic!("{name} missing from:\n{page}"))
+        let values: Vec<u64> = page
+            .lines()
+            .filter_map(|l| l.strip_prefix(name))
+            .filter(|rest| rest.starts_with('{') || rest.starts_with(' '))
+            .filter_map(|rest| rest.rsplit(' ').next()?.parse().ok())
+            .collect();
+        assert!(!values.is_empty(), "{name} missing from:\n{page}");
+        values.iter().sum()
     }
 
     /// The worker's `/metrics` page (plain HTTP/1.0 GET over a socket).

@@ -60,6 +60,30 @@ pub enum BatchEnd {
 pub const NO_FLOW_RECORD: &str =
     "no matching flow record: the reservation was released or never made";
 
+/// The index in `metrics::DEAD_LETTER_REASONS` of a dead letter's
+/// `reason`, by the reasons this file writes: the fence's
+/// ([`NO_FLOW_RECORD`]), MySQL's final refusals (`unknown sale`, `stock
+/// exhausted`, `user already holds`), `max attempts: ...` after
+/// `SECKILL_WORKER_MAX_ATTEMPTS` server errors, and a message that does
+/// not parse or names another sale (`malformed`).
+pub fn reason_label(reason: &str) -> usize {
+    let prefixes: [(&str, usize); 6] = [
+        (NO_FLOW_RECORD, 1),
+        ("unknown sale", 2),
+        ("stock exhausted", 3),
+        ("user already holds", 4),
+        ("max attempts", 5),
+        ("order message for sale", 0),
+    ];
+    if let Some((_, i)) = prefixes.iter().find(|(p, _)| reason.starts_with(p)) {
+        return *i;
+    }
+    if reason.contains("order message") || reason.contains("malformed") {
+        return 0;
+    }
+    6
+}
+
 /// What became of one message of a batch. Set once by whichever step
 /// decided it; only `Refused` is replaced later (by its attempt count).
 #[derive(Debug)]
@@ -412,15 +436,11 @@ impl<'a> Handler<'a> {
     /// list of bucket `keys` of a sale (oldest first): parse, apply, settle.
     pub fn handle(mut self, keys: SaleKeys, raw: Vec<Vec<u8>>) -> BatchEnd {
         self.crash.reached(CrashPoint::AfterMove);
-        let started = Instant::now();
         let mut batch = Batch::parse(keys.sale_id, &self.config.worker_id, raw);
         batch.bucket = keys.bucket;
         if let Err(end) = self.apply(&mut batch) {
             return end;
         }
-        self.metrics
-            .batch_seconds
-            .observe(started.elapsed().as_secs_f64());
         self.crash.reached(CrashPoint::AfterCommit);
         self.settle(batch)
     }
@@ -508,6 +528,7 @@ impl<'a> Handler<'a> {
         which: &[usize],
     ) -> Result<(Vec<usize>, Result<Applied, String>), BatchEnd> {
         let sale_id = batch.sale_id();
+        let started = Instant::now();
         let mut live = which.to_vec();
         let mut backoff = crate::RETRY;
         let answer = loop {
@@ -538,8 +559,13 @@ impl<'a> Handler<'a> {
                 return Err(BatchEnd::Interrupted);
             }
         };
+        // One observation per transaction, as `batches` counts them: a
+        // batch re-applied one by one is that many batches.
         self.metrics.batches.inc();
         self.metrics.batch_size.observe(live.len() as f64);
+        self.metrics
+            .batch_seconds
+            .observe(started.elapsed().as_secs_f64());
         Ok((live, answer))
     }
 
@@ -566,8 +592,9 @@ impl<'a> Handler<'a> {
         let s = batch.settlement();
         match self.consumer.settle(batch.keys(), &s) {
             Ok(()) => {
-                let dead = s.dead.len() + s.fenced.len();
-                self.metrics.dead_lettered.inc_by(dead as u64);
+                for d in s.dead.iter().chain(&s.fenced) {
+                    crate::metrics::count(&self.metrics.dead_lettered, reason_label(&d.reason));
+                }
                 self.metrics.requeued.inc_by(s.requeue.len() as u64);
                 BatchEnd::Settled
             }

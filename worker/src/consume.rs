@@ -16,7 +16,10 @@ use crate::crash::CrashPoints;
 use crate::loss_watch::PausedSales;
 use crate::metrics::Metrics;
 use crate::queue::Consumer;
+use crate::start_check::{self, StartCheck};
+use crate::WorkerError;
 use seckill_common::keys::SaleKeys;
+use seckill_common::redact;
 use seckill_common::{Config, Shutdown};
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -101,27 +104,37 @@ impl Worker {
         &self.sales
     }
 
-    /// Waits until Redis and MySQL both answer (retrying with backoff);
-    /// `false` when shutdown came first.
-    pub fn wait_for_dependencies(&mut self) -> bool {
+    /// Waits until Redis and MySQL both answer (retrying with backoff) and
+    /// MySQL holds this build's schema (`start_check`); `Ok(false)` when
+    /// shutdown came first. Each failure names the address (without its
+    /// password) and the variable that sets it.
+    ///
+    /// Errors: [`WorkerError::MysqlRefused`] when MySQL refuses what waiting
+    /// cannot fix (access denied, unknown database, missing tables).
+    pub fn wait_for_dependencies(&mut self) -> Result<bool, WorkerError> {
         let mut backoff = crate::RETRY;
+        let redis_at = redact::address(&self.config.redis_url, "SECKILL_REDIS_URL");
+        let mysql_at = redact::address(&self.config.mysql_url, "SECKILL_MYSQL_URL");
         loop {
             let redis = self.consumer.con().map(|_| ());
-            let mysql = self.db.ping();
+            let mysql = start_check::check(&self.config.mysql_url, self.config.mysql_timeout);
             match (redis, mysql) {
-                (Ok(()), Ok(())) => return true,
+                (_, Err(StartCheck::Permanent(why))) => {
+                    return Err(WorkerError::MysqlRefused(format!("{mysql_at}: {why}")));
+                }
+                (Ok(()), Ok(())) => return Ok(true),
                 (r, m) => {
                     if let Err(e) = r {
-                        log::warn!("waiting for redis: {e}");
+                        log::warn!("waiting for redis at {redis_at}: {e}");
                         self.consumer.reset();
                     }
                     if let Err(e) = m {
-                        log::warn!("waiting for mysql: {e}");
+                        log::warn!("waiting for mysql at {mysql_at}: {e}");
                     }
                 }
             }
             if !backoff.sleep(&self.shutdown) {
-                return false;
+                return Ok(false);
             }
         }
     }
@@ -158,7 +171,10 @@ impl Worker {
             // own thread); not a Redis problem.
             log::info!("redis call interrupted by a signal");
         } else {
-            log::warn!("redis: {e}");
+            log::warn!(
+                "redis at {}: {e}",
+                redact::address(&self.config.redis_url, "SECKILL_REDIS_URL")
+            );
         }
         self.metrics.redis_errors.inc();
         self.consumer.reset();

@@ -17,6 +17,10 @@ pub enum WorkerError {
     MetricsListen(String),
     /// A background thread could not be started.
     Thread(String),
+    /// MySQL refused what waiting cannot fix (access denied, an unknown
+    /// database, missing tables or migrations); holds the address, the
+    /// server's error and the remedy (`start_check.rs`).
+    MysqlRefused(String),
 }
 
 impl fmt::Display for WorkerError {
@@ -26,6 +30,7 @@ impl fmt::Display for WorkerError {
             WorkerError::BadMysqlUrl(d) => write!(f, "bad mysql url: {d}"),
             WorkerError::MetricsListen(d) => write!(f, "metrics listener: {d}"),
             WorkerError::Thread(d) => write!(f, "thread start: {d}"),
+            WorkerError::MysqlRefused(d) => write!(f, "mysql at {d}"),
         }
     }
 }
@@ -33,15 +38,17 @@ impl fmt::Display for WorkerError {
 impl std::error::Error for WorkerError {}
 
 impl WorkerError {
-    /// Whether the error is a configuration problem (exit code 2: a URL, or
-    /// a metrics address that cannot be listened on, as the gateway's) rather
-    /// than a runtime one (exit code 1).
+    /// Whether the error is a configuration problem (exit code 2: a URL, a
+    /// MySQL that refuses this user or lacks the schema, or a metrics
+    /// address that cannot be listened on, as the gateway's) rather than a
+    /// runtime one (exit code 1).
     pub fn is_config(&self) -> bool {
         matches!(
             self,
             WorkerError::BadRedisUrl(_)
                 | WorkerError::BadMysqlUrl(_)
                 | WorkerError::MetricsListen(_)
+                | WorkerError::MysqlRefused(_)
         )
     }
 }

@@ -22,11 +22,13 @@
 
 use crate::crash::{CrashPoint, CrashPoints};
 use crate::links::Links;
+use crate::metrics::{count, Metrics};
 use crate::WorkerError;
 use seckill_common::early_payment;
 use seckill_common::lifecycle::{self, Completed, PaymentOutcome};
 use seckill_common::redis_target::{Con, Target};
 use seckill_common::{Config, Shutdown};
+use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::Duration;
 
@@ -46,6 +48,8 @@ pub struct Expiry {
     pub every: Duration,
     /// Stops the thread.
     pub shutdown: Shutdown,
+    /// Expiries, releases and early payments counted.
+    pub metrics: Arc<Metrics>,
 }
 
 /// Starts the sweep of a worker configured by `config` (see [`Expiry`]).
@@ -55,6 +59,7 @@ pub fn start(
     config: &Config,
     client: &Target,
     shutdown: &Shutdown,
+    metrics: &Arc<Metrics>,
 ) -> Result<JoinHandle<()>, WorkerError> {
     Expiry {
         client: client.clone(),
@@ -64,6 +69,7 @@ pub fn start(
         batch: config.worker_batch,
         every: config.worker_expiry_every,
         shutdown: shutdown.clone(),
+        metrics: metrics.clone(),
     }
     .start()
     .map_err(|e| WorkerError::Thread(e.to_string()))
@@ -119,6 +125,14 @@ impl Expiry {
         // time is decided paid before its deadline can expire it.
         let early = early_payment::apply(db, self.batch)?;
         for d in &early {
+            let i = match d.outcome {
+                PaymentOutcome::Paid => 0,
+                PaymentOutcome::AmountMismatch => 1,
+                PaymentOutcome::Late => 2,
+                PaymentOutcome::UnknownReservation => 3,
+                PaymentOutcome::NotPayable => 4,
+            };
+            count(&self.metrics.payments, i);
             if d.outcome == PaymentOutcome::Paid {
                 if let Err(e) = crate::payments::write_paid(con, db, &d.reservation_id) {
                     // MySQL decided; the status read says paid after the
@@ -132,7 +146,17 @@ impl Expiry {
             crash.reached(CrashPoint::ExpireAfterMysql);
         }
         let mut between = || crash.reached(CrashPoint::ExpireAfterRedis);
+        self.metrics.expired.inc_by(expired as u64);
         let done: Completed = lifecycle::complete_releases(db, con, self.batch, &mut between)?;
+        let releases = &self.metrics.releases;
+        for (i, n) in [done.released, done.already, done.not_found]
+            .into_iter()
+            .enumerate()
+        {
+            if let Some(c) = releases.get(i) {
+                c.inc_by(n as u64);
+            }
+        }
         if expired > 0 || done.released > 0 || done.already > 0 || done.not_found > 0 {
             log::info!(
                 "expiry sweep: {expired} expired in MySQL; Redis: {} released, {} already, {} not found",

@@ -9,8 +9,16 @@
 //! their queues (one atomic script per list, see `queue.rs`). A worker that
 //! was only paused (SIGSTOP) and resumes finishes its batch anyway; the
 //! idempotent MySQL apply makes that second application harmless.
+//!
+//! The gauges of the shared lists (each sale's queue, processing lists and
+//! dead letters, the payments queue and its dead letters) are read and
+//! exported by one worker at a time: the holder of the gauge lease
+//! (`seckill:gauges:reporter`, taken with `SET NX PX` for
+//! [`GAUGE_LEASE_TTL`] and renewed every second by its holder), so that
+//! `sum()` over the workers counts each list once. When the holder stops,
+//! another worker takes the lease within [`GAUGE_LEASE_TTL`].
 
-use crate::metrics::{Metrics, SaleGauges};
+use crate::metrics::{Metrics, SaleGauges, SharedGauges};
 use crate::queue;
 use redis::Commands;
 use seckill_common::keys::{self, SaleKeys};
@@ -35,6 +43,43 @@ pub struct Housekeeping {
     pub metrics: Arc<Metrics>,
     /// Stops the thread (it also deletes the heartbeat on its way out).
     pub shutdown: Shutdown,
+}
+
+/// How long the gauge lease lasts without renewal (renewed every second).
+pub const GAUGE_LEASE_TTL: Duration = Duration::from_secs(5);
+
+/// Takes or renews the gauge lease for `worker_id`; whether it holds it now.
+/// (A renewal that races the lease's expiry may extend another worker's
+/// fresh lease: for a second both export, which a gauge survives.)
+///
+/// Errors: Redis failures.
+pub fn gauge_lease(con: &mut Con, worker_id: &str) -> redis::RedisResult<bool> {
+    let ttl = GAUGE_LEASE_TTL.as_millis() as u64;
+    let taken: Option<String> = redis::cmd("SET")
+        .arg(keys::GAUGE_LEASE)
+        .arg(worker_id)
+        .arg("NX")
+        .arg("PX")
+        .arg(ttl)
+        .query(con)?;
+    if taken.is_some() {
+        return Ok(true);
+    }
+    let holder: Option<String> = con.get(keys::GAUGE_LEASE)?;
+    if holder.as_deref() != Some(worker_id) {
+        return Ok(false);
+    }
+    let _: bool = con.pexpire(keys::GAUGE_LEASE, ttl as i64)?;
+    Ok(true)
+}
+
+/// Gives the gauge lease up when `worker_id` holds it (a clean exit), so
+/// another worker takes it at once.
+fn drop_gauge_lease(con: &mut Con, worker_id: &str) {
+    let holder: Option<String> = con.get(keys::GAUGE_LEASE).unwrap_or(None);
+    if holder.as_deref() == Some(worker_id) {
+        let _ = con.del::<_, ()>(keys::GAUGE_LEASE);
+    }
 }
 
 /// Registers worker `worker_id` and writes its first heartbeat.
@@ -192,17 +237,22 @@ pub fn gauges(con: &mut Con, sales: &[SaleKeys]) -> redis::RedisResult<Vec<SaleG
     let mut out: Vec<SaleGauges> = Vec::with_capacity(sales.len());
     for &k in sales {
         let mut p = redis::pipe();
-        p.llen(k.queue()).lindex(k.queue(), -1);
+        p.llen(k.dead_letter())
+            .llen(k.queue())
+            .lindex(k.queue(), -1);
         for w in &workers {
             p.llen(k.processing(w));
         }
-        let (queued, oldest, rest): (i64, Option<Vec<u8>>, Vec<i64>) = {
+        let (dead_letters, queued, oldest, rest): (i64, i64, Option<Vec<u8>>, Vec<i64>) = {
             let v: Vec<redis::Value> = p.query(con)?;
             let mut it = v.into_iter();
-            let queued: i64 = it
-                .next()
-                .map(|v| redis::from_redis_value(v).unwrap_or(0))
-                .unwrap_or(0);
+            let length = |it: &mut std::vec::IntoIter<redis::Value>| -> i64 {
+                it.next()
+                    .map(|v| redis::from_redis_value(v).unwrap_or(0))
+                    .unwrap_or(0)
+            };
+            let dead_letters = length(&mut it);
+            let queued = length(&mut it);
             let oldest: Option<Vec<u8>> = it
                 .next()
                 .and_then(|v| redis::from_redis_value(v).ok())
@@ -210,7 +260,7 @@ pub fn gauges(con: &mut Con, sales: &[SaleKeys]) -> redis::RedisResult<Vec<SaleG
             let rest = it
                 .map(|v| redis::from_redis_value(v).unwrap_or(0))
                 .collect();
-            (queued, oldest, rest)
+            (dead_letters, queued, oldest, rest)
         };
         let oldest_age_ms = oldest
             .and_then(|raw| OrderMessage::parse(&raw).ok())
@@ -221,6 +271,7 @@ pub fn gauges(con: &mut Con, sales: &[SaleKeys]) -> redis::RedisResult<Vec<SaleG
             Some(g) if g.sale_id == k.sale_id => {
                 g.queued += queued;
                 g.processing += processing;
+                g.dead_letters += dead_letters;
                 g.oldest_age_ms = g.oldest_age_ms.max(oldest_age_ms);
             }
             _ => out.push(SaleGauges {
@@ -228,6 +279,7 @@ pub fn gauges(con: &mut Con, sales: &[SaleKeys]) -> redis::RedisResult<Vec<SaleG
                 queued,
                 processing,
                 oldest_age_ms,
+                dead_letters,
             }),
         }
     }
@@ -273,6 +325,7 @@ impl Housekeeping {
         }
         if let Some(c) = con.as_mut() {
             let _ = c.del::<_, ()>(keys::worker_heartbeat(&self.worker_id));
+            drop_gauge_lease(c, &self.worker_id);
         }
     }
 
@@ -302,9 +355,22 @@ impl Housekeeping {
             *last_reclaim = Some(Instant::now());
         }
         if gauge_due {
-            let g = gauges(con, &sales)?;
+            let shared = if gauge_lease(con, &self.worker_id)? {
+                let (payments_queued, payments_dead_letters): (i64, i64) = redis::pipe()
+                    .llen(seckill_common::payment::QUEUE)
+                    .llen(seckill_common::payment::DEAD_LETTERS)
+                    .query(con)?;
+                Some(SharedGauges {
+                    sales: gauges(con, &sales)?,
+                    payments_queued,
+                    payments_dead_letters,
+                })
+            } else {
+                None
+            };
+            self.metrics.gauge_reporter.set(i64::from(shared.is_some()));
             if let Ok(mut m) = self.metrics.sales.lock() {
-                *m = g;
+                *m = shared;
             }
             *last_gauge = Some(Instant::now());
         }

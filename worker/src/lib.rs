@@ -14,6 +14,8 @@
 //! - [`queue`]: the Redis side of the reliable queue (take, block, the
 //!   fence's read, attempt counts, the `MULTI` that settles a batch,
 //!   reclaim).
+//! - [`start_check`]: the start-up check of MySQL (what waiting cannot
+//!   fix stops the worker with exit code 2 and the remedy).
 //! - [`session`]: what every MySQL session sets when it opens (the limits
 //!   that end a frozen worker's session, `READ COMMITTED`).
 //! - [`housekeeping`]: heartbeat, reclaim of dead workers' processing lists,
@@ -52,6 +54,7 @@ pub mod metrics;
 pub mod payments;
 pub mod queue;
 pub mod session;
+pub mod start_check;
 
 pub use error::WorkerError;
 
@@ -74,7 +77,9 @@ pub const RETRY: Backoff = Backoff::new(Duration::from_millis(20), Duration::fro
 /// `seckill:workers`; then returns `Ok`.
 ///
 /// Errors: [`WorkerError`] for what cannot be retried (bad URLs, metrics
-/// address in use). Unreachable Redis or MySQL is waited for, not an error.
+/// address in use, MySQL refusing this user or lacking the database, its
+/// tables or a migration: [`start_check`]). Unreachable Redis or MySQL is
+/// waited for, not an error.
 pub fn run(config: Config, shutdown: Shutdown) -> Result<(), WorkerError> {
     let client = Target::open(config.redis_url.as_str())
         .map_err(|e| WorkerError::BadRedisUrl(e.to_string()))?;
@@ -103,7 +108,7 @@ pub fn run(config: Config, shutdown: Shutdown) -> Result<(), WorkerError> {
         metrics.clone(),
         shutdown.clone(),
     );
-    if !worker.wait_for_dependencies() {
+    if !worker.wait_for_dependencies()? {
         seckill_common::notify::stopping();
         return Ok(());
     }
@@ -116,7 +121,7 @@ pub fn run(config: Config, shutdown: Shutdown) -> Result<(), WorkerError> {
             });
         match r {
             Ok(()) => break,
-            Err(e) => log::warn!("registering worker: {e}"),
+            Err(e) => log::warn!("registering worker in redis at {}: {e}", client.address()),
         }
         if !backoff.sleep(&shutdown) {
             return Ok(());
@@ -136,8 +141,8 @@ pub fn run(config: Config, shutdown: Shutdown) -> Result<(), WorkerError> {
     }
     .start()
     .map_err(|e| WorkerError::Thread(e.to_string()))?;
-    let sweep = expiry::start(&config, &client, &shutdown)?;
-    let pay = payments::start(&config, &client, &shutdown)?;
+    let sweep = expiry::start(&config, &client, &shutdown, &metrics)?;
+    let pay = payments::start(&config, &client, &shutdown, &metrics)?;
     let house = housekeeping::Housekeeping {
         client: client.clone(),
         worker_id: config.worker_id.clone(),

@@ -1,7 +1,8 @@
 //! `seckill-worker` entry point: configuration, logging, signals, exit code.
 //! Exit codes: 0 stopped on SIGTERM/SIGINT, 1 runtime failure, 2 bad
-//! configuration (a metrics address that cannot be listened on included),
-//! 64 an argument (it takes none: `--help`).
+//! configuration (a metrics address that cannot be listened on, and MySQL
+//! refusing the user, lacking the database, its tables or a migration,
+//! included), 64 an argument (it takes none: `--help`).
 #![forbid(unsafe_code)]
 
 use std::process::ExitCode;
@@ -19,7 +20,10 @@ arguments: it is configured by SECKILL_* environment variables (README,
 \"Configuration\"), chiefly SECKILL_REDIS_URL, SECKILL_MYSQL_URL,
 SECKILL_WORKER_ID (unique per worker) and SECKILL_WORKER_METRICS_LISTEN.
 Exit codes: 0 stopped by SIGTERM/SIGINT, 1 failed while running, 2 bad
-configuration or a port that cannot be listened on, 64 bad command line.";
+configuration, a port that cannot be listened on, or MySQL refusing the
+user or lacking the database, its tables or a migration (the message names
+the remedy; an unreachable Redis or MySQL is waited for), 64 bad command
+line.";
 
 fn main() -> ExitCode {
     if let Some(code) = start::command_line("seckill-worker", USAGE) {

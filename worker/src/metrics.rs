@@ -1,20 +1,26 @@
 //! Owns the worker's metrics and their `/metrics` listener (Prometheus text
 //! format, like the gateway's): orders applied, batches and their sizes and
-//! durations, retries, dead letters, reclaimed messages, and per sale the
-//! queue length, the processing-list length and the age of the oldest
-//! queued message. `prometheus-client` metrics in one registry; the
-//! worker's own series carry the label `worker`, the per-sale ones (the
-//! same for every worker) do not.
+//! durations, retries, dead letters by reason, reclaimed messages,
+//! payments, cancellations, expiries and releases by outcome, the build's
+//! version and the process figures; and per sale the queue length, the
+//! processing-list length, the dead-letter list's length and the age of
+//! the oldest queued message, with the payments queue and its dead
+//! letters. `prometheus-client` metrics in one registry; the worker's own
+//! series carry the label `worker`. The per-sale and payments gauges
+//! describe shared Redis lists, so one worker at a time exports them (the
+//! holder of the gauge lease, `housekeeping.rs`): `sum()` over workers
+//! counts each list once.
 
 use prometheus_client::collector::Collector;
 use prometheus_client::encoding::{DescriptorEncoder, EncodeMetric};
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
-use prometheus_client::metrics::gauge::ConstGauge;
+use prometheus_client::metrics::gauge::{ConstGauge, Gauge};
 use prometheus_client::metrics::histogram::Histogram;
 use prometheus_client::metrics::MetricType;
 use prometheus_client::registry::Registry;
 use seckill_common::metrics::{latency_histogram, size_histogram};
+use seckill_common::process_metrics::ProcessFigures;
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
@@ -32,7 +38,68 @@ pub struct SaleGauges {
     /// this machine's clock); 0 when the queue is empty. Exposed in seconds
     /// (`seckill_queue_oldest_age_seconds`).
     pub oldest_age_ms: i64,
+    /// Entries of the sale's dead-letter lists (every bucket).
+    pub dead_letters: i64,
 }
+
+/// Figures of the shared lists, written by the holder of the gauge lease
+/// (`housekeeping.rs`); `None` in every other worker, which exports none.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct SharedGauges {
+    /// Per sale, ascending.
+    pub sales: Vec<SaleGauges>,
+    /// Payments and cancellations waiting in `seckill:{payments}`.
+    pub payments_queued: i64,
+    /// Entries of the payments dead-letter list `seckill:{payments}:dlq`.
+    pub payments_dead_letters: i64,
+}
+
+/// The `reason` label of `seckill_worker_dead_lettered_total`, in order
+/// (`crate::batch::reason_label` maps a dead letter's reason to one).
+pub const DEAD_LETTER_REASONS: [&str; 7] = [
+    "malformed",
+    "no_flow_record",
+    "unknown_sale",
+    "stock_exhausted",
+    "buyer_holds_order",
+    "max_attempts",
+    "other",
+];
+
+/// The `outcome` label of `seckill_worker_payments_total`, in order: what
+/// a payment came to in MySQL (`lifecycle::PaymentOutcome`, applied now),
+/// a delivery of a payment id applied before (`duplicate`) or applied for
+/// another reservation or amount (`conflict`), a failed attempt put back
+/// on the queue (`retried`), and one given up on (`dead_lettered`).
+pub const PAYMENT_OUTCOMES: [&str; 9] = [
+    "paid",
+    "amount_mismatch",
+    "late",
+    "unknown_reservation",
+    "not_payable",
+    "duplicate",
+    "conflict",
+    "retried",
+    "dead_lettered",
+];
+
+/// The `outcome` label of `seckill_worker_cancellations_total`, in order:
+/// the pending order is cancelled now, the buyer holds no order, the order
+/// is no longer pending (nothing changed), a failed attempt put back on
+/// the queue, one given up on.
+pub const CANCEL_OUTCOMES: [&str; 5] = [
+    "cancelled",
+    "no_order",
+    "not_pending",
+    "retried",
+    "dead_lettered",
+];
+
+/// The `outcome` label of `seckill_worker_releases_total`, in order: the
+/// Redis step of a release (expiry, cancellation) put the unit back on
+/// sale now, found it done already, or found no flow record (Redis lost it;
+/// the reconciler reports the unit).
+pub const RELEASE_OUTCOMES: [&str; 3] = ["released", "already", "not_found"];
 
 /// Every metric of one worker process. Counters are lock-free; the per-sale
 /// gauges are replaced whole under a mutex about once a second.
@@ -54,8 +121,9 @@ pub struct Metrics {
     pub retries_transient: Counter,
     /// Transactions retried after a lost or refused MySQL connection.
     pub retries_connection: Counter,
-    /// Messages moved to a dead-letter list.
-    pub dead_lettered: Counter,
+    /// Messages moved to a dead-letter list, by reason
+    /// ([`DEAD_LETTER_REASONS`] order).
+    pub dead_lettered: Vec<Counter>,
     /// Messages the fence refused (no matching flow record in Redis); also
     /// counted in `dead_lettered`.
     pub fenced: Counter,
@@ -68,8 +136,20 @@ pub struct Metrics {
     pub data_loss_detected: Counter,
     /// Redis errors seen by the consuming loop.
     pub redis_errors: Counter,
-    /// Per-sale queue figures (read by [`SaleFigures`] at each scrape).
-    pub sales: Arc<Mutex<Vec<SaleGauges>>>,
+    /// Payments by outcome ([`PAYMENT_OUTCOMES`] order).
+    pub payments: Vec<Counter>,
+    /// Cancellations by outcome ([`CANCEL_OUTCOMES`] order).
+    pub cancellations: Vec<Counter>,
+    /// Pending orders expired in MySQL by the sweep.
+    pub expired: Counter,
+    /// Redis steps of releases by outcome ([`RELEASE_OUTCOMES`] order).
+    pub releases: Vec<Counter>,
+    /// 1 while this worker holds the gauge lease and exports the shared
+    /// lists' gauges, else 0.
+    pub gauge_reporter: Gauge,
+    /// The shared lists' figures (read by [`SaleFigures`] at each scrape);
+    /// `None` unless this worker holds the gauge lease.
+    pub sales: Arc<Mutex<Option<SharedGauges>>>,
 }
 
 /// Registers a fresh counter as `name` (without `_total`; `help` without
@@ -78,6 +158,31 @@ fn counter(r: &mut Registry, name: &str, help: &str) -> Counter {
     let c = Counter::default();
     r.register(name, help, c.clone());
     c
+}
+
+/// Registers a family of counters with one label and returns the handle
+/// of each series, one per entry of `values`, in order (every series
+/// exists from the start, at 0).
+fn by_label(
+    r: &mut Registry,
+    name: &str,
+    help: &str,
+    label: &'static str,
+    values: &[&'static str],
+) -> Vec<Counter> {
+    let family = Family::<[(&'static str, &'static str); 1], Counter>::default();
+    r.register(name, help, family.clone());
+    values
+        .iter()
+        .map(|v| family.get_or_create(&[(label, v)]).clone())
+        .collect()
+}
+
+/// Adds one to entry `i` of `counters` (nothing when out of range).
+pub fn count(counters: &[Counter], i: usize) {
+    if let Some(c) = counters.get(i) {
+        c.inc();
+    }
 }
 
 /// Registers `h` as `name` and returns it.
@@ -91,7 +196,7 @@ impl Metrics {
     /// `worker`, but the per-sale gauges').
     pub fn new(worker_id: &str) -> Metrics {
         let mut root = Registry::default();
-        let sales = Arc::new(Mutex::new(Vec::new()));
+        let sales = Arc::new(Mutex::new(None));
         root.register_collector(Box::new(SaleFigures(sales.clone())));
         let r = root.sub_registry_with_label(("worker".into(), worker_id.to_string().into()));
         let retries = Family::<[(&'static str, &'static str); 1], Counter>::default();
@@ -127,10 +232,15 @@ impl Metrics {
             "Time to apply one batch in MySQL, retries included",
             latency_histogram(),
         );
-        let dead_lettered = counter(
+        let dead_lettered = by_label(
             r,
             "seckill_worker_dead_lettered",
-            "Messages moved to a dead-letter list",
+            "Messages moved to a sale's dead-letter list, by reason: malformed (unparsable, or \
+             another sale's), no_flow_record (the fence: released or never made), unknown_sale, \
+             stock_exhausted (MySQL stock), buyer_holds_order, max_attempts \
+             (SECKILL_WORKER_MAX_ATTEMPTS server errors), other",
+            "reason",
+            &DEAD_LETTER_REASONS,
         );
         let fenced = counter(
             r,
@@ -157,6 +267,53 @@ impl Metrics {
             "seckill_worker_redis_errors",
             "Redis errors in the consuming loop",
         );
+        let payments = by_label(
+            r,
+            "seckill_worker_payments",
+            "Payments taken from the payments queue, by outcome: paid, amount_mismatch, late, \
+             unknown_reservation, not_payable (applied now), duplicate (that payment id applied \
+             before), conflict (that id applied before for another reservation or amount), \
+             retried (a failed attempt, requeued), dead_lettered",
+            "outcome",
+            &PAYMENT_OUTCOMES,
+        );
+        let cancellations = by_label(
+            r,
+            "seckill_worker_cancellations",
+            "Buyers' cancellations taken from the payments queue, by outcome: cancelled, \
+             no_order, not_pending (nothing changed), retried, dead_lettered",
+            "outcome",
+            &CANCEL_OUTCOMES,
+        );
+        let expired = counter(
+            r,
+            "seckill_worker_orders_expired",
+            "Pending orders expired in MySQL by the sweep (payment deadline passed)",
+        );
+        let releases = by_label(
+            r,
+            "seckill_worker_releases",
+            "Redis steps of releases (expiries, cancellations), by outcome: released (unit back \
+             on sale), already (done before), not_found (no flow record in Redis)",
+            "outcome",
+            &RELEASE_OUTCOMES,
+        );
+        let gauge_reporter = Gauge::default();
+        r.register(
+            "seckill_worker_shared_lists_exporter",
+            "1 while this worker exports the shared queue and dead-letter gauges (one worker at a time)",
+            gauge_reporter.clone(),
+        );
+        let build = Family::<[(&'static str, &'static str); 1], Gauge>::default();
+        r.register(
+            "seckill_worker_build_info",
+            "1, labelled with the version of this worker's build",
+            build.clone(),
+        );
+        build
+            .get_or_create(&[("version", env!("CARGO_PKG_VERSION"))])
+            .set(1);
+        root.register_collector(Box::new(ProcessFigures));
         Metrics {
             registry: root,
             applied,
@@ -172,6 +329,11 @@ impl Metrics {
             reclaimed,
             data_loss_detected,
             redis_errors,
+            payments,
+            cancellations,
+            expired,
+            releases,
+            gauge_reporter,
             sales,
         }
     }
@@ -186,48 +348,72 @@ impl Metrics {
     }
 }
 
-/// Writes the per-sale gauges from the figures the housekeeping thread last
-/// stored: `seckill_queue_length`, `seckill_processing_length` and
-/// `seckill_queue_oldest_age_seconds`, each with the label `sale`; nothing
-/// while no sale is known.
+/// Writes the shared lists' gauges from the figures the housekeeping thread
+/// last stored: per sale (label `sale`) `seckill_queue_length`,
+/// `seckill_processing_length`, `seckill_dead_letter_length` and
+/// `seckill_queue_oldest_age_seconds`, then `seckill_payments_queue_length`
+/// and `seckill_payments_dead_letter_length`; nothing unless this worker
+/// holds the gauge lease.
 #[derive(Debug)]
-struct SaleFigures(Arc<Mutex<Vec<SaleGauges>>>);
+struct SaleFigures(Arc<Mutex<Option<SharedGauges>>>);
 
 /// Name, HELP (with its full stop: a collector's text is written as given)
 /// and value of each per-sale gauge.
 type SaleGauge = (&'static str, &'static str, fn(&SaleGauges) -> f64);
 
-const SALE_GAUGES: [SaleGauge; 3] = [
+const SALE_GAUGES: [SaleGauge; 4] = [
     (
         "seckill_queue_length",
-        "Messages waiting in a sale's queue.",
+        "Messages waiting in a sale's queue (exported by one worker).",
         |s| s.queued as f64,
     ),
     (
         "seckill_processing_length",
-        "Messages in the processing lists of a sale (all workers).",
+        "Messages in the processing lists of a sale (all workers; exported by one worker).",
         |s| s.processing as f64,
     ),
     (
+        "seckill_dead_letter_length",
+        "Entries of a sale's dead-letter lists, settled ones excluded (exported by one worker).",
+        |s| s.dead_letters as f64,
+    ),
+    (
         "seckill_queue_oldest_age_seconds",
-        "Age in seconds of the oldest queued message of a sale (0: empty).",
+        "Age in seconds of the oldest queued message of a sale (0: empty; exported by one worker).",
         |s| s.oldest_age_ms as f64 / 1000.0,
     ),
 ];
 
 impl Collector for SaleFigures {
     fn encode(&self, mut encoder: DescriptorEncoder) -> Result<(), std::fmt::Error> {
-        let sales = self.0.lock().map(|s| s.clone()).unwrap_or_default();
-        if sales.is_empty() {
+        let Some(shared) = self.0.lock().ok().and_then(|s| s.clone()) else {
             return Ok(());
-        }
-        for (name, help, value) in SALE_GAUGES {
-            let mut family = encoder.encode_descriptor(name, help, None, MetricType::Gauge)?;
-            for s in &sales {
-                let id = s.sale_id.to_string();
-                let labels = [("sale", id.as_str())];
-                ConstGauge::new(value(s)).encode(family.encode_family(&labels)?)?;
+        };
+        if !shared.sales.is_empty() {
+            for (name, help, value) in SALE_GAUGES {
+                let mut family = encoder.encode_descriptor(name, help, None, MetricType::Gauge)?;
+                for s in &shared.sales {
+                    let id = s.sale_id.to_string();
+                    let labels = [("sale", id.as_str())];
+                    ConstGauge::new(value(s)).encode(family.encode_family(&labels)?)?;
+                }
             }
+        }
+        let payments = [
+            (
+                "seckill_payments_queue_length",
+                "Payments and cancellations waiting in the payments queue (exported by one worker).",
+                shared.payments_queued,
+            ),
+            (
+                "seckill_payments_dead_letter_length",
+                "Entries of the payments dead-letter list (exported by one worker).",
+                shared.payments_dead_letters,
+            ),
+        ];
+        for (name, help, value) in payments {
+            let e = encoder.encode_descriptor(name, help, None, MetricType::Gauge)?;
+            ConstGauge::new(value).encode(e)?;
         }
         Ok(())
     }

@@ -16,6 +16,7 @@
 //! the next expiry sweep). A cancellation of an order no longer pending,
 //! or of none, changes nothing and is logged.
 
+use crate::metrics::{count, Metrics};
 use crate::queue;
 use crate::WorkerError;
 use redis::Commands;
@@ -24,6 +25,7 @@ use seckill_common::lifecycle::{self, Cancelled, Paid, PaymentOutcome};
 use seckill_common::payment::{self, CancelMessage, PaymentMessage, Queued};
 use seckill_common::redis_target::{Con, Target};
 use seckill_common::{Config, Shutdown};
+use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::Duration;
 
@@ -34,11 +36,13 @@ pub fn start(
     config: &Config,
     client: &Target,
     shutdown: &Shutdown,
+    metrics: &Arc<Metrics>,
 ) -> Result<JoinHandle<()>, WorkerError> {
     let c = Consumer {
         client: client.clone(),
         config: config.clone(),
         shutdown: shutdown.clone(),
+        metrics: metrics.clone(),
     };
     std::thread::Builder::new()
         .name("payments".into())
@@ -50,6 +54,23 @@ struct Consumer {
     client: Target,
     config: Config,
     shutdown: Shutdown,
+    /// Payments and cancellations by outcome.
+    metrics: Arc<Metrics>,
+}
+
+/// The index in `metrics::PAYMENT_OUTCOMES` of what a payment came to.
+fn payment_outcome(p: &Paid) -> usize {
+    match p {
+        Paid::Applied(o) => match o {
+            PaymentOutcome::Paid => 0,
+            PaymentOutcome::AmountMismatch => 1,
+            PaymentOutcome::Late => 2,
+            PaymentOutcome::UnknownReservation => 3,
+            PaymentOutcome::NotPayable => 4,
+        },
+        Paid::Duplicate(_) => 5,
+        Paid::Conflict(_) => 6,
+    }
 }
 
 /// How long one blocking take waits.
@@ -104,11 +125,24 @@ impl Consumer {
         let Some(raw) = raw else { return Ok(()) };
         let m = match Queued::parse(&raw) {
             Ok(m) => m,
-            Err(why) => return dead_letter(con, mine, &raw, &format!("unparsable: {why}")),
+            Err(why) => {
+                // Neither a payment nor a cancellation: counted as a payment.
+                count(&self.metrics.payments, 8);
+                return dead_letter(con, mine, &raw, &format!("unparsable: {why}"));
+            }
         };
         let applied = match &m {
-            Queued::Payment(p) => apply_payment(con, db, p),
-            Queued::Cancel(c) => apply_cancel(con, db, c),
+            Queued::Payment(p) => apply_payment(con, db, p).map(|paid| {
+                count(&self.metrics.payments, payment_outcome(&paid));
+            }),
+            Queued::Cancel(c) => apply_cancel(con, db, c).map(|i| {
+                count(&self.metrics.cancellations, i);
+            }),
+        };
+        // The index of `retried` and `dead_lettered` in either label set.
+        let (failures, retried, dead) = match &m {
+            Queued::Payment(_) => (&self.metrics.payments, 7, 8),
+            Queued::Cancel(_) => (&self.metrics.cancellations, 3, 4),
         };
         let field = m.attempts_field();
         match applied {
@@ -123,6 +157,7 @@ impl Consumer {
                     .hincr(payment::ATTEMPTS, &field, 1)
                     .map_err(|e| e.to_string())?;
                 if n >= self.config.worker_max_attempts {
+                    count(failures, dead);
                     return dead_letter(con, mine, &raw, &e);
                 }
                 redis::pipe()
@@ -131,6 +166,7 @@ impl Consumer {
                     .lpush(payment::QUEUE, &raw)
                     .query::<()>(con)
                     .map_err(|e| e.to_string())?;
+                count(failures, retried);
                 Err(e)
             }
         }
@@ -140,9 +176,11 @@ impl Consumer {
 /// Applies one payment in MySQL; when its order is paid, its Redis status
 /// becomes `paid`.
 ///
+/// Returns what MySQL made of it.
+///
 /// Errors: MySQL or Redis failures, as text (the message is retried; the
 /// payment id makes the repeat one payment).
-fn apply_payment(con: &mut Con, db: &mut mysql::Conn, m: &PaymentMessage) -> Result<(), String> {
+fn apply_payment(con: &mut Con, db: &mut mysql::Conn, m: &PaymentMessage) -> Result<Paid, String> {
     let done = lifecycle::pay(db, &m.payment()).map_err(|e| e.to_string())?;
     if let Paid::Conflict(_) = done {
         log::warn!(
@@ -162,7 +200,7 @@ fn apply_payment(con: &mut Con, db: &mut mysql::Conn, m: &PaymentMessage) -> Res
     if let Paid::Applied(PaymentOutcome::Paid) | Paid::Duplicate(PaymentOutcome::Paid) = done {
         write_paid(con, db, &m.reservation_id)?;
     }
-    Ok(())
+    Ok(done)
 }
 
 /// Writes `paid` as the Redis status of order `reservation_id`, in the
@@ -186,11 +224,19 @@ pub(crate) fn write_paid(
 /// Applies one cancellation: the MySQL step decides, the Redis step of the
 /// release follows.
 ///
+/// Returns the index in `metrics::CANCEL_OUTCOMES` of what it came to.
+///
 /// Errors: MySQL failures (nothing changed, retried), as text. A failed
 /// Redis step is logged and left to the next sweep (MySQL's decision
 /// stands; retrying the message would find the order no longer pending).
-fn apply_cancel(con: &mut Con, db: &mut mysql::Conn, m: &CancelMessage) -> Result<(), String> {
-    match lifecycle::cancel(db, m.sale_id, &m.user_id).map_err(|e| e.to_string())? {
+fn apply_cancel(con: &mut Con, db: &mut mysql::Conn, m: &CancelMessage) -> Result<usize, String> {
+    let decided = lifecycle::cancel(db, m.sale_id, &m.user_id).map_err(|e| e.to_string())?;
+    let index = match &decided {
+        Cancelled::Done(_) => 0,
+        Cancelled::NoOrder => 1,
+        Cancelled::NotPending(_) => 2,
+    };
+    match decided {
         Cancelled::Done(rid) => {
             log::info!("sale {}: {} cancelled order {rid}", m.sale_id, m.user_id);
             let steps = lifecycle::pending_redis_steps(db, Some(m.sale_id), usize::MAX)
@@ -217,7 +263,7 @@ fn apply_cancel(con: &mut Con, db: &mut mysql::Conn, m: &CancelMessage) -> Resul
             m.user_id
         ),
     }
-    Ok(())
+    Ok(index)
 }
 
 /// Moves everything left in this worker's processing list back to the queue.

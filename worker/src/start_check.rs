@@ -1,0 +1,156 @@
+//! Owns the worker's start-up check of MySQL: it answers, lets this user
+//! into this database, and holds every migration this build knows. What
+//! waiting cannot fix (access denied, an unknown database, missing tables
+//! or migrations) is told apart from what it can (the server down or busy),
+//! so a worker with a wrong `SECKILL_MYSQL_URL` stops with the remedy
+//! instead of retrying forever.
+
+use mysql::prelude::Queryable;
+use seckill_common::schema::{self, SchemaError, MIGRATIONS};
+use std::fmt;
+use std::time::Duration;
+
+/// Server error codes that waiting does not fix, with what to do: 1044
+/// access denied to a database, 1045 access denied for a user (wrong
+/// password), 1049 unknown database, 1146 table doesn't exist (MySQL
+/// reference manual, "Server Error Message Reference"). Every other error
+/// (connection refused, 1040 too many connections, 2013 lost connection, a
+/// timeout) is retried.
+const PERMANENT: &[(u16, &str)] = &[
+    (
+        1044,
+        "grant this user access to the database, or fix the user in SECKILL_MYSQL_URL",
+    ),
+    (1045, "fix the user or password in SECKILL_MYSQL_URL"),
+    (
+        1049,
+        "create the database and its tables with `seckill-reconciler migrate`, or fix its name in SECKILL_MYSQL_URL",
+    ),
+    (
+        1146,
+        "create the tables with `seckill-reconciler migrate` (same SECKILL_MYSQL_URL)",
+    ),
+];
+
+/// Why MySQL is not usable at start.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum StartCheck {
+    /// Waiting cannot fix it: the message names the server's error and the
+    /// remedy.
+    Permanent(String),
+    /// The server is down, busy or slow: wait and check again.
+    Transient(String),
+}
+
+impl fmt::Display for StartCheck {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            StartCheck::Permanent(d) | StartCheck::Transient(d) => f.write_str(d),
+        }
+    }
+}
+
+/// A MySQL error as an operator reads it: `ERROR 1049 (42000): Unknown
+/// database 'x'` for a server error, the driver's or the socket's own
+/// text otherwise (the crate's `Display` of its error wraps them in
+/// `DriverError { ... }`).
+fn describe(e: &mysql::Error) -> String {
+    match e {
+        mysql::Error::MySqlError(se) => {
+            format!("ERROR {} ({}): {}", se.code, se.state, se.message)
+        }
+        mysql::Error::DriverError(d) => d.to_string(),
+        mysql::Error::IoError(io) => io.to_string(),
+        other => other.to_string(),
+    }
+}
+
+/// Classifies `e` by [`PERMANENT`].
+fn classify(e: &mysql::Error) -> StartCheck {
+    let text = describe(e);
+    match e {
+        mysql::Error::MySqlError(se) => match PERMANENT.iter().find(|(c, _)| *c == se.code) {
+            Some((_, remedy)) => StartCheck::Permanent(format!("{text}: {remedy}")),
+            None => StartCheck::Transient(text),
+        },
+        _ => StartCheck::Transient(text),
+    }
+}
+
+/// The migrations of [`MIGRATIONS`] that `applied` lacks.
+fn missing(applied: &[u32]) -> Vec<u32> {
+    MIGRATIONS
+        .iter()
+        .map(|(v, _, _)| *v)
+        .filter(|v| !applied.contains(v))
+        .collect()
+}
+
+/// Connects to `url` (connect, read and write timeout `timeout`) and reads
+/// the applied migrations.
+///
+/// Errors: [`StartCheck::Permanent`] for an error of [`PERMANENT`] or
+/// migrations this build needs that are not applied;
+/// [`StartCheck::Transient`] for anything else.
+pub fn check(url: &str, timeout: Duration) -> Result<(), StartCheck> {
+    let mut conn = schema::connect(url, timeout).map_err(|e| match e {
+        SchemaError::Mysql(m) => classify(&m),
+        // Parsed at start already; kept apart all the same.
+        other => StartCheck::Permanent(other.to_string()),
+    })?;
+    let applied: Vec<u32> = conn
+        .query("SELECT version FROM schema_migrations")
+        .map_err(|e| classify(&e))?;
+    let lacking = missing(&applied);
+    if lacking.is_empty() {
+        return Ok(());
+    }
+    Err(StartCheck::Permanent(format!(
+        "migrations {lacking:?} of this build are not applied: run `seckill-reconciler migrate` (same SECKILL_MYSQL_URL)"
+    )))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn server_error(code: u16) -> mysql::Error {
+        mysql::Error::MySqlError(mysql::MySqlError {
+            state: "42000".into(),
+            message: "x".into(),
+            code,
+        })
+    }
+
+    #[test]
+    fn access_denied_unknown_database_and_missing_tables_are_permanent_the_rest_transient() {
+        for code in [1044, 1045, 1049, 1146] {
+            assert!(
+                matches!(classify(&server_error(code)), StartCheck::Permanent(_)),
+                "{code}"
+            );
+        }
+        for code in [1040, 1053, 2013, 1205] {
+            assert!(
+                matches!(classify(&server_error(code)), StartCheck::Transient(_)),
+                "{code}"
+            );
+        }
+        let refused = mysql::Error::IoError(std::io::ErrorKind::ConnectionRefused.into());
+        assert!(matches!(classify(&refused), StartCheck::Transient(_)));
+        assert_eq!(
+            classify(&server_error(1049)).to_string(),
+            "ERROR 1049 (42000): x: create the database and its tables with \
+             `seckill-reconciler migrate`, or fix its name in SECKILL_MYSQL_URL"
+        );
+    }
+
+    #[test]
+    fn a_schema_without_every_migration_of_this_build_is_missing_them() {
+        let all: Vec<u32> = MIGRATIONS.iter().map(|(v, _, _)| *v).collect();
+        assert!(missing(&all).is_empty());
+        let last = all.last().copied().unwrap_or_default();
+        let older: Vec<u32> = all.iter().copied().filter(|v| *v != last).collect();
+        assert_eq!(missing(&older), vec![last]);
+    }
+}
