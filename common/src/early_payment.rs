@@ -4,18 +4,20 @@
 //! `unknown_reservation` (no order yet). Once the order exists, such a
 //! payment is decided again exactly as if it had come then, with the time
 //! the gateway received it: paid when the order is pending, the payment
-//! was received before `pay_by` and is of the sale's price; `late_payment`
-//! or `payment_amount_mismatch` otherwise. Each one in its own transaction
+//! was received at or before `pay_by` and is of the sale's price;
+//! `late_payment`, `payment_after_cancellation` or
+//! `payment_amount_mismatch` otherwise. Each one in its own transaction
 //! under the `payments` row's lock, so two sweepers decide it once.
 //!
-//! Run by every worker's expiry sweep before it expires anything
-//! (`worker/src/expiry.rs`), so an order paid in time is never expired for
-//! the order of two messages (the hostile pass: a prompt payer's order
-//! expired although paid 5 s before its deadline).
+//! Run by every worker's expiry sweep at the start of each pass, and for
+//! the orders it closed before it expires them (`worker/src/expiry.rs`),
+//! so an order paid in time is never expired for the order of two
+//! messages.
 
 use crate::lifecycle::{decide, tx_opts, LifecycleError, Payment, PaymentOutcome};
+use crate::schema::placeholders;
 use mysql::prelude::Queryable;
-use mysql::Conn;
+use mysql::{Conn, Params, Value};
 
 /// A payment decided again now that its order exists.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -35,14 +37,44 @@ pub struct Decided {
 ///
 /// Errors: MySQL failures (the payments decided before stay decided).
 pub fn apply(db: &mut Conn, limit: usize) -> Result<Vec<Decided>, LifecycleError> {
-    let waiting: Vec<(String, String, u64, u64)> = db.exec(
-        "SELECT p.payment_id, p.reservation_id, p.amount_cents,
-                CAST(UNIX_TIMESTAMP(p.received_at) * 1000 AS UNSIGNED)
-         FROM payments p JOIN orders o ON o.reservation_id = p.reservation_id
-         WHERE p.sale_id IS NULL AND p.outcome = 'unknown_reservation'
-         LIMIT ?",
-        (limit as u64,),
-    )?;
+    let waiting: Vec<Waiting> = db.exec(format!("{WAITING} LIMIT ?"), (limit as u64,))?;
+    decide_each(db, waiting)
+}
+
+/// [`apply`] for the payments of `reservation_ids` only, all of them: what
+/// the sweep runs for the orders it closed, before it expires them (a
+/// payment received in time whose receipt was forgotten once MySQL
+/// recorded it `unknown_reservation`, `receipt.rs`).
+///
+/// Errors: as [`apply`].
+pub fn apply_for(
+    db: &mut Conn,
+    reservation_ids: &[String],
+) -> Result<Vec<Decided>, LifecycleError> {
+    if reservation_ids.is_empty() {
+        return Ok(Vec::new());
+    }
+    let sql = format!(
+        "{WAITING} AND p.reservation_id IN ({})",
+        placeholders(reservation_ids.len())
+    );
+    let params: Vec<Value> = reservation_ids
+        .iter()
+        .map(|r| Value::from(r.as_str()))
+        .collect();
+    let waiting: Vec<Waiting> = db.exec(sql, Params::Positional(params))?;
+    decide_each(db, waiting)
+}
+
+/// Payment id, reservation id, amount, received (Unix ms).
+type Waiting = (String, String, u64, u64);
+
+const WAITING: &str = "SELECT p.payment_id, p.reservation_id, p.amount_cents,
+        CAST(UNIX_TIMESTAMP(p.received_at) * 1000 AS UNSIGNED)
+ FROM payments p JOIN orders o ON o.reservation_id = p.reservation_id
+ WHERE p.sale_id IS NULL AND p.outcome = 'unknown_reservation'";
+
+fn decide_each(db: &mut Conn, waiting: Vec<Waiting>) -> Result<Vec<Decided>, LifecycleError> {
     let mut out = Vec::with_capacity(waiting.len());
     for (payment_id, reservation_id, amount_cents, received_ms) in waiting {
         let mut tx = db.start_transaction(tx_opts())?;

@@ -49,7 +49,9 @@
 //! - [`lifecycle`]: the transitions out of `pending_payment` (expire, cancel,
 //!   pay) in MySQL and the Redis step that puts a released unit back on sale.
 //! - [`payment`]: the payment service's signed message (HMAC-SHA256 over
-//!   timestamp and body) and the durable payment queue in Redis.
+//!   timestamp and body) and the durable payment queue in Redis;
+//!   [`receipt`]: the record of when a payment was received, which the
+//!   expiry sweep's closing of a reservation respects.
 //! - [`notify`]: systemd readiness (`sd_notify`) for `Type=notify` units.
 //! - [`shutdown`]: the SIGINT/SIGTERM flag and logging set-up.
 //! - [`start`]: the start-up and exit codes every binary shares.
@@ -81,6 +83,7 @@ pub mod owned_key;
 pub mod payment;
 pub mod process_metrics;
 pub mod quarantine;
+pub mod receipt;
 pub mod redact;
 pub mod redis_server;
 pub mod redis_target;

@@ -32,7 +32,9 @@
 //! another reservation or amount changes nothing either but is recorded in
 //! `payment_conflicts`: the first payment stands), then the guarded
 //! `UPDATE` to `paid`, which only succeeds while the order is pending and
-//! the payment was received before `pay_by`.
+//! the payment was received at or before `pay_by` (both Redis's clock:
+//! `receipt.rs` has the rule and why the sweep never expires an order
+//! whose payment was received in time).
 
 use crate::buckets::home_bucket;
 use crate::keys::SaleKeys;
@@ -90,24 +92,56 @@ pub(crate) fn tx_opts() -> TxOpts {
     TxOpts::default().set_isolation_level(Some(IsolationLevel::ReadCommitted))
 }
 
-/// Expires up to `limit` pending orders whose `pay_by` has passed (MySQL's
-/// clock), found by the index (`status`, `pay_by`), oldest deadline first;
-/// one transaction per sale among them. Returns how many this call expired
-/// (orders another sweeper took first are not counted). Their Redis step is
-/// left to [`complete_releases`].
+/// A pending order past its deadline, as the sweep finds it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Due {
+    /// `orders.id`.
+    pub id: u64,
+    /// Its sale.
+    pub sale_id: u64,
+    /// Its reservation id (the payment receipts' key, `receipt::key`).
+    pub reservation_id: String,
+    /// Its deadline, Unix ms (Redis's clock: `reserved_at_ms` + window).
+    pub pay_by_ms: u64,
+}
+
+/// Up to `limit` pending orders whose `pay_by` has passed (MySQL's clock),
+/// found by the index (`status`, `pay_by`), oldest deadline first. The
+/// sweep closes each in Redis (`receipt::close`), applies the payments
+/// received before, then expires the closed ones ([`expire`]).
 ///
-/// Errors: [`LifecycleError::Mysql`], [`LifecycleError::Inconsistent`]
-/// (that sale's transaction rolled back; the others of the batch stand).
-pub fn expire_due(db: &mut Conn, limit: usize) -> Result<usize, LifecycleError> {
-    let due: Vec<(u64, u64)> = db.exec(
-        "SELECT id, sale_id FROM orders
+/// Errors: MySQL failures.
+pub fn due_orders(db: &mut Conn, limit: usize) -> Result<Vec<Due>, LifecycleError> {
+    let rows: Vec<(u64, u64, String, u64)> = db.exec(
+        "SELECT id, sale_id, reservation_id, CAST(UNIX_TIMESTAMP(pay_by) * 1000 AS UNSIGNED)
+         FROM orders
          WHERE status = 'pending_payment' AND pay_by <= UTC_TIMESTAMP(3)
          ORDER BY pay_by LIMIT ?",
         (limit as u64,),
     )?;
+    Ok(rows
+        .into_iter()
+        .map(|(id, sale_id, reservation_id, pay_by_ms)| Due {
+            id,
+            sale_id,
+            reservation_id,
+            pay_by_ms,
+        })
+        .collect())
+}
+
+/// Expires `orders` (closed by the sweep: every payment received before
+/// their closing applied), those still pending and past their deadline;
+/// one transaction per sale. Returns how many this call expired (orders
+/// paid meanwhile, or taken by another sweeper, are not counted). Their
+/// Redis step is left to [`complete_releases`].
+///
+/// Errors: [`LifecycleError::Mysql`], [`LifecycleError::Inconsistent`]
+/// (that sale's transaction rolled back; the others stand).
+pub fn expire(db: &mut Conn, orders: &[Due]) -> Result<usize, LifecycleError> {
     let mut by_sale: BTreeMap<u64, Vec<u64>> = BTreeMap::new();
-    for (id, sale) in due {
-        by_sale.entry(sale).or_default().push(id);
+    for o in orders {
+        by_sale.entry(o.sale_id).or_default().push(o.id);
     }
     let mut n = 0;
     for (sale, ids) in by_sale {
@@ -133,7 +167,7 @@ pub enum Cancelled {
 /// Cancels the pending order of `user_id` in sale `sale_id` (the MySQL
 /// step; see the module doc).
 ///
-/// Errors: as [`expire_due`].
+/// Errors: as [`expire`].
 pub fn cancel(db: &mut Conn, sale_id: u64, user_id: &str) -> Result<Cancelled, LifecycleError> {
     let row: Option<(u64, String, String)> = db.exec_first(
         "SELECT id, reservation_id, status FROM orders WHERE sale_id = ? AND live_user_id = ?",
@@ -430,10 +464,14 @@ pub enum PaymentOutcome {
     /// The amount is not the sale's price (`payment_amount_mismatch`): the
     /// order stays pending; a finding for a person.
     AmountMismatch,
-    /// Received after the deadline, or the order expired or was cancelled
-    /// (`late_payment`): the order stays as it is; a finding (refund, or
-    /// re-create the order by hand if stock allows).
+    /// Received after the deadline (`late_payment`): the order stays as it
+    /// is (pending until the sweep expires it, or expired); a finding
+    /// (refund, or re-create the order by hand if stock allows).
     Late,
+    /// The buyer cancelled the order before the payment was applied
+    /// (`payment_after_cancellation`), whenever it was received: the order
+    /// stays cancelled; a finding (refund).
+    AfterCancellation,
     /// No order has this reservation id (`unknown_reservation`).
     UnknownReservation,
     /// The order is paid already by another payment id, or is final without
@@ -449,6 +487,7 @@ impl PaymentOutcome {
             PaymentOutcome::Paid => "paid",
             PaymentOutcome::AmountMismatch => "payment_amount_mismatch",
             PaymentOutcome::Late => "late_payment",
+            PaymentOutcome::AfterCancellation => "payment_after_cancellation",
             PaymentOutcome::UnknownReservation => "unknown_reservation",
             PaymentOutcome::NotPayable => "not_payable",
         }
@@ -462,6 +501,7 @@ impl FromStr for PaymentOutcome {
             PaymentOutcome::Paid,
             PaymentOutcome::AmountMismatch,
             PaymentOutcome::Late,
+            PaymentOutcome::AfterCancellation,
             PaymentOutcome::UnknownReservation,
             PaymentOutcome::NotPayable,
         ]
@@ -540,8 +580,8 @@ pub fn pay(db: &mut Conn, p: &Payment) -> Result<Paid, LifecycleError> {
 }
 
 /// Locks the order of `p.reservation_id` (`FOR UPDATE`) and decides the
-/// payment: paid when pending, received before `pay_by` and of the sale's
-/// price (the guarded `UPDATE` done here), else the outcome that says why.
+/// payment: paid when pending, received at or before `pay_by` and of the
+/// sale's price (the guarded `UPDATE` done here), else the outcome that says why.
 /// Returns the order's sale (none without an order) and the outcome; the
 /// caller records it in `payments` in the same transaction.
 ///
@@ -552,7 +592,7 @@ pub(crate) fn decide(
 ) -> Result<(Option<u64>, PaymentOutcome), LifecycleError> {
     let order: Option<(u64, u64, String, u64, bool)> = tx.exec_first(
         "SELECT o.id, o.sale_id, o.status, s.price_cents,
-                COALESCE(o.pay_by > FROM_UNIXTIME(? / 1000), 0)
+                COALESCE(o.pay_by >= FROM_UNIXTIME(? / 1000), 0)
          FROM orders o JOIN sales s ON s.id = o.sale_id
          WHERE o.reservation_id = ? FOR UPDATE",
         (p.received_ms, &p.reservation_id),
@@ -579,7 +619,8 @@ pub(crate) fn decide(
                         PaymentOutcome::Late
                     }
                 }
-                OrderStatus::Expired | OrderStatus::Cancelled => PaymentOutcome::Late,
+                OrderStatus::Expired => PaymentOutcome::Late,
+                OrderStatus::Cancelled => PaymentOutcome::AfterCancellation,
                 OrderStatus::Paid | OrderStatus::Confirmed => PaymentOutcome::NotPayable,
             };
             (Some(sale), outcome)

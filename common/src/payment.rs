@@ -168,7 +168,8 @@ pub struct PaymentMessage {
     pub payment_id: String,
     /// See [`PaymentRequest`].
     pub amount_cents: u64,
-    /// When the gateway received it, Unix ms (compared with `pay_by`).
+    /// When the gateway received it, Unix ms by Redis's clock (the
+    /// receipt script's `TIME`, `crate::receipt`): compared with `pay_by`.
     pub received_ms: u64,
 }
 
@@ -189,7 +190,7 @@ impl PaymentMessage {
         {
             return Err("bad version or id".into());
         }
-        // The gateway's clock wrote it; a time MySQL's FROM_UNIXTIME cannot
+        // Redis's clock wrote it (the receipt script); a time MySQL's FROM_UNIXTIME cannot
         // take (error 1292, retried in vain) or one before this system
         // existed (it would count as paid in time) is not one of ours.
         if !RECEIVED_MS_RANGE.contains(&m.received_ms) {
@@ -317,15 +318,17 @@ pub fn enqueue_cancel<C: redis::ConnectionLike>(
     redis::cmd("LPUSH").arg(QUEUE).arg(m.to_json()).query(con)
 }
 
-/// Queues `m` durably (`LPUSH` [`QUEUE`]).
+/// Receives payment `m` and queues it durably, with its receipt, in one
+/// script (`crate::receipt::receive`: `m.received_ms` is replaced by
+/// Redis's clock). Returns the message as queued.
 ///
 /// Errors: Redis failures (nothing queued, or unknown on a broken
 /// connection: a repeat is the same `payment_id`, applied once).
 pub fn enqueue<C: redis::ConnectionLike>(
     con: &mut C,
     m: &PaymentMessage,
-) -> redis::RedisResult<()> {
-    redis::cmd("LPUSH").arg(QUEUE).arg(m.to_json()).query(con)
+) -> redis::RedisResult<PaymentMessage> {
+    crate::receipt::receive(con, m)
 }
 
 /// A dead-letter entry of the payment queue: JSON `{"message", "reason"}`

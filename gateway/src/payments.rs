@@ -10,7 +10,10 @@
 //! 401 `bad_signature`; a timestamp further than
 //! `SECKILL_PAYMENT_TOLERANCE` from now → 401 `signature_expired`; a body
 //! that is not exactly `{"reservation_id", "payment_id", "amount_cents"}`
-//! with ids of the right shape → 400 `invalid_request`; else queued → 202.
+//! with ids of the right shape → 400 `invalid_request`; else received and
+//! queued → 202, by one script that also records the receipt with Redis's
+//! time (`seckill_common::receipt`: that time, at or before `pay_by`, is
+//! what makes the payment in time, whenever a worker applies it).
 //! The signature is checked before the body is read as JSON, so an
 //! unsigned body learns nothing. A reservation id the system never issued
 //! cannot be told apart in Redis cheaply (a reservation id names no sale),
@@ -73,13 +76,14 @@ pub fn pay(app: &App, signature: Option<&str>, body: &[u8]) -> Reply {
         reservation_id: req.reservation_id,
         payment_id: req.payment_id,
         amount_cents: req.amount_cents,
+        // Replaced by Redis's clock in the receipt script.
         received_ms: now_ms,
     };
     match app
         .links
         .with(|link| link.with(|con| payment::enqueue(con, &m)))
     {
-        Ok(()) => Reply::json(
+        Ok(m) => Reply::json(
             202,
             json!({ "payment_id": m.payment_id, "status": "queued" }),
         ),

@@ -286,7 +286,7 @@ pub struct OddPayment {
     pub amount_cents: u64,
     /// `payments.outcome` (of the first payment, for a conflict).
     pub outcome: String,
-    /// When the gateway received it, Unix ms.
+    /// When the gateway received it, Unix ms (Redis's clock).
     pub received_ms: u64,
     /// For a row of `payment_conflicts`: the first payment of this id, the
     /// one that stands (its reservation and amount).

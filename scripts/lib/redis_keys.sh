@@ -1,5 +1,6 @@
 # Shared shell functions of scripts/demo.sh: find and remove exactly the
-# Redis keys one run created (one sale's `seckill:{sale:ID}:*` keys, its id in
+# Redis keys one run created (one sale's `seckill:{sale:ID}:*` keys, the
+# payment receipts `seckill:{payments}:receipt:RID` of its reservations, its id in
 # `seckill:sales`, its worker ids in `seckill:workers` and their heartbeats)
 # on a Redis it did not start, so a shared server is left as it was. Keys
 # are found with SCAN MATCH on the sale's exact hash-tag prefix: never KEYS,
@@ -29,6 +30,19 @@ redis_set_members() {
   done
 }
 
+# redis_hash_fields URL KEY: prints the fields of hash KEY, one a line
+# (HSCAN, never HKEYS on an unbounded hash).
+redis_hash_fields() {
+  local cursor=0 out
+  while :; do
+    out=$(rcli "$1" hscan "$2" "$cursor" COUNT 1000) || return 1
+    cursor=$(head -n 1 <<<"$out")
+    tail -n +2 <<<"$out" | awk 'NR % 2 == 1' | grep -v '^$' || true
+    [ "$cursor" = 0 ] && return 0
+    [[ "$cursor" =~ ^[0-9]+$ ]] || return 1
+  done
+}
+
 # redis_worker_holds URL WORKER: prints how many messages WORKER's
 # processing lists hold over every sale in seckill:sales. A worker holding
 # any must stay in seckill:workers: removing it would leave them for no one
@@ -52,6 +66,14 @@ remove_run_keys() {
   local url=$1 sale=$2; shift 2
   local n w held gone=()
   if [ -n "$sale" ]; then
+    # The payment receipts of its reservations (common/src/receipt.rs): an
+    # expired order's closing mark outlives the sale by an hour.
+    n=$(redis_sale_keys "$url" "$sale" | grep ':status$' \
+      | while read -r k; do redis_hash_fields "$url" "$k" || exit 1; done \
+      | sed 's/^/seckill:{payments}:receipt:/' \
+      | xargs -r -d '\n' -n 100 redis-cli -u "$url" --no-auth-warning unlink \
+      | awk '{ n += $1 } END { print n + 0 }') || return 1
+    echo "removed the $n payment receipts of its reservations"
     n=$(redis_sale_keys "$url" "$sale" \
       | xargs -r -d '\n' -n 100 redis-cli -u "$url" --no-auth-warning unlink \
       | awk '{ n += $1 } END { print n + 0 }') || return 1
@@ -78,6 +100,7 @@ print_run_keys_removal() {
   local url=$1 sale=$2; shift 2
   local r="redis-cli -u '$url'"
   if [ -n "$sale" ]; then
+    echo "  $r --raw hkeys 'seckill:{sale:$sale}:status' | sed 's/^/seckill:{payments}:receipt:/' | xargs -r -d '\\n' $r unlink"
     echo "  $r --scan --pattern 'seckill:{sale:$sale}:*' | xargs -r -d '\\n' $r unlink"
     echo "  $r srem seckill:sales $sale"
   fi

@@ -7,10 +7,11 @@
 
 use redis::{ConnectionLike, RedisResult, Value};
 use seckill_common::keys::{self, SaleKeys};
+use seckill_common::payment::PaymentMessage;
 use seckill_common::redis_target::Con;
 use seckill_common::slot_router::slot_of;
 use seckill_common::{archive, data_loss, dead_letter, in_flight, owned_key, release, reorder};
-use seckill_common::{reliable_queue, reservation, status_write, transfer};
+use seckill_common::{receipt, reliable_queue, reservation, status_write, transfer};
 use seckill_tests::cluster::{RedisCluster, TestRedis};
 use seckill_tests::{create_sale, TestDb};
 use std::collections::BTreeSet;
@@ -172,6 +173,24 @@ fn every_script_runs_on_a_redis_cluster_with_all_its_keys_in_one_slot() {
         .unwrap();
     assert!(owned_key::extend(&mut r, keys::RECONCILE_LOCK, "t", 60_000).unwrap());
     assert!(owned_key::release(&mut r, keys::RECONCILE_LOCK, "t").unwrap());
+    // The payment receipt's scripts: the gateway's receive (with the
+    // payment queue), the sweep's closing, the forget after MySQL.
+    let queued = receipt::receive(
+        &mut r,
+        &PaymentMessage {
+            v: 1,
+            reservation_id: rid.clone(),
+            payment_id: "p-1".into(),
+            amount_cents: 1,
+            received_ms: 0,
+        },
+    )
+    .unwrap();
+    assert_eq!(
+        receipt::close(&mut r, &rid, 1).unwrap(),
+        receipt::Closing::Closed(vec![queued.clone()])
+    );
+    receipt::forget(&mut r, &queued).unwrap();
 
     // A sale split over 3 buckets: each bucket's load script, then a
     // snapshot and a transfer (its two steps) between two buckets.
@@ -201,13 +220,14 @@ fn every_script_runs_on_a_redis_cluster_with_all_its_keys_in_one_slot() {
         .unwrap();
     assert_eq!(tomb.len(), 5, "{tomb:?}");
 
-    // The 17 scripts of `common` (release::check and release_order share
+    // The 20 scripts of `common` (release::check and release_order share
     // one), every call on a single slot: the sale's, a bucket's of the
-    // split sale, or the lock's for the owned key.
+    // split sale, the lock's for the owned key, or the payments'.
     let scripts: BTreeSet<&String> = r.calls.iter().map(|c| &c.0).collect();
-    assert_eq!(scripts.len(), 17);
+    assert_eq!(scripts.len(), 20);
     let sale_slot = slot_of(&k.stock());
     let lock_slot = slot_of(keys::RECONCILE_LOCK);
+    let payments_slot = slot_of(seckill_common::payment::QUEUE);
     let bucket_slots: Vec<u16> = seckill_common::buckets::all(split.id, 3)
         .iter()
         .map(|b| slot_of(&b.stock()))
@@ -216,7 +236,7 @@ fn every_script_runs_on_a_redis_cluster_with_all_its_keys_in_one_slot() {
         assert_eq!(slots.len(), 1, "script call {i} spans slots {slots:?}");
         let s = *slots.iter().next().unwrap();
         assert!(
-            s == sale_slot || s == lock_slot || bucket_slots.contains(&s),
+            s == sale_slot || s == lock_slot || s == payments_slot || bucket_slots.contains(&s),
             "call {i}: slot {s}"
         );
     }

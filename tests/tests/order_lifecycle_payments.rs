@@ -11,7 +11,7 @@ mod support;
 use mysql::prelude::Queryable;
 use redis::Commands;
 use seckill_common::keys::SaleKeys;
-use seckill_common::payment::{enqueue, PaymentMessage};
+use seckill_common::payment::PaymentMessage;
 use seckill_tests::{RedisServer, TempDir, TestDb};
 use std::time::Duration;
 use support::{pay, reserve_users, wait_orders, Opts, WorkerProc};
@@ -180,18 +180,22 @@ fn payments_the_workers_give_up_on_are_dead_letter_findings_of_sale_0() {
     let file = review.path().join("review.sqlite3");
     let _sale = seckill_tests::create_windowed_sale(&redis, &db, &file, 1, "1h");
     let rid = "0123456789abcdef0123456789abcdef";
-    // Received in 1970: refused at parse, dead-lettered at once.
-    enqueue(
-        &mut redis.con(),
-        &PaymentMessage {
-            v: 1,
-            reservation_id: rid.into(),
-            payment_id: "pay-1970".into(),
-            amount_cents: 1999,
-            received_ms: 1_000,
-        },
-    )
-    .unwrap();
+    // Received in 1970 (pushed as is: the gateway's script writes Redis's
+    // clock): refused at parse, dead-lettered at once.
+    let _: () = redis
+        .con()
+        .lpush(
+            seckill_common::payment::QUEUE,
+            PaymentMessage {
+                v: 1,
+                reservation_id: rid.into(),
+                payment_id: "pay-1970".into(),
+                amount_cents: 1999,
+                received_ms: 1_000,
+            }
+            .to_json(),
+        )
+        .unwrap();
     let _: () = redis
         .con()
         .lpush(seckill_common::payment::QUEUE, "not json")

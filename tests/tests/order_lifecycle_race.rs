@@ -75,7 +75,7 @@ fn payments_racing_their_deadline_end_paid_or_expired_never_both() {
     };
 
     // Each order's payment at its deadline + (i mod 11) - 5 ms, received
-    // then (the gateway's receipt time), in deadline order.
+    // then (the receipt script's time), in deadline order.
     let mut c = db.conn();
     c.query_drop("SET time_zone = '+00:00'")
         .expect("UTC session");
@@ -158,6 +158,11 @@ fn payments_racing_their_deadline_end_paid_or_expired_never_both() {
     );
     assert_eq!(books(&mut c, sale), (expired, paid, 0));
     let k = SaleKeys::new(sale);
+    // Redis follows MySQL's decision (the sweep's Redis step): wait for it.
+    seckill_tests::wait_until(LONG, "every expired unit's Redis step", || {
+        let r: i64 = con.hlen(k.released()).unwrap_or(-1);
+        r == expired
+    });
     let stock: i64 = con.get(k.stock()).expect("Redis stock");
     let released: i64 = con.hlen(k.released()).expect("released hash");
     let flows: i64 = con.hlen(k.flow()).expect("flow records");

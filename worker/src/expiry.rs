@@ -3,9 +3,17 @@
 //! and completes every release whose Redis step is not done yet (a crash
 //! between the MySQL and the Redis step, a cancellation).
 //!
-//! One pass: [`lifecycle::expire_due`] (MySQL, up to `SECKILL_WORKER_BATCH`
-//! orders by the index (`status`, `pay_by`), one transaction per sale),
-//! then [`lifecycle::complete_releases`] (Redis, then the MySQL mark). A
+//! One pass: the payments that came before their order
+//! ([`early_payment::apply`]); the pending orders past their deadline
+//! ([`lifecycle::due_orders`], up to `SECKILL_WORKER_BATCH` by the index
+//! (`status`, `pay_by`)), each closed in Redis ([`receipt::close`]: from
+//! then on a payment for it is late) with every payment received before
+//! the closing applied in MySQL first, then those still pending expired
+//! ([`lifecycle::expire`], one transaction per sale); then
+//! [`lifecycle::complete_releases`] (Redis, then the MySQL mark). So an
+//! order whose payment the gateway received at or before `pay_by` is
+//! never expired, however late a worker applies the payment
+//! (`common/src/receipt.rs` has the argument). A
 //! pass that did something is followed by the next at once; an idle one
 //! by a pause of `SECKILL_WORKER_EXPIRY_EVERY`. Every worker runs one:
 //! the guarded `UPDATE` (under the rows' locks) lets exactly one sweeper
@@ -25,7 +33,8 @@ use crate::links::Links;
 use crate::metrics::{count, Metrics};
 use crate::WorkerError;
 use seckill_common::early_payment;
-use seckill_common::lifecycle::{self, Completed, PaymentOutcome};
+use seckill_common::lifecycle::{self, Completed, Due, Paid, PaymentOutcome};
+use seckill_common::receipt::{self, Closing};
 use seckill_common::redis_target::{Con, Target};
 use seckill_common::{Config, Shutdown};
 use std::sync::Arc;
@@ -114,34 +123,40 @@ impl Expiry {
         }
     }
 
-    /// One pass; `true` when it expired or completed anything.
+    /// Counts the payments the sweep decided and writes `paid` as the Redis
+    /// status of each order they paid (MySQL decided; a failed write is
+    /// logged, and the reconciler compares MySQL).
+    fn decided(&self, db: &mut mysql::Conn, con: &mut Con, decided: &[early_payment::Decided]) {
+        for d in decided {
+            count(
+                &self.metrics.payments,
+                crate::metrics::payment_outcome_index(d.outcome),
+            );
+            if d.outcome == PaymentOutcome::Paid {
+                if let Err(e) = crate::payments::write_paid(con, db, &d.reservation_id) {
+                    log::warn!("expiry sweep: paid status of {}: {e}", d.reservation_id);
+                }
+            }
+        }
+    }
+
+    /// One pass; `true` when it decided, expired or completed anything.
     fn pass(
         &self,
         db: &mut mysql::Conn,
         con: &mut Con,
         crash: &mut CrashPoints,
-    ) -> Result<bool, lifecycle::LifecycleError> {
+    ) -> Result<bool, PassError> {
         // Payments that came before their order first: an order paid in
         // time is decided paid before its deadline can expire it.
         let early = early_payment::apply(db, self.batch)?;
-        for d in &early {
-            let i = match d.outcome {
-                PaymentOutcome::Paid => 0,
-                PaymentOutcome::AmountMismatch => 1,
-                PaymentOutcome::Late => 2,
-                PaymentOutcome::UnknownReservation => 3,
-                PaymentOutcome::NotPayable => 4,
-            };
-            count(&self.metrics.payments, i);
-            if d.outcome == PaymentOutcome::Paid {
-                if let Err(e) = crate::payments::write_paid(con, db, &d.reservation_id) {
-                    // MySQL decided; the status read says paid after the
-                    // next write (the reconciler compares MySQL).
-                    log::warn!("expiry sweep: paid status of {}: {e}", d.reservation_id);
-                }
-            }
-        }
-        let expired = lifecycle::expire_due(db, self.batch)?;
+        self.decided(db, con, &early);
+        let due = lifecycle::due_orders(db, self.batch)?;
+        let (closed, applied) = close(db, con, &due)?;
+        let rids: Vec<String> = closed.iter().map(|d| d.reservation_id.clone()).collect();
+        let waiting = early_payment::apply_for(db, &rids)?;
+        self.decided(db, con, &waiting);
+        let expired = lifecycle::expire(db, &closed)?;
         if expired > 0 {
             crash.reached(CrashPoint::ExpireAfterMysql);
         }
@@ -159,12 +174,86 @@ impl Expiry {
         }
         if expired > 0 || done.released > 0 || done.already > 0 || done.not_found > 0 {
             log::info!(
-                "expiry sweep: {expired} expired in MySQL; Redis: {} released, {} already, {} not found",
+                "expiry sweep: {expired} expired in MySQL ({} closed, {applied} payments received \
+                 before the closing applied); Redis: {} released, {} already, {} not found",
+                closed.len(),
                 done.released,
                 done.already,
                 done.not_found
             );
         }
-        Ok(!early.is_empty() || expired > 0 || done != Completed::default())
+        Ok(!early.is_empty()
+            || applied > 0
+            || !waiting.is_empty()
+            || expired > 0
+            || done != Completed::default())
+    }
+}
+
+/// Closes each of `due` in Redis (`receipt::close`) and applies in MySQL
+/// every payment received before its closing (`lifecycle::pay`, one
+/// payment by its id however many apply it), then forgets those receipts.
+/// Returns the orders closed (those whose deadline Redis's clock has not
+/// passed yet stay open for the next pass) and how many payments it
+/// applied.
+///
+/// Errors: Redis or MySQL failures (what was closed stays closed; the next
+/// pass closes again and gets the same receipts).
+fn close(db: &mut mysql::Conn, con: &mut Con, due: &[Due]) -> Result<(Vec<Due>, usize), PassError> {
+    let mut closed = Vec::with_capacity(due.len());
+    let mut applied = 0;
+    for d in due {
+        let Closing::Closed(received) = receipt::close(con, &d.reservation_id, d.pay_by_ms)? else {
+            continue;
+        };
+        for m in &received {
+            let done = lifecycle::pay(db, &m.payment())?;
+            log::info!(
+                "expiry sweep: payment {} for {} received before the closing: {done:?}",
+                m.payment_id,
+                m.reservation_id
+            );
+            if let Paid::Applied(PaymentOutcome::Paid) | Paid::Duplicate(PaymentOutcome::Paid) =
+                done
+            {
+                if let Err(e) = crate::payments::write_paid(con, db, &m.reservation_id) {
+                    log::warn!("expiry sweep: paid status of {}: {e}", m.reservation_id);
+                }
+            }
+            receipt::forget(con, m)?;
+            applied += 1;
+        }
+        closed.push(d.clone());
+    }
+    Ok((closed, applied))
+}
+
+/// Why a pass stopped.
+#[derive(Debug)]
+enum PassError {
+    /// A MySQL transition failed (or its Redis step).
+    Lifecycle(lifecycle::LifecycleError),
+    /// A receipt script failed.
+    Redis(redis::RedisError),
+}
+
+impl std::fmt::Display for PassError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            PassError::Lifecycle(e) => write!(f, "{e}"),
+            PassError::Redis(e) => write!(f, "payment receipt: redis: {e}"),
+        }
+    }
+}
+
+impl From<lifecycle::LifecycleError> for PassError {
+    fn from(e: lifecycle::LifecycleError) -> Self {
+        PassError::Lifecycle(e)
+    }
+}
+
+impl From<redis::RedisError> for PassError {
+    fn from(e: redis::RedisError) -> Self {
+        PassError::Redis(e)
     }
 }

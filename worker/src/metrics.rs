@@ -71,7 +71,7 @@ pub const DEAD_LETTER_REASONS: [&str; 7] = [
 /// a delivery of a payment id applied before (`duplicate`) or applied for
 /// another reservation or amount (`conflict`), a failed attempt put back
 /// on the queue (`retried`), and one given up on (`dead_lettered`).
-pub const PAYMENT_OUTCOMES: [&str; 9] = [
+pub const PAYMENT_OUTCOMES: [&str; 10] = [
     "paid",
     "amount_mismatch",
     "late",
@@ -81,7 +81,21 @@ pub const PAYMENT_OUTCOMES: [&str; 9] = [
     "conflict",
     "retried",
     "dead_lettered",
+    "after_cancellation",
 ];
+
+/// The index in [`PAYMENT_OUTCOMES`] of what MySQL made of a payment.
+pub fn payment_outcome_index(o: seckill_common::lifecycle::PaymentOutcome) -> usize {
+    use seckill_common::lifecycle::PaymentOutcome;
+    match o {
+        PaymentOutcome::Paid => 0,
+        PaymentOutcome::AmountMismatch => 1,
+        PaymentOutcome::Late => 2,
+        PaymentOutcome::UnknownReservation => 3,
+        PaymentOutcome::NotPayable => 4,
+        PaymentOutcome::AfterCancellation => 9,
+    }
+}
 
 /// The `outcome` label of `seckill_worker_cancellations_total`, in order:
 /// the pending order is cancelled now, the buyer holds no order, the order
@@ -271,6 +285,7 @@ impl Metrics {
             r,
             "seckill_worker_payments",
             "Payments taken from the payments queue, by outcome: paid, amount_mismatch, late, \
+             after_cancellation, \
              unknown_reservation, not_payable (applied now), duplicate (that payment id applied \
              before), conflict (that id applied before for another reservation or amount), \
              retried (a failed attempt, requeued), dead_lettered",

@@ -9,7 +9,9 @@
 //!
 //! After a payment that made its order `paid` (applied now, or found
 //! applied before: a redelivery repairs a lost write) the reservation's
-//! Redis status becomes `paid`, for `GET .../purchases/me`. The same queue
+//! Redis status becomes `paid`, for `GET .../purchases/me`; after any
+//! payment committed, its receipt is forgotten (`seckill_common::receipt`:
+//! MySQL holds it now). The same queue
 //! carries the buyers' cancellations (`payment::Queued::Cancel`): the
 //! MySQL step (`lifecycle::cancel`, which decides) and then the release's
 //! Redis step (`lifecycle::redis_step`; a failure there is completed by
@@ -23,6 +25,7 @@ use redis::Commands;
 use seckill_common::keys::PurchaseStatus;
 use seckill_common::lifecycle::{self, Cancelled, Paid, PaymentOutcome};
 use seckill_common::payment::{self, CancelMessage, PaymentMessage, Queued};
+use seckill_common::receipt;
 use seckill_common::redis_target::{Con, Target};
 use seckill_common::{Config, Shutdown};
 use std::sync::Arc;
@@ -61,13 +64,7 @@ struct Consumer {
 /// The index in `metrics::PAYMENT_OUTCOMES` of what a payment came to.
 fn payment_outcome(p: &Paid) -> usize {
     match p {
-        Paid::Applied(o) => match o {
-            PaymentOutcome::Paid => 0,
-            PaymentOutcome::AmountMismatch => 1,
-            PaymentOutcome::Late => 2,
-            PaymentOutcome::UnknownReservation => 3,
-            PaymentOutcome::NotPayable => 4,
-        },
+        Paid::Applied(o) => crate::metrics::payment_outcome_index(*o),
         Paid::Duplicate(_) => 5,
         Paid::Conflict(_) => 6,
     }
@@ -200,6 +197,8 @@ fn apply_payment(con: &mut Con, db: &mut mysql::Conn, m: &PaymentMessage) -> Res
     if let Paid::Applied(PaymentOutcome::Paid) | Paid::Duplicate(PaymentOutcome::Paid) = done {
         write_paid(con, db, &m.reservation_id)?;
     }
+    // MySQL holds it now: the sweep no longer needs the receipt.
+    receipt::forget(con, m).map_err(|e| e.to_string())?;
     Ok(done)
 }
 

@@ -1,8 +1,10 @@
 //! Owns the payment rules: every payment the worker did not apply as
 //! `paid` (`payments.outcome`, `seckill_common::lifecycle::PaymentOutcome`)
 //! is one open finding for a person, keyed by the payment id, with the
-//! payment as evidence: `late_payment` (refund, or re-create the order by
-//! hand if stock allows), `payment_amount_mismatch` (the order stays
+//! payment as evidence: `late_payment` (received after `pay_by`: refund,
+//! or re-create the order by hand if stock allows),
+//! `payment_after_cancellation` (the buyer cancelled before the payment
+//! was applied: refund), `payment_amount_mismatch` (the order stays
 //! pending), `payment_unknown_reservation`, `payment_not_payable` (paid
 //! twice: refund). A `payment_id` delivered again for another reservation
 //! or amount is one `payment_conflict` per distinct delivery (keyed
@@ -22,6 +24,7 @@ fn kind(outcome: &str) -> Option<Kind> {
     match PaymentOutcome::from_str(outcome) {
         Ok(PaymentOutcome::Paid) => None,
         Ok(PaymentOutcome::Late) => Some(Kind::LatePayment),
+        Ok(PaymentOutcome::AfterCancellation) => Some(Kind::PaymentAfterCancellation),
         Ok(PaymentOutcome::AmountMismatch) => Some(Kind::PaymentAmountMismatch),
         Ok(PaymentOutcome::UnknownReservation) => Some(Kind::PaymentUnknownReservation),
         // Anything else this build does not know is a payment not applied.
@@ -57,4 +60,46 @@ pub fn observe(sale_id: u64, payments: &[OddPayment]) -> Vec<Observation> {
             Some(o)
         })
         .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn each_stored_outcome_is_its_own_finding_kind() {
+        let odd = |id: &str, outcome: &str| OddPayment {
+            payment_id: id.into(),
+            reservation_id: "0123456789abcdef0123456789abcdef".into(),
+            amount_cents: 1999,
+            outcome: outcome.into(),
+            received_ms: 1_764_400_000_000,
+            conflicts_with: None,
+        };
+        let found = observe(
+            7,
+            &[
+                odd("a", "paid"),
+                odd("b", "late_payment"),
+                odd("c", "payment_after_cancellation"),
+                odd("d", "payment_amount_mismatch"),
+                odd("e", "unknown_reservation"),
+                odd("f", "not_payable"),
+                odd("g", "from_a_newer_build"),
+            ],
+        );
+        let kinds: Vec<(String, Kind)> = found.into_iter().map(|o| (o.subject, o.kind)).collect();
+        assert_eq!(
+            kinds,
+            [
+                ("b", Kind::LatePayment),
+                ("c", Kind::PaymentAfterCancellation),
+                ("d", Kind::PaymentAmountMismatch),
+                ("e", Kind::PaymentUnknownReservation),
+                ("f", Kind::PaymentNotPayable),
+                ("g", Kind::PaymentNotPayable),
+            ]
+            .map(|(s, k)| (s.to_string(), k))
+        );
+    }
 }
