@@ -6,7 +6,9 @@
 #   - a MariaDB/MySQL server on 127.0.0.1:3306 (started when nothing listens);
 #   - an account that can log in over TCP (see scripts/lib/services.sh);
 #   - systemd-analyze (for the unit-file checks);
-#   - setpriv (util-linux: every spawned server dies with its test);
+#   - setpriv (util-linux: every spawned server dies with its test; its
+#     prlimit gives tests/tests/ops_nginx_crowd.rs's nginx systemd's
+#     descriptor limit);
 #   - promtool (Debian's `prometheus`, for tests/tests/metrics_promtool.rs;
 #     installed without starting the Prometheus service, see
 #     scripts/lib/services.sh; its `prometheus` server is run privately by
@@ -14,8 +16,9 @@
 #   - prometheus-node-exporter (Debian; tests/tests/ops_prometheus.rs runs
 #     one privately to export the reconciler's metrics file; installed
 #     without starting the system's exporter);
-#   - nginx (for tests/tests/ops_nginx.rs; installed without starting the
-#     system's nginx);
+#   - nginx (for tests/tests/ops_nginx.rs and ops_nginx_crowd.rs, which
+#     copies Debian's /etc/nginx files into a private prefix; installed
+#     without starting the system's nginx);
 #   - chromium (Debian; tests/tests/e2e_demo.rs renders the demo's
 #     report.html in it, headless);
 #   - schemathesis (PyPI, the version services.sh pins, for

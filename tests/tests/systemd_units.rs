@@ -1,7 +1,9 @@
 //! Specifies the unit files in `systemd/`: each passes `systemd-analyze
 //! verify` without a single warning (with `ExecStart=` pointed at the binaries
 //! this build made), carries the hardening the deployment issue lists, and
-//! keeps its `systemd-analyze security` exposure at 2.0 or below.
+//! keeps its `systemd-analyze security` exposure at 2.0 or below; the nginx
+//! drop-in verifies on Debian's own nginx.service and gives the descriptor
+//! limit scripts/nginx-crowd.sh gives the workers.
 //!
 //! Needs `systemd-analyze` (Debian package `systemd`; `scripts/test.sh`
 //! installs it), not a running systemd: it works as root in a container.
@@ -176,4 +178,46 @@ fn the_example_env_file_parses_as_configuration() {
     }
     vars.remove("RUST_LOG");
     seckill_tests::common::Config::from_map(&vars).expect("every value parses");
+}
+
+/// `systemd/nginx.service.d/seckill.conf` on Debian's own nginx.service
+/// (from the installed package) in a scratch directory.
+fn nginx_with_drop_in(drop_in: &str) -> TempDir {
+    let dir = TempDir::new();
+    std::fs::copy(
+        "/lib/systemd/system/nginx.service",
+        dir.path().join("nginx.service"),
+    )
+    .expect("Debian's nginx.service (./scripts/test.sh installs nginx)");
+    std::fs::create_dir(dir.path().join("nginx.service.d")).unwrap();
+    std::fs::write(dir.path().join("nginx.service.d/seckill.conf"), drop_in).unwrap();
+    dir
+}
+
+#[test]
+fn the_nginx_drop_in_verifies_on_debian_s_unit_and_gives_the_main_file_s_limit() {
+    let drop_in = read_unit("nginx.service.d/seckill.conf");
+    let dir = nginx_with_drop_in(&drop_in);
+    let (code, _, stderr) = analyze(dir.path(), &["verify", "./nginx.service"]);
+    assert_eq!((code, stderr.trim()), (0, ""), "{stderr}");
+    // The drop-in is read: a bad value in it is a warning.
+    let dir = nginx_with_drop_in(&drop_in.replace("LimitNOFILE=", "LimitNOFILE=x"));
+    let (_, _, stderr) = analyze(dir.path(), &["verify", "./nginx.service"]);
+    assert!(stderr.contains("seckill.conf"), "{stderr}");
+    // The service's limit is the workers' (`worker_rlimit_nofile` as
+    // scripts/nginx-crowd.sh sets it).
+    let value = |text: &str, prefix: &str| -> String {
+        text.lines()
+            .find_map(|l| l.strip_prefix(prefix))
+            .unwrap_or_else(|| panic!("no {prefix}"))
+            .to_string()
+    };
+    let script = std::fs::read_to_string(
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("../scripts/nginx-crowd.sh"),
+    )
+    .unwrap();
+    assert_eq!(
+        value(&drop_in, "LimitNOFILE="),
+        value(&script, "RLIMIT_NOFILE=")
+    );
 }
