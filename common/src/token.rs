@@ -14,12 +14,15 @@
 //! ]}
 //! ```
 //!
-//! Each key needs `kid` (the gateway's rule for ids: 1-64 of
-//! `A-Z a-z 0-9 _ . -`, unique in the file), `alg` (`HS256` or `EdDSA`)
-//! and the matching `kty`. An HS256 secret has at least 32 bytes (RFC 7518
-//! §3.2); an Ed25519 `x` (and `d`) exactly 32. A `use` other than `sig`,
-//! or `key_ops` without `verify` or `sign`, refuses the file (RFC 7517
-//! §4.2-4.3: not a key for signatures); other members are ignored. A gateway's file holds the public half of
+//! Each key needs `kid` (unique in the file: 1-128 visible ASCII characters,
+//! as providers publish them; a key made here follows the gateway's rule
+//! for ids, 1-64 of `A-Z a-z 0-9 _ . -`), `alg` (`HS256`, `EdDSA`,
+//! `RS256`, `ES256`; implied for RSA, EC P-256 and Ed25519 keys) and the
+//! matching `kty`. An HS256 secret has at least 32 bytes (RFC 7518 §3.2);
+//! an Ed25519 `x` (and `d`) exactly 32. A key with a `use` other than
+//! `sig`, `key_ops` without `verify` or `sign` (RFC 7517 §4.2-4.3: not a
+//! key for signatures), or another algorithm is passed over
+//! ([`KeySet::skipped`]); other members are ignored. A gateway's file holds the public half of
 //! Ed25519 keys (no `d`), so a gateway holds nothing that can mint a
 //! token; HS256 secrets are shared by necessity.
 
@@ -93,6 +96,18 @@ impl Alg {
 
 /// Smallest RSA modulus accepted, in bits (RFC 7518 §3.3 requires 2048).
 pub const MIN_RSA_BITS: usize = 2048;
+
+/// Longest `kid` read from a key file, in characters.
+pub const FILE_KID_MAX: usize = 128;
+
+/// Whether `kid` may name a key of a key file: 1-[`FILE_KID_MAX`] visible
+/// ASCII characters. Wider than the id rule keys made here follow
+/// ([`generate`]), as providers publish kids such as the standard base64 of
+/// a thumbprint (`+`, `/`, `=`); no space or control character, so a kid
+/// printed in a log line stays one word of that line.
+fn is_file_kid(kid: &str) -> bool {
+    (1..=FILE_KID_MAX).contains(&kid.len()) && kid.bytes().all(|b| b.is_ascii_graphic())
+}
 
 /// The key material of one key.
 #[derive(Clone, PartialEq, Eq)]
@@ -461,8 +476,12 @@ fn one_key(j: RawJwk) -> Result<Key, KeyProblem> {
     }
     let alg = pinned_alg(&j)?;
     let kid = j.kid.clone().ok_or("no kid")?;
-    if !crate::is_valid_token(&kid) {
-        return Err(format!("kid must be {}", crate::TOKEN_RULE).into());
+    if !is_file_kid(&kid) {
+        return Err(format!(
+            "kid must be 1-{FILE_KID_MAX} visible ASCII characters (no space or control \
+             character)"
+        )
+        .into());
     }
     let b64 = |name: &str, v: Option<String>| -> Result<Vec<u8>, String> {
         let v = v.ok_or(format!("no {name}"))?;
@@ -831,6 +850,44 @@ mod tests {
                {{"kty":"RSA","kid":"s","alg":"RS256","n":"{short}","e":"{e}"}}]}}"#
         ))
         .contains("2048"));
+    }
+
+    #[test]
+    fn a_provider_kid_in_standard_base64_is_taken() {
+        // Some providers publish a kid as standard base64 of a thumbprint
+        // (`+`, `/`, `=`), as a user pool's jwks.json does.
+        let b = |v: &[u8]| URL_SAFE_NO_PAD.encode(v);
+        let mut n = vec![0xc5u8; 256];
+        n[255] = 0x01;
+        let kid = "vyVQH7UMjwYboVvyFf+zd4KHZfgc+RtmU/A2vHhgITI=";
+        let file = format!(
+            r#"{{"keys":[{{"alg":"RS256","e":"AQAB","kid":"{kid}","kty":"RSA","n":"{n}","use":"sig"}}]}}"#,
+            n = b(&n),
+        );
+        let set = parse(&file).unwrap();
+        assert_eq!(set.find(kid).map(|k| k.alg), Some(Alg::Rs256));
+        // Still refused: an empty kid, a control character or a space, an
+        // id longer than the bound.
+        let with_kid = |kid: &str| {
+            let file = format!(
+                r#"{{"keys":[{{"e":"AQAB","kid":{kid},"kty":"RSA","n":"{n}"}}]}}"#,
+                kid = serde_json::Value::String(kid.into()),
+                n = b(&n),
+            );
+            match parse(&file) {
+                Err(KeyFileError::BadKey { reason, .. }) => reason,
+                other => panic!("{other:?}"),
+            }
+        };
+        for bad in [
+            "",
+            "a b",
+            "a\nb",
+            "k\u{1b}[2J",
+            &"k".repeat(FILE_KID_MAX + 1),
+        ] {
+            assert!(with_kid(bad).contains("kid must be"), "{bad:?}");
+        }
     }
 
     #[test]
