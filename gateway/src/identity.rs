@@ -6,13 +6,14 @@
 //! memory of verified tokens: `verifier.rs`. With `SECKILL_AUTH=none` the
 //! body's `user_id` is believed as sent (development only).
 //!
-//! A token is a compact JWS (RFC 7515/7519): `alg` HS256 or EdDSA (Ed25519)
+//! A token is a compact JWS (RFC 7515/7519): `alg` HS256, EdDSA, RS256 or ES256
 //! exactly as its key's, `kid` naming a key of the file, `sub` the buyer
 //! (1-64 of `A-Z a-z 0-9 _ . -`), `aud` the configured audience, `exp`
 //! required, `nbf` and `iat` honoured, all three with
 //! `SECKILL_AUTH_LEEWAY`, and a lifetime of at most `SECKILL_AUTH_MAX_TTL`.
 //! Anything else (no token, `alg: none`, an
-//! algorithm that is not its key's, an unknown `kid`, bad base64, a bad
+//! algorithm that is not its key's, an unknown `kid`, a `crit` header
+//! (no extension is understood here), bad base64, a bad
 //! signature, a token over [`MAX_TOKEN_BYTES`]) is 401 `invalid_token`;
 //! an expired token 401 `token_expired`; both with `WWW-Authenticate`.
 

@@ -36,6 +36,10 @@ struct Claims {
 struct KeyChoice {
     alg: String,
     kid: Option<String>,
+    /// RFC 7515 4.1.11: extensions the token must not be taken without;
+    /// the gateway understands none, so a token with `crit` is refused
+    /// (`decode` does not look at it).
+    crit: Option<serde::de::IgnoredAny>,
 }
 
 /// Longest header segment read (base64url); a real one is under 100 bytes.
@@ -113,14 +117,19 @@ impl Why {
 
 impl KeyChoice {
     /// Reads them from `token`. Errors: [`Why::Malformed`] for a header
-    /// that is not base64url JSON with a string `alg`, or too long.
+    /// that is not base64url JSON with a string `alg`, too long, or with
+    /// `crit`.
     fn read(token: &str) -> Result<KeyChoice, Why> {
         let head = token.split('.').next().unwrap_or_default();
         if head.len() > MAX_HEADER_B64 {
             return Err(Why::Malformed);
         }
         let json = URL_SAFE_NO_PAD.decode(head).map_err(|_| Why::Malformed)?;
-        serde_json::from_slice(&json).map_err(|_| Why::Malformed)
+        let choice: KeyChoice = serde_json::from_slice(&json).map_err(|_| Why::Malformed)?;
+        if choice.crit.is_some() {
+            return Err(Why::Malformed);
+        }
+        Ok(choice)
     }
 }
 
@@ -478,6 +487,102 @@ mod tests {
         }
         let line = "seckill_gateway_tokens_refused_total{reason=\"bad_signature\"} 0\n";
         assert!(page.contains(line), "{page}");
+    }
+
+    #[test]
+    fn a_token_with_a_crit_header_is_refused() {
+        // RFC 7515 4.1.11: a JWS whose `crit` lists extensions the
+        // recipient does not understand is invalid; the gateway understands
+        // none, so any `crit` is refused.
+        let hs = generate(Alg::Hs256, "h").unwrap();
+        let v = Verifier::new(
+            &KeySet::of(vec![hs.clone()]),
+            "seckill",
+            30,
+            24 * 3600,
+            1000,
+        );
+        let m = Metrics::default();
+        let claims = Mint::new("dave", "seckill", 60);
+        let mut header = jsonwebtoken::Header::new(jsonwebtoken::Algorithm::HS256);
+        header.kid = Some("h".into());
+        let secret = URL_SAFE_NO_PAD
+            .decode(hs.to_jwk(true)["k"].as_str().unwrap())
+            .unwrap();
+        let key = jsonwebtoken::EncodingKey::from_secret(&secret);
+        let plain = jsonwebtoken::encode(&header, &claims, &key).unwrap();
+        assert_eq!(v.verify(&bearer(plain), now_s(), &m), Ok("dave".into()));
+        header.crit = Some(vec!["seckill-ext".into()]);
+        header.extras.insert("seckill-ext".into(), "1".into());
+        let critical = jsonwebtoken::encode(&header, &claims, &key).unwrap();
+        assert_eq!(
+            v.verify(&bearer(critical), now_s(), &m),
+            Err(Refused::Invalid)
+        );
+    }
+
+    #[test]
+    fn a_removed_key_verifies_nothing_once_its_reload_returned_under_a_flood() {
+        use std::sync::atomic::{AtomicBool, AtomicU64};
+        let a = generate(Alg::Hs256, "a").unwrap();
+        let b = generate(Alg::EdDsa, "b").unwrap();
+        let (with_a, without_a) = (
+            KeySet::of(vec![a.clone(), b.clone()]),
+            KeySet::of(vec![b.clone()]),
+        );
+        let v = Verifier::new(&with_a, "seckill", 30, 24 * 3600, 1000);
+        let m = Metrics::default();
+        let ta = bearer(
+            Signer::new(&a)
+                .unwrap()
+                .mint(&Mint::new("ann", "seckill", 600))
+                .unwrap(),
+        );
+        let tb = bearer(
+            Signer::new(&b)
+                .unwrap()
+                .mint(&Mint::new("ben", "seckill", 600))
+                .unwrap(),
+        );
+        // state % 4: 0 a in the set, 1 removing it, 2 a removed, 3 adding it back.
+        let state = AtomicU64::new(0);
+        let stop = AtomicBool::new(false);
+        let (accepted_after_removal, b_refused, a_accepted) =
+            (AtomicU64::new(0), AtomicU64::new(0), AtomicU64::new(0));
+        std::thread::scope(|s| {
+            for _ in 0..3 {
+                s.spawn(|| {
+                    while !stop.load(Ordering::SeqCst) {
+                        let before = state.load(Ordering::SeqCst);
+                        let ra = v.verify(&ta, now_s(), &m);
+                        let after = state.load(Ordering::SeqCst);
+                        if ra.is_ok() {
+                            a_accepted.fetch_add(1, Ordering::SeqCst);
+                            if before == after && before % 4 == 2 {
+                                accepted_after_removal.fetch_add(1, Ordering::SeqCst);
+                            }
+                        }
+                        if v.verify(&tb, now_s(), &m) != Ok("ben".into()) {
+                            b_refused.fetch_add(1, Ordering::SeqCst);
+                        }
+                    }
+                });
+            }
+            for round in 0..200u64 {
+                state.store(4 * round + 1, Ordering::SeqCst);
+                v.replace_keys(&without_a);
+                state.store(4 * round + 2, Ordering::SeqCst);
+                std::thread::sleep(std::time::Duration::from_micros(500));
+                state.store(4 * round + 3, Ordering::SeqCst);
+                v.replace_keys(&with_a);
+                state.store(4 * round + 4, Ordering::SeqCst);
+                std::thread::sleep(std::time::Duration::from_micros(500));
+            }
+            stop.store(true, Ordering::SeqCst);
+        });
+        assert_eq!(accepted_after_removal.load(Ordering::SeqCst), 0);
+        assert_eq!(b_refused.load(Ordering::SeqCst), 0);
+        assert!(a_accepted.load(Ordering::SeqCst) > 0, "the flood ran");
     }
 
     #[test]
