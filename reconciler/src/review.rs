@@ -1006,6 +1006,141 @@ mod tests {
     }
 
     #[test]
+    fn a_version_4_store_with_rows_of_every_kind_migrates_keeping_each_row() {
+        let dir = std::env::temp_dir().join(format!(
+            "seckill-review-migrate4-{}-{}",
+            std::process::id(),
+            seckill_common::now_ms()
+        ));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("review.sqlite3");
+        let dump = |db: &Connection, sql: &str| -> Vec<String> {
+            let mut st = db.prepare(sql).unwrap();
+            let n = st.column_count();
+            st.query_map([], |r| {
+                Ok((0..n)
+                    .map(|i| format!("{:?}", r.get_ref(i).unwrap()))
+                    .collect::<Vec<_>>()
+                    .join("|"))
+            })
+            .unwrap()
+            .collect::<Result<_, _>>()
+            .unwrap()
+        };
+        let v4_kinds = [
+            "flow_without_order",
+            "order_without_ledger",
+            "order_without_flow",
+            "stock_mismatch",
+            "dead_letter",
+            "sale_missing_in_mysql",
+            "redis_data_loss",
+            "released_in_mysql_held_in_redis",
+            "late_payment",
+            "payment_amount_mismatch",
+            "payment_unknown_reservation",
+            "payment_not_payable",
+            "payment_conflict",
+        ];
+        let findings_sql = "SELECT * FROM findings ORDER BY id";
+        let actions_sql = "SELECT id, at, actor, finding_id, action, detail, result, completes,
+                             sale_id FROM actions ORDER BY id";
+        let (findings, actions, runs) = {
+            let db = Connection::open(&path).unwrap();
+            for sql in &MIGRATIONS[..4] {
+                db.execute_batch(sql).unwrap();
+            }
+            db.execute_batch("PRAGMA user_version = 4").unwrap();
+            db.execute(
+                "INSERT INTO runs (started_at, finished_at, dead_letter, payment_conflict,
+                   new_findings, outcome) VALUES ('t0', 't1', 2, 1, 3, 'open_findings')",
+                [],
+            )
+            .unwrap();
+            for (i, kind) in v4_kinds.iter().enumerate() {
+                let state = ["open", "auto_fixed", "resolved"][i % 3];
+                db.execute(
+                    "INSERT INTO findings (kind, sale_id, subject, reservation_id, user_id,
+                       order_id, severity, evidence, state, fix, first_seen, last_seen,
+                       first_run_id, last_run_id, times_seen, resolved_by, resolved_at,
+                       resolution, note)
+                     VALUES (?1, ?2, ?3, 'r', 'u', 9, ?4, '{\"e\":1}', ?5, 'f', 't0', 't1',
+                       1, 1, 3, 'alice', 't2', 'rollback', 'n')",
+                    params![
+                        kind,
+                        i as i64 % 3 + 1,
+                        format!("s{i}"),
+                        ["normal", "critical"][i % 2],
+                        state
+                    ],
+                )
+                .unwrap();
+            }
+            db.execute_batch(
+                "INSERT INTO actions (at, actor, finding_id, action, detail, result)
+                   VALUES ('t', 'alice', 1, 'rollback', 'released', 'started');
+                 INSERT INTO actions (at, actor, finding_id, action, detail, result, completes)
+                   VALUES ('t', 'alice', 1, 'rollback', 'released', 'done', 1);
+                 INSERT INTO actions (at, actor, finding_id, action, detail, result)
+                   VALUES ('t', 'bob', 5, 'dismiss', 'seen', 'done');
+                 INSERT INTO actions (at, actor, action, detail, result, sale_id)
+                   VALUES ('t', 'carol', 'archive', 'sale 7', 'started', 7);
+                 INSERT INTO actions (at, actor, action, detail, result, completes, sale_id)
+                   VALUES ('t', 'carol', 'archive', 'sale 7', 'done', 4, 7);
+                 INSERT INTO actions (at, actor, action, detail, result, sale_id)
+                   VALUES ('t', 'carol', 'archive', 'sale 8', 'failed', 8);",
+            )
+            .unwrap();
+            (
+                dump(&db, findings_sql),
+                dump(&db, actions_sql),
+                dump(&db, "SELECT * FROM runs ORDER BY id"),
+            )
+        };
+        assert_eq!(findings.len(), 13);
+        let review = Review::open(&path).unwrap();
+        let db = &review.db;
+        assert_eq!(dump(db, findings_sql), findings);
+        assert_eq!(dump(db, actions_sql), actions);
+        // The old columns of runs as they were, then `reopened` 0.
+        let runs_after: Vec<String> = dump(db, "SELECT * FROM runs ORDER BY id");
+        assert_eq!(runs_after.len(), 1);
+        assert_eq!(runs_after[0], format!("{}|Integer(0)", runs[0]));
+        for sql in ["DELETE FROM actions", "UPDATE actions SET actor = 'x'"] {
+            let e = db.execute(sql, []).unwrap_err().to_string();
+            assert_eq!(e, "actions is append-only", "{sql}");
+        }
+        // Sale 7 is archived once; a second `done` archive row is refused,
+        // a `started` one and sale 8's first `done` are taken.
+        let archive = |sale: i64, result: &str| {
+            db.execute(
+                "INSERT INTO actions (at, actor, action, detail, result, sale_id)
+                 VALUES ('t', 'dan', 'archive', 'again', ?2, ?1)",
+                params![sale, result],
+            )
+        };
+        assert!(archive(7, "done").is_err());
+        archive(7, "started").unwrap();
+        archive(8, "done").unwrap();
+        assert!(archive(8, "done").is_err());
+        // An action names a finding or a sale, never both.
+        assert!(db
+            .execute(
+                "INSERT INTO actions (at, actor, finding_id, action, detail, result, sale_id)
+                 VALUES ('t', 'dan', 1, 'dismiss', 'x', 'done', 7)",
+                [],
+            )
+            .is_err());
+        assert_eq!(
+            review.pending_actions().unwrap().len(),
+            0,
+            "the started row 1 was completed by row 2"
+        );
+        drop(review);
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[test]
     fn a_run_counts_every_kind_in_run_counts_and_a_reopened_finding_apart_from_new_ones() {
         use findings::{Kind, Observation, Resolution};
         let dir = std::env::temp_dir().join(format!(

@@ -272,6 +272,37 @@ fn sigterm_exits_0_with_every_taken_message_applied_and_settled() {
 }
 
 #[test]
+fn sigint_and_sighup_stop_a_busy_worker_as_sigterm_does() {
+    // SIGTERM and SIGHUP are read by the signal thread, SIGINT by the
+    // Ctrl-C handler: each stops the worker with exit 0, deregistered, and
+    // nothing half-applied.
+    let redis = RedisServer::start();
+    let db = TestDb::create();
+    let sale = create_sale(&db, &redis, 3000, -1000, 600_000);
+    reserve_users(&redis, sale, "u", 3000);
+    let opts = Opts {
+        batch: 8,
+        ..Opts::default()
+    };
+    let mut con = redis.con();
+    let k = SaleKeys::new(sale);
+    for (i, signal) in ["-INT", "-HUP", "-TERM"].iter().enumerate() {
+        let mut w = WorkerProc::start(&redis, &db, "w1", &opts);
+        wait_orders(&db, sale, 100 * (i as i64 + 1), LONG);
+        w.signal(signal);
+        assert_eq!(w.wait_exit(LONG).code(), Some(0), "{signal}");
+        let orders = db.count("SELECT COUNT(*) FROM orders");
+        assert_eq!(db.count("SELECT COUNT(*) FROM stock_ledger"), orders);
+        let queued: i64 = con.llen(k.queue()).unwrap();
+        assert_eq!(queued, 3000 - orders, "{signal}");
+        let held: i64 = con.llen(k.processing("w1")).unwrap();
+        assert_eq!(held, 0, "{signal}");
+        let registered: Vec<String> = con.smembers(keys::WORKERS).unwrap();
+        assert!(registered.is_empty(), "{signal}: {registered:?}");
+    }
+}
+
+#[test]
 fn a_bad_setting_exits_2() {
     let out = seckill_tests::command("seckill-worker")
         .env("SECKILL_WORKER_BATCH", "0")
