@@ -12,7 +12,7 @@
 //! onto it.
 
 use crate::error::RunError;
-use crate::output::write_stdout;
+use crate::output::{one_line, write_stdout};
 use crate::redis_read::{dead_letters_into, for_each_in_list, DeadLetters};
 use crate::rules::dead_letter::fnv1a;
 use seckill_common::message::OrderMessage;
@@ -165,14 +165,19 @@ fn write_payments(w: &mut dyn Write, entries: &[PaymentEntry]) -> io::Result<()>
     write_columns(w, &["entry", "subject", "received at", "reason"], &rows)
 }
 
-/// A table: each column as wide as its widest cell, the last one unpadded.
+/// A table: each column as wide as its widest cell, the last one unpadded;
+/// control characters in a cell escaped ([`one_line`]).
 fn write_columns<const N: usize>(
     w: &mut dyn Write,
     header: &[&str; N],
     rows: &[[String; N]],
 ) -> io::Result<()> {
+    let rows: Vec<[String; N]> = rows
+        .iter()
+        .map(|r| r.each_ref().map(|c| one_line(c).into_owned()))
+        .collect();
     let mut widths = header.map(str::len);
-    for r in rows {
+    for r in &rows {
         for (wd, c) in widths.iter_mut().zip(r) {
             *wd = (*wd).max(c.chars().count());
         }
@@ -189,8 +194,27 @@ fn write_columns<const N: usize>(
         writeln!(w, "{s}")
     };
     line(w, *header)?;
-    for r in rows {
+    for r in &rows {
         line(w, r.each_ref().map(String::as_str))?;
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_entry_with_control_characters_stays_on_its_line_and_reaches_no_terminal() {
+        // An entry as anything that can write the list may leave it: a reason
+        // with a newline and an escape sequence (one that clears a terminal).
+        let raw = br#"{"message":"x","reason":"line1\nline2 \u001b[2J"}"#;
+        let e = payment_entry(raw);
+        let mut out = Vec::new();
+        write_payments(&mut out, std::slice::from_ref(&e)).unwrap();
+        let out = String::from_utf8(out).unwrap();
+        assert_eq!(out.lines().count(), 2, "{out:?}");
+        assert!(!out.contains('\u{1b}'), "{out:?}");
+        assert!(out.ends_with("line1\\nline2 \\u{1b}[2J\n"), "{out:?}");
+    }
 }

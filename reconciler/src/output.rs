@@ -37,3 +37,22 @@ macro_rules! outln {
     };
 }
 pub(crate) use outln;
+
+/// `s` with each control character escaped (`\n`, `\u{1b}`...): text read
+/// from Redis (a dead letter's reason, a foreign entry) printed in a table
+/// stays on its line and sends no escape sequence to the operator's
+/// terminal.
+pub fn one_line(s: &str) -> std::borrow::Cow<'_, str> {
+    if !s.chars().any(char::is_control) {
+        return std::borrow::Cow::Borrowed(s);
+    }
+    let mut out = String::with_capacity(s.len() + 8);
+    for c in s.chars() {
+        if c.is_control() {
+            out.extend(c.escape_debug());
+        } else {
+            out.push(c);
+        }
+    }
+    std::borrow::Cow::Owned(out)
+}

@@ -227,7 +227,7 @@ fn write_view(w: &mut dyn Write, v: &QueueView, now: u64) -> io::Result<()> {
     let mut reasons: Vec<(&String, &u64)> = v.dead.iter().collect();
     reasons.sort_by(|a, b| b.1.cmp(a.1).then(a.0.cmp(b.0)));
     for (reason, n) in reasons {
-        writeln!(w, "    {n:>6}  {reason}")?;
+        writeln!(w, "    {n:>6}  {}", crate::output::one_line(reason))?;
     }
     Ok(())
 }
@@ -258,6 +258,7 @@ mod tests {
         v.processing.insert("w2".into(), (1, None));
         v.dead.insert("max attempts".into(), 1);
         v.dead.insert("stock exhausted in MySQL".into(), 2);
+        v.dead.insert("a\nb\u{1b}[2J".into(), 1);
         let mut out = Vec::new();
         write_view(&mut out, &v, 43_000).unwrap();
         assert_eq!(
@@ -265,8 +266,9 @@ mod tests {
             "  queued        3\n\
              \x20 processing    2 by w1 (alive), oldest 42s old\n\
              \x20 processing    1 by w2 (no heartbeat), its oldest message unreadable\n\
-             \x20 dead letters  3\n\
+             \x20 dead letters  4\n\
              \x20        2  stock exhausted in MySQL\n\
+             \x20        1  a\\nb\\u{1b}[2J\n\
              \x20        1  max attempts\n"
         );
         assert_eq!(
