@@ -41,8 +41,8 @@ pub enum Alg {
     Hs256,
     /// Ed25519 signatures (RFC 8037): gateways hold only public keys.
     EdDsa,
-    /// RSASSA-PKCS1-v1_5 with SHA-256 (RFC 7518 §3.3), an RSA key of at least
-    /// 2048 bits: what most identity providers sign with. Verify only.
+    /// RSASSA-PKCS1-v1_5 with SHA-256 (RFC 7518 §3.3), an RSA key of 2048 to
+    /// 4096 bits: what most identity providers sign with. Verify only.
     Rs256,
     /// ECDSA on P-256 with SHA-256 (RFC 7518 §3.4). Verify only.
     Es256,
@@ -96,6 +96,10 @@ impl Alg {
 
 /// Smallest RSA modulus accepted, in bits (RFC 7518 §3.3 requires 2048).
 pub const MIN_RSA_BITS: usize = 2048;
+
+/// Largest RSA modulus accepted, in bits: the `rsa` crate's bound for a
+/// public key, which keeps each token's signature check cheap.
+pub const MAX_RSA_BITS: usize = 4096;
 
 /// Longest `kid` read from a key file, in characters.
 pub const FILE_KID_MAX: usize = 128;
@@ -535,6 +539,13 @@ fn one_key(j: RawJwk) -> Result<Key, KeyProblem> {
                 )
                 .into());
             }
+            if bits > MAX_RSA_BITS {
+                return Err(format!(
+                    "an RS256 modulus has at most {MAX_RSA_BITS} bits here (each token's check \
+                     stays cheap), n has {bits}"
+                )
+                .into());
+            }
             rsa::RsaPublicKey::new(
                 rsa::BigUint::from_bytes_be(&n),
                 rsa::BigUint::from_bytes_be(&e),
@@ -887,6 +898,25 @@ mod tests {
             &"k".repeat(FILE_KID_MAX + 1),
         ] {
             assert!(with_kid(bad).contains("kid must be"), "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn an_rsa_key_over_4096_bits_is_refused_naming_the_bound() {
+        // 8192 bits: a real RSA modulus size, past what is verified here.
+        let mut n = vec![0xc5u8; 1024];
+        n[1023] = 0x01;
+        let file = format!(
+            r#"{{"keys":[{{"kty":"RSA","kid":"big","n":"{}","e":"AQAB"}}]}}"#,
+            URL_SAFE_NO_PAD.encode(&n)
+        );
+        match parse(&file) {
+            Err(KeyFileError::BadKey { reason, .. }) => assert_eq!(
+                reason,
+                "an RS256 modulus has at most 4096 bits here (each token's check stays \
+                 cheap), n has 8192"
+            ),
+            other => panic!("{other:?}"),
         }
     }
 
