@@ -145,3 +145,65 @@ fn sighup_reloads_the_key_file_and_an_unusable_one_keeps_the_keys_in_use() {
         "SIGTERM still stops it"
     );
 }
+
+#[test]
+fn a_burst_of_sighups_and_a_truncated_or_missing_key_file_keep_the_keys_in_use() {
+    let redis = RedisServer::start();
+    open_sale(&redis, SALE, 100);
+    let dir = TempDir::new();
+    let tokens = provider(&dir);
+    let live = path(&dir, "live.jwks");
+    std::fs::copy(path(&dir, "provider.jwks"), &live).unwrap();
+    let mut g = Gateway::start(
+        &redis,
+        &[
+            ("SECKILL_AUTH_KEYS", live.as_str()),
+            ("SECKILL_AUTH_ISSUER", ISSUER),
+        ],
+    );
+    assert_eq!(buy_as(g.port, &tokens["rs256_rsa1"]).status, 202);
+
+    // 50 SIGHUPs in a row: the gateway keeps running and verifying.
+    for _ in 0..50 {
+        signal(g.child.id(), "HUP");
+    }
+    std::thread::sleep(Duration::from_millis(400));
+    assert!(g.alive(), "a burst of SIGHUPs stopped the gateway");
+    assert_eq!(buy_as(g.port, &tokens["es256_ec1"]).status, 202);
+
+    // The file cut mid-write, then gone: each reload is refused and the
+    // keys in use stay (rsa2 still verifies).
+    let text = std::fs::read_to_string(&live).unwrap();
+    std::fs::write(&live, &text[..text.len() / 2]).unwrap();
+    signal(g.child.id(), "HUP");
+    std::thread::sleep(Duration::from_millis(400));
+    std::fs::remove_file(&live).unwrap();
+    signal(g.child.id(), "HUP");
+    std::thread::sleep(Duration::from_millis(400));
+    assert!(g.alive(), "an unreadable key file stopped the gateway");
+    assert_eq!(buy_as(g.port, &tokens["rs256_rsa2"]).status, 202);
+
+    // The rotated file back in place: rsa2 leaves at the next SIGHUP.
+    std::fs::copy(path(&dir, "rotated.jwks"), &live).unwrap();
+    signal(g.child.id(), "HUP");
+    wait_until(
+        Duration::from_secs(5),
+        "the rotated keys to be in use",
+        || buy_as(g.port, &tokens["rs256_rsa2"]).status == 401,
+    );
+    assert_eq!(counts(&redis, SALE), (97, 3, 3));
+
+    // SIGINT (the Ctrl-C handler, not the signal thread) still stops it.
+    signal(g.child.id(), "INT");
+    let deadline = std::time::Instant::now() + Duration::from_secs(5);
+    let status = loop {
+        if let Some(s) = g.child.try_wait().unwrap() {
+            break Some(s);
+        }
+        if std::time::Instant::now() > deadline {
+            break None;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    assert_eq!(status.map(|s| s.success()), Some(true), "SIGINT stops it");
+}
