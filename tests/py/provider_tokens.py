@@ -26,6 +26,10 @@ import jwt
 from cryptography import x509
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec, rsa
+from cryptography.hazmat.primitives.asymmetric.utils import (
+    decode_dss_signature,
+    encode_dss_signature,
+)
 from cryptography.x509.oid import NameOID
 
 
@@ -110,7 +114,29 @@ def main() -> None:
         "wrong_issuer": jwt.encode(claims("buyer-iss", "https://evil.example/"), rsa1, "RS256",
                                    headers={"kid": "rsa1"}),
         "enc_key_kid": jwt.encode(claims("buyer-enc"), enc, "RS256", headers={"kid": "enc1"}),
+        # The forger's own keys offered by address in the header (jku,
+        # x5u): never fetched nor trusted.
+        "forged_jku_x5u": jwt.encode(
+            claims("buyer-x"), stranger, "RS256",
+            headers={"kid": "rsa1", "jku": "http://127.0.0.1:9/jwks.json",
+                     "x5u": "http://127.0.0.1:9/cert.pem"}),
+        # A real token of ec1 with a crit extension the gateway does not know.
+        "crit_extension": jwt.encode(claims("buyer-crit"), ec1, "ES256",
+                                     headers={"kid": "ec1", "crit": ["exp-ext"],
+                                              "exp-ext": "1"}),
     }
+    # ec1's real token with its signature in DER instead of r || s
+    # (RFC 7518 3.4), with a zero signature, and with `alg` in lower case.
+    head, body, sig = tokens["es256_ec1"].split(".")
+    raw = base64.urlsafe_b64decode(sig + "==")
+    r, s_ = int.from_bytes(raw[:32], "big"), int.from_bytes(raw[32:], "big")
+    tokens["es256_der_signature"] = f"{head}.{body}.{b64(encode_dss_signature(r, s_))}"
+    tokens["es256_zero_signature"] = f"{head}.{body}.{b64(bytes(64))}"
+    lower = b64(json.dumps({"alg": "es256", "kid": "ec1", "typ": "JWT"}).encode())
+    signing_input = f"{lower}.{body}".encode()
+    r2, s2 = decode_dss_signature(ec1.sign(signing_input, ec.ECDSA(hashes.SHA256())))
+    tokens["es256_lowercase_alg"] = (
+        f"{lower}.{body}.{b64(r2.to_bytes(32, 'big') + s2.to_bytes(32, 'big'))}")
     with open(f"{out}/tokens.json", "w") as f:
         json.dump(tokens, f)
 

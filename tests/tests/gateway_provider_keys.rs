@@ -4,7 +4,9 @@
 //! key) is used as it is; tokens minted by PyJWT, an independent JWT
 //! library, with RS256 and ES256 buy; its forgeries (a wrong key, `alg`
 //! swapped to HS256 with the public key as the secret, `none`, a wrong
-//! issuer, the encryption key) are 401 and change nothing; SIGHUP reloads
+//! issuer, the encryption key, the forger's keys by `jku`/`x5u`, a `crit`
+//! extension, an ES256 signature in DER or all zero, `alg` in lower case)
+//! are 401 and change nothing; SIGHUP reloads
 //! the key file, forgetting tokens of a key that left it, and an unusable
 //! file keeps the keys in use.
 //!
@@ -82,6 +84,11 @@ fn a_providers_published_keys_verify_its_tokens_and_refuse_every_forgery() {
         "forged_es256_as_rs256",
         "wrong_issuer",
         "enc_key_kid",
+        "forged_jku_x5u",
+        "crit_extension",
+        "es256_der_signature",
+        "es256_zero_signature",
+        "es256_lowercase_alg",
     ] {
         let r = buy_as(g.port, &tokens[forged]);
         assert_eq!(
