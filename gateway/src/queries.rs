@@ -126,10 +126,10 @@ fn other_buckets_stock(app: &App, sale_id: u64, k: u32) -> Result<i64, Unavailab
     })
 }
 
-/// `GET /v1/sales/{sale_id}/purchases/{user_id}`: one pipeline of `HGET
-/// buyers user` and `HGET buyers:released user` (the purchase whose mark a
-/// release removed: a rollback, or an expiry or cancellation in a sale that
-/// lets a released buyer buy again), then one pipeline of `HGET status rid`
+/// `GET /v1/sales/{sale_id}/purchases/{user_id}`: `HGET buyers user`, and
+/// when the buyer holds no mark `HGET buyers:released user` (the purchase
+/// whose mark a release removed: a rollback, or an expiry or cancellation
+/// in a sale that lets a released buyer buy again), then one pipeline of `HGET status rid`
 /// and `HGET pay_by rid` of the buyer's mark, else of the released one. So
 /// a buyer who was answered 202 reads a status until the sale is archived;
 /// 404 only for a buyer who never bought. A reservation without a status
@@ -142,18 +142,23 @@ pub fn purchase_status(app: &App, sale_id: u64, user_id: &str) -> Reply {
         return Reply::unavailable();
     };
     let found = app.links.with(|link| {
-        let (held, released) = link.with(|con| {
-            redis::pipe()
-                .cmd("HGET")
-                .arg(k.buyers())
-                .arg(user_id)
-                .cmd("HGET")
-                .arg(k.released_buyers())
-                .arg(user_id)
-                .query::<(Option<String>, Option<String>)>(con)
-        })?;
-        let Some(rid) = held.or(released) else {
-            return Ok(None);
+        // Single commands, not a pipeline: on a cluster a single command
+        // to a held master fails fast and keeps the link, where a pipeline
+        // drops it (a reconnect per read while a master is held).
+        let hget = |link: &mut crate::redis_link::Link, key: String| {
+            link.with(|con| {
+                redis::cmd("HGET")
+                    .arg(&key)
+                    .arg(user_id)
+                    .query::<Option<String>>(con)
+            })
+        };
+        let rid = match hget(link, k.buyers())? {
+            Some(rid) => rid,
+            None => match hget(link, k.released_buyers())? {
+                Some(rid) => rid,
+                None => return Ok(None),
+            },
         };
         let (status, pay_by) = link.with(|con| {
             redis::pipe()
