@@ -165,7 +165,7 @@ fn dead_letter_list_names_each_entry_as_its_finding_does() {
     );
     assert_eq!(
         ok(&w.cmd("0s", &["dead-letter", "list", "999"])),
-        "sale 999: no dead letters\n"
+        "sale 999: not in Redis, no dead letters\n"
     );
     let out = w.cmd("0s", &["dead-letter", "list", "pay"]);
     assert_eq!(out.status.code(), Some(64));
