@@ -419,7 +419,8 @@ fn a_payment_dead_letter_is_requeued_or_dropped_once_with_its_action_rows() {
     assert_eq!(out.status.code(), Some(2));
     assert_eq!(
         stderr(&out),
-        "seckill-reconciler: review store: no finding 999\n"
+        "seckill-reconciler: review store: no finding 999: `seckill-reconciler findings \
+         --state all` lists every finding of SECKILL_REVIEW_DB\n"
     );
 }
 
