@@ -37,6 +37,7 @@
 //!   [`slot_router`]: a cluster's slot map and per-master pipelines;
 //!   [`quarantine`]: the masters that failed, held back for a while.
 //! - [`redact`]: a service URL shown without its password.
+//! - [`mysql_error`]: a MySQL error as an operator reads it, with its remedy.
 //! - [`process_metrics`]: the process figures of a `/metrics` page (memory,
 //!   descriptors, threads), read from `/proc/self` at each scrape.
 //! - [`redis_server`]: the check of the Redis server on every connect
@@ -77,6 +78,7 @@ pub mod load_record;
 pub mod lua;
 pub mod message;
 pub mod metrics;
+pub mod mysql_error;
 pub mod notify;
 pub mod order;
 pub mod owned_key;

@@ -234,7 +234,7 @@ impl fmt::Display for SchemaError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             SchemaError::BadUrl(d) => write!(f, "bad mysql url: {d}"),
-            SchemaError::Mysql(e) => write!(f, "mysql: {e}"),
+            SchemaError::Mysql(e) => write!(f, "mysql: {}", crate::mysql_error::explain(e)),
         }
     }
 }

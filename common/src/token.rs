@@ -248,10 +248,10 @@ impl fmt::Display for Skipped {
         match &self.kid {
             Some(kid) => write!(
                 f,
-                "key {} (kid {kid:?}) skipped: {}",
+                "keys[{}] (kid {kid:?}) skipped: {}",
                 self.index, self.reason
             ),
-            None => write!(f, "key {} skipped: {}", self.index, self.reason),
+            None => write!(f, "keys[{}] skipped: {}", self.index, self.reason),
         }
     }
 }
@@ -332,8 +332,8 @@ impl fmt::Display for KeyFileError {
                 index,
                 kid: Some(kid),
                 reason,
-            } => write!(f, "key {index} (kid {kid:?}): {reason}"),
-            KeyFileError::BadKey { index, reason, .. } => write!(f, "key {index}: {reason}"),
+            } => write!(f, "keys[{index}] (kid {kid:?}): {reason}"),
+            KeyFileError::BadKey { index, reason, .. } => write!(f, "keys[{index}]: {reason}"),
             KeyFileError::DuplicateKid(k) => write!(f, "two keys have kid {k:?}"),
         }
     }

@@ -348,6 +348,16 @@ fn lex(args: impl IntoIterator<Item = OsString>) -> Result<Lexed, UsageError> {
                 opts.push((name, v));
             }
             Value(v) => words.push(string(v, "argument")?),
+            // A negative number where an id or a count goes (`add-stock 7
+            // -5`) is a word, refused by that argument's own check and
+            // help, not an unknown option `-5`.
+            Short(c) if c.is_ascii_digit() => {
+                let rest = match p.optional_value() {
+                    Some(v) => string(v, "argument")?,
+                    None => String::new(),
+                };
+                words.push(format!("-{c}{rest}"));
+            }
             other => return Err(other.unexpected().into()),
         }
     }

@@ -286,7 +286,8 @@ letters counted by reason. Reads long lists in pages; changes nothing.",
         text: "Lists the dead letters of sale SALE (every bucket), or of the payment queue when
 SALE is `payments`, one a line. A sale's entry is named as its dead_letter finding
 (the reservation id); a payment entry by `entry` (what requeue and drop take) and
-by its finding's subject. Changes nothing.",
+by its finding's subject. A sale Redis does not hold (a wrong id, an archived
+sale) says `not in Redis`. Changes nothing.",
     },
     Help {
         path: "dead-letter requeue payments",

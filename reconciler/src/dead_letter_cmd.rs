@@ -47,7 +47,8 @@ pub struct PaymentEntry {
     pub received_ms: Option<u64>,
 }
 
-/// Prints the list; exit code 0 (an unknown sale lists nothing).
+/// Prints the list; exit code 0 (a sale Redis does not hold lists what
+/// its bucket 0 still has, and says it is not in Redis).
 ///
 /// Errors: Redis failures, stdout.
 pub fn list(config: &Config, which: DeadLetterList) -> Result<u8, RunError> {
@@ -55,12 +56,12 @@ pub fn list(config: &Config, which: DeadLetterList) -> Result<u8, RunError> {
         seckill_common::redis_server::connect(&config.redis_url, config.redis_timeout)?;
     match which {
         DeadLetterList::Sale(id) => {
-            let k = seckill_common::buckets::count(&mut con, id)?.unwrap_or(1);
+            let k = seckill_common::buckets::count(&mut con, id)?;
             let mut dead = DeadLetters::default();
-            for keys in seckill_common::buckets::all(id, k) {
+            for keys in seckill_common::buckets::all(id, k.unwrap_or(1)) {
                 dead_letters_into(&mut con, keys, &mut dead)?;
             }
-            write_stdout(|w| write_sale(w, id, &dead))
+            write_stdout(|w| write_sale(w, id, k.is_some(), &dead))
         }
         DeadLetterList::Payments => {
             let entries = payment_entries(&mut con)?;
@@ -104,9 +105,12 @@ pub fn payment_entry(raw: &[u8]) -> PaymentEntry {
     }
 }
 
-fn write_sale(w: &mut dyn Write, sale: u64, dead: &DeadLetters) -> io::Result<()> {
+fn write_sale(w: &mut dyn Write, sale: u64, in_redis: bool, dead: &DeadLetters) -> io::Result<()> {
     if dead.entries.is_empty() && dead.foreign.is_empty() {
-        return writeln!(w, "sale {sale}: no dead letters");
+        // An id mistyped, or a sale archived or lost, is not "a sale with
+        // no dead letters": say so, as `queue show` does.
+        let where_ = if in_redis { "" } else { "not in Redis, " };
+        return writeln!(w, "sale {sale}: {where_}no dead letters");
     }
     let rows: Vec<[String; 6]> = dead
         .entries

@@ -3,6 +3,8 @@
 
 use crate::lock::LockError;
 use crate::review::ReviewError;
+use seckill_common::schema::SchemaError;
+use seckill_common::{mysql_error, redact};
 use std::fmt;
 
 /// Why a command could not run (exit code 2).
@@ -16,6 +18,9 @@ pub enum RunError {
     RedisServer(seckill_common::redis_server::ServerError),
     /// MySQL could not be reached or failed a statement.
     Mysql(mysql::Error),
+    /// [`RunError::Mysql`] with the server's address (password hidden) and
+    /// its variable, as `main` prints it ([`at_addresses`]).
+    MysqlAt(String, mysql::Error),
     /// The SQLite review store failed.
     Review(ReviewError),
     /// The run lock could not be taken or was lost.
@@ -36,7 +41,8 @@ impl fmt::Display for RunError {
         match self {
             RunError::Redis(e) => write!(f, "redis: {e}"),
             RunError::RedisServer(e) => write!(f, "{e}"),
-            RunError::Mysql(e) => write!(f, "mysql: {e}"),
+            RunError::Mysql(e) => write!(f, "mysql: {}", mysql_error::explain(e)),
+            RunError::MysqlAt(at, e) => write!(f, "mysql at {at}: {}", mysql_error::explain(e)),
             RunError::Review(e) => write!(f, "{e}"),
             RunError::Lock(e) => write!(f, "{e}"),
             RunError::Release(e) => write!(f, "{e}"),
@@ -48,6 +54,32 @@ impl fmt::Display for RunError {
 }
 
 impl std::error::Error for RunError {}
+
+/// A command's error `e` as `main` prints it: a MySQL error (a
+/// [`RunError::Mysql`], a [`SchemaError::Mysql`] or the driver's own) names the server `mysql_url`
+/// it came from (without its password) and `SECKILL_MYSQL_URL`, so the
+/// operator knows which setting to fix; anything else is `e` as it is.
+pub fn at_addresses(e: Box<dyn std::error::Error>, mysql_url: &str) -> Box<dyn std::error::Error> {
+    let at = || redact::address(mysql_url, "SECKILL_MYSQL_URL");
+    let e = match e.downcast::<RunError>() {
+        Ok(run) => match *run {
+            RunError::Mysql(m) => return Box::new(RunError::MysqlAt(at(), m)),
+            other => return Box::new(other),
+        },
+        Err(e) => e,
+    };
+    let e = match e.downcast::<SchemaError>() {
+        Ok(schema) => match *schema {
+            SchemaError::Mysql(m) => return Box::new(RunError::MysqlAt(at(), m)),
+            other => return Box::new(other),
+        },
+        Err(e) => e,
+    };
+    match e.downcast::<mysql::Error>() {
+        Ok(m) => Box::new(RunError::MysqlAt(at(), *m)),
+        Err(e) => e,
+    }
+}
 
 impl From<seckill_common::redis_server::ServerError> for RunError {
     fn from(e: seckill_common::redis_server::ServerError) -> Self {

@@ -102,7 +102,8 @@ fn main() -> ExitCode {
         Ok(s) => s,
         Err(e) => return start::fail(PROGRAM, &e, EXIT_CONFIG),
     };
-    let result = run(&started.config, &started.shutdown, cmd);
+    let result = run(&started.config, &started.shutdown, cmd)
+        .map_err(|e| error::at_addresses(e, &started.config.mysql_url));
     start::finish(PROGRAM, result, |_| EXIT_CONFIG)
 }
 

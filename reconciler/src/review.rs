@@ -513,7 +513,11 @@ impl fmt::Display for ReviewError {
                 "review store: schema version {v} is newer than this build ({})",
                 MIGRATIONS.len()
             ),
-            ReviewError::NoSuchFinding(id) => write!(f, "review store: no finding {id}"),
+            ReviewError::NoSuchFinding(id) => write!(
+                f,
+                "review store: no finding {id}: `seckill-reconciler findings --state all` \
+                 lists every finding of SECKILL_REVIEW_DB"
+            ),
             ReviewError::Missing(p) => write!(
                 f,
                 "no review file at {}: set SECKILL_REVIEW_DB (the reconciler's `run` creates it)",

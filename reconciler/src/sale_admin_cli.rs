@@ -175,6 +175,14 @@ mod tests {
                 "sale add-stock 7 0 --by alice",
                 "units: \"0\": expected an integer from 1 to 100000000",
             ),
+            (
+                "sale add-stock 7 -5 --by alice",
+                "units: \"-5\": expected an integer from 1 to 100000000",
+            ),
+            (
+                "sale pause -12 --reason x --by alice",
+                "sale id: \"-12\" is not a non-negative integer",
+            ),
             ("sale list --by alice", "unexpected option --by"),
             ("sale end 7 --by alice --note x", "unexpected option --note"),
         ] {

@@ -379,7 +379,11 @@ pub fn show(config: &Config, id: u64) -> Res<u8> {
         _ => None,
     };
     write_stdout(|w| {
-        writeln!(w, "sale {id}  sku {}  {:?}", sale.sku, sale.title)?;
+        // A sale created without --title has an empty one: nothing to quote.
+        match sale.title.as_str() {
+            "" => writeln!(w, "sale {id}  sku {}", sale.sku)?,
+            title => writeln!(w, "sale {id}  sku {}  {title:?}", sale.sku)?,
+        }
         writeln!(
             w,
             "window            {} .. {}",

@@ -111,11 +111,11 @@ fn a_key_file_with_a_broken_signature_key_is_refused_whole_at_start() {
     let cases = [
         (
             rsa,
-            r#"key 1 (kid "rsa-1"): an RS256 modulus needs at least 2048 bits, n has 24"#,
+            r#"keys[1] (kid "rsa-1"): an RS256 modulus needs at least 2048 bits, n has 24"#,
         ),
         (
             no_alg,
-            r#"key 1 (kid "hs-2"): no alg (an oct key needs alg HS256)"#,
+            r#"keys[1] (kid "hs-2"): no alg (an oct key needs alg HS256)"#,
         ),
         (GOOD, r#"two keys have kid "test-hs-1""#),
     ];
@@ -135,7 +135,7 @@ fn a_key_file_with_a_broken_signature_key_is_refused_whole_at_start() {
     assert_eq!(code, Some(2), "{err}");
     assert!(
         err.contains(
-            r#"no key to verify tokens with (HS256, EdDSA, RS256 or ES256 signature keys); key 0 (kid "hs-3") skipped: alg "HS512" is not verified here"#
+            r#"no key to verify tokens with (HS256, EdDSA, RS256 or ES256 signature keys); keys[0] (kid "hs-3") skipped: alg "HS512" is not verified here"#
         ),
         "{err}"
     );

@@ -165,7 +165,7 @@ fn dead_letter_list_names_each_entry_as_its_finding_does() {
     );
     assert_eq!(
         ok(&w.cmd("0s", &["dead-letter", "list", "999"])),
-        "sale 999: no dead letters\n"
+        "sale 999: not in Redis, no dead letters\n"
     );
     let out = w.cmd("0s", &["dead-letter", "list", "pay"]);
     assert_eq!(out.status.code(), Some(64));
@@ -419,7 +419,8 @@ fn a_payment_dead_letter_is_requeued_or_dropped_once_with_its_action_rows() {
     assert_eq!(out.status.code(), Some(2));
     assert_eq!(
         stderr(&out),
-        "seckill-reconciler: review store: no finding 999\n"
+        "seckill-reconciler: review store: no finding 999: `seckill-reconciler findings \
+         --state all` lists every finding of SECKILL_REVIEW_DB\n"
     );
 }
 

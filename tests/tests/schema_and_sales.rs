@@ -256,6 +256,20 @@ fn sale_show_prints_both_sides_and_unknown_sale_fails() {
     assert!(text.contains("total stock       12           10"), "{text}");
     assert!(text.contains("available/stock   10           9"), "{text}");
     assert!(text.contains("reservations      -            1"), "{text}");
+    assert_eq!(
+        text.lines().next(),
+        Some(format!("sale {id}  sku SKU-TEST  \"test sale\"").as_str())
+    );
+    // A sale created without --title: no empty quotes after the SKU.
+    db.conn()
+        .exec_drop("UPDATE sales SET title = '' WHERE id = ?", (id,))
+        .unwrap();
+    let out = reconciler(&db, &redis, &["sale", "show", &id.to_string()]);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(
+        text.lines().next(),
+        Some(format!("sale {id}  sku SKU-TEST").as_str())
+    );
     let out = reconciler(&db, &redis, &["sale", "show", "999999"]);
     assert_eq!(out.status.code(), Some(2));
 }

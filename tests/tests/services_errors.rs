@@ -96,6 +96,49 @@ fn a_worker_pointed_at_a_database_that_does_not_exist_exits_2_naming_the_variabl
 }
 
 #[test]
+fn a_reconciler_command_names_the_mysql_address_its_variable_and_the_remedy() {
+    let db = TestDb::create();
+    let redis = RedisServer::start();
+    let dir = TempDir::new();
+    let run_on = |mysql: &str, args: &[&str]| {
+        let out = seckill_tests::command("seckill-reconciler")
+            .args(args)
+            .env("SECKILL_REDIS_URL", redis.url())
+            .env("SECKILL_MYSQL_URL", mysql)
+            .env("SECKILL_REVIEW_DB", dir.path().join("review.sqlite3"))
+            .output()
+            .expect("run seckill-reconciler");
+        let err = String::from_utf8_lossy(&out.stderr).into_owned();
+        (out.status.code(), err)
+    };
+    let run = |mysql: &str| run_on(mysql, &["sale", "list"]);
+    // A database that does not exist: its name, the variable, `migrate`.
+    let missing = format!("{}_absent", db.name);
+    let (code, err) = run(&mysql_url("root", &missing));
+    assert_eq!(code, Some(2), "{err}");
+    assert!(err.contains("ERROR 1049"), "{err}");
+    assert!(err.contains("(SECKILL_MYSQL_URL)"), "{err}");
+    assert!(err.contains(&missing), "{err}");
+    assert!(err.contains("seckill-reconciler migrate"), "{err}");
+    assert!(!err.contains("MySqlError {"), "{err}");
+    // The same through `sale show`'s own connection.
+    let (code, err2) = run_on(&mysql_url("root", &missing), &["sale", "show", "1"]);
+    assert_eq!((code, err2.as_str()), (Some(2), err.as_str()));
+    // Nothing listening: the address and the variable, no driver's Debug.
+    let port = free_port();
+    let (code, err) = run(&format!("mysql://root:{SECRET}@127.0.0.1:{port}/x"));
+    assert_eq!(code, Some(2), "{err}");
+    assert!(
+        err.contains(&format!(
+            "mysql at mysql://root:***@127.0.0.1:{port}/x (SECKILL_MYSQL_URL): "
+        )),
+        "{err}"
+    );
+    assert!(!err.contains("DriverError {"), "{err}");
+    assert!(!err.contains(SECRET), "{err}");
+}
+
+#[test]
 fn a_worker_with_a_wrong_mysql_password_exits_2_and_never_prints_the_password() {
     let db = TestDb::create();
     let (code, err) = refused_worker(&mysql_url(&format!("root:{SECRET}"), &db.name));

@@ -6,31 +6,10 @@
 //! instead of retrying forever.
 
 use mysql::prelude::Queryable;
+use seckill_common::mysql_error;
 use seckill_common::schema::{self, SchemaError, MIGRATIONS};
 use std::fmt;
 use std::time::Duration;
-
-/// Server error codes that waiting does not fix, with what to do: 1044
-/// access denied to a database, 1045 access denied for a user (wrong
-/// password), 1049 unknown database, 1146 table doesn't exist (MySQL
-/// reference manual, "Server Error Message Reference"). Every other error
-/// (connection refused, 1040 too many connections, 2013 lost connection, a
-/// timeout) is retried.
-const PERMANENT: &[(u16, &str)] = &[
-    (
-        1044,
-        "grant this user access to the database, or fix the user in SECKILL_MYSQL_URL",
-    ),
-    (1045, "fix the user or password in SECKILL_MYSQL_URL"),
-    (
-        1049,
-        "create the database and its tables with `seckill-reconciler migrate`, or fix its name in SECKILL_MYSQL_URL",
-    ),
-    (
-        1146,
-        "create the tables with `seckill-reconciler migrate` (same SECKILL_MYSQL_URL)",
-    ),
-];
 
 /// Why MySQL is not usable at start.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -50,30 +29,11 @@ impl fmt::Display for StartCheck {
     }
 }
 
-/// A MySQL error as an operator reads it: `ERROR 1049 (42000): Unknown
-/// database 'x'` for a server error, the driver's or the socket's own
-/// text otherwise (the crate's `Display` of its error wraps them in
-/// `DriverError { ... }`).
-fn describe(e: &mysql::Error) -> String {
-    match e {
-        mysql::Error::MySqlError(se) => {
-            format!("ERROR {} ({}): {}", se.code, se.state, se.message)
-        }
-        mysql::Error::DriverError(d) => d.to_string(),
-        mysql::Error::IoError(io) => io.to_string(),
-        other => other.to_string(),
-    }
-}
-
-/// Classifies `e` by [`PERMANENT`].
+/// Classifies `e`: permanent when `mysql_error` knows its remedy.
 fn classify(e: &mysql::Error) -> StartCheck {
-    let text = describe(e);
-    match e {
-        mysql::Error::MySqlError(se) => match PERMANENT.iter().find(|(c, _)| *c == se.code) {
-            Some((_, remedy)) => StartCheck::Permanent(format!("{text}: {remedy}")),
-            None => StartCheck::Transient(text),
-        },
-        _ => StartCheck::Transient(text),
+    match mysql_error::remedy(e) {
+        Some(_) => StartCheck::Permanent(mysql_error::explain(e)),
+        None => StartCheck::Transient(mysql_error::describe(e)),
     }
 }
 
@@ -89,7 +49,7 @@ fn missing(applied: &[u32]) -> Vec<u32> {
 /// Connects to `url` (connect, read and write timeout `timeout`) and reads
 /// the applied migrations.
 ///
-/// Errors: [`StartCheck::Permanent`] for an error of [`PERMANENT`] or
+/// Errors: [`StartCheck::Permanent`] for an error of `seckill_common::mysql_error`'s permanent codes or
 /// migrations this build needs that are not applied;
 /// [`StartCheck::Transient`] for anything else.
 pub fn check(url: &str, timeout: Duration) -> Result<(), StartCheck> {
