@@ -73,6 +73,21 @@ fn open_and_send(from: Ipv4Addr, port: u16, request: &str, deadline: Instant) ->
     Some(s)
 }
 
+/// Where a request is cut: its head without the blank line that ends it
+/// (`\r\n\r\n` keeps its first `\r\n`), so nginx holds the connection
+/// as a request being read, never as an idle one it may close for room.
+fn cut(request: &str) -> usize {
+    request.find("\r\n\r\n").map_or(request.len(), |i| i + 2)
+}
+
+/// Sends the rest of a request [`cut`] at `at`; `None` when nginx closed
+/// the connection meanwhile.
+fn finish(s: Option<TcpStream>, request: &str, at: usize) -> Option<TcpStream> {
+    let mut s = s?;
+    s.write_all(&request.as_bytes()[at..]).ok()?;
+    Some(s)
+}
+
 /// Reads one answer on `s` before `deadline`.
 fn answer(s: &TcpStream, deadline: Instant) -> Option<(u16, String)> {
     let left = deadline.checked_duration_since(Instant::now())?;
@@ -94,10 +109,13 @@ fn still_open(s: &TcpStream) -> bool {
 }
 
 /// The crowd: buyers `{tag}0..n` of `sale`, one connection each through
-/// 127.0.0.1:`port`. Every connection is opened and its purchase sent
-/// before any answer is read; the answered ones are kept open (idle
-/// keep-alive) until every answer is in. Gives each connection's outcome
-/// and how many of them nginx still held open at that point.
+/// 127.0.0.1:`port`. Every connection is opened with its purchase's head
+/// sent but not ended, so all `n` are requests in progress at once (as a
+/// crowd arriving in the same instant: nginx can close none of them to
+/// make room); then each purchase is completed, and only then is any
+/// answer read. The answered ones are kept open (idle keep-alive) until
+/// every answer is in. Gives each connection's outcome and how many of
+/// them nginx still held open at that point.
 fn crowd(port: u16, sale: u64, tag: &str, n: usize) -> (Vec<Outcome>, usize) {
     const THREADS: usize = 8;
     let requests: Vec<String> = (0..n)
@@ -113,14 +131,25 @@ fn crowd(port: u16, sale: u64, tag: &str, n: usize) -> (Vec<Outcome>, usize) {
         .collect();
     let deadline = Instant::now() + Duration::from_secs(30);
     let all_read = std::sync::Barrier::new(THREADS);
+    let all_open = std::sync::Barrier::new(THREADS);
     let per_thread: Vec<(Vec<Outcome>, usize)> = std::thread::scope(|s| {
         let handles: Vec<_> = (0..THREADS)
             .map(|t| {
-                let (requests, all_read) = (&requests, &all_read);
+                let (requests, all_read, all_open) = (&requests, &all_read, &all_open);
                 s.spawn(move || {
-                    let conns: Vec<Option<TcpStream>> = (t..n)
-                        .step_by(THREADS)
-                        .map(|i| open_and_send(source(i), port, &requests[i], deadline))
+                    let mine: Vec<usize> = (t..n).step_by(THREADS).collect();
+                    let heads: Vec<Option<TcpStream>> = mine
+                        .iter()
+                        .map(|&i| {
+                            let head = &requests[i][..cut(&requests[i])];
+                            open_and_send(source(i), port, head, deadline)
+                        })
+                        .collect();
+                    all_open.wait();
+                    let conns: Vec<Option<TcpStream>> = mine
+                        .iter()
+                        .zip(heads)
+                        .map(|(&i, c)| finish(c, &requests[i], cut(&requests[i])))
                         .collect();
                     let outcomes: Vec<Outcome> = conns
                         .iter()
@@ -300,11 +329,18 @@ fn the_same_crowd_through_debian_s_stock_main_file_loses_connections() {
         "{}",
         nginx.log()
     );
-    // What was answered is still the API's: nginx drops connections, it
-    // never answers in a shape of its own.
+    // What was answered is the API's, or nginx's own 500 page: a worker
+    // that took a client but has no connection left for the gateway
+    // answers it so (part of the failure the docs warn of).
+    let mut nginx_500 = 0;
     for (o, count) in &t {
         if let Outcome::Answered(status, error) = o {
+            if *status == 500 && error.contains("nginx") {
+                nginx_500 += count;
+                continue;
+            }
             assert!(api_answer(*status, error), "{count} x {o:?}");
         }
     }
+    eprintln!("stock main file: {dropped} dropped, {nginx_500} x nginx's own 500");
 }
