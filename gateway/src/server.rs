@@ -31,8 +31,10 @@ use tiny_http::Server;
 /// a Redis pipeline.
 pub const STOP_WAIT: Duration = Duration::from_secs(3);
 
-/// Pending connections the kernel keeps for the accept thread.
-pub const LISTEN_BACKLOG: i32 = 1024;
+/// Pending connections the kernel keeps for the accept thread: a crowd
+/// behind nginx opens thousands of gateway connections at once. The kernel
+/// caps it at `net.core.somaxconn` (4,096 by default).
+pub const LISTEN_BACKLOG: i32 = 4096;
 
 /// Why the gateway could not run. [`GatewayError::exit_code`] maps each to
 /// the documented exit code (2: cannot start, 1: failed while running).
