@@ -541,6 +541,29 @@ impl From<rusqlite::Error> for ReviewError {
     }
 }
 
+/// What an action row is about: `actions.finding_id` or `actions.sale_id`,
+/// or neither for an action on the payment queue.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Subject {
+    /// A finding (`resolve`, a compensation, a close).
+    Finding(i64),
+    /// A sale (`sale pause`, `sale add-stock`, ...).
+    Sale(u64),
+    /// The payment queue (`dead-letter requeue|drop payments`).
+    PaymentQueue,
+}
+
+/// One action row to append.
+struct ActionRow<'a> {
+    now: &'a str,
+    actor: &'a str,
+    subject: Subject,
+    action: ActionKind,
+    detail: &'a str,
+    result: ActionStatus,
+    completes: Option<i64>,
+}
+
 /// An open review store.
 pub struct Review {
     /// The SQLite connection (WAL mode, foreign keys on, busy timeout set).
@@ -753,8 +776,9 @@ impl Review {
         Ok(())
     }
 
-    /// Appends one row to the audit log; `completes`: the `started` row this
-    /// row completes, if any (at most one completion per started row).
+    /// Appends one row about finding `finding_id` to the audit log;
+    /// `completes`: the `started` row this row completes, if any (at most
+    /// one completion per started row).
     #[allow(clippy::too_many_arguments)] // one argument per column of the row
     pub fn record_action(
         &self,
@@ -766,17 +790,41 @@ impl Review {
         result: ActionStatus,
         completes: Option<i64>,
     ) -> Result<i64, ReviewError> {
+        let row = ActionRow {
+            now,
+            actor,
+            subject: Subject::Finding(finding_id),
+            action,
+            detail,
+            result,
+            completes,
+        };
+        self.insert_action(&row)
+    }
+
+    /// The one place an action row is written (every `record_*_action`
+    /// calls it); returns the row's id.
+    ///
+    /// Errors: [`ReviewError::Sqlite`] (a second completion of one started
+    /// row included: `actions_completes` is unique).
+    fn insert_action(&self, row: &ActionRow<'_>) -> Result<i64, ReviewError> {
+        let (finding_id, sale_id) = match row.subject {
+            Subject::Finding(id) => (Some(id), None),
+            Subject::Sale(id) => (None, Some(id as i64)),
+            Subject::PaymentQueue => (None, None),
+        };
         self.db.execute(
-            "INSERT INTO actions (at, actor, finding_id, action, detail, result, completes)
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
+            "INSERT INTO actions (at, actor, finding_id, action, detail, result, completes, sale_id)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
             params![
-                now,
-                actor,
+                row.now,
+                row.actor,
                 finding_id,
-                action.as_str(),
-                detail,
-                result.as_str(),
-                completes
+                row.action.as_str(),
+                row.detail,
+                row.result.as_str(),
+                row.completes,
+                sale_id
             ],
         )?;
         Ok(self.db.last_insert_rowid())

@@ -86,19 +86,15 @@ impl Review {
         result: ActionStatus,
         completes: Option<i64>,
     ) -> Result<i64, ReviewError> {
-        self.db.execute(
-            "INSERT INTO actions (at, actor, finding_id, action, detail, result, completes)
-             VALUES (?1, ?2, NULL, ?3, ?4, ?5, ?6)",
-            params![
-                now,
-                actor,
-                action.as_str(),
-                detail,
-                result.as_str(),
-                completes
-            ],
-        )?;
-        Ok(self.db.last_insert_rowid())
+        self.insert_action(&crate::review::ActionRow {
+            now,
+            actor,
+            subject: crate::review::Subject::PaymentQueue,
+            action,
+            detail,
+            result,
+            completes,
+        })
     }
 
     /// Every `started` action on the payment queue without its completion

@@ -59,20 +59,15 @@ impl Review {
         result: ActionStatus,
         completes: Option<i64>,
     ) -> Result<i64, ReviewError> {
-        self.db.execute(
-            "INSERT INTO actions (at, actor, finding_id, action, detail, result, completes, sale_id)
-             VALUES (?1, ?2, NULL, ?3, ?4, ?5, ?6, ?7)",
-            params![
-                now,
-                actor,
-                action.as_str(),
-                detail,
-                result.as_str(),
-                completes,
-                sale_id as i64
-            ],
-        )?;
-        Ok(self.db.last_insert_rowid())
+        self.insert_action(&crate::review::ActionRow {
+            now,
+            actor,
+            subject: crate::review::Subject::Sale(sale_id),
+            action,
+            detail,
+            result,
+            completes,
+        })
     }
 
     /// Every `started` row naming a sale (not an archive, which completes
