@@ -57,16 +57,19 @@ fn start(name: &str, env: &[(&str, String)]) -> Proc {
     Proc(Some(cmd.spawn().unwrap()))
 }
 
+// Both crowds run at once on the machine's cores, each of 5,000 EdDSA
+// tokens verified by a debug build (several ms each): answers take seconds
+// at times. A longer Redis timeout and request timeout, so that a loaded
+// machine does not shed (503) or time out a purchase the exact counts
+// below expect; these tests are about exactness, not latency.
+
 #[test]
 fn a_crowd_of_5000_buys_exactly_500_units_into_500_orders_with_0_findings() {
-    crowd_buys_500(&RedisServer::start(), "1s");
+    crowd_buys_500(&RedisServer::start(), "5s");
 }
 
 #[test]
 fn on_a_redis_cluster_a_crowd_of_5000_buys_exactly_500_units_with_0_findings() {
-    // Six servers with `appendfsync always` share the 2 cores: a longer
-    // Redis timeout, so that a loaded machine does not shed (503) a
-    // purchase the exact counts below expect.
     crowd_buys_500(&RedisCluster::start(), "5s");
 }
 
@@ -112,6 +115,7 @@ fn crowd_buys_500(redis: &impl TestRedis, redis_timeout: &str) {
         .arg("--key")
         .arg(seckill_tests::auth::signing_key_file())
         .args(["--user-prefix", "e2e", "--drain-timeout", "60s", "--json"])
+        .args(["--timeout", "60s"])
         .envs(common.iter().cloned())
         .output()
         .unwrap();
