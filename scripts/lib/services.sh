@@ -163,14 +163,7 @@ ensure_schemathesis() {
     export SECKILL_SCHEMATHESIS="$st"
     return 0
   fi
-  ensure_package python3 python3
-  if ! python3 -c 'import ensurepip, venv' >/dev/null 2>&1; then
-    ensure_package no-such-command-venv python3-venv
-  fi
-  echo "installing schemathesis $SCHEMATHESIS_VERSION in $venv (for tests/tests/api_contract.rs)" >&2
-  rm -rf "$venv"
-  python3 -m venv "$venv"
-  "$venv/bin/pip" install -q "schemathesis==$SCHEMATHESIS_VERSION" >&2
+  make_venv "$venv" "schemathesis==$SCHEMATHESIS_VERSION" tests/tests/api_contract.rs
   export SECKILL_SCHEMATHESIS="$st"
 }
 
@@ -188,13 +181,22 @@ ensure_pyjwt() {
     export SECKILL_PYJWT_PYTHON="$py"
     return 0
   fi
+  make_venv "$venv" "pyjwt[crypto]==$PYJWT_VERSION" tests/tests/gateway_provider_keys.rs
+  export SECKILL_PYJWT_PYTHON="$py"
+}
+
+# make_venv DIR REQUIREMENT USER: a new Python virtual environment at DIR
+# (replacing what is there) with pip's REQUIREMENT installed; python3 and its
+# venv module come from Debian when missing. USER names what needs it, for
+# the message.
+make_venv() {
+  local venv=$1 requirement=$2 user=$3
   ensure_package python3 python3
   if ! python3 -c 'import ensurepip, venv' >/dev/null 2>&1; then
     ensure_package no-such-command-venv python3-venv
   fi
-  echo "installing PyJWT $PYJWT_VERSION in $venv (for tests/tests/gateway_provider_keys.rs)" >&2
+  echo "installing $requirement in $venv (for $user)" >&2
   rm -rf "$venv"
   python3 -m venv "$venv"
-  "$venv/bin/pip" install -q "pyjwt[crypto]==$PYJWT_VERSION" >&2
-  export SECKILL_PYJWT_PYTHON="$py"
+  "$venv/bin/pip" install -q "$requirement" >&2
 }
