@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
-# Benchmarks purchases on one Redis against a Redis Cluster (issue 14,
-# "Benchmark and scaling model") and prints figures and ratios (not a test:
-# nothing here passes or fails on a number).
+# Benchmarks purchases on one Redis against a Redis Cluster
+# (docs/PERFORMANCE.md, "Scaling over a cluster") and prints figures and
+# ratios (not a test: nothing here passes or fails on a number).
 #
 # In one run, each with wrk -t2 -c64 for BENCH_SECONDS (default 10), a
 # distinct user id per request (SECKILL_AUTH=none: the token cost is

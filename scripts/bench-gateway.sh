@@ -11,12 +11,12 @@
 # 1-3 with SECKILL_AUTH=none (the user id of the body), then
 #   5. POST purchase, plentiful stock, SECKILL_AUTH=none / HS256 / EdDSA
 #      tokens, a distinct token (and user) per request, default Redis mode:
-#      the cost of verifying buyer tokens (issue 12), as ratios to none;
+#      the cost of verifying buyer tokens, as ratios to none;
 #   4. redis-benchmark, 50 clients, EVALSHA of the same reservation script
 #      with distinct users, unpipelined: the one-round-trip Redis ceiling;
-# then the ratios against the issue's targets.
+# then the ratios against the targets (docs/PERFORMANCE.md).
 #
-# Honest figures (issue 16): every wrk thread formats its requests before
+# Honest figures: every wrk thread formats its requests before
 # any thread sends (a barrier in the Lua script), and every rate printed is
 # printed twice: by the load tool, and by the server's own count over the
 # server-side interval (scripts/lib/bench_watch.py samples the gateway's
@@ -203,7 +203,7 @@ for m in $MODES; do
   run_wrk "purchase_redis_threads_$m" "http://127.0.0.1:$GPORT/v1/sales/1/purchases" gw:purchase:202 "$WORK/buy.lua"
   stop_gateway
 done
-# Many connections (issue 16: p99 at 1,000 keep-alive connections; tiny_http
+# Many connections (the p99 target at 1,000 keep-alive connections; tiny_http
 # runs a thread per connection): the gateway's RSS with MANY idle
 # connections open, per connection, then purchases over MANY connections.
 MANY=${BENCH_MANY_CONNS:-1000}

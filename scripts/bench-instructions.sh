@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Counts the gateway's instructions per request (issue 16, "Instruction
-# counts, which do not drift"): the release gateway runs under `valgrind
+# Counts the gateway's instructions per request (docs/PERFORMANCE.md,
+# "Instructions per request"; counts do not drift with load): the release gateway runs under `valgrind
 # --tool=callgrind`, and for a fixed number of requests of each kind
 # (BENCH_REQUESTS, default 2000, over BENCH_CONNS keep-alive connections, default 4, from
 # scripts/lib/bench_client.py) the instructions the whole gateway process

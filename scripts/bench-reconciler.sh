@@ -9,9 +9,9 @@
 #   - `seckill-reconciler run`: the whole reconciliation, with peak RSS;
 # each with its CPU time (the client's, MySQL's and Redis's: on 2 shared
 # cores wall time drifts with other work, CPU much less), BENCH_ROUNDS
-# rounds (default 2). BENCH_COMPARE_BIN: another build (say, of an older
-# commit) measured first in each round on the same data (before/after).
-# Targets: issue 5 run <= 2 x read time, memory bounded; issue 16 <= 1.3 x.
+# rounds (default 2). BENCH_COMPARE_BIN: another build (say, of another
+# commit) measured first in each round on the same data.
+# Targets: run <= 1.3 x the bare read's time, memory bounded.
 #
 # Usage: scripts/bench-reconciler.sh [N]
 # MySQL server: SECKILL_TEST_MYSQL_URL (default mysql://root@127.0.0.1:3306/).

@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
-# Redis's own cost of one reservation (issue 16, "Redis's own cost per
-# reservation"): microseconds per call of the reservation script by `INFO
+# Redis's own cost of one reservation (docs/PERFORMANCE.md, "Redis's cost
+# per reservation"): microseconds per call of the reservation script by `INFO
 # commandstats` (usec_per_call), for the script as the gateway sends it and
 # for prototypes that exist only here, so their gain can be weighed before
 # anyone changes the key schema (other work builds on it):
-#   evalsha   common/src/reservation.rs RESERVE_LUA, EVALSHA (today);
+#   evalsha   common/src/reservation.rs RESERVE_LUA, EVALSHA (as shipped);
 #   fcall     the same body as a Redis Function (FUNCTION LOAD + FCALL);
 #   merged    a prototype schema: the buyer, the flow record and the status
 #             in one hash (fields u:USER, f:RID, s:RID), so the writes are
@@ -12,7 +12,7 @@
 #             with the same guards (key types, pause, integer stock, OOM
 #             undo) and the same reply;
 #   merged_fcall  that prototype as a Function;
-#   batch8, batch32  today's script in its batch form (the group commit's
+#   batch8, batch32  the shipped script in its batch form (the group commit's
 #             one call per bucket, reservation::write_calls) with 8 or 32
 #             buyers per call: its figure is per reservation (per call / N),
 #             over the same number of reservations.

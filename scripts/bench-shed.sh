@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Benchmarks load shedding (issue 12, "Shedding an overload") and prints
+# Benchmarks load shedding (docs/PERFORMANCE.md, "Performance: shedding an
+# overload") and prints
 # figures (not a test: nothing here passes or fails on a number).
 #
 # Offered load is counted in purchases in flight: seckill-shed-bench runs N
@@ -8,8 +9,8 @@
 # BENCH_SHED_BACKOFF_MS). First the capacity is measured: against a gateway
 # with no bound in the way, connections 4, 8, 16, ... 128 (BENCH_SHED_SWEEP);
 # the capacity is the most purchases in flight whose p99 still meets the
-# latency objective BENCH_SHED_SLO_MS (default 5 ms, issue 16's p99 target
-# at 64 connections): a server's capacity is the load it carries within its
+# latency objective BENCH_SHED_SLO_MS (default 5 ms, the p99 target at
+# 64 connections): a server's capacity is the load it carries within its
 # objective, and beyond it more in flight buys a little throughput (larger
 # group commits) for a queueing delay that doubles with every step of the
 # sweep. BENCH_SHED_CAPACITY=N skips the sweep. Then 1x, 2x and 5x that

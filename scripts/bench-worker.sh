@@ -7,14 +7,14 @@
 # Before each drain it times the raw rate of the same MariaDB taking the same
 # rows (order + ledger row per message, multi-row INSERTs of one batch, one
 # commit per batch; at most 2,000 commits, so batch 1 stays quick) and
-# prints worker / raw (issue 16 target: >= 0.5), and
+# prints worker / raw (target: >= 0.5), and
 # Redis's server time per order by command (INFO commandstats).
-# BENCH_WORKER_BIN runs another worker binary (e.g. a build of an older
-# commit, for before/after figures in one session).
+# BENCH_WORKER_BIN runs another worker binary (e.g. a build of another
+# commit, to compare two builds on the same machine and data).
 #
 # MySQL: SECKILL_TEST_MYSQL_URL (server URL, no database) when set, else the
 # account scripts/test.sh sets up. The database seckill_demo_bench_worker is
-# dropped and recreated for each run. Target (issue 4): batch 256 at
+# dropped and recreated for each run. Target: batch 256 at
 # least 20 x batch 1 on the same machine.
 set -euo pipefail
 cd "$(dirname "$0")/.."

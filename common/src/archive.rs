@@ -25,9 +25,9 @@
 //! K − 1 .. 1 (each one `MULTI` of `DEL`s, one slot; a buyer a gateway
 //! still routes to one by its remembered K reads that bucket's own ended
 //! window, or, once it is gone, bucket 0's: `gateway/src/home.rs`), then
-//! `SREM seckill:sales`. (Buckets first, as before, left a split sale
-//! killed half-way answering 503 to the removed buckets' buyers until the
-//! next `run`.) Each step is idempotent: a repeat deletes nothing more and
+//! `SREM seckill:sales`. (With the buckets removed first, a split sale
+//! killed half-way would answer 503 to the removed buckets' buyers until
+//! the next `run`.) Each step is idempotent: a repeat deletes nothing more and
 //! writes the same tombstone; since the tombstone keeps no bucket count, a
 //! repeat learns K from MySQL and from the buckets still present
 //! ([`bucket_count`]).

@@ -571,8 +571,8 @@ fn read_auth(c: &mut Config, get: &Get<'_>) -> Result<(), ConfigError> {
         c.auth_leeway = d;
     }
     if let Some(v) = get("SECKILL_AUTH_MAX_TTL") {
-        // One message for every way to miss (the hostile pass: 0, 500ms and
-        // 31d each said something else).
+        // One message for every way to miss (0, 500ms and 31d): the
+        // operator learns the whole rule at once.
         let err = || ConfigError {
             variable: "SECKILL_AUTH_MAX_TTL",
             value: v.to_string(),

@@ -1,5 +1,5 @@
 //! Owns the detection of Redis losing acknowledged data of a sale, and the
-//! sale's pause (issue 10 §4).
+//! sale's pause (docs/reliability.md §4).
 //!
 //! Two marks that Redis can only fall behind by losing writes, each kept
 //! in MySQL (`sale_redis_state`) as the highest value seen: the sale's

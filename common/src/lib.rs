@@ -127,7 +127,8 @@ pub fn is_valid_token(s: &str) -> bool {
 }
 
 /// Which bytes a token may hold (`A-Z a-z 0-9 _ . -`), one lookup per byte:
-/// the rule runs on every purchase (issue 16, instructions per purchase).
+/// the rule runs on every purchase (docs/PERFORMANCE.md, "Instructions per
+/// request").
 const TOKEN_BYTE: [bool; 256] = {
     let mut t = [false; 256];
     let mut i = 0;

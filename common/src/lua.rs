@@ -3,8 +3,8 @@
 //! writes can fail.
 //!
 //! Redis keeps the writes a script made before an error, so a script that
-//! fails half-way leaves a half-written state (issue 10 §2: a string where
-//! the queue list should be made the `LPUSH` fail after the `DECR`). Every
+//! fails half-way leaves a half-written state (a string where the queue
+//! list should be makes the `LPUSH` fail after the `DECR`). Every
 //! script that writes therefore checks, before its first write, each key it
 //! writes with `expect_types({...})`, which returns an error reply naming
 //! the key, so the caller can log it. (The reservation script, the hot

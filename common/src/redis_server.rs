@@ -1,5 +1,5 @@
 //! Owns the check every binary makes of the Redis server on each (re)connect
-//! (issue 10 §3): a server whose eviction policy can delete this system's
+//! (docs/reliability.md §3): a server whose eviction policy can delete this system's
 //! keys is refused, one that persists nothing is warned about, and one that
 //! refuses writes (a replica, a master short of replicas, out of memory) is
 //! reported not ready.

@@ -35,12 +35,13 @@ use std::sync::OnceLock;
 /// `rebuy_after_release`) once its status is `expired`, `cancelled` or
 /// `failed`, and of a dead-lettered id (status `failed`, mark kept, nothing
 /// released; its status is read, one `HGET`, for a re-send of the buyer's
-/// own id when the sale has had no release). Before: the retry took a second unit under the same id when
-/// the release had removed the mark; while the check ran only with stock
-/// left, a split sale's retry that found its home bucket empty was
-/// answered `sold_out` and the gateway pulled a unit from another bucket
-/// and bought it under a fresh id; and a kept mark answered the buyer's
-/// own `already_purchased`, which the gateway turns into 202 `queued`.
+/// own id when the sale has had no release). Why each check: without the
+/// status read, the retry would take a second unit under the same id once
+/// the release removed the mark; run only with stock left, a split sale's
+/// retry that found its home bucket empty would be answered `sold_out` and
+/// the gateway would pull a unit from another bucket and buy it under a
+/// fresh id; and a kept mark alone answers the buyer's own
+/// `already_purchased`, which the gateway turns into 202 `queued`.
 ///
 /// Replies one string per buyer, `"CODE SEQ DETAIL"`, joined by `\n` (one
 /// bulk string, not a table: the gateway's Redis client parses one value

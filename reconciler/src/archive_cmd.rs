@@ -97,8 +97,8 @@ pub fn is_archived(db: &mut mysql::Conn, id: u64) -> Result<bool, RunError> {
 }
 
 /// Removes again the Redis keys of archived sale `id` when they came back
-/// (a Redis restored from a snapshot taken before the archive: the hostile
-/// pass saw all of a sale's keys return and stay), leaving its tombstone as
+/// (a Redis restored from a snapshot taken before the archive brings all of
+/// a sale's keys back, and nothing else would remove them), leaving its tombstone as
 /// the archive did; logged, as it is the archive's own decision carried
 /// out again. Nothing happens while Redis holds no stock counter of it.
 /// Returns whether it removed anything.

@@ -243,7 +243,7 @@ mod tests {
         let lines: Vec<&str> = text.lines().collect();
         assert_eq!(lines.len(), 3, "{text}");
         // The user, the last-seen time and the evidence start at the same
-        // column on every line (before, a long kind or subject pushed them).
+        // column on every line, however long a kind or subject.
         let at = |l: &str, what: &str| l.find(what).unwrap();
         let user = at(lines[0], "user");
         let seen = at(lines[0], "last seen");

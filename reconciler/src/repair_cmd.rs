@@ -1,5 +1,5 @@
 //! Owns `seckill-reconciler sale repair ID`: rebuilds a sale's Redis state
-//! from MySQL after Redis lost data of it (issue 10 §4, the pause in
+//! from MySQL after Redis lost data of it (docs/reliability.md §4, the pause in
 //! `seckill_common::data_loss`), releases the duplicate reservations made
 //! before the pause, and resumes the sale.
 //!
@@ -188,8 +188,8 @@ fn rebuild(
     }
     // A bucket whose books give it fewer units than its orders hold: units
     // were moved out of it while its Redis was behind (after a failover,
-    // before the pause: the hostile CI run saw 590 orders against 542
-    // units). The sale's units are conserved, so move the difference from
+    // before the pause: a failover test can end with 590 orders against
+    // 542 units). The sale's units are conserved, so move the difference from
     // buckets with units to spare, recorded on both sides as any transfer.
     repair_rebuild::cover_deficits(&mut books, &mut pipes, &bucket_keys, &shares, &done, &mark);
     for (b, bk) in bucket_keys.iter().enumerate() {

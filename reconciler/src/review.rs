@@ -93,7 +93,7 @@ CREATE TRIGGER actions_no_update BEFORE UPDATE ON actions
 CREATE TRIGGER actions_no_delete BEFORE DELETE ON actions
   BEGIN SELECT RAISE(ABORT, 'actions is append-only'); END;
 "#,
-    // 2 (issue 10): the kinds `sale_missing_in_mysql` and `redis_data_loss`,
+    // 2 (Redis data loss): the kinds `sale_missing_in_mysql` and `redis_data_loss`,
     // the action `repair`, and the write-ahead audit:
     // result `started` and `completes` (the started row a completion closes).
     // SQLite cannot alter a CHECK, so both tables are rebuilt, ids kept; the
@@ -158,7 +158,7 @@ CREATE TRIGGER actions_no_update BEFORE UPDATE ON actions
 CREATE TRIGGER actions_no_delete BEFORE DELETE ON actions
   BEGIN SELECT RAISE(ABORT, 'actions is append-only'); END;
 "#,
-    // 3 (issue 13, the order lifecycle): the kinds
+    // 3 (the order lifecycle): the kinds
     // `released_in_mysql_held_in_redis`, `late_payment`,
     // `payment_amount_mismatch`, `payment_unknown_reservation`,
     // `payment_not_payable`, rebuilt as in 2.
@@ -224,7 +224,7 @@ CREATE TRIGGER actions_no_update BEFORE UPDATE ON actions
 CREATE TRIGGER actions_no_delete BEFORE DELETE ON actions
   BEGIN SELECT RAISE(ABORT, 'actions is append-only'); END;
 "#,
-    // 4 (issue 13): the kind `payment_conflict`; the action `archive`
+    // 4 (payments, archives): the kind `payment_conflict`; the action `archive`
     // (`sale archive`), an action on a sale rather than a finding:
     // `actions.finding_id` may be NULL and `actions.sale_id` names the
     // sale; one `done` archive row per sale at most. Rebuilt as in 2.
@@ -295,7 +295,7 @@ CREATE TRIGGER actions_no_update BEFORE UPDATE ON actions
 CREATE TRIGGER actions_no_delete BEFORE DELETE ON actions
   BEGIN SELECT RAISE(ABORT, 'actions is append-only'); END;
 "#,
-    // 5: kinds and actions are no longer listed in CHECKs (the build writes
+    // 5: kinds and actions are not listed in CHECKs (the build writes
     // only the names its enums have, and reads past names it does not know),
     // so a new kind or action needs no table rebuild; per-kind counts of a
     // run go to `run_counts`, one row per kind observed; `runs.reopened`

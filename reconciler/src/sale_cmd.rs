@@ -199,8 +199,8 @@ pub fn load(config: &Config, id: u64, shards: Option<u32>) -> Res<u8> {
         eprintln!("seckill-reconciler: no sale {id} in MySQL");
         return Ok(2);
     };
-    // An archived sale stays out of Redis (the hostile pass: its tombstone
-    // lost, `sale load` put it back on sale, and nothing removed it again).
+    // An archived sale stays out of Redis: with its tombstone lost, a load
+    // would put it back on sale and nothing would remove it again.
     if let Some(by) = crate::archive_cmd::sale_state(&mut db, id)?.and_then(|s| s.archived_by) {
         eprintln!(
             "seckill-reconciler: sale {id} was archived by {by}: it stays out of Redis; nothing loaded"
@@ -244,7 +244,7 @@ pub fn load(config: &Config, id: u64, shards: Option<u32>) -> Res<u8> {
     }
     // A sale whose bucket 0 is gone while other buckets are live lost part
     // of its keys: loading bucket 0 alone would offer its units again on
-    // top of theirs (the hostile pass). Not supported yet.
+    // top of theirs. Not supported yet.
     let bucket0: Option<i64> = con.get(SaleKeys::new(id).stock())?;
     if bucket0.is_none() && seckill_common::buckets::split_elsewhere(&mut con, id)? {
         eprintln!(
@@ -332,7 +332,7 @@ pub fn show(config: &Config, id: u64) -> Res<u8> {
     };
     let orders = order_count(&mut db, id)?;
     let ledger = seckill_common::schema::ledger_deductions(&mut db, id)?;
-    // The order lifecycle (issue 13): the window, and every order by status
+    // The order lifecycle: the payment window, and every order by status
     // (the `orders` line counts those holding a unit).
     let window: Option<Option<u64>> =
         db.exec_first("SELECT payment_window_ms FROM sales WHERE id = ?", (id,))?;

@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """Holds N idle keep-alive connections to the gateway for
-scripts/bench-gateway.sh (issue 16: RSS per idle connection): connects N
+scripts/bench-gateway.sh (the RSS per idle connection): connects N
 sockets, sends one GET /healthz on each and reads its answer (so the
 connection's thread is started and has served a request), then keeps them
 open, sending nothing, until SIGTERM. Prints "ready" once all are open.

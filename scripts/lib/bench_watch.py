@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
-"""The server's own count for the gateway benchmarks (issue 16, "make the
-gateway bench honest"): samples, every 20 ms until SIGTERM, the gateway's
+"""The server's own count for the gateway benchmarks (so that a rate the
+load tool overstates shows as a MISMATCH): samples, every 20 ms until SIGTERM, the gateway's
 request counters (`/metrics` over one keep-alive connection) and the units
 reserved in Redis (`GET` of a sale's stock, over one RESP connection), then
 prints, for each quantity that moved, one line

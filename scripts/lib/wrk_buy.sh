@@ -9,8 +9,8 @@ local WORK=$1
 # wrk runs each thread's init() on its main thread, one thread after the
 # other, and starts thread 0 before thread 1's init: a thread whose requests
 # are formatted in init() would send while the next one is still formatting,
-# before wrk's clock starts (a "5 s" run then sold for 7-8 s and wrk
-# overstated its rate by 30 %, issue 16). So every thread formats its
+# before wrk's clock starts (a "5 s" run then sells for 7-8 s and wrk
+# overstates its rate by 30 %). So every thread formats its
 # requests in init(), marks itself ready in $BENCH_BARRIER, and sends its
 # first request only once every thread is ready: all of them start
 # together, at wrk's clock start. (wrk also calls thread 0's request() once

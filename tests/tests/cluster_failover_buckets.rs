@@ -1,5 +1,5 @@
 //! Specifies a master failing in the middle of a split sale on a real Redis
-//! Cluster (issue 14, "A master fails mid-sale"): 3,000 units over 3
+//! Cluster (docs/reliability.md §10): 3,000 units over 3
 //! buckets, 30,000 buyers (8 keep-alive client threads). 1,200 buy; the
 //! replica of bucket 1's master is stopped and its link cut while 600 more
 //! buy (acknowledged, ordered); then that master is killed with SIGKILL

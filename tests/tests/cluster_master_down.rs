@@ -1,6 +1,5 @@
 //! Specifies that a master going down costs only the purchases of the
-//! buckets it serves (issue 14: "gateways answer 503 for that bucket
-//! meanwhile"): on a real Redis Cluster, a sale split over 3 buckets, the
+//! buckets it serves (gateways answer 503 for that bucket meanwhile): on a real Redis Cluster, a sale split over 3 buckets, the
 //! master of one bucket killed with SIGKILL, and a crowd of that bucket's
 //! buyers and of the other buckets' buyers buying at once through one
 //! gateway whose one Redis thread puts both kinds in the same group
@@ -208,8 +207,7 @@ fn a_stalled_master_holds_back_only_the_purchases_of_its_buckets() {
     cluster.signal(stalled, "STOP");
     let (stalled_answers, live_answers) = std::thread::scope(|s| {
         let first = s.spawn(|| buy_all(&stalled_users));
-        // Their pipelines are out (and, before, holding the thread) when
-        // the others arrive.
+        // Their pipelines are out when the others arrive.
         std::thread::sleep(Duration::from_millis(150));
         let live = buy_all(&live_users);
         (first.join().expect("the stalled buyers"), live)

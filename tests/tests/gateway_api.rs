@@ -286,7 +286,7 @@ fn redis_now_ms(redis: &RedisServer) -> u64 {
 /// A sold-out sale of `k` buckets (one unit each), remembered sold out
 /// 300 ms before its end: from its end on (Redis's clock) every purchase
 /// is 403 `sale_ended`, a winner's retry too, never 410 from the sold-out
-/// memory (the hostile review: up to 500 ms of 410 after the end).
+/// memory (which would answer 410 for up to 500 ms after the end).
 fn sold_out_then_ended(k: u32) {
     let redis = RedisServer::start();
     let g = Gateway::start(&redis, &[]);

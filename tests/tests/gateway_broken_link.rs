@@ -1,5 +1,5 @@
 //! Specifies docs/DESIGN.md "Redis down" and docs/reliability.md §9 for a
-//! connection that breaks mid-call (issue 17): the purchase's script ran in
+//! connection that breaks mid-call: the purchase's script ran in
 //! Redis, and the connection broke before its reply reached the gateway.
 //! The gateway sends the purchase once more on a fresh connection with the
 //! same reservation id; the script finds the buyer's own reservation, so the

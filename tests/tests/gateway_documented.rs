@@ -1,5 +1,5 @@
-//! Specifies, over real HTTP, documented answers no other test exercised
-//! (issue 17): a `failed` purchase status, a bad user id in a GET path, the
+//! Specifies, over real HTTP, documented answers no other test exercises:
+//! a `failed` purchase status, a bad user id in a GET path, the
 //! `Allow` header of GET-only routes, a query string, and the memory fast
 //! path for ended and unknown sales (no script call on the second ask).
 

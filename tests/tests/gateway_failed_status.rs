@@ -1,5 +1,5 @@
 //! Specifies the `failed` purchase status over HTTP as the real pipeline
-//! writes it (issue 17; README "HTTP API"): two buyers
+//! writes it (README "HTTP API"): two buyers
 //! reserve the last two units in Redis through the gateway, MySQL holds only
 //! one, the real worker orders the first and dead-letters the second
 //! ("stock exhausted in MySQL"), and each buyer's

@@ -1,7 +1,7 @@
 //! Specifies that running out of file descriptors is a passing condition,
 //! not the end of the gateway: clients that hold every descriptor get no
 //! service while they do, and once they close, purchases are answered again
-//! by the same process (tiny_http's accept loop used to stop for good on
+//! by the same process (upstream tiny_http's accept loop stops for good on
 //! EMFILE; see vendor/tiny_http/patches/0003 and 0006). The same for threads:
 //! a crowd of connections beyond the process's thread limit.
 

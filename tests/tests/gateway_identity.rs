@@ -1,4 +1,4 @@
-//! Specifies signed buyer identity (issue 12) against the real gateway and
+//! Specifies signed buyer identity (docs/IDENTITY.md) against the real gateway and
 //! a real, private Redis: every bad token gets its 401 (or 403) with
 //! `WWW-Authenticate`, changes nothing in Redis, and the next valid purchase
 //! succeeds; the buyer is the token's `sub`; `/purchases/me` and the old

@@ -1,4 +1,4 @@
-//! Specifies the bounded shares and the load shedding of issue 12: a bot
+//! Specifies the bounded shares and the load shedding (docs/LIMITS.md): a bot
 //! with one user id gets one unit and at most its share of Redis calls
 //! while honest buyers are served; a client address flooding invalid
 //! requests is limited while other addresses are served; `X-Forwarded-For`

@@ -1,5 +1,5 @@
-//! Specifies the bound on what the gateway remembers of buyers (issue 10
-//! §1, memory): nothing for a sale still selling (RSS stays flat however
+//! Specifies the bound on what the gateway remembers of buyers
+//! (docs/reliability.md §1): nothing for a sale still selling (RSS stays flat however
 //! many units it sells), at most `SECKILL_GATEWAY_BUYERS_MAX` buyers over
 //! all sold-out sales (the rest answered by one `HGET`, still 409 for a
 //! winner), and a sale's buyers freed once it has ended.

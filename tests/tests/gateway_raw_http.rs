@@ -1,5 +1,5 @@
 //! Specifies the gateway's HTTP framing on a raw socket, byte for byte
-//! (issue 11, section 5): a body the gateway will not read is answered at
+//! (docs/DESIGN.md, "Gateway"): a body the gateway will not read is answered at
 //! once and the connection closed, with no 1xx the client did not ask for;
 //! `Expect: 100-continue` is honoured as RFC 9110 section 10.1.1 says: a
 //! `100 Continue` only before a body the gateway is going to read, never

@@ -1,5 +1,5 @@
-//! Specifies two rules of docs/IDENTITY.md against the real gateway (issue
-//! 12): a token living longer than `SECKILL_AUTH_MAX_TTL` (`exp - iat`, or
+//! Specifies two rules of docs/IDENTITY.md against the real gateway: a
+//! token living longer than `SECKILL_AUTH_MAX_TTL` (`exp - iat`, or
 //! `exp - now` plus the leeway without `iat`) is 401 `invalid_token` and
 //! changes nothing in Redis, one exactly at the bound buys; and a key file
 //! holding any key the gateway cannot use (RSA, no `alg`, an unknown

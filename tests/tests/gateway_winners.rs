@@ -1,5 +1,5 @@
-//! Specifies what a winner hears when it retries after the sell-out (issue
-//! 10 §1): 409 with its own reservation id, every time, from every gateway,
+//! Specifies what a winner hears when it retries after the sell-out
+//! (docs/reliability.md §1): 409 with its own reservation id, every time, from every gateway,
 //! while everyone else gets 410; and after an operator releases one winner,
 //! that user may buy again within a second while every other winner still
 //! gets 409.
@@ -158,9 +158,9 @@ fn a_released_winner_may_buy_again_within_a_second_and_the_others_still_get_409(
 
 /// A unit released while another winner keeps retrying: the retries (409)
 /// tell the gateway the stock came back, so the next buyer gets it at once
-/// (before, every such retry was an inconclusive recheck that kept the
-/// sale remembered sold out, and the next buyer heard 410 for as long as
-/// the winner retried).
+/// (were each retry an inconclusive recheck, the sale would stay
+/// remembered sold out and the next buyer hear 410 for as long as the
+/// winner retried).
 #[test]
 fn a_returned_unit_is_sold_at_once_while_a_winner_keeps_retrying() {
     let redis = RedisServer::start();

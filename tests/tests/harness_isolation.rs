@@ -1,4 +1,4 @@
-//! Tests of the harness's own isolation (issue 17): a spawned server or
+//! Tests of the harness's own isolation: a spawned server or
 //! binary dies with the thread that started it, so a killed test runner
 //! leaves nothing running that a later test could reach.
 

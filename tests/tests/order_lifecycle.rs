@@ -261,8 +261,8 @@ fn a_release_done_in_mysql_only_is_completed_by_the_reconciler_once() {
 /// orders expire and their units go back on sale before another worker
 /// reclaims the dead one's processing list. The redelivered messages are
 /// of released units: they leave the list with no dead letter and no
-/// finding (before, the fence dead-lettered each: one open finding per
-/// unit for a person, hostile pass).
+/// finding (a fence that dead-lettered each would leave one open finding
+/// per unit for a person).
 #[test]
 fn redelivered_messages_of_released_units_are_settled_without_dead_letters() {
     let redis = RedisServer::start();

@@ -379,7 +379,7 @@ fn a_payment_id_reused_with_other_fields_is_a_conflict_finding_and_the_first_sta
 
 /// A payment that reached a worker before its order existed (a prompt
 /// payer, the order message still queued) was recorded
-/// `unknown_reservation` and its order later expired (the hostile pass).
+/// `unknown_reservation` and its order later expired.
 /// The state that race leaves — two reservations queued, no order, their
 /// payments recorded `unknown_reservation` (one of the price, one not) —
 /// is decided again once the orders exist: the first order `paid` (MySQL,

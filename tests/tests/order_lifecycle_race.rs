@@ -1,4 +1,4 @@
-//! Specifies the race of a payment with its deadline (issue 13): 200
+//! Specifies the race of a payment with its deadline: 200
 //! pending orders, each paid within ±5 ms of its `pay_by`, the expiry
 //! sweep running every 1 ms. Each order ends `paid` or `expired`, never
 //! both; every expired unit is released exactly once (MySQL and Redis);

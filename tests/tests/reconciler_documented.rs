@@ -1,5 +1,5 @@
-//! Specifies documented reconciler behaviours no other test exercised
-//! (issue 17): `resolve` of an unknown finding, `findings --sale` and each
+//! Specifies documented reconciler behaviours no other test exercises:
+//! `resolve` of an unknown finding, `findings --sale` and each
 //! `--state`, `run` exiting 2 (with a `failed` run recorded) when MySQL
 //! cannot be reached or when the review file is newer than the build, a
 //! missing ledger row left open when the books do not balance, a finding

@@ -1,5 +1,4 @@
-//! Specifies the reconciler against the hostile pass of issue 10 (sections
-//! 6-8), with real `seckill-worker` and `seckill-reconciler` processes, real
+//! Specifies the reconciler's rules of docs/reliability.md §6-8, with real `seckill-worker` and `seckill-reconciler` processes, real
 //! Redis, MariaDB and SQLite, and real `kill -9`: a sale MySQL lost is a
 //! critical finding, not silence; a reservation's findings move together and
 //! a settled dead letter is archived, never reported again; every operator

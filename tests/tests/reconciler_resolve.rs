@@ -416,8 +416,8 @@ fn a_reorder_that_fails_again_opens_its_finding_again_but_a_dismissal_stays() {
 }
 
 /// The findings about payments name a reservation but are each their own
-/// decision (the hostile review: dismissing one `payment_conflict` closed
-/// every finding of its reservation). Two conflicting deliveries of one
+/// decision (dismissing one `payment_conflict` must not close every
+/// finding of its reservation). Two conflicting deliveries of one
 /// payment id for reservation r0, and a late payment for r2 whose message
 /// was lost: dismissing one conflict closes that one only, with one row;
 /// the rollback of r2 closes its `flow_without_order` and leaves its late

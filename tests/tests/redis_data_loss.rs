@@ -1,5 +1,5 @@
-//! Specifies what happens when Redis loses acknowledged reservations (issue
-//! 10 §4): sell 200 of 500 with a worker draining, kill -9 Redis and restart
+//! Specifies what happens when Redis loses acknowledged reservations
+//! (docs/reliability.md §4): sell 200 of 500 with a worker draining, kill -9 Redis and restart
 //! it from an append-only file missing its last 100 reservations. The sale
 //! pauses (purchases 503 `sale_paused`) within the documented window,
 //! `seckill-reconciler sale repair` rebuilds it from MySQL, every user

@@ -1,5 +1,5 @@
 //! Specifies the data-loss watch and `sale repair` on a sale split over 3
-//! buckets (issue 14, "A master fails mid-sale"), on one private Redis
+//! buckets (docs/reliability.md §10), on one private Redis
 //! where one bucket is put back to an older copy of itself (what a replica
 //! that lagged becomes when it is promoted): 300 units, 80 of bucket 2's
 //! buyers buy, bucket 2 is copied (`DUMP`), 60 more of its buyers buy (20

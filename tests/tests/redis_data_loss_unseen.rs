@@ -24,9 +24,9 @@ use seckill_tests::{wait_until, RedisServer, TempDir, TestDb};
 use std::time::Duration;
 use worker_support::{wait_orders, Opts, WorkerProc};
 
-/// Units on sale (the hostile run's 20,000).
+/// Units on sale.
 const STOCK: u64 = 20_000;
-/// Purchases answered 202 before the loss (the hostile run's 3,000).
+/// Purchases answered 202 before the loss.
 const BOUGHT: usize = 3_000;
 
 fn reconciler(redis: &RedisServer, db: &TestDb, dir: &TempDir, args: &[&str]) -> (i32, String) {

@@ -1,5 +1,5 @@
 //! Specifies how every binary treats a Redis server that cannot keep the
-//! sale safe (issue 10 §3): an eviction policy that can delete the sale's
+//! sale safe (docs/reliability.md §3): an eviction policy that can delete the sale's
 //! keys is refused by the gateway (503, `/readyz` 503), the worker (takes
 //! nothing) and the reconciler (exit 2), each naming the setting; under
 //! `noeviction` a full Redis answers 503 and no purchase is half-written,

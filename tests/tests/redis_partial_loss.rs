@@ -1,5 +1,5 @@
 //! Specifies what happens when Redis loses one key of a sale, or one sale's
-//! key is broken (the hostile pass after issue 10): a lost buyers hash,
+//! key is broken: a lost buyers hash,
 //! stock counter or meta hash pauses the sale (503 `sale_paused`, never a
 //! second unit for a winner, never a silent sell-out or a 404), `run`
 //! reports it again after an earlier repair, and `sale repair` rebuilds it;

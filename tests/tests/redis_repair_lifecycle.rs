@@ -1,5 +1,5 @@
-//! Specifies `sale repair` on a sale with a payment window (issue 14, the
-//! repair made lifecycle-aware): of 10 orders, 3 expired (their units back
+//! Specifies `sale repair` on a sale with a payment window (the repair
+//! rebuilds each order's lifecycle state): of 10 orders, 3 expired (their units back
 //! on sale), 1 paid, 6 pending; Redis then loses the sale's flow records,
 //! buyer marks, statuses and released records, and a buyer whose order
 //! expired reserves again (the sale does not allow it: its mark was lost);
@@ -8,8 +8,8 @@
 //! units count back in), the released orders' flow records in `released` with their
 //! status, `paid` and `pending_payment` kept, every buyer marked (the sale
 //! does not let a released buyer buy again). Three new buyers then buy the
-//! 3 units and the sale is sold out. The repair before this change wrote
-//! every order `confirmed` and stock 0 (seen failing: stock 0, not 3).
+//! 3 units and the sale is sold out. A repair that wrote every order
+//! `confirmed` would leave stock 0, not 3.
 
 #[path = "worker_support.rs"]
 mod worker_support;

@@ -334,7 +334,7 @@ fn purchase_state(con: &mut redis::Connection, id: u64) -> (i64, usize, usize, u
 
 /// A batch call larger than the script takes (its writes pass every
 /// buyer to one command; Lua's `unpack` stops at 8,000 values) is refused
-/// before any write, whole. Before: 4,101 buyers in one call took 4,101
+/// before any write, whole. Unguarded, 4,101 buyers in one call take 4,101
 /// units (`DECRBY`) and then failed on `too many results to unpack`,
 /// leaving stock 5,899 of 10,000 with no buyer, flow record, status or
 /// message: units taken that no order, release or finding accounts for.
@@ -396,9 +396,9 @@ fn a_batch_larger_than_the_script_takes_is_refused_and_changes_nothing() {
 
 /// A call whose arguments are not the first buyer's three then whole
 /// pairs is refused with an error naming the arguments, and changes
-/// nothing. Before: `u1 r1 SALE u2` (the second buyer's reservation id
-/// missing) reserved u1 and dropped u2 without a word, and `u1 r1` (no
-/// sale id) answered an empty string.
+/// nothing. Unguarded, `u1 r1 SALE u2` (the second buyer's reservation id
+/// missing) would reserve u1 and drop u2 without a word, and `u1 r1` (no
+/// sale id) answer an empty string.
 #[test]
 fn a_call_whose_arguments_are_not_whole_buyers_is_refused_and_changes_nothing() {
     let redis = RedisServer::start();
@@ -570,8 +570,8 @@ fn a_released_reservation_id_sent_again_with_no_stock_left_is_released_not_sold_
 /// A sale that keeps a released buyer's mark (no `rebuy_after_release`):
 /// the re-send of the cancelled reservation's id is answered `released`,
 /// not the buyer's own `already_purchased` (which the gateway turns into
-/// 202 `queued` for an order its status route calls `cancelled`: the
-/// hostile pass), and takes nothing. The buyer's new attempt (a fresh id)
+/// 202 `queued` for an order its status route calls `cancelled`), and
+/// takes nothing. The buyer's new attempt (a fresh id)
 /// is still `already_purchased` with the old id, the mark being kept.
 #[test]
 fn a_cancelled_reservation_whose_mark_is_kept_is_released_when_sent_again() {

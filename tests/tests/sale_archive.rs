@@ -469,8 +469,7 @@ fn an_archive_interrupted_after_mysql_is_finished_by_the_next_run_once() {
             [(id as i64, "alice".to_string(), "done".to_string())]
         );
     }
-    // Its keys back from a snapshot older than the archive (the hostile
-    // pass): the next run removes them again, the tombstone stays.
+    // Its keys back from a snapshot older than the archive: the next run removes them again, the tombstone stays.
     let mut con = redis.con();
     let _: () = con.set(SaleKeys::new(id).stock(), 2).unwrap();
     let _: () = con.set(SaleKeys::bucket(id, 1).stock(), 1).unwrap();
@@ -478,7 +477,7 @@ fn an_archive_interrupted_after_mysql_is_finished_by_the_next_run_once() {
     let (code, out) = reconciler(&redis, &db, &review, "off", &["run"]);
     assert_eq!(code, 0, "{out}");
     assert_eq!(keys_of(&all_keys(&redis), id), [SaleKeys::new(id).meta()]);
-    // The tombstone lost (the hostile pass): `sale load` must not put the
+    // The tombstone lost: `sale load` must not put the
     // archived sale back on sale; refused, nothing written.
     let _: () = redis.con().del(SaleKeys::new(id).meta()).unwrap();
     let (code, out) = reconciler(
@@ -564,8 +563,8 @@ fn ended_split_sale(redis: &RedisServer, db: &TestDb, port: u16) -> u64 {
 
 /// `sale rebalance` of an archived split sale is refused as archived
 /// (exit 1, as `sale load` of one), and nothing is written: its tombstone
-/// keeps no bucket count, so the command took it for a sale of one bucket
-/// (the hostile review: "sale N has one bucket: nothing to move", exit 0).
+/// keeps no bucket count, so it must not be taken for a sale of one bucket
+/// ("sale N has one bucket: nothing to move", exit 0).
 #[test]
 fn rebalancing_an_archived_split_sale_is_refused_as_archived() {
     let redis = RedisServer::start();
@@ -607,8 +606,8 @@ fn rebalancing_an_archived_split_sale_is_refused_as_archived() {
 
 /// An archive of a split sale killed half-way, after MySQL's decision,
 /// answers every late buyer 403 `sale_ended` at once, as the whole archive
-/// does, and the next `run` finishes it, once (the hostile review: the
-/// removed buckets' buyers got 503 until that run). Both kill points are
+/// does, and the next `run` finishes it, once (not 503 for the removed
+/// buckets' buyers until that run). Both kill points are
 /// made by hand as the killed command left them: (a) buckets 2 and 1
 /// removed, bucket 0 whole (the order of an older build, and what a
 /// gateway routing by the K it remembers meets); (b) this build's first
@@ -698,8 +697,8 @@ fn a_split_sale_archive_killed_half_way_answers_sale_ended_and_run_finishes_it()
 
 /// `GET /v1/sales/{id}` of an archived sale says what its purchases say,
 /// `ended`, with the stock it ended with (what the same read said just
-/// before the archive) and when it was archived (the hostile review:
-/// `stock_remaining` 0 once archived, as if it had sold out).
+/// before the archive) and when it was archived (not `stock_remaining` 0,
+/// as if it had sold out).
 #[test]
 fn an_archived_sale_reads_as_ended_with_the_stock_it_ended_with() {
     let redis = RedisServer::start();

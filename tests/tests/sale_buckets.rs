@@ -623,7 +623,7 @@ fn sale_create_with_shards_splits_the_stock_and_without_it_writes_todays_keys() 
 }
 
 /// What the operator commands do not support on split sales yet is
-/// refused with nothing changed (the hostile pass): `sale load` after bucket
+/// refused with nothing changed: `sale load` after bucket
 /// 0 alone was lost would offer its units again on top of the live
 /// buckets'. `sale repair` of a sale the watch has not paused changes
 /// nothing, even with bucket 0 (which holds K) gone (it once sized bucket 0
@@ -767,7 +767,7 @@ fn a_split_sale_redis_lost_reloads_with_the_k_mysql_keeps() {
 
 /// One bucket's keys lost: its buyers get 503 (retry), the other buckets'
 /// buyers still buy — the lost bucket does not close the sale as unknown
-/// (the hostile pass: every buyer got 404 `sale_not_found` from memory).
+/// (which would answer every buyer 404 `sale_not_found` from memory).
 #[test]
 fn a_lost_bucket_is_503_for_its_buyers_and_does_not_close_the_sale() {
     let redis = RedisServer::start();
@@ -820,8 +820,8 @@ fn reloaded_after_a_gateway_read_it(
 
 /// A sale reloaded with another bucket count: a gateway that knew the old
 /// count reads it again within `RECOUNT_AFTER` (1 s), so a buyer is routed
-/// to the new home bucket (the hostile pass: an old gateway kept K = 1 and
-/// one buyer got two 202s).
+/// to the new home bucket (a gateway that kept K = 1 would give one buyer
+/// two 202s).
 #[test]
 fn a_gateway_sees_a_new_bucket_count_within_a_second() {
     let redis = RedisServer::start();

@@ -385,7 +385,7 @@ fn a_unit_in_the_wrong_bucket_is_found_per_bucket() {
     );
 }
 
-/// The hostile pass: a split sale sold out, every order expired, its 6
+/// A split sale sold out, every order expired, its 6
 /// units back in their buckets; the first buyer after the memory's trust
 /// gets one, and the 19 behind it get the other 5: exactly 5 × 202 and
 /// 14 × 410 (a reservation did not reopen the memory of a split sale, so
@@ -416,8 +416,8 @@ fn units_back_in_a_split_sale_are_sold_to_buyers_arriving_at_once() {
     });
     // Past the memory's trust (RECHECK_AFTER, 500 ms): the next purchase
     // asks Redis and gets a unit; the 19 right behind it must go to Redis
-    // too (before: they were answered from memory within the recheck's
-    // 100 ms window, 19 × 410 with 5 units on sale).
+    // too (answered from memory within the recheck's 100 ms window they
+    // would get 19 × 410 with 5 units on sale).
     std::thread::sleep(Duration::from_millis(600));
     assert_eq!(buy(g.port, sale, "late-first").status, 202);
     let port = g.port;

@@ -1,5 +1,5 @@
 //! Specifies that every script that writes takes effect whole or changes
-//! nothing (issue 10 §2): with any key it writes holding the wrong type (or
+//! nothing (docs/reliability.md §2): with any key it writes holding the wrong type (or
 //! a counter that is not an integer), a purchase is answered 503 and every
 //! key is left byte for byte as it was; once the key is fixed, the same user
 //! buys and exactly one order is made. The release, load and worker's take

@@ -1,5 +1,5 @@
-//! Specifies documented worker behaviours no other test exercised (issue
-//! 17): a message in another sale's queue is dead-lettered at once with its
+//! Specifies documented worker behaviours no other test exercises: a
+//! message in another sale's queue is dead-lettered at once with its
 //! reason and makes no order; a worker goes on after its Redis restarts
 //! (AOF on), ordering what was queued before and after; and a busy sale
 //! does not starve a quiet one (one batch per sale per pass).

@@ -1,5 +1,5 @@
 //! Specifies that every worker metric docs/DESIGN.md "Metrics" lists is on
-//! the worker's `/metrics` page and moves as documented (issue 17), scraped
+//! the worker's `/metrics` page and moves as documented, scraped
 //! once while nothing is applied yet and once after a small sale:
 //!
 //! - 5 units reserved; the test holds the sale's MySQL row (`FOR UPDATE`),

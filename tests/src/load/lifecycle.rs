@@ -1,5 +1,5 @@
-//! Owns the simulator's order-lifecycle phase (`--pay-share F`, issue 13's
-//! demo story), after the crowd and its checks: a simulated payment service
+//! Owns the simulator's order-lifecycle phase (`--pay-share F`, the demo's
+//! payments and expiries), after the crowd and its checks: a simulated payment service
 //! pays a share of the winners through the gateway's signed
 //! `POST /v1/payments`; the rest let the sale's payment window pass, so
 //! their units go back on sale; buyers of the crowd who were told sold out

@@ -76,7 +76,7 @@ impl Hostile {
         }
     }
 
-    /// The statuses the gateway API (issue 3) documents for this request.
+    /// The statuses the gateway API (README "HTTP API") documents for this request.
     /// `0` stands for "the server closed the connection", allowed only where
     /// the API allows it (an oversized body may be cut off).
     pub fn allowed(self) -> &'static [u16] {
