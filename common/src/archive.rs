@@ -144,7 +144,7 @@ pub fn bucket_count<C: ConnectionLike>(
 /// Removes every Redis key of sale `sale_id` (its buckets counted by
 /// [`bucket_count`] with `recorded`, MySQL's K) and leaves its tombstone
 /// (see the module doc); returns how many buckets were cleared (1 for a
-/// sale Redis no longer holds, or one cleared before: a repeat is
+/// sale Redis no longer holds, or one cleared already; a repeat is
 /// harmless).
 ///
 /// Errors: Redis failures (the steps done stay done; a repeat finishes).

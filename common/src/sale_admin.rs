@@ -200,7 +200,7 @@ return 1
 
 /// `KEYS`: a bucket's meta, stock and `stock_added`; `ARGV`: the action
 /// key and the units. Replies 0 when the action's mark is there already
-/// (added before: nothing changed), -1 when Redis does not hold the
+/// (added already; nothing changed), -1 when Redis does not hold the
 /// bucket's stock (nothing changed: `sale load` puts MySQL's total there),
 /// else adds the units to the stock, to `total_stock` (and `share`, which a
 /// split sale's bucket has) and writes the mark, and replies 1.

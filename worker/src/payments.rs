@@ -8,7 +8,7 @@
 //! dead-letter list.
 //!
 //! After a payment that made its order `paid` (applied now, or found
-//! applied before: a redelivery repairs a lost write) the reservation's
+//! applied already, as a redelivery repairs a lost write) the reservation's
 //! Redis status becomes `paid`, for `GET .../purchases/me`; after any
 //! payment committed, its receipt is forgotten (`seckill_common::receipt`:
 //! MySQL holds it now). The same queue
