@@ -1,8 +1,9 @@
 //! Checks the conventions a reader relies on, on the workspace's own files
 //! (fast, no services): every source path a doc names exists; no doc or
 //! comment tells the history of the work instead of the code (sessions of
-//! work, passes of review, issue numbers, the word before with a colon);
-//! every Rust source file opens with a `//!` line saying what it owns.
+//! work, passes of review, issue numbers, the word before with a colon,
+//! what an earlier build did); every Rust source file opens with a `//!`
+//! line saying what it owns.
 //!
 //! Each failure names the file, the line and what to fix.
 
@@ -225,6 +226,9 @@ fn history(text: &str) -> Option<String> {
         if w.len() > 1 && w.starts_with('#') && w[1..].chars().all(|c| c.is_ascii_digit()) {
             return Some(format!("an issue number (\"{w}\")"));
         }
+        if w == "build" && prev == "previous" {
+            return Some("\"previous build\" (say what holds now)".into());
+        }
         if *raw == "before:" {
             return Some("\"before:\" (say why the code is as it is now)".into());
         }
@@ -357,5 +361,6 @@ fn the_checks_see_what_they_look_for() {
     assert!(history("the seventh session").is_some());
     assert!(history("fixed in #12").is_some());
     assert!(history("before: it took two units").is_some());
+    assert!(history("the previous build grew").is_some());
     assert!(history("each mysql session sets its limits; pkcs#8 keys; rfc 7518 §3.2").is_none());
 }
