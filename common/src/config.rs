@@ -84,7 +84,7 @@ pub struct Config {
     pub gateway_address_burst: u32,
     /// `SECKILL_GATEWAY_LIMIT_SLOTS`: entries of each of the two limit
     /// tables (buyers, addresses), 16 bytes each (1024-67,108,864; default
-    /// 1,048,576: 16 MiB per table). See `gateway/src/limits.rs` for what
+    /// 1,048,576: 16 MiB per table). See `gateway/src/admission/limits.rs` for what
     /// happens when a table is full.
     pub gateway_limit_slots: usize,
     /// `SECKILL_GATEWAY_TRUSTED_PROXIES`: comma-separated addresses and
