@@ -3,6 +3,7 @@
 #![forbid(unsafe_code)]
 
 use seckill_common::start;
+use seckill_gateway::config::Settings;
 use seckill_gateway::http::listener::Unblocker;
 use seckill_gateway::server;
 use std::process::ExitCode;
@@ -30,7 +31,11 @@ fn main() -> ExitCode {
         Ok(s) => s,
         Err(e) => return start::fail("seckill-gateway", &e, e.exit_code()),
     };
-    let result =
-        server::run(started.config, started.shutdown, started.reload, unblocker).map(|()| 0);
+    // The gateway's own variables, checked after the shared ones.
+    let settings = match Settings::from_env(&started.config) {
+        Ok(s) => s,
+        Err(e) => return start::fail("seckill-gateway", &e, start::EXIT_CONFIG),
+    };
+    let result = server::run(settings, started.shutdown, started.reload, unblocker).map(|()| 0);
     start::finish("seckill-gateway", result, server::GatewayError::exit_code)
 }

@@ -25,7 +25,7 @@ use crate::redis::Redis;
 use crossbeam_channel::Receiver;
 use seckill_common::redis_target::Target;
 use seckill_common::shutdown::Reload;
-use seckill_common::{Config, Shutdown};
+use seckill_common::Shutdown;
 use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
@@ -89,12 +89,11 @@ fn spawn(name: &str, f: impl FnOnce() + Send + 'static) -> Result<(), GatewayErr
 ///
 /// Errors: see [`GatewayError`].
 pub fn run(
-    config: Config,
+    s: Settings,
     shutdown: Shutdown,
     reload: Reload,
     unblocker: Unblocker,
 ) -> Result<(), GatewayError> {
-    let s = Settings::of(&config);
     let client = Target::open(&s.redis_url).map_err(GatewayError::RedisUrl)?;
     let identity = Identity::from_config(&s.identity).map_err(GatewayError::Identity)?;
     let bound = listener::bind_to(&s.listen).map_err(GatewayError::Listen)?;

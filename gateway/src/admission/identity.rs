@@ -19,10 +19,9 @@
 
 use crate::admission::credentials::{Credentials, Refused};
 use crate::admission::verifier::Verifier;
-use crate::config::IdentitySettings;
+use crate::config::{AuthMode, IdentitySettings};
 use crate::metrics::Metrics;
 use seckill_common::token::Alg;
-use seckill_common::AuthMode;
 use std::fmt;
 
 /// Why a request may not act as the buyer it asks for.

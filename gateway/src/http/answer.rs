@@ -62,7 +62,7 @@ thread_local! {
 /// Where a handed-off purchase stands, for the requests behind it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[repr(u8)]
-enum Decided {
+enum Stage {
     /// Redis has not decided the purchase yet.
     Undecided = 0,
     /// Not decided, and the connection thread is parked until it is.
@@ -71,36 +71,36 @@ enum Decided {
     Decided = 2,
 }
 
-/// A [`Decided`] shared between a connection thread and a Redis thread.
-struct DecidedCell(AtomicU8);
+/// A [`Stage`] shared between a connection thread and a Redis thread.
+struct StageCell(AtomicU8);
 
-impl DecidedCell {
-    fn new(d: Decided) -> DecidedCell {
-        DecidedCell(AtomicU8::new(d as u8))
+impl StageCell {
+    fn new(d: Stage) -> StageCell {
+        StageCell(AtomicU8::new(d as u8))
     }
 
-    fn of(v: u8) -> Decided {
+    fn of(v: u8) -> Stage {
         match v {
-            0 => Decided::Undecided,
-            1 => Decided::Awaited,
-            _ => Decided::Decided,
+            0 => Stage::Undecided,
+            1 => Stage::Awaited,
+            _ => Stage::Decided,
         }
     }
 
-    fn load(&self) -> Decided {
-        DecidedCell::of(self.0.load(Ordering::Acquire))
+    fn load(&self) -> Stage {
+        StageCell::of(self.0.load(Ordering::Acquire))
     }
 
-    fn store(&self, d: Decided) {
+    fn store(&self, d: Stage) {
         self.0.store(d as u8, Ordering::Relaxed);
     }
 
-    fn swap(&self, d: Decided) -> Decided {
-        DecidedCell::of(self.0.swap(d as u8, Ordering::AcqRel))
+    fn swap(&self, d: Stage) -> Stage {
+        StageCell::of(self.0.swap(d as u8, Ordering::AcqRel))
     }
 
     /// Sets `new` if it is `current`.
-    fn replace(&self, current: Decided, new: Decided) {
+    fn replace(&self, current: Stage, new: Stage) {
         let _ = self.0.compare_exchange(
             current as u8,
             new as u8,
@@ -114,7 +114,7 @@ impl DecidedCell {
 /// [`Answer`] (one per connection thread, reused purchase after purchase).
 pub struct Pending {
     /// Whether Redis has decided it.
-    state: DecidedCell,
+    state: StageCell,
     /// Set when the answer is released: the connection may hand off the
     /// next purchase.
     released: AtomicBool,
@@ -126,7 +126,7 @@ impl Pending {
     /// An undecided purchase of the calling connection thread.
     fn of_this_thread() -> Arc<Pending> {
         Arc::new(Pending {
-            state: DecidedCell::new(Decided::Undecided),
+            state: StageCell::new(Stage::Undecided),
             released: AtomicBool::new(false),
             thread: std::thread::current(),
         })
@@ -135,7 +135,7 @@ impl Pending {
     /// Redis has decided the purchase: later requests of its connection
     /// may be served. Idempotent.
     fn decide(&self) {
-        if self.state.swap(Decided::Decided) == Decided::Awaited {
+        if self.state.swap(Stage::Decided) == Stage::Awaited {
             self.thread.unpark();
         }
     }
@@ -157,14 +157,14 @@ pub fn wait_for_decision(peer: Option<&SocketAddr>, limit: Duration) -> bool {
         let Some((p, from)) = pending else {
             return true;
         };
-        if p.state.load() == Decided::Decided || from.as_ref() != peer {
+        if p.state.load() == Stage::Decided || from.as_ref() != peer {
             return true;
         }
         // Undecided, or awaited by an earlier wait that ran out; either
         // way the decision unparks this thread from now on.
-        p.state.replace(Decided::Undecided, Decided::Awaited);
+        p.state.replace(Stage::Undecided, Stage::Awaited);
         let deadline = Instant::now() + limit;
-        while p.state.load() != Decided::Decided {
+        while p.state.load() != Stage::Decided {
             let left = deadline.saturating_duration_since(Instant::now());
             if left.is_zero() {
                 log::warn!("a handed-off purchase was not decided in {limit:?}; the request behind it is answered 503");
@@ -263,7 +263,7 @@ pub fn claim<'a>(
         Some((p, from)) => {
             // Its answer has released it and will not touch it again.
             p.released.store(false, Ordering::Relaxed);
-            p.state.store(Decided::Undecided);
+            p.state.store(Stage::Undecided);
             *from = peer.copied();
             Some(p.clone())
         }

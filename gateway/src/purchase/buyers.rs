@@ -61,6 +61,11 @@ impl BuyerSet {
     pub fn len(&self) -> usize {
         self.0.len()
     }
+
+    /// Whether the set holds no buyer.
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
 }
 
 /// Hands load requests to the loader thread.
