@@ -24,7 +24,7 @@
 //! every buyer to bucket 0 and its tombstone from then on), then buckets
 //! K − 1 .. 1 (each one `MULTI` of `DEL`s, one slot; a buyer a gateway
 //! still routes to one by its remembered K reads that bucket's own ended
-//! window, or, once it is gone, bucket 0's: `gateway/src/home.rs`), then
+//! window, or, once it is gone, bucket 0's: `gateway/src/purchase/home.rs`), then
 //! `SREM seckill:sales`. (With the buckets removed first, a split sale
 //! killed half-way would answer 503 to the removed buckets' buyers until
 //! the next `run`.) Each step is idempotent: a repeat deletes nothing more and

@@ -105,7 +105,7 @@ pub mod token;
 pub mod transfer;
 pub mod trusted;
 
-pub use config::{AuthMode, Config, ConfigError};
+pub use config::{Config, ConfigError};
 pub use shutdown::Shutdown;
 
 /// The rule [`is_valid_token`] checks, as a literal, so that messages can

@@ -2,7 +2,7 @@
 //! document, RFC 7517, with the key types of RFC 7518 §6.4 and RFC 8037),
 //! key generation, and minting a token (a compact JWS, RFC 7515/7519) for
 //! operators, the demo, the load simulator and the tests. The gateway
-//! verifies with the keys read here (`gateway/src/identity.rs`).
+//! verifies with the keys read here (`gateway/src/admission/identity.rs`).
 //!
 //! # The key file
 //!

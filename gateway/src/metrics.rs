@@ -9,8 +9,6 @@
 //! series kept here so that counting a request never looks a label set up;
 //! rendered by `/metrics`.
 
-use crate::routes::{Label, LABELS};
-use crate::verifier::{Why, WHY_LABELS};
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
@@ -20,6 +18,105 @@ use seckill_common::metrics::latency_histogram;
 use seckill_common::process_metrics::ProcessFigures;
 use std::sync::OnceLock;
 use std::time::Duration;
+
+/// The metrics label of each route (a fixed set, so a hostile path cannot
+/// create new time series).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Label {
+    /// `POST /v1/sales/{id}/purchases`.
+    Purchase = 0,
+    /// `GET /v1/sales/{id}/purchases/{user}`.
+    PurchaseStatus,
+    /// `GET /v1/sales/{id}`.
+    Sale,
+    /// `/healthz`.
+    Healthz,
+    /// `/readyz`.
+    Readyz,
+    /// `/metrics`.
+    Metrics,
+    /// Anything else.
+    Other,
+    /// `POST /v1/payments`.
+    Payment,
+    /// `DELETE /v1/sales/{id}/purchases/me`.
+    Cancel,
+}
+
+/// Every label, in index order.
+pub const LABELS: [(Label, &str); 9] = [
+    (Label::Purchase, "purchase"),
+    (Label::PurchaseStatus, "purchase_status"),
+    (Label::Sale, "sale"),
+    (Label::Healthz, "healthz"),
+    (Label::Readyz, "readyz"),
+    (Label::Metrics, "metrics"),
+    (Label::Other, "other"),
+    (Label::Payment, "payment"),
+    (Label::Cancel, "cancel"),
+];
+
+/// Why a token was refused, finer than the 401 code the client reads
+/// ([`Refused`]): the `reason` label of `seckill_gateway_tokens_refused_total`
+/// and the gateway's debug log line, so an operator tells an unknown `kid`
+/// after a key rotation from a lifetime over `SECKILL_AUTH_MAX_TTL`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Why {
+    /// No `Authorization` header.
+    Missing = 0,
+    /// Another scheme than `Bearer`, an empty token, or several headers.
+    Unusable,
+    /// Longer than `MAX_TOKEN_BYTES`.
+    TooLong,
+    /// Not a compact JWS: bad base64url or JSON, a missing claim.
+    Malformed,
+    /// No `kid`, or a `kid` the key file does not hold (a rotation the
+    /// gateway's key file has not caught up with).
+    UnknownKid,
+    /// An `alg` that is not its key's.
+    WrongAlgorithm,
+    /// The signature does not match the key.
+    BadSignature,
+    /// `aud` is not `SECKILL_AUTH_AUDIENCE`.
+    WrongAudience,
+    /// `iss` is not `SECKILL_AUTH_ISSUER` (when set), or missing then.
+    WrongIssuer,
+    /// `nbf` or `iat` in the future (beyond the leeway).
+    NotYetValid,
+    /// A `sub` that is not a buyer id.
+    BadSubject,
+    /// Lives longer than `SECKILL_AUTH_MAX_TTL`.
+    LifetimeOverMax,
+    /// `exp` has passed (401 `token_expired`).
+    Expired,
+}
+
+/// The `reason` label of each [`Why`], in its order.
+pub const WHY_LABELS: [&str; 13] = [
+    "missing",
+    "unusable",
+    "too_long",
+    "malformed",
+    "unknown_kid",
+    "wrong_algorithm",
+    "bad_signature",
+    "wrong_audience",
+    "wrong_issuer",
+    "not_yet_valid",
+    "bad_subject",
+    "lifetime_over_max",
+    "expired",
+];
+
+impl Why {
+    /// The reason's label.
+    pub fn label(self) -> &'static str {
+        WHY_LABELS
+            .get(self as usize)
+            .copied()
+            .unwrap_or("malformed")
+    }
+}
 
 /// Status codes counted one by one; any other code is counted as `other`
 /// (the last entry, 0).
@@ -121,8 +218,8 @@ pub struct Metrics {
     /// What `/metrics` renders; holds a clone of every handle below.
     registry: Registry,
     /// `seckill_gateway_requests_total`: a series appears with the first
-    /// request of its route and status (as the page showed before: no
-    /// zero series for the 84 pairs never seen).
+    /// request of its route and status (no zero series for the 84 pairs
+    /// never seen).
     requests: Family<RequestLabels, Counter>,
     /// The handle of each route × status series, once it exists.
     request_slots: Vec<[OnceLock<Counter>; STATUSES.len()]>,
@@ -209,60 +306,90 @@ fn one_label_counters(
         .collect()
 }
 
+/// The labelled series of [`Metrics`], registered in `r`.
+struct Labelled {
+    requests: Family<RequestLabels, Counter>,
+    latency: Vec<Histogram>,
+    outcomes: Vec<Counter>,
+    tokens_refused: Vec<Counter>,
+    limited_buyer: Counter,
+    limited_address: Counter,
+}
+
+/// Registers the labelled series, the build's version and the process
+/// figures in `r`.
+fn labelled(r: &mut Registry) -> Labelled {
+    let requests = Family::<RequestLabels, Counter>::default();
+    r.register(
+        "seckill_gateway_requests",
+        "HTTP requests answered, by route and status",
+        requests.clone(),
+    );
+    let outcomes = one_label_counters(
+        r,
+        "seckill_gateway_purchases",
+        OUTCOMES_HELP,
+        "outcome",
+        &OUTCOMES,
+    );
+    let tokens_refused = one_label_counters(
+        r,
+        "seckill_gateway_tokens_refused",
+        "Buyer tokens refused (401), by reason",
+        "reason",
+        &WHY_LABELS,
+    );
+    let build = Family::<OneLabel, Gauge>::default();
+    r.register(
+        "seckill_gateway_build_info",
+        "1, labelled with the version of this gateway's build",
+        build.clone(),
+    );
+    build
+        .get_or_create(&[("version", env!("CARGO_PKG_VERSION"))])
+        .set(1);
+    r.register_collector(Box::new(ProcessFigures));
+    let durations =
+        Family::<OneLabel, Histogram, fn() -> Histogram>::new_with_constructor(latency_histogram);
+    r.register(
+        "seckill_gateway_request_duration_seconds",
+        "Time from taking a request off the queue to its answer, by route",
+        durations.clone(),
+    );
+    let latency = LABELS
+        .iter()
+        .map(|(_, route)| durations.get_or_create(&[("route", route)]).clone())
+        .collect();
+    let [limited_buyer, limited_address]: [Counter; 2] = one_label_counters(
+        r,
+        "seckill_gateway_limited",
+        "Requests answered 429 too_many_requests, by the limit that refused them",
+        "limit",
+        &["buyer", "address"],
+    )
+    .try_into()
+    .unwrap_or_default();
+    Labelled {
+        requests,
+        latency,
+        outcomes,
+        tokens_refused,
+        limited_buyer,
+        limited_address,
+    }
+}
+
 impl Default for Metrics {
     fn default() -> Self {
         let mut r = Registry::default();
-        let requests = Family::<RequestLabels, Counter>::default();
-        r.register(
-            "seckill_gateway_requests",
-            "HTTP requests answered, by route and status",
-            requests.clone(),
-        );
-        let outcomes = one_label_counters(
-            &mut r,
-            "seckill_gateway_purchases",
-            OUTCOMES_HELP,
-            "outcome",
-            &OUTCOMES,
-        );
-        let tokens_refused = one_label_counters(
-            &mut r,
-            "seckill_gateway_tokens_refused",
-            "Buyer tokens refused (401), by reason",
-            "reason",
-            &WHY_LABELS,
-        );
-        let build = Family::<OneLabel, Gauge>::default();
-        r.register(
-            "seckill_gateway_build_info",
-            "1, labelled with the version of this gateway's build",
-            build.clone(),
-        );
-        build
-            .get_or_create(&[("version", env!("CARGO_PKG_VERSION"))])
-            .set(1);
-        r.register_collector(Box::new(ProcessFigures));
-        let durations = Family::<OneLabel, Histogram, fn() -> Histogram>::new_with_constructor(
-            latency_histogram,
-        );
-        r.register(
-            "seckill_gateway_request_duration_seconds",
-            "Time from taking a request off the queue to its answer, by route",
-            durations.clone(),
-        );
-        let latency = LABELS
-            .iter()
-            .map(|(_, route)| durations.get_or_create(&[("route", route)]).clone())
-            .collect();
-        let [limited_buyer, limited_address]: [Counter; 2] = one_label_counters(
-            &mut r,
-            "seckill_gateway_limited",
-            "Requests answered 429 too_many_requests, by the limit that refused them",
-            "limit",
-            &["buyer", "address"],
-        )
-        .try_into()
-        .unwrap_or_default();
+        let Labelled {
+            requests,
+            latency,
+            outcomes,
+            tokens_refused,
+            limited_buyer,
+            limited_address,
+        } = labelled(&mut r);
         Metrics {
             request_slots: LABELS
                 .iter()
@@ -382,6 +509,11 @@ impl Metrics {
         if let Some(c) = self.outcomes.get(o as usize) {
             c.inc();
         }
+    }
+
+    /// Purchases counted with outcome `o` so far.
+    pub fn outcome_total(&self, o: Outcome) -> u64 {
+        self.outcomes.get(o as usize).map_or(0, |c| c.get())
     }
 
     /// Counts one refused token.

@@ -1,4 +1,5 @@
-//! Owns the two lifecycle routes that write: `POST /v1/payments` (the
+//! Owns what the two lifecycle routes that write do, as outcomes
+//! ([`Paid`], [`Cancelled`]) that `http/` says: `POST /v1/payments` (the
 //! payment service reports a payment: the signature check of
 //! `seckill_common::payment`, the strict body, then the durable queue for
 //! the workers) and `DELETE /v1/sales/{sale_id}/purchases/me` (the buyer
@@ -31,23 +32,64 @@
 //! `not_cancellable` with the status, nothing changed. The worker's MySQL
 //! step decides: an order paid or expired meanwhile stays so.
 
-use crate::app::App;
-use crate::identity::Credentials;
-use crate::redis_link::Unavailable;
-use crate::reply::Reply;
+use crate::config::PaymentSettings;
+use crate::purchase::home::BucketCounts;
+use crate::redis::link::{LinkPool, Unavailable};
 use seckill_common::keys::PurchaseStatus;
 use seckill_common::payment::{
     self, CancelMessage, PaymentMessage, PaymentRequest, SignatureError,
 };
-use serde_json::json;
+use std::sync::Arc;
+
+/// What the payment routes borrow.
+pub struct Payments {
+    /// `SECKILL_PAYMENT_SECRET` and `SECKILL_PAYMENT_TOLERANCE`.
+    pub settings: PaymentSettings,
+    /// The shared Redis links.
+    pub links: Arc<LinkPool>,
+    /// Each sale's number of buckets (a buyer's home bucket).
+    pub buckets: Arc<BucketCounts>,
+}
+
+/// What a reported payment came to.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Paid {
+    /// Queued for the workers (its `payment_id`).
+    Queued(String),
+    /// No `SECKILL_PAYMENT_SECRET`.
+    NotConfigured,
+    /// A missing, malformed or wrong signature.
+    BadSignature,
+    /// A signature timestamp outside the tolerance.
+    SignatureExpired,
+    /// The body is refused (the detail).
+    Invalid(&'static str),
+    /// Redis could not be reached in time.
+    Unavailable,
+}
+
+/// What a buyer's cancellation came to.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Cancelled {
+    /// The order awaited payment: its cancellation is queued.
+    Queued(String),
+    /// Already cancelled (a repeat).
+    Already(String),
+    /// In another status: nothing changed (the reservation, the status).
+    NotCancellable(String, String),
+    /// The buyer holds no purchase.
+    NotFound,
+    /// Redis could not be reached in time.
+    Unavailable,
+}
 
 const EXPECTED: &str = "expected {\"reservation_id\": \"<32 hex>\", \"payment_id\": \"...\", \"amount_cents\": <integer>} and no other field";
 
 /// `POST /v1/payments` with its raw `body` and the value of its
 /// `Seckill-Signature` header (see the module doc for the answers).
-pub fn pay(app: &App, signature: Option<&str>, body: &[u8]) -> Reply {
-    let Some(secret) = &app.payment_secret else {
-        return Reply::error(503, "payments_not_configured");
+pub fn pay(payments: &Payments, signature: Option<&str>, body: &[u8]) -> Paid {
+    let Some(secret) = &payments.settings.secret else {
+        return Paid::NotConfigured;
     };
     let now_ms = seckill_common::now_ms();
     match payment::verify(
@@ -55,21 +97,21 @@ pub fn pay(app: &App, signature: Option<&str>, body: &[u8]) -> Reply {
         signature,
         body,
         now_ms / 1000,
-        app.payment_tolerance_s,
+        payments.settings.tolerance_s,
     ) {
         Ok(()) => {}
         Err(SignatureError::OutsideTolerance(off)) => {
             log::info!("payment refused: signature timestamp {off} s off");
-            return Reply::error(401, "signature_expired");
+            return Paid::SignatureExpired;
         }
         Err(e) => {
             log::info!("payment refused: {e}");
-            return Reply::error(401, "bad_signature");
+            return Paid::BadSignature;
         }
     }
     let req = match parse_body(body) {
         Ok(r) => r,
-        Err(reply) => return reply,
+        Err(detail) => return Paid::Invalid(detail),
     };
     let m = PaymentMessage {
         v: 1,
@@ -79,61 +121,53 @@ pub fn pay(app: &App, signature: Option<&str>, body: &[u8]) -> Reply {
         // Replaced by Redis's clock in the receipt script.
         received_ms: now_ms,
     };
-    match app
+    match payments
         .links
         .with(|link| link.with(|con| payment::enqueue(con, &m)))
     {
-        Ok(m) => Reply::json(
-            202,
-            json!({ "payment_id": m.payment_id, "status": "queued" }),
-        ),
-        Err(Unavailable) => Reply::unavailable(),
+        Ok(m) => Paid::Queued(m.payment_id),
+        Err(Unavailable) => Paid::Unavailable,
     }
 }
 
 /// Reads a payment body strictly.
 ///
-/// Errors: 400 `invalid_request` with a detail.
-fn parse_body(body: &[u8]) -> Result<PaymentRequest, Reply> {
+/// Errors: the detail of the 400 `invalid_request`.
+fn parse_body(body: &[u8]) -> Result<PaymentRequest, &'static str> {
     if body.iter().find(|b| !b.is_ascii_whitespace()) != Some(&b'{') {
-        return Err(Reply::invalid(EXPECTED));
+        return Err(EXPECTED);
     }
     let r: PaymentRequest = serde_json::from_slice(body).map_err(|e| {
         use serde_json::error::Category;
-        Reply::invalid(match e.classify() {
+        match e.classify() {
             Category::Eof => "truncated JSON",
             Category::Syntax | Category::Io => "malformed JSON",
             Category::Data => EXPECTED,
-        })
+        }
     })?;
     if !seckill_common::ids::is_valid_reservation_id(&r.reservation_id) {
-        return Err(Reply::invalid(
-            "reservation_id must be 32 lowercase hex digits",
-        ));
+        return Err("reservation_id must be 32 lowercase hex digits");
     }
     if !seckill_common::is_valid_token(&r.payment_id) {
-        return Err(Reply::invalid(concat!(
+        return Err(concat!(
             "payment_id must be ",
             seckill_common::token_rule!()
-        )));
+        ));
     }
     Ok(r)
 }
 
-/// `DELETE /v1/sales/{sale_id}/purchases/me` (see the module doc).
-pub fn cancel(app: &App, sale_id: u64, creds: &Credentials) -> Reply {
-    let user = match app.identity.reader(creds, None, &app.metrics) {
-        Ok(u) => u,
-        Err(reply) => return reply,
+/// `DELETE /v1/sales/{sale_id}/purchases/me` of the buyer `user`, whose
+/// token `http/` has checked (see the module doc).
+pub fn cancel(payments: &Payments, sale_id: u64, user: &str) -> Cancelled {
+    let Ok((k, _)) = payments.buckets.home(&payments.links, sale_id, user) else {
+        return Cancelled::Unavailable;
     };
-    let Ok((k, _)) = app.buckets.home(app, sale_id, &user) else {
-        return Reply::unavailable();
-    };
-    let found = app.links.with(|link| {
+    let found = payments.links.with(|link| {
         let rid = link.with(|con| {
             redis::cmd("HGET")
                 .arg(k.buyers())
-                .arg(&user)
+                .arg(user)
                 .query::<Option<String>>(con)
         })?;
         let Some(rid) = rid else { return Ok(None) };
@@ -145,27 +179,21 @@ pub fn cancel(app: &App, sale_id: u64, creds: &Credentials) -> Reply {
         })?;
         let status = status.unwrap_or_else(|| PurchaseStatus::Queued.as_str().to_string());
         if status == PurchaseStatus::PendingPayment.as_str() {
-            let m = CancelMessage::new(sale_id, &user, &rid, seckill_common::now_ms());
+            let m = CancelMessage::new(sale_id, user, &rid, seckill_common::now_ms());
             link.with(|con| payment::enqueue_cancel(con, &m))?;
         }
         Ok(Some((rid, status)))
     });
     match found {
         Ok(Some((rid, status))) if status == PurchaseStatus::PendingPayment.as_str() => {
-            Reply::json(
-                202,
-                json!({ "reservation_id": rid, "status": status, "cancellation": "queued" }),
-            )
+            Cancelled::Queued(rid)
         }
         Ok(Some((rid, status))) if status == PurchaseStatus::Cancelled.as_str() => {
-            Reply::json(202, json!({ "reservation_id": rid, "status": status }))
+            Cancelled::Already(rid)
         }
-        Ok(Some((rid, status))) => Reply::json(
-            409,
-            json!({ "error": "not_cancellable", "reservation_id": rid, "status": status }),
-        ),
-        Ok(None) => Reply::error(404, "purchase_not_found"),
-        Err(Unavailable) => Reply::unavailable(),
+        Ok(Some((rid, status))) => Cancelled::NotCancellable(rid, status),
+        Ok(None) => Cancelled::NotFound,
+        Err(Unavailable) => Cancelled::Unavailable,
     }
 }
 
@@ -174,10 +202,7 @@ mod tests {
     use super::*;
 
     fn detail(body: &str) -> String {
-        let r = parse_body(body.as_bytes()).unwrap_err();
-        assert_eq!(r.status, 400);
-        let v: serde_json::Value = serde_json::from_str(&r.body).unwrap();
-        v["detail"].as_str().unwrap().to_string()
+        parse_body(body.as_bytes()).unwrap_err().to_string()
     }
 
     #[test]

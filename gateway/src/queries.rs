@@ -1,16 +1,66 @@
-//! Owns the read-only routes: `GET /v1/sales/{id}` (stock and window, the
-//! state by Redis's clock), `GET /v1/sales/{id}/purchases/{user}` (the
-//! buyer's reservation and its status as the worker last wrote it) and
-//! `GET /readyz` (Redis would take a purchase now).
+//! Owns what the read-only routes read, as facts rather than replies:
+//! `GET /v1/sales/{id}` (stock and window, the state by Redis's clock:
+//! [`SaleView`]), `GET /v1/sales/{id}/purchases/{user}` (the buyer's
+//! reservation and its status as the worker last wrote it: [`Status`])
+//! and `GET /readyz` (Redis would take a purchase now). `http/` says them.
 
-use crate::app::App;
-use crate::redis_link::{Down, Unavailable};
-use crate::reply::Reply;
+use crate::purchase::home::BucketCounts;
+use crate::redis::link::{Down, Link, LinkPool, Unavailable};
 use seckill_common::archive;
 use seckill_common::keys::PurchaseStatus;
 use seckill_common::keys::SaleKeys;
 use seckill_common::redis_server;
-use serde_json::json;
+use std::sync::Arc;
+
+/// What the reading routes borrow.
+pub struct Reads {
+    /// The shared Redis links.
+    pub links: Arc<LinkPool>,
+    /// Each sale's number of buckets (shared with the purchase path).
+    pub buckets: Arc<BucketCounts>,
+}
+
+/// A sale as `GET /v1/sales/{id}` shows it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum SaleView {
+    /// Redis holds no such sale.
+    NotFound,
+    /// Paused, and Redis lost its meta (only the pause is left).
+    PausedWithoutMeta,
+    /// Archived: its bucket 0's meta is a tombstone.
+    Archived {
+        /// Units it ended with.
+        stock_left: u64,
+        /// Window start and end, Unix ms.
+        starts: u64,
+        /// Window end, Unix ms.
+        ends: u64,
+        /// When it was archived, Unix ms.
+        archived_at: u64,
+    },
+    /// Held by Redis.
+    Live {
+        /// Units left over all its buckets.
+        stock: i64,
+        /// Window start, Unix ms.
+        starts: u64,
+        /// Window end, Unix ms.
+        ends: u64,
+        /// `paused`, `upcoming`, `ended`, `sold_out` or `active`.
+        state: &'static str,
+    },
+}
+
+/// A buyer's purchase as `GET .../purchases/{user}` shows it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Status {
+    /// The reservation id.
+    pub reservation_id: String,
+    /// The status as the worker last wrote it (`queued` before that).
+    pub status: String,
+    /// The payment deadline (Unix ms) of a `pending_payment` order.
+    pub pay_by: Option<u64>,
+}
 
 /// `GET /v1/sales/{sale_id}`: one pipeline of `HMGET meta`, `GET stock`,
 /// `TIME` (of bucket 0; for a sale split over buckets, `stock_remaining`
@@ -25,9 +75,11 @@ use serde_json::json;
 /// field) and `archived_at`; no other bucket is read. A paused sale whose
 /// meta Redis lost (only the pause is left, written back by the data-loss
 /// watch) is 503 `sale_paused`, as its purchases.
-pub fn sale(app: &App, sale_id: u64) -> Reply {
+///
+/// Errors: [`Unavailable`] when Redis cannot be read in time.
+pub fn sale(reads: &Reads, sale_id: u64) -> Result<SaleView, Unavailable> {
     let k = SaleKeys::new(sale_id);
-    let r = app.links.with(|link| {
+    let (meta, stock, (secs, micros)) = reads.links.with(|link| {
         link.with(|con| {
             redis::pipe()
                 .cmd("HMGET")
@@ -44,47 +96,35 @@ pub fn sale(app: &App, sale_id: u64) -> Reply {
                 .cmd("TIME")
                 .query::<(Vec<Option<String>>, Option<i64>, (u64, u64))>(con)
         })
-    });
-    let (meta, stock, (secs, micros)) = match r {
-        Ok(v) => v,
-        Err(_) => return Reply::unavailable(),
-    };
+    })?;
     let num = |i: usize| meta.get(i).cloned().flatten()?.parse::<u64>().ok();
     let paused = meta.get(3).is_some_and(Option::is_some);
     let (Some(starts), Some(ends)) = (num(1), num(2)) else {
         // A pause written back after Redis lost the meta: the sale exists
         // and is paused, as its purchases are answered.
-        if paused {
-            return Reply::sale_paused();
-        }
-        return Reply::sale_not_found();
+        return Ok(if paused {
+            SaleView::PausedWithoutMeta
+        } else {
+            SaleView::NotFound
+        });
     };
     // Redis lost data of it (`paused`), or an operator paused it.
     let paused = [3, 6]
         .iter()
         .any(|&i| meta.get(i).is_some_and(Option::is_some));
-    if let Some(archived) = num(4) {
-        return Reply::json(
-            200,
-            json!({
-                "sale_id": sale_id,
-                "stock_remaining": num(5).unwrap_or(0),
-                "starts_at": seckill_common::timefmt::format_ms(starts),
-                "ends_at": seckill_common::timefmt::format_ms(ends),
-                "state": "ended",
-                "archived_at": seckill_common::timefmt::format_ms(archived),
-            }),
-        );
+    if let Some(archived_at) = num(4) {
+        return Ok(SaleView::Archived {
+            stock_left: num(5).unwrap_or(0),
+            starts,
+            ends,
+            archived_at,
+        });
     }
     let now_ms = secs * 1000 + micros / 1000;
     let mut stock = stock.unwrap_or(0).max(0);
-    match app.buckets.of(app, sale_id) {
-        Ok(1) => {}
-        Ok(k) => match other_buckets_stock(app, sale_id, k) {
-            Ok(more) => stock += more,
-            Err(_) => return Reply::unavailable(),
-        },
-        Err(_) => return Reply::unavailable(),
+    match reads.buckets.of(&reads.links, sale_id)? {
+        1 => {}
+        k => stock += other_buckets_stock(&reads.links, sale_id, k)?,
     }
     let state = if paused {
         "paused"
@@ -97,22 +137,18 @@ pub fn sale(app: &App, sale_id: u64) -> Reply {
     } else {
         "active"
     };
-    Reply::json(
-        200,
-        json!({
-            "sale_id": sale_id,
-            "stock_remaining": stock,
-            "starts_at": seckill_common::timefmt::format_ms(starts),
-            "ends_at": seckill_common::timefmt::format_ms(ends),
-            "state": state,
-        }),
-    )
+    Ok(SaleView::Live {
+        stock,
+        starts,
+        ends,
+        state,
+    })
 }
 
 /// The stock of buckets 1 .. `k` of `sale_id` (a sale split over `k`
 /// buckets), each never below 0: one `GET` per bucket.
-fn other_buckets_stock(app: &App, sale_id: u64, k: u32) -> Result<i64, Unavailable> {
-    app.links.with(|link| {
+fn other_buckets_stock(links: &LinkPool, sale_id: u64, k: u32) -> Result<i64, Unavailable> {
+    links.with(|link| {
         let mut sum = 0;
         for b in 1..k {
             let s: Option<i64> = link.with(|con| {
@@ -136,16 +172,20 @@ fn other_buckets_stock(app: &App, sale_id: u64, k: u32) -> Result<i64, Unavailab
 /// reads as `queued`; `pending_payment` carries `pay_by`
 /// (RFC 3339 UTC, the deadline MySQL holds). The statuses: `queued`,
 /// `confirmed` (final at creation), `pending_payment`, `paid`, `expired`,
-/// `cancelled`, `failed`.
-pub fn purchase_status(app: &App, sale_id: u64, user_id: &str) -> Reply {
-    let Ok((k, _)) = app.buckets.home(app, sale_id, user_id) else {
-        return Reply::unavailable();
-    };
-    let found = app.links.with(|link| {
+/// `cancelled`, `failed`. `None`: the buyer never bought.
+///
+/// Errors: [`Unavailable`] when Redis cannot be read in time.
+pub fn purchase_status(
+    reads: &Reads,
+    sale_id: u64,
+    user_id: &str,
+) -> Result<Option<Status>, Unavailable> {
+    let (k, _) = reads.buckets.home(&reads.links, sale_id, user_id)?;
+    reads.links.with(|link| {
         // Single commands, not a pipeline: on a cluster a single command
         // to a held master fails fast and keeps the link, where a pipeline
         // drops it (a reconnect per read while a master is held).
-        let hget = |link: &mut crate::redis_link::Link, key: String| {
+        let hget = |link: &mut Link, key: String| {
             link.with(|con| {
                 redis::cmd("HGET")
                     .arg(&key)
@@ -170,25 +210,14 @@ pub fn purchase_status(app: &App, sale_id: u64, user_id: &str) -> Reply {
                 .arg(&rid)
                 .query::<(Option<String>, Option<u64>)>(con)
         })?;
-        Ok(Some((
-            rid,
-            status.unwrap_or_else(|| PurchaseStatus::Queued.as_str().to_string()),
+        let status = status.unwrap_or_else(|| PurchaseStatus::Queued.as_str().to_string());
+        let pay_by = pay_by.filter(|_| status == PurchaseStatus::PendingPayment.as_str());
+        Ok(Some(Status {
+            reservation_id: rid,
+            status,
             pay_by,
-        )))
-    });
-    match found {
-        Ok(Some((rid, status, pay_by))) => {
-            let mut body = json!({ "reservation_id": rid, "status": status });
-            if status == PurchaseStatus::PendingPayment.as_str() {
-                if let Some(ms) = pay_by {
-                    body["pay_by"] = json!(seckill_common::timefmt::format_ms(ms));
-                }
-            }
-            Reply::json(200, body)
-        }
-        Ok(None) => Reply::error(404, "purchase_not_found"),
-        Err(_) => Reply::unavailable(),
-    }
+        }))
+    })
 }
 
 /// `GET /readyz`: 200 `{"status": "ready"}` when Redis would take a
@@ -199,8 +228,10 @@ pub fn purchase_status(app: &App, sale_id: u64, user_id: &str) -> Reply {
 /// or `gateway_busy`: no Redis link free within three Redis timeouts; the
 /// details are logged), so a load balancer stops sending purchases that
 /// would all get 503 and an operator sees what to fix.
-pub fn ready(app: &App) -> Reply {
-    let checked = app.links.with(|link| {
+///
+/// Errors: the reason Redis would not take a purchase now.
+pub fn ready(reads: &Reads) -> Result<(), &'static str> {
+    let checked = reads.links.with(|link| {
         let r = link.with(|con| match redis_server::check_writable(con) {
             // A broken connection: the link reconnects.
             Err(redis_server::ServerError::Redis(e)) => Err(e),
@@ -216,8 +247,7 @@ pub fn ready(app: &App) -> Reply {
         })
     });
     match checked {
-        Ok(Ok(())) => Reply::json(200, json!({ "status": "ready" })),
-        Ok(Err(reason)) => Reply::not_ready(reason),
-        Err(Unavailable) => Reply::not_ready("gateway_busy"),
+        Ok(r) => r,
+        Err(Unavailable) => Err("gateway_busy"),
     }
 }

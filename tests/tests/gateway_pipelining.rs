@@ -1,5 +1,5 @@
 //! Specifies purchases answered by the Redis thread that reserved them
-//! (gateway/src/answer.rs): on a connection that pipelines requests every
+//! (gateway/src/http/answer.rs): on a connection that pipelines requests every
 //! answer comes back in the order of its request, with exact records in
 //! Redis; and a client that pipelines purchases and never reads its
 //! answers holds up nobody else, even with one Redis thread serving every

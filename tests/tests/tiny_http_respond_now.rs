@@ -4,7 +4,7 @@
 //! stopped reading, or an earlier answer of the connection is not written
 //! yet): the rest comes back as `Unfinished`, whose `finish` writes it in
 //! order. The gateway's Redis threads answer purchases this way
-//! (gateway/src/answer.rs), so a thread serving many connections is never
+//! (gateway/src/http/answer.rs), so a thread serving many connections is never
 //! held up by one of them.
 
 use socket2::{Domain, Socket, Type};

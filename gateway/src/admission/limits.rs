@@ -29,6 +29,7 @@
 //! agree in 63 bits share one bucket (for a million live keys, a chance
 //! of about 5 in 10^8).
 
+use crate::config::LimitSettings;
 use seckill_common::trusted::canonical;
 use std::collections::hash_map::RandomState;
 use std::hash::BuildHasher;
@@ -183,18 +184,10 @@ pub struct Limits {
 impl Limits {
     /// The limits from the gateway's settings (`SECKILL_GATEWAY_BUYER_*`,
     /// `SECKILL_GATEWAY_ADDRESS_*`, `SECKILL_GATEWAY_LIMIT_SLOTS`).
-    pub fn new(config: &seckill_common::Config) -> Limits {
+    pub fn new(s: &LimitSettings) -> Limits {
         Limits {
-            buyers: Table::new(
-                config.gateway_buyer_rate,
-                config.gateway_buyer_burst,
-                config.gateway_limit_slots,
-            ),
-            addresses: Table::new(
-                config.gateway_address_rate,
-                config.gateway_address_burst,
-                config.gateway_limit_slots,
-            ),
+            buyers: Table::new(s.buyer_rate, s.buyer_burst, s.slots),
+            addresses: Table::new(s.address_rate, s.address_burst, s.slots),
             hasher: RandomState::new(),
         }
     }
@@ -306,10 +299,12 @@ mod tests {
 
     #[test]
     fn ipv6_clients_are_charged_by_their_64() {
-        let c = seckill_common::Config {
-            gateway_address_rate: 1,
-            gateway_address_burst: 1,
-            ..Default::default()
+        let c = LimitSettings {
+            buyer_rate: 2,
+            buyer_burst: 5,
+            address_rate: 1,
+            address_burst: 1,
+            slots: 1 << 20,
         };
         let l = Limits::new(&c);
         let a = |s: &str| s.parse::<IpAddr>().unwrap();

@@ -11,8 +11,8 @@
 //! `seq` ran after that sell-out (stock came back: an operator released a
 //! reservation), so the sale is forgotten and buys again; one with a lower
 //! or equal `seq` ran before it and changes nothing, in whatever order the
-//! connection threads conclude their replies (issue 10 §1: inferring a
-//! rollback from that order wiped every remembered buyer).
+//! connection threads conclude their replies (a rollback inferred from
+//! that order would wipe every remembered buyer).
 //!
 //! Buyers: when a sale is first remembered as sold out at a `seq`, the
 //! buyers loader (`buyers.rs`) reads the sale's `buyers` hash once (bounded
@@ -32,17 +32,17 @@
 //! `home.rs`), and from that end on (this machine's clock) it is not
 //! trusted at all: every purchase asks Redis, whose clock decides, until
 //! Redis answers `ended` (remembered then). A sold-out sale is never
-//! answered 410 `sold_out` from memory after its end (the hostile pass: up
-//! to 500 ms of 410s after the end, where Redis said 403 `sale_ended`).
+//! answered 410 `sold_out` from memory after its end, where Redis says
+//! 403 `sale_ended`.
 
-use crate::buyers::BuyerSet;
+use crate::purchase::buyers::BuyerSet;
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, AtomicU8, AtomicUsize, Ordering};
 use std::sync::{Arc, RwLock};
 use std::time::{Duration, Instant};
 
 /// How long a "closed" answer from Redis is trusted: 500 ms, half of the
-/// issue's 1 s bound, so even a purchase that races the expiry sees
+/// 1 s bound on seeing restored stock, so even a purchase that races the expiry sees
 /// restored stock in time.
 pub const RECHECK_AFTER: Duration = Duration::from_millis(500);
 
@@ -298,8 +298,8 @@ impl SoldOutCache {
     /// Notes a winner's retry (409) that found stock left in `sale_id`:
     /// units came back (released, expired, cancelled), so a sold-out
     /// memory is forgotten at once instead of waiting for a conclusive
-    /// recheck (issue 13: returned stock sold again within 1 s, however
-    /// many winners retry meanwhile).
+    /// recheck (returned stock is sold again within 1 s, however many
+    /// winners retry meanwhile).
     pub fn stock_back(&self, sale_id: u64) {
         let Some(e) = self.entry(sale_id) else { return };
         if Closed::from_code(e.closed.load(Ordering::Acquire)) == Closed::SoldOut {

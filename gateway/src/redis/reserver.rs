@@ -1,23 +1,34 @@
 //! Owns the two ways a purchase reaches Redis behind one type
 //! ([`Reserver`]): one round trip on a borrowed link, or group commit (the
 //! purchase handed to the Redis threads of `group_commit.rs`, its outcome
-//! waited for on this connection's thread). Either way the reservation id
-//! is drawn here and a reply naming it is this purchase's own success
+//! waited for on the calling thread). Either way the reservation id is
+//! drawn here and a reply naming it is this purchase's own success
 //! (`reservation::own`). (Most purchases of a one-bucket sale under group
-//! commit are not waited for at all: `answer.rs` hands them over with
-//! their request.)
+//! commit are not waited for at all: `http/answer.rs` hands them over with
+//! their request, [`Reserver::jobs`].)
 
-use crate::app::App;
-use crate::group_commit::{Job, ReplyTo, Slot};
-use crate::redis_link::Unavailable;
+use crate::metrics::Metrics;
+use crate::redis::group_commit::{Job, ReplyTo, Slot};
+use crate::redis::link::{LinkPool, Unavailable};
 use crossbeam_channel::Sender;
 use seckill_common::keys::SaleKeys;
 use seckill_common::reservation::{self, Replied};
 use std::sync::Arc;
 use std::time::Duration;
 
+/// How purchases reach Redis, with what it needs to reach it.
+pub struct Reserver {
+    /// Group commit or one round trip.
+    pub mode: Mode,
+    /// The shared links a round trip borrows.
+    links: Arc<LinkPool>,
+    /// `SECKILL_REDIS_TIMEOUT`.
+    timeout: Duration,
+    metrics: Arc<Metrics>,
+}
+
 /// How purchases reach Redis (`SECKILL_GATEWAY_REDIS_THREADS`).
-pub enum Reserver {
+pub enum Mode {
     /// `0`: each purchase borrows one of the shared links for one round
     /// trip.
     RoundTrip,
@@ -29,6 +40,38 @@ pub enum Reserver {
 }
 
 impl Reserver {
+    /// A reserver in `mode` over `links`.
+    pub fn new(
+        mode: Mode,
+        links: Arc<LinkPool>,
+        timeout: Duration,
+        metrics: Arc<Metrics>,
+    ) -> Reserver {
+        Reserver {
+            mode,
+            links,
+            timeout,
+            metrics,
+        }
+    }
+
+    /// The queue to the Redis threads under group commit.
+    pub fn jobs(&self) -> Option<&Sender<Job>> {
+        match &self.mode {
+            Mode::RoundTrip => None,
+            Mode::GroupCommit { jobs } => Some(jobs),
+        }
+    }
+
+    /// How long a purchase waits to be sent to Redis before it is given
+    /// up: three Redis timeouts (the queue ahead of it, the pipeline
+    /// before it, and one retry of that on a fresh connection). A purchase
+    /// the Redis thread answers (`http/answer.rs`) is held to the same
+    /// deadline from its arrival.
+    pub fn pipeline_wait(&self) -> Duration {
+        self.timeout * 3
+    }
+
     /// Reserves one unit in bucket `keys` (the buyer's home bucket,
     /// `home.rs`; a one-bucket sale's own keys) for the valid `user_id`.
     ///
@@ -37,16 +80,11 @@ impl Reserver {
     /// sent within three Redis timeouts (then it never is). A purchase that
     /// was sent and got no answer may still have reserved (the script ran,
     /// the answer was lost); a client's retry is answered 409 with its id.
-    pub fn reserve(
-        &self,
-        app: &App,
-        keys: SaleKeys,
-        user_id: &str,
-    ) -> Result<Replied, Unavailable> {
+    pub fn reserve(&self, keys: SaleKeys, user_id: &str) -> Result<Replied, Unavailable> {
         let rid = seckill_common::ids::new_reservation_id();
-        match self {
-            Reserver::RoundTrip => round_trip(app, keys, user_id, &rid),
-            Reserver::GroupCommit { jobs } => {
+        match &self.mode {
+            Mode::RoundTrip => self.round_trip(keys, user_id, &rid),
+            Mode::GroupCommit { jobs } => {
                 let slot = Arc::new(Slot::default());
                 let job = Job {
                     sale_id: keys.sale_id,
@@ -58,7 +96,7 @@ impl Reserver {
                 if jobs.try_send(job).is_err() {
                     return Err(Unavailable);
                 }
-                slot.wait(pipeline_wait(app), app.redis_timeout * 3)
+                slot.wait(self.pipeline_wait(), self.timeout * 3)
             }
         }
     }
@@ -68,8 +106,8 @@ impl Reserver {
 /// (`Con::pipeline_by_slot`: the slot router, whose quarantine fails a
 /// held master's purchases at once) rather than through the redis crate's
 /// cluster connection, whose (re)connect pings every node and waits out a
-/// stalled one: before, while one master was stopped, every buyer of the
-/// other masters' buckets got 503
+/// stalled one: while one master is stopped, the buyers of the other
+/// masters' buckets are still served
 /// (`cluster_quarantine::without_group_commit_a_stalled_master_holds_back_only_its_buckets`).
 /// `NOSCRIPT` loads the script on every reachable master and sends it once
 /// more.
@@ -104,32 +142,25 @@ fn by_slot(
     Err(not_reached(rk.slot))
 }
 
-/// How long a purchase waits to be sent to Redis before it is given up:
-/// three Redis timeouts (the queue ahead of it, the pipeline before it,
-/// and one retry of that on a fresh connection). A purchase the Redis
-/// thread answers (`answer.rs`) is held to the same deadline from its
-/// arrival.
-pub fn pipeline_wait(app: &App) -> Duration {
-    app.redis_timeout * 3
-}
-
-fn round_trip(app: &App, keys: SaleKeys, user_id: &str, rid: &str) -> Result<Replied, Unavailable> {
-    let inv = reservation::prepare_in(keys, user_id, rid);
-    let reply = app.links.with(|link| {
-        link.with(|con| {
-            if con.is_cluster() {
-                by_slot(con, keys, user_id, rid)
-            } else {
-                inv.invoke::<redis::Value>(con)
+impl Reserver {
+    fn round_trip(&self, keys: SaleKeys, user_id: &str, rid: &str) -> Result<Replied, Unavailable> {
+        let inv = reservation::prepare_in(keys, user_id, rid);
+        let reply = self.links.with(|link| {
+            link.with(|con| {
+                if con.is_cluster() {
+                    by_slot(con, keys, user_id, rid)
+                } else {
+                    inv.invoke::<redis::Value>(con)
+                }
+            })
+        })?;
+        match reservation::parse(&reply) {
+            Ok(r) => Ok(reservation::own(r, rid)),
+            Err(e) => {
+                self.metrics.redis_errors.inc();
+                log::error!("reservation: {e}");
+                Err(Unavailable)
             }
-        })
-    })?;
-    match reservation::parse(&reply) {
-        Ok(r) => Ok(reservation::own(r, rid)),
-        Err(e) => {
-            app.metrics.redis_errors.inc();
-            log::error!("reservation: {e}");
-            Err(Unavailable)
         }
     }
 }

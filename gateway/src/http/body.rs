@@ -24,8 +24,8 @@
 //!   unparsable `Content-Length` are refused with 400 before any body is
 //!   read: tiny_http would otherwise let `Transfer-Encoding` win silently.
 
-use crate::app::App;
-use crate::reply::Reply;
+use crate::http::reply::Reply;
+use crate::metrics::Metrics;
 use std::io::Read;
 use tiny_http::Request;
 
@@ -112,8 +112,8 @@ pub fn refuse(rq: Request, reply: Reply) {
 /// the body are read and discarded on the way out, and no further request
 /// of the connection is read. No `100 Continue` goes out, whatever the
 /// client's `Expect`. A write error is ignored: the client may be gone.
-pub fn park(app: &App, rq: Request, reply: Reply) {
-    app.metrics.parked.inc();
+pub fn park(metrics: &Metrics, rq: Request, reply: Reply) {
+    metrics.parked.inc();
     log::warn!(
         "closing a connection from {:?}: declared body of {:?} bytes",
         rq.remote_addr(),

@@ -1,5 +1,5 @@
-//! Owns who a request is from: the `Authorization: Bearer` token read from
-//! the headers ([`credentials`]), the key file read at start
+//! Owns who a request is from: the buyer named by its credentials
+//! (`credentials.rs`; read from the headers by `http/`), the key file read at start
 //! (`SECKILL_AUTH_KEYS`, a JWKS document, `common/src/token.rs`), and the
 //! rule that a buyer acts only as itself (a body `user_id` or a status path
 //! naming another user: 403 `user_mismatch`). Verifying a token and the
@@ -14,82 +14,26 @@
 //! Anything else (no token, `alg: none`, an
 //! algorithm that is not its key's, an unknown `kid`, a `crit` header
 //! (no extension is understood here), bad base64, a bad
-//! signature, a token over [`MAX_TOKEN_BYTES`]) is 401 `invalid_token`;
+//! signature, a token over `MAX_TOKEN_BYTES`) is 401 `invalid_token`;
 //! an expired token 401 `token_expired`; both with `WWW-Authenticate`.
 
+use crate::admission::credentials::{Credentials, Refused};
+use crate::admission::verifier::Verifier;
+use crate::config::{AuthMode, IdentitySettings};
 use crate::metrics::Metrics;
-use crate::reply::Reply;
-pub use crate::verifier::Verifier;
 use seckill_common::token::Alg;
-use seckill_common::{AuthMode, Config};
 use std::fmt;
-use tiny_http::Request;
 
-/// Longest token taken, in bytes (the issue's 4 KiB); a longer one is 401
-/// before any decoding.
-pub const MAX_TOKEN_BYTES: usize = 4096;
-
-/// What a request presented in its `Authorization` header.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Credentials {
-    /// No `Authorization` header.
-    Missing,
-    /// One `Authorization: Bearer <token>` (the token, not yet checked).
-    Bearer(String),
-    /// Another scheme, an empty token or more than one header.
-    Unusable,
-}
-
-/// Reads the `Authorization` header of `rq` (scheme case-insensitive,
-/// RFC 9110 §11.1).
-pub fn credentials(rq: &Request) -> Credentials {
-    let mut found = Credentials::Missing;
-    for h in rq.headers() {
-        if !h.field.equiv("Authorization") {
-            continue;
-        }
-        if found != Credentials::Missing {
-            return Credentials::Unusable;
-        }
-        let v = h.value.as_str().trim();
-        found = match v.split_once(' ') {
-            Some((scheme, token))
-                if scheme.eq_ignore_ascii_case("Bearer") && !token.trim().is_empty() =>
-            {
-                Credentials::Bearer(token.trim().to_string())
-            }
-            _ => Credentials::Unusable,
-        };
-    }
-    found
-}
-
-/// Why a token was refused.
+/// Why a request may not act as the buyer it asks for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Refused {
-    /// 401 `invalid_token`.
-    Invalid,
-    /// 401 `token_expired`.
-    Expired,
-}
-
-impl Refused {
-    /// The 401 reply, with `WWW-Authenticate: Bearer` (RFC 6750 §3).
-    pub fn reply(self) -> Reply {
-        let (code, challenge) = match self {
-            Refused::Invalid => (
-                "invalid_token",
-                r#"Bearer realm="seckill", error="invalid_token""#,
-            ),
-            Refused::Expired => (
-                "token_expired",
-                r#"Bearer realm="seckill", error="invalid_token", error_description="expired""#,
-            ),
-        };
-        let mut r = Reply::error(401, code);
-        r.extra = Some(("WWW-Authenticate", challenge));
-        r
-    }
+pub enum Denied {
+    /// The token was refused (401).
+    Token(Refused),
+    /// The token names another buyer than the body or the path (403
+    /// `user_mismatch`).
+    UserMismatch,
+    /// `SECKILL_AUTH=none` and the body names no buyer (400).
+    NoUser,
 }
 
 /// Why the identity settings cannot be used; the gateway does not start.
@@ -123,8 +67,8 @@ impl std::error::Error for IdentityError {}
 /// The key file of `config`, read and checked, with a warning for each key
 /// passed over and for Ed25519 private keys (a gateway needs only the
 /// public half), and one line naming the keys in use.
-fn load_keys(config: &Config) -> Result<seckill_common::token::KeySet, IdentityError> {
-    let path = config.auth_keys.as_ref().ok_or(IdentityError::NoKeyFile)?;
+fn load_keys(config: &IdentitySettings) -> Result<seckill_common::token::KeySet, IdentityError> {
+    let path = config.keys.as_ref().ok_or(IdentityError::NoKeyFile)?;
     let keys =
         seckill_common::token::load(path).map_err(|e| IdentityError::KeyFile(path.clone(), e))?;
     for skipped in &keys.skipped {
@@ -150,9 +94,9 @@ fn load_keys(config: &Config) -> Result<seckill_common::token::KeySet, IdentityE
             .map(|k| format!("{} {}", k.kid, k.alg.as_str()))
             .collect::<Vec<_>>()
             .join(", "),
-        config.auth_audience,
+        config.audience,
         config
-            .auth_issuer
+            .issuer
             .as_deref()
             .map(|i| format!(", issuer {i:?}"))
             .unwrap_or_default()
@@ -174,8 +118,8 @@ impl Identity {
     /// keys (a gateway needs only the public half).
     ///
     /// Errors: [`IdentityError`].
-    pub fn from_config(config: &Config) -> Result<Identity, IdentityError> {
-        if config.auth == AuthMode::None {
+    pub fn from_config(config: &IdentitySettings) -> Result<Identity, IdentityError> {
+        if config.mode == AuthMode::None {
             log::warn!(
                 "SECKILL_AUTH=none: purchases are made as the user_id in the body, unverified; \
                  anyone can buy as anyone. For development only."
@@ -185,11 +129,11 @@ impl Identity {
         let keys = load_keys(config)?;
         Ok(Identity::Jwt(Box::new(Verifier::with_issuer(
             &keys,
-            &config.auth_audience,
-            config.auth_issuer.as_deref(),
-            config.auth_leeway.as_secs(),
-            config.auth_max_ttl.as_secs(),
-            config.auth_cache_max,
+            &config.audience,
+            config.issuer.as_deref(),
+            config.leeway.as_secs(),
+            config.max_ttl.as_secs(),
+            config.cache_max,
         ))))
     }
 
@@ -198,7 +142,7 @@ impl Identity {
     /// unusable file changes nothing: the keys in use stay.
     ///
     /// Errors: [`IdentityError`] (the old keys are kept).
-    pub fn reload(&self, config: &Config) -> Result<(), IdentityError> {
+    pub fn reload(&self, config: &IdentitySettings) -> Result<(), IdentityError> {
         match self {
             Identity::Unverified => Ok(()),
             Identity::Jwt(v) => {
@@ -218,19 +162,19 @@ impl Identity {
     /// agree), or with `none` the body's `user_id` (`parse_body` made sure
     /// there is one).
     ///
-    /// Errors: 401 (see [`Refused`]), 403 `user_mismatch`.
+    /// Errors: [`Denied`].
     pub fn buyer(
         &self,
         creds: &Credentials,
         body_user: Option<String>,
         metrics: &Metrics,
-    ) -> Result<String, Reply> {
+    ) -> Result<String, Denied> {
         match self {
-            Identity::Unverified => body_user.ok_or_else(|| Reply::invalid("no user_id")),
+            Identity::Unverified => body_user.ok_or(Denied::NoUser),
             Identity::Jwt(v) => {
-                let sub = v.verify(creds, now_s(), metrics).map_err(Refused::reply)?;
+                let sub = v.verify(creds, now_s(), metrics).map_err(Denied::Token)?;
                 match body_user {
-                    Some(u) if u != sub => Err(Reply::error(403, "user_mismatch")),
+                    Some(u) if u != sub => Err(Denied::UserMismatch),
                     _ => Ok(sub),
                 }
             }
@@ -241,20 +185,19 @@ impl Identity {
     /// `/purchases/{user}`, `None` for `/purchases/me`. With `none`, the
     /// path's user (`me` is then the user named `me`).
     ///
-    /// Errors: 401 (see [`Refused`]), 403 `user_mismatch` for another
-    /// buyer's status.
+    /// Errors: [`Denied`] (`UserMismatch` for another buyer's status).
     pub fn reader(
         &self,
         creds: &Credentials,
         path_user: Option<&str>,
         metrics: &Metrics,
-    ) -> Result<String, Reply> {
+    ) -> Result<String, Denied> {
         match self {
             Identity::Unverified => Ok(path_user.unwrap_or("me").to_string()),
             Identity::Jwt(v) => {
-                let sub = v.verify(creds, now_s(), metrics).map_err(Refused::reply)?;
+                let sub = v.verify(creds, now_s(), metrics).map_err(Denied::Token)?;
                 match path_user {
-                    Some(u) if u != sub => Err(Reply::error(403, "user_mismatch")),
+                    Some(u) if u != sub => Err(Denied::UserMismatch),
                     _ => Ok(sub),
                 }
             }

@@ -8,11 +8,13 @@
 //! beyond a health check that is neither instructions nor Redis (the two
 //! wake-ups, the futex calls, the scheduler). Asserts nothing (a benchmark,
 //! not a test). Run it on a release build:
-//! `cargo test --release -p seckill-gateway handoff_cost -- --ignored --nocapture`
+//! `cargo run --release -p seckill-gateway --example handoff_cost`
 //! (figures in docs/PERFORMANCE.md, "The hand-off").
 
-use crate::group_commit::{next_batch, Job, ReplyTo, Slot, MAX_BATCH};
-use crate::redis_link::Unavailable;
+use seckill_gateway::redis::group_commit::{
+    next_batch, Job, ReplyTo, Slot, MAX_BATCH, QUEUE_CAPACITY,
+};
+use seckill_gateway::redis::link::Unavailable;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
@@ -31,7 +33,7 @@ fn cpu_ns() -> u64 {
 
 /// `conns` waiting threads for `run`: (hand-offs, batches, CPU ns).
 fn handoffs(conns: usize, run: Duration) -> (u64, u64, u64) {
-    let (tx, rx) = crossbeam_channel::bounded::<Job>(crate::group_commit::QUEUE_CAPACITY);
+    let (tx, rx) = crossbeam_channel::bounded::<Job>(QUEUE_CAPACITY);
     let stop = Arc::new(AtomicBool::new(false));
     let done = Arc::new(AtomicU64::new(0));
     let batches = Arc::new(AtomicU64::new(0));
@@ -92,9 +94,7 @@ fn handoffs(conns: usize, run: Duration) -> (u64, u64, u64) {
     (n1 - n0, b1 - b0, c1.saturating_sub(c0))
 }
 
-#[test]
-#[ignore = "a benchmark: run with --ignored --nocapture on a release build"]
-fn handoff_cost() {
+fn main() {
     let run = Duration::from_secs(2);
     println!("group-commit hand-off, no Redis, {run:?} each");
     for conns in [1, 16, 64] {

@@ -1,19 +1,20 @@
 //! Measures what checking one buyer token costs: microseconds per
-//! `identity::Verifier::verify` of a token never seen before (the memory of
+//! `admission::verifier::Verifier::verify` of a token never seen before (the memory of
 //! verified tokens off), HS256, EdDSA, RS256 (2048 bits) and ES256, a hit
 //! in that memory, and the
 //! parts no code of ours can make cheaper: the bare Ed25519 signature check
 //! (`ed25519-dalek`, what jsonwebtoken calls) and the bare HMAC-SHA256 over
 //! the same signing input. Single thread, best of 3, wall time on a release
 //! build; prints, asserts nothing (a benchmark, not a test):
-//! `cargo test --release -p seckill-gateway token_cost -- --ignored --nocapture`
+//! `cargo run --release -p seckill-gateway --example token_cost`
 //! (figures in docs/PERFORMANCE.md, "Buyer tokens").
 
-use crate::identity::{Credentials, Verifier};
-use crate::metrics::Metrics;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use base64::Engine;
 use seckill_common::token::{generate, Alg, Claims, KeySet, Signer};
+use seckill_gateway::admission::verifier::Verifier;
+use seckill_gateway::admission::Credentials;
+use seckill_gateway::metrics::Metrics;
 use std::hint::black_box;
 use std::time::Instant;
 
@@ -125,9 +126,7 @@ fn split(c: &Credentials) -> (Vec<u8>, Vec<u8>) {
     )
 }
 
-#[test]
-#[ignore = "a benchmark: run with --ignored --nocapture on a release build"]
-fn token_cost() {
+fn main() {
     let hs = generate(Alg::Hs256, "h").unwrap();
     let ed = generate(Alg::EdDsa, "e").unwrap();
     let set = KeySet::of(vec![hs.clone(), ed.clone()]);

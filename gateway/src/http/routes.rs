@@ -3,6 +3,7 @@
 //! else (query strings, `..`, trailing slashes, ids that are not numbers)
 //! ends here as a 400 or 404, never in a handler.
 
+use crate::metrics::Label;
 use tiny_http::Method;
 
 /// Where a request goes. Paths are matched segment by segment, as sent
@@ -38,43 +39,6 @@ pub enum Route {
     /// No such path (404 `not_found`).
     NotFound,
 }
-
-/// The metrics label of each route (a fixed set, so a hostile path cannot
-/// create new time series).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Label {
-    /// `POST /v1/sales/{id}/purchases`.
-    Purchase = 0,
-    /// `GET /v1/sales/{id}/purchases/{user}`.
-    PurchaseStatus,
-    /// `GET /v1/sales/{id}`.
-    Sale,
-    /// `/healthz`.
-    Healthz,
-    /// `/readyz`.
-    Readyz,
-    /// `/metrics`.
-    Metrics,
-    /// Anything else.
-    Other,
-    /// `POST /v1/payments`.
-    Payment,
-    /// `DELETE /v1/sales/{id}/purchases/me`.
-    Cancel,
-}
-
-/// Every label, in index order.
-pub const LABELS: [(Label, &str); 9] = [
-    (Label::Purchase, "purchase"),
-    (Label::PurchaseStatus, "purchase_status"),
-    (Label::Sale, "sale"),
-    (Label::Healthz, "healthz"),
-    (Label::Readyz, "readyz"),
-    (Label::Metrics, "metrics"),
-    (Label::Other, "other"),
-    (Label::Payment, "payment"),
-    (Label::Cancel, "cancel"),
-];
 
 impl Route {
     /// The metrics label of this route.
@@ -139,7 +103,7 @@ pub fn route(method: &Method, url: &str) -> Route {
                     } else if seckill_common::is_valid_token(user) {
                         Route::PurchaseStatus(sale, (*user).to_string())
                     } else {
-                        Route::Invalid(crate::purchase::USER_ID_RULE)
+                        Route::Invalid(crate::purchase::body::USER_ID_RULE)
                     }
                 }
                 _ => Route::NotFound,

@@ -173,10 +173,8 @@ impl Link {
     /// or a check of every master that meets a held one
     /// (`slot_router::stays_on_its_node`), keeps the connection: the slot
     /// router has dropped that master's connection itself, and a reconnect
-    /// per call would fail the same way (before: 20 reads of a held
-    /// master's buyers, 20 reconnects;
-    /// `cluster_quarantine::reads_of_a_held_masters_buyers_do_not_reconnect_the_gateway`;
-    /// 10 `/readyz` polls, 10 reconnects:
+    /// per call would fail the same way
+    /// (`cluster_quarantine::reads_of_a_held_masters_buyers_do_not_reconnect_the_gateway`,
     /// `cluster_quarantine::readyz_polls_of_a_held_master_do_not_reconnect_the_gateway`).
     pub fn failed(&mut self, e: &RedisError) -> Unavailable {
         self.metrics.redis_errors.inc();

@@ -5,15 +5,15 @@
 //! buyers (the script's batch form, `reservation::write_calls`: Redis
 //! checks the sale once per call, not once per buyer), one pipeline per
 //! master on a Redis Cluster (`slot_router.rs`), and sends each outcome
-//! where it goes ([`ReplyTo`]): to its client, answered here without ever
-//! waiting on the client (`answer.rs`), or to the connection thread that
+//! where it goes ([`ReplyTo`]): to whoever answers its client without
+//! ever waiting on it ([`Deliver`], `http/answer.rs`), or to the thread that
 //! waits for it (a split sale's purchase, a connection's second pipelined
 //! purchase). Each call is atomic; the buyers in it are taken in order as
 //! if one after the other. A `NOSCRIPT` reply means that script did not
 //! run: the thread loads the script and sends those purchases again.
 
 use crate::metrics::Metrics;
-use crate::redis_link::{Link, Unavailable};
+use crate::redis::link::{Link, Unavailable};
 use crossbeam_channel::Receiver;
 use redis::Value;
 use seckill_common::keys::SaleKeys;
@@ -53,12 +53,24 @@ pub struct Job {
     pub reply_to: ReplyTo,
 }
 
+/// Takes a purchase's outcome on the Redis thread that decided it, and
+/// answers its client without waiting on it (`http/answer.rs`).
+pub trait Deliver: Send {
+    /// Whether the purchase may still be sent to Redis (false: queued past
+    /// its deadline; [`Deliver::deliver`] is then called with
+    /// [`Unavailable`]).
+    fn may_send(&self) -> bool;
+
+    /// Hands on what Redis said about the purchase of `user_id`.
+    fn deliver(self: Box<Self>, user_id: &str, outcome: Outcome);
+}
+
 /// Where a purchase's outcome goes.
 pub enum ReplyTo {
-    /// To its connection thread, which waits for it.
+    /// To the thread that waits for it.
     Waiter(Arc<Slot>),
-    /// To its client, answered by the Redis thread (`answer.rs`).
-    Client(Box<crate::answer::Answer>),
+    /// To its client, answered on the Redis thread.
+    Client(Box<dyn Deliver>),
 }
 
 impl ReplyTo {

@@ -22,25 +22,24 @@
 //!   Redis has decided that purchase ([`wait_for_decision`]): requests of
 //!   a connection take effect in their order (RFC 9112, 9.3.2), so a
 //!   status read, a cancellation or a retry sees the purchase before it
-//!   (before: a status read pipelined after a purchase was answered 404
-//!   while the purchase got its 202). A client that waits for each answer
+//!   (a status read pipelined after a purchase is never answered 404
+//!   while the purchase gets its 202). A client that waits for each answer
 //!   never waits here: the decision comes before the answer;
-//! - a purchase still queued [`crate::reserver::pipeline_wait`] after it
+//! - a purchase still queued `Reserver::pipeline_wait` after it
 //!   arrived is answered 503 by the Redis thread that takes it, and never
 //!   sent (as a waiter that gave up);
 //! - the stop waits for handed-off purchases as for any request being
-//!   handled (`App::active` is released when the answer is written).
+//!   handled (`Lifecycle::active` is released when the answer is written).
 //!
 //! A split sale's purchase (it may pull units from other buckets: more
 //! round trips) and a purchase without group commit stay on their
 //! connection's thread.
 
-use crate::app::App;
-use crate::group_commit::{Job, Outcome, ReplyTo};
-use crate::purchase::{self, Prepared};
-use crate::redis_link::Unavailable;
-use crate::reserver::Reserver;
-use crate::routes::Label;
+use crate::http::{handler, outcomes, Gateway};
+use crate::metrics::Label;
+use crate::purchase::Prepared;
+use crate::redis::group_commit::{Deliver, Job, Outcome, ReplyTo};
+use crate::redis::link::Unavailable;
 use crossbeam_channel::Sender;
 use std::cell::RefCell;
 use std::net::SocketAddr;
@@ -60,19 +59,62 @@ thread_local! {
     static PENDING: RefCell<Option<(Arc<Pending>, Option<SocketAddr>)>> = const { RefCell::new(None) };
 }
 
-/// [`Pending::state`]: Redis has not decided the purchase yet.
-const UNDECIDED: u8 = 0;
-/// [`Pending::state`]: not decided, and the connection thread is parked
-/// until it is.
-const AWAITED: u8 = 1;
-/// [`Pending::state`]: decided (an outcome, or not sent).
-const DECIDED: u8 = 2;
+/// Where a handed-off purchase stands, for the requests behind it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[repr(u8)]
+enum Stage {
+    /// Redis has not decided the purchase yet.
+    Undecided = 0,
+    /// Not decided, and the connection thread is parked until it is.
+    Awaited = 1,
+    /// Decided (an outcome, or not sent).
+    Decided = 2,
+}
+
+/// A [`Stage`] shared between a connection thread and a Redis thread.
+struct StageCell(AtomicU8);
+
+impl StageCell {
+    fn new(d: Stage) -> StageCell {
+        StageCell(AtomicU8::new(d as u8))
+    }
+
+    fn of(v: u8) -> Stage {
+        match v {
+            0 => Stage::Undecided,
+            1 => Stage::Awaited,
+            _ => Stage::Decided,
+        }
+    }
+
+    fn load(&self) -> Stage {
+        StageCell::of(self.0.load(Ordering::Acquire))
+    }
+
+    fn store(&self, d: Stage) {
+        self.0.store(d as u8, Ordering::Relaxed);
+    }
+
+    fn swap(&self, d: Stage) -> Stage {
+        StageCell::of(self.0.swap(d as u8, Ordering::AcqRel))
+    }
+
+    /// Sets `new` if it is `current`.
+    fn replace(&self, current: Stage, new: Stage) {
+        let _ = self.0.compare_exchange(
+            current as u8,
+            new as u8,
+            Ordering::AcqRel,
+            Ordering::Acquire,
+        );
+    }
+}
 
 /// A connection thread's last handed-off purchase, shared with its
 /// [`Answer`] (one per connection thread, reused purchase after purchase).
 pub struct Pending {
-    /// [`UNDECIDED`], [`AWAITED`] or [`DECIDED`].
-    state: AtomicU8,
+    /// Whether Redis has decided it.
+    state: StageCell,
     /// Set when the answer is released: the connection may hand off the
     /// next purchase.
     released: AtomicBool,
@@ -84,7 +126,7 @@ impl Pending {
     /// An undecided purchase of the calling connection thread.
     fn of_this_thread() -> Arc<Pending> {
         Arc::new(Pending {
-            state: AtomicU8::new(UNDECIDED),
+            state: StageCell::new(Stage::Undecided),
             released: AtomicBool::new(false),
             thread: std::thread::current(),
         })
@@ -93,7 +135,7 @@ impl Pending {
     /// Redis has decided the purchase: later requests of its connection
     /// may be served. Idempotent.
     fn decide(&self) {
-        if self.state.swap(DECIDED, Ordering::AcqRel) == AWAITED {
+        if self.state.swap(Stage::Decided) == Stage::Awaited {
             self.thread.unpark();
         }
     }
@@ -103,7 +145,7 @@ impl Pending {
 /// this thread last handed off, if it came from the connection at `peer`
 /// (a request pipelined behind it must see it), at most `limit` (the
 /// longest a purchase waits for its outcome on its own thread, as
-/// `reserver.rs` waits: three Redis timeouts queued, three more once
+/// `redis/reserver.rs` waits: three Redis timeouts queued, three more once
 /// sent). Costs one load when there is nothing to wait for: a client that
 /// waits for each answer gets it after the decision.
 ///
@@ -115,16 +157,14 @@ pub fn wait_for_decision(peer: Option<&SocketAddr>, limit: Duration) -> bool {
         let Some((p, from)) = pending else {
             return true;
         };
-        if p.state.load(Ordering::Acquire) == DECIDED || from.as_ref() != peer {
+        if p.state.load() == Stage::Decided || from.as_ref() != peer {
             return true;
         }
-        // UNDECIDED, or AWAITED by an earlier wait that ran out; either
+        // Undecided, or awaited by an earlier wait that ran out; either
         // way the decision unparks this thread from now on.
-        let _ = p
-            .state
-            .compare_exchange(UNDECIDED, AWAITED, Ordering::AcqRel, Ordering::Acquire);
+        p.state.replace(Stage::Undecided, Stage::Awaited);
         let deadline = Instant::now() + limit;
-        while p.state.load(Ordering::Acquire) != DECIDED {
+        while p.state.load() != Stage::Decided {
             let left = deadline.saturating_duration_since(Instant::now());
             if left.is_zero() {
                 log::warn!("a handed-off purchase was not decided in {limit:?}; the request behind it is answered 503");
@@ -138,10 +178,10 @@ pub fn wait_for_decision(peer: Option<&SocketAddr>, limit: Duration) -> bool {
 
 /// A purchase whose client the Redis thread answers. Dropping it releases
 /// what the request held: its count (`/metrics`), its place under the
-/// in-flight bound, its place in `App::active`, and its connection's
-/// claim.
+/// in-flight bound, its place in `Lifecycle::active`, and its
+/// connection's claim.
 pub struct Answer {
-    app: Arc<App>,
+    gw: Arc<Gateway>,
     /// `None` once the reply is written (or handed to a finisher).
     rq: Option<Request>,
     sale_id: u64,
@@ -156,27 +196,31 @@ pub struct Answer {
     pending: Arc<Pending>,
 }
 
-impl Answer {
+impl Deliver for Answer {
     /// Whether the purchase may still be sent to Redis (false: queued past
     /// its deadline; it is answered 503).
-    pub fn may_send(&self) -> bool {
+    fn may_send(&self) -> bool {
         Instant::now() < self.deadline
     }
 
     /// Answers the client with what Redis said about the purchase of
-    /// `user_id` (`purchase::conclude`), without waiting on the client.
-    pub fn deliver(mut self, user_id: &str, outcome: Outcome) {
+    /// `user_id` (`Purchases::conclude`), without waiting on the client.
+    fn deliver(mut self: Box<Self>, user_id: &str, outcome: Outcome) {
         // Redis is done with it: its connection's next request may go on
         // (its answer is written after this one, tiny_http keeps the order).
         self.pending.decide();
-        let reply = purchase::conclude(&self.app, self.sale_id, 1, user_id, outcome);
+        let decision = self
+            .gw
+            .purchases
+            .conclude(self.sale_id, 1, user_id, outcome);
+        let reply = outcomes::purchase(&decision);
         self.status = reply.status;
         let Some(rq) = self.rq.take() else {
             return;
         };
         match rq.respond_now(reply.into_response()) {
             Ok(None) => {}
-            Ok(Some(rest)) => finish_elsewhere(self, rest),
+            Ok(Some(rest)) => finish_elsewhere(*self, rest),
             Err(e) => log::debug!("writing a response: {e}"),
         }
     }
@@ -187,9 +231,9 @@ impl Drop for Answer {
         // A request never answered (a panic on the way) gets tiny_http's
         // 500 here, before it is counted.
         drop(self.rq.take());
-        crate::handler::count(&self.app, self.label, self.status, self.start);
-        self.app.shed.free();
-        self.app.active.fetch_sub(1, Ordering::SeqCst);
+        handler::count(&self.gw, self.label, self.status, self.start);
+        self.gw.admission.shed.free();
+        self.gw.lifecycle.active.fetch_sub(1, Ordering::SeqCst);
         self.pending.decide();
         self.pending.released.store(true, Ordering::Release);
     }
@@ -204,11 +248,13 @@ pub struct Claim<'a> {
 /// Whether the prepared purchase `p` is to be answered by a Redis thread:
 /// a one-bucket sale's purchase under group commit whose connection (this
 /// thread) has no handed-off purchase unanswered. `None`: it is completed
-/// on this thread (`purchase::complete`).
-pub fn claim<'a>(app: &'a App, p: &Prepared<'_>, peer: Option<&SocketAddr>) -> Option<Claim<'a>> {
-    let Reserver::GroupCommit { jobs } = &app.reserver else {
-        return None;
-    };
+/// on this thread (`Purchases::complete`).
+pub fn claim<'a>(
+    gw: &'a Gateway,
+    p: &Prepared<'_>,
+    peer: Option<&SocketAddr>,
+) -> Option<Claim<'a>> {
+    let jobs = gw.purchases.reserver.jobs()?;
     if p.k != 1 {
         return None;
     }
@@ -217,7 +263,7 @@ pub fn claim<'a>(app: &'a App, p: &Prepared<'_>, peer: Option<&SocketAddr>) -> O
         Some((p, from)) => {
             // Its answer has released it and will not touch it again.
             p.released.store(false, Ordering::Relaxed);
-            p.state.store(UNDECIDED, Ordering::Relaxed);
+            p.state.store(Stage::Undecided);
             *from = peer.copied();
             Some(p.clone())
         }
@@ -234,13 +280,12 @@ pub fn claim<'a>(app: &'a App, p: &Prepared<'_>, peer: Option<&SocketAddr>) -> O
 /// which answer it ([`Answer::deliver`]); with the queue full, answers it
 /// 503 at once.
 ///
-/// The request stays counted in `App::active` (the caller must not
+/// The request stays counted in `Lifecycle::active` (the caller must not
 /// release it) until the answer is written.
 pub fn hand_off(
-    app: &Arc<App>,
+    gw: &Arc<Gateway>,
     rq: Request,
     sale_id: u64,
-    label: Label,
     start: Instant,
     p: Prepared<'_>,
     claim: Claim<'_>,
@@ -253,12 +298,12 @@ pub fn hand_off(
     } = p;
     place.keep();
     let answer = Answer {
-        app: app.clone(),
+        gw: gw.clone(),
         rq: Some(rq),
         sale_id,
-        label,
+        label: Label::Purchase,
         start,
-        deadline: start + crate::reserver::pipeline_wait(app),
+        deadline: start + gw.purchases.reserver.pipeline_wait(),
         status: 500,
         pending: claim.pending,
     };
@@ -281,7 +326,7 @@ pub fn hand_off(
 /// after it. When no thread can be started the rest is given up and the
 /// connection closed.
 fn finish_elsewhere(answer: Answer, rest: Unfinished) {
-    answer.app.metrics.slow_answers.inc();
+    answer.gw.metrics.slow_answers.inc();
     let both = Arc::new(Mutex::new(Some((answer, rest))));
     let theirs = both.clone();
     let started = std::thread::Builder::new()
@@ -345,8 +390,8 @@ mod tests {
         let peer: SocketAddr = ([127, 0, 0, 1], 4002).into();
         let p = pending_from(peer);
         assert!(!wait_for_decision(Some(&peer), Duration::from_millis(10)));
-        // Still undecided: the next request is refused too (it used to be
-        // served at once, the state left AWAITED).
+        // Still undecided: the next request is refused too (the state is
+        // left awaited, not decided).
         assert!(!wait_for_decision(Some(&peer), Duration::from_millis(10)));
         p.decide();
         assert!(wait_for_decision(Some(&peer), Duration::from_millis(10)));

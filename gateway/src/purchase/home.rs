@@ -9,8 +9,8 @@
 //! call while its count is remembered: one `HMGET` of its meta per sale per
 //! gateway process, at most once per [`RECOUNT_AFTER`].
 
-use crate::app::App;
-use crate::redis_link::Unavailable;
+use crate::purchase::Purchases;
+use crate::redis::link::{LinkPool, Unavailable};
 use seckill_common::buckets;
 use seckill_common::keys::SaleKeys;
 use seckill_common::reservation::{Replied, ReserveOutcome};
@@ -27,7 +27,7 @@ pub const MAX_SALES: usize = 10_000;
 /// sale's K does not change while Redis holds it, but an operator who
 /// reloads a lost sale with another `--shards` changes it: a gateway that
 /// kept the old K would route a buyer to another home bucket and let them
-/// buy twice (the hostile pass). Once a second per sale per gateway is one
+/// buy twice. Once a second per sale per gateway is one
 /// `HMGET` (one caller reads it, [`RECOUNT_GRACE`]), nothing beside a
 /// purchase's script.
 pub const RECOUNT_AFTER: Duration = Duration::from_secs(1);
@@ -36,9 +36,9 @@ pub const RECOUNT_AFTER: Duration = Duration::from_secs(1);
 /// the first one that found it due reads it again ([`BucketCounts::of`]):
 /// a K is never used once read 1.25 s ago. If that read has not answered
 /// by then (a stalled master of bucket 0), every caller reads it, as
-/// before any claim: none goes on with an old K, and an idle sale's K read
-/// long ago is read again by everyone (the hostile pass: kept while another
-/// purchase read it, it routed a buyer of a reloaded sale to a second 202).
+/// with no claim: none goes on with an old K, and an idle sale's K read
+/// long ago is read again by everyone (kept while another purchase read
+/// it, it could route a buyer of a reloaded sale to a second 202).
 pub const RECOUNT_GRACE: Duration = Duration::from_millis(250);
 
 /// What is remembered of one sale.
@@ -69,13 +69,12 @@ impl BucketCounts {
     ///
     /// A K read [`RECOUNT_AFTER`] ago is due: the first caller to find it
     /// so reads it again, and the others keep the remembered K meanwhile,
-    /// for at most [`RECOUNT_GRACE`] (before, every connection thread that
-    /// found it due read it: at each second's turn each purchase in flight
-    /// made one more round trip, often on a new link;
-    /// `sale_buckets::a_due_bucket_count_is_read_again_by_one_purchase`).
+    /// for at most [`RECOUNT_GRACE`], so the purchases in flight at each
+    /// second's turn do not each make one more round trip
+    /// (`sale_buckets::a_due_bucket_count_is_read_again_by_one_purchase`).
     ///
     /// Errors: [`Unavailable`] when Redis cannot be read in time.
-    pub fn of(&self, app: &App, sale_id: u64) -> Result<u32, Unavailable> {
+    pub fn of(&self, links: &LinkPool, sale_id: u64) -> Result<u32, Unavailable> {
         let known = self
             .known
             .read()
@@ -90,9 +89,8 @@ impl BucketCounts {
                 return Ok(k);
             }
         }
-        let Some((k, ends)) = app
-            .links
-            .with(|link| link.with(|con| buckets::count_and_end(con, sale_id)))?
+        let Some((k, ends)) =
+            links.with(|link| link.with(|con| buckets::count_and_end(con, sale_id)))?
         else {
             // No longer held (lost, archived): forgotten, so every caller
             // reads it again, as for a sale never seen.
@@ -157,11 +155,11 @@ impl BucketCounts {
     /// Errors: as [`BucketCounts::of`].
     pub fn home(
         &self,
-        app: &App,
+        links: &LinkPool,
         sale_id: u64,
         user_id: &str,
     ) -> Result<(SaleKeys, u32), Unavailable> {
-        let k = self.of(app, sale_id)?;
+        let k = self.of(links, sale_id)?;
         Ok((
             SaleKeys::bucket(sale_id, buckets::home_bucket(user_id, k)),
             k,
@@ -180,7 +178,7 @@ impl BucketCounts {
 /// buckets kept changing under [`PULL_ROUNDS`] attempts (never a false
 /// `sold_out`: the buyer retries).
 pub fn reach_stock(
-    app: &App,
+    p: &Purchases,
     home: SaleKeys,
     k: u32,
     user_id: &str,
@@ -197,11 +195,11 @@ pub fn reach_stock(
             }) => {}
             _ => return outcome,
         }
-        let pulled = app
+        let pulled = p
             .links
             .with(|link| link.with(|con| transfer::pull(con, home.sale_id, k, home.bucket)))?;
         match pulled {
-            Pull::Ready => outcome = app.reserver.reserve(app, home, user_id),
+            Pull::Ready => outcome = p.reserver.reserve(home, user_id),
             Pull::SoldOut { seq } => {
                 return Ok(Replied {
                     outcome: ReserveOutcome::SoldOut,
@@ -226,7 +224,7 @@ pub fn reach_stock(
 /// it is (503 for this buyer: one lost bucket of a live sale says nothing
 /// of the others). Any other outcome is returned as it is, with no call.
 pub fn ended_elsewhere(
-    app: &App,
+    links: &LinkPool,
     home: SaleKeys,
     k: u32,
     outcome: Result<Replied, Unavailable>,
@@ -242,7 +240,7 @@ pub fn ended_elsewhere(
         return outcome;
     }
     let meta = SaleKeys::new(home.sale_id).meta();
-    let read = app.links.with(|link| {
+    let read = links.with(|link| {
         link.with(|con| {
             redis::pipe()
                 .cmd("HGET")

@@ -5,8 +5,8 @@
 //! `SECKILL_AUTH_CACHE_MAX / SHARDS` entries, so a client's retries cost a
 //! hash and a lookup, not a signature check.
 
-use crate::identity::{Credentials, Refused, MAX_TOKEN_BYTES};
-use crate::metrics::Metrics;
+use crate::admission::credentials::{Credentials, Refused, MAX_TOKEN_BYTES};
+use crate::metrics::{Metrics, Why};
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use base64::Engine;
 use jsonwebtoken::{DecodingKey, Validation};
@@ -30,8 +30,8 @@ struct Claims {
 }
 
 /// The header members that choose the key (`alg`, `kid`); `decode` then
-/// checks the whole header itself (`decode_header` before it decoded it
-/// twice: docs/PERFORMANCE.md, "Buyer tokens").
+/// checks the whole header itself (`decode_header` would decode it twice:
+/// docs/PERFORMANCE.md, "Buyer tokens").
 #[derive(Deserialize)]
 struct KeyChoice {
     alg: String,
@@ -45,73 +45,11 @@ struct KeyChoice {
 /// Longest header segment read (base64url); a real one is under 100 bytes.
 const MAX_HEADER_B64: usize = 512;
 
-/// Why a token was refused, finer than the 401 code the client reads
-/// ([`Refused`]): the `reason` label of `seckill_gateway_tokens_refused_total`
-/// and the gateway's debug log line, so an operator tells an unknown `kid`
-/// after a key rotation from a lifetime over `SECKILL_AUTH_MAX_TTL`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Why {
-    /// No `Authorization` header.
-    Missing = 0,
-    /// Another scheme than `Bearer`, an empty token, or several headers.
-    Unusable,
-    /// Longer than `MAX_TOKEN_BYTES`.
-    TooLong,
-    /// Not a compact JWS: bad base64url or JSON, a missing claim.
-    Malformed,
-    /// No `kid`, or a `kid` the key file does not hold (a rotation the
-    /// gateway's key file has not caught up with).
-    UnknownKid,
-    /// An `alg` that is not its key's.
-    WrongAlgorithm,
-    /// The signature does not match the key.
-    BadSignature,
-    /// `aud` is not `SECKILL_AUTH_AUDIENCE`.
-    WrongAudience,
-    /// `iss` is not `SECKILL_AUTH_ISSUER` (when set), or missing then.
-    WrongIssuer,
-    /// `nbf` or `iat` in the future (beyond the leeway).
-    NotYetValid,
-    /// A `sub` that is not a buyer id.
-    BadSubject,
-    /// Lives longer than `SECKILL_AUTH_MAX_TTL`.
-    LifetimeOverMax,
-    /// `exp` has passed (401 `token_expired`).
-    Expired,
-}
-
-/// The `reason` label of each [`Why`], in its order.
-pub const WHY_LABELS: [&str; 13] = [
-    "missing",
-    "unusable",
-    "too_long",
-    "malformed",
-    "unknown_kid",
-    "wrong_algorithm",
-    "bad_signature",
-    "wrong_audience",
-    "wrong_issuer",
-    "not_yet_valid",
-    "bad_subject",
-    "lifetime_over_max",
-    "expired",
-];
-
-impl Why {
-    /// The reason's label.
-    pub fn label(self) -> &'static str {
-        WHY_LABELS
-            .get(self as usize)
-            .copied()
-            .unwrap_or("malformed")
-    }
-
-    /// The 401 the client reads.
-    pub fn refused(self) -> Refused {
-        match self {
-            Why::Expired => Refused::Expired,
-            _ => Refused::Invalid,
-        }
+/// The 401 the client reads for a token refused for `why`.
+fn refused(why: Why) -> Refused {
+    match why {
+        Why::Expired => Refused::Expired,
+        _ => Refused::Invalid,
     }
 }
 
@@ -166,7 +104,6 @@ impl Verifier {
     /// skew, refusing tokens that live longer than `max_ttl_s` seconds
     /// ([`Verifier::lifetime_ok`]), remembering at most about `cache_max`
     /// tokens (0: none).
-    #[cfg(test)]
     pub fn new(
         keys: &KeySet,
         audience: &str,
@@ -238,7 +175,7 @@ impl Verifier {
         self.verify_why(creds, now, metrics).map_err(|why| {
             metrics.token_refused(why);
             log::debug!("buyer token refused: {}", why.label());
-            why.refused()
+            refused(why)
         })
     }
 
@@ -363,7 +300,9 @@ fn keys_of(set: &KeySet) -> Keys {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::identity::now_s;
+    fn now_s() -> u64 {
+        seckill_common::now_ms() / 1000
+    }
     use seckill_common::token::{generate, Claims as Mint, Signer};
 
     fn setup() -> (Verifier, Signer, Signer, Metrics) {

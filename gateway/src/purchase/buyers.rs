@@ -11,13 +11,14 @@
 //! `SECKILL_GATEWAY_BUYERS_MAX`; a sale that does not fit is answered with
 //! [`lookup_one`] (one `HGET`, no script) for as long as it stays sold out.
 
-use crate::app::App;
-use crate::redis_link::{Link, Unavailable};
+use crate::metrics::Metrics;
+use crate::purchase::home::BucketCounts;
+use crate::purchase::soldout::SoldOutCache;
+use crate::redis::link::{Link, LinkPool, Unavailable};
 use crossbeam_channel::{Receiver, Sender, TrySendError};
 use seckill_common::keys::SaleKeys;
 use seckill_common::redis_target::Con;
 use std::collections::HashMap;
-use std::sync::Arc;
 use std::time::Duration;
 
 /// How often the loader frees the buyers of sales whose window has closed.
@@ -60,6 +61,11 @@ impl BuyerSet {
     pub fn len(&self) -> usize {
         self.0.len()
     }
+
+    /// Whether the set holds no buyer.
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
 }
 
 /// Hands load requests to the loader thread.
@@ -71,11 +77,11 @@ impl Loader {
     /// When the loader's queue is full the request is dropped and the
     /// entry is put back to unknown (asked again at its next sell-out
     /// answer).
-    pub fn request(&self, app: &App, sale_id: u64, seq: u64) {
+    pub fn request(&self, soldout: &SoldOutCache, sale_id: u64, seq: u64) {
         if let Err(TrySendError::Full(_) | TrySendError::Disconnected(_)) =
             self.0.try_send((sale_id, seq))
         {
-            app.soldout.loaded(sale_id, seq, None, false, 0);
+            soldout.loaded(sale_id, seq, None, false, 0);
         }
     }
 }
@@ -86,71 +92,45 @@ pub fn loader() -> (Loader, Receiver<(u64, u64)>) {
     (Loader(tx), rx)
 }
 
-/// The loader thread: loads what is asked, and every [`SWEEP_EVERY`]
-/// frees the buyers of sales whose window has closed. Runs until every
-/// [`Loader`] is dropped.
-pub fn run(app: Arc<App>, requests: Receiver<(u64, u64)>) {
-    let mut link = Link::new(app.client.clone(), app.redis_timeout, app.metrics.clone());
-    let mut checker: Option<Con> = None;
+/// The loader thread: loads what is asked into `soldout` over `link`,
+/// and every [`SWEEP_EVERY`] frees the buyers of sales whose window has
+/// closed. Runs until every [`Loader`] is dropped.
+pub fn run(
+    soldout: &SoldOutCache,
+    mut link: Link,
+    metrics: &Metrics,
+    requests: Receiver<(u64, u64)>,
+) {
     loop {
         match requests.recv_timeout(SWEEP_EVERY) {
-            Ok((sale_id, seq)) => {
-                let room = app.soldout.buyers_room();
-                match link.with(|con| load(con, sale_id, seq, room)) {
-                    Ok(Loaded::Set(set, ends)) => {
-                        log::info!("sale {sale_id}: sold out; {} buyers in memory", set.len());
-                        app.soldout.loaded(sale_id, seq, Some(set), false, ends);
-                    }
-                    Ok(Loaded::TooMany(n, ends)) => {
-                        log::warn!(
-                            "sale {sale_id}: sold out with {n} buyers, more than the {room} \
-                             SECKILL_GATEWAY_BUYERS_MAX leaves room for; each retry reads its buyer"
-                        );
-                        app.soldout.loaded(sale_id, seq, None, true, ends);
-                    }
-                    Ok(Loaded::Changed) | Err(Unavailable) => {
-                        app.soldout.loaded(sale_id, seq, None, false, 0);
-                    }
-                }
-            }
+            Ok((sale_id, seq)) => load_into(soldout, &mut link, sale_id, seq),
             Err(crossbeam_channel::RecvTimeoutError::Timeout) => {}
             Err(crossbeam_channel::RecvTimeoutError::Disconnected) => return,
         }
-        check_server(&app, &mut checker);
-        app.soldout.sweep(seckill_common::now_ms());
-        app.metrics
+        soldout.sweep(seckill_common::now_ms());
+        metrics
             .buyers_remembered
-            .set(i64::try_from(app.soldout.buyers_held()).unwrap_or(i64::MAX));
+            .set(i64::try_from(soldout.buyers_held()).unwrap_or(i64::MAX));
     }
 }
 
-/// Checks the Redis server's eviction policy (and persistence) once per
-/// loop, so a `CONFIG SET maxmemory-policy` on a live Redis stops purchases
-/// within about a second ([`App::redis_unfit`]). On a connection of its own
-/// (`checker`, reopened after a failure): a [`Link`] refuses to connect to
-/// such a server at all, which would hide the answer.
-fn check_server(app: &App, checker: &mut Option<Con>) {
-    use seckill_common::redis_server::{self, ServerError};
-    use std::sync::atomic::Ordering;
-    if checker.is_none() {
-        *checker = app.client.connect(app.redis_timeout).ok();
-    }
-    let Some(con) = checker.as_mut() else { return };
-    match redis_server::check(con) {
-        Ok(p) => {
-            if app.redis_unfit.swap(false, Ordering::AcqRel) {
-                log::info!("redis: the eviction policy is fixed; taking purchases again");
-            }
-            app.metrics
-                .redis_persistence_off
-                .set(i64::from(p.nothing()));
+/// Loads the buyers of `sale_id`, sold out at `seq`, into `soldout`.
+fn load_into(soldout: &SoldOutCache, link: &mut Link, sale_id: u64, seq: u64) {
+    let room = soldout.buyers_room();
+    match link.with(|con| load(con, sale_id, seq, room)) {
+        Ok(Loaded::Set(set, ends)) => {
+            log::info!("sale {sale_id}: sold out; {} buyers in memory", set.len());
+            soldout.loaded(sale_id, seq, Some(set), false, ends);
         }
-        Err(ServerError::Redis(_)) => *checker = None,
-        Err(e) => {
-            if !app.redis_unfit.swap(true, Ordering::AcqRel) {
-                app.metrics.redis_refused.inc();
-                log::error!("{e}; purchases are answered 503 until it is fixed");
-            }
+        Ok(Loaded::TooMany(n, ends)) => {
+            log::warn!(
+                "sale {sale_id}: sold out with {n} buyers, more than the {room} \
+                 SECKILL_GATEWAY_BUYERS_MAX leaves room for; each retry reads its buyer"
+            );
+            soldout.loaded(sale_id, seq, None, true, ends);
+        }
+        Ok(Loaded::Changed) | Err(Unavailable) => {
+            soldout.loaded(sale_id, seq, None, false, 0);
         }
     }
 }
@@ -217,9 +197,14 @@ fn load(con: &mut Con, sale_id: u64, seq: u64, room: usize) -> redis::RedisResul
 /// are not in memory.
 ///
 /// Errors: [`Unavailable`] when Redis cannot be read in time.
-pub fn lookup_one(app: &App, sale_id: u64, user_id: &str) -> Result<Option<String>, Unavailable> {
-    let key = app.buckets.home(app, sale_id, user_id)?.0.buyers();
-    app.links.with(|link| {
+pub fn lookup_one(
+    links: &LinkPool,
+    buckets: &BucketCounts,
+    sale_id: u64,
+    user_id: &str,
+) -> Result<Option<String>, Unavailable> {
+    let key = buckets.home(links, sale_id, user_id)?.0.buyers();
+    links.with(|link| {
         link.with(|con| {
             redis::cmd("HGET")
                 .arg(&key)

@@ -1,0 +1,238 @@
+//! Checks the crate doc's layer invariants on the sources themselves: the
+//! modules each layer may name, tiny_http only in `http/`, the identity
+//! rule and the token verifier apart, every file opening with what it owns,
+//! no function over [`MAX_FN_LINES`] lines outside tests, and no comment
+//! that tells history instead of the code.
+
+use std::path::{Path, PathBuf};
+
+/// Longest function body outside tests, in lines.
+const MAX_FN_LINES: usize = 100;
+
+/// The crate's top modules each layer may name (`crate::X`), by layer.
+const RULES: &[(&str, &[&str])] = &[
+    (
+        "server",
+        &[
+            "server",
+            "http",
+            "queries",
+            "payments",
+            "purchase",
+            "admission",
+            "redis",
+            "metrics",
+            "config",
+        ],
+    ),
+    (
+        "http",
+        &[
+            "http",
+            "queries",
+            "payments",
+            "purchase",
+            "admission",
+            "redis",
+            "metrics",
+            "config",
+        ],
+    ),
+    (
+        "queries",
+        &["queries", "purchase", "redis", "metrics", "config"],
+    ),
+    (
+        "payments",
+        &["payments", "purchase", "redis", "metrics", "config"],
+    ),
+    (
+        "purchase",
+        &["purchase", "admission", "redis", "metrics", "config"],
+    ),
+    ("admission", &["admission", "metrics", "config"]),
+    ("redis", &["redis", "metrics"]),
+    ("metrics", &["metrics"]),
+    ("config", &["config"]),
+];
+
+/// Every `.rs` file under `dir`.
+fn sources(dir: &Path, out: &mut Vec<PathBuf>) {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return;
+    };
+    for e in entries.flatten() {
+        let p = e.path();
+        if p.is_dir() {
+            sources(&p, out);
+        } else if p.extension().is_some_and(|x| x == "rs") {
+            out.push(p);
+        }
+    }
+}
+
+/// The crate's sources, as (path under `src/`, text).
+fn files() -> Vec<(String, String)> {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    let mut paths = Vec::new();
+    sources(&src, &mut paths);
+    paths.sort();
+    assert!(paths.len() > 20, "the sources are found under {src:?}");
+    paths
+        .into_iter()
+        .map(|p| {
+            let rel = p
+                .strip_prefix(&src)
+                .map(|r| r.to_string_lossy().replace('\\', "/"))
+                .unwrap_or_default();
+            let text = std::fs::read_to_string(&p).unwrap_or_default();
+            (rel, text)
+        })
+        .collect()
+}
+
+/// The layer of a file: its folder, or its file name.
+fn layer(rel: &str) -> &str {
+    let first = rel.split('/').next().unwrap_or(rel);
+    first.strip_suffix(".rs").unwrap_or(first)
+}
+
+/// The crate modules `text` names (`crate::X`), outside its tests.
+fn named(text: &str) -> Vec<String> {
+    let code = text.split("#[cfg(test)]").next().unwrap_or(text);
+    let mut out = Vec::new();
+    for (i, _) in code.match_indices("crate::") {
+        let rest = &code[i + "crate::".len()..];
+        let name: String = rest
+            .chars()
+            .take_while(|c| c.is_ascii_alphanumeric() || *c == '_')
+            .collect();
+        if !name.is_empty() && !out.contains(&name) {
+            out.push(name);
+        }
+    }
+    out
+}
+
+#[test]
+fn each_layer_names_only_the_layers_it_may_use() {
+    let mut broken = Vec::new();
+    for (rel, text) in files() {
+        let l = layer(&rel);
+        if matches!(l, "lib" | "main" | "layers") {
+            continue;
+        }
+        let Some((_, allowed)) = RULES.iter().find(|(name, _)| *name == l) else {
+            broken.push(format!("{rel}: in no layer of the crate doc"));
+            continue;
+        };
+        for n in named(&text) {
+            if !allowed.contains(&n.as_str()) {
+                broken.push(format!("{rel}: layer {l} names crate::{n}"));
+            }
+        }
+        if l != "http" && text.contains("tiny_http") {
+            broken.push(format!("{rel}: names tiny_http outside http/"));
+        }
+    }
+    assert!(
+        broken.is_empty(),
+        "layer rule broken:\n{}",
+        broken.join("\n")
+    );
+}
+
+#[test]
+fn the_identity_rule_and_the_token_verifier_do_not_use_each_other() {
+    for (rel, text) in files() {
+        let code = text.split("#[cfg(test)]").next().unwrap_or(&text);
+        if rel == "admission/verifier.rs" {
+            assert!(!code.contains("identity::"), "{rel} uses identity");
+        }
+        if rel == "admission/identity.rs" {
+            assert!(!code.contains("use crate::admission::verifier::{"), "{rel}");
+        }
+    }
+}
+
+#[test]
+fn every_file_opens_with_what_it_owns() {
+    for (rel, text) in files() {
+        assert!(
+            text.starts_with("//!"),
+            "{rel} does not open with a //! line"
+        );
+    }
+}
+
+/// The functions of `text` (outside its tests) longer than
+/// [`MAX_FN_LINES`]: a `fn` line and the first line after it that closes
+/// at its indent.
+fn long_functions(text: &str) -> Vec<(usize, usize)> {
+    let code = text.split("#[cfg(test)]").next().unwrap_or(text);
+    let lines: Vec<&str> = code.lines().collect();
+    let mut out = Vec::new();
+    for (i, line) in lines.iter().enumerate() {
+        let t = line.trim_start();
+        let is_fn = ["fn ", "pub fn ", "pub(crate) fn "]
+            .iter()
+            .any(|p| t.starts_with(p));
+        if !is_fn || line.trim_end().ends_with(';') {
+            continue;
+        }
+        let indent = line.len() - t.len();
+        let close = format!("{}}}", " ".repeat(indent));
+        if let Some(len) = lines[i + 1..].iter().position(|l| l.trim_end() == close) {
+            if len + 2 > MAX_FN_LINES {
+                out.push((i + 1, len + 2));
+            }
+        }
+    }
+    out
+}
+
+#[test]
+fn no_function_is_over_100_lines() {
+    let mut long = Vec::new();
+    for (rel, text) in files() {
+        for (line, len) in long_functions(&text) {
+            long.push(format!("{rel}:{line}: {len} lines"));
+        }
+    }
+    assert!(
+        long.is_empty(),
+        "functions over {MAX_FN_LINES} lines:\n{}",
+        long.join("\n")
+    );
+}
+
+#[test]
+fn comments_say_why_the_code_is_so_not_its_history() {
+    let history = ["hostile pass", "session", "before:", "(before"];
+    let mut found = Vec::new();
+    for (rel, text) in files() {
+        if rel == "layers.rs" {
+            continue;
+        }
+        for (n, line) in text.lines().enumerate() {
+            let lower = line.to_ascii_lowercase();
+            if let Some(h) = history.iter().find(|h| lower.contains(*h)) {
+                found.push(format!("{rel}:{}: {h}", n + 1));
+            }
+            let numbered = lower.match_indices("issue ").any(|(i, _)| {
+                lower[i + "issue ".len()..]
+                    .chars()
+                    .next()
+                    .is_some_and(|c| c.is_ascii_digit())
+            });
+            if numbered {
+                found.push(format!("{rel}:{}: an issue number", n + 1));
+            }
+        }
+    }
+    assert!(
+        found.is_empty(),
+        "history in comments:\n{}",
+        found.join("\n")
+    );
+}

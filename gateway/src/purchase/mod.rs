@@ -1,0 +1,337 @@
+//! Owns one purchase as domain decisions, never as HTTP replies: admit
+//! (the body, the buyer, the buyer's share and the sold-out memory:
+//! [`Purchases::admit`]), prepare (the in-flight bound and the home
+//! bucket: [`Purchases::prepare`]), reserve (`redis/reserver.rs`, and the
+//! pull of units to an empty home bucket: `home.rs`) and conclude (what
+//! Redis said, remembered and counted: [`Purchases::conclude`]). Every
+//! path ends in a [`Decision`]; `http/` says it to the client.
+//!
+//! - [`body`]: the strict reading of the purchase body;
+//! - [`soldout`]: the sold-out memory, ordered by the sale's reservation
+//!   sequence; [`buyers`]: a sold-out sale's buyers, loaded once, bounded;
+//! - [`home`]: which bucket of a split sale a buyer buys from.
+
+pub mod body;
+pub mod buyers;
+pub mod home;
+pub mod soldout;
+
+use crate::admission::identity::Denied;
+use crate::admission::shed::Admitted;
+use crate::admission::{Admission, Credentials};
+use crate::metrics::{Metrics, Outcome};
+use crate::redis::fitness::Fitness;
+use crate::redis::link::{LinkPool, Unavailable};
+use crate::redis::reserver::Reserver;
+use buyers::Loader;
+use home::BucketCounts;
+use seckill_common::keys::SaleKeys;
+use seckill_common::reservation::{Replied, ReserveOutcome};
+use soldout::{Closed, Known, SoldOutCache};
+use std::sync::Arc;
+use std::time::Instant;
+
+/// What a purchase came to: each is one answer to the client.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Decision {
+    /// A unit was reserved under this reservation id.
+    Reserved(String),
+    /// The buyer already holds (or held) this reservation id.
+    AlreadyPurchased(String),
+    /// The sale's window has not opened.
+    NotStarted,
+    /// The sale is paused (data lost, or an operator's pause).
+    Paused,
+    /// The sale is closed: sold out, ended, or not known.
+    Closed(Closed),
+    /// Redis could not decide in time.
+    Unavailable,
+    /// Too many purchases are waiting for Redis.
+    Overloaded,
+    /// Beyond the buyer's share.
+    TooManyRequests,
+    /// The body is refused (the detail).
+    Invalid(&'static str),
+    /// The request may not act as this buyer.
+    Denied(Denied),
+}
+
+/// What the purchase path shares: the sold-out memory, the bucket
+/// counts, the buyers loader, the way to Redis, and Redis's fitness.
+pub struct Purchases {
+    /// The sold-out fast path.
+    pub soldout: Arc<SoldOutCache>,
+    /// Each sale's number of buckets (also read by the status routes).
+    pub buckets: Arc<BucketCounts>,
+    /// Loads a sold-out sale's buyers into `soldout`.
+    pub buyers: Loader,
+    /// How a purchase reaches Redis.
+    pub reserver: Reserver,
+    /// The shared Redis links (bucket counts, one buyer's read, pulls).
+    pub links: Arc<LinkPool>,
+    /// Set while Redis can evict the sale's keys.
+    pub fitness: Arc<Fitness>,
+    /// Outcome counters.
+    pub metrics: Arc<Metrics>,
+}
+
+/// A purchase admitted and routed, not yet sent to Redis.
+pub struct Prepared<'a> {
+    /// The buyer (the token's, or the body's with `SECKILL_AUTH=none`).
+    pub user_id: String,
+    /// The buyer's home bucket (`home.rs`); a sale of one bucket's keys.
+    pub home: SaleKeys,
+    /// The sale's number of buckets.
+    pub k: u32,
+    /// Its place under the in-flight bound (`admission/shed.rs`).
+    pub place: Admitted<'a>,
+}
+
+impl Purchases {
+    /// Everything of a purchase before Redis: [`Purchases::admit`], the
+    /// in-flight bound (`Overloaded` beyond it) and the buyer's home
+    /// bucket.
+    ///
+    /// Errors: the final decision when no reservation script is to run.
+    pub fn prepare<'a>(
+        &self,
+        admission: &'a Admission,
+        sale_id: u64,
+        body: &[u8],
+        creds: &Credentials,
+    ) -> Result<Prepared<'a>, Decision> {
+        let user_id = self.admit(admission, sale_id, body, creds)?;
+        let Some(place) = admission.shed.try_admit() else {
+            self.metrics.shed.inc();
+            return Err(Decision::Overloaded);
+        };
+        let (home, k) = self
+            .buckets
+            .home(&self.links, sale_id, &user_id)
+            .map_err(|Unavailable| self.unavailable())?;
+        Ok(Prepared {
+            user_id,
+            home,
+            k,
+            place,
+        })
+    }
+
+    /// The rest of a purchase on this thread: the reservation, the pull
+    /// of a unit for a split sale's empty bucket (`home.rs`), and the
+    /// decision ([`Purchases::conclude`]).
+    pub fn complete(&self, sale_id: u64, p: Prepared<'_>) -> Decision {
+        let Prepared {
+            user_id,
+            home,
+            k,
+            place: _place,
+        } = p;
+        let outcome = self.reserver.reserve(home, &user_id);
+        let outcome = home::reach_stock(self, home, k, &user_id, outcome);
+        let outcome = home::ended_elsewhere(&self.links, home, k, outcome);
+        self.conclude(sale_id, k, &user_id, outcome)
+    }
+
+    /// The first half of a purchase, before Redis: reads the body, takes
+    /// the buyer from the token in `creds` (or the body's `user_id` with
+    /// `SECKILL_AUTH=none`) and tries the sold-out fast path. For a
+    /// sold-out sale a buyer's retry is `AlreadyPurchased` with its
+    /// reservation id, from the buyers in memory or, while they are not,
+    /// from one `HGET` of that buyer (`buyers.rs`).
+    ///
+    /// Errors: the final decision when no reservation script is needed.
+    pub fn admit(
+        &self,
+        admission: &Admission,
+        sale_id: u64,
+        body: &[u8],
+        creds: &Credentials,
+    ) -> Result<String, Decision> {
+        let metrics = &self.metrics;
+        let body_user =
+            body::parse_body(body, admission.identity.body_names_buyer()).map_err(|detail| {
+                metrics.outcome(Outcome::Invalid);
+                Decision::Invalid(detail)
+            })?;
+        let user_id = admission
+            .identity
+            .buyer(creds, body_user, metrics)
+            .map_err(|d| {
+                metrics.outcome(match d {
+                    Denied::Token(_) => Outcome::InvalidToken,
+                    _ => Outcome::UserMismatch,
+                });
+                Decision::Denied(d)
+            })?;
+        if self.fitness.unfit() {
+            return Err(self.unavailable());
+        }
+        let (closed, set) = match self.soldout.get(sale_id, Instant::now()) {
+            Known::Ask => {
+                charge_buyer(admission, sale_id, &user_id)?;
+                return Ok(user_id);
+            }
+            Known::Closed(c, set) => (c, set),
+        };
+        if closed != Closed::SoldOut {
+            metrics.outcome(match closed {
+                Closed::Ended => Outcome::EndedFromMemory,
+                _ => Outcome::UnknownSaleFromMemory,
+            });
+            return Err(Decision::Closed(closed));
+        }
+        let (holds, from_memory) = match set {
+            Some(set) => (set.lookup(&user_id), true),
+            None => {
+                charge_buyer(admission, sale_id, &user_id)?;
+                let r = buyers::lookup_one(&self.links, &self.buckets, sale_id, &user_id)
+                    .map_err(|Unavailable| self.unavailable())?;
+                (r, false)
+            }
+        };
+        metrics.outcome(match (&holds, from_memory) {
+            (Some(_), true) => Outcome::AlreadyPurchasedFromMemory,
+            (Some(_), false) => Outcome::AlreadyPurchasedAfterBuyerRead,
+            (None, true) => Outcome::SoldOutFromMemory,
+            (None, false) => Outcome::SoldOutAfterBuyerRead,
+        });
+        Err(match holds {
+            Some(rid) => Decision::AlreadyPurchased(rid),
+            None => Decision::Closed(Closed::SoldOut),
+        })
+    }
+
+    /// The second half: the decision on what Redis said (or could not
+    /// say), with the sold-out memory and the outcome counter updated.
+    /// The memory is ordered by the reply's `seq`, never by the order in
+    /// which threads get here (`soldout.rs`). For a sale of `buckets` > 1
+    /// a reply's `seq` is its bucket's while a sell-out's is the whole
+    /// sale's (`home.rs`), so the two cannot be ordered: a reservation, or
+    /// a winner's retry that finds stock in its bucket, forgets a sold-out
+    /// memory at once (a stale one costs the next purchases a trip to
+    /// Redis, which answers; waiting for the recheck would sell one
+    /// returned unit per recheck and tell the others `sold_out`), and its
+    /// buyers are read one at a time from their home buckets, never loaded.
+    pub fn conclude(
+        &self,
+        sale_id: u64,
+        buckets: u32,
+        user_id: &str,
+        outcome: Result<Replied, Unavailable>,
+    ) -> Decision {
+        let Replied {
+            outcome,
+            seq,
+            stock,
+        } = match outcome {
+            Ok(r) => r,
+            Err(Unavailable) => return self.unavailable(),
+        };
+        match outcome {
+            ReserveOutcome::Reserved(rid) => {
+                self.metrics.outcome(Outcome::Reserved);
+                if buckets == 1 {
+                    self.soldout.reserved(sale_id, seq);
+                } else {
+                    self.soldout.stock_back(sale_id);
+                }
+                Decision::Reserved(rid)
+            }
+            ReserveOutcome::AlreadyPurchased(rid) => {
+                self.metrics.outcome(Outcome::AlreadyPurchased);
+                self.winner_retried(sale_id, buckets, seq, stock);
+                Decision::AlreadyPurchased(rid)
+            }
+            // A retry (same reservation id) of a call whose reply was
+            // lost, released since: what this request bought, now
+            // expired, cancelled or rolled back (the release removed the
+            // buyer's mark and kept the id in `buyers:released`, where the
+            // status route reads it).
+            ReserveOutcome::Released(rid) => {
+                self.metrics.outcome(Outcome::AlreadyPurchased);
+                self.soldout.inconclusive(sale_id, Instant::now());
+                Decision::AlreadyPurchased(rid)
+            }
+            ReserveOutcome::NotStarted => {
+                self.metrics.outcome(Outcome::NotStarted);
+                self.soldout.inconclusive(sale_id, Instant::now());
+                Decision::NotStarted
+            }
+            ReserveOutcome::Paused(reason) => {
+                self.metrics.outcome(Outcome::Paused);
+                self.soldout.inconclusive(sale_id, Instant::now());
+                log::debug!("sale {sale_id} is paused ({reason}); purchase of {user_id} refused");
+                Decision::Paused
+            }
+            ReserveOutcome::SoldOut => self.closed(sale_id, buckets, Closed::SoldOut, seq),
+            ReserveOutcome::Ended => self.closed(sale_id, buckets, Closed::Ended, seq),
+            // One bucket of a split sale unknown to Redis (its keys lost)
+            // says nothing of the sale: not remembered, and `Unavailable`
+            // for this buyer, unless the sale's window has closed
+            // (`home::ended_elsewhere` made that `Ended`: an archived
+            // sale's removed bucket).
+            ReserveOutcome::UnknownSale if buckets > 1 => self.unavailable(),
+            ReserveOutcome::UnknownSale => self.closed(sale_id, buckets, Closed::Unknown, seq),
+        }
+    }
+
+    /// A winner's retry carries the stock: stock back is a sale to reopen
+    /// at once, none a sold out confirmed (in a split sale the stock is
+    /// one bucket's: none there says nothing).
+    fn winner_retried(&self, sale_id: u64, buckets: u32, seq: u64, stock: Option<u64>) {
+        match stock {
+            Some(0) if buckets == 1 => {
+                if self
+                    .soldout
+                    .confirmed_sold_out(sale_id, seq, Instant::now())
+                {
+                    self.buyers.request(&self.soldout, sale_id, seq);
+                }
+            }
+            Some(0) | None => self.soldout.inconclusive(sale_id, Instant::now()),
+            Some(_) => self.soldout.stock_back(sale_id),
+        }
+    }
+
+    /// Redis said `c` at `seq`: remembered (the buyers loaded for a
+    /// one-bucket sale's sell-out) and counted.
+    fn closed(&self, sale_id: u64, buckets: u32, c: Closed, seq: u64) -> Decision {
+        let ends = self.buckets.ends_at(sale_id);
+        if self
+            .soldout
+            .closed_ending(sale_id, c, seq, Instant::now(), ends)
+            && buckets == 1
+        {
+            self.buyers.request(&self.soldout, sale_id, seq);
+        }
+        self.metrics.outcome(match c {
+            Closed::SoldOut => Outcome::SoldOut,
+            Closed::Ended => Outcome::Ended,
+            Closed::Unknown => Outcome::UnknownSale,
+        });
+        Decision::Closed(c)
+    }
+
+    fn unavailable(&self) -> Decision {
+        self.metrics.outcome(Outcome::Unavailable);
+        Decision::Unavailable
+    }
+}
+
+/// The per-buyer share (`admission/limits.rs`), charged by every attempt
+/// that would call Redis (the reservation script, or the buyer's `HGET`
+/// of a sold-out sale); an attempt decided from memory costs no share, so
+/// a buyer who keeps clicking after the sell-out still hears `sold_out`.
+///
+/// Errors: `TooManyRequests` beyond the share.
+fn charge_buyer(admission: &Admission, sale_id: u64, user_id: &str) -> Result<(), Decision> {
+    if admission.charge_buyer(sale_id, user_id) {
+        Ok(())
+    } else {
+        Err(Decision::TooManyRequests)
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,137 @@
+//! Tests of the purchase layer without HTTP and without a Redis call:
+//! admission decisions, the sold-out memory answering a crowd, and what
+//! Redis's replies conclude to.
+
+use super::*;
+use crate::admission::credentials::Refused;
+use crate::admission::tests::{jwt_admission, token};
+use crate::redis::reserver::Mode;
+use buyers::BuyerSet;
+use seckill_common::redis_target::Target;
+
+const RID: &str = "0123456789abcdef0123456789abcdef";
+
+/// A purchase path whose Redis (port 1) is never reached by these tests.
+fn purchases() -> Purchases {
+    let metrics = Arc::new(Metrics::default());
+    let client = Target::open("redis://127.0.0.1:1/").unwrap();
+    let timeout = std::time::Duration::from_millis(10);
+    let links = Arc::new(LinkPool::new(&client, 1, timeout, &metrics));
+    let (loader, _requests) = buyers::loader();
+    Purchases {
+        soldout: Arc::new(SoldOutCache::new(100)),
+        buckets: Arc::new(BucketCounts::default()),
+        buyers: loader,
+        reserver: Reserver::new(Mode::RoundTrip, links.clone(), timeout, metrics.clone()),
+        links,
+        fitness: Arc::new(Fitness::default()),
+        metrics,
+    }
+}
+
+fn replied(outcome: ReserveOutcome, seq: u64, stock: Option<u64>) -> Result<Replied, Unavailable> {
+    Ok(Replied {
+        outcome,
+        seq,
+        stock,
+    })
+}
+
+#[test]
+fn a_sold_out_sale_answers_from_memory_winners_with_their_id_and_others_sold_out() {
+    let (a, hs, ed) = jwt_admission(1);
+    let p = purchases();
+    let now = Instant::now();
+    assert!(p.soldout.closed(7, Closed::SoldOut, 3, now));
+    let mut set = BuyerSet::default();
+    assert!(set.insert("alice", RID));
+    p.soldout.loaded(7, 3, Some(set), false, u64::MAX);
+    for s in [&hs, &ed] {
+        assert_eq!(
+            p.admit(&a, 7, b"{}", &token(s, "alice")),
+            Err(Decision::AlreadyPurchased(RID.into()))
+        );
+        for _ in 0..3 {
+            assert_eq!(
+                p.admit(&a, 7, b"{}", &token(s, "bob")),
+                Err(Decision::Closed(Closed::SoldOut))
+            );
+        }
+    }
+    // Answers from memory cost no share (the share is 1).
+    assert_eq!(a.metrics.limited_buyer.get(), 0);
+    assert_eq!(p.metrics.outcome_total(Outcome::SoldOutFromMemory), 6);
+}
+
+#[test]
+fn a_body_a_token_or_an_unfit_redis_is_decided_before_the_sale() {
+    let (a, hs, _) = jwt_admission(1);
+    let p = purchases();
+    assert_eq!(
+        p.admit(&a, 7, b"", &token(&hs, "alice")),
+        Err(Decision::Invalid("empty body"))
+    );
+    assert_eq!(
+        p.admit(&a, 7, br#"{"user_id":"bob"}"#, &token(&hs, "alice")),
+        Err(Decision::Denied(Denied::UserMismatch))
+    );
+    assert_eq!(
+        p.admit(&a, 7, b"{}", &Credentials::Bearer("x.y.z".into())),
+        Err(Decision::Denied(Denied::Token(Refused::Invalid)))
+    );
+    p.soldout.closed(8, Closed::Ended, 0, Instant::now());
+    assert_eq!(
+        p.admit(&a, 8, b"{}", &token(&hs, "alice")),
+        Err(Decision::Closed(Closed::Ended))
+    );
+    // Not remembered: the buyer's share is charged, once.
+    assert_eq!(
+        p.admit(&a, 9, b"{}", &token(&hs, "alice")),
+        Ok("alice".into())
+    );
+    assert_eq!(
+        p.admit(&a, 9, b"{}", &token(&hs, "alice")),
+        Err(Decision::TooManyRequests)
+    );
+}
+
+#[test]
+fn redis_replies_conclude_to_decisions_and_teach_the_memory() {
+    let p = purchases();
+    let conclude = |o| p.conclude(5, 1, "alice", o);
+    assert_eq!(
+        conclude(replied(ReserveOutcome::Reserved(RID.into()), 1, None)),
+        Decision::Reserved(RID.into())
+    );
+    assert_eq!(conclude(Err(Unavailable)), Decision::Unavailable);
+    assert_eq!(
+        conclude(replied(ReserveOutcome::NotStarted, 1, None)),
+        Decision::NotStarted
+    );
+    assert_eq!(
+        conclude(replied(ReserveOutcome::Paused("lost".into()), 1, None)),
+        Decision::Paused
+    );
+    assert!(matches!(p.soldout.get(5, Instant::now()), Known::Ask));
+    assert_eq!(
+        conclude(replied(ReserveOutcome::SoldOut, 2, None)),
+        Decision::Closed(Closed::SoldOut)
+    );
+    assert!(matches!(
+        p.soldout.get(5, Instant::now()),
+        Known::Closed(Closed::SoldOut, None)
+    ));
+    // A reservation that ran after the sell-out reopens the sale.
+    conclude(replied(ReserveOutcome::Reserved(RID.into()), 3, None));
+    assert!(matches!(p.soldout.get(5, Instant::now()), Known::Ask));
+    // One lost bucket of a split sale says nothing of the sale.
+    assert_eq!(
+        p.conclude(6, 4, "alice", replied(ReserveOutcome::UnknownSale, 0, None)),
+        Decision::Unavailable
+    );
+    assert!(matches!(p.soldout.get(6, Instant::now()), Known::Ask));
+    assert_eq!(
+        p.conclude(6, 1, "alice", replied(ReserveOutcome::UnknownSale, 0, None)),
+        Decision::Closed(Closed::Unknown)
+    );
+}
