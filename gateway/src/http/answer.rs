@@ -35,7 +35,7 @@
 //! round trips) and a purchase without group commit stay on their
 //! connection's thread.
 
-use crate::http::{handler, outcomes, Gateway};
+use crate::http::{outcomes, Gateway};
 use crate::metrics::Label;
 use crate::purchase::Prepared;
 use crate::redis::group_commit::{Deliver, Job, Outcome, ReplyTo};
@@ -231,7 +231,7 @@ impl Drop for Answer {
         // A request never answered (a panic on the way) gets tiny_http's
         // 500 here, before it is counted.
         drop(self.rq.take());
-        handler::count(&self.gw, self.label, self.status, self.start);
+        self.gw.count(self.label, self.status, self.start);
         self.gw.admission.shed.free();
         self.gw.lifecycle.active.fetch_sub(1, Ordering::SeqCst);
         self.pending.decide();

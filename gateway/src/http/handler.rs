@@ -51,11 +51,11 @@ pub fn handle(gw: &Arc<Gateway>, rq: Request) {
             Plan::Refuse(reply) => {
                 // The body's framing is unknown (RFC 9112, 6.3): nothing
                 // after it on this connection can be read as a request.
-                count(gw, label, reply.status, start);
+                gw.count(label, reply.status, start);
                 body::refuse(rq, reply);
             }
             Plan::Park => {
-                count(gw, label, 413, start);
+                gw.count(label, 413, start);
                 body::park(&gw.metrics, rq, Reply::payload_too_large());
             }
             Plan::Read if limited => finish(gw, rq, label, Reply::too_many_requests(), start),
@@ -200,13 +200,6 @@ fn answer_route(gw: &Gateway, route: Route) -> Reply {
     }
 }
 
-/// Counts a request answered with `status` (`/metrics`): its latency
-/// since `start`, and one fewer in flight.
-pub fn count(gw: &Gateway, label: Label, status: u16, start: Instant) {
-    gw.metrics.request(label, status, start.elapsed());
-    gw.metrics.in_flight.dec();
-}
-
 /// Writes `reply` and counts the request. Dropping `rq` afterwards is safe:
 /// its body was read, is in memory, or is at most `body::DRAIN_MAX` bytes.
 pub fn finish(gw: &Gateway, rq: Request, label: Label, reply: Reply, start: Instant) {
@@ -214,5 +207,5 @@ pub fn finish(gw: &Gateway, rq: Request, label: Label, reply: Reply, start: Inst
     if let Err(e) = rq.respond(reply.into_response()) {
         log::debug!("writing a response: {e}");
     }
-    count(gw, label, status, start);
+    gw.count(label, status, start);
 }

@@ -17,14 +17,14 @@ pub mod reply;
 pub mod routes;
 
 use crate::admission::Admission;
-use crate::metrics::Metrics;
+use crate::metrics::{Label, Metrics};
 use crate::payments::Payments;
 use crate::purchase::Purchases;
 use crate::queries::Reads;
 use seckill_common::trusted::TrustedProxies;
 use std::sync::atomic::{AtomicBool, AtomicUsize};
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 /// The parts a request is served with: each layer below borrows its own.
 pub struct Gateway {
@@ -55,6 +55,15 @@ pub struct Lifecycle {
     pub active: AtomicUsize,
     /// Set at stop: requests that arrive afterwards get 503.
     pub closing: AtomicBool,
+}
+
+impl Gateway {
+    /// Counts a request answered with `status` (`/metrics`): its latency
+    /// since `start`, and one fewer in flight.
+    pub fn count(&self, label: Label, status: u16, start: Instant) {
+        self.metrics.request(label, status, start.elapsed());
+        self.metrics.in_flight.dec();
+    }
 }
 
 impl Lifecycle {

@@ -8,10 +8,12 @@
 //!
 //! - [`body`]: the strict reading of the purchase body;
 //! - [`soldout`]: the sold-out memory, ordered by the sale's reservation
-//!   sequence; [`buyers`]: a sold-out sale's buyers, loaded once, bounded;
+//!   sequence; [`buyers`]: a sold-out sale's buyers, loaded once, bounded,
+//!   into a [`buyer_set::BuyerSet`];
 //! - [`home`]: which bucket of a split sale a buyer buys from.
 
 pub mod body;
+pub mod buyer_set;
 pub mod buyers;
 pub mod home;
 pub mod soldout;

@@ -35,7 +35,7 @@
 //! answered 410 `sold_out` from memory after its end, where Redis says
 //! 403 `sale_ended`.
 
-use crate::purchase::buyers::BuyerSet;
+use crate::purchase::buyer_set::BuyerSet;
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, AtomicU8, AtomicUsize, Ordering};
 use std::sync::{Arc, RwLock};

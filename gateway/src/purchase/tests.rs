@@ -6,7 +6,7 @@ use super::*;
 use crate::admission::credentials::Refused;
 use crate::admission::tests::{jwt_admission, token};
 use crate::redis::reserver::Mode;
-use buyers::BuyerSet;
+use buyer_set::BuyerSet;
 use seckill_common::redis_target::Target;
 
 const RID: &str = "0123456789abcdef0123456789abcdef";
