@@ -101,6 +101,14 @@ pub struct Config {
     /// `SECKILL_MYSQL_TIMEOUT`: connect, read and write timeout of MySQL
     /// connections.
     pub mysql_timeout: Duration,
+    /// `SECKILL_MYSQL_REPLICA_URL`: a MariaDB replica of `SECKILL_MYSQL_URL`
+    /// (GTID replication) the reconciler's scans and read-only commands
+    /// read from; unset: everything reads the primary.
+    pub mysql_replica_url: Option<String>,
+    /// `SECKILL_MYSQL_REPLICA_WAIT`: how long a reconciler run waits for the
+    /// replica to reach the primary's position before it reads the primary
+    /// instead. Default 5s.
+    pub mysql_replica_wait: Duration,
     /// `SECKILL_REVIEW_DB`: path of the reconciler's SQLite review file.
     pub review_db: PathBuf,
     /// `SECKILL_WORKER_ID`: this worker's stable id (the systemd template
@@ -226,6 +234,8 @@ impl Default for Config {
             gateway_purchases_in_flight: 1024,
             redis_timeout: Duration::from_millis(1000),
             mysql_timeout: Duration::from_secs(10),
+            mysql_replica_url: None,
+            mysql_replica_wait: Duration::from_secs(5),
             review_db: PathBuf::from("./seckill-review.sqlite3"),
             worker_id: "worker-1".to_string(),
             worker_batch: 256,
@@ -338,6 +348,12 @@ fn read_services(c: &mut Config, get: &Get<'_>) -> Result<(), ConfigError> {
     }
     if let Some(v) = get("SECKILL_MYSQL_TIMEOUT") {
         c.mysql_timeout = parse_duration("SECKILL_MYSQL_TIMEOUT", v)?;
+    }
+    if let Some(v) = get("SECKILL_MYSQL_REPLICA_URL") {
+        c.mysql_replica_url = Some(parse_url("SECKILL_MYSQL_REPLICA_URL", v, &["mysql://"])?);
+    }
+    if let Some(v) = get("SECKILL_MYSQL_REPLICA_WAIT") {
+        c.mysql_replica_wait = parse_duration("SECKILL_MYSQL_REPLICA_WAIT", v)?;
     }
     if let Some(v) = get("SECKILL_REVIEW_DB") {
         c.review_db = PathBuf::from(v);

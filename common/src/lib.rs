@@ -38,6 +38,8 @@
 //!   [`quarantine`]: the masters that failed, held back for a while.
 //! - [`redact`]: a service URL shown without its password.
 //! - [`mysql_error`]: a MySQL error as an operator reads it, with its remedy.
+//! - [`mysql_replica`]: reading from a MariaDB replica once it has caught up
+//!   with the primary's GTID position.
 //! - [`process_metrics`]: the process figures of a `/metrics` page (memory,
 //!   descriptors, threads), read from `/proc/self` at each scrape.
 //! - [`redis_server`]: the check of the Redis server on every connect
@@ -79,6 +81,7 @@ pub mod lua;
 pub mod message;
 pub mod metrics;
 pub mod mysql_error;
+pub mod mysql_replica;
 pub mod notify;
 pub mod order;
 pub mod owned_key;
