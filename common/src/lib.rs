@@ -33,7 +33,8 @@
 //! - [`buckets`]: a sale split over K buckets (hash tags, the buyer's home
 //!   bucket, shares, loading); [`transfer`]: moving units between buckets
 //!   with a record on each side, and the sold-out decision over all of them.
-//! - [`redis_target`]: a connection to one Redis or a cluster;
+//! - [`redis_target`]: a connection to one Redis, a cluster, or the master
+//!   Sentinels name ([`sentinel`]);
 //!   [`slot_router`]: a cluster's slot map and per-master pipelines;
 //!   [`quarantine`]: the masters that failed, held back for a while.
 //! - [`redact`]: a service URL shown without its password.
@@ -99,6 +100,7 @@ pub mod reservation;
 pub mod sale;
 pub mod sale_admin;
 pub mod schema;
+pub mod sentinel;
 pub mod shutdown;
 pub mod slot_router;
 pub mod start;

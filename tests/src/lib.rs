@@ -11,6 +11,7 @@
 //! - This file: the harness ([`RedisServer`], [`TestDb`], [`command`] for a
 //!   workspace binary with a cleared environment).
 //! - [`mariadb`]: private MariaDB servers, a primary and its GTID replica.
+//! - [`sentinel`]: a master, its replica and three Redis Sentinels.
 //! - `src/load/`: the load simulator behind `seckill-load` (its own `# Layout`).
 //! - `src/bin/`: `seckill-load` (the crowd and its invariants),
 //!   `seckill-baseline` (the MySQL-only design the benchmarks compare with)
@@ -28,6 +29,7 @@ pub mod load_report;
 pub mod mariadb;
 pub mod report_html;
 pub mod report_svg;
+pub mod sentinel;
 
 use mysql::prelude::Queryable;
 use std::net::TcpListener;
