@@ -40,7 +40,8 @@
 //! - [`redact`]: a service URL shown without its password.
 //! - [`mysql_error`]: a MySQL error as an operator reads it, with its remedy.
 //! - [`mysql_replica`]: reading from a MariaDB replica once it has caught up
-//!   with the primary's GTID position.
+//!   with the primary's GTID position; [`mysql_writable`]: the writable
+//!   server of several named in `SECKILL_MYSQL_URL`.
 //! - [`process_metrics`]: the process figures of a `/metrics` page (memory,
 //!   descriptors, threads), read from `/proc/self` at each scrape.
 //! - [`redis_server`]: the check of the Redis server on every connect
@@ -83,6 +84,7 @@ pub mod message;
 pub mod metrics;
 pub mod mysql_error;
 pub mod mysql_replica;
+pub mod mysql_writable;
 pub mod notify;
 pub mod order;
 pub mod owned_key;
