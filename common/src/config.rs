@@ -41,6 +41,14 @@ pub struct Config {
     /// `SECKILL_MYSQL_TIMEOUT`: connect, read and write timeout of MySQL
     /// connections.
     pub mysql_timeout: Duration,
+    /// `SECKILL_MYSQL_REPLICA_URL`: a MariaDB replica of `SECKILL_MYSQL_URL`
+    /// (GTID replication) the reconciler's scans and read-only commands
+    /// read from; unset: everything reads the primary.
+    pub mysql_replica_url: Option<String>,
+    /// `SECKILL_MYSQL_REPLICA_WAIT`: how long a reconciler run waits for the
+    /// replica to reach the primary's position before it reads the primary
+    /// instead. Default 5s.
+    pub mysql_replica_wait: Duration,
     /// `SECKILL_REVIEW_DB`: path of the reconciler's SQLite review file.
     pub review_db: PathBuf,
     /// `SECKILL_WORKER_ID`: this worker's stable id (the systemd template
@@ -123,6 +131,8 @@ impl Default for Config {
             body_limit_bytes: 4096,
             redis_timeout: Duration::from_millis(1000),
             mysql_timeout: Duration::from_secs(10),
+            mysql_replica_url: None,
+            mysql_replica_wait: Duration::from_secs(5),
             review_db: PathBuf::from("./seckill-review.sqlite3"),
             worker_id: "worker-1".to_string(),
             worker_batch: 256,
@@ -251,6 +261,12 @@ fn read_services(c: &mut Config, get: &Get<'_>) -> Result<(), ConfigError> {
     }
     if let Some(v) = get("SECKILL_MYSQL_TIMEOUT") {
         c.mysql_timeout = parse_duration("SECKILL_MYSQL_TIMEOUT", v)?;
+    }
+    if let Some(v) = get("SECKILL_MYSQL_REPLICA_URL") {
+        c.mysql_replica_url = Some(parse_url("SECKILL_MYSQL_REPLICA_URL", v, &["mysql://"])?);
+    }
+    if let Some(v) = get("SECKILL_MYSQL_REPLICA_WAIT") {
+        c.mysql_replica_wait = parse_duration("SECKILL_MYSQL_REPLICA_WAIT", v)?;
     }
     if let Some(v) = get("SECKILL_REVIEW_DB") {
         c.review_db = PathBuf::from(v);
@@ -438,7 +454,18 @@ pub enum RedisTarget {
     /// A Redis Cluster: one `redis://host:port/` URL per seed node, in the
     /// order given. Any reachable seed yields the whole slot map.
     Cluster(Vec<String>),
+    /// One Redis whose master Redis Sentinel elects: the Sentinels
+    /// (`host:port`, asked in the order given) and the master's name.
+    Sentinel {
+        /// The Sentinels' addresses.
+        sentinels: Vec<String>,
+        /// The name they monitor the master under.
+        master: String,
+    },
 }
+
+/// The scheme of Sentinels and a master name in `SECKILL_REDIS_URL`.
+pub const SENTINEL_SCHEME: &str = "redis+sentinel://";
 
 /// The scheme of a cluster's seed list in `SECKILL_REDIS_URL`.
 pub const CLUSTER_SCHEME: &str = "redis+cluster://";
@@ -446,7 +473,8 @@ pub const CLUSTER_SCHEME: &str = "redis+cluster://";
 /// Parses `SECKILL_REDIS_URL`: `redis://…` is one Redis, kept as given;
 /// `redis+cluster://host:port[,host:port…][/]` is a cluster's seed nodes
 /// (at least one; no user, password or database: a cluster has only
-/// database 0).
+/// database 0); `redis+sentinel://host:port[,host:port…]/NAME` is the
+/// Sentinels watching the master named NAME (database 0, no password).
 ///
 /// Errors: [`ConfigError`] naming `SECKILL_REDIS_URL` for any other form,
 /// an empty seed, a seed without a numeric port, or a path other than `/`.
@@ -455,25 +483,50 @@ pub fn parse_redis_target(v: &str) -> Result<RedisTarget, ConfigError> {
         variable: "SECKILL_REDIS_URL",
         value: crate::redact::redacted(v),
         expected:
-            "a URL such as redis://127.0.0.1:6379/ or redis+cluster://10.0.0.1:7000,10.0.0.2:7000/",
+            "a URL such as redis://127.0.0.1:6379/, redis+cluster://10.0.0.1:7000,10.0.0.2:7000/ \
+             or redis+sentinel://10.0.0.1:26379,10.0.0.2:26379/mymaster",
     };
+    if let Some(rest) = v.strip_prefix(SENTINEL_SCHEME) {
+        let (nodes, master) = rest.split_once('/').ok_or_else(bad)?;
+        let master_ok = !master.is_empty()
+            && master
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || "._-".contains(c));
+        if !master_ok {
+            return Err(bad());
+        }
+        let sentinels = host_ports(nodes).ok_or_else(bad)?;
+        return Ok(RedisTarget::Sentinel {
+            sentinels,
+            master: master.to_string(),
+        });
+    }
     let Some(rest) = v.strip_prefix(CLUSTER_SCHEME) else {
         return parse_url("SECKILL_REDIS_URL", v, &["redis://"]).map(RedisTarget::Single);
     };
     let nodes = rest.strip_suffix('/').unwrap_or(rest);
-    let mut seeds = Vec::new();
+    let seeds = host_ports(nodes).ok_or_else(bad)?;
+    Ok(RedisTarget::Cluster(
+        seeds.iter().map(|n| format!("redis://{n}/")).collect(),
+    ))
+}
+
+/// `host:port,host:port…` split and checked (a host of letters, digits
+/// and `.-[]:`, a port 1-65535); `None` for anything else.
+fn host_ports(nodes: &str) -> Option<Vec<String>> {
+    let mut out = Vec::new();
     for node in nodes.split(',') {
-        let (host, port) = node.rsplit_once(':').ok_or_else(bad)?;
+        let (host, port) = node.rsplit_once(':')?;
         let host_ok = !host.is_empty()
             && host
                 .chars()
                 .all(|c| c.is_ascii_alphanumeric() || ".-[]:".contains(c));
         if !host_ok || port.parse::<u16>().map_or(true, |p| p == 0) {
-            return Err(bad());
+            return None;
         }
-        seeds.push(format!("redis://{host}:{port}/"));
+        out.push(format!("{host}:{port}"));
     }
-    Ok(RedisTarget::Cluster(seeds))
+    Some(out)
 }
 
 fn parse_addr(variable: &'static str, v: &str) -> Result<SocketAddr, ConfigError> {
@@ -695,6 +748,26 @@ mod tests {
         );
         assert_eq!(short_duration(Duration::from_millis(1500)), "1500ms");
         assert_eq!(short_duration(Duration::from_secs(86_400)), "24h");
+    }
+
+    #[test]
+    fn a_sentinel_url_is_its_sentinels_and_a_master_name() {
+        assert_eq!(
+            parse_redis_target("redis+sentinel://10.0.0.1:26379,s-b:26380/mymaster"),
+            Ok(RedisTarget::Sentinel {
+                sentinels: vec!["10.0.0.1:26379".into(), "s-b:26380".into()],
+                master: "mymaster".into()
+            })
+        );
+        for bad in [
+            "redis+sentinel://10.0.0.1:26379",
+            "redis+sentinel://10.0.0.1:26379/",
+            "redis+sentinel://10.0.0.1/mymaster",
+            "redis+sentinel://10.0.0.1:26379/my master",
+        ] {
+            let e = parse_redis_target(bad).unwrap_err();
+            assert_eq!(e.variable, "SECKILL_REDIS_URL", "{bad}");
+        }
     }
 
     #[test]

@@ -33,11 +33,15 @@
 //! - [`buckets`]: a sale split over K buckets (hash tags, the buyer's home
 //!   bucket, shares, loading); [`transfer`]: moving units between buckets
 //!   with a record on each side, and the sold-out decision over all of them.
-//! - [`redis_target`]: a connection to one Redis or a cluster;
+//! - [`redis_target`]: a connection to one Redis, a cluster, or the master
+//!   Sentinels name ([`sentinel`]);
 //!   [`slot_router`]: a cluster's slot map and per-master pipelines;
 //!   [`quarantine`]: the masters that failed, held back for a while.
 //! - [`redact`]: a service URL shown without its password.
 //! - [`mysql_error`]: a MySQL error as an operator reads it, with its remedy.
+//! - [`mysql_replica`]: reading from a MariaDB replica once it has caught up
+//!   with the primary's GTID position; [`mysql_writable`]: the writable
+//!   server of several named in `SECKILL_MYSQL_URL`.
 //! - [`process_metrics`]: the process figures of a `/metrics` page (memory,
 //!   descriptors, threads), read from `/proc/self` at each scrape.
 //! - [`redis_server`]: the check of the Redis server on every connect
@@ -79,6 +83,8 @@ pub mod lua;
 pub mod message;
 pub mod metrics;
 pub mod mysql_error;
+pub mod mysql_replica;
+pub mod mysql_writable;
 pub mod notify;
 pub mod order;
 pub mod owned_key;
@@ -96,6 +102,7 @@ pub mod reservation;
 pub mod sale;
 pub mod sale_admin;
 pub mod schema;
+pub mod sentinel;
 pub mod shutdown;
 pub mod slot_router;
 pub mod start;

@@ -1,6 +1,8 @@
 //! Owns the one Redis connection type every component uses: [`Con`], a
 //! connection to one Redis or to a Redis Cluster, as `SECKILL_REDIS_URL`
-//! names it ([`crate::config::parse_redis_target`]).
+//! names it ([`crate::config::parse_redis_target`]). One Redis may be
+//! named by its Sentinels: each connect then asks them for the master
+//! (`sentinel.rs`), so reconnecting after a failover reaches the new one.
 //!
 //! On a cluster, single commands, scripts (`EVALSHA` routed by their first
 //! key) and pipelines or `MULTI` blocks whose keys share one slot go
@@ -45,6 +47,9 @@ enum Nodes {
     /// quarantine of its nodes shared by all connections opened from this
     /// target and its clones (`quarantine.rs`).
     Cluster(Vec<String>, Arc<Mutex<Quarantine>>),
+    /// One Redis whose master the Sentinels (`host:port`) name, asked at
+    /// every connect (`sentinel.rs`); its connections are [`Con::Single`].
+    Sentinel(Arc<[String]>, Arc<str>),
 }
 
 impl Target {
@@ -67,6 +72,9 @@ impl Target {
                 // connection builds its own with the caller's timeouts.
                 ClusterClient::builder(seeds.clone()).build()?;
                 Nodes::Cluster(seeds, Arc::default())
+            }
+            RedisTarget::Sentinel { sentinels, master } => {
+                Nodes::Sentinel(sentinels.into(), master.into())
             }
         };
         Ok(Target {
@@ -98,6 +106,9 @@ impl Target {
                 c.set_write_timeout(Some(timeout))?;
                 Ok(Con::Single(c))
             }
+            Nodes::Sentinel(sentinels, master) => Ok(Con::Single(crate::sentinel::connect_master(
+                sentinels, master, timeout,
+            )?)),
             Nodes::Cluster(seeds, quarantine) => {
                 // A client per connection: the builder's timeouts are the
                 // caller's.

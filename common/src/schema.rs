@@ -252,6 +252,15 @@ impl From<mysql::Error> for SchemaError {
 ///
 /// Errors: [`SchemaError::BadUrl`].
 pub fn mysql_opts(url: &str, timeout: Duration) -> Result<OptsBuilder, SchemaError> {
+    // Several servers (`mysql_writable.rs`): each must parse; the first's.
+    if let Some(urls) = crate::mysql_writable::servers(url) {
+        let mut first = None;
+        for u in &urls {
+            let o = mysql_opts(u, timeout)?;
+            first.get_or_insert(o);
+        }
+        return first.ok_or_else(|| SchemaError::BadUrl("no server".into()));
+    }
     let opts = Opts::from_url(url).map_err(|e| SchemaError::BadUrl(e.to_string()))?;
     Ok(OptsBuilder::from_opts(opts)
         .tcp_connect_timeout(Some(timeout))
@@ -280,8 +289,12 @@ pub fn ledger_deductions<Q: Queryable>(db: &mut Q, sale_id: u64) -> Result<i64, 
     Ok(v.unwrap_or(0))
 }
 
-/// Opens one MySQL connection (see [`mysql_opts`]).
+/// Opens one MySQL connection (see [`mysql_opts`]); for a URL naming
+/// several servers, to the first writable one (`mysql_writable.rs`).
 pub fn connect(url: &str, timeout: Duration) -> Result<Conn, SchemaError> {
+    if let Some(urls) = crate::mysql_writable::servers(url) {
+        return crate::mysql_writable::connect_writable(&urls, timeout);
+    }
     Ok(Conn::new(mysql_opts(url, timeout)?)?)
 }
 

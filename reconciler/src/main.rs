@@ -28,7 +28,8 @@
 //! - Reconciliation: [`scan`] reads one sale in its documented order into
 //!   one value; [`rules`] holds one file per rule turning it into
 //!   observations; [`compensate`] is the one automatic fix.
-//! - Reading: [`redis_read`] (`SSCAN`/`HSCAN`/`LRANGE` in chunks, never
+//! - Reading: [`replica_read`] (each sale screened on the MySQL replica,
+//!   confirmed on the primary), [`redis_read`] (`SSCAN`/`HSCAN`/`LRANGE` in chunks, never
 //!   `KEYS`), [`mysql_read`] (streamed `SELECT`s), [`bucket_read`] (a sale
 //!   split over buckets: totals at one instant, transfer books).
 //! - The review store: [`review`] (file, migrations, runs, the append-only
@@ -64,6 +65,7 @@ mod recreate;
 mod redis_read;
 mod repair_cmd;
 mod repair_rebuild;
+mod replica_read;
 mod resolve_cmd;
 mod review;
 mod rules;

@@ -14,6 +14,11 @@
 //! - `seckill_reconciler_last_success_timestamp_seconds`: when the last run
 //!   that did not fail finished (absent until one has);
 //! - `seckill_reconciler_last_run_duration_seconds`, `…_sales_checked`;
+//! - with `SECKILL_MYSQL_REPLICA_URL` (`replica_read.rs`):
+//!   `seckill_reconciler_replica_used` (0: the run fell back to the
+//!   primary), `…_replica_wait_seconds`, `…_replica_confirmed_sales`
+//!   (flagged on the replica, re-read on the primary) and
+//!   `…_replica_cleared_sales` (of those, clean on the primary);
 //! - `seckill_reconciler_open_findings{kind, severity}`: open findings
 //!   after the run, one series per kind and severity (zeros included, so an
 //!   alert sees 0, not nothing). Kinds are the finding kinds (13): bounded.
@@ -38,6 +43,7 @@
 
 use crate::mysql_read::Books;
 use crate::redis_read::RedisTotals;
+use crate::replica_read::ReplicaFigures;
 use crate::review::findings::{Kind, Severity};
 use crate::review::{Review, ReviewError, RunCounts};
 use prometheus_client::metrics::family::Family;
@@ -68,6 +74,8 @@ pub struct RunFigures {
     pub open: Vec<(Kind, Severity, u64)>,
     /// Each reconciled sale's progress, in the order reconciled.
     pub sales: Vec<SaleProgress>,
+    /// What the run did with the replica (`None`: none configured).
+    pub replica: Option<ReplicaFigures>,
 }
 
 /// One sale's progress as one run's scan read it (see the module doc for
@@ -126,6 +134,7 @@ impl RunFigures {
             sales_checked: counts.sales_checked,
             open: review.open_by_kind()?,
             sales,
+            replica: None,
         })
     }
 }
@@ -173,6 +182,28 @@ pub fn render(f: &RunFigures) -> Result<String, std::fmt::Error> {
         "Sales the last run reconciled",
         f.sales_checked as f64,
     );
+    if let Some(rf) = &f.replica {
+        gauge(
+            "seckill_reconciler_replica_used",
+            "1 when the last run read the MySQL replica, 0 when it fell back to the primary",
+            if rf.used { 1.0 } else { 0.0 },
+        );
+        gauge(
+            "seckill_reconciler_replica_wait_seconds",
+            "How long the last run waited for the replica to reach the primary's position",
+            rf.wait_s,
+        );
+        gauge(
+            "seckill_reconciler_replica_confirmed_sales",
+            "Sales the replica's scan flagged that the last run re-read on the primary",
+            rf.confirmed_on_primary as f64,
+        );
+        gauge(
+            "seckill_reconciler_replica_cleared_sales",
+            "Of those, sales the primary found clean (the replica was behind)",
+            rf.cleared_by_primary as f64,
+        );
+    }
     let open = Family::<Labels, Gauge>::default();
     r.register(
         "seckill_reconciler_open_findings",
@@ -321,6 +352,12 @@ mod tests {
                     ..SaleProgress::default()
                 },
             ],
+            replica: Some(ReplicaFigures {
+                used: false,
+                wait_s: 1.5,
+                confirmed_on_primary: 0,
+                cleared_by_primary: 0,
+            }),
         };
         let text = match render(&f) {
             Ok(t) => t,
@@ -332,6 +369,8 @@ mod tests {
             "seckill_reconciler_last_success_timestamp_seconds 1764400000.5",
             "seckill_reconciler_last_run_duration_seconds 0.25",
             "seckill_reconciler_sales_checked 3.0",
+            "seckill_reconciler_replica_used 0.0",
+            "seckill_reconciler_replica_wait_seconds 1.5",
             r#"seckill_reconciler_open_findings{kind="stock_mismatch",severity="critical"} 1"#,
             r#"seckill_reconciler_open_findings{kind="dead_letter",severity="normal"} 2"#,
             r#"seckill_reconciler_open_findings{kind="dead_letter",severity="critical"} 0"#,

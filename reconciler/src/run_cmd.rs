@@ -1,6 +1,7 @@
 //! Owns `seckill-reconciler run`: one pass over every sale that is active or
 //! ended within `SECKILL_RECONCILE_LOOKBACK` (by MySQL, whether or not Redis
-//! still holds it), then over every sale Redis knows that MySQL does not
+//! still holds it; each scanned on the replica first when there is one,
+//! `replica_read.rs`), then over every sale Redis knows that MySQL does not
 //! (`rules/sale_missing_in_mysql.rs`), under the run lock, recording findings, compensations
 //! and the run itself in the review store, and one summary line on stderr
 //! for the journal. Before reading anything it completes the operator
@@ -15,11 +16,10 @@
 use crate::error::RunError;
 use crate::lock::{RunLock, LOCK_WAIT};
 use crate::metrics_file::{self, RunFigures, SaleProgress};
+use crate::replica_read::{Reads, ReplicaFigures};
 use crate::review::findings::Kind;
 use crate::review::{ActionKind, ActionStatus};
 use crate::review::{Review, RunCounts};
-use crate::rules::reconcile_sale;
-use crate::scan::Ctx;
 use seckill_common::keys::SALES;
 use seckill_common::redis_target::Con;
 use seckill_common::timefmt::format_ms;
@@ -55,6 +55,7 @@ pub fn run(config: &Config, shutdown: &Shutdown) -> Result<u8, RunError> {
     let run_id = review.start_run(&format_ms(now_ms()))?;
     let mut counts = RunCounts::default();
     let mut progress = Vec::new();
+    let mut replica = None;
     let result = pass(
         config,
         shutdown,
@@ -62,6 +63,7 @@ pub fn run(config: &Config, shutdown: &Shutdown) -> Result<u8, RunError> {
         run_id,
         &mut counts,
         &mut progress,
+        &mut replica,
     );
     let open_after = match &result {
         Ok(()) => Some(review.open_count()?),
@@ -87,6 +89,7 @@ pub fn run(config: &Config, shutdown: &Shutdown) -> Result<u8, RunError> {
             &counts,
             progress,
         )
+        .map(|f| RunFigures { replica, ..f })
         .map_err(|e| e.to_string())
         .and_then(|f| metrics_file::render(&f).map_err(|e| e.to_string()))
         .and_then(|text| metrics_file::write(path, &text).map_err(|e| e.to_string()));
@@ -109,7 +112,15 @@ pub fn run(config: &Config, shutdown: &Shutdown) -> Result<u8, RunError> {
         counts.auto_fixed,
         open_after.map_or_else(|| "?".to_string(), |n| n.to_string()),
         started.elapsed().as_secs_f64()
-    );
+    ) + &replica.map_or_else(String::new, |r| {
+        format!(
+            ", read {} (replica wait {} ms, {} sales re-read on the primary, {} of them clean)",
+            if r.used { "the replica" } else { "the primary" },
+            (r.wait_s * 1000.0).round(),
+            r.confirmed_on_primary,
+            r.cleared_by_primary
+        )
+    });
     match result {
         Ok(()) => {
             eprintln!("seckill-reconciler: {summary}");
@@ -129,6 +140,7 @@ fn pass(
     run_id: i64,
     counts: &mut RunCounts,
     progress: &mut Vec<SaleProgress>,
+    replica: &mut Option<ReplicaFigures>,
 ) -> Result<(), RunError> {
     let mut redis = redis_connect(config)?;
     let mut mysql = seckill_common::schema::connect(&config.mysql_url, config.mysql_timeout)?;
@@ -149,6 +161,8 @@ fn pass(
         // silence. And every sale Redis sells, whether or not MySQL knows it.
         let sales: Vec<u64> =
             crate::mysql_read::sales_to_check(&mut mysql, config.reconcile_lookback)?;
+        // After the actions above: the replica catches up with them too.
+        let mut reads = Reads::open(config, &mut mysql);
         let in_mysql: HashSet<u64> = sales.iter().copied().collect();
         let redis_only: Vec<u64> = crate::redis_read::set_members(&mut redis, SALES)?
             .iter()
@@ -205,13 +219,14 @@ fn pass(
                     counts.sales_checked += 1;
                     return Ok(());
                 }
-                let mut ctx = Ctx {
-                    redis: &mut redis,
-                    mysql: &mut mysql,
-                    grace: config.reconcile_grace,
-                    tick: &mut tick,
-                };
-                let Some(report) = reconcile_sale(&mut ctx, sale_id)? else {
+                let Some(report) = reads.reconcile(
+                    &mut redis,
+                    &mut mysql,
+                    config.reconcile_grace,
+                    &mut tick,
+                    sale_id,
+                )?
+                else {
                     return Ok(());
                 };
                 log::debug!(
@@ -235,6 +250,7 @@ fn pass(
                 Err(e) => return Err(e),
             }
         }
+        *replica = reads.figures;
         // Payments the worker could tie to no sale (an unknown reservation)
         // are money received for nothing, and the payment queue's dead
         // letters are payments and cancellations never applied: findings

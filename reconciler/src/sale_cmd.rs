@@ -325,7 +325,7 @@ fn lost_since_loaded(con: &mut Con, db: &mut mysql::Conn, id: u64) -> Res<Option
 /// read from Redis only (the meta hash and counters), so a sale id that Redis
 /// holds for another database shows as such.
 pub fn show(config: &Config, id: u64) -> Res<u8> {
-    let mut db = seckill_common::schema::connect(&config.mysql_url, config.mysql_timeout)?;
+    let mut db = crate::replica_read::read_only_connect(config)?;
     let Some(sale) = fetch_sale(&mut db, id)? else {
         eprintln!("seckill-reconciler: no sale {id} in MySQL");
         return Ok(2);

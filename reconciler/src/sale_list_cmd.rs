@@ -116,7 +116,7 @@ fn state(l: &Listed, left: i64, now: u64) -> &'static str {
 ///
 /// Errors: Redis or MySQL failures.
 pub fn list(config: &Config) -> Result<u8, RunError> {
-    let mut db = seckill_common::schema::connect(&config.mysql_url, config.mysql_timeout)?;
+    let mut db = crate::replica_read::read_only_connect(config)?;
     let mut redis = crate::run_cmd::redis_connect(config)?;
     let sales = read(&mut db)?;
     let now = now_ms();

@@ -10,6 +10,8 @@
 //!
 //! - This file: the harness ([`RedisServer`], [`TestDb`], [`command`] for a
 //!   workspace binary with a cleared environment).
+//! - [`mariadb`]: private MariaDB servers, a primary and its GTID replica.
+//! - [`sentinel`]: a master, its replica and three Redis Sentinels.
 //! - `src/load/`: the load simulator behind `seckill-load` (its own `# Layout`).
 //! - `src/bin/`: `seckill-load` (the crowd and its invariants),
 //!   `seckill-baseline` (the MySQL-only design the benchmarks compare with)
@@ -24,8 +26,10 @@
 pub mod auth;
 pub mod cluster;
 pub mod load_report;
+pub mod mariadb;
 pub mod report_html;
 pub mod report_svg;
+pub mod sentinel;
 
 use mysql::prelude::Queryable;
 use std::net::TcpListener;
@@ -266,6 +270,12 @@ impl TestDb {
     pub fn create() -> TestDb {
         let server_url = std::env::var("SECKILL_TEST_MYSQL_URL")
             .unwrap_or_else(|_| "mysql://root@127.0.0.1:3306/".to_string());
+        TestDb::create_on(&server_url)
+    }
+
+    /// Creates and migrates `seckill_test_<unique>` on the server at
+    /// `server_url` (`mysql://user@host:port/`).
+    pub fn create_on(server_url: &str) -> TestDb {
         let server_url = server_url.trim_end_matches('/').to_string() + "/";
         let db = TestDb {
             name: format!("seckill_test_{}", unique_suffix()),

@@ -1,0 +1,173 @@
+//! The MySQL primary failing while a sale drains into it, with
+//! asynchronous replication: a primary and a GTID replica started by the
+//! test (`seckill_tests::mariadb`), a real worker whose `SECKILL_MYSQL_URL`
+//! names both (`mysql_writable.rs`: it writes to the one with
+//! `read_only = 0`). The replica stops receiving (`STOP SLAVE IO_THREAD`)
+//! while 50 orders are written, the primary is killed with SIGKILL: the
+//! worker takes nothing while no server is writable, follows the promoted
+//! replica without a restart and drains the queue; the 50 orders the
+//! replica never received are 50 `flow_without_order` findings, and
+//! `resolve --reorder` (the runbook's fix) makes each exactly one order.
+
+#[path = "worker_support.rs"]
+mod worker_support;
+
+use redis::Commands;
+use seckill_common::keys::SaleKeys;
+use seckill_tests::mariadb::MariaDb;
+use seckill_tests::{create_sale, RedisServer, TempDir};
+use std::process::{Child, Stdio};
+use std::time::{Duration, Instant};
+use worker_support::reserve_users;
+
+/// A `seckill-worker` with `SECKILL_MYSQL_URL` = `url`, killed on drop.
+struct Worker(Child);
+
+impl Worker {
+    fn start(redis: &RedisServer, url: &str, log: &std::path::Path) -> Worker {
+        let child = seckill_tests::command("seckill-worker")
+            .env("RUST_LOG", "info")
+            .env("SECKILL_REDIS_URL", redis.url())
+            .env("SECKILL_MYSQL_URL", url)
+            .env("SECKILL_WORKER_ID", "w1")
+            .env("SECKILL_WORKER_BLOCK", "200ms")
+            .env("SECKILL_WORKER_HEARTBEAT_TTL", "3s")
+            .env("SECKILL_MYSQL_TIMEOUT", "2s")
+            .env(
+                "SECKILL_WORKER_METRICS_LISTEN",
+                format!("127.0.0.1:{}", seckill_tests::free_port()),
+            )
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(std::fs::File::create(log).map(Stdio::from).expect("log"))
+            .spawn()
+            .expect("start seckill-worker");
+        Worker(child)
+    }
+}
+
+impl Drop for Worker {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+fn count(server: &MariaDb, db: &str, sql: &str) -> i64 {
+    use mysql::prelude::Queryable;
+    let mut c =
+        seckill_common::schema::connect(&server.url(db), Duration::from_secs(5)).expect("connect");
+    c.query_first::<i64, _>(sql).expect("query").unwrap_or(0)
+}
+
+fn wait_count(server: &MariaDb, db: &str, sql: &str, n: i64, within: Duration) {
+    seckill_tests::wait_until(within, &format!("{sql} = {n}"), || {
+        count(server, db, sql) == n
+    });
+}
+
+#[test]
+fn the_worker_follows_the_promoted_replica_and_lost_orders_are_found_and_reordered() {
+    let (mut primary, replica) = MariaDb::primary_and_replica();
+    replica.exec("SET GLOBAL read_only = 1");
+    let db = primary.test_db();
+    let name = db.name.clone();
+    let redis = RedisServer::start();
+    let dir = TempDir::new();
+    let sale = create_sale(&db, &redis, 300, -1000, 3_600_000);
+    let orders = format!("SELECT COUNT(*) FROM orders WHERE sale_id = {sale}");
+    let both = format!(
+        "mysql://root@127.0.0.1:{},127.0.0.1:{}/{name}",
+        primary.port, replica.port
+    );
+    let log = dir.path().join("worker.log");
+    let _w = Worker::start(&redis, &both, &log);
+
+    reserve_users(&redis, sale, "a", 100);
+    wait_count(&primary, &name, &orders, 100, Duration::from_secs(30));
+    wait_count(&replica, &name, &orders, 100, Duration::from_secs(30));
+
+    // Asynchronous replication's window: 50 orders the replica never gets.
+    replica.exec("STOP SLAVE IO_THREAD");
+    reserve_users(&redis, sale, "b", 50);
+    wait_count(&primary, &name, &orders, 150, Duration::from_secs(30));
+    primary.kill();
+
+    // No writable server: the worker takes nothing and says why.
+    reserve_users(&redis, sale, "c", 50);
+    std::thread::sleep(Duration::from_secs(2));
+    let k = SaleKeys::new(sale);
+    let mut con = redis.con();
+    let queued: usize = con.llen(k.queue()).expect("llen");
+    let in_flight = worker_support::processing_total(&mut con, sale);
+    assert_eq!(queued + in_flight, 50, "nothing applied while no primary");
+    assert_eq!(count(&replica, &name, &orders), 100);
+    let text = std::fs::read_to_string(&log).unwrap_or_default();
+    let said = text
+        .lines()
+        .find(|l| l.contains("no writable server in SECKILL_MYSQL_URL"));
+    assert!(said.is_some(), "{text}");
+    println!("worker: {}", said.unwrap_or_default());
+
+    // The runbook's promotion; the worker follows without a restart.
+    let promoted = Instant::now();
+    replica.exec("STOP SLAVE; RESET SLAVE ALL; SET GLOBAL read_only = 0");
+    wait_count(&replica, &name, &orders, 150, Duration::from_secs(30));
+    println!(
+        "promoted replica: the worker's 50 queued orders applied within {} ms",
+        promoted.elapsed().as_millis()
+    );
+
+    // The 50 lost orders: 50 findings; the fix reorders each.
+    let review = dir.path().join("review.sqlite3");
+    let reconciler = |args: &[&str]| {
+        let out = seckill_tests::command("seckill-reconciler")
+            .env("SECKILL_REDIS_URL", redis.url())
+            .env("SECKILL_MYSQL_URL", &both)
+            .env("SECKILL_REVIEW_DB", &review)
+            .env("SECKILL_RECONCILE_GRACE", "0s")
+            .args(args)
+            .output()
+            .expect("run seckill-reconciler");
+        (
+            out.status.code().unwrap_or(-1),
+            String::from_utf8_lossy(&out.stdout).to_string()
+                + &String::from_utf8_lossy(&out.stderr),
+        )
+    };
+    let (code, out) = reconciler(&["run"]);
+    assert_eq!(code, 1, "{out}");
+    println!("{out}");
+    let (_, listed) = reconciler(&["findings", "--json"]);
+    let start = listed.find('[').unwrap_or(0);
+    let findings: Vec<serde_json::Value> =
+        serde_json::from_str(&listed[start..]).expect("findings JSON");
+    let lost: Vec<&serde_json::Value> = findings
+        .iter()
+        .filter(|f| f["kind"] == "flow_without_order")
+        .collect();
+    assert_eq!(lost.len(), 50, "{listed}");
+    assert_eq!(findings.len(), 50, "{listed}");
+    for f in &lost {
+        let id = f["id"].to_string();
+        let (code, out) = reconciler(&["resolve", &id, "--reorder", "--by", "tester"]);
+        assert_eq!(code, 0, "{out}");
+    }
+    wait_count(&replica, &name, &orders, 200, Duration::from_secs(30));
+    let (code, out) = reconciler(&["run"]);
+    assert_eq!(code, 0, "{out}");
+    assert_eq!(
+        count(
+            &replica,
+            &name,
+            &format!(
+                "SELECT COUNT(*) FROM (SELECT user_id FROM orders WHERE sale_id = {sale} \
+                 GROUP BY user_id HAVING COUNT(*) > 1) t"
+            )
+        ),
+        0,
+        "no order twice"
+    );
+    let flow: usize = con.hlen(k.flow()).expect("hlen");
+    assert_eq!(flow, 200, "every reservation exactly one order");
+}
