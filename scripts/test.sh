@@ -5,6 +5,9 @@
 #   - redis-server (each test starts its own private instance on a free port);
 #   - a MariaDB/MySQL server on 127.0.0.1:3306 (started when nothing listens);
 #   - an account that can log in over TCP (see scripts/lib/services.sh);
+#   - mariadb-install-db and mariadbd (mariadb-server: the replica and
+#     failover tests start private MariaDB servers on free ports, whatever
+#     serves 127.0.0.1:3306);
 #   - systemd-analyze (for the unit-file checks);
 #   - setpriv (util-linux: every spawned server dies with its test; its
 #     prlimit gives tests/tests/ops_nginx_crowd.rs's nginx systemd's
@@ -40,6 +43,7 @@ cd "$(dirname "$0")/.."
 
 ensure_redis_server
 ensure_mysql_test_account   # exports SECKILL_TEST_MYSQL_URL
+ensure_package mariadb-install-db mariadb-server
 ensure_package systemd-analyze systemd
 ensure_package setpriv util-linux
 ensure_promtool
