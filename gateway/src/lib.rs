@@ -35,8 +35,8 @@
 //!   `metrics`, not each other.
 //! - `purchase` may use `admission`, `redis`, `config` and `metrics`.
 //! - `admission` may use `config` and `metrics` only: it never talks to
-//!   Redis; in it `identity` and `verifier` never use each other's
-//!   module (both use `credentials`).
+//!   Redis; in it `verifier` never uses `identity` (the words both share
+//!   are in `credentials`).
 //! - `redis` may use `metrics` only: it knows neither HTTP nor a
 //!   purchase's answers (the group commit hands outcomes on through
 //!   `redis::group_commit::Deliver`).
