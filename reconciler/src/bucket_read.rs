@@ -15,7 +15,7 @@
 use crate::redis_read::RedisTotals;
 use seckill_common::keys::SaleKeys;
 use seckill_common::redis_target::Con;
-use seckill_common::transfer::Record;
+use seckill_common::transfer::{Direction, Record};
 use std::collections::HashMap;
 use std::time::Duration;
 
@@ -149,7 +149,7 @@ pub fn books(con: &mut Con, k: SaleKeys) -> redis::RedisResult<BucketBooks> {
         ..BucketBooks::default()
     };
     for (tid, raw) in out {
-        match Record::parse(&raw, "to") {
+        match Record::parse(&raw, Direction::Out) {
             Some(r) => {
                 b.out.insert(tid, r);
             }
@@ -157,7 +157,7 @@ pub fn books(con: &mut Con, k: SaleKeys) -> redis::RedisResult<BucketBooks> {
         }
     }
     for (tid, raw) in taken {
-        match Record::parse(&raw, "from") {
+        match Record::parse(&raw, Direction::In) {
             Some(r) => {
                 b.taken.insert(tid, r);
             }
