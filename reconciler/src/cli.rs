@@ -5,8 +5,8 @@
 //! named) before its match arm here reads it.
 
 use crate::cli_help::{self, PROGRAM};
-use crate::dead_letter_cmd::DeadLetterList;
-use crate::payment_dlq_cmd::{PaymentDeadLetterAction, PaymentDeadLetterArgs};
+use crate::cmd::dead_letter::DeadLetterList;
+use crate::cmd::payment_dlq::{PaymentDeadLetterAction, PaymentDeadLetterArgs};
 use crate::review::findings::FindingState;
 use lexopt::prelude::*;
 use seckill_common::timefmt::parse_time_ms;
@@ -33,10 +33,10 @@ pub enum Command {
     SaleRepair(RepairArgs),
     /// Archive an ended sale (`sale archive ID --by NAME`): sale, actor.
     SaleArchive(u64, String),
-    /// List every sale (`sale list`, `sale_list_cmd.rs`).
+    /// List every sale (`sale list`, `cmd/sale_list.rs`).
     SaleList,
     /// Pause, resume, end, extend a sale or add stock to it
-    /// (`sale_admin_cli.rs`, `sale_admin_cmd.rs`).
+    /// (`sale_admin_cli.rs`, `cmd/sale_admin.rs`).
     SaleAdmin(crate::sale_admin_cli::SaleAdminArgs),
     /// One reconciliation pass.
     Run,
@@ -53,8 +53,6 @@ pub enum Command {
     DeadLetterList(DeadLetterList),
     /// Requeue or drop a payment dead letter.
     PaymentDeadLetter(PaymentDeadLetterArgs),
-    /// Time the bare reads of sale ID.
-    BenchRead(u64),
     /// Add a new key to key files.
     TokenKeygen(TokenKeygen),
     /// Print a buyer token.
@@ -305,7 +303,7 @@ pub fn parse(args: impl IntoIterator<Item = OsString>) -> Result<Command, UsageE
 /// The options of a command line, by name, in the order given (a flag's
 /// value is empty); each is taken once by the command that knows it, and
 /// any left over is an error.
-pub(crate) struct Opts(Vec<(String, String)>);
+pub struct Opts(Vec<(String, String)>);
 
 impl Opts {
     /// Removes and returns the first value of option `--name`.
@@ -496,7 +494,6 @@ fn command(path: &str, args: &[&str], opts: &mut Opts, now_ms: u64) -> Result<Co
         ("resolve", [id]) => resolve(id, opts)?,
         ("token keygen", []) => token_keygen(opts)?,
         ("token issue", []) => token_issue(opts)?,
-        ("bench-read", [id]) => Command::BenchRead(parse_u64(id, "sale id")?),
         ("queue show", []) => Command::QueueShow(None),
         ("queue show", [id]) => Command::QueueShow(Some(parse_u64(id, "sale id")?)),
         ("dead-letter list", ["payments"]) => Command::DeadLetterList(DeadLetterList::Payments),
@@ -923,7 +920,6 @@ mod tests {
         );
         assert!(matches!(p("--help").unwrap(), Command::Help(_)));
         assert_eq!(p("run").unwrap(), Command::Run);
-        assert_eq!(p("bench-read 3").unwrap(), Command::BenchRead(3));
     }
 
     #[test]

@@ -1,4 +1,4 @@
-//! Owns what `sale repair` writes into each bucket of a sale (`repair_cmd.rs`
+//! Owns what `sale repair` writes into each bucket of a sale (`cmd/repair.rs`
 //! runs the command, its checks and its audit): the Redis state rebuilt
 //! from MySQL's orders, and each bucket's books rebuilt from the transfer
 //! records of both sides.
@@ -368,3 +368,7 @@ pub fn restore(
     }
     out
 }
+
+/// The meta field that holds the mark of the repair that last rebuilt the
+/// sale (how an interrupted repair is known to have happened).
+pub const REPAIRED_BY: &str = "repaired_by";

@@ -2,6 +2,7 @@
 //! state, units (total / left / reserved / ordered / paid) and pause, read
 //! from MySQL and from Redis (every bucket's stock); changes nothing.
 
+use crate::connect;
 use crate::error::RunError;
 use crate::output::write_stdout;
 use mysql::prelude::Queryable;
@@ -115,9 +116,9 @@ fn state(l: &Listed, left: i64, now: u64) -> &'static str {
 /// `sale list`: exit 0.
 ///
 /// Errors: Redis or MySQL failures.
-pub fn list(config: &Config) -> Result<u8, RunError> {
-    let mut db = seckill_common::schema::connect(&config.mysql_url, config.mysql_timeout)?;
-    let mut redis = crate::run_cmd::redis_connect(config)?;
+pub fn run(config: &Config) -> Result<u8, RunError> {
+    let mut db = connect::mysql(config)?;
+    let mut redis = connect::redis(config)?;
     let sales = read(&mut db)?;
     let now = now_ms();
     let mut lines = Vec::with_capacity(sales.len());

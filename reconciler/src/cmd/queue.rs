@@ -10,6 +10,7 @@
 //! are read [`LIST_CHUNK`](crate::redis_read::LIST_CHUNK) entries a call,
 //! so a long list never holds Redis for long.
 
+use crate::connect;
 use crate::error::RunError;
 use crate::output::write_stdout;
 use crate::redis_read::{for_each_in_list, set_members};
@@ -46,9 +47,8 @@ impl QueueView {
 /// of payments; exit code 0.
 ///
 /// Errors: Redis failures, stdout.
-pub fn show(config: &Config, sale: Option<u64>) -> Result<u8, RunError> {
-    let (mut con, _) =
-        seckill_common::redis_server::connect(&config.redis_url, config.redis_timeout)?;
+pub fn run(config: &Config, sale: Option<u64>) -> Result<u8, RunError> {
+    let mut con = connect::redis(config)?;
     let workers = {
         let mut w = set_members(&mut con, WORKERS)?;
         w.sort();

@@ -42,11 +42,11 @@
 //! is completed by the next `resolve` or `run` before they do anything else.
 
 use crate::cli::{ResolveAction, ResolveArgs};
-use crate::error::RunError;
+use crate::connect;
+use crate::error::{RunError, EXIT_REFUSED};
 use crate::output::outln;
 use crate::review::findings::{Finding, Kind, Resolution};
 use crate::review::{ActionKind, ActionStatus, PendingAction, Review};
-use crate::run_cmd::{mysql_connect, redis_connect};
 use crate::settle::{self, Outcome};
 use seckill_common::keys::{SaleKeys, WORKERS};
 use seckill_common::redis_target::Con;
@@ -83,10 +83,14 @@ enum Checked {
 ///
 /// Errors: no review file ([`RunError::Review`]), Redis, MySQL or SQLite
 /// failures.
-pub fn resolve(config: &Config, args: &ResolveArgs) -> Result<u8, RunError> {
+pub fn run(config: &Config, args: &ResolveArgs) -> Result<u8, RunError> {
     let review = Review::open_existing(&config.review_db)?;
     if !args.dry_run {
-        settle::complete_pending(&review, || redis_connect(config), || mysql_connect(config))?;
+        settle::complete_pending(
+            &review,
+            || connect::redis(config),
+            || connect::mysql(config),
+        )?;
     }
     let f = review.finding(args.finding_id)?;
     let action = action_kind(args.action);
@@ -147,7 +151,7 @@ pub fn resolve(config: &Config, args: &ResolveArgs) -> Result<u8, RunError> {
         if args.dry_run {
             eprintln!("seckill-reconciler: dry run: nothing changed, nothing logged");
         }
-        return Ok(2);
+        return Ok(EXIT_REFUSED);
     }
     if args.dry_run {
         outln!("dry run, nothing changed: {}", outcome.text);
@@ -240,7 +244,7 @@ fn check(config: &Config, f: &Finding, args: &ResolveArgs) -> Result<Checked, Ru
         ))));
     }
     let sale_id = f.sale_id.max(0) as u64;
-    let mut mysql = seckill_common::schema::connect(&config.mysql_url, config.mysql_timeout)?;
+    let mut mysql = connect::mysql(config)?;
     if let Some(order) = crate::mysql_read::order_of(&mut mysql, &rid)? {
         return Ok(Checked::Final(order_exists(args.action, order.id, &rid)));
     }
@@ -255,7 +259,7 @@ fn check(config: &Config, f: &Finding, args: &ResolveArgs) -> Result<Checked, Ru
              says what to do with the sale)"
         ))));
     }
-    let mut redis = redis_connect(config)?;
+    let mut redis = connect::redis(config)?;
     if recreate {
         return Ok(
             match crate::recreate::check(&mut mysql, &mut redis, sale_id, &rid)? {

@@ -18,9 +18,10 @@
 //! observed; a requeued payment the worker gives up on again is a new dead
 //! letter and opens its finding again.
 
-use crate::dead_letter_cmd::{payment_entries, PaymentEntry};
+use crate::connect;
 use crate::error::RunError;
 use crate::output::outln;
+use crate::payment_dead_letters::{self, payment_entries, PaymentEntry};
 use crate::review::actions::PendingPaymentAction;
 use crate::review::{ActionKind, ActionStatus, Review};
 use crate::settle::{with_note, Outcome};
@@ -88,12 +89,11 @@ pub struct PaymentDeadLetterArgs {
 /// Errors: no review file, SQLite or Redis failures; [`RunError::Refused`]
 /// (exit 2, nothing changed, nothing recorded) when no entry or more than
 /// one has that name, or a requeue of a message the worker cannot read.
-pub fn settle(config: &Config, a: &PaymentDeadLetterArgs) -> Result<u8, RunError> {
+pub fn run(config: &Config, a: &PaymentDeadLetterArgs) -> Result<u8, RunError> {
     let review = Review::open_existing(&config.review_db)?;
-    let (mut con, _) =
-        seckill_common::redis_server::connect(&config.redis_url, config.redis_timeout)?;
+    let mut con = connect::redis(config)?;
     if !a.dry_run {
-        complete_pending(&review, &mut con)?;
+        payment_dead_letters::complete_pending(&review, &mut con)?;
     }
     let e = find(&mut con, &a.entry)?;
     if a.action == PaymentDeadLetterAction::Requeue {
@@ -147,7 +147,7 @@ pub fn settle(config: &Config, a: &PaymentDeadLetterArgs) -> Result<u8, RunError
 
 /// The one entry named `name` (16 hex digits, or a finding's subject).
 ///
-/// Errors: [`RunError::Refused`] when none or several are.
+/// Errors: [`RunError::NoSuch`] when none or several are.
 fn find(con: &mut Con, name: &str) -> Result<PaymentEntry, RunError> {
     let mut hits: Vec<PaymentEntry> = payment_entries(con)?
         .into_iter()
@@ -158,11 +158,11 @@ fn find(con: &mut Con, name: &str) -> Result<PaymentEntry, RunError> {
     hits.dedup_by(|a, b| a.raw == b.raw);
     match hits.len() {
         1 => Ok(hits.remove(0)),
-        0 => Err(RunError::Refused(format!(
+        0 => Err(RunError::NoSuch(format!(
             "no payment dead letter {name:?}: `seckill-reconciler dead-letter list payments` \
              lists them (entry or subject)"
         ))),
-        n => Err(RunError::Refused(format!(
+        n => Err(RunError::NoSuch(format!(
             "{n} payment dead letters are {name:?}: name one by its entry (`seckill-reconciler \
              dead-letter list payments`)"
         ))),
@@ -223,51 +223,5 @@ fn effect(
             e.entry,
             payment::DEAD_LETTERS_SETTLED
         )),
-    })
-}
-
-/// Completes every `started` action on the payment queue without its
-/// completion row (see the module doc); returns how many.
-///
-/// Errors: SQLite or Redis failures (nothing recorded; a later attempt
-/// does it).
-pub fn complete_pending(review: &Review, con: &mut Con) -> Result<usize, RunError> {
-    if review.pending_payment_actions()?.is_empty() {
-        return Ok(0);
-    }
-    review.immediate(|| -> Result<usize, RunError> {
-        let pending = review.pending_payment_actions()?; // again, under the lock
-        for p in &pending {
-            let present: bool = redis::cmd("HEXISTS")
-                .arg(payment::DEAD_LETTERS_SETTLED)
-                .arg(p.mark())
-                .query(con)?;
-            let o = if present {
-                Outcome::done(format!(
-                    "recorded after an interruption: {} holds this action's mark",
-                    payment::DEAD_LETTERS_SETTLED
-                ))
-            } else {
-                Outcome::failed("interrupted before its effect; nothing changed".to_string())
-            };
-            let now = format_ms(now_ms());
-            review.record_payment_action(
-                &now,
-                &p.actor,
-                p.action,
-                &o.text,
-                o.status,
-                Some(p.id),
-            )?;
-            log::warn!(
-                "action {} ({} by {}) was interrupted; recorded now as {}: {}",
-                p.id,
-                p.action,
-                p.actor,
-                o.status.as_str(),
-                o.text
-            );
-        }
-        Ok(pending.len())
     })
 }

@@ -23,7 +23,7 @@ const EVIDENCE_WIDTH: usize = 100;
 /// Errors: no review file at `SECKILL_REVIEW_DB` ([`RunError::Review`]), a
 /// SQLite failure, or stdout failing other than by a closed pipe
 /// ([`RunError::Output`]).
-pub fn findings(config: &Config, args: &FindingsArgs) -> Result<u8, RunError> {
+pub fn run(config: &Config, args: &FindingsArgs) -> Result<u8, RunError> {
     let review = Review::open_existing(&config.review_db)?;
     let rows = review.list_findings(args.state, args.sale)?;
     let written = if args.json {
