@@ -112,7 +112,7 @@ pub mod token;
 pub mod transfer;
 pub mod trusted;
 
-pub use config::{AuthMode, Config, ConfigError};
+pub use config::{AuthMode, Config, ConfigError, Env, Services};
 pub use shutdown::Shutdown;
 
 /// The rule [`is_valid_token`] checks, as a literal, so that messages can

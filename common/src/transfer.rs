@@ -262,7 +262,9 @@ pub fn transfer<C: ConnectionLike>(
             .arg(from.transfers_out())
             .arg(&tid)
             .query(con)?;
-        let rec = rec.as_deref().and_then(|r| Record::parse(r, Direction::Out));
+        let rec = rec
+            .as_deref()
+            .and_then(|r| Record::parse(r, Direction::Out));
         let rec = rec.unwrap_or(Record {
             peer: to,
             units: n,

@@ -3,8 +3,8 @@
 //! run` reads them (flow records by `HSCAN`, orders and ledger rows by
 //! streamed `SELECT` in one snapshot, `mysql_read::snapshot`) and does
 //! nothing with them, then prints the counts and the time in ms. Read-only.
-//! Configured as the reconciler is (`SECKILL_REDIS_URL`,
-//! `SECKILL_MYSQL_URL`, ...).
+//! Configured by the shared variables (`SECKILL_REDIS_URL`,
+//! `SECKILL_MYSQL_URL` and their timeouts).
 //!
 //! Usage: `bench_read SALE_ID`; prints
 //! `flow_records=N ledger_rows=N orders=N read_ms=N`. Exit 2 when it could
@@ -23,7 +23,8 @@ fn main() -> ExitCode {
         Some(Ok(id)) => id,
         _ => return start::fail(PROGRAM, &"usage: bench_read SALE_ID", EXIT_USAGE),
     };
-    let config = match seckill_common::Config::from_env() {
+    let env = seckill_common::Env::from_env();
+    let config = match seckill_common::Services::from_env(&env) {
         Ok(c) => c,
         Err(e) => return start::fail(PROGRAM, &e, EXIT_CONFIG),
     };
@@ -31,7 +32,7 @@ fn main() -> ExitCode {
 }
 
 /// Reads sale `id`'s three data sets and prints their counts and time.
-fn read(config: &seckill_common::Config, id: u64) -> Result<u8, RunError> {
+fn read(config: &seckill_common::Services, id: u64) -> Result<u8, RunError> {
     let mut redis = connect::redis(config)?;
     let mut mysql = connect::mysql(config)?;
     let started = Instant::now();

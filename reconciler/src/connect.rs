@@ -4,12 +4,12 @@
 
 use crate::error::RunError;
 use seckill_common::redis_target::Con;
-use seckill_common::Config;
+use seckill_common::Services;
 
 /// Opens a Redis connection with the configured timeouts and checks the
 /// server (`seckill_common::redis_server`: an eviction policy that can
 /// delete the sale's keys is refused, exit 2).
-pub fn redis(config: &Config) -> Result<Con, RunError> {
+pub fn redis(config: &Services) -> Result<Con, RunError> {
     let (con, _) = seckill_common::redis_server::connect(&config.redis_url, config.redis_timeout)?;
     Ok(con)
 }
@@ -17,7 +17,7 @@ pub fn redis(config: &Config) -> Result<Con, RunError> {
 /// Opens one MySQL connection with the configured URL and timeout.
 ///
 /// Errors: the URL or the connection ([`RunError::Mysql`] and kin).
-pub fn mysql(config: &Config) -> Result<mysql::Conn, RunError> {
+pub fn mysql(config: &Services) -> Result<mysql::Conn, RunError> {
     Ok(seckill_common::schema::connect(
         &config.mysql_url,
         config.mysql_timeout,

@@ -18,6 +18,8 @@
 //! - [`cli`]: the command line, lexed then validated into a typed
 //!   [`cli::Command`], one function per command.
 //! - [`cli_help`]: every command's help text, one entry each.
+//! - [`config`]: the reconciler's settings (the shared Redis and MySQL
+//!   ones, and its own), resolved from the raw environment.
 //! - [`cmd`]: the commands, one file each (`cmd/run.rs` is `run`,
 //!   `cmd/sale_load.rs` is `sale load`, ...), and the dispatch. No command
 //!   file uses another: what two commands share is below.
@@ -52,6 +54,7 @@ pub mod cli;
 pub mod cli_help;
 pub mod cmd;
 mod compensate;
+pub mod config;
 pub mod connect;
 mod dead_letter_archive;
 pub mod error;

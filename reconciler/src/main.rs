@@ -5,7 +5,7 @@
 
 use seckill_common::start::{self, EXIT_CONFIG, EXIT_USAGE};
 use seckill_reconciler::cli_help::PROGRAM;
-use seckill_reconciler::{cli, cmd, error, output};
+use seckill_reconciler::{cli, cmd, config, error, output};
 use std::process::ExitCode;
 
 fn main() -> ExitCode {
@@ -22,11 +22,11 @@ fn main() -> ExitCode {
         return ExitCode::SUCCESS;
     }
     // Exit 2 for any failure to start: 1 means "open findings" here.
-    let started = match start::start(|| {}) {
+    let started = match start::start_as(config::Config::from_env, || {}) {
         Ok(s) => s,
         Err(e) => return start::fail(PROGRAM, &e, EXIT_CONFIG),
     };
     let result = cmd::run(&started.config, &started.shutdown, cmd)
-        .map_err(|e| error::at_addresses(e, &started.config.mysql_url));
+        .map_err(|e| error::at_addresses(e, &started.config.services.mysql_url));
     start::finish(PROGRAM, result, error::RunError::exit_code)
 }

@@ -11,6 +11,7 @@
 //! list shows its dead-letter entries head first, then anything else pushed
 //! onto it.
 
+use crate::config::Config;
 use crate::connect;
 use crate::error::RunError;
 use crate::output::{one_line, write_stdout};
@@ -19,7 +20,6 @@ use crate::redis_read::{dead_letters_into, DeadLetters};
 use crate::rules::dead_letter::fnv1a;
 use seckill_common::message::OrderMessage;
 use seckill_common::timefmt::format_ms;
-use seckill_common::Config;
 use std::io::{self, Write};
 
 /// Which dead-letter list.
@@ -36,7 +36,7 @@ pub enum DeadLetterList {
 ///
 /// Errors: Redis failures, stdout.
 pub fn run(config: &Config, which: DeadLetterList) -> Result<u8, RunError> {
-    let mut con = connect::redis(config)?;
+    let mut con = connect::redis(&config.services)?;
     match which {
         DeadLetterList::Sale(id) => {
             let k = seckill_common::buckets::count(&mut con, id)?;

@@ -7,12 +7,12 @@
 //! (`| head`) ends the output quietly.
 
 use crate::cli::FindingsArgs;
+use crate::config::Config;
 use crate::error::RunError;
 use crate::output::write_stdout;
 use crate::review::actions::ActionRow;
 use crate::review::findings::{Finding, Severity};
 use crate::review::Review;
-use seckill_common::Config;
 use std::io::{self, Write};
 
 /// Widest evidence text shown in the table (the JSON has all of it).

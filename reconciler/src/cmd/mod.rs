@@ -21,8 +21,9 @@ pub mod sale_show;
 pub mod token;
 
 use crate::cli::Command;
+use crate::config::Config;
 use crate::error::RunError;
-use seckill_common::{Config, Shutdown};
+use seckill_common::Shutdown;
 
 /// Runs one command; `Ok(code)` is the exit code of a command that ran
 /// (the crate doc lists them).

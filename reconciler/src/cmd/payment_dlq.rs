@@ -18,6 +18,7 @@
 //! observed; a requeued payment the worker gives up on again is a new dead
 //! letter and opens its finding again.
 
+use crate::config::Config;
 use crate::connect;
 use crate::error::RunError;
 use crate::output::outln;
@@ -26,10 +27,10 @@ use crate::review::actions::PendingPaymentAction;
 use crate::review::{ActionKind, ActionStatus, Review};
 use crate::settle::{with_note, Outcome};
 use redis::Script;
+use seckill_common::now_ms;
 use seckill_common::payment::{self, Queued};
 use seckill_common::redis_target::Con;
 use seckill_common::timefmt::format_ms;
-use seckill_common::{now_ms, Config};
 
 /// `KEYS`: dead letters, queue, attempts, settled; `ARGV`: the entry, the
 /// action's mark, the settled record, `requeue` or `drop`, the message, its
@@ -91,7 +92,7 @@ pub struct PaymentDeadLetterArgs {
 /// one has that name, or a requeue of a message the worker cannot read.
 pub fn run(config: &Config, a: &PaymentDeadLetterArgs) -> Result<u8, RunError> {
     let review = Review::open_existing(&config.review_db)?;
-    let mut con = connect::redis(config)?;
+    let mut con = connect::redis(&config.services)?;
     if !a.dry_run {
         payment_dead_letters::complete_pending(&review, &mut con)?;
     }

@@ -10,6 +10,7 @@
 //! are read [`LIST_CHUNK`](crate::redis_read::LIST_CHUNK) entries a call,
 //! so a long list never holds Redis for long.
 
+use crate::config::Config;
 use crate::connect;
 use crate::error::RunError;
 use crate::output::write_stdout;
@@ -17,9 +18,9 @@ use crate::redis_read::{for_each_in_list, set_members};
 use seckill_common::dead_letter::DeadLetter;
 use seckill_common::keys::{worker_heartbeat, SaleKeys, SALES, WORKERS};
 use seckill_common::message::OrderMessage;
+use seckill_common::now_ms;
 use seckill_common::payment::{self, Queued};
 use seckill_common::redis_target::Con;
-use seckill_common::{now_ms, Config};
 use std::collections::BTreeMap;
 use std::io::{self, Write};
 
@@ -48,7 +49,7 @@ impl QueueView {
 ///
 /// Errors: Redis failures, stdout.
 pub fn run(config: &Config, sale: Option<u64>) -> Result<u8, RunError> {
-    let mut con = connect::redis(config)?;
+    let mut con = connect::redis(&config.services)?;
     let workers = {
         let mut w = set_members(&mut con, WORKERS)?;
         w.sort();

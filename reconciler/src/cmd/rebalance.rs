@@ -3,12 +3,12 @@
 //! (`seckill_common::transfer`), then print the per-bucket table.
 
 use crate::bucket_read::{all_figures, write_table};
+use crate::config::Config;
 use crate::connect;
 use crate::error::{RunError, EXIT_REFUSED};
 use crate::output::{outln, write_stdout};
 use seckill_common::buckets;
 use seckill_common::transfer;
-use seckill_common::Config;
 
 /// `sale rebalance ID`: completes every half-done transfer of the sale and
 /// gives every empty bucket half of the fullest one's stock
@@ -18,7 +18,7 @@ use seckill_common::Config;
 /// one bucket), as `sale load` refuses one; exit 2 when Redis holds no
 /// such sale.
 pub fn run(config: &Config, id: u64) -> Result<u8, RunError> {
-    let mut db = connect::mysql(config)?;
+    let mut db = connect::mysql(&config.services)?;
     if let Some(by) = crate::sale_read::sale_state(&mut db, id)?.and_then(|s| s.archived_by) {
         eprintln!(
             "seckill-reconciler: sale {id} was archived by {by}: its buckets are gone from \
@@ -26,7 +26,7 @@ pub fn run(config: &Config, id: u64) -> Result<u8, RunError> {
         );
         return Ok(EXIT_REFUSED);
     }
-    let mut con = connect::redis(config)?;
+    let mut con = connect::redis(&config.services)?;
     let Some(k) = buckets::count(&mut con, id)? else {
         eprintln!("seckill-reconciler: Redis holds no sale {id}");
         return Ok(2);

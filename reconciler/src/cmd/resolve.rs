@@ -42,6 +42,7 @@
 //! is completed by the next `resolve` or `run` before they do anything else.
 
 use crate::cli::{ResolveAction, ResolveArgs};
+use crate::config::Config;
 use crate::connect;
 use crate::error::{RunError, EXIT_REFUSED};
 use crate::output::outln;
@@ -49,11 +50,11 @@ use crate::review::findings::{Finding, Kind, Resolution};
 use crate::review::{ActionKind, ActionStatus, PendingAction, Review};
 use crate::settle::{self, Outcome};
 use seckill_common::keys::{SaleKeys, WORKERS};
+use seckill_common::now_ms;
 use seckill_common::redis_target::Con;
 use seckill_common::release::{release_in, ReleaseOutcome};
 use seckill_common::reorder::{self, ReorderOutcome};
 use seckill_common::timefmt::format_ms;
-use seckill_common::{now_ms, Config};
 
 /// What the checks before an action's effect came to.
 enum Checked {
@@ -88,8 +89,8 @@ pub fn run(config: &Config, args: &ResolveArgs) -> Result<u8, RunError> {
     if !args.dry_run {
         settle::complete_pending(
             &review,
-            || connect::redis(config),
-            || connect::mysql(config),
+            || connect::redis(&config.services),
+            || connect::mysql(&config.services),
         )?;
     }
     let f = review.finding(args.finding_id)?;
@@ -244,7 +245,7 @@ fn check(config: &Config, f: &Finding, args: &ResolveArgs) -> Result<Checked, Ru
         ))));
     }
     let sale_id = f.sale_id.max(0) as u64;
-    let mut mysql = connect::mysql(config)?;
+    let mut mysql = connect::mysql(&config.services)?;
     if let Some(order) = crate::mysql_read::order_of(&mut mysql, &rid)? {
         return Ok(Checked::Final(order_exists(args.action, order.id, &rid)));
     }
@@ -259,7 +260,7 @@ fn check(config: &Config, f: &Finding, args: &ResolveArgs) -> Result<Checked, Ru
              says what to do with the sale)"
         ))));
     }
-    let mut redis = connect::redis(config)?;
+    let mut redis = connect::redis(&config.services)?;
     if recreate {
         return Ok(
             match crate::recreate::check(&mut mysql, &mut redis, sale_id, &rid)? {

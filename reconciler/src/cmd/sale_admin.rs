@@ -3,6 +3,7 @@
 //! A checked refusal or a change with nothing to do is one audit row
 //! (`refused`, `no_change`) and no effect.
 
+use crate::config::Config;
 use crate::connect;
 use crate::error::{RunError, EXIT_REFUSED};
 use crate::output::outln;
@@ -11,9 +12,9 @@ use crate::sale_admin_cli::{AdminChange, SaleAdminArgs};
 use crate::sale_admin_settle::{complete_pending, written_ahead};
 use crate::sale_read::{sale_now, SaleNow};
 use crate::settle::Outcome;
+use seckill_common::now_ms;
 use seckill_common::sale_admin::{self, Change};
 use seckill_common::timefmt::format_ms;
-use seckill_common::{now_ms, Config};
 
 /// Longest sale window: as `sale create` allows.
 const MAX_WINDOW_MS: u64 = crate::cli::MAX_WINDOW_MS;
@@ -44,8 +45,8 @@ fn kind(c: &AdminChange) -> ActionKind {
 /// [`RunError::Refused`] for a sale MySQL does not hold.
 pub fn run(config: &Config, a: &SaleAdminArgs) -> Result<u8, RunError> {
     let review = Review::open(&config.review_db)?;
-    let mut db = connect::mysql(config)?;
-    let mut redis = connect::redis(config)?;
+    let mut db = connect::mysql(&config.services)?;
+    let mut redis = connect::redis(&config.services)?;
     if !a.dry_run {
         complete_pending(&review, &mut redis, &mut db)?;
     }

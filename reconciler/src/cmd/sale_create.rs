@@ -3,6 +3,7 @@
 //! sale with the new id.
 
 use crate::cli::SaleCreate;
+use crate::config::Config;
 use crate::connect;
 use crate::error::RunError;
 use crate::output::outln;
@@ -13,7 +14,6 @@ use redis::Commands;
 use seckill_common::keys::SaleKeys;
 use seckill_common::redis_target::Con;
 use seckill_common::timefmt::format_ms;
-use seckill_common::Config;
 use std::collections::HashMap;
 
 /// `sale create`: inserts the sale, then loads it into Redis; prints the id.
@@ -24,9 +24,9 @@ use std::collections::HashMap;
 /// no gateway sold it, so no worker has an order for it) and the exit code is
 /// 2. The row is deleted too when the load fails.
 pub fn run(config: &Config, a: &SaleCreate) -> Result<u8, RunError> {
-    let mut db = connect::mysql(config)?;
+    let mut db = connect::mysql(&config.services)?;
     // Check Redis first, so an unreachable Redis leaves no orphan sale behind.
-    let mut con = connect::redis(config)?;
+    let mut con = connect::redis(&config.services)?;
     db.exec_drop(
         "INSERT INTO sales (sku, title, price_cents, total_stock, available_stock, starts_at, ends_at,
                             payment_window_ms, rebuy_after_release, buckets)

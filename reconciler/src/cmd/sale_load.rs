@@ -2,6 +2,7 @@
 //! overwriting live stock, nor one Redis lost since its recorded load
 //! (`sale repair`'s job).
 
+use crate::config::Config;
 use crate::connect;
 use crate::error::{RunError, EXIT_REFUSED};
 use crate::output::outln;
@@ -11,7 +12,6 @@ use redis::Commands;
 use seckill_common::keys::SaleKeys;
 use seckill_common::redis_target::Con;
 use seckill_common::timefmt::format_ms;
-use seckill_common::Config;
 
 /// `sale load`: puts a MySQL sale into Redis, unless Redis holds its
 /// stock, split over the K MySQL records for it (`sales.buckets`); `shards`
@@ -23,7 +23,7 @@ use seckill_common::Config;
 /// load MySQL records and whose keys Redis has lost since is refused, exit
 /// 1 ([`lost_since_loaded`]); every load is recorded (`sales.loaded_at`).
 pub fn run(config: &Config, id: u64, shards: Option<u32>) -> Result<u8, RunError> {
-    let mut db = connect::mysql(config)?;
+    let mut db = connect::mysql(&config.services)?;
     let Some(sale) = fetch_sale(&mut db, id)? else {
         return Err(RunError::NoSuch(format!("no sale {id} in MySQL")));
     };
@@ -40,7 +40,7 @@ pub fn run(config: &Config, id: u64, shards: Option<u32>) -> Result<u8, RunError
         return Ok(EXIT_REFUSED);
     }
     let ordered = held_units(&mut db, id)?;
-    let mut con = connect::redis(config)?;
+    let mut con = connect::redis(&config.services)?;
     if let Some(why) = lost_since_loaded(&mut con, &mut db, id)? {
         eprintln!("seckill-reconciler: {why}");
         return Ok(EXIT_REFUSED);

@@ -1,6 +1,7 @@
 //! Owns `sale show ID`: MySQL and Redis figures side by side, the order
 //! lifecycle's counts, and whether the sale is archived or paused.
 
+use crate::config::Config;
 use crate::connect;
 use crate::error::RunError;
 use crate::output::write_stdout;
@@ -10,7 +11,6 @@ use mysql::prelude::Queryable;
 use redis::Commands;
 use seckill_common::keys::SaleKeys;
 use seckill_common::timefmt::format_ms;
-use seckill_common::Config;
 use std::collections::HashMap;
 
 /// The mark `sale show` puts under its books when the ledger's deductions
@@ -35,7 +35,7 @@ fn ledger_mark(ledger: i64, orders: u64) -> Option<String> {
 /// read from Redis only (the meta hash and counters), so a sale id that Redis
 /// holds for another database shows as such.
 pub fn run(config: &Config, id: u64) -> Result<u8, RunError> {
-    let mut db = connect::mysql(config)?;
+    let mut db = connect::mysql(&config.services)?;
     let Some(sale) = fetch_sale(&mut db, id)? else {
         return Err(RunError::NoSuch(format!("no sale {id} in MySQL")));
     };
@@ -51,7 +51,7 @@ pub fn run(config: &Config, id: u64) -> Result<u8, RunError> {
     )?;
     let archived = crate::sale_read::sale_state(&mut db, id)?
         .and_then(|s| Some((s.tombstone.archived_at_ms, s.archived_by?)));
-    let mut con = connect::redis(config)?;
+    let mut con = connect::redis(&config.services)?;
     let k = SaleKeys::new(id);
     let mut released: u64 = con.hlen(k.released())?;
     let mut stock: Option<i64> = con.get(k.stock())?;

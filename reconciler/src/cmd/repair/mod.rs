@@ -33,6 +33,7 @@ mod read;
 mod rebuild;
 
 use crate::cli::RepairArgs;
+use crate::config::Config;
 use crate::connect;
 use crate::error::{RunError, EXIT_REFUSED};
 use crate::lock::{RunLock, LOCK_WAIT};
@@ -43,7 +44,6 @@ use crate::sale_read::fetch_sale;
 use redis::Commands;
 use seckill_common::data_loss;
 use seckill_common::redis_target::Con;
-use seckill_common::Config;
 
 /// `sale repair ID --by NAME`; returns the exit code: 0 repaired (or
 /// nothing to repair), 1 refused (no open `redis_data_loss` finding yet:
@@ -60,11 +60,11 @@ use seckill_common::Config;
 /// state was written; run it again).
 pub fn run(config: &Config, args: &RepairArgs) -> Result<u8, RunError> {
     let id = args.sale_id;
-    let mut db = connect::mysql(config)?;
+    let mut db = connect::mysql(&config.services)?;
     let Some(sale) = fetch_sale(&mut db, id)? else {
         return Err(RunError::NoSuch(format!("no sale {id} in MySQL")));
     };
-    let mut redis = connect::redis(config)?;
+    let mut redis = connect::redis(&config.services)?;
     let buckets = seckill_common::buckets::all(id, buckets_of(&mut redis, &mut db, id)?);
     let mut paused_in_redis = false;
     for k in &buckets {
@@ -77,8 +77,8 @@ pub fn run(config: &Config, args: &RepairArgs) -> Result<u8, RunError> {
     let review = Review::open(&config.review_db)?;
     crate::settle::complete_pending(
         &review,
-        || connect::redis(config),
-        || connect::mysql(config),
+        || connect::redis(&config.services),
+        || connect::mysql(&config.services),
     )?;
     let Some(finding) = review
         .list_findings(Some(FindingState::Open), Some(id))?
@@ -91,7 +91,7 @@ pub fn run(config: &Config, args: &RepairArgs) -> Result<u8, RunError> {
         );
         return Ok(EXIT_REFUSED);
     };
-    let lock = RunLock::acquire(connect::redis(config)?, LOCK_WAIT)?;
+    let lock = RunLock::acquire(connect::redis(&config.services)?, LOCK_WAIT)?;
     let outcome = crate::settle::written_ahead(
         &review,
         &mut redis,

@@ -19,12 +19,13 @@
 mod pass;
 mod record;
 
+use crate::config::Config;
 use crate::error::RunError;
 use crate::metrics_file::{self, RunFigures, SaleProgress};
 use crate::review::findings::Kind;
 use crate::review::{Review, RunCounts};
 use seckill_common::timefmt::format_ms;
-use seckill_common::{now_ms, Config, Shutdown};
+use seckill_common::{now_ms, Shutdown};
 use std::path::Path;
 use std::time::Instant;
 

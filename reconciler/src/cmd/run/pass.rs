@@ -5,6 +5,7 @@
 //! ([`payments_of_no_sale`]), then the archive of the sales found ready.
 
 use super::record::record;
+use crate::config::Config;
 use crate::connect;
 use crate::error::RunError;
 use crate::lock::{RunLock, LOCK_WAIT};
@@ -14,7 +15,7 @@ use crate::rules::reconcile_sale;
 use crate::scan::Ctx;
 use seckill_common::keys::SALES;
 use seckill_common::redis_target::Con;
-use seckill_common::{Config, Shutdown};
+use seckill_common::Shutdown;
 use std::collections::HashSet;
 
 /// What every step of one pass uses.
@@ -52,9 +53,9 @@ pub fn pass(
     counts: &mut RunCounts,
     progress: &mut Vec<SaleProgress>,
 ) -> Result<(), RunError> {
-    let redis = connect::redis(config)?;
-    let mysql = connect::mysql(config)?;
-    let lock = RunLock::acquire(connect::redis(config)?, LOCK_WAIT)?;
+    let redis = connect::redis(&config.services)?;
+    let mysql = connect::mysql(&config.services)?;
+    let lock = RunLock::acquire(connect::redis(&config.services)?, LOCK_WAIT)?;
     let mut p = Pass {
         config,
         shutdown,
@@ -124,8 +125,8 @@ fn complete_interrupted(p: &mut Pass<'_>) -> Result<(), RunError> {
     let config = p.config;
     crate::settle::complete_pending(
         p.review,
-        || connect::redis(config),
-        || connect::mysql(config),
+        || connect::redis(&config.services),
+        || connect::mysql(&config.services),
     )?;
     crate::payment_dead_letters::complete_pending(p.review, &mut p.redis)?;
     crate::sale_archive::complete_interrupted(p.review, &mut p.redis, &mut p.mysql)?;
