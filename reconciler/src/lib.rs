@@ -15,8 +15,8 @@
 //!
 //! # Layout
 //!
-//! - [`cli`]: the command line, lexed then validated into a typed
-//!   [`cli::Command`], one function per command.
+//! - [`cli`]: the command line, lexed, then validated into a typed
+//!   [`cli::Command`] by each command's own `parse` (in [`cmd`]).
 //! - [`cli_help`]: every command's help text, one entry each.
 //! - [`config`]: the reconciler's settings (the shared Redis and MySQL
 //!   ones, and its own), resolved from the raw environment.

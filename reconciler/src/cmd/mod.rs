@@ -1,6 +1,9 @@
-//! Owns the commands: one file each, holding its action (its arguments are
-//! validated by `cli.rs`), and [`run`], which dispatches a parsed
-//! [`Command`]. A command opens its links through `connect.rs` and reads
+//! Owns the commands: one file each, holding its arguments, their
+//! validation from the lexed command line (a `parse` that `cli.rs`'s
+//! dispatch calls; a command whose only argument is an id is validated in
+//! that dispatch itself, `sale pause/resume/end/extend/add-stock` in
+//! `sale_admin_cli.rs`) and its action, and [`run`], which dispatches a
+//! parsed [`Command`]. A command opens its links through `connect.rs` and reads
 //! sales through `sale_read.rs`; no command file uses another.
 
 pub mod archive;

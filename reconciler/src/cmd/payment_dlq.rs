@@ -18,6 +18,7 @@
 //! observed; a requeued payment the worker gives up on again is a new dead
 //! letter and opens its finding again.
 
+use crate::cli::{by_and_note, err, Command, Opts, UsageError};
 use crate::config::Config;
 use crate::connect;
 use crate::error::RunError;
@@ -225,4 +226,24 @@ fn effect(
             payment::DEAD_LETTERS_SETTLED
         )),
     })
+}
+
+/// `dead-letter requeue|drop payments ENTRY --by NAME [--note TEXT]
+/// [--dry-run]`; a drop needs its note.
+pub fn parse(
+    action: PaymentDeadLetterAction,
+    entry: &str,
+    opts: &mut Opts,
+) -> Result<Command, UsageError> {
+    let (by, note) = by_and_note(opts.take("by"), opts.take("note"))?;
+    if action == PaymentDeadLetterAction::Drop && note.is_none() {
+        return err("--note TEXT is required: say why the payment is not applied");
+    }
+    Ok(Command::PaymentDeadLetter(PaymentDeadLetterArgs {
+        action,
+        entry: entry.to_string(),
+        by,
+        note,
+        dry_run: opts.take("dry-run").is_some(),
+    }))
 }

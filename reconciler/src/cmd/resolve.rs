@@ -41,7 +41,7 @@
 //! (`settle.rs`): `started` before, its completion after; an interrupted one
 //! is completed by the next `resolve` or `run` before they do anything else.
 
-use crate::cli::{ResolveAction, ResolveArgs};
+use crate::cli::{by_and_note, err, finding_id, Command, Opts, UsageError};
 use crate::config::Config;
 use crate::connect;
 use crate::error::{RunError, EXIT_REFUSED};
@@ -450,4 +450,72 @@ fn reorder(
             }
         },
     )
+}
+
+/// What `resolve` does to the reservation of a finding.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ResolveAction {
+    /// Queue the order message again.
+    Reorder,
+    /// Release the reservation in Redis.
+    Rollback,
+    /// Make the order of a stock-ledger deduction without order again.
+    Recreate,
+    /// Close the finding, changing nothing else.
+    Dismiss,
+}
+
+impl ResolveAction {
+    /// The action's name as logged in `actions`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ResolveAction::Reorder => "reorder",
+            ResolveAction::Rollback => "rollback",
+            ResolveAction::Recreate => "recreate",
+            ResolveAction::Dismiss => "dismiss",
+        }
+    }
+}
+
+/// Arguments of `resolve`, validated.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ResolveArgs {
+    /// The finding's id.
+    pub finding_id: i64,
+    /// Exactly one of the three actions.
+    pub action: ResolveAction,
+    /// Who acts: 1-64 characters of `A-Z a-z 0-9 _ . - @`.
+    pub by: String,
+    /// Why; at most [`MAX_NOTE`] characters.
+    pub note: Option<String>,
+    /// Print what would change and change nothing.
+    pub dry_run: bool,
+}
+
+/// `resolve ID --reorder|--rollback|--recreate|--dismiss --by NAME [--note] [--dry-run]`.
+pub fn parse(id: &str, opts: &mut Opts) -> Result<Command, UsageError> {
+    let finding_id = finding_id(id)?;
+    let mut actions = Vec::new();
+    for (flag, action) in [
+        ("reorder", ResolveAction::Reorder),
+        ("rollback", ResolveAction::Rollback),
+        ("recreate", ResolveAction::Recreate),
+        ("dismiss", ResolveAction::Dismiss),
+    ] {
+        while opts.take(flag).is_some() {
+            actions.push(action);
+        }
+    }
+    let [action] = actions.as_slice() else {
+        return err("resolve needs exactly one of --reorder, --rollback, --recreate, --dismiss");
+    };
+    let (by, note) = by_and_note(opts.take("by"), opts.take("note"))?;
+    let dry_run = opts.take("dry-run").is_some();
+    Ok(Command::Resolve(ResolveArgs {
+        finding_id,
+        action: *action,
+        by,
+        note,
+        dry_run,
+    }))
 }

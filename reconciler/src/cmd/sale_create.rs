@@ -2,7 +2,10 @@
 //! refused (and its MySQL row taken back) when Redis already holds a live
 //! sale with the new id.
 
-use crate::cli::SaleCreate;
+use crate::cli::{
+    err, parse_u64, shards, Command, Opts, UsageError, MAX_AHEAD_MS, MAX_PAYMENT_WINDOW_MS,
+    MAX_PRICE_CENTS, MAX_STOCK, MAX_WINDOW_MS,
+};
 use crate::config::Config;
 use crate::connect;
 use crate::error::RunError;
@@ -14,6 +17,7 @@ use redis::Commands;
 use seckill_common::keys::SaleKeys;
 use seckill_common::redis_target::Con;
 use seckill_common::timefmt::format_ms;
+use seckill_common::timefmt::parse_time_ms;
 use std::collections::HashMap;
 
 /// `sale create`: inserts the sale, then loads it into Redis; prints the id.
@@ -112,4 +116,122 @@ fn describe_live(con: &mut Con, id: u64) -> String {
         ),
         (Err(e), _) | (_, Err(e)) => format!("its figures could not be read: {e}"),
     }
+}
+
+/// Arguments of `sale create`, validated.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SaleCreate {
+    /// 1-64 characters of `A-Z a-z 0-9 _ . -`.
+    pub sku: String,
+    /// 1 ..= [`MAX_STOCK`] units.
+    pub stock: u64,
+    /// Window start, Unix ms.
+    pub starts_at_ms: u64,
+    /// Window end, Unix ms; after the start, at most [`MAX_WINDOW_MS`] later.
+    pub ends_at_ms: u64,
+    /// At most 255 characters.
+    pub title: String,
+    /// At most [`MAX_PRICE_CENTS`].
+    pub price_cents: u64,
+    /// `--payment-window`, ms (1 ms ..= [`MAX_PAYMENT_WINDOW_MS`]): orders
+    /// are `pending_payment` until reservation time + this. `None` (the
+    /// default): orders are final (`confirmed`) at creation.
+    pub payment_window_ms: Option<u64>,
+    /// `--rebuy-after-release` (only with a window): the buyer of an order
+    /// that expired or was cancelled may buy again.
+    pub rebuy_after_release: bool,
+    /// `--shards K`: buckets (1 ..= `buckets::MAX_BUCKETS`, default 1);
+    /// above 1 only without a payment window.
+    pub shards: u32,
+}
+
+/// `sale create --sku --stock --starts-at --ends-at [--title] [--price-cents]`.
+pub fn parse(opts: &mut Opts, now_ms: u64) -> Result<Command, UsageError> {
+    let sku = opts
+        .take("sku")
+        .ok_or_else(|| UsageError::new("--sku is required"))?;
+    let stock = opts
+        .take("stock")
+        .ok_or_else(|| UsageError::new("--stock is required"))?;
+    let starts = opts
+        .take("starts-at")
+        .ok_or_else(|| UsageError::new("--starts-at is required"))?;
+    let ends = opts
+        .take("ends-at")
+        .ok_or_else(|| UsageError::new("--ends-at is required"))?;
+    let title = opts.take("title").unwrap_or_default();
+    let price = opts.take("price-cents").unwrap_or_else(|| "0".into());
+    if !seckill_common::is_valid_token(&sku) {
+        return err(format!(
+            "--sku {sku:?}: expected {}",
+            seckill_common::TOKEN_RULE
+        ));
+    }
+    let stock: u64 = stock
+        .parse()
+        .ok()
+        .filter(|n| (1..=MAX_STOCK).contains(n))
+        .ok_or_else(|| {
+            UsageError::new(format!(
+                "--stock {stock:?}: expected an integer from 1 to {MAX_STOCK}"
+            ))
+        })?;
+    let starts_at_ms = parse_time_ms(&starts, now_ms)
+        .map_err(|e| UsageError::new(format!("--starts-at {starts:?}: {e}")))?;
+    let ends_at_ms = parse_time_ms(&ends, now_ms)
+        .map_err(|e| UsageError::new(format!("--ends-at {ends:?}: {e}")))?;
+    for (name, given, ms) in [
+        ("--starts-at", &starts, starts_at_ms),
+        ("--ends-at", &ends, ends_at_ms),
+    ] {
+        if ms > now_ms.saturating_add(MAX_AHEAD_MS) {
+            return err(format!("{name} {given:?}: more than 10 years ahead"));
+        }
+    }
+    if ends_at_ms <= starts_at_ms {
+        return err("--ends-at must be after --starts-at");
+    }
+    if ends_at_ms - starts_at_ms > MAX_WINDOW_MS {
+        return err("the sale window is longer than 366 days");
+    }
+    if ends_at_ms <= now_ms {
+        return err("--ends-at is in the past: the sale would never open");
+    }
+    if title.chars().count() > 255 || title.chars().any(char::is_control) {
+        return err("--title: at most 255 characters, no control characters");
+    }
+    let price_cents = parse_u64(&price, "--price-cents")?;
+    if price_cents > MAX_PRICE_CENTS {
+        return err(format!("--price-cents: at most {MAX_PRICE_CENTS}"));
+    }
+    let payment_window_ms = match opts.take("payment-window") {
+        None => None,
+        Some(w) => Some(
+            humantime::parse_duration(&w)
+                .ok()
+                .map(|d| d.as_millis() as u64)
+                .filter(|ms| (1..=MAX_PAYMENT_WINDOW_MS).contains(ms))
+                .ok_or_else(|| {
+                    UsageError::new(format!(
+                        "--payment-window {w:?}: expected a duration from 1ms to 7d (15m, 30s)"
+                    ))
+                })?,
+        ),
+    };
+    let rebuy_after_release = opts.take("rebuy-after-release").is_some();
+    if rebuy_after_release && payment_window_ms.is_none() {
+        return err("--rebuy-after-release needs --payment-window");
+    }
+    let shards = shards(opts)?;
+    Ok(Command::SaleCreate(SaleCreate {
+        sku,
+        stock,
+        starts_at_ms,
+        ends_at_ms,
+        title,
+        price_cents,
+        payment_window_ms,
+        rebuy_after_release,
+        shards,
+    }))
 }

@@ -32,7 +32,6 @@
 mod read;
 mod rebuild;
 
-use crate::cli::RepairArgs;
 use crate::config::Config;
 use crate::connect;
 use crate::error::{RunError, EXIT_REFUSED};
@@ -129,4 +128,15 @@ pub(super) fn buckets_of(con: &mut Con, db: &mut mysql::Conn, id: u64) -> Result
     let known = data_loss::bucket_count(con, db, id)?;
     let present = seckill_common::buckets::highest_present(con, id)?.map_or(1, |b| b + 1);
     Ok(known.max(present))
+}
+
+/// Arguments of `sale repair`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RepairArgs {
+    /// The sale.
+    pub sale_id: u64,
+    /// Who asks (`--by`), as for `resolve`.
+    pub by: String,
+    /// Why (`--note`).
+    pub note: Option<String>,
 }
