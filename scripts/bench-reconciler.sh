@@ -4,7 +4,8 @@
 # Builds a sale of N reservations (default 1,000,000), all confirmed: N flow
 # records in a private redis-server, N orders and N ledger rows in a fresh
 # MySQL database. Then times, against the same data:
-#   - `seckill-reconciler bench-read ID`: merely reading the three data sets
+#   - `bench_read ID` (reconciler/examples/bench_read.rs): merely reading the
+#     three data sets
 #     (flow records by HSCAN, ledger rows and orders by streamed SELECT);
 #   - `seckill-reconciler run`: the whole reconciliation, with peak RSS;
 # each with its CPU time (the client's, MySQL's and Redis's: on 2 shared
@@ -43,8 +44,9 @@ if u.password: print("-p" + urllib.parse.unquote(u.password))' "$SERVER_URL")
 mysql_cmd() { mysql "${MYSQL_ARGS[@]}" "$@"; }
 
 command -v /usr/bin/time >/dev/null || { echo "install the package 'time' for peak RSS" >&2; exit 1; }
-cargo build --release -q -p seckill-reconciler
+cargo build --release -q -p seckill-reconciler --bin seckill-reconciler --example bench_read
 BIN=target/release/seckill-reconciler
+READ_BIN=target/release/examples/bench_read
 
 redis-server --port "$PORT" --bind 127.0.0.1 --dir "$WORK" --save "" --appendonly no \
   --daemonize no --loglevel warning >/dev/null 2>&1 &
@@ -106,7 +108,7 @@ client_ms() { awk -F': ' '/User time|System time/ { s += $2 } END { printf "%d",
 for round in $(seq 1 "${BENCH_ROUNDS:-2}"); do
 for RUN_BIN in ${BENCH_COMPARE_BIN:-} "$BIN"; do
   s0=$(servers_ticks)
-  /usr/bin/time -v "$RUN_BIN" bench-read 1 >"$WORK/read.txt" 2>"$WORK/read-time.txt"
+  /usr/bin/time -v "$READ_BIN" 1 >"$WORK/read.txt" 2>"$WORK/read-time.txt"
   s1=$(servers_ticks)
   read_ms=$(sed -n 's/.*read_ms=\([0-9]*\).*/\1/p' "$WORK/read.txt")
   read_cpu=$(( $(client_ms "$WORK/read-time.txt") + (s1 - s0) * 1000 / TICK ))

@@ -1,5 +1,5 @@
 //! Owns the Redis side of archiving an ended sale (`seckill-reconciler sale
-//! archive`, `reconciler/src/archive_cmd.rs` decides when): removing every
+//! archive`, `reconciler/src/sale_archive.rs` decides when): removing every
 //! key of every bucket of the sale and leaving one tombstone.
 //!
 //! The **tombstone** is bucket 0's meta hash cut down to `starts_at_ms`,

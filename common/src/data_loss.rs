@@ -61,6 +61,20 @@ use redis::ConnectionLike;
 use std::fmt;
 use std::time::Duration;
 
+/// The meta hash's field that holds a sale's data-loss pause (its
+/// [`PauseReason`] while paused), as a literal so Lua scripts can
+/// `concat!` it into their source; [`PAUSED_FIELD`] everywhere else.
+#[macro_export]
+macro_rules! paused_field {
+    () => {
+        "paused"
+    };
+}
+
+/// The meta hash's field of a sale's data-loss pause (the reservation
+/// script refuses a sale that has it; [`watch_sale`] writes it).
+pub const PAUSED_FIELD: &str = paused_field!();
+
 /// How often each worker compares every sale's Redis sequence with MySQL.
 pub const WATCH_EVERY: Duration = Duration::from_millis(200);
 
@@ -213,7 +227,7 @@ pub fn mysql_state<Q: Queryable>(db: &mut Q, sale_id: u64) -> Result<Marks, mysq
 /// would be without a pause):
 /// - `absent`: no meta hash, or a meta hash without its stock counter (the
 ///   counter was lost);
-/// - `paused`: meta field `paused` set (nothing written; the verdict tells
+/// - `paused`: meta field [`PAUSED_FIELD`] set (nothing written; the verdict tells
 ///   whether the bucket is still behind, for the evidence);
 /// - `behind`: Redis is below a mark, or holds fewer buyer marks or flow
 ///   records than units taken (`total − stock`: every unit held has both,
@@ -230,7 +244,9 @@ pub const WATCH_LUA: &str = concat!(
 local bad = expect_types({KEYS[1], 'hash', KEYS[2], 'string', KEYS[3], 'hash', KEYS[4], 'hash'})
 if bad then return bad end
 if redis.call('EXISTS', KEYS[1]) == 0 then return {'absent', '0', '0', 'behind'} end
-local m = redis.call('HMGET', KEYS[1], 'total_stock', 'releases', 'checkpoint', 'paused')
+local m = redis.call('HMGET', KEYS[1], 'total_stock', 'releases', 'checkpoint', '"#,
+    paused_field!(),
+    r#"')
 local paused = m[4]
 local function int(v, what)
   if v == false or v == nil then return 0 end
@@ -295,9 +311,36 @@ pub fn bucket_count<C: ConnectionLike, Q: Queryable>(
         .clamp(1, crate::buckets::MAX_BUCKETS))
 }
 
+/// What [`WATCH_LUA`] found of one bucket (its reply's first element).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum BucketState {
+    /// At or beyond both marks; its checkpoint was raised.
+    Ok,
+    /// No meta hash, or no stock counter.
+    Absent,
+    /// Below a mark, or fewer buyer marks or flow records than units taken.
+    Behind,
+    /// Paused already (nothing written).
+    Paused,
+}
+
+impl BucketState {
+    /// The script's word for the state; `None` for a word this build does
+    /// not know.
+    fn parse(word: &str) -> Option<BucketState> {
+        Some(match word {
+            "ok" => BucketState::Ok,
+            "absent" => BucketState::Absent,
+            "behind" => BucketState::Behind,
+            "paused" => BucketState::Paused,
+            _ => return None,
+        })
+    }
+}
+
 /// One bucket's reply to [`WATCH_LUA`].
 struct BucketReply {
-    state: String,
+    state: BucketState,
     seq: u64,
     checkpoint: u64,
     behind: bool,
@@ -321,7 +364,7 @@ fn watch_bucket<C: ConnectionLike>(
         return Err(unexpected());
     };
     Ok(BucketReply {
-        state: state.clone(),
+        state: BucketState::parse(state).ok_or_else(unexpected)?,
         seq: seq.parse().map_err(|_| unexpected())?,
         checkpoint: ck.parse().map_err(|_| unexpected())?,
         behind: verdict == "behind",
@@ -361,8 +404,8 @@ pub fn watch_sale<C: ConnectionLike, Q: Queryable>(
         .iter()
         .zip(&all)
         .enumerate()
-        .filter(|(_, (r, m))| match r.state.as_str() {
-            "absent" => !never_sold(m),
+        .filter(|(_, (r, m))| match r.state {
+            BucketState::Absent => !never_sold(m),
             _ => r.behind,
         })
         .map(|(b, (r, m))| Gap {
@@ -376,44 +419,40 @@ pub fn watch_sale<C: ConnectionLike, Q: Queryable>(
     if let Some(reason) = marks.paused {
         // Re-read: a repair clears MySQL before Redis, so a pause still in
         // MySQL now and gone from Redis was lost by Redis.
-        if replies.iter().any(|r| r.state != "paused") && mysql_state(db, sale_id)?.paused.is_some()
+        if replies.iter().any(|r| r.state != BucketState::Paused)
+            && mysql_state(db, sale_id)?.paused.is_some()
         {
             for (b, r) in replies.iter().enumerate() {
-                if r.state != "paused" {
+                if r.state != BucketState::Paused {
                     set_redis_pause(con, sale_id, b as u32, reason)?;
                 }
             }
         }
         return Ok(SaleState::Paused { reason, gaps });
     }
-    if replies
-        .iter()
-        .any(|r| !matches!(r.state.as_str(), "ok" | "absent" | "behind" | "paused"))
-    {
-        return Err(WatchError::UnexpectedReply(replies[0].state.clone()));
-    }
-    let lost = replies
-        .iter()
-        .zip(&all)
-        .any(|(r, m)| r.state == "behind" || (r.state == "absent" && !never_sold(m)));
+    let lost = replies.iter().zip(&all).any(|(r, m)| match r.state {
+        BucketState::Behind => true,
+        BucketState::Absent => !never_sold(m),
+        BucketState::Ok | BucketState::Paused => false,
+    });
     if lost {
         pause_buckets(con, db, sale_id, k, PauseReason::RedisDataLoss)?;
         return Ok(SaleState::LossDetected { gaps });
     }
     // Paused in Redis only: a repair is resuming it (MySQL first).
-    if replies.iter().any(|r| r.state == "paused") {
+    if replies.iter().any(|r| r.state == BucketState::Paused) {
         return Ok(SaleState::Paused {
             reason: PauseReason::RedisDataLoss,
             gaps,
         });
     }
-    if replies.iter().all(|r| r.state == "absent") {
+    if replies.iter().all(|r| r.state == BucketState::Absent) {
         return Ok(SaleState::Absent);
     }
     let ok: Vec<(u32, u64, u64)> = replies
         .iter()
         .enumerate()
-        .filter(|(_, r)| r.state == "ok")
+        .filter(|(_, r)| r.state == BucketState::Ok)
         .map(|(b, r)| (b as u32, r.seq, r.checkpoint))
         .collect();
     if let Some(&(0, seq, ck)) = ok.first() {
@@ -474,7 +513,7 @@ fn set_redis_pause<C: ConnectionLike>(
 ) -> redis::RedisResult<()> {
     redis::cmd("HSET")
         .arg(crate::keys::SaleKeys::bucket(sale_id, bucket).meta())
-        .arg("paused")
+        .arg(PAUSED_FIELD)
         .arg(reason.as_str())
         .query(con)
 }

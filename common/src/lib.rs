@@ -14,7 +14,7 @@
 //! # Layout
 //!
 //! - [`backoff`]: the capped exponential backoff of every retry loop.
-//! - [`config`]: every `SECKILL_*` variable, its default, the pure parser.
+//! - [`config`]: the raw environment ([`Env`]), the settings every binary shares ([`Services`]), the gateway's shared part ([`Config`]) and the parsers each binary resolves its own settings with.
 //! - [`keys`]: the Redis key schema (one hash tag per sale).
 //! - [`lua`]: the key-type guard every writing script runs first.
 //! - [`reservation`]: the atomic reservation script and its typed outcome.
@@ -23,11 +23,14 @@
 //!   processing lists (one atomic check).
 //! - [`message`]: the versioned JSON order message.
 //! - [`data_loss`]: detecting that Redis lost a sale's reservations, the pause;
-//!   [`load_record`]: MySQL's record that a sale was loaded into Redis.
+//!   [`load_record`]: MySQL's record that a sale was loaded into Redis;
+//!   [`bucket_marks`]: the MySQL marks of each bucket of a split sale.
 //! - [`dead_letter`]: the entry the worker writes to a dead-letter list.
 //! - [`metrics`]: bucket bounds and the Prometheus text rendering shared on top of `prometheus-client`.
 //! - [`schema`]: MySQL tables, migrations, connection options.
-//! - [`sale`]: a sale and the load script that never overwrites live stock.
+//! - [`sale`]: a sale and the load script that never overwrites live stock;
+//!   [`archive`]: the Redis side of archiving an ended sale (every key
+//!   removed, one tombstone left).
 //! - [`sale_admin`]: an operator's pause, end, extension or added stock:
 //!   decided once in MySQL, followed in every bucket in Redis.
 //! - [`buckets`]: a sale split over K buckets (hash tags, the buyer's home
@@ -56,7 +59,11 @@
 //! - [`payment`]: the payment service's signed message (HMAC-SHA256 over
 //!   timestamp and body) and the durable payment queue in Redis;
 //!   [`receipt`]: the record of when a payment was received, which the
-//!   expiry sweep's closing of a reservation respects.
+//!   expiry sweep's closing of a reservation respects; [`early_payment`]:
+//!   a payment that came before its order, decided again once the order
+//!   exists.
+//! - [`status_write`]: the worker's status write after its MySQL commit
+//!   (`confirmed` or `pending_payment`, never over a later status).
 //! - [`notify`]: systemd readiness (`sd_notify`) for `Type=notify` units.
 //! - [`shutdown`]: the SIGINT/SIGTERM flag and logging set-up.
 //! - [`start`]: the start-up and exit codes every binary shares.
@@ -112,7 +119,7 @@ pub mod token;
 pub mod transfer;
 pub mod trusted;
 
-pub use config::{Config, ConfigError};
+pub use config::{Config, ConfigError, Env, Services};
 pub use shutdown::Shutdown;
 
 /// The rule [`is_valid_token`] checks, as a literal, so that messages can

@@ -17,7 +17,7 @@
 
 use crate::config::{parse_redis_target, RedisTarget};
 use crate::quarantine::Quarantine;
-use crate::slot_router::{Packed, Replies, SlotRouter};
+use crate::slot_router::{Packed, Replies, Reply, SlotRouter};
 use redis::cluster::{ClusterClient, ClusterConnection};
 use redis::{Cmd, Connection, ConnectionLike, RedisError, RedisResult, Value};
 use std::sync::{Arc, Mutex};
@@ -340,7 +340,7 @@ impl Con {
     /// `WAIT` (`SECKILL_REDIS_REPLICAS_ACK`), see `SlotRouter::pipeline`.
     ///
     /// On a cluster a master that cannot be reached fails only its own
-    /// commands (`Replies::reached`).
+    /// commands (`Reply::reached`).
     ///
     /// Errors: the connection failed (on a cluster: no command reached its
     /// master; commands may have run: send only commands safe to repeat).
@@ -352,11 +352,14 @@ impl Con {
         match self {
             Con::Single(c) => {
                 let (values, acked) = crate::slot_router::send(c, cmds, None, false, ack)?;
-                Ok(Replies {
-                    replicated: vec![acked; values.len()],
-                    reached: vec![true; values.len()],
-                    values,
-                })
+                Ok(values
+                    .into_iter()
+                    .map(|value| Reply {
+                        value,
+                        replicated: acked,
+                        reached: true,
+                    })
+                    .collect())
             }
             Con::Cluster(c) => c.router.pipeline(cmds, ack),
         }

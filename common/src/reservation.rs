@@ -75,7 +75,8 @@ use std::sync::OnceLock;
 /// returns `WRONGTYPE <key> ...` for the whole batch. A stock that is not
 /// an integer is refused before any write; Redis's own `OOM` is checked
 /// before the first write and lets the rest of the script write.
-pub const RESERVE_LUA: &str = r#"
+pub const RESERVE_LUA: &str = concat!(
+    r#"
 local function refused(key, r)
   return redis.error_reply(r['err'] .. ' (' .. key .. ')')
 end
@@ -90,7 +91,9 @@ local function each(line)
   for i = 1, n do out[i] = line end
   return table.concat(out, '\n')
 end
-local w = redis.pcall('HMGET', KEYS[1], 'starts_at_ms', 'ends_at_ms', 'total_stock', 'releases', 'paused', 'operator_paused')
+local w = redis.pcall('HMGET', KEYS[1], 'starts_at_ms', 'ends_at_ms', 'total_stock', 'releases', '"#,
+    crate::paused_field!(),
+    r#"', 'operator_paused')
 if w['err'] then return refused(KEYS[1], w) end
 -- A pause wins over everything: a paused sale may have lost its meta too.
 if w[5] then return each('paused 0 ' .. w[5]) end
@@ -203,7 +206,8 @@ if taken > 0 then
 end
 if n == 1 then return out[1] end
 return table.concat(out, '\n')
-"#;
+"#
+);
 
 /// Most buyers one call of [`RESERVE_LUA`] takes (its writes hand every
 /// buyer to one command, and Lua's `unpack` stops at 8,000 values); a

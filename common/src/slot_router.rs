@@ -273,7 +273,7 @@ impl SlotRouter {
     /// that the `TRYAGAIN` reply is the command's reply.
     ///
     /// A master that cannot be reached, or whose connection breaks or
-    /// times out, fails only its own commands (`reached[i]` false, value
+    /// times out, fails only its own commands (`Reply::reached` false, value
     /// `Nil`; such a command may still have run when the connection broke
     /// after the write): the other masters' commands keep their replies, so
     /// a failover or a stalled master costs only the purchases of the
@@ -290,16 +290,20 @@ impl SlotRouter {
     /// command reached its master; the caller may reconnect later.
     ///
     /// With `ack` (replicas, timeout), each master's pipeline ends with
-    /// `WAIT replicas timeout_ms`, and `replicated[i]` says whether the
-    /// master of command `i` had that many replicas confirm.
+    /// `WAIT replicas timeout_ms`, and `Reply::replicated` says whether
+    /// the master of each command had that many replicas confirm.
     pub fn pipeline(
         &mut self,
         cmds: &Packed,
         ack: Option<(usize, Duration)>,
     ) -> RedisResult<Replies> {
-        let mut replies = vec![Value::Nil; cmds.len()];
-        let mut replicated = vec![ack.is_none(); cmds.len()];
-        let mut reached = vec![false; cmds.len()];
+        let mut out: Replies = (0..cmds.len())
+            .map(|_| Reply {
+                value: Value::Nil,
+                replicated: ack.is_none(),
+                reached: false,
+            })
+            .collect();
         let mut no_map = None;
         // (command index, Some(node) after ASK)
         let mut todo: Vec<(usize, Option<String>)> = (0..cmds.len()).map(|i| (i, None)).collect();
@@ -337,7 +341,7 @@ impl SlotRouter {
                 let Ok((got, acked)) = self.send_to(&addr, cmds, &idx, asking, ack) else {
                     // This master's commands fail; the others go on.
                     for &i in &idx {
-                        replicated[i] = false;
+                        out[i].replicated = false;
                         if !asking {
                             lost.push((i, addr.clone()));
                         }
@@ -345,8 +349,8 @@ impl SlotRouter {
                     continue;
                 };
                 for (&i, v) in idx.iter().zip(got) {
-                    reached[i] = true;
-                    replicated[i] = acked;
+                    out[i].reached = true;
+                    out[i].replicated = acked;
                     match redirect(&v) {
                         Some((ServerErrorKind::Moved, _)) if round < MAX_REDIRECTS => {
                             moved = true;
@@ -357,9 +361,9 @@ impl SlotRouter {
                         }
                         Some((ServerErrorKind::TryAgain, _)) => {
                             again.push(i);
-                            replies[i] = v;
+                            out[i].value = v;
                         }
-                        _ => replies[i] = v,
+                        _ => out[i].value = v,
                     }
                 }
             }
@@ -393,7 +397,7 @@ impl SlotRouter {
             }
             // A redirected command did not run: not reached until resent.
             for (i, _) in &next {
-                reached[*i] = false;
+                out[*i].reached = false;
             }
             if moved && self.refresh().is_err() {
                 break;
@@ -406,15 +410,11 @@ impl SlotRouter {
             todo = next;
         }
         if let Some(e) = no_map {
-            if !reached.iter().any(|&r| r) {
+            if !out.iter().any(|r| r.reached) {
                 return Err(e);
             }
         }
-        Ok(Replies {
-            values: replies,
-            replicated,
-            reached,
-        })
+        Ok(out)
     }
 
     /// One read-only command (`cmd`, RESP-encoded, its key in `slot`; see
@@ -428,9 +428,12 @@ impl SlotRouter {
     pub fn read(&mut self, slot: u16, cmd: &[u8]) -> RedisResult<Value> {
         let mut p = Packed::with_capacity(1, cmd.len());
         p.push(slot, |b| b.extend_from_slice(cmd));
-        let r = self.pipeline(&p, None)?;
-        match (r.reached.first(), r.values.into_iter().next()) {
-            (Some(true), Some(v)) => Ok(v),
+        match self.pipeline(&p, None)?.into_iter().next() {
+            Some(Reply {
+                reached: true,
+                value,
+                ..
+            }) => Ok(value),
             _ => Err(not_reached(slot)),
         }
     }
@@ -474,7 +477,7 @@ impl SlotRouter {
 }
 
 /// The error of a command whose master was not reached
-/// (`Replies::reached` false): see [`stays_on_its_node`].
+/// (`Reply::reached` false): see [`stays_on_its_node`].
 pub fn not_reached(slot: u16) -> RedisError {
     RedisError::from((
         redis::ErrorKind::ClusterConnectionNotFound,
@@ -495,17 +498,21 @@ pub fn stays_on_its_node(e: &RedisError) -> bool {
     e.kind() == redis::ErrorKind::ClusterConnectionNotFound
 }
 
-/// What [`SlotRouter::pipeline`] got back.
-#[derive(Debug)]
-pub struct Replies {
-    /// One reply per command, in order (error replies as values).
-    pub values: Vec<Value>,
-    /// Per command: its master's `WAIT` was answered with at least the
-    /// replicas asked for (always true without a `WAIT`).
-    pub replicated: Vec<bool>,
-    /// Per command: its master answered it (false: that master could not
-    /// be reached or its connection broke; the value is `Nil`).
-    pub reached: Vec<bool>,
+/// What [`SlotRouter::pipeline`] got back: one [`Reply`] per command, in
+/// order.
+pub type Replies = Vec<Reply>;
+
+/// What one command of a pipeline got back.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Reply {
+    /// Its reply (an error reply as a value; `Nil` when not reached).
+    pub value: Value,
+    /// Its master's `WAIT` was answered with at least the replicas asked
+    /// for (always true without a `WAIT`).
+    pub replicated: bool,
+    /// Its master answered it (false: that master could not be reached or
+    /// its connection broke).
+    pub reached: bool,
 }
 
 /// Commands already encoded in RESP, one after the other in one buffer,

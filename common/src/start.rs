@@ -3,7 +3,8 @@
 //! exit codes all three binaries share (each binary's crate doc lists which
 //! of its failures map to which).
 
-use crate::{Config, Shutdown};
+use crate::config::Env;
+use crate::{Config, ConfigError, Shutdown};
 use std::fmt::Display;
 use std::process::ExitCode;
 
@@ -15,10 +16,11 @@ pub const EXIT_CONFIG: u8 = 2;
 /// Exit code of a bad command line (BSD `sysexits.h` `EX_USAGE`).
 pub const EXIT_USAGE: u8 = 64;
 
-/// What a binary starts with.
-pub struct Started {
+/// What a binary starts with: `C` is its own settings (the gateway's
+/// [`Config`], the worker's and the reconciler's in their crates).
+pub struct Started<C = Config> {
     /// The configuration read from `SECKILL_*`.
-    pub config: Config,
+    pub config: C,
     /// Set by SIGINT or SIGTERM (and SIGHUP unless it reloads).
     pub shutdown: Shutdown,
     /// Set by SIGHUP when the binary reloads ([`start_reloading`]).
@@ -90,7 +92,19 @@ pub fn command_line(program: &str, usage: &str) -> Option<ExitCode> {
 ///
 /// Errors: [`StartError`]; nothing is written (see [`fail`]).
 pub fn start(on_signal: impl Fn() + Send + Sync + 'static) -> Result<Started, StartError> {
-    start_with(on_signal, crate::shutdown::Hangup::Stop)
+    start_with(Config::from_vars, on_signal, crate::shutdown::Hangup::Stop)
+}
+
+/// As [`start`], with the binary's own settings resolved from the raw
+/// environment by `resolve` (the worker's, the reconciler's): a binary
+/// reads only the variables it uses.
+///
+/// Errors: [`StartError`].
+pub fn start_as<C>(
+    resolve: impl FnOnce(&Env) -> Result<C, ConfigError>,
+    on_signal: impl Fn() + Send + Sync + 'static,
+) -> Result<Started<C>, StartError> {
+    start_with(resolve, on_signal, crate::shutdown::Hangup::Stop)
 }
 
 /// As [`start`], with SIGHUP a reload request ([`Started::reload`]) instead
@@ -100,15 +114,20 @@ pub fn start(on_signal: impl Fn() + Send + Sync + 'static) -> Result<Started, St
 pub fn start_reloading(
     on_signal: impl Fn() + Send + Sync + 'static,
 ) -> Result<Started, StartError> {
-    start_with(on_signal, crate::shutdown::Hangup::Reload)
+    start_with(
+        Config::from_vars,
+        on_signal,
+        crate::shutdown::Hangup::Reload,
+    )
 }
 
-fn start_with(
+fn start_with<C>(
+    resolve: impl FnOnce(&Env) -> Result<C, ConfigError>,
     on_signal: impl Fn() + Send + Sync + 'static,
     hangup: crate::shutdown::Hangup,
-) -> Result<Started, StartError> {
+) -> Result<Started<C>, StartError> {
     crate::shutdown::init_logging();
-    let config = Config::from_env().map_err(StartError::Config)?;
+    let config = resolve(&Env::from_env()).map_err(StartError::Config)?;
     let (shutdown, reload) =
         Shutdown::install_with(on_signal, hangup).map_err(StartError::Signal)?;
     Ok(Started {

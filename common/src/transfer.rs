@@ -37,7 +37,9 @@ local bad = expect_types({KEYS[1], 'hash', KEYS[2], 'string', KEYS[3], 'hash', K
 if bad then return bad end
 local prev = redis.call('HGET', KEYS[3], ARGV[1])
 if prev then return cjson.decode(prev)['units'] end
-if redis.call('HEXISTS', KEYS[1], 'paused') == 1 then return 0 end
+if redis.call('HEXISTS', KEYS[1], '"#,
+    crate::paused_field!(),
+    r#"') == 1 then return 0 end
 if redis.call('HEXISTS', KEYS[1], 'total_stock') == 0 then return 0 end
 local left = tonumber(redis.call('GET', KEYS[2]) or '0')
 if not left then return redis.error_reply('ERR ' .. KEYS[2] .. ' is not an integer') end
@@ -102,8 +104,31 @@ fn script(which: &'static str) -> &'static Script {
     }
 }
 
+/// Which side of a transfer a [`Record`] is on: the source's (in its
+/// `transfers:out` and `transfers:open`, naming the destination `to`) or
+/// the destination's (in its `transfers:in`, naming the source `from`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Direction {
+    /// The source's record: units given `to` the peer.
+    Out,
+    /// The destination's record: units taken `from` the peer.
+    In,
+}
+
+impl Direction {
+    /// The JSON field that names the peer bucket on this side.
+    pub fn peer_field(self) -> &'static str {
+        match self {
+            Direction::Out => "to",
+            Direction::In => "from",
+        }
+    }
+}
+
 /// One side's record of a transfer, as stored (JSON `{"to"|"from", "units",
-/// "at_ms"}`): the other bucket, the units, the source's time (Unix ms).
+/// "at_ms"}`, the peer's field by [`Direction`]): the other bucket, the
+/// units, the source's time (Unix ms). The transfer scripts write the same
+/// shape in Lua.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Record {
     /// The bucket on the other side.
@@ -115,15 +140,25 @@ pub struct Record {
 }
 
 impl Record {
-    /// Reads a stored record; `peer_field` is `to` on the source's side,
-    /// `from` on the destination's. `None` when malformed.
-    pub fn parse(json: &str, peer_field: &str) -> Option<Record> {
+    /// Reads a stored record of side `direction`. `None` when malformed.
+    pub fn parse(json: &str, direction: Direction) -> Option<Record> {
         let v: serde_json::Value = serde_json::from_str(json).ok()?;
         Some(Record {
-            peer: u32::try_from(v.get(peer_field)?.as_u64()?).ok()?,
+            peer: u32::try_from(v.get(direction.peer_field())?.as_u64()?).ok()?,
             units: v.get("units")?.as_u64()?,
             at_ms: v.get("at_ms")?.as_u64()?,
         })
+    }
+
+    /// The record as stored on side `direction`.
+    pub fn to_json(&self, direction: Direction) -> String {
+        format!(
+            r#"{{"{}":{},"units":{},"at_ms":{}}}"#,
+            direction.peer_field(),
+            self.peer,
+            self.units,
+            self.at_ms
+        )
     }
 }
 
@@ -227,7 +262,9 @@ pub fn transfer<C: ConnectionLike>(
             .arg(from.transfers_out())
             .arg(&tid)
             .query(con)?;
-        let rec = rec.as_deref().and_then(|r| Record::parse(r, "to"));
+        let rec = rec
+            .as_deref()
+            .and_then(|r| Record::parse(r, Direction::Out));
         let rec = rec.unwrap_or(Record {
             peer: to,
             units: n,
@@ -274,7 +311,7 @@ pub fn complete_open<C: ConnectionLike>(
             .query(con)?;
         let now_ms = secs * 1000 + micros / 1000;
         for (tid, json) in open {
-            let Some(rec) = Record::parse(&json, "to") else {
+            let Some(rec) = Record::parse(&json, Direction::Out) else {
                 continue;
             };
             if rec.at_ms.saturating_add(min_age_ms) > now_ms {
@@ -401,4 +438,28 @@ pub fn rebalance<C: ConnectionLike>(
         }
     }
     Ok(moved)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_record_is_written_as_the_scripts_write_it_and_read_back_by_its_side() {
+        let r = Record {
+            peer: 3,
+            units: 12,
+            at_ms: 1_700_000_000_000,
+        };
+        let out = r.to_json(Direction::Out);
+        assert_eq!(out, r#"{"to":3,"units":12,"at_ms":1700000000000}"#);
+        assert_eq!(
+            r.to_json(Direction::In),
+            r#"{"from":3,"units":12,"at_ms":1700000000000}"#
+        );
+        assert_eq!(Record::parse(&out, Direction::Out), Some(r));
+        // The other side's field is not this side's peer.
+        assert_eq!(Record::parse(&out, Direction::In), None);
+        assert_eq!(Record::parse("{\"to\":1}", Direction::Out), None);
+    }
 }

@@ -7,10 +7,9 @@
 //! ([`Settings`]). A bad gateway-only value stops the gateway and no other
 //! binary.
 
-use seckill_common::config::{get, parse_duration, parse_duration_or_zero, parse_int, Secret};
+use seckill_common::config::{parse_duration, parse_duration_or_zero, parse_int, Secret};
 use seckill_common::trusted::TrustedProxies;
-use seckill_common::{Config, ConfigError};
-use std::collections::HashMap;
+use seckill_common::{Config, ConfigError, Env};
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::time::Duration;
@@ -163,21 +162,21 @@ impl Settings {
     ///
     /// Errors: the first gateway-only variable whose value cannot be used.
     pub fn from_env(config: &Config) -> Result<Settings, ConfigError> {
-        Settings::from_map(config, &seckill_common::config::env_vars())
+        Settings::from_vars(config, &Env::from_env())
     }
 
-    /// [`Settings::from_env`] from a map of variable name to value;
-    /// missing or empty variables keep their default. Pure.
+    /// [`Settings::from_env`] from the raw environment `env`; missing or
+    /// empty variables keep their default. Pure.
     ///
     /// Errors: the first gateway-only variable whose value cannot be used.
-    pub fn from_map(
+    pub fn from_vars(
         config: &Config,
-        vars: &HashMap<String, String>,
+        env: &Env,
     ) -> Result<Settings, ConfigError> {
         let mut s = Settings::defaults(config);
-        read_gateway(&mut s, vars)?;
-        read_auth(&mut s.identity, vars)?;
-        if let Some(v) = get(vars, "SECKILL_PAYMENT_TOLERANCE") {
+        read_gateway(&mut s, env)?;
+        read_auth(&mut s.identity, env)?;
+        if let Some(v) = env.get("SECKILL_PAYMENT_TOLERANCE") {
             let d = parse_duration("SECKILL_PAYMENT_TOLERANCE", v)?;
             if d > Duration::from_secs(3600) || d.subsec_nanos() != 0 {
                 return Err(ConfigError::new(
@@ -255,8 +254,8 @@ fn parse_u32(
 }
 
 /// The gateway's `SECKILL_GATEWAY_*` and `SECKILL_REDIS_REPLICAS_ACK`.
-fn read_gateway(s: &mut Settings, vars: &HashMap<String, String>) -> Result<(), ConfigError> {
-    let get = |name: &str| get(vars, name);
+fn read_gateway(s: &mut Settings, env: &Env) -> Result<(), ConfigError> {
+    let get = |name: &str| env.get(name);
     if let Some(v) = get("SECKILL_GATEWAY_REDIS_THREADS") {
         s.redis_threads = parse_int("SECKILL_GATEWAY_REDIS_THREADS", v, 0, 64, INT_0_64)?;
     }
@@ -284,7 +283,7 @@ fn read_gateway(s: &mut Settings, vars: &HashMap<String, String>) -> Result<(), 
     if let Some(v) = get("SECKILL_GATEWAY_BUYERS_MAX") {
         s.buyers_max = parse_int("SECKILL_GATEWAY_BUYERS_MAX", v, 0, 100_000_000, INT_BUYERS)?;
     }
-    read_limits(&mut s.limits, vars)?;
+    read_limits(&mut s.limits, env)?;
     if let Some(v) = get("SECKILL_GATEWAY_TRUSTED_PROXIES") {
         s.trusted_proxies = TrustedProxies::parse(v).map_err(|_| {
             ConfigError::new(
@@ -308,8 +307,8 @@ fn read_gateway(s: &mut Settings, vars: &HashMap<String, String>) -> Result<(), 
 
 /// `SECKILL_GATEWAY_BUYER_*`, `SECKILL_GATEWAY_ADDRESS_*`,
 /// `SECKILL_GATEWAY_LIMIT_SLOTS`.
-fn read_limits(l: &mut LimitSettings, vars: &HashMap<String, String>) -> Result<(), ConfigError> {
-    let get = |name: &str| get(vars, name);
+fn read_limits(l: &mut LimitSettings, env: &Env) -> Result<(), ConfigError> {
+    let get = |name: &str| env.get(name);
     if let Some(v) = get("SECKILL_GATEWAY_BUYER_RATE") {
         l.buyer_rate = parse_u32("SECKILL_GATEWAY_BUYER_RATE", v, 0, 1000, INT_0_1000)?;
     }
@@ -330,8 +329,8 @@ fn read_limits(l: &mut LimitSettings, vars: &HashMap<String, String>) -> Result<
 
 /// The buyer identity's gateway-only variables (`SECKILL_AUTH`,
 /// `SECKILL_AUTH_KEYS`, `_ISSUER`, `_LEEWAY`, `_CACHE_MAX`).
-fn read_auth(i: &mut IdentitySettings, vars: &HashMap<String, String>) -> Result<(), ConfigError> {
-    let get = |name: &str| get(vars, name);
+fn read_auth(i: &mut IdentitySettings, env: &Env) -> Result<(), ConfigError> {
+    let get = |name: &str| env.get(name);
     if let Some(v) = get("SECKILL_AUTH") {
         i.mode = match v {
             "jwt" => AuthMode::Jwt,
@@ -372,6 +371,7 @@ fn read_auth(i: &mut IdentitySettings, vars: &HashMap<String, String>) -> Result
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::collections::HashMap;
 
     fn map(pairs: &[(&str, &str)]) -> HashMap<String, String> {
         pairs
@@ -383,7 +383,7 @@ mod tests {
     fn settings(pairs: &[(&str, &str)]) -> Result<Settings, ConfigError> {
         let vars = map(pairs);
         let config = Config::from_map(&vars)?;
-        Settings::from_map(&config, &vars)
+        Settings::from_vars(&config, &Env::from_map(&vars))
     }
 
     #[test]

@@ -87,7 +87,7 @@ pub fn sale(reads: &Reads, sale_id: u64) -> Result<SaleView, Unavailable> {
                 .arg("total_stock")
                 .arg("starts_at_ms")
                 .arg("ends_at_ms")
-                .arg("paused")
+                .arg(seckill_common::data_loss::PAUSED_FIELD)
                 .arg(archive::ARCHIVED_FIELD)
                 .arg(archive::STOCK_LEFT_FIELD)
                 .arg(seckill_common::sale_admin::OPERATOR_PAUSED)

@@ -1,7 +1,8 @@
 //! Owns what the reconciler reads from the buckets of a sale split over
 //! buckets (`seckill_common::buckets`): the sale's Redis totals summed over
 //! its buckets at one instant, and each bucket's books (its transfers, and
-//! its stock, reservations and released units at one instant).
+//! its stock, reservations and released units at one instant), and the
+//! per-bucket table `sale show` and `sale rebalance` print ([`write_table`]).
 //!
 //! No script reads two buckets (on a cluster they are on different
 //! masters), so the totals are read twice: each bucket's stock, flow record
@@ -15,8 +16,9 @@
 use crate::redis_read::RedisTotals;
 use seckill_common::keys::SaleKeys;
 use seckill_common::redis_target::Con;
-use seckill_common::transfer::Record;
+use seckill_common::transfer::{Direction, Record};
 use std::collections::HashMap;
+use std::io::Write;
 use std::time::Duration;
 
 /// How many times [`totals`] reads before it gives up (transfers kept
@@ -149,7 +151,7 @@ pub fn books(con: &mut Con, k: SaleKeys) -> redis::RedisResult<BucketBooks> {
         ..BucketBooks::default()
     };
     for (tid, raw) in out {
-        match Record::parse(&raw, "to") {
+        match Record::parse(&raw, Direction::Out) {
             Some(r) => {
                 b.out.insert(tid, r);
             }
@@ -157,7 +159,7 @@ pub fn books(con: &mut Con, k: SaleKeys) -> redis::RedisResult<BucketBooks> {
         }
     }
     for (tid, raw) in taken {
-        match Record::parse(&raw, "from") {
+        match Record::parse(&raw, Direction::In) {
             Some(r) => {
                 b.taken.insert(tid, r);
             }
@@ -179,4 +181,92 @@ pub fn open_ids(con: &mut Con, k: SaleKeys) -> redis::RedisResult<Vec<String>> {
 /// Errors: Redis failures.
 pub fn taken_ids(con: &mut Con, k: SaleKeys) -> redis::RedisResult<Vec<String>> {
     redis::cmd("HKEYS").arg(k.transfers_in()).query(con)
+}
+
+/// One bucket's figures as `sale show` prints them.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct BucketFigures {
+    /// Units left to reserve (`None`: not loaded).
+    pub stock: Option<i64>,
+    /// Meta `total_stock`: its share moved by its transfers.
+    pub total_stock: Option<i64>,
+    /// Meta `share`: what it was loaded with.
+    pub share: Option<i64>,
+    /// Flow records.
+    pub flows: u64,
+    /// Units the order lifecycle released back to it (`released` hash).
+    pub released: u64,
+    /// Messages in its queue.
+    pub queued: u64,
+    /// Dead-letter entries.
+    pub dead: u64,
+    /// Transfers in, out, and out not yet taken in.
+    pub transfers: (u64, u64, u64),
+}
+
+/// Reads bucket `k`'s figures (one pipeline).
+///
+/// Errors: Redis failures.
+pub fn figures(con: &mut Con, k: SaleKeys) -> redis::RedisResult<BucketFigures> {
+    let (stock, (total, share), flows, released, queued, dead, tin, tout, open) = redis::pipe()
+        .get(k.stock())
+        .cmd("HMGET")
+        .arg(k.meta())
+        .arg("total_stock")
+        .arg("share")
+        .hlen(k.flow())
+        .hlen(k.released())
+        .llen(k.queue())
+        .llen(k.dead_letter())
+        .hlen(k.transfers_in())
+        .hlen(k.transfers_out())
+        .hlen(k.transfers_open())
+        .query(con)?;
+    Ok(BucketFigures {
+        stock,
+        total_stock: total,
+        share,
+        flows,
+        released,
+        queued,
+        dead,
+        transfers: (tin, tout, open),
+    })
+}
+
+/// The figures of every bucket of sale `id` (K = `k`), bucket 0 first.
+///
+/// Errors: Redis failures.
+pub fn all_figures(con: &mut Con, id: u64, k: u32) -> redis::RedisResult<Vec<BucketFigures>> {
+    seckill_common::buckets::all(id, k)
+        .into_iter()
+        .map(|b| figures(con, b))
+        .collect()
+}
+
+/// Writes the per-bucket table of `sale show`.
+pub fn write_table(w: &mut dyn Write, id: u64, figs: &[BucketFigures]) -> std::io::Result<()> {
+    let opt = |v: Option<i64>| v.map_or_else(|| "-".to_string(), |v| v.to_string());
+    writeln!(
+        w,
+        "bucket  tag                 stock    total    share    reserved released queued dead  transfers in/out/open"
+    )?;
+    for (b, f) in figs.iter().enumerate() {
+        let tag = SaleKeys::bucket(id, b as u32).tag();
+        writeln!(
+            w,
+            "{b:<7} {tag:<19} {:<8} {:<8} {:<8} {:<8} {:<8} {:<6} {:<5} {}/{}/{}",
+            opt(f.stock),
+            opt(f.total_stock),
+            opt(f.share),
+            f.flows,
+            f.released,
+            f.queued,
+            f.dead,
+            f.transfers.0,
+            f.transfers.1,
+            f.transfers.2
+        )?;
+    }
+    Ok(())
 }

@@ -1,15 +1,19 @@
-//! Owns the command line: raw arguments are parsed with lexopt, then
-//! validated into a typed [`Command`]; nothing here touches the network.
-//! The help texts, and each command's positional arguments, are in
-//! `cli_help.rs`: a command path is checked there (a missing argument is
-//! named) before its match arm here reads it.
+//! Owns the command line: raw arguments are lexed with lexopt, then
+//! validated into a typed [`Command`] by the command's own `parse` (in
+//! `cmd/`) from its match arm here, with the bounds and helpers they share;
+//! nothing here touches the network. The help texts, and each command's
+//! positional arguments, are in `cli_help.rs`: a command path is checked
+//! there (a missing argument is named) before its match arm here reads it.
 
 use crate::cli_help::{self, PROGRAM};
-use crate::dead_letter_cmd::DeadLetterList;
-use crate::payment_dlq_cmd::{PaymentDeadLetterAction, PaymentDeadLetterArgs};
-use crate::review::findings::FindingState;
+use crate::cmd::dead_letter::DeadLetterList;
+use crate::cmd::findings::FindingsArgs;
+use crate::cmd::payment_dlq::{PaymentDeadLetterAction, PaymentDeadLetterArgs};
+use crate::cmd::repair::RepairArgs;
+use crate::cmd::resolve::ResolveArgs;
+use crate::cmd::sale_create::SaleCreate;
+use crate::cmd::token::{TokenIssue, TokenKeygen};
 use lexopt::prelude::*;
-use seckill_common::timefmt::parse_time_ms;
 use std::ffi::OsString;
 use std::fmt;
 
@@ -33,10 +37,10 @@ pub enum Command {
     SaleRepair(RepairArgs),
     /// Archive an ended sale (`sale archive ID --by NAME`): sale, actor.
     SaleArchive(u64, String),
-    /// List every sale (`sale list`, `sale_list_cmd.rs`).
+    /// List every sale (`sale list`, `cmd/sale_list.rs`).
     SaleList,
     /// Pause, resume, end, extend a sale or add stock to it
-    /// (`sale_admin_cli.rs`, `sale_admin_cmd.rs`).
+    /// (`sale_admin_cli.rs`, `cmd/sale_admin.rs`).
     SaleAdmin(crate::sale_admin_cli::SaleAdminArgs),
     /// One reconciliation pass.
     Run,
@@ -53,93 +57,10 @@ pub enum Command {
     DeadLetterList(DeadLetterList),
     /// Requeue or drop a payment dead letter.
     PaymentDeadLetter(PaymentDeadLetterArgs),
-    /// Time the bare reads of sale ID.
-    BenchRead(u64),
     /// Add a new key to key files.
     TokenKeygen(TokenKeygen),
     /// Print a buyer token.
     TokenIssue(TokenIssue),
-}
-
-/// Arguments of `token keygen`.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct TokenKeygen {
-    /// `--alg`.
-    pub alg: seckill_common::token::Alg,
-    /// `--kid`: the id rule (1-64 of `A-Z a-z 0-9 _ . -`).
-    pub kid: String,
-    /// `--out`: the signing key file.
-    pub out: String,
-    /// `--public`: the gateway's key file.
-    pub public: Option<String>,
-}
-
-/// Arguments of `token issue`.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct TokenIssue {
-    /// `--user`: the buyer (`sub`), the user id rule.
-    pub user: String,
-    /// `--key`: the signing key file.
-    pub key: String,
-    /// `--ttl` in whole seconds (1 s to 30 days; default 10 minutes).
-    pub ttl_s: u64,
-    /// `--kid`.
-    pub kid: Option<String>,
-    /// `--audience`.
-    pub audience: Option<String>,
-    /// `--count`: tokens for `U-0 .. U-(N-1)` instead of one for `U`.
-    pub count: Option<u64>,
-}
-
-/// Arguments of `findings`, validated.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct FindingsArgs {
-    /// Only findings in this state; `None` for all.
-    pub state: Option<FindingState>,
-    /// Only this sale.
-    pub sale: Option<u64>,
-    /// JSON (an array of findings) instead of a table.
-    pub json: bool,
-}
-
-/// What `resolve` does to the reservation of a finding.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum ResolveAction {
-    /// Queue the order message again.
-    Reorder,
-    /// Release the reservation in Redis.
-    Rollback,
-    /// Make the order of a stock-ledger deduction without order again.
-    Recreate,
-    /// Close the finding, changing nothing else.
-    Dismiss,
-}
-
-impl ResolveAction {
-    /// The action's name as logged in `actions`.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            ResolveAction::Reorder => "reorder",
-            ResolveAction::Rollback => "rollback",
-            ResolveAction::Recreate => "recreate",
-            ResolveAction::Dismiss => "dismiss",
-        }
-    }
-}
-
-/// Arguments of `resolve`, validated.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ResolveArgs {
-    /// The finding's id.
-    pub finding_id: i64,
-    /// Exactly one of the three actions.
-    pub action: ResolveAction,
-    /// Who acts: 1-64 characters of `A-Z a-z 0-9 _ . - @`.
-    pub by: String,
-    /// Why; at most [`MAX_NOTE`] characters.
-    pub note: Option<String>,
-    /// Print what would change and change nothing.
-    pub dry_run: bool,
 }
 
 /// Longest `--note`, in characters.
@@ -156,54 +77,19 @@ const FLAGS: &[&str] = &[
     "rebuy-after-release",
 ];
 
-/// Arguments of `sale repair`.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct RepairArgs {
-    /// The sale.
-    pub sale_id: u64,
-    /// Who asks (`--by`), as for `resolve`.
-    pub by: String,
-    /// Why (`--note`).
-    pub note: Option<String>,
-}
-
-/// Arguments of `sale create`, validated.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct SaleCreate {
-    /// 1-64 characters of `A-Z a-z 0-9 _ . -`.
-    pub sku: String,
-    /// 1 ..= [`MAX_STOCK`] units.
-    pub stock: u64,
-    /// Window start, Unix ms.
-    pub starts_at_ms: u64,
-    /// Window end, Unix ms; after the start, at most [`MAX_WINDOW_MS`] later.
-    pub ends_at_ms: u64,
-    /// At most 255 characters.
-    pub title: String,
-    /// At most [`MAX_PRICE_CENTS`].
-    pub price_cents: u64,
-    /// `--payment-window`, ms (1 ms ..= [`MAX_PAYMENT_WINDOW_MS`]): orders
-    /// are `pending_payment` until reservation time + this. `None` (the
-    /// default): orders are final (`confirmed`) at creation.
-    pub payment_window_ms: Option<u64>,
-    /// `--rebuy-after-release` (only with a window): the buyer of an order
-    /// that expired or was cancelled may buy again.
-    pub rebuy_after_release: bool,
-    /// `--shards K`: buckets (1 ..= `buckets::MAX_BUCKETS`, default 1);
-    /// above 1 only without a payment window.
-    pub shards: u32,
-}
-
 /// Longest payment window: 7 days in ms.
 pub const MAX_PAYMENT_WINDOW_MS: u64 = 7 * 24 * 3600 * 1000;
 
 /// Largest stock one sale may offer (a flash sale of more is a typo).
 pub const MAX_STOCK: u64 = 100_000_000;
+
 /// Longest sale window: 366 days in ms.
 pub const MAX_WINDOW_MS: u64 = 366 * 24 * 3600 * 1000;
+
 /// Furthest a sale may start or end from now: 10 years in ms (further is a
 /// typo, or an overflow such as `now+99999999999999s`).
 pub const MAX_AHEAD_MS: u64 = 10 * 366 * 24 * 3600 * 1000;
+
 /// Highest price: one billion currency units, in cents.
 pub const MAX_PRICE_CENTS: u64 = 100_000_000_000;
 
@@ -257,7 +143,7 @@ impl From<lexopt::Error> for UsageError {
     }
 }
 
-fn err<T>(msg: impl Into<String>) -> Result<T, UsageError> {
+pub(crate) fn err<T>(msg: impl Into<String>) -> Result<T, UsageError> {
     Err(UsageError::new(msg))
 }
 
@@ -305,7 +191,7 @@ pub fn parse(args: impl IntoIterator<Item = OsString>) -> Result<Command, UsageE
 /// The options of a command line, by name, in the order given (a flag's
 /// value is empty); each is taken once by the command that knows it, and
 /// any left over is an error.
-pub(crate) struct Opts(Vec<(String, String)>);
+pub struct Opts(Vec<(String, String)>);
 
 impl Opts {
     /// Removes and returns the first value of option `--name`.
@@ -463,7 +349,7 @@ pub fn parse_at(
 fn command(path: &str, args: &[&str], opts: &mut Opts, now_ms: u64) -> Result<Command, UsageError> {
     Ok(match (path, args) {
         ("migrate", []) => Command::Migrate,
-        ("sale create", []) => sale_create(opts, now_ms)?,
+        ("sale create", []) => crate::cmd::sale_create::parse(opts, now_ms)?,
         ("sale load", [id]) => {
             let id = parse_u64(id, "sale id")?;
             Command::SaleLoad(id, shards_given(opts)?)
@@ -481,7 +367,7 @@ fn command(path: &str, args: &[&str], opts: &mut Opts, now_ms: u64) -> Result<Co
         ("sale repair", [id]) => {
             let sale_id = parse_u64(id, "sale id")?;
             let (by, note) = by_and_note(opts.take("by"), opts.take("note"))?;
-            Command::SaleRepair(RepairArgs { sale_id, by, note })
+            Command::SaleRepair(crate::cmd::repair::RepairArgs { sale_id, by, note })
         }
         ("sale archive", [id]) => {
             let sale_id = parse_u64(id, "sale id")?;
@@ -489,14 +375,13 @@ fn command(path: &str, args: &[&str], opts: &mut Opts, now_ms: u64) -> Result<Co
             Command::SaleArchive(sale_id, by)
         }
         ("run", []) => Command::Run,
-        ("findings", []) => findings(opts)?,
+        ("findings", []) => crate::cmd::findings::parse(opts)?,
         ("findings show", [id]) => {
             Command::FindingsShow(finding_id(id)?, opts.take("json").is_some())
         }
-        ("resolve", [id]) => resolve(id, opts)?,
-        ("token keygen", []) => token_keygen(opts)?,
-        ("token issue", []) => token_issue(opts)?,
-        ("bench-read", [id]) => Command::BenchRead(parse_u64(id, "sale id")?),
+        ("resolve", [id]) => crate::cmd::resolve::parse(id, opts)?,
+        ("token keygen", []) => crate::cmd::token::parse_keygen(opts)?,
+        ("token issue", []) => crate::cmd::token::parse_issue(opts)?,
         ("queue show", []) => Command::QueueShow(None),
         ("queue show", [id]) => Command::QueueShow(Some(parse_u64(id, "sale id")?)),
         ("dead-letter list", ["payments"]) => Command::DeadLetterList(DeadLetterList::Payments),
@@ -505,258 +390,30 @@ fn command(path: &str, args: &[&str], opts: &mut Opts, now_ms: u64) -> Result<Co
             "SALE (a sale id, or payments)",
         )?)),
         ("dead-letter requeue payments", [entry]) => {
-            payment_dead_letter(PaymentDeadLetterAction::Requeue, entry, opts)?
+            crate::cmd::payment_dlq::parse(PaymentDeadLetterAction::Requeue, entry, opts)?
         }
         ("dead-letter drop payments", [entry]) => {
-            payment_dead_letter(PaymentDeadLetterAction::Drop, entry, opts)?
+            crate::cmd::payment_dlq::parse(PaymentDeadLetterAction::Drop, entry, opts)?
         }
         _ => return err(format!("{path}: no match arm for {args:?}")),
     })
 }
 
-/// `token keygen --alg HS256|EdDSA --kid K --out FILE [--public FILE]`.
-fn token_keygen(opts: &mut Opts) -> Result<Command, UsageError> {
-    let alg = opts.take("alg").unwrap_or_default();
-    let alg = seckill_common::token::Alg::parse(&alg)
-        .ok_or_else(|| UsageError::new(format!("--alg {alg:?}: expected HS256 or EdDSA")))?;
-    let kid = opts
-        .take("kid")
-        .ok_or_else(|| UsageError::new("--kid is required"))?;
-    if !seckill_common::is_valid_token(&kid) {
-        return err(format!(
-            "--kid {kid:?}: expected {}",
-            seckill_common::TOKEN_RULE
-        ));
-    }
-    let out = opts
-        .take("out")
-        .ok_or_else(|| UsageError::new("--out is required"))?;
-    let public = opts.take("public");
-    Ok(Command::TokenKeygen(TokenKeygen {
-        alg,
-        kid,
-        out,
-        public,
-    }))
-}
-
-/// `token issue --user U --key FILE [--ttl 10m] [--kid K] [--audience A] [--count N]`.
-fn token_issue(opts: &mut Opts) -> Result<Command, UsageError> {
-    let user = opts
-        .take("user")
-        .ok_or_else(|| UsageError::new("--user is required"))?;
-    if !seckill_common::is_valid_token(&user) {
-        return err(format!(
-            "--user {user:?}: expected {}",
-            seckill_common::TOKEN_RULE
-        ));
-    }
-    let key = opts
-        .take("key")
-        .ok_or_else(|| UsageError::new("--key is required"))?;
-    let ttl = opts.take("ttl").unwrap_or_else(|| "10m".into());
-    let ttl_s = humantime::parse_duration(&ttl)
-        .ok()
-        .map(|d| d.as_secs())
-        .filter(|s| (1..=30 * 24 * 3600).contains(s))
-        .ok_or_else(|| {
-            UsageError::new(format!(
-                "--ttl {ttl:?}: expected a duration from 1s to 30d, such as 10m"
-            ))
-        })?;
-    let kid = opts.take("kid");
-    let audience = opts.take("audience");
-    let count = match opts.take("count") {
-        None => None,
-        Some(c) => Some(parse_u64(&c, "--count")?.clamp(1, 100_000_000)),
-    };
-    if count.is_some() && !seckill_common::is_valid_token(&format!("{user}-99999999")) {
-        return err("--user with --count: U-N must stay within 64 characters");
-    }
-    Ok(Command::TokenIssue(TokenIssue {
-        user,
-        key,
-        ttl_s,
-        kid,
-        audience,
-        count,
-    }))
-}
-
-/// `findings [--state S] [--sale ID] [--json]`.
-fn findings(opts: &mut Opts) -> Result<Command, UsageError> {
-    let state = match opts.take("state").as_deref() {
-        None => Some(FindingState::Open),
-        Some("all") => None,
-        Some(s) if s.parse::<FindingState>().is_ok() => s.parse().ok(),
-        Some(other) => {
-            return err(format!(
-                "--state {other:?}: expected open, auto_fixed, resolved or all"
-            ))
-        }
-    };
-    let sale = match opts.take("sale") {
-        Some(s) => Some(parse_u64(&s, "--sale")?),
-        None => None,
-    };
-    let json = opts.take("json").is_some();
-    Ok(Command::Findings(FindingsArgs { state, sale, json }))
-}
-
-/// `resolve ID --reorder|--rollback|--recreate|--dismiss --by NAME [--note] [--dry-run]`.
-fn resolve(id: &str, opts: &mut Opts) -> Result<Command, UsageError> {
-    let finding_id = finding_id(id)?;
-    let mut actions = Vec::new();
-    for (flag, action) in [
-        ("reorder", ResolveAction::Reorder),
-        ("rollback", ResolveAction::Rollback),
-        ("recreate", ResolveAction::Recreate),
-        ("dismiss", ResolveAction::Dismiss),
-    ] {
-        while opts.take(flag).is_some() {
-            actions.push(action);
-        }
-    }
-    let [action] = actions.as_slice() else {
-        return err("resolve needs exactly one of --reorder, --rollback, --recreate, --dismiss");
-    };
-    let (by, note) = by_and_note(opts.take("by"), opts.take("note"))?;
-    let dry_run = opts.take("dry-run").is_some();
-    Ok(Command::Resolve(ResolveArgs {
-        finding_id,
-        action: *action,
-        by,
-        note,
-        dry_run,
-    }))
-}
-
-/// `dead-letter requeue|drop payments ENTRY --by NAME [--note TEXT]
-/// [--dry-run]`; a drop needs its note.
-fn payment_dead_letter(
-    action: PaymentDeadLetterAction,
-    entry: &str,
-    opts: &mut Opts,
-) -> Result<Command, UsageError> {
-    let (by, note) = by_and_note(opts.take("by"), opts.take("note"))?;
-    if action == PaymentDeadLetterAction::Drop && note.is_none() {
-        return err("--note TEXT is required: say why the payment is not applied");
-    }
-    Ok(Command::PaymentDeadLetter(PaymentDeadLetterArgs {
-        action,
-        entry: entry.to_string(),
-        by,
-        note,
-        dry_run: opts.take("dry-run").is_some(),
-    }))
-}
-
 /// A finding id: a positive integer.
-fn finding_id(id: &str) -> Result<i64, UsageError> {
+pub(crate) fn finding_id(id: &str) -> Result<i64, UsageError> {
     id.parse()
         .ok()
         .filter(|n| *n > 0)
         .ok_or_else(|| UsageError::new(format!("finding id: {id:?} is not a positive integer")))
 }
 
-/// `sale create --sku --stock --starts-at --ends-at [--title] [--price-cents]`.
-fn sale_create(opts: &mut Opts, now_ms: u64) -> Result<Command, UsageError> {
-    let sku = opts
-        .take("sku")
-        .ok_or_else(|| UsageError::new("--sku is required"))?;
-    let stock = opts
-        .take("stock")
-        .ok_or_else(|| UsageError::new("--stock is required"))?;
-    let starts = opts
-        .take("starts-at")
-        .ok_or_else(|| UsageError::new("--starts-at is required"))?;
-    let ends = opts
-        .take("ends-at")
-        .ok_or_else(|| UsageError::new("--ends-at is required"))?;
-    let title = opts.take("title").unwrap_or_default();
-    let price = opts.take("price-cents").unwrap_or_else(|| "0".into());
-    if !seckill_common::is_valid_token(&sku) {
-        return err(format!(
-            "--sku {sku:?}: expected {}",
-            seckill_common::TOKEN_RULE
-        ));
-    }
-    let stock: u64 = stock
-        .parse()
-        .ok()
-        .filter(|n| (1..=MAX_STOCK).contains(n))
-        .ok_or_else(|| {
-            UsageError::new(format!(
-                "--stock {stock:?}: expected an integer from 1 to {MAX_STOCK}"
-            ))
-        })?;
-    let starts_at_ms = parse_time_ms(&starts, now_ms)
-        .map_err(|e| UsageError::new(format!("--starts-at {starts:?}: {e}")))?;
-    let ends_at_ms = parse_time_ms(&ends, now_ms)
-        .map_err(|e| UsageError::new(format!("--ends-at {ends:?}: {e}")))?;
-    for (name, given, ms) in [
-        ("--starts-at", &starts, starts_at_ms),
-        ("--ends-at", &ends, ends_at_ms),
-    ] {
-        if ms > now_ms.saturating_add(MAX_AHEAD_MS) {
-            return err(format!("{name} {given:?}: more than 10 years ahead"));
-        }
-    }
-    if ends_at_ms <= starts_at_ms {
-        return err("--ends-at must be after --starts-at");
-    }
-    if ends_at_ms - starts_at_ms > MAX_WINDOW_MS {
-        return err("the sale window is longer than 366 days");
-    }
-    if ends_at_ms <= now_ms {
-        return err("--ends-at is in the past: the sale would never open");
-    }
-    if title.chars().count() > 255 || title.chars().any(char::is_control) {
-        return err("--title: at most 255 characters, no control characters");
-    }
-    let price_cents = parse_u64(&price, "--price-cents")?;
-    if price_cents > MAX_PRICE_CENTS {
-        return err(format!("--price-cents: at most {MAX_PRICE_CENTS}"));
-    }
-    let payment_window_ms = match opts.take("payment-window") {
-        None => None,
-        Some(w) => Some(
-            humantime::parse_duration(&w)
-                .ok()
-                .map(|d| d.as_millis() as u64)
-                .filter(|ms| (1..=MAX_PAYMENT_WINDOW_MS).contains(ms))
-                .ok_or_else(|| {
-                    UsageError::new(format!(
-                        "--payment-window {w:?}: expected a duration from 1ms to 7d (15m, 30s)"
-                    ))
-                })?,
-        ),
-    };
-    let rebuy_after_release = opts.take("rebuy-after-release").is_some();
-    if rebuy_after_release && payment_window_ms.is_none() {
-        return err("--rebuy-after-release needs --payment-window");
-    }
-    let shards = shards(opts)?;
-    Ok(Command::SaleCreate(SaleCreate {
-        sku,
-        stock,
-        starts_at_ms,
-        ends_at_ms,
-        title,
-        price_cents,
-        payment_window_ms,
-        rebuy_after_release,
-        shards,
-    }))
-}
-
 /// `--shards K`: 1 when absent.
-fn shards(opts: &mut Opts) -> Result<u32, UsageError> {
+pub(crate) fn shards(opts: &mut Opts) -> Result<u32, UsageError> {
     Ok(shards_given(opts)?.unwrap_or(1))
 }
 
 /// `--shards K`: `None` when absent.
-fn shards_given(opts: &mut Opts) -> Result<Option<u32>, UsageError> {
+pub(crate) fn shards_given(opts: &mut Opts) -> Result<Option<u32>, UsageError> {
     let max = seckill_common::buckets::MAX_BUCKETS;
     match opts.take("shards") {
         None => Ok(None),
@@ -776,6 +433,8 @@ fn shards_given(opts: &mut Opts) -> Result<Option<u32>, UsageError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::cmd::resolve::ResolveAction;
+    use crate::review::findings::FindingState;
 
     fn p(s: &str) -> Result<Command, UsageError> {
         parse_at(s.split_whitespace().map(OsString::from), 1_790_000_000_000)
@@ -923,7 +582,6 @@ mod tests {
         );
         assert!(matches!(p("--help").unwrap(), Command::Help(_)));
         assert_eq!(p("run").unwrap(), Command::Run);
-        assert_eq!(p("bench-read 3").unwrap(), Command::BenchRead(3));
     }
 
     #[test]

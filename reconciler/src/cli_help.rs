@@ -266,7 +266,8 @@ options:
   --note TEXT   why, at most 1000 characters
   --dry-run     print what would change; change nothing, record nothing
 
-exit 2: refused (the line says why), nothing changed.",
+exit 1: refused (the line says why), nothing changed; 2 could not run (no such
+finding included).",
     },
     Help {
         path: "queue show",
@@ -304,8 +305,8 @@ options:
   --note TEXT   why, at most 1000 characters
   --dry-run     print what would change; change nothing, record nothing
 
-exit 2: refused (no such entry, several, or a message the worker cannot read:
-drop it), nothing changed.",
+exit 1: refused (a message the worker cannot read: drop it), nothing changed;
+2 could not run (no such entry, or several: name it by its entry).",
     },
     Help {
         path: "dead-letter drop payments",
@@ -322,7 +323,7 @@ options:
   --note TEXT   why the payment is not applied (required)
   --dry-run     print what would change; change nothing, record nothing
 
-exit 2: refused (no such entry, or several), nothing changed.",
+exit 2: no such entry, or several (name it by its entry), nothing changed.",
     },
     Help {
         path: "token keygen",
@@ -355,14 +356,6 @@ options:
   --audience A  default SECKILL_AUTH_AUDIENCE
   --count N     N tokens, one a line, for users U-0 .. U-(N-1) (benchmarks)",
     },
-    Help {
-        path: "bench-read",
-        args: &["ID"],
-        summary: "time the bare reads of a sale (the benchmark's baseline)",
-        options: "",
-        text: "Times the bare reads of sale ID's flow records, ledger and orders (the
-benchmark's baseline). Changes nothing.",
-    },
 ];
 
 /// The top-level `--help`.
@@ -374,8 +367,9 @@ pub fn overview() -> String {
     s.push_str(&format!(
         "\nrun `{PROGRAM} COMMAND --help` for a command's arguments and options.
 configuration comes from SECKILL_* environment variables (see README).
-exit codes: 0 ok, 1 open findings (run) or a refused command (each command's help
-says which), 2 could not run (an unknown sale included), 64 bad command line"
+exit codes: 0 ok, 1 open findings (run) or a refused command (the state found
+does not allow it; nothing changed), 2 could not run (an unknown sale, finding
+or entry included), 64 bad command line"
     ));
     s
 }

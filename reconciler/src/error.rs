@@ -1,13 +1,27 @@
-//! Owns the reconciler's error type: every way a command can fail to run,
-//! each mapped by `main` to exit code 2.
+//! Owns the reconciler's one error type, every way a command can fail, and
+//! the exit codes of the commands (the rule is in the crate doc):
+//! [`EXIT_REFUSED`] for a refusal, [`EXIT_CONFIG`] for anything that kept
+//! the command from running.
 
+use crate::cmd::token::TokenError;
 use crate::lock::LockError;
 use crate::review::ReviewError;
+use seckill_common::data_loss::WatchError;
+use seckill_common::lifecycle::LifecycleError;
 use seckill_common::schema::SchemaError;
+use seckill_common::start::EXIT_CONFIG;
 use seckill_common::{mysql_error, redact};
 use std::fmt;
 
-/// Why a command could not run (exit code 2).
+/// Exit code of a command that refused what it was asked because of the
+/// state it found (a sale not ready, a finding already resolved, a worker
+/// holding the sale's messages): nothing changed, and the audit log holds
+/// the refusal where the command audits. The same code as `run`'s "open
+/// findings": both ask a person to look; neither is a failure to run.
+pub const EXIT_REFUSED: u8 = 1;
+
+/// Why a command failed: [`RunError::Refused`] exits [`EXIT_REFUSED`],
+/// every other variant [`EXIT_CONFIG`] (could not run).
 #[derive(Debug)]
 #[non_exhaustive]
 pub enum RunError {
@@ -29,8 +43,27 @@ pub enum RunError {
     Release(seckill_common::release::ReleaseError),
     /// SIGINT or SIGTERM arrived; the run stopped between two chunks.
     Interrupted,
-    /// The operator asked for something this finding does not allow.
+    /// The state found does not allow what the operator asked (exit
+    /// [`EXIT_REFUSED`]); nothing changed.
     Refused(String),
+    /// What the command names does not exist, or names several things (no
+    /// such sale, finding or dead letter): says where to look.
+    NoSuch(String),
+    /// `run` could not check some sales (Redis refused a command on their
+    /// keys): which, and why.
+    Unchecked(String),
+    /// The MySQL URL is malformed (`SECKILL_MYSQL_URL`).
+    Schema(SchemaError),
+    /// An order's release would break MySQL's books; rolled back.
+    Lifecycle(LifecycleError),
+    /// The data-loss watch's script answered something this build does not
+    /// know.
+    Watch(WatchError),
+    /// `sale create` could not load its new sale into Redis: the Redis
+    /// error, and what became of the new MySQL row.
+    CreateUndone(redis::RedisError, String),
+    /// `token keygen` or `token issue` failed.
+    Token(TokenError),
     /// Writing the result to stdout failed (other than a closed pipe, which
     /// ends the output quietly).
     Output(std::io::Error),
@@ -48,6 +81,13 @@ impl fmt::Display for RunError {
             RunError::Release(e) => write!(f, "{e}"),
             RunError::Interrupted => write!(f, "interrupted: stopped by a signal"),
             RunError::Refused(why) => write!(f, "refused: {why}"),
+            RunError::NoSuch(what) => f.write_str(what),
+            RunError::Unchecked(which) => write!(f, "sales not checked, {which}"),
+            RunError::Schema(e) => write!(f, "{e}"),
+            RunError::Lifecycle(e) => write!(f, "{e}"),
+            RunError::Watch(e) => write!(f, "{e}"),
+            RunError::CreateUndone(e, undo) => write!(f, "redis: {e}; {undo}"),
+            RunError::Token(e) => write!(f, "{e}"),
             RunError::Output(e) => write!(f, "stdout: {e}"),
         }
     }
@@ -55,29 +95,25 @@ impl fmt::Display for RunError {
 
 impl std::error::Error for RunError {}
 
-/// A command's error `e` as `main` prints it: a MySQL error (a
-/// [`RunError::Mysql`], a [`SchemaError::Mysql`] or the driver's own) names the server `mysql_url`
-/// it came from (without its password) and `SECKILL_MYSQL_URL`, so the
-/// operator knows which setting to fix; anything else is `e` as it is.
-pub fn at_addresses(e: Box<dyn std::error::Error>, mysql_url: &str) -> Box<dyn std::error::Error> {
-    let at = || redact::address(mysql_url, "SECKILL_MYSQL_URL");
-    let e = match e.downcast::<RunError>() {
-        Ok(run) => match *run {
-            RunError::Mysql(m) => return Box::new(RunError::MysqlAt(at(), m)),
-            other => return Box::new(other),
-        },
-        Err(e) => e,
-    };
-    let e = match e.downcast::<SchemaError>() {
-        Ok(schema) => match *schema {
-            SchemaError::Mysql(m) => return Box::new(RunError::MysqlAt(at(), m)),
-            other => return Box::new(other),
-        },
-        Err(e) => e,
-    };
-    match e.downcast::<mysql::Error>() {
-        Ok(m) => Box::new(RunError::MysqlAt(at(), *m)),
-        Err(e) => e,
+impl RunError {
+    /// The exit code of this error: [`EXIT_REFUSED`] for a refusal,
+    /// [`EXIT_CONFIG`] (could not run) for anything else.
+    pub fn exit_code(&self) -> u8 {
+        match self {
+            RunError::Refused(_) => EXIT_REFUSED,
+            _ => EXIT_CONFIG,
+        }
+    }
+}
+
+/// A command's error `e` as `main` prints it: a MySQL error names the
+/// server `mysql_url` it came from (without its password) and
+/// `SECKILL_MYSQL_URL`, so the operator knows which setting to fix;
+/// anything else is `e` as it is.
+pub fn at_addresses(e: RunError, mysql_url: &str) -> RunError {
+    match e {
+        RunError::Mysql(m) => RunError::MysqlAt(redact::address(mysql_url, "SECKILL_MYSQL_URL"), m),
+        other => other,
     }
 }
 
@@ -127,18 +163,33 @@ impl From<seckill_common::schema::SchemaError> for RunError {
     fn from(e: seckill_common::schema::SchemaError) -> Self {
         match e {
             seckill_common::schema::SchemaError::Mysql(e) => RunError::Mysql(e),
-            other => RunError::Refused(other.to_string()),
+            other => RunError::Schema(other),
         }
     }
 }
 
-impl From<seckill_common::lifecycle::LifecycleError> for RunError {
-    fn from(e: seckill_common::lifecycle::LifecycleError) -> Self {
-        use seckill_common::lifecycle::LifecycleError as L;
+impl From<LifecycleError> for RunError {
+    fn from(e: LifecycleError) -> Self {
         match e {
-            L::Mysql(e) => RunError::Mysql(e),
-            L::Redis(e) => RunError::Release(e),
-            other => RunError::Refused(other.to_string()),
+            LifecycleError::Mysql(e) => RunError::Mysql(e),
+            LifecycleError::Redis(e) => RunError::Release(e),
+            other => RunError::Lifecycle(other),
         }
+    }
+}
+
+impl From<WatchError> for RunError {
+    fn from(e: WatchError) -> Self {
+        match e {
+            WatchError::Redis(e) => RunError::Redis(e),
+            WatchError::Mysql(e) => RunError::Mysql(e),
+            other => RunError::Watch(other),
+        }
+    }
+}
+
+impl From<TokenError> for RunError {
+    fn from(e: TokenError) -> Self {
+        RunError::Token(e)
     }
 }

@@ -8,6 +8,7 @@ use redis::Value;
 use seckill_common::dead_letter::DeadLetter;
 use seckill_common::keys::SaleKeys;
 use seckill_common::redis_target::Con;
+use std::collections::HashMap;
 
 /// Fields asked for per `HSCAN` call (a hint to Redis, not a limit).
 pub const HSCAN_COUNT: usize = 200;
@@ -236,6 +237,18 @@ pub fn message_rid(raw: &[u8]) -> Option<&[u8]> {
     const TAG: &[u8] = b"\"reservation_id\":\"";
     let at = raw.windows(TAG.len()).position(|w| w == TAG)? + TAG.len();
     raw.get(at..at + 32)
+}
+
+/// The numeric fields of sale `id`'s meta hash (`total_stock`,
+/// `starts_at_ms`, `ends_at_ms`, `seq`); others (`paused`) are left out.
+pub fn read_meta(con: &mut Con, id: u64) -> redis::RedisResult<HashMap<String, u64>> {
+    let all: HashMap<String, String> = redis::cmd("HGETALL")
+        .arg(SaleKeys::new(id).meta())
+        .query(con)?;
+    Ok(all
+        .into_iter()
+        .filter_map(|(f, v)| v.parse().ok().map(|v| (f, v)))
+        .collect())
 }
 
 #[cfg(test)]

@@ -1,4 +1,4 @@
-//! Owns what `sale repair` writes into each bucket of a sale (`repair_cmd.rs`
+//! Owns what `sale repair` writes into each bucket of a sale (`cmd/repair.rs`
 //! runs the command, its checks and its audit): the Redis state rebuilt
 //! from MySQL's orders, and each bucket's books rebuilt from the transfer
 //! records of both sides.
@@ -28,7 +28,7 @@ use seckill_common::keys::{PurchaseStatus, SaleKeys};
 use seckill_common::message::{OrderMessage, MESSAGE_VERSION};
 use seckill_common::order::OrderStatus;
 use seckill_common::redis_target::Con;
-use seckill_common::transfer::Record;
+use seckill_common::transfer::{Direction, Record};
 use std::collections::{HashMap, HashSet};
 
 /// One order of MySQL, as the repair needs it.
@@ -92,14 +92,14 @@ pub fn read_books(con: &mut Con, buckets: &[SaleKeys]) -> Result<Vec<Books>, Run
                 if key == k.transfers_open() {
                     b.open.insert(tid.clone());
                 }
-                if let Some(r) = Record::parse(&raw, "to") {
+                if let Some(r) = Record::parse(&raw, Direction::Out) {
                     b.out.insert(tid, r);
                 }
             }
         }
         let recs: HashMap<String, String> = con.hgetall(k.transfers_in())?;
         for (tid, raw) in recs {
-            if let Some(r) = Record::parse(&raw, "from") {
+            if let Some(r) = Record::parse(&raw, Direction::In) {
                 b.inn.insert(tid, r);
             }
         }
@@ -145,18 +145,12 @@ pub fn match_books(books: &mut [Books], pipes: &mut [redis::Pipeline], keys: &[S
         }
     }
     for (d, tid, r) in add_in {
-        let json = format!(
-            r#"{{"from":{},"units":{},"at_ms":{}}}"#,
-            r.peer, r.units, r.at_ms
-        );
+        let json = r.to_json(Direction::In);
         pipes[d].hset(keys[d].transfers_in(), &tid, json).ignore();
         books[d].inn.insert(tid, r);
     }
     for (s, tid, r) in add_out {
-        let json = format!(
-            r#"{{"to":{},"units":{},"at_ms":{}}}"#,
-            r.peer, r.units, r.at_ms
-        );
+        let json = r.to_json(Direction::Out);
         pipes[s].hset(keys[s].transfers_out(), &tid, json).ignore();
         books[s].out.insert(tid, r);
     }
@@ -211,25 +205,25 @@ pub fn cover_deficits(
             }
             let units = spare[src].min(need);
             let tid = format!("repair-{mark}-{src}-{d}");
+            let rec = |peer: usize| Record {
+                peer: peer as u32,
+                units: units as u64,
+                at_ms,
+            };
             pipes[src]
                 .hset(
                     keys[src].transfers_out(),
                     &tid,
-                    format!(r#"{{"to":{d},"units":{units},"at_ms":{at_ms}}}"#),
+                    rec(d).to_json(Direction::Out),
                 )
                 .ignore();
             pipes[d]
                 .hset(
                     keys[d].transfers_in(),
                     &tid,
-                    format!(r#"{{"from":{src},"units":{units},"at_ms":{at_ms}}}"#),
+                    rec(src).to_json(Direction::In),
                 )
                 .ignore();
-            let rec = |peer: usize| Record {
-                peer: peer as u32,
-                units: units as u64,
-                at_ms,
-            };
             books[src].out.insert(tid.clone(), rec(d));
             books[d].inn.insert(tid, rec(src));
             spare[src] -= units;
@@ -374,3 +368,7 @@ pub fn restore(
     }
     out
 }
+
+/// The meta field that holds the mark of the repair that last rebuilt the
+/// sale (how an interrupted repair is known to have happened).
+pub const REPAIRED_BY: &str = "repaired_by";

@@ -21,7 +21,7 @@ use crate::rules::{self, SaleReport};
 use crate::scan::{self, Ctx};
 use seckill_common::mysql_replica::{catch_up, NotCaughtUp};
 use seckill_common::redis_target::Con;
-use seckill_common::Config;
+use crate::config::Config;
 use std::time::Duration;
 
 /// What the run did with the replica, for the metrics file.
@@ -60,7 +60,7 @@ impl Reads {
         match catch_up(
             primary,
             url,
-            config.mysql_timeout,
+            config.services.mysql_timeout,
             config.mysql_replica_wait,
         ) {
             Ok(c) => {
@@ -217,14 +217,14 @@ fn screen(ctx: &mut Ctx<'_>, sale_id: u64) -> Result<Screen, RunError> {
 ///
 /// Errors: the primary's connection ([`RunError`]).
 pub fn read_only_connect(config: &Config) -> Result<mysql::Conn, RunError> {
-    let mut primary = crate::run_cmd::mysql_connect(config)?;
+    let mut primary = crate::connect::mysql(&config.services)?;
     let Some(url) = &config.mysql_replica_url else {
         return Ok(primary);
     };
     match catch_up(
         &mut primary,
         url,
-        config.mysql_timeout,
+        config.services.mysql_timeout,
         config.mysql_replica_wait,
     ) {
         Ok(c) => Ok(c.conn),

@@ -265,7 +265,7 @@ fn observe_recreate(
 /// `MULTI` ran, which leaves the action's mark in the meta hash.
 fn observe_repair(redis: &mut Con, p: &PendingAction, f: &Finding) -> Result<Outcome, RunError> {
     let k = SaleKeys::new(f.sale_id.max(0) as u64);
-    let mark: Option<String> = redis.hget(k.meta(), crate::repair_cmd::REPAIRED_BY)?;
+    let mark: Option<String> = redis.hget(k.meta(), crate::repair_rebuild::REPAIRED_BY)?;
     Ok(if mark.as_deref() == Some(p.mark().as_str()) {
         Outcome::done(format!(
             "repaired sale {} (recorded after an interruption: its meta hash holds this \

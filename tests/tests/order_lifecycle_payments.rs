@@ -246,8 +246,8 @@ fn payments_the_workers_give_up_on_are_dead_letter_findings_of_sale_0() {
         &file,
         &["resolve", &id, "--reorder", "--by", "op"],
     );
-    // Exit 2: refused (the reconciler's documented exit codes).
-    assert_eq!(code, 2, "{out}");
+    // Exit 1: refused (the reconciler's documented exit codes).
+    assert_eq!(code, 1, "{out}");
     assert!(
         out.contains("names no reservation; only --dismiss applies"),
         "{out}"

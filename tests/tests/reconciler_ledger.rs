@@ -42,7 +42,7 @@ fn status_of(g: &Gateway, sale: u64, user: &str) -> (u16, String) {
 }
 
 /// Asserts that `--rollback` (dry run and real) and `--reorder` of finding
-/// `id` are refused with exit 2 and a text containing `why`, and that the
+/// `id` are refused with exit 1 and a text containing `why`, and that the
 /// Redis stock stays `stock`.
 fn rollback_refused(w: &World, id: &str, why: &str, stock: i64) {
     for action in ["--rollback", "--reorder"] {
@@ -52,7 +52,7 @@ fn rollback_refused(w: &World, id: &str, why: &str, stock: i64) {
                 args.push("--dry-run");
             }
             let (code, err) = refused(&w.cmd("0s", &args));
-            assert_eq!(code, Some(2), "{action} dry={dry}: {err}");
+            assert_eq!(code, Some(1), "{action} dry={dry}: {err}");
             assert!(err.contains(why), "{action} dry={dry}: {err}");
             assert_eq!(w.redis_stock(), stock, "{action} dry={dry}");
         }

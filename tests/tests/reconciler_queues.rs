@@ -284,7 +284,7 @@ fn a_payment_dead_letter_is_requeued_or_dropped_once_with_its_action_rows() {
     assert_eq!(out.status.code(), Some(2));
     assert_eq!(
         stderr(&out),
-        "seckill-reconciler: refused: no payment dead letter \"payment:pay-7\": \
+        "seckill-reconciler: no payment dead letter \"payment:pay-7\": \
          `seckill-reconciler dead-letter list payments` lists them (entry or subject)\n"
     );
     assert_eq!(actions(&w).len(), 2);

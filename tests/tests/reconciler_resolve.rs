@@ -105,7 +105,7 @@ fn rollback_is_refused_while_mysql_holds_the_order() {
     let (w, rids, id) = one_lost_message();
     w.apply(&rids[2..]); // the order arrives after all
     let out = w.cmd("0s", &["resolve", &id, "--rollback", "--by", "alice"]);
-    assert_eq!(out.status.code(), Some(2));
+    assert_eq!(out.status.code(), Some(1));
     assert_eq!(w.redis_stock(), 7);
     assert_eq!(
         w.review_count("SELECT COUNT(*) FROM actions WHERE result = 'refused'"),
@@ -259,14 +259,14 @@ fn a_confirmed_order_lost_in_mysql_is_refused_alike_by_dry_run_and_rollback_and_
         &["resolve", &id, "--rollback", "--by", "alice", "--dry-run"],
     );
     let (code, err) = refused(&dry);
-    assert_eq!(code, Some(2), "{err}");
+    assert_eq!(code, Some(1), "{err}");
     assert!(err.contains(&why), "{err}");
     assert!(dry.stdout.is_empty());
     assert_eq!(w.review_count("SELECT COUNT(*) FROM actions"), 0);
 
     let real = w.cmd("0s", &["resolve", &id, "--rollback", "--by", "alice"]);
     let (code, err) = refused(&real);
-    assert_eq!(code, Some(2), "{err}");
+    assert_eq!(code, Some(1), "{err}");
     assert!(err.contains(&why), "{err}");
     assert_eq!(w.redis_stock(), 8);
     assert_eq!(
@@ -317,7 +317,7 @@ fn a_dry_run_refuses_exactly_what_the_real_action_refuses() {
             args.push("--dry-run");
         }
         let (code, err) = refused(&w.cmd("0s", &args));
-        assert_eq!(code, Some(2), "dry run {dry_run}: {err}");
+        assert_eq!(code, Some(1), "dry run {dry_run}: {err}");
         assert!(err.contains(&why), "dry run {dry_run}: {err}");
         assert_eq!(w.redis_stock(), 7);
     }
@@ -332,7 +332,7 @@ fn a_dry_run_refuses_exactly_what_the_real_action_refuses() {
             args.push("--dry-run");
         }
         let (code, err) = refused(&w.cmd("0s", &args));
-        assert_eq!(code, Some(2), "dry run {dry_run}: {err}");
+        assert_eq!(code, Some(1), "dry run {dry_run}: {err}");
         assert!(
             err.contains("already resolved (rollback by alice)"),
             "dry run {dry_run}: {err}"
@@ -368,7 +368,7 @@ fn a_finding_closed_one_way_is_not_acted_on_another_way() {
                 args.push("--dry-run");
             }
             let out = w.cmd("0s", &args);
-            assert_eq!(out.status.code(), Some(2), "{action} dry={dry}");
+            assert_eq!(out.status.code(), Some(1), "{action} dry={dry}");
             let err = String::from_utf8_lossy(&out.stderr);
             assert!(err.contains("already resolved (dismiss by alice)"), "{err}");
         }

@@ -17,7 +17,7 @@ use mysql::prelude::Queryable;
 use redis::Commands;
 use seckill_common::buckets::{home_bucket, load_into_redis};
 use seckill_common::keys::SaleKeys;
-use seckill_common::transfer::{self, Record};
+use seckill_common::transfer::{self, Direction, Record};
 use seckill_tests::{create_split_sale, test_sale, users_of, RedisServer, TempDir, TestDb};
 use std::collections::{HashMap, HashSet};
 use std::time::Duration;
@@ -31,7 +31,7 @@ fn stocks(con: &mut redis::Connection, sale: u64, k: u32) -> Vec<i64> {
 
 /// Units taken in by, and given out of, each bucket (from the records).
 fn moved(con: &mut redis::Connection, sale: u64, k: u32) -> (Vec<u64>, Vec<u64>) {
-    let sum = |con: &mut redis::Connection, key: String, side: &str| -> u64 {
+    let sum = |con: &mut redis::Connection, key: String, side: Direction| -> u64 {
         let recs: HashMap<String, String> = con.hgetall(key).unwrap();
         recs.values()
             .map(|r| Record::parse(r, side).unwrap().units)
@@ -41,8 +41,8 @@ fn moved(con: &mut redis::Connection, sale: u64, k: u32) -> (Vec<u64>, Vec<u64>)
         .map(|b| {
             let kb = SaleKeys::bucket(sale, b);
             (
-                sum(con, kb.transfers_in(), "from"),
-                sum(con, kb.transfers_out(), "to"),
+                sum(con, kb.transfers_in(), Direction::In),
+                sum(con, kb.transfers_out(), Direction::Out),
             )
         })
         .unzip()

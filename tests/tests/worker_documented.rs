@@ -1,8 +1,9 @@
 //! Specifies documented worker behaviours no other test exercises: a
 //! message in another sale's queue is dead-lettered at once with its
 //! reason and makes no order; a worker goes on after its Redis restarts
-//! (AOF on), ordering what was queued before and after; and a busy sale
-//! does not starve a quiet one (one batch per sale per pass).
+//! (AOF on), ordering what was queued before and after; a busy sale
+//! does not starve a quiet one (one batch per sale per pass); and bad
+//! values of other binaries' variables do not stop a worker.
 
 #[path = "worker_support.rs"]
 mod worker_support;
@@ -45,6 +46,29 @@ fn a_message_in_another_sales_queue_is_dead_lettered_at_once() {
         (in_b.as_deref(), in_a.as_deref()),
         (Some("failed"), Some("queued"))
     );
+}
+
+/// The worker reads only its own settings (`worker/src/config.rs`): bad
+/// values of the gateway's and the reconciler's variables, set in a shared
+/// environment file, do not stop it.
+#[test]
+fn a_bad_value_of_a_gateway_or_reconciler_variable_does_not_stop_the_worker() {
+    let redis = RedisServer::start();
+    let db = TestDb::create();
+    let sale = create_sale(&db, &redis, 10, -1000, 600_000);
+    let opts = Opts {
+        env: &[
+            ("SECKILL_GATEWAY_BUYER_RATE", "lots"),
+            ("SECKILL_LISTEN", "8080"),
+            ("SECKILL_AUTH", "JWT"),
+            ("SECKILL_ARCHIVE_AFTER", "abc"),
+        ],
+        ..Opts::default()
+    };
+    let _w = WorkerProc::start(&redis, &db, "w1", &opts);
+    reserve_users(&redis, sale, "u", 3);
+    wait_orders(&db, sale, 3, Duration::from_secs(20));
+    worker_support::assert_exactly_once(&db, &redis, sale, 10);
 }
 
 #[test]

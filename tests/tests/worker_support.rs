@@ -33,6 +33,8 @@ pub struct Opts {
     pub crash_at: Option<&'static str>,
     /// `SECKILL_WORKER_EXPIRY_EVERY` (the expiry sweep's idle pause).
     pub expiry_every: &'static str,
+    /// Further variables set for the worker (another binary's, say).
+    pub env: &'static [(&'static str, &'static str)],
 }
 
 impl Default for Opts {
@@ -43,6 +45,7 @@ impl Default for Opts {
             heartbeat_ttl: "3s",
             crash_at: None,
             expiry_every: "200ms",
+            env: &[],
         }
     }
 }
@@ -100,6 +103,9 @@ impl WorkerProc {
             );
         if let Some(p) = opts.crash_at {
             cmd.env("SECKILL_WORKER_CRASH_AT", p);
+        }
+        for (k, v) in opts.env {
+            cmd.env(k, v);
         }
         let child = cmd.spawn().expect("start seckill-worker");
         if let Some(p) = opts.crash_at {

@@ -31,6 +31,7 @@
 //! again is "already done" (idempotency).
 
 use crate::apply::{Applied, Db};
+use crate::config::Config;
 use crate::crash::{CrashPoint, CrashPoints};
 use crate::error::ApplyError;
 use crate::metrics::Metrics;
@@ -39,7 +40,7 @@ use seckill_common::dead_letter::DeadLetter;
 use seckill_common::keys::SaleKeys;
 use seckill_common::message::OrderMessage;
 use seckill_common::status_write::Created;
-use seckill_common::{Config, Shutdown};
+use seckill_common::Shutdown;
 use std::time::Instant;
 
 /// How handling a batch ended.

@@ -12,6 +12,7 @@
 
 use crate::apply::Db;
 use crate::batch::{BatchEnd, Handler};
+use crate::config::Config;
 use crate::crash::CrashPoints;
 use crate::loss_watch::PausedSales;
 use crate::metrics::Metrics;
@@ -20,7 +21,7 @@ use crate::start_check::{self, StartCheck};
 use crate::WorkerError;
 use seckill_common::keys::SaleKeys;
 use seckill_common::redact;
-use seckill_common::{Config, Shutdown};
+use seckill_common::Shutdown;
 use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -113,11 +114,14 @@ impl Worker {
     /// cannot fix (access denied, unknown database, missing tables).
     pub fn wait_for_dependencies(&mut self) -> Result<bool, WorkerError> {
         let mut backoff = crate::RETRY;
-        let redis_at = redact::address(&self.config.redis_url, "SECKILL_REDIS_URL");
-        let mysql_at = redact::address(&self.config.mysql_url, "SECKILL_MYSQL_URL");
+        let redis_at = redact::address(&self.config.services.redis_url, "SECKILL_REDIS_URL");
+        let mysql_at = redact::address(&self.config.services.mysql_url, "SECKILL_MYSQL_URL");
         loop {
             let redis = self.consumer.con().map(|_| ());
-            let mysql = start_check::check(&self.config.mysql_url, self.config.mysql_timeout);
+            let mysql = start_check::check(
+                &self.config.services.mysql_url,
+                self.config.services.mysql_timeout,
+            );
             match (redis, mysql) {
                 (_, Err(StartCheck::Permanent(why))) => {
                     return Err(WorkerError::MysqlRefused(format!("{mysql_at}: {why}")));
@@ -173,7 +177,7 @@ impl Worker {
         } else {
             log::warn!(
                 "redis at {}: {e}",
-                redact::address(&self.config.redis_url, "SECKILL_REDIS_URL")
+                redact::address(&self.config.services.redis_url, "SECKILL_REDIS_URL")
             );
         }
         self.metrics.redis_errors.inc();

@@ -91,7 +91,7 @@ const TRANSIENT_CODES: &[u16] = &[1205, 1213];
 /// 1040 too many connections, 1317 query interrupted (`KILL`), 1927
 /// connection killed (MariaDB), 2006 server gone away, 2013 lost connection,
 /// 4031 disconnected for inactivity (MySQL 8.0.24+; MariaDB just closes the
-/// socket when `idle_transaction_timeout` ends a session), 1290 the server
+/// socket when `idle_transaction_timeout` ends an idle transaction), 1290 the server
 /// runs `--read-only` (made read-only by a switchover: the next connect
 /// finds the writable server of `SECKILL_MYSQL_URL`).
 const CONNECTION_CODES: &[u16] = &[1040, 1053, 1290, 1317, 1927, 2006, 2013, 4031];

@@ -28,6 +28,7 @@
 //! `expire_after_mysql` aborts right after a pass expired orders in MySQL,
 //! `expire_after_redis` right after a Redis step and before its mark.
 
+use crate::config::Config;
 use crate::crash::{CrashPoint, CrashPoints};
 use crate::links::Links;
 use crate::metrics::{count, Metrics};
@@ -36,7 +37,7 @@ use seckill_common::early_payment;
 use seckill_common::lifecycle::{self, Completed, Due, Paid, PaymentOutcome};
 use seckill_common::receipt::{self, Closing};
 use seckill_common::redis_target::{Con, Target};
-use seckill_common::{Config, Shutdown};
+use seckill_common::Shutdown;
 use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::Duration;
@@ -72,9 +73,9 @@ pub fn start(
 ) -> Result<JoinHandle<()>, WorkerError> {
     Expiry {
         client: client.clone(),
-        mysql_url: config.mysql_url.clone(),
-        redis_timeout: config.redis_timeout,
-        mysql_timeout: config.mysql_timeout,
+        mysql_url: config.services.mysql_url.clone(),
+        redis_timeout: config.services.redis_timeout,
+        mysql_timeout: config.services.mysql_timeout,
         batch: config.worker_batch,
         every: config.worker_expiry_every,
         shutdown: shutdown.clone(),

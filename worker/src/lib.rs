@@ -27,6 +27,8 @@
 //!   on sale; the Redis step of every release).
 //! - [`payments`]: the payment consumer (payment queue -> MySQL).
 //! - [`metrics`]: `prometheus-client` metrics and the `/metrics` listener.
+//! - [`config`]: the worker's settings (the shared Redis and MySQL ones,
+//!   and `SECKILL_WORKER_*`), resolved from the raw environment.
 //! - [`error`]: why `run` stops, and how MySQL failures are classified.
 //! - [`crash`]: test-only crash points (`SECKILL_WORKER_CRASH_AT`).
 //!
@@ -43,6 +45,7 @@
 
 pub mod apply;
 pub mod batch;
+pub mod config;
 pub mod consume;
 pub mod crash;
 pub mod error;
@@ -58,9 +61,10 @@ pub mod start_check;
 
 pub use error::WorkerError;
 
+use crate::config::Config;
 use seckill_common::backoff::Backoff;
 use seckill_common::redis_target::Target;
-use seckill_common::{Config, Shutdown};
+use seckill_common::Shutdown;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -81,18 +85,22 @@ pub const RETRY: Backoff = Backoff::new(Duration::from_millis(20), Duration::fro
 /// tables or a migration: [`start_check`]). Unreachable Redis or MySQL is
 /// waited for, not an error.
 pub fn run(config: Config, shutdown: Shutdown) -> Result<(), WorkerError> {
-    let client = Target::open(config.redis_url.as_str())
+    let client = Target::open(config.services.redis_url.as_str())
         .map_err(|e| WorkerError::BadRedisUrl(e.to_string()))?;
     let consumer = queue::Consumer::new(
-        &config.redis_url,
+        &config.services.redis_url,
         &config.worker_id,
-        config.redis_timeout,
+        config.services.redis_timeout,
         config.worker_block,
     )
     .map_err(|e| WorkerError::BadRedisUrl(e.to_string()))?;
     let limits = apply::SessionLimits::for_heartbeat(config.worker_heartbeat_ttl);
-    let db = apply::Db::new(&config.mysql_url, config.mysql_timeout, limits)
-        .map_err(WorkerError::BadMysqlUrl)?;
+    let db = apply::Db::new(
+        &config.services.mysql_url,
+        config.services.mysql_timeout,
+        limits,
+    )
+    .map_err(WorkerError::BadMysqlUrl)?;
     let metrics = Arc::new(metrics::Metrics::new(&config.worker_id));
     let (addr, _http) = metrics::serve(config.worker_metrics_listen, metrics.clone())
         .map_err(WorkerError::MetricsListen)?;
@@ -115,10 +123,14 @@ pub fn run(config: Config, shutdown: Shutdown) -> Result<(), WorkerError> {
     // Register before consuming so others know whose lists these are.
     let mut backoff = RETRY;
     loop {
-        let r =
-            queue::open(&client, config.redis_timeout, config.redis_timeout).and_then(|mut c| {
-                housekeeping::register(&mut c, &config.worker_id, config.worker_heartbeat_ttl)
-            });
+        let r = queue::open(
+            &client,
+            config.services.redis_timeout,
+            config.services.redis_timeout,
+        )
+        .and_then(|mut c| {
+            housekeeping::register(&mut c, &config.worker_id, config.worker_heartbeat_ttl)
+        });
         match r {
             Ok(()) => break,
             Err(e) => log::warn!("registering worker in redis at {}: {e}", client.address()),
@@ -131,9 +143,9 @@ pub fn run(config: Config, shutdown: Shutdown) -> Result<(), WorkerError> {
     worker.share_paused(paused.clone());
     let watch = loss_watch::LossWatch {
         client: client.clone(),
-        mysql_url: config.mysql_url.clone(),
-        redis_timeout: config.redis_timeout,
-        mysql_timeout: config.mysql_timeout,
+        mysql_url: config.services.mysql_url.clone(),
+        redis_timeout: config.services.redis_timeout,
+        mysql_timeout: config.services.mysql_timeout,
         paused,
         metrics: metrics.clone(),
         shutdown: shutdown.clone(),
@@ -147,7 +159,7 @@ pub fn run(config: Config, shutdown: Shutdown) -> Result<(), WorkerError> {
         client: client.clone(),
         worker_id: config.worker_id.clone(),
         ttl: config.worker_heartbeat_ttl,
-        timeout: config.redis_timeout,
+        timeout: config.services.redis_timeout,
         metrics,
         shutdown: shutdown.clone(),
     }
@@ -181,8 +193,12 @@ pub fn run(config: Config, shutdown: Shutdown) -> Result<(), WorkerError> {
 /// is logged and harmless.
 fn leave(client: &Target, config: &Config, sales: &[seckill_common::keys::SaleKeys]) {
     let id = &config.worker_id;
-    let r = queue::open(client, config.redis_timeout, config.redis_timeout)
-        .and_then(|mut c| housekeeping::deregister(&mut c, id, sales));
+    let r = queue::open(
+        client,
+        config.services.redis_timeout,
+        config.services.redis_timeout,
+    )
+    .and_then(|mut c| housekeeping::deregister(&mut c, id, sales));
     match r {
         Ok(housekeeping::Deregistered::Removed) => {
             log::info!("worker {id}: processing lists empty, deregistered")

@@ -29,7 +29,7 @@ fn main() -> ExitCode {
     if let Some(code) = start::command_line("seckill-worker", USAGE) {
         return code;
     }
-    let started = match start::start(|| {}) {
+    let started = match start::start_as(seckill_worker::config::Config::from_env, || {}) {
         Ok(s) => s,
         Err(e) => return start::fail("seckill-worker", &e, e.exit_code()),
     };

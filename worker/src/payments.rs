@@ -18,6 +18,7 @@
 //! the next expiry sweep). A cancellation of an order no longer pending,
 //! or of none, changes nothing and is logged.
 
+use crate::config::Config;
 use crate::metrics::{count, Metrics};
 use crate::queue;
 use crate::WorkerError;
@@ -27,7 +28,7 @@ use seckill_common::lifecycle::{self, Cancelled, Paid, PaymentOutcome};
 use seckill_common::payment::{self, CancelMessage, PaymentMessage, Queued};
 use seckill_common::receipt;
 use seckill_common::redis_target::{Con, Target};
-use seckill_common::{Config, Shutdown};
+use seckill_common::Shutdown;
 use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::Duration;
@@ -81,13 +82,13 @@ impl Consumer {
         let mut reclaimed = false;
         while !self.shutdown.is_triggered() {
             if redis.is_none() {
-                let read = self.config.redis_timeout + BLOCK;
-                redis = queue::open(&self.client, self.config.redis_timeout, read).ok();
+                let read = self.config.services.redis_timeout + BLOCK;
+                redis = queue::open(&self.client, self.config.services.redis_timeout, read).ok();
             }
             if db.is_none() {
                 db = seckill_common::schema::connect(
-                    &self.config.mysql_url,
-                    self.config.mysql_timeout,
+                    &self.config.services.mysql_url,
+                    self.config.services.mysql_timeout,
                 )
                 .ok();
             }

@@ -320,11 +320,7 @@ fn run_batch(
                 (pack(batch, &groups), groups)
             });
             if p.is_empty() {
-                return Ok(Replies {
-                    values: Vec::new(),
-                    replicated: Vec::new(),
-                    reached: Vec::new(),
-                });
+                return Ok(Replies::new());
             }
             con.pipeline_by_slot(p, ack)
         });
@@ -339,8 +335,8 @@ fn run_batch(
         }
         metrics.pipelines.inc();
         metrics.pipelined.inc_by(todo.len() as u64);
-        let (replies, replicated, reached) = match reply {
-            Ok(r) => (r.values, r.replicated, r.reached),
+        let replies = match reply {
+            Ok(r) => r,
             Err(Unavailable) => return results,
         };
         if replies.len() != groups.len() {
@@ -352,13 +348,9 @@ fn run_batch(
             return results;
         }
         let mut again = Vec::new();
-        for ((((_, idx), v), &acked), &answered) in groups
-            .iter()
-            .zip(replies.iter())
-            .zip(&replicated)
-            .zip(&reached)
-        {
-            if !answered {
+        for ((_, idx), reply) in groups.iter().zip(&replies) {
+            let (v, acked) = (&reply.value, reply.replicated);
+            if !reply.reached {
                 // Its master is down (a failover): 503 for these purchases
                 // only, the other masters' purchases keep their outcomes.
                 metrics.redis_errors.inc_by(idx.len() as u64);

@@ -121,13 +121,17 @@ fn by_slot(
     rid: &str,
 ) -> redis::RedisResult<redis::Value> {
     use seckill_common::reservation::{reserve_script, write_call, ReserveKeys};
-    use seckill_common::slot_router::{not_reached, Packed};
+    use seckill_common::slot_router::{not_reached, Packed, Reply};
     let rk = ReserveKeys::of(keys);
     let mut p = Packed::with_capacity(1, 320);
     p.push(rk.slot, |out| write_call(out, &rk, user_id, rid));
     for pass in 0..2 {
-        let r = con.pipeline_by_slot(&p, None)?;
-        let (Some(true), Some(v)) = (r.reached.first(), r.values.into_iter().next()) else {
+        let Some(Reply {
+            reached: true,
+            value: v,
+            ..
+        }) = con.pipeline_by_slot(&p, None)?.into_iter().next()
+        else {
             return Err(not_reached(rk.slot));
         };
         match &v {

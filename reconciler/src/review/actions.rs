@@ -1,6 +1,6 @@
 //! Owns reading the audit log (`actions`) back: the rows of one finding
 //! for `findings show`, and the rows of actions on the payment queue's
-//! dead letters (`payment_dlq_cmd.rs`), which name neither a finding nor a
+//! dead letters (`cmd/payment_dlq.rs`), which name neither a finding nor a
 //! sale.
 
 use crate::review::{ActionKind, ActionStatus, Review, ReviewError};

@@ -1,5 +1,5 @@
 //! Owns the review store's statements about archived sales (`sale
-//! archive`, `archive_cmd.rs`): what the archive's checks read (a sale's
+//! archive`, `sale_archive.rs`): what the archive's checks read (a sale's
 //! open findings, a finished run since a time) and its audit rows, the
 //! `archive` actions, which name a sale rather than a finding; the
 //! partial index `actions_archived_once` lets each sale have one `done`

@@ -1,6 +1,6 @@
 //! Owns the review store's statements about an operator's changes to a
 //! sale (`sale pause | resume | end | extend | add-stock`,
-//! `sale_admin_cmd.rs`): their audit rows, which name a sale rather than a
+//! `cmd/sale_admin.rs`): their audit rows, which name a sale rather than a
 //! finding, the started ones still without completion, and what the
 //! commands check in the store (an open `redis_data_loss` finding).
 

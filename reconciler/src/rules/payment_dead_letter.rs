@@ -7,7 +7,7 @@
 //! Such a finding names no reservation (the reservation is in the
 //! evidence), so `resolve` offers only `--dismiss`; the entry itself is
 //! settled by `dead-letter requeue payments` or `dead-letter drop payments`
-//! (`payment_dlq_cmd.rs`), after which a run no longer observes it and
+//! (`cmd/payment_dlq.rs`), after which a run no longer observes it and
 //! closes the finding.
 
 use crate::review::findings::{Kind, Observation};

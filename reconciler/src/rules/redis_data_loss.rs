@@ -47,7 +47,7 @@ pub fn observe(
     if open != Some(1) && data_loss::mysql_state(mysql, sale_id)?.paused.is_none() {
         return Ok(None);
     }
-    let state = data_loss::watch_sale(redis, mysql, sale_id).map_err(watch_error)?;
+    let state = data_loss::watch_sale(redis, mysql, sale_id)?;
     let marks = data_loss::mysql_state(mysql, sale_id)?;
     let (detected_by, gaps) = match state {
         SaleState::Consistent { .. } | SaleState::Absent => return Ok(None),
@@ -56,7 +56,7 @@ pub fn observe(
     };
     let lost = lost_reservations(redis, mysql, sale_id)?;
     let unseen = unordered_at_last_marks(redis, mysql, sale_id, marks.seq_high)?;
-    let k = data_loss::bucket_count(redis, mysql, sale_id).map_err(watch_error)?;
+    let k = data_loss::bucket_count(redis, mysql, sale_id)?;
     let gone = seckill_common::load_record::gone_buckets(redis, sale_id, k)?;
     let loaded_at = seckill_common::load_record::loaded_at_ms(mysql, sale_id)?
         .map(seckill_common::timefmt::format_ms);
@@ -121,7 +121,7 @@ fn lost_reservations(
     mysql: &mut mysql::Conn,
     sale_id: u64,
 ) -> Result<Vec<(u32, String)>, RunError> {
-    let k = data_loss::bucket_count(redis, mysql, sale_id).map_err(watch_error)?;
+    let k = data_loss::bucket_count(redis, mysql, sale_id)?;
     let orders: Vec<(String, String)> = mysql.exec(
         "SELECT reservation_id, user_id FROM orders WHERE sale_id = ?",
         (sale_id,),
@@ -174,7 +174,7 @@ fn unordered_at_last_marks(
     sale_id: u64,
     seq_high: u64,
 ) -> Result<Unseen, RunError> {
-    let k = data_loss::bucket_count(redis, mysql, sale_id).map_err(watch_error)?;
+    let k = data_loss::bucket_count(redis, mysql, sale_id)?;
     let split: u64 = seckill_common::bucket_marks::read_split(mysql, sale_id, k)?
         .iter()
         .map(|m| m.seq_high)
@@ -185,12 +185,4 @@ fn unordered_at_last_marks(
         reserved: seq_high + split,
         orders: orders.unwrap_or(0),
     })
-}
-
-fn watch_error(e: data_loss::WatchError) -> RunError {
-    match e {
-        data_loss::WatchError::Redis(e) => RunError::Redis(e),
-        data_loss::WatchError::Mysql(e) => RunError::Mysql(e),
-        other => RunError::Refused(other.to_string()),
-    }
 }

@@ -1,4 +1,5 @@
-//! Owns the archive of an ended sale: `sale archive ID --by NAME` by hand,
+//! Owns the archive of an ended sale, by hand (`cmd/archive.rs`: `sale
+//! archive ID --by NAME`)
 //! and `run`'s automatic one `SECKILL_ARCHIVE_AFTER` past the sale's end
 //! (actor `reconciler`). Archiving removes the sale's Redis keys but a
 //! tombstone (`seckill_common::archive`); MySQL and the review file keep
@@ -28,15 +29,15 @@
 //! finding). The worker no longer writes a Redis status for it.
 
 use crate::error::RunError;
-use crate::lock::{RunLock, LOCK_WAIT};
-use crate::output::outln;
+use crate::sale_read::{sale_state, SaleState};
+
 use crate::review::{ActionStatus, Review};
 use mysql::prelude::Queryable;
 use seckill_common::archive::{self, Tombstone};
 use seckill_common::keys::SaleKeys;
+use seckill_common::now_ms;
 use seckill_common::redis_target::Con;
 use seckill_common::timefmt::format_ms;
-use seckill_common::{now_ms, Config};
 use std::time::Duration;
 
 /// The least time past a sale's end before it may be archived: the
@@ -47,54 +48,6 @@ pub const MIN_AGE: Duration = Duration::from_secs(60);
 
 /// The actor of `run`'s automatic archives.
 pub const RECONCILER: &str = "reconciler";
-
-/// What MySQL says of a sale for its archive.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct SaleState {
-    /// What the tombstone keeps (`archived_at_ms`: when, if archived, else 0).
-    pub tombstone: Tombstone,
-    /// Who archived it, if it is.
-    pub archived_by: Option<String>,
-    /// Orders still `pending_payment`.
-    pub pending: u64,
-}
-
-/// Sale `id` as MySQL holds it; `None` when there is no such sale.
-///
-/// Errors: MySQL failures.
-pub fn sale_state(db: &mut mysql::Conn, id: u64) -> Result<Option<SaleState>, RunError> {
-    type Row = (i64, i64, u64, i64, Option<i64>, Option<String>, i64);
-    let row: Option<Row> = db.exec_first(
-        "SELECT CAST(UNIX_TIMESTAMP(starts_at) * 1000 AS SIGNED),
-                CAST(UNIX_TIMESTAMP(ends_at) * 1000 AS SIGNED), total_stock, available_stock,
-                CAST(UNIX_TIMESTAMP(archived_at) * 1000 AS SIGNED), archived_by,
-                (SELECT COUNT(*) FROM orders WHERE sale_id = s.id AND status = 'pending_payment')
-         FROM sales s WHERE id = ?",
-        (id,),
-    )?;
-    Ok(row.map(|(s, e, total, left, at, by, pending)| SaleState {
-        tombstone: Tombstone {
-            starts_at_ms: s.max(0) as u64,
-            ends_at_ms: e.max(0) as u64,
-            total_stock: total,
-            stock_left: left.max(0) as u64,
-            archived_at_ms: at.unwrap_or(0).max(0) as u64,
-        },
-        archived_by: by,
-        pending: pending.max(0) as u64,
-    }))
-}
-
-/// Whether sale `id` is archived (MySQL's `archived_at`).
-///
-/// Errors: MySQL failures.
-pub fn is_archived(db: &mut mysql::Conn, id: u64) -> Result<bool, RunError> {
-    let at: Option<Option<String>> = db.exec_first(
-        "SELECT CAST(archived_at AS CHAR) FROM sales WHERE id = ?",
-        (id,),
-    )?;
-    Ok(matches!(at, Some(Some(_))))
-}
 
 /// Removes again the Redis keys of archived sale `id` when they came back
 /// (a Redis restored from a snapshot taken before the archive brings all of
@@ -194,7 +147,7 @@ pub fn archive(
     let now = now_ms();
     let at = format_ms(now);
     let Some(s) = sale_state(db, id)? else {
-        return Err(RunError::Refused(format!("no sale {id} in MySQL")));
+        return Err(RunError::NoSuch(format!("no sale {id} in MySQL")));
     };
     if let Some(by) = &s.archived_by {
         let text = format!(
@@ -263,34 +216,6 @@ pub fn complete_interrupted(
         }
     }
     Ok(n)
-}
-
-/// `sale archive ID --by NAME`: exit 0 archived (or archived before), 1
-/// refused (nothing changed), 2 could not run.
-///
-/// Errors: [`RunError`].
-pub fn archive_cmd(config: &Config, id: u64, by: &str) -> Result<u8, RunError> {
-    let mut db = seckill_common::schema::connect(&config.mysql_url, config.mysql_timeout)?;
-    let mut redis = crate::run_cmd::redis_connect(config)?;
-    let review = Review::open(&config.review_db)?;
-    let lock = RunLock::acquire(crate::run_cmd::redis_connect(config)?, LOCK_WAIT)?;
-    let done = complete_interrupted(&review, &mut redis, &mut db).and_then(|_| {
-        let grace = config.reconcile_grace;
-        archive(&review, &mut redis, &mut db, id, by, grace, false)
-    });
-    let released = lock.release();
-    let (status, text) = done?;
-    released?;
-    match status {
-        ActionStatus::Refused => {
-            eprintln!("seckill-reconciler: refused: {text}; nothing changed");
-            Ok(1)
-        }
-        _ => {
-            outln!("{text}");
-            Ok(0)
-        }
-    }
 }
 
 /// `run`'s automatic archive of the sales it just checked (`sales`): those

@@ -11,14 +11,15 @@
 //! list shows its dead-letter entries head first, then anything else pushed
 //! onto it.
 
+use crate::config::Config;
+use crate::connect;
 use crate::error::RunError;
 use crate::output::{one_line, write_stdout};
-use crate::redis_read::{dead_letters_into, for_each_in_list, DeadLetters};
+use crate::payment_dead_letters::{payment_entries, PaymentEntry};
+use crate::redis_read::{dead_letters_into, DeadLetters};
 use crate::rules::dead_letter::fnv1a;
 use seckill_common::message::OrderMessage;
-use seckill_common::redis_target::Con;
 use seckill_common::timefmt::format_ms;
-use seckill_common::Config;
 use std::io::{self, Write};
 
 /// Which dead-letter list.
@@ -30,30 +31,12 @@ pub enum DeadLetterList {
     Payments,
 }
 
-/// One payment dead letter as listed.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct PaymentEntry {
-    /// The entry's text as stored (what `LREM` must match).
-    pub raw: Vec<u8>,
-    /// FNV-1a of `raw`, 16 lowercase hex digits.
-    pub entry: String,
-    /// Its finding's subject.
-    pub subject: String,
-    /// The worker's reason.
-    pub reason: String,
-    /// The queued message, as the entry holds it.
-    pub message: String,
-    /// When the gateway received it (Unix ms), when the message says.
-    pub received_ms: Option<u64>,
-}
-
 /// Prints the list; exit code 0 (a sale Redis does not hold lists what
 /// its bucket 0 still has, and says it is not in Redis).
 ///
 /// Errors: Redis failures, stdout.
-pub fn list(config: &Config, which: DeadLetterList) -> Result<u8, RunError> {
-    let (mut con, _) =
-        seckill_common::redis_server::connect(&config.redis_url, config.redis_timeout)?;
+pub fn run(config: &Config, which: DeadLetterList) -> Result<u8, RunError> {
+    let mut con = connect::redis(&config.services)?;
     match which {
         DeadLetterList::Sale(id) => {
             let k = seckill_common::buckets::count(&mut con, id)?;
@@ -70,39 +53,6 @@ pub fn list(config: &Config, which: DeadLetterList) -> Result<u8, RunError> {
     }
     .map_err(RunError::Output)?;
     Ok(0)
-}
-
-/// Every payment dead letter, head first.
-///
-/// Errors: Redis failures.
-pub fn payment_entries(con: &mut Con) -> redis::RedisResult<Vec<PaymentEntry>> {
-    let mut out = Vec::new();
-    for_each_in_list(con, seckill_common::payment::DEAD_LETTERS, |raw| {
-        out.push(payment_entry(raw))
-    })?;
-    Ok(out)
-}
-
-/// What `raw` is, named as its finding is.
-pub fn payment_entry(raw: &[u8]) -> PaymentEntry {
-    let subject = crate::rules::payment_dead_letter::observations(&[raw.to_vec()])
-        .pop()
-        .map(|o| o.subject)
-        .unwrap_or_default();
-    let v: serde_json::Value = serde_json::from_slice(raw).unwrap_or_default();
-    let message = v["message"].as_str().unwrap_or_default().to_string();
-    let m: serde_json::Value = serde_json::from_str(&message).unwrap_or_default();
-    PaymentEntry {
-        raw: raw.to_vec(),
-        entry: format!("{:016x}", fnv1a(raw)),
-        subject,
-        reason: v["reason"]
-            .as_str()
-            .unwrap_or("(not a dead-letter entry)")
-            .to_string(),
-        message,
-        received_ms: m["received_ms"].as_u64(),
-    }
 }
 
 fn write_sale(w: &mut dyn Write, sale: u64, in_redis: bool, dead: &DeadLetters) -> io::Result<()> {
@@ -207,6 +157,7 @@ fn write_columns<const N: usize>(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::payment_dead_letters::payment_entry;
 
     #[test]
     fn an_entry_with_control_characters_stays_on_its_line_and_reaches_no_terminal() {

@@ -6,13 +6,14 @@
 //! `Review::open_existing`), and a reader that closes the pipe early
 //! (`| head`) ends the output quietly.
 
-use crate::cli::FindingsArgs;
+use crate::cli::{err, parse_u64, Command, Opts, UsageError};
+use crate::config::Config;
 use crate::error::RunError;
 use crate::output::write_stdout;
 use crate::review::actions::ActionRow;
+use crate::review::findings::FindingState;
 use crate::review::findings::{Finding, Severity};
 use crate::review::Review;
-use seckill_common::Config;
 use std::io::{self, Write};
 
 /// Widest evidence text shown in the table (the JSON has all of it).
@@ -23,7 +24,7 @@ const EVIDENCE_WIDTH: usize = 100;
 /// Errors: no review file at `SECKILL_REVIEW_DB` ([`RunError::Review`]), a
 /// SQLite failure, or stdout failing other than by a closed pipe
 /// ([`RunError::Output`]).
-pub fn findings(config: &Config, args: &FindingsArgs) -> Result<u8, RunError> {
+pub fn run(config: &Config, args: &FindingsArgs) -> Result<u8, RunError> {
     let review = Review::open_existing(&config.review_db)?;
     let rows = review.list_findings(args.state, args.sale)?;
     let written = if args.json {
@@ -254,4 +255,35 @@ mod tests {
             assert_eq!(at(l, "{\"reason\""), evidence, "{text}");
         }
     }
+}
+
+/// Arguments of `findings`, validated.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FindingsArgs {
+    /// Only findings in this state; `None` for all.
+    pub state: Option<FindingState>,
+    /// Only this sale.
+    pub sale: Option<u64>,
+    /// JSON (an array of findings) instead of a table.
+    pub json: bool,
+}
+
+/// `findings [--state S] [--sale ID] [--json]`.
+pub fn parse(opts: &mut Opts) -> Result<Command, UsageError> {
+    let state = match opts.take("state").as_deref() {
+        None => Some(FindingState::Open),
+        Some("all") => None,
+        Some(s) if s.parse::<FindingState>().is_ok() => s.parse().ok(),
+        Some(other) => {
+            return err(format!(
+                "--state {other:?}: expected open, auto_fixed, resolved or all"
+            ))
+        }
+    };
+    let sale = match opts.take("sale") {
+        Some(s) => Some(parse_u64(&s, "--sale")?),
+        None => None,
+    };
+    let json = opts.take("json").is_some();
+    Ok(Command::Findings(FindingsArgs { state, sale, json }))
 }

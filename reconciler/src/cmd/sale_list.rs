@@ -2,13 +2,15 @@
 //! state, units (total / left / reserved / ordered / paid) and pause, read
 //! from MySQL and from Redis (every bucket's stock); changes nothing.
 
+use crate::config::Config;
+use crate::connect;
 use crate::error::RunError;
 use crate::output::write_stdout;
 use mysql::prelude::Queryable;
 use seckill_common::keys::SaleKeys;
+use seckill_common::now_ms;
 use seckill_common::redis_target::Con;
 use seckill_common::timefmt::format_ms;
-use seckill_common::{now_ms, Config};
 
 /// One sale as listed.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -115,9 +117,9 @@ fn state(l: &Listed, left: i64, now: u64) -> &'static str {
 /// `sale list`: exit 0.
 ///
 /// Errors: Redis or MySQL failures.
-pub fn list(config: &Config) -> Result<u8, RunError> {
+pub fn run(config: &Config) -> Result<u8, RunError> {
     let mut db = crate::replica_read::read_only_connect(config)?;
-    let mut redis = crate::run_cmd::redis_connect(config)?;
+    let mut redis = connect::redis(&config.services)?;
     let sales = read(&mut db)?;
     let now = now_ms();
     let mut lines = Vec::with_capacity(sales.len());

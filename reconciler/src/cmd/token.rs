@@ -2,7 +2,7 @@
 //! tokens and minting a token from one, for operators, the demo and tests
 //! (the shop's login service mints its own; docs/IDENTITY.md).
 
-use crate::cli::{TokenIssue, TokenKeygen};
+use crate::cli::{err, parse_u64, Command, Opts, UsageError};
 use crate::cli_help::PROGRAM;
 use crate::output::outln;
 use seckill_common::token::{self, Claims, KeySet, Signer};
@@ -151,4 +151,103 @@ fn short(s: u64) -> String {
         _ if s % 60 == 0 => format!("{}m", s / 60),
         _ => format!("{s}s"),
     }
+}
+
+/// Arguments of `token keygen`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TokenKeygen {
+    /// `--alg`.
+    pub alg: seckill_common::token::Alg,
+    /// `--kid`: the id rule (1-64 of `A-Z a-z 0-9 _ . -`).
+    pub kid: String,
+    /// `--out`: the signing key file.
+    pub out: String,
+    /// `--public`: the gateway's key file.
+    pub public: Option<String>,
+}
+
+/// Arguments of `token issue`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TokenIssue {
+    /// `--user`: the buyer (`sub`), the user id rule.
+    pub user: String,
+    /// `--key`: the signing key file.
+    pub key: String,
+    /// `--ttl` in whole seconds (1 s to 30 days; default 10 minutes).
+    pub ttl_s: u64,
+    /// `--kid`.
+    pub kid: Option<String>,
+    /// `--audience`.
+    pub audience: Option<String>,
+    /// `--count`: tokens for `U-0 .. U-(N-1)` instead of one for `U`.
+    pub count: Option<u64>,
+}
+
+/// `token keygen --alg HS256|EdDSA --kid K --out FILE [--public FILE]`.
+pub fn parse_keygen(opts: &mut Opts) -> Result<Command, UsageError> {
+    let alg = opts.take("alg").unwrap_or_default();
+    let alg = seckill_common::token::Alg::parse(&alg)
+        .ok_or_else(|| UsageError::new(format!("--alg {alg:?}: expected HS256 or EdDSA")))?;
+    let kid = opts
+        .take("kid")
+        .ok_or_else(|| UsageError::new("--kid is required"))?;
+    if !seckill_common::is_valid_token(&kid) {
+        return err(format!(
+            "--kid {kid:?}: expected {}",
+            seckill_common::TOKEN_RULE
+        ));
+    }
+    let out = opts
+        .take("out")
+        .ok_or_else(|| UsageError::new("--out is required"))?;
+    let public = opts.take("public");
+    Ok(Command::TokenKeygen(TokenKeygen {
+        alg,
+        kid,
+        out,
+        public,
+    }))
+}
+
+/// `token issue --user U --key FILE [--ttl 10m] [--kid K] [--audience A] [--count N]`.
+pub fn parse_issue(opts: &mut Opts) -> Result<Command, UsageError> {
+    let user = opts
+        .take("user")
+        .ok_or_else(|| UsageError::new("--user is required"))?;
+    if !seckill_common::is_valid_token(&user) {
+        return err(format!(
+            "--user {user:?}: expected {}",
+            seckill_common::TOKEN_RULE
+        ));
+    }
+    let key = opts
+        .take("key")
+        .ok_or_else(|| UsageError::new("--key is required"))?;
+    let ttl = opts.take("ttl").unwrap_or_else(|| "10m".into());
+    let ttl_s = humantime::parse_duration(&ttl)
+        .ok()
+        .map(|d| d.as_secs())
+        .filter(|s| (1..=30 * 24 * 3600).contains(s))
+        .ok_or_else(|| {
+            UsageError::new(format!(
+                "--ttl {ttl:?}: expected a duration from 1s to 30d, such as 10m"
+            ))
+        })?;
+    let kid = opts.take("kid");
+    let audience = opts.take("audience");
+    let count = match opts.take("count") {
+        None => None,
+        Some(c) => Some(parse_u64(&c, "--count")?.clamp(1, 100_000_000)),
+    };
+    if count.is_some() && !seckill_common::is_valid_token(&format!("{user}-99999999")) {
+        return err("--user with --count: U-N must stay within 64 characters");
+    }
+    Ok(Command::TokenIssue(TokenIssue {
+        user,
+        key,
+        ttl_s,
+        kid,
+        audience,
+        count,
+    }))
 }

@@ -41,19 +41,20 @@
 //! (`settle.rs`): `started` before, its completion after; an interrupted one
 //! is completed by the next `resolve` or `run` before they do anything else.
 
-use crate::cli::{ResolveAction, ResolveArgs};
-use crate::error::RunError;
+use crate::cli::{by_and_note, err, finding_id, Command, Opts, UsageError};
+use crate::config::Config;
+use crate::connect;
+use crate::error::{RunError, EXIT_REFUSED};
 use crate::output::outln;
 use crate::review::findings::{Finding, Kind, Resolution};
 use crate::review::{ActionKind, ActionStatus, PendingAction, Review};
-use crate::run_cmd::{mysql_connect, redis_connect};
 use crate::settle::{self, Outcome};
 use seckill_common::keys::{SaleKeys, WORKERS};
+use seckill_common::now_ms;
 use seckill_common::redis_target::Con;
 use seckill_common::release::{release_in, ReleaseOutcome};
 use seckill_common::reorder::{self, ReorderOutcome};
 use seckill_common::timefmt::format_ms;
-use seckill_common::{now_ms, Config};
 
 /// What the checks before an action's effect came to.
 enum Checked {
@@ -83,10 +84,14 @@ enum Checked {
 ///
 /// Errors: no review file ([`RunError::Review`]), Redis, MySQL or SQLite
 /// failures.
-pub fn resolve(config: &Config, args: &ResolveArgs) -> Result<u8, RunError> {
+pub fn run(config: &Config, args: &ResolveArgs) -> Result<u8, RunError> {
     let review = Review::open_existing(&config.review_db)?;
     if !args.dry_run {
-        settle::complete_pending(&review, || redis_connect(config), || mysql_connect(config))?;
+        settle::complete_pending(
+            &review,
+            || connect::redis(&config.services),
+            || connect::mysql(&config.services),
+        )?;
     }
     let f = review.finding(args.finding_id)?;
     let action = action_kind(args.action);
@@ -147,7 +152,7 @@ pub fn resolve(config: &Config, args: &ResolveArgs) -> Result<u8, RunError> {
         if args.dry_run {
             eprintln!("seckill-reconciler: dry run: nothing changed, nothing logged");
         }
-        return Ok(2);
+        return Ok(EXIT_REFUSED);
     }
     if args.dry_run {
         outln!("dry run, nothing changed: {}", outcome.text);
@@ -240,7 +245,7 @@ fn check(config: &Config, f: &Finding, args: &ResolveArgs) -> Result<Checked, Ru
         ))));
     }
     let sale_id = f.sale_id.max(0) as u64;
-    let mut mysql = seckill_common::schema::connect(&config.mysql_url, config.mysql_timeout)?;
+    let mut mysql = connect::mysql(&config.services)?;
     if let Some(order) = crate::mysql_read::order_of(&mut mysql, &rid)? {
         return Ok(Checked::Final(order_exists(args.action, order.id, &rid)));
     }
@@ -255,7 +260,7 @@ fn check(config: &Config, f: &Finding, args: &ResolveArgs) -> Result<Checked, Ru
              says what to do with the sale)"
         ))));
     }
-    let mut redis = redis_connect(config)?;
+    let mut redis = connect::redis(&config.services)?;
     if recreate {
         return Ok(
             match crate::recreate::check(&mut mysql, &mut redis, sale_id, &rid)? {
@@ -445,4 +450,72 @@ fn reorder(
             }
         },
     )
+}
+
+/// What `resolve` does to the reservation of a finding.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ResolveAction {
+    /// Queue the order message again.
+    Reorder,
+    /// Release the reservation in Redis.
+    Rollback,
+    /// Make the order of a stock-ledger deduction without order again.
+    Recreate,
+    /// Close the finding, changing nothing else.
+    Dismiss,
+}
+
+impl ResolveAction {
+    /// The action's name as logged in `actions`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ResolveAction::Reorder => "reorder",
+            ResolveAction::Rollback => "rollback",
+            ResolveAction::Recreate => "recreate",
+            ResolveAction::Dismiss => "dismiss",
+        }
+    }
+}
+
+/// Arguments of `resolve`, validated.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ResolveArgs {
+    /// The finding's id.
+    pub finding_id: i64,
+    /// Exactly one of the three actions.
+    pub action: ResolveAction,
+    /// Who acts: 1-64 characters of `A-Z a-z 0-9 _ . - @`.
+    pub by: String,
+    /// Why; at most [`MAX_NOTE`] characters.
+    pub note: Option<String>,
+    /// Print what would change and change nothing.
+    pub dry_run: bool,
+}
+
+/// `resolve ID --reorder|--rollback|--recreate|--dismiss --by NAME [--note] [--dry-run]`.
+pub fn parse(id: &str, opts: &mut Opts) -> Result<Command, UsageError> {
+    let finding_id = finding_id(id)?;
+    let mut actions = Vec::new();
+    for (flag, action) in [
+        ("reorder", ResolveAction::Reorder),
+        ("rollback", ResolveAction::Rollback),
+        ("recreate", ResolveAction::Recreate),
+        ("dismiss", ResolveAction::Dismiss),
+    ] {
+        while opts.take(flag).is_some() {
+            actions.push(action);
+        }
+    }
+    let [action] = actions.as_slice() else {
+        return err("resolve needs exactly one of --reorder, --rollback, --recreate, --dismiss");
+    };
+    let (by, note) = by_and_note(opts.take("by"), opts.take("note"))?;
+    let dry_run = opts.take("dry-run").is_some();
+    Ok(Command::Resolve(ResolveArgs {
+        finding_id,
+        action: *action,
+        by,
+        note,
+        dry_run,
+    }))
 }

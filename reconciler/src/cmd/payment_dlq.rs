@@ -18,17 +18,20 @@
 //! observed; a requeued payment the worker gives up on again is a new dead
 //! letter and opens its finding again.
 
-use crate::dead_letter_cmd::{payment_entries, PaymentEntry};
+use crate::cli::{by_and_note, err, Command, Opts, UsageError};
+use crate::config::Config;
+use crate::connect;
 use crate::error::RunError;
 use crate::output::outln;
+use crate::payment_dead_letters::{self, payment_entries, PaymentEntry};
 use crate::review::actions::PendingPaymentAction;
 use crate::review::{ActionKind, ActionStatus, Review};
 use crate::settle::{with_note, Outcome};
 use redis::Script;
+use seckill_common::now_ms;
 use seckill_common::payment::{self, Queued};
 use seckill_common::redis_target::Con;
 use seckill_common::timefmt::format_ms;
-use seckill_common::{now_ms, Config};
 
 /// `KEYS`: dead letters, queue, attempts, settled; `ARGV`: the entry, the
 /// action's mark, the settled record, `requeue` or `drop`, the message, its
@@ -88,12 +91,11 @@ pub struct PaymentDeadLetterArgs {
 /// Errors: no review file, SQLite or Redis failures; [`RunError::Refused`]
 /// (exit 2, nothing changed, nothing recorded) when no entry or more than
 /// one has that name, or a requeue of a message the worker cannot read.
-pub fn settle(config: &Config, a: &PaymentDeadLetterArgs) -> Result<u8, RunError> {
+pub fn run(config: &Config, a: &PaymentDeadLetterArgs) -> Result<u8, RunError> {
     let review = Review::open_existing(&config.review_db)?;
-    let (mut con, _) =
-        seckill_common::redis_server::connect(&config.redis_url, config.redis_timeout)?;
+    let mut con = connect::redis(&config.services)?;
     if !a.dry_run {
-        complete_pending(&review, &mut con)?;
+        payment_dead_letters::complete_pending(&review, &mut con)?;
     }
     let e = find(&mut con, &a.entry)?;
     if a.action == PaymentDeadLetterAction::Requeue {
@@ -147,7 +149,7 @@ pub fn settle(config: &Config, a: &PaymentDeadLetterArgs) -> Result<u8, RunError
 
 /// The one entry named `name` (16 hex digits, or a finding's subject).
 ///
-/// Errors: [`RunError::Refused`] when none or several are.
+/// Errors: [`RunError::NoSuch`] when none or several are.
 fn find(con: &mut Con, name: &str) -> Result<PaymentEntry, RunError> {
     let mut hits: Vec<PaymentEntry> = payment_entries(con)?
         .into_iter()
@@ -158,11 +160,11 @@ fn find(con: &mut Con, name: &str) -> Result<PaymentEntry, RunError> {
     hits.dedup_by(|a, b| a.raw == b.raw);
     match hits.len() {
         1 => Ok(hits.remove(0)),
-        0 => Err(RunError::Refused(format!(
+        0 => Err(RunError::NoSuch(format!(
             "no payment dead letter {name:?}: `seckill-reconciler dead-letter list payments` \
              lists them (entry or subject)"
         ))),
-        n => Err(RunError::Refused(format!(
+        n => Err(RunError::NoSuch(format!(
             "{n} payment dead letters are {name:?}: name one by its entry (`seckill-reconciler \
              dead-letter list payments`)"
         ))),
@@ -226,48 +228,22 @@ fn effect(
     })
 }
 
-/// Completes every `started` action on the payment queue without its
-/// completion row (see the module doc); returns how many.
-///
-/// Errors: SQLite or Redis failures (nothing recorded; a later attempt
-/// does it).
-pub fn complete_pending(review: &Review, con: &mut Con) -> Result<usize, RunError> {
-    if review.pending_payment_actions()?.is_empty() {
-        return Ok(0);
+/// `dead-letter requeue|drop payments ENTRY --by NAME [--note TEXT]
+/// [--dry-run]`; a drop needs its note.
+pub fn parse(
+    action: PaymentDeadLetterAction,
+    entry: &str,
+    opts: &mut Opts,
+) -> Result<Command, UsageError> {
+    let (by, note) = by_and_note(opts.take("by"), opts.take("note"))?;
+    if action == PaymentDeadLetterAction::Drop && note.is_none() {
+        return err("--note TEXT is required: say why the payment is not applied");
     }
-    review.immediate(|| -> Result<usize, RunError> {
-        let pending = review.pending_payment_actions()?; // again, under the lock
-        for p in &pending {
-            let present: bool = redis::cmd("HEXISTS")
-                .arg(payment::DEAD_LETTERS_SETTLED)
-                .arg(p.mark())
-                .query(con)?;
-            let o = if present {
-                Outcome::done(format!(
-                    "recorded after an interruption: {} holds this action's mark",
-                    payment::DEAD_LETTERS_SETTLED
-                ))
-            } else {
-                Outcome::failed("interrupted before its effect; nothing changed".to_string())
-            };
-            let now = format_ms(now_ms());
-            review.record_payment_action(
-                &now,
-                &p.actor,
-                p.action,
-                &o.text,
-                o.status,
-                Some(p.id),
-            )?;
-            log::warn!(
-                "action {} ({} by {}) was interrupted; recorded now as {}: {}",
-                p.id,
-                p.action,
-                p.actor,
-                o.status.as_str(),
-                o.text
-            );
-        }
-        Ok(pending.len())
-    })
+    Ok(Command::PaymentDeadLetter(PaymentDeadLetterArgs {
+        action,
+        entry: entry.to_string(),
+        by,
+        note,
+        dry_run: opts.take("dry-run").is_some(),
+    }))
 }

@@ -10,15 +10,17 @@
 //! are read [`LIST_CHUNK`](crate::redis_read::LIST_CHUNK) entries a call,
 //! so a long list never holds Redis for long.
 
+use crate::config::Config;
+use crate::connect;
 use crate::error::RunError;
 use crate::output::write_stdout;
 use crate::redis_read::{for_each_in_list, set_members};
 use seckill_common::dead_letter::DeadLetter;
 use seckill_common::keys::{worker_heartbeat, SaleKeys, SALES, WORKERS};
 use seckill_common::message::OrderMessage;
+use seckill_common::now_ms;
 use seckill_common::payment::{self, Queued};
 use seckill_common::redis_target::Con;
-use seckill_common::{now_ms, Config};
 use std::collections::BTreeMap;
 use std::io::{self, Write};
 
@@ -46,9 +48,8 @@ impl QueueView {
 /// of payments; exit code 0.
 ///
 /// Errors: Redis failures, stdout.
-pub fn show(config: &Config, sale: Option<u64>) -> Result<u8, RunError> {
-    let (mut con, _) =
-        seckill_common::redis_server::connect(&config.redis_url, config.redis_timeout)?;
+pub fn run(config: &Config, sale: Option<u64>) -> Result<u8, RunError> {
+    let mut con = connect::redis(&config.services)?;
     let workers = {
         let mut w = set_members(&mut con, WORKERS)?;
         w.sort();

@@ -1,0 +1,69 @@
+//! Owns what `sale repair` reads before it rebuilds: every order of the
+//! sale from MySQL, and each bucket's marks as Redis holds them now.
+
+use crate::error::RunError;
+use crate::repair_rebuild::OrderRow;
+use mysql::prelude::Queryable;
+use redis::Commands;
+use seckill_common::keys::SaleKeys;
+use seckill_common::order::OrderStatus;
+use seckill_common::redis_target::Con;
+
+/// Every order of sale `id`, as the repair reads them.
+///
+/// Errors: MySQL failures.
+pub fn read_orders(db: &mut mysql::Conn, id: u64) -> Result<Vec<OrderRow>, RunError> {
+    // reservation id, user, reserved at ms, status, pay by ms
+    type Row = (String, String, Option<i64>, String, Option<i64>);
+    let rows: Vec<Row> = db.exec(
+        "SELECT reservation_id, user_id, CAST(UNIX_TIMESTAMP(reserved_at) * 1000 AS SIGNED),
+                status, CAST(UNIX_TIMESTAMP(pay_by) * 1000 AS SIGNED)
+         FROM orders WHERE sale_id = ?",
+        (id,),
+    )?;
+    Ok(rows
+        .into_iter()
+        .map(|(rid, user, at, status, pay_by)| OrderRow {
+            rid,
+            user,
+            reserved_at_ms: at.unwrap_or(0).max(0) as u64,
+            // An older row's `created` holds its unit, as `confirmed` does.
+            status: status.parse().unwrap_or(OrderStatus::Confirmed),
+            pay_by_ms: pay_by.map(|p| p.max(0) as u64),
+        })
+        .collect())
+}
+
+/// A bucket's reservation sequence, checkpoint and `moved_in` as Redis
+/// holds them now, read leniently: a field that is not a number (the
+/// damage being repaired, perhaps) counts as 0, and is overwritten by the
+/// repair.
+///
+/// Errors: Redis failures.
+pub fn redis_marks(con: &mut Con, k: &SaleKeys) -> redis::RedisResult<(u64, Option<u64>, u64)> {
+    let (total, releases_now, ck, moved_in): (
+        Option<String>,
+        Option<String>,
+        Option<String>,
+        Option<String>,
+    ) = redis::cmd("HMGET")
+        .arg(k.meta())
+        .arg("total_stock")
+        .arg("releases")
+        .arg("checkpoint")
+        .arg("moved_in")
+        .query(con)?;
+    let stock_now: Option<String> = con.get(k.stock())?;
+    let num = |v: &Option<String>| v.as_deref().and_then(|v| v.parse::<i64>().ok());
+    let redis_seq = seckill_common::reservation::sequence(
+        num(&total).unwrap_or(0).max(0) as u64,
+        num(&stock_now).unwrap_or(0),
+        num(&releases_now).unwrap_or(0).max(0) as u64,
+    );
+    let redis_ck = num(&ck).map(|c| c.max(0) as u64);
+    Ok((
+        redis_seq,
+        redis_ck,
+        num(&moved_in).unwrap_or(0).max(0) as u64,
+    ))
+}

@@ -1,0 +1,235 @@
+//! Owns `sale pause | resume | end | extend | add-stock`: the checks,
+//! `--dry-run`, and the change run written ahead (`sale_admin_settle.rs`).
+//! A checked refusal or a change with nothing to do is one audit row
+//! (`refused`, `no_change`) and no effect.
+
+use crate::config::Config;
+use crate::connect;
+use crate::error::{RunError, EXIT_REFUSED};
+use crate::output::outln;
+use crate::review::{ActionKind, ActionStatus, Review};
+use crate::sale_admin_cli::{AdminChange, SaleAdminArgs};
+use crate::sale_admin_settle::{complete_pending, written_ahead};
+use crate::sale_read::{sale_now, SaleNow};
+use crate::settle::Outcome;
+use seckill_common::now_ms;
+use seckill_common::sale_admin::{self, Change};
+use seckill_common::timefmt::format_ms;
+
+/// Longest sale window: as `sale create` allows.
+const MAX_WINDOW_MS: u64 = crate::cli::MAX_WINDOW_MS;
+
+/// What the checks decided.
+enum Checked {
+    /// Recorded as is, no effect (`refused` or `no_change`).
+    Final(Outcome),
+    /// The change may go ahead; `would` says what it does.
+    Go { change: Change, would: String },
+}
+
+/// The audit kind of a change.
+fn kind(c: &AdminChange) -> ActionKind {
+    match c {
+        AdminChange::Pause(_) => ActionKind::Pause,
+        AdminChange::Resume => ActionKind::Resume,
+        AdminChange::End => ActionKind::End,
+        AdminChange::Extend(_) => ActionKind::Extend,
+        AdminChange::AddStock(_) => ActionKind::AddStock,
+    }
+}
+
+/// Runs one change; exit 0 done (or nothing to do), 1 refused, the same
+/// for `--dry-run` (which records nothing).
+///
+/// Errors: Redis, MySQL or SQLite failures ([`RunError`], exit 2);
+/// [`RunError::Refused`] for a sale MySQL does not hold.
+pub fn run(config: &Config, a: &SaleAdminArgs) -> Result<u8, RunError> {
+    let review = Review::open(&config.review_db)?;
+    let mut db = connect::mysql(&config.services)?;
+    let mut redis = connect::redis(&config.services)?;
+    if !a.dry_run {
+        complete_pending(&review, &mut redis, &mut db)?;
+    }
+    let Some(s) = sale_now(&mut db, a.sale_id)? else {
+        return Err(RunError::NoSuch(format!(
+            "no sale {} in MySQL: `seckill-reconciler sale list` shows the sales",
+            a.sale_id
+        )));
+    };
+    let buckets = seckill_common::data_loss::bucket_count(&mut redis, &mut db, a.sale_id)?;
+    let checked = check(&review, a, &s, buckets, now_ms())?;
+    let action = kind(&a.change);
+    let outcome = match checked {
+        Checked::Final(o) if a.dry_run => o,
+        Checked::Final(o) => {
+            let at = format_ms(now_ms());
+            review.record_sale_action(&at, &a.by, a.sale_id, action, &o.text, o.status, None)?;
+            o
+        }
+        Checked::Go { would, .. } if a.dry_run => Outcome::done(would),
+        Checked::Go { change, would } => written_ahead(
+            &review, &mut redis, &mut db, a, action, buckets, &change, &would,
+        )?,
+    };
+    if outcome.status == ActionStatus::Refused {
+        eprintln!(
+            "seckill-reconciler: refused: {}; nothing changed",
+            outcome.text
+        );
+        return Ok(EXIT_REFUSED);
+    }
+    if a.dry_run {
+        outln!("dry run, nothing changed: {}", outcome.text);
+    } else {
+        outln!("{}: {}", outcome.status.as_str(), outcome.text);
+    }
+    Ok(0)
+}
+
+/// The checks of change `a` on sale `s` (of `buckets` buckets) at `now`.
+fn check(
+    review: &Review,
+    a: &SaleAdminArgs,
+    s: &SaleNow,
+    buckets: u32,
+    now: u64,
+) -> Result<Checked, RunError> {
+    let id = a.sale_id;
+    if let Some(by) = &s.archived_by {
+        return Ok(Checked::Final(Outcome::refused(format!(
+            "sale {id} was archived by {by}: it takes no change"
+        ))));
+    }
+    let refused = |t: String| Ok(Checked::Final(Outcome::refused(t)));
+    let no_change = |t: String| Ok(Checked::Final(Outcome::no_change(t)));
+    match &a.change {
+        AdminChange::Pause(reason) => match (&s.paused_reason, &s.paused_by) {
+            (Some(r), by) => no_change(format!(
+                "sale {id} is paused already (by {}: {r})",
+                by.as_deref().unwrap_or("?")
+            )),
+            (None, _) => Ok(Checked::Go {
+                change: Change::Pause {
+                    reason: reason.clone(),
+                },
+                would: format!(
+                    "pause sale {id} ({reason}): purchases answered 503 sale_paused until \
+                     `sale resume {id}`"
+                ),
+            }),
+        },
+        AdminChange::Resume => {
+            if let Some(f) = review.open_data_loss(id)? {
+                return refused(format!(
+                    "sale {id} has an open redis_data_loss finding ({f}): `seckill-reconciler \
+                     sale repair {id} --by NAME` ends that pause"
+                ));
+            }
+            if let Some(r) = &s.data_loss {
+                return refused(format!(
+                    "sale {id} is paused because Redis lost data of it ({r}): \
+                     `seckill-reconciler run`, then `sale repair {id} --by NAME`"
+                ));
+            }
+            match &s.paused_reason {
+                None => no_change(format!("sale {id} is not paused by an operator")),
+                Some(r) => Ok(Checked::Go {
+                    change: Change::Resume,
+                    would: format!("resume sale {id} (paused: {r}): purchases taken again"),
+                }),
+            }
+        }
+        AdminChange::End => {
+            if s.ends_at_ms <= now {
+                return no_change(format!(
+                    "sale {id} ended already at {}",
+                    format_ms(s.ends_at_ms)
+                ));
+            }
+            let at = now.max(s.starts_at_ms + 1);
+            Ok(Checked::Go {
+                change: Change::EndAt { ends_at_ms: at },
+                would: format!(
+                    "end sale {id} at {} (was {}): later purchases answered 403 sale_ended",
+                    format_ms(at),
+                    format_ms(s.ends_at_ms)
+                ),
+            })
+        }
+        AdminChange::Extend(t) => {
+            let t = *t;
+            if t == s.ends_at_ms {
+                return no_change(format!("sale {id} ends at {} already", format_ms(t)));
+            }
+            if t < s.ends_at_ms {
+                return refused(format!(
+                    "--ends-at {} is before the sale's end {}: `sale end {id}` ends it now",
+                    format_ms(t),
+                    format_ms(s.ends_at_ms)
+                ));
+            }
+            if t - s.starts_at_ms > MAX_WINDOW_MS {
+                return refused(format!(
+                    "--ends-at {}: the sale window would be longer than 366 days",
+                    format_ms(t)
+                ));
+            }
+            Ok(Checked::Go {
+                change: Change::EndAt { ends_at_ms: t },
+                would: format!(
+                    "extend sale {id} to {} (was {})",
+                    format_ms(t),
+                    format_ms(s.ends_at_ms)
+                ),
+            })
+        }
+        AdminChange::AddStock(n) => {
+            let n = *n;
+            if s.ends_at_ms <= now {
+                return refused(format!(
+                    "sale {id} ended at {}: `sale extend {id} --ends-at T` first",
+                    format_ms(s.ends_at_ms)
+                ));
+            }
+            if s.data_loss.is_some() || review.open_data_loss(id)?.is_some() {
+                return refused(format!(
+                    "sale {id} is paused because Redis lost data of it: `sale repair {id} \
+                     --by NAME` first"
+                ));
+            }
+            if s.total_stock + n > crate::cli::MAX_STOCK {
+                return refused(format!(
+                    "sale {id} would offer {} units, more than {}",
+                    s.total_stock + n,
+                    crate::cli::MAX_STOCK
+                ));
+            }
+            Ok(Checked::Go {
+                change: Change::AddStock { units: n },
+                would: format!(
+                    "add {n} unit(s) to sale {id} (total {} -> {}){}",
+                    s.total_stock,
+                    s.total_stock + n,
+                    split_text(s.total_stock, n, buckets)
+                ),
+            })
+        }
+    }
+}
+
+/// Where added units go in a sale of `buckets` buckets, as text (empty
+/// for one bucket).
+fn split_text(total_before: u64, n: u64, buckets: u32) -> String {
+    if buckets <= 1 {
+        return String::new();
+    }
+    let per: Vec<String> = (0..buckets)
+        .map(|b| {
+            format!(
+                "bucket {b} +{}",
+                sale_admin::added_to_bucket(total_before, n, buckets, b)
+            )
+        })
+        .collect();
+    format!(", {}", per.join(", "))
+}

@@ -1,0 +1,269 @@
+//! Owns `sale show ID`: MySQL and Redis figures side by side, the order
+//! lifecycle's counts, and whether the sale is archived or paused.
+
+use crate::config::Config;
+use crate::connect;
+use crate::error::RunError;
+use crate::output::write_stdout;
+use crate::redis_read::read_meta;
+use crate::sale_read::{fetch_sale, held_units};
+use mysql::prelude::Queryable;
+use redis::Commands;
+use seckill_common::keys::SaleKeys;
+use seckill_common::redis_target::Con;
+use seckill_common::sale::Sale;
+use seckill_common::timefmt::format_ms;
+use std::collections::HashMap;
+use std::io::Write;
+
+/// The mark `sale show` puts under its books when the ledger's deductions
+/// and the orders holding a unit differ (each order holds exactly one
+/// deduction): which side has more, and the finding `run` opens for it.
+fn ledger_mark(ledger: i64, orders: u64) -> Option<String> {
+    let diff = ledger - i64::try_from(orders).unwrap_or(i64::MAX);
+    match diff {
+        0 => None,
+        d if d > 0 => Some(format!(
+            "{d} ledger deduction(s) with no order holding the unit (finding \
+             ledger_without_order; fix: resolve ID --recreate)"
+        )),
+        d => Some(format!(
+            "{} order(s) with no ledger deduction (finding order_without_ledger)",
+            -d
+        )),
+    }
+}
+
+/// What MySQL holds of the sale.
+struct MysqlSide {
+    sale: Sale,
+    /// Orders holding a unit.
+    orders: u64,
+    /// The stock ledger's deductions.
+    ledger: i64,
+    /// `sales.payment_window_ms`.
+    window: Option<Option<u64>>,
+    /// Every order by status.
+    by_status: Vec<(String, u64)>,
+    /// When and by whom it was archived, if it was.
+    archived: Option<(u64, String)>,
+}
+
+/// What Redis holds of the sale (summed over its buckets).
+struct RedisSide {
+    released: u64,
+    stock: Option<i64>,
+    /// The numeric fields of the meta hash (`read_meta`).
+    meta: HashMap<String, u64>,
+    /// The data-loss pause.
+    paused: Option<String>,
+    /// An operator's pause.
+    operator_paused: Option<String>,
+    flows: u64,
+    queued: u64,
+    dead: u64,
+    buckets: u32,
+    /// Each bucket's figures (empty for one bucket).
+    figs: Vec<crate::bucket_read::BucketFigures>,
+}
+
+/// `sale show`: MySQL and Redis figures side by side; the Redis column is
+/// read from Redis only (the meta hash and counters), so a sale id that Redis
+/// holds for another database shows as such.
+///
+/// Errors: no such sale in MySQL, Redis or MySQL failures, stdout.
+pub fn run(config: &Config, id: u64) -> Result<u8, RunError> {
+    let mut db = crate::replica_read::read_only_connect(config)?;
+    let Some(sale) = fetch_sale(&mut db, id)? else {
+        return Err(RunError::NoSuch(format!("no sale {id} in MySQL")));
+    };
+    let m = read_mysql(&mut db, sale)?;
+    let mut con = connect::redis(&config.services)?;
+    let r = read_redis(&mut con, id)?;
+    write_stdout(|w| write(w, id, &m, &r)).map_err(RunError::Output)?;
+    Ok(0)
+}
+
+/// The MySQL column of sale `sale`.
+///
+/// Errors: MySQL failures.
+fn read_mysql(db: &mut mysql::Conn, sale: Sale) -> Result<MysqlSide, RunError> {
+    let id = sale.id;
+    let orders = held_units(db, id)?;
+    let ledger = seckill_common::schema::ledger_deductions(db, id)?;
+    // The order lifecycle: the window, and every order by status
+    // (the `orders` line counts those holding a unit).
+    let window: Option<Option<u64>> =
+        db.exec_first("SELECT payment_window_ms FROM sales WHERE id = ?", (id,))?;
+    let by_status: Vec<(String, u64)> = db.exec(
+        "SELECT status, COUNT(*) FROM orders WHERE sale_id = ? GROUP BY status ORDER BY status",
+        (id,),
+    )?;
+    let archived = crate::sale_read::sale_state(db, id)?
+        .and_then(|s| Some((s.tombstone.archived_at_ms, s.archived_by?)));
+    Ok(MysqlSide {
+        sale,
+        orders,
+        ledger,
+        window,
+        by_status,
+        archived,
+    })
+}
+
+/// The Redis column of sale `id`, its buckets added up.
+///
+/// Errors: Redis failures.
+fn read_redis(con: &mut Con, id: u64) -> Result<RedisSide, RunError> {
+    let k = SaleKeys::new(id);
+    let mut released: u64 = con.hlen(k.released())?;
+    let mut stock: Option<i64> = con.get(k.stock())?;
+    let mut meta: HashMap<String, u64> = read_meta(con, id)?;
+    let paused: Option<String> = con.hget(k.meta(), seckill_common::data_loss::PAUSED_FIELD)?;
+    let operator_paused: Option<String> =
+        con.hget(k.meta(), seckill_common::sale_admin::OPERATOR_PAUSED)?;
+    let mut flows: u64 = con.hlen(k.flow())?;
+    let mut queued: u64 = con.llen(k.queue())?;
+    let mut dead: u64 = con.llen(k.dead_letter())?;
+    let buckets = seckill_common::buckets::count(con, id)?.unwrap_or(1);
+    let figs = match buckets {
+        1 => Vec::new(),
+        n => crate::bucket_read::all_figures(con, id, n)?,
+    };
+    if buckets > 1 {
+        // The sale's Redis column adds its buckets up.
+        stock = figs.iter().map(|f| f.stock).sum();
+        let total: Option<i64> = figs.iter().map(|f| f.total_stock).sum();
+        match total.and_then(|t| u64::try_from(t).ok()) {
+            Some(t) => meta.insert("total_stock".into(), t),
+            None => meta.remove("total_stock"),
+        };
+        flows = figs.iter().map(|f| f.flows).sum();
+        released = figs.iter().map(|f| f.released).sum();
+        queued = figs.iter().map(|f| f.queued).sum();
+        dead = figs.iter().map(|f| f.dead).sum();
+    }
+    Ok(RedisSide {
+        released,
+        stock,
+        meta,
+        paused,
+        operator_paused,
+        flows,
+        queued,
+        dead,
+        buckets,
+        figs,
+    })
+}
+
+/// Writes the two columns of sale `id`.
+fn write(w: &mut dyn Write, id: u64, m: &MysqlSide, r: &RedisSide) -> std::io::Result<()> {
+    let MysqlSide {
+        sale,
+        orders,
+        ledger,
+        window,
+        by_status,
+        archived,
+    } = m;
+    let (orders, ledger) = (*orders, *ledger);
+    let RedisSide {
+        released,
+        stock,
+        meta,
+        paused,
+        operator_paused,
+        flows,
+        queued,
+        dead,
+        buckets,
+        figs,
+    } = r;
+    let buckets = *buckets;
+    let not_loaded = || "(not loaded)".to_string();
+    let redis_window = match (meta.get("starts_at_ms"), meta.get("ends_at_ms")) {
+        (Some(&s), Some(&e)) if (s, e) != (sale.starts_at_ms, sale.ends_at_ms) => {
+            Some(format!("{} .. {}", format_ms(s), format_ms(e)))
+        }
+        _ => None,
+    };
+    // A sale created without --title has an empty one: nothing to quote.
+    match sale.title.as_str() {
+        "" => writeln!(w, "sale {id}  sku {}", sale.sku)?,
+        title => writeln!(w, "sale {id}  sku {}  {title:?}", sale.sku)?,
+    }
+    writeln!(
+        w,
+        "window            {} .. {}",
+        format_ms(sale.starts_at_ms),
+        format_ms(sale.ends_at_ms)
+    )?;
+    if let Some((at, by)) = &archived {
+        writeln!(
+            w,
+            "archived          {} by {by}: Redis keeps only its window (a late buyer \
+             hears sale_ended); MySQL and the review file keep the rest",
+            format_ms(*at)
+        )?;
+    }
+    if let Some(rw) = &redis_window {
+        writeln!(w, "window in Redis   {rw}  (differs from MySQL)")?;
+    }
+    writeln!(w, "                  MySQL        Redis")?;
+    writeln!(
+        w,
+        "total stock       {:<12} {}",
+        sale.total_stock,
+        meta.get("total_stock")
+            .map_or_else(not_loaded, u64::to_string)
+    )?;
+    writeln!(
+        w,
+        "available/stock   {:<12} {}",
+        sale.available_stock,
+        stock.map_or_else(not_loaded, |s| s.to_string())
+    )?;
+    writeln!(w, "ledger deductions {:<12} -", ledger)?;
+    writeln!(w, "orders holding    {:<12} -", orders)?;
+    if let Some(mark) = ledger_mark(ledger, orders) {
+        writeln!(w, "                  ! {mark}")?;
+    }
+    if let Some(ms) = window.flatten() {
+        writeln!(
+            w,
+            "payment window    {}",
+            humantime::format_duration(std::time::Duration::from_millis(ms))
+        )?;
+    }
+    if !by_status.is_empty() {
+        let list: Vec<String> = by_status
+            .iter()
+            .map(|(st, n)| format!("{st} {n}"))
+            .collect();
+        writeln!(w, "orders by status  {}", list.join(", "))?;
+    }
+    writeln!(w, "released units    -            {released}")?;
+    writeln!(w, "reservations      -            {flows}")?;
+    writeln!(w, "queued messages   -            {queued}")?;
+    writeln!(w, "dead letters      -            {dead}")?;
+    if buckets > 1 {
+        writeln!(w, "buckets           -            {buckets}")?;
+        crate::bucket_read::write_table(w, id, figs)?;
+    }
+    if let Some(p) = &paused {
+        writeln!(
+            w,
+            "PAUSED            {p}: run `seckill-reconciler run`, then \
+             `seckill-reconciler sale repair {id} --by NAME`"
+        )?;
+    }
+    if let Some(p) = &operator_paused {
+        writeln!(
+            w,
+            "PAUSED            by an operator ({p}): `seckill-reconciler sale resume {id} \
+             --by NAME`"
+        )?;
+    }
+    Ok(())
+}

@@ -1,0 +1,235 @@
+//! Owns the worker's settings: the shared [`Services`] and the
+//! `SECKILL_WORKER_*` variables, resolved from the raw environment
+//! ([`Env`]). The worker reads nothing else, so a bad value of another
+//! binary's variable (the gateway's, the reconciler's) does not stop it.
+
+use seckill_common::config::{parse_addr, parse_duration, parse_int, ConfigError, Env, Services};
+use std::net::SocketAddr;
+use std::time::Duration;
+
+/// What `SECKILL_WORKER_BATCH` takes.
+const INT_BATCH: &str = "an integer from 1 to 10000";
+/// What `SECKILL_WORKER_MAX_ATTEMPTS` takes.
+const INT_ATTEMPTS: &str = "an integer from 1 to 1000";
+
+/// The worker's settings. All defaults live in [`Config::default`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Config {
+    /// Redis and MySQL: where, and their timeouts.
+    pub services: Services,
+    /// `SECKILL_WORKER_ID`: this worker's stable id (the systemd template
+    /// instance name); it names the worker's processing lists and heartbeat.
+    /// 1-64 characters of `A-Z a-z 0-9 _ . -`.
+    pub worker_id: String,
+    /// `SECKILL_WORKER_BATCH`: most order messages applied in one MySQL
+    /// transaction (1-10,000; default 256, per the worker issue).
+    pub worker_batch: usize,
+    /// `SECKILL_WORKER_MAX_ATTEMPTS`: failed applications of one message
+    /// before it goes to the dead-letter list (default 5).
+    pub worker_max_attempts: u32,
+    /// `SECKILL_WORKER_BLOCK`: how long one blocking `BLMOVE` waits on the
+    /// server for a message. The client read timeout is this plus
+    /// `Services::redis_timeout`, so the client never gives up first.
+    pub worker_block: Duration,
+    /// `SECKILL_WORKER_HEARTBEAT_TTL`: lifetime of a worker's heartbeat key;
+    /// after it expires other workers reclaim its processing lists.
+    pub worker_heartbeat_ttl: Duration,
+    /// `SECKILL_WORKER_METRICS_LISTEN`: the worker's `/metrics` listener.
+    pub worker_metrics_listen: SocketAddr,
+    /// `SECKILL_WORKER_EXPIRY_EVERY`: pause between two passes of the
+    /// worker's expiry sweep (`expiry.rs`) when the last pass found nothing
+    /// to do (default 200ms: a unit is back on sale within about that after
+    /// its deadline).
+    pub worker_expiry_every: Duration,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Config {
+            services: Services::default(),
+            worker_id: "worker-1".to_string(),
+            worker_batch: 256,
+            worker_max_attempts: 5,
+            worker_block: Duration::from_secs(1),
+            worker_heartbeat_ttl: Duration::from_secs(15),
+            worker_metrics_listen: SocketAddr::from(([127, 0, 0, 1], 9101)),
+            worker_expiry_every: Duration::from_millis(200),
+        }
+    }
+}
+
+impl Config {
+    /// The worker's settings of `env`; missing or blank variables keep
+    /// their default. Pure: touches neither the environment nor the network.
+    ///
+    /// Errors: the first variable whose value cannot be used.
+    pub fn from_env(env: &Env) -> Result<Config, ConfigError> {
+        let mut c = Config {
+            services: Services::from_env(env)?,
+            ..Config::default()
+        };
+        if let Some(v) = env.get("SECKILL_WORKER_ID") {
+            if !seckill_common::is_valid_token(v) {
+                return Err(ConfigError::new(
+                    "SECKILL_WORKER_ID",
+                    v,
+                    seckill_common::TOKEN_RULE,
+                ));
+            }
+            c.worker_id = v.to_string();
+        }
+        if let Some(v) = env.get("SECKILL_WORKER_BATCH") {
+            c.worker_batch = parse_int("SECKILL_WORKER_BATCH", v, 1, 10_000, INT_BATCH)?;
+        }
+        if let Some(v) = env.get("SECKILL_WORKER_MAX_ATTEMPTS") {
+            c.worker_max_attempts =
+                parse_int("SECKILL_WORKER_MAX_ATTEMPTS", v, 1, 1000, INT_ATTEMPTS)? as u32;
+        }
+        if let Some(v) = env.get("SECKILL_WORKER_BLOCK") {
+            c.worker_block = parse_duration("SECKILL_WORKER_BLOCK", v)?;
+        }
+        if let Some(v) = env.get("SECKILL_WORKER_HEARTBEAT_TTL") {
+            c.worker_heartbeat_ttl = parse_duration("SECKILL_WORKER_HEARTBEAT_TTL", v)?;
+        }
+        if let Some(v) = env.get("SECKILL_WORKER_METRICS_LISTEN") {
+            c.worker_metrics_listen = parse_addr("SECKILL_WORKER_METRICS_LISTEN", v)?;
+        }
+        if let Some(v) = env.get("SECKILL_WORKER_EXPIRY_EVERY") {
+            c.worker_expiry_every = parse_duration("SECKILL_WORKER_EXPIRY_EVERY", v)?;
+        }
+        Ok(c)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use seckill_common::config::{DURATION, DURATION_OR_ZERO};
+    use std::collections::HashMap;
+
+    fn env(pairs: &[(&str, &str)]) -> Env {
+        let map: HashMap<String, String> = pairs
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
+        Env::from_map(&map)
+    }
+
+    #[test]
+    fn empty_environment_gives_documented_defaults() {
+        let c = Config::from_env(&env(&[])).unwrap();
+        assert_eq!(c.services.redis_url, "redis://127.0.0.1:6379/");
+        assert_eq!(c.services.mysql_url, "mysql://root@127.0.0.1:3306/seckill");
+        assert_eq!(c.services.redis_timeout, Duration::from_millis(1000));
+        assert_eq!(c.services.mysql_timeout, Duration::from_secs(10));
+        assert_eq!(c.worker_id, "worker-1");
+        assert_eq!(c.worker_batch, 256);
+        assert_eq!(c.worker_max_attempts, 5);
+        assert_eq!(c.worker_block, Duration::from_secs(1));
+        assert_eq!(c.worker_heartbeat_ttl, Duration::from_secs(15));
+        assert_eq!(c.worker_metrics_listen.to_string(), "127.0.0.1:9101");
+        assert_eq!(c.worker_expiry_every, Duration::from_millis(200));
+    }
+
+    #[test]
+    fn valid_overrides_are_applied() {
+        let c = Config::from_env(&env(&[
+            ("SECKILL_REDIS_URL", "redis://10.0.0.1:7000/2"),
+            ("SECKILL_MYSQL_URL", "mysql://app:pw@db:3306/shop"),
+            ("SECKILL_REDIS_TIMEOUT", "250ms"),
+            ("SECKILL_MYSQL_TIMEOUT", "3s"),
+            ("SECKILL_WORKER_ID", "w-7"),
+            ("SECKILL_WORKER_BATCH", "16"),
+            ("SECKILL_WORKER_MAX_ATTEMPTS", "3"),
+            ("SECKILL_WORKER_BLOCK", "2s"),
+            ("SECKILL_WORKER_HEARTBEAT_TTL", "30s"),
+            ("SECKILL_WORKER_METRICS_LISTEN", "127.0.0.1:9200"),
+            ("SECKILL_WORKER_EXPIRY_EVERY", "1s"),
+        ]))
+        .unwrap();
+        assert_eq!(c.services.redis_url, "redis://10.0.0.1:7000/2");
+        assert_eq!(c.services.mysql_url, "mysql://app:pw@db:3306/shop");
+        assert_eq!(c.services.redis_timeout, Duration::from_millis(250));
+        assert_eq!(c.services.mysql_timeout, Duration::from_secs(3));
+        assert_eq!(c.worker_id, "w-7");
+        assert_eq!(c.worker_batch, 16);
+        assert_eq!(c.worker_max_attempts, 3);
+        assert_eq!(c.worker_block, Duration::from_secs(2));
+        assert_eq!(c.worker_heartbeat_ttl, Duration::from_secs(30));
+        assert_eq!(c.worker_metrics_listen.to_string(), "127.0.0.1:9200");
+        assert_eq!(c.worker_expiry_every, Duration::from_secs(1));
+    }
+
+    #[test]
+    fn bad_values_name_variable_value_and_expectation() {
+        let cases = [
+            ("SECKILL_REDIS_URL", "localhost:6379"),
+            ("SECKILL_MYSQL_URL", "postgres://x"),
+            ("SECKILL_REDIS_TIMEOUT", "500"),
+            ("SECKILL_MYSQL_TIMEOUT", "0s"),
+            ("SECKILL_WORKER_ID", "bad id"),
+            ("SECKILL_WORKER_BATCH", "0"),
+            ("SECKILL_WORKER_BATCH", "many"),
+            ("SECKILL_WORKER_MAX_ATTEMPTS", "0"),
+            ("SECKILL_WORKER_BLOCK", "1 fortnight"),
+            ("SECKILL_WORKER_HEARTBEAT_TTL", "90d"),
+            ("SECKILL_WORKER_METRICS_LISTEN", "nowhere"),
+        ];
+        for (var, val) in cases {
+            let err = Config::from_env(&env(&[(var, val)])).unwrap_err();
+            assert_eq!(err.variable, var);
+            assert_eq!(err.value, val);
+            let msg = err.to_string();
+            assert!(
+                msg.contains(var) && msg.contains(val) && msg.contains("expected"),
+                "{msg}"
+            );
+        }
+        assert_eq!(
+            Config::from_env(&env(&[("SECKILL_WORKER_BATCH", "0")]))
+                .unwrap_err()
+                .to_string(),
+            "invalid configuration: SECKILL_WORKER_BATCH=\"0\": expected an integer from 1 to 10000"
+        );
+    }
+
+    #[test]
+    fn a_duration_that_cannot_be_zero_never_suggests_zero() {
+        for var in [
+            "SECKILL_WORKER_BLOCK",
+            "SECKILL_WORKER_HEARTBEAT_TTL",
+            "SECKILL_WORKER_EXPIRY_EVERY",
+        ] {
+            for val in ["5", "abc", "0", "0s", "90d"] {
+                let err = Config::from_env(&env(&[(var, val)])).unwrap_err();
+                assert_eq!(err.variable, var);
+                assert_eq!(err.expected, DURATION, "{var}={val}: {err}");
+                assert_ne!(err.expected, DURATION_OR_ZERO);
+            }
+        }
+    }
+
+    #[test]
+    fn empty_values_keep_defaults() {
+        let c = Config::from_env(&env(&[("SECKILL_WORKER_BATCH", "  ")])).unwrap();
+        assert_eq!(c.worker_batch, 256);
+    }
+
+    /// The gateway's and the reconciler's variables are theirs: a bad one
+    /// does not stop the worker.
+    #[test]
+    fn a_bad_value_of_another_binarys_variable_does_not_stop_the_worker() {
+        let c = Config::from_env(&env(&[
+            ("SECKILL_GATEWAY_BUYER_RATE", "lots"),
+            ("SECKILL_LISTEN", "8080"),
+            ("SECKILL_AUTH", "JWT"),
+            ("SECKILL_PAYMENT_SECRET", "short"),
+            ("SECKILL_ARCHIVE_AFTER", "abc"),
+            ("SECKILL_RECONCILE_GRACE", "60"),
+            ("SECKILL_WORKER_ID", "w-2"),
+        ]))
+        .unwrap();
+        assert_eq!(c.worker_id, "w-2");
+        assert_eq!(c.worker_batch, 256);
+    }
+}
