@@ -14,19 +14,48 @@
 # commit) measured first in each round on the same data.
 # Targets: run <= 1.3 x the bare read's time, memory bounded.
 #
+# --backlog: a run during a queue backlog. A sale of N reservations (default
+# 5,000,000) of which Q (BENCH_QUEUED, default 1,000,000) are still queued,
+# made by the real reservation script, one of them lost (deleted from the
+# middle of the queue); two release-built seckill-workers drain while a
+# purchase probe (the reservation script, one buyer, every 20 ms) times
+# purchases for BENCH_QUIET_S seconds (default 15) without, then during one
+# `seckill-reconciler run` (grace 0); once drained, a second run of the quiet
+# sale. Prints the run's time, peak RSS and findings beside the quiet run's,
+# Redis's SLOWLOG of the run's commands (every command logged) and the probe's
+# p50/p99 with and without. Targets: findings as on the quiet sale, no
+# reconciler command near 10 ms, p99 with <= 2 x p99 without, memory bounded.
+# BENCH_REDIS_RT=1 puts Redis and the probe in the real-time class (chrt -f;
+# root), so that SLOWLOG and the probe time Redis's work and not the waits of
+# a loaded machine's scheduler. BENCH_WORKER_BATCH: the workers' batch
+# (default 16: they drain for longer than the run takes).
+# BENCH_RECONCILER_BIN / BENCH_WORKER_BIN / BENCH_READ_BIN: release
+# binaries already built (no cargo build; the bare-read example's default is
+# target/release/examples/bench_read).
+#
 # Usage: scripts/bench-reconciler.sh [N]
+#        scripts/bench-reconciler.sh --backlog [N]
 # MySQL server: SECKILL_TEST_MYSQL_URL (default mysql://root@127.0.0.1:3306/).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-N=${1:-1000000}
+BACKLOG=""
+[ "${1:-}" = --backlog ] && { BACKLOG=1; shift; }
+N=${1:-$([ -n "$BACKLOG" ] && echo 5000000 || echo 1000000)}
+Q=$([ -n "$BACKLOG" ] && echo "${BENCH_QUEUED:-1000000}" || echo 0)
+# Units left on sale for the probe's purchases.
+SPARE=$([ -n "$BACKLOG" ] && echo 100000 || echo 0)
+CONFIRMED=$(( N - Q ))
+TOTAL=$(( N + SPARE ))
 SERVER_URL=${SECKILL_TEST_MYSQL_URL:-mysql://root@127.0.0.1:3306/}
 SERVER_URL=${SERVER_URL%/}/
 DB=seckill_bench_recon_$$
 WORK=$(mktemp -d)
 PORT=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
 REDIS_PID=""
+WORKER_PIDS=()
 
 cleanup() {
+  for p in "${WORKER_PIDS[@]}"; do kill "$p" 2>/dev/null || true; done
   [ -n "$REDIS_PID" ] && kill "$REDIS_PID" 2>/dev/null || true
   mysql_cmd -e "DROP DATABASE IF EXISTS $DB" 2>/dev/null || true
   rm -rf "$WORK"
@@ -44,9 +73,17 @@ if u.password: print("-p" + urllib.parse.unquote(u.password))' "$SERVER_URL")
 mysql_cmd() { mysql "${MYSQL_ARGS[@]}" "$@"; }
 
 command -v /usr/bin/time >/dev/null || { echo "install the package 'time' for peak RSS" >&2; exit 1; }
-cargo build --release -q -p seckill-reconciler --bin seckill-reconciler --example bench_read
-BIN=target/release/seckill-reconciler
-READ_BIN=target/release/examples/bench_read
+if [ -n "${BENCH_RECONCILER_BIN:-}" ]; then
+  BIN=$BENCH_RECONCILER_BIN
+elif [ -n "$BACKLOG" ]; then
+  cargo build --release -q -p seckill-reconciler -p seckill-worker
+  BIN=target/release/seckill-reconciler
+else
+  cargo build --release -q -p seckill-reconciler --bin seckill-reconciler --example bench_read
+  BIN=target/release/seckill-reconciler
+fi
+READ_BIN=${BENCH_READ_BIN:-target/release/examples/bench_read}
+WORKER_BIN=${BENCH_WORKER_BIN:-target/release/seckill-worker}
 
 redis-server --port "$PORT" --bind 127.0.0.1 --dir "$WORK" --save "" --appendonly no \
   --daemonize no --loglevel warning >/dev/null 2>&1 &
@@ -64,16 +101,16 @@ export RUST_LOG=warn
 
 NOW_MS=$(( $(date +%s) * 1000 ))
 RESERVED_MS=$(( NOW_MS - 3600000 ))
-echo "building a sale of $N confirmed reservations..." >&2
+echo "building a sale of $N reservations ($CONFIRMED confirmed, $Q queued)..." >&2
 t0=$(date +%s.%N)
 mysql_cmd "$DB" <<SQL
 INSERT INTO sales (id, sku, title, price_cents, total_stock, available_stock, starts_at, ends_at)
-VALUES (1, 'BENCH', 'bench', 100, $N, 0, UTC_TIMESTAMP() - INTERVAL 2 HOUR, UTC_TIMESTAMP() + INTERVAL 1 HOUR);
+VALUES (1, 'BENCH', 'bench', 100, $TOTAL, $(( TOTAL - CONFIRMED )), UTC_TIMESTAMP() - INTERVAL 2 HOUR, UTC_TIMESTAMP() + INTERVAL 1 HOUR);
 INSERT INTO orders (reservation_id, sale_id, user_id, quantity, status, reserved_at)
 SELECT LOWER(LPAD(HEX(seq), 32, '0')), 1, CONCAT('u', seq), 1, 'confirmed',
-       FROM_UNIXTIME($RESERVED_MS / 1000) FROM seq_1_to_$N;
+       FROM_UNIXTIME($RESERVED_MS / 1000) FROM seq_1_to_$CONFIRMED;
 INSERT INTO stock_ledger (reservation_id, sale_id, user_id, delta, reason)
-SELECT LOWER(LPAD(HEX(seq), 32, '0')), 1, CONCAT('u', seq), -1, 'order' FROM seq_1_to_$N;
+SELECT LOWER(LPAD(HEX(seq), 32, '0')), 1, CONCAT('u', seq), -1, 'order' FROM seq_1_to_$CONFIRMED;
 SQL
 FILL='
 for i = tonumber(ARGV[1]), tonumber(ARGV[2]) do
@@ -85,16 +122,98 @@ for i = tonumber(ARGV[1]), tonumber(ARGV[2]) do
   redis.call("HSET", KEYS[3], rid, "confirmed")
 end
 return 1'
-for ((s = 1; s <= N; s += 100000)); do
-  e=$(( s + 99999 )); [ "$e" -gt "$N" ] && e=$N
+for ((s = 1; s <= CONFIRMED; s += 100000)); do
+  e=$(( s + 99999 )); [ "$e" -gt "$CONFIRMED" ] && e=$CONFIRMED
   redis-cli -p "$PORT" EVAL "$FILL" 3 'seckill:{sale:1}:flow' 'seckill:{sale:1}:buyers' \
     'seckill:{sale:1}:status' "$s" "$e" "$RESERVED_MS" >/dev/null
 done
-redis-cli -p "$PORT" HSET 'seckill:{sale:1}:meta' total_stock "$N" starts_at_ms "$NOW_MS" \
+redis-cli -p "$PORT" HSET 'seckill:{sale:1}:meta' total_stock "$TOTAL" starts_at_ms "$NOW_MS" \
   ends_at_ms $(( NOW_MS + 3600000 )) >/dev/null
-redis-cli -p "$PORT" SET 'seckill:{sale:1}:stock' 0 >/dev/null
+redis-cli -p "$PORT" SET 'seckill:{sale:1}:stock' $(( TOTAL - CONFIRMED )) >/dev/null
 redis-cli -p "$PORT" SADD seckill:sales 1 >/dev/null
+if [ -n "$BACKLOG" ]; then
+  SHA=$(redis-cli -p "$PORT" SCRIPT LOAD \
+    "$(awk '/^pub const RESERVE_LUA: &str = r#"/{f=1; next} /^"#;/{f=0} f' common/src/reservation.rs)")
+  python3 scripts/lib/bench_backlog.py fill "$PORT" "$SHA" 1 $(( CONFIRMED + 1 )) "$Q" |
+    redis-cli -p "$PORT" --pipe >/dev/null
+  # The lost message: the one finding of the quiet sale.
+  LOST=$(printf '%032x' $(( CONFIRMED + Q / 2 )))
+  redis-cli -p "$PORT" LREM 'seckill:{sale:1}:queue' 1 \
+    "$(redis-cli -p "$PORT" HGET 'seckill:{sale:1}:flow' "$LOST")" >/dev/null
+fi
 echo "built in $(echo "$(date +%s.%N) - $t0" | bc) s" >&2
+
+if [ -n "$BACKLOG" ]; then
+  rc() { redis-cli -p "$PORT" "$@"; }
+  queued() { rc LLEN 'seckill:{sale:1}:queue'; }
+  backlog_py() { python3 scripts/lib/bench_backlog.py "$@"; }
+  free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+  # probe BASE: purchases every 20 ms into $WORK/probe-BASE.txt until
+  # $WORK/stop-BASE exists; its process id in PROBE_PID.
+  probe() { $RT python3 scripts/lib/bench_backlog.py probe "$PORT" "$SHA" 1 "$1" 20 "$WORK/stop-$1" \
+    >"$WORK/probe-$1.txt" & PROBE_PID=$!; }
+  # findings FILE: the kind and subject of each finding of review store FILE.
+  findings() {
+    SECKILL_REVIEW_DB=$1 "$BIN" findings --json |
+      python3 -c 'import json, sys; [print(f["kind"], f["subject"]) for f in json.load(sys.stdin)]' | sort
+  }
+  RT=""
+  if [ -n "${BENCH_REDIS_RT:-}" ]; then chrt -a -f -p 1 "$REDIS_PID"; RT="chrt -f 1"; fi
+  rc CONFIG SET slowlog-log-slower-than 0 slowlog-max-len 3000000 >/dev/null
+  for w in 1 2; do
+    SECKILL_WORKER_ID=bench-w$w SECKILL_WORKER_BATCH=${BENCH_WORKER_BATCH:-16} SECKILL_WORKER_METRICS_LISTEN=127.0.0.1:$(free_port) \
+      RUST_LOG=warn "$WORKER_BIN" >"$WORK/worker$w.log" 2>&1 &
+    WORKER_PIDS+=($!)
+  done
+  sleep 2
+  echo "workers draining, $(queued) queued; purchases without a run for ${BENCH_QUIET_S:-15} s..." >&2
+  probe 1000000000
+  sleep "${BENCH_QUIET_S:-15}"
+  touch "$WORK/stop-1000000000"
+  wait "$PROBE_PID"
+  rc SLOWLOG RESET >/dev/null
+  probe 2000000000
+  sleep 1
+  q0=$(queued)
+  backlog_py clients "$PORT" >"$WORK/clients.txt"
+  echo "run during the backlog ($q0 queued)..." >&2
+  SECKILL_REVIEW_DB=$WORK/review-backlog.sqlite3 /usr/bin/time -v "$BIN" run \
+    >/dev/null 2>"$WORK/time.txt" || true
+  touch "$WORK/stop-2000000000"
+  backlog_py slowlog "$PORT" "$WORK/clients.txt" >"$WORK/slowlog.txt"
+  q1=$(queued)
+  wait "$PROBE_PID"
+  echo "draining the rest ($q1 queued)..." >&2
+  while [ "$(queued)" != 0 ] || [ "$(rc LLEN 'seckill:{sale:1}:processing:bench-w1')" != 0 ] ||
+    [ "$(rc LLEN 'seckill:{sale:1}:processing:bench-w2')" != 0 ]; do sleep 1; done
+  SECKILL_REVIEW_DB=$WORK/review-quiet.sqlite3 /usr/bin/time -v "$BIN" run \
+    >/dev/null 2>"$WORK/time-quiet.txt" || true
+  # time_field FILE NAME: one field of /usr/bin/time -v's report.
+  time_field() { sed -n "s/.*$2: //p" "$1"; }
+  wall_ms() { time_field "$1" 'Elapsed (wall clock) time (h:mm:ss or m:ss)' |
+    awk -F: '{ if (NF == 3) print int(($1 * 3600 + $2 * 60 + $3) * 1000); else print int(($1 * 60 + $2) * 1000) }'; }
+  read -r n1 p50a p99a maxa <"$WORK/probe-1000000000.txt"
+  read -r n2 p50b p99b maxb <"$WORK/probe-2000000000.txt"
+  during=$(findings "$WORK/review-backlog.sqlite3")
+  quiet=$(findings "$WORK/review-quiet.sqlite3")
+  printf 'backlog: N=%d reservations, %d queued at the run start, %d at its end; %d cores, load %s\n' \
+    "$N" "$q0" "$q1" "$(nproc)" "$(cut -d' ' -f1 /proc/loadavg)"
+  for f in time.txt time-quiet.txt; do
+    printf '%s run: %d ms, peak RSS %d MiB, exit %s\n' "$([ $f = time.txt ] && echo backlog || echo quiet)" \
+      "$(wall_ms "$WORK/$f")" $(( $(time_field "$WORK/$f" 'Maximum resident set size (kbytes)') / 1024 )) \
+      "$(time_field "$WORK/$f" 'Exit status')"
+    echo "  $(grep 'seckill-reconciler: run' "$WORK/$f" || true)"
+  done
+  echo "findings during the backlog: ${during:-none}"
+  echo "findings of the quiet sale:   ${quiet:-none}"
+  echo "  same: $([ "$during" = "$quiet" ] && echo yes || echo NO)"
+  echo "Redis SLOWLOG of the run's commands (every command):"
+  cat "$WORK/slowlog.txt"
+  printf 'purchase probe, µs: without a run n=%d p50 %d p99 %d max %d; during the run n=%d p50 %d p99 %d max %d\n' \
+    "$n1" "$p50a" "$p99a" "$maxa" "$n2" "$p50b" "$p99b" "$maxb"
+  printf '  p99 with / without: %.2f (target <= 2)\n' "$(echo "$p99b / $p99a" | bc -l)"
+  exit 0
+fi
 
 # cpu_ticks PID: utime + stime of a process in clock ticks (0 when gone).
 cpu_ticks() { awk '{ sub(/.*\) /, ""); print $12 + $13 }' "/proc/$1/stat" 2>/dev/null || echo 0; }
