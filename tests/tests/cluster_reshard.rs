@@ -7,10 +7,8 @@
 //! holds exactly the reservations answered (30,000 made before the crowd,
 //! so that the sale's keys take a while to migrate, and the crowd's 202s).
 
-#[path = "gateway_support.rs"]
-mod gateway_support;
-#[path = "worker_support.rs"]
-mod worker_support;
+use crate::support::gateway as gateway_support;
+use crate::support::worker as worker_support;
 
 use gateway_support::{Client, Gateway};
 use redis::Commands;

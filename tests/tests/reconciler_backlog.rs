@@ -5,10 +5,8 @@
 //! queue), and every command it sends is a bounded page: none holds Redis
 //! for long (Redis's own SLOWLOG at 10 ms; docs/DESIGN.md).
 
-#[path = "reconciler_support.rs"]
-mod support;
-#[path = "worker_support.rs"]
-mod wsupport;
+use crate::support::reconciler as support;
+use crate::support::worker as wsupport;
 
 use redis::Commands;
 use seckill_common::keys::SaleKeys;

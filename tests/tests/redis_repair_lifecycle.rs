@@ -11,8 +11,7 @@
 //! 3 units and the sale is sold out. The repair before this change wrote
 //! every order `confirmed` and stock 0 (seen failing: stock 0, not 3).
 
-#[path = "worker_support.rs"]
-mod worker_support;
+use crate::support::worker as worker_support;
 
 use mysql::prelude::Queryable;
 use redis::Commands;

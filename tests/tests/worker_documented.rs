@@ -4,8 +4,7 @@
 //! (AOF on), ordering what was queued before and after; and a busy sale
 //! does not starve a quiet one (one batch per sale per pass).
 
-#[path = "worker_support.rs"]
-mod worker_support;
+use crate::support::worker as worker_support;
 
 use redis::Commands;
 use seckill_common::keys::SaleKeys;
