@@ -147,6 +147,7 @@ fn reshard(via: u16, from: u16, to: u16, slots: u16) {
 
 #[test]
 fn a_hot_sale_slot_moved_mid_crowd_costs_at_most_one_percent_503_and_nothing_else() {
+    let _crowd = crate::support::crowd();
     let cluster = RedisCluster::start();
     let db = TestDb::create();
     let sale = create_sale(&db, &cluster, STOCK, -1000, 600_000);

@@ -32,11 +32,11 @@ use std::sync::{Mutex, MutexGuard};
 static CROWD: Mutex<()> = Mutex::new(());
 
 /// Held for the whole of a test that sends a crowd and counts its answers
-/// (`e2e_pipeline`, `gateway_burst`, `gateway_limits`, `ops_nginx_crowd`):
-/// such a test measures the machine as much as the code, so two never run
-/// at once, while the other tests of the binary go on beside it. A test
-/// that failed while holding it does not fail the next one (the poison is
-/// ignored: the lock guards no data).
+/// (`cluster_reshard`, `e2e_pipeline`, `gateway_burst`, `gateway_limits`,
+/// `ops_nginx_crowd`): such a test measures the machine as much as the
+/// code, so two never run at once, while the other tests of the binary go
+/// on beside it. A test that failed while holding it does not fail the
+/// next one (the poison is ignored: the lock guards no data).
 pub fn crowd() -> MutexGuard<'static, ()> {
     CROWD.lock().unwrap_or_else(|p| p.into_inner())
 }
