@@ -17,9 +17,11 @@
 //!   `seckill-baseline` (the MySQL-only design the benchmarks compare with)
 //!   and `seckill-report` (the HTML report, `src/report_html.rs` with its
 //!   charts in `src/report_svg.rs`).
-//! - `tests/`: one file per area, named `AREA_TOPIC.rs` (`gateway_*`,
-//!   `worker_*`, `reconciler_*`, `redis_*`, `e2e_*`, ...), with shared
-//!   helpers in `*_support.rs` modules.
+//! - `tests/`: the integration tests, one binary `it` (`tests/main.rs`):
+//!   a module per file, named `AREA_TOPIC.rs` (`gateway_*`, `worker_*`,
+//!   `reconciler_*`, `redis_*`, `e2e_*`, ...), the shared helpers in
+//!   `tests/support/`. A new test file: `tests/AREA_TOPIC.rs` plus
+//!   `mod AREA_TOPIC;` in `tests/main.rs`.
 #![forbid(unsafe_code)]
 #![allow(clippy::missing_panics_doc)] // test support: panicking is the failure report
 
@@ -347,7 +349,7 @@ pub fn bin(name: &str) -> PathBuf {
     );
     if let Some(src) = newer_source(&p) {
         panic!(
-            "{} is older than {src}: run `cargo build --workspace --all-targets --features seckill-worker/crash-points` (`cargo test --test NAME` does not rebuild the binaries a test starts)",
+            "{} is older than {src}: run `cargo build --workspace --all-targets --features seckill-worker/crash-points` (`cargo test --test it` does not rebuild the binaries a test starts)",
             p.display()
         );
     }
@@ -357,7 +359,7 @@ pub fn bin(name: &str) -> PathBuf {
 /// A source file of this workspace that `cargo` built `bin` from (its
 /// dep-info file, `bin.d`, next to it) and that changed after `bin` was
 /// built, if any: a test would otherwise run the old binary without a word
-/// (the fresh-user pass: `cargo test --test X` builds only the tests).
+/// (`cargo test --test it` builds only the tests).
 /// `None` too when there is no dep-info file.
 pub fn newer_source(bin: &Path) -> Option<String> {
     let built = std::fs::metadata(bin).and_then(|m| m.modified()).ok()?;

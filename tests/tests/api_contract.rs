@@ -20,7 +20,7 @@
 //! `<target>/venv-schemathesis/bin/st`; without it the test fails, saying
 //! how to install it: a contract that cannot be checked must not pass.
 
-mod gateway_support;
+use crate::support::gateway as gateway_support;
 
 use gateway_support::{get, load_sale, open_sale, Gateway};
 use seckill_common::keys::SaleKeys;

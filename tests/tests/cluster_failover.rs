@@ -11,10 +11,8 @@
 //! own reservation id, and the sale sells out to exactly 300 orders, no
 //! user with two.
 
-#[path = "gateway_support.rs"]
-mod gateway_support;
-#[path = "worker_support.rs"]
-mod worker_support;
+use crate::support::gateway as gateway_support;
+use crate::support::worker as worker_support;
 
 use gateway_support::{buy, Gateway};
 use redis::Commands;

@@ -13,10 +13,8 @@
 //! sells the rest: exactly 3,000 orders, no user with two, MySQL never
 //! below 0, every holder 409 with their own reservation id.
 
-#[path = "gateway_support.rs"]
-mod gateway_support;
-#[path = "worker_support.rs"]
-mod worker_support;
+use crate::support::gateway as gateway_support;
+use crate::support::worker as worker_support;
 
 use gateway_support::{Client, Gateway, Resp};
 use seckill_common::buckets::home_bucket;

@@ -8,8 +8,7 @@
 //! gateway recovers without a restart and the live buckets' stock is
 //! exactly their share less their 202s.
 
-#[path = "gateway_support.rs"]
-mod gateway_support;
+use crate::support::gateway as gateway_support;
 
 use gateway_support::{Client, Gateway};
 use redis::Commands;

@@ -5,8 +5,7 @@
 //! keeps its slots), a sale split over 3 buckets on at least two masters,
 //! one master stopped with SIGSTOP (it accepts and never answers).
 
-#[path = "gateway_support.rs"]
-mod gateway_support;
+use crate::support::gateway as gateway_support;
 
 use gateway_support::{get, Client, Gateway};
 use redis::Commands;

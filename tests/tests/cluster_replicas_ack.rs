@@ -7,8 +7,7 @@
 //! follows `ASK` (with `ASKING`, `WAIT` after it) and then `MOVED`, and a
 //! target that has lost the script (`SCRIPT FLUSH`) gets it again.
 
-#[path = "gateway_support.rs"]
-mod gateway_support;
+use crate::support::gateway as gateway_support;
 
 use gateway_support::{buy, Gateway};
 use redis::Commands;

@@ -7,10 +7,8 @@
 //! holds exactly the reservations answered (30,000 made before the crowd,
 //! so that the sale's keys take a while to migrate, and the crowd's 202s).
 
-#[path = "gateway_support.rs"]
-mod gateway_support;
-#[path = "worker_support.rs"]
-mod worker_support;
+use crate::support::gateway as gateway_support;
+use crate::support::worker as worker_support;
 
 use gateway_support::{Client, Gateway};
 use redis::Commands;
@@ -149,6 +147,7 @@ fn reshard(via: u16, from: u16, to: u16, slots: u16) {
 
 #[test]
 fn a_hot_sale_slot_moved_mid_crowd_costs_at_most_one_percent_503_and_nothing_else() {
+    let _crowd = crate::support::crowd();
     let cluster = RedisCluster::start();
     let db = TestDb::create();
     let sale = create_sale(&db, &cluster, STOCK, -1000, 600_000);

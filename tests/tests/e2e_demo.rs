@@ -9,7 +9,7 @@
 //! new `seckill_demo_*` database on the test MySQL server (dropped at the
 //! end), and leaves no key behind in Redis.
 
-mod browser_support;
+use crate::support::browser as browser_support;
 
 use seckill_tests::RedisServer;
 use std::path::Path;

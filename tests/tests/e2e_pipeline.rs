@@ -57,11 +57,12 @@ fn start(name: &str, env: &[(&str, String)]) -> Proc {
     Proc(Some(cmd.spawn().unwrap()))
 }
 
-// Both crowds run at once on the machine's cores, each of 5,000 EdDSA
-// tokens verified by a debug build (several ms each): answers take seconds
-// at times. A longer Redis timeout and request timeout, so that a loaded
-// machine does not shed (503) or time out a purchase the exact counts
-// below expect; these tests are about exactness, not latency.
+// One crowd at a time (`support::crowd`), beside the binary's other tests:
+// each of 5,000 EdDSA tokens verified by a debug build (several ms each),
+// so answers take seconds at times. A longer Redis timeout and request
+// timeout, so that a loaded machine does not shed (503) or time out a
+// purchase the exact counts below expect; these tests are about exactness,
+// not latency.
 
 #[test]
 fn a_crowd_of_5000_buys_exactly_500_units_into_500_orders_with_0_findings() {
@@ -75,6 +76,7 @@ fn on_a_redis_cluster_a_crowd_of_5000_buys_exactly_500_units_with_0_findings() {
 
 /// `redis_timeout`: the gateway's `SECKILL_REDIS_TIMEOUT`.
 fn crowd_buys_500(redis: &impl TestRedis, redis_timeout: &str) {
+    let _crowd = crate::support::crowd();
     let db = TestDb::create();
     let sale = create_sale(&db, redis, 500, -1_000, 600_000);
     let port = free_port();

@@ -2,7 +2,7 @@
 //! Redis: exact counts under concurrency, one purchase per user, the answer
 //! of every route, the sold-out fast path, and `/metrics`.
 
-mod gateway_support;
+use crate::support::gateway as gateway_support;
 
 use gateway_support::*;
 use redis::Commands;

@@ -11,7 +11,7 @@
 //! `SECKILL_REDIS_REPLICAS_ACK`, the second sending is not 202 while its
 //! replica does not have the reservation.
 
-mod gateway_support;
+use crate::support::gateway as gateway_support;
 
 use gateway_support::{buy, counts, evalsha_calls, open_sale, Gateway};
 use redis::Commands;

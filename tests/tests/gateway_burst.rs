@@ -3,7 +3,7 @@
 //! stay open (the case that stalled tiny_http 0.12's thread pool; see
 //! vendor/tiny_http/patches/0002-task-pool-idle-count.patch).
 
-mod gateway_support;
+use crate::support::gateway as gateway_support;
 
 use gateway_support::{counts, format_request, open_sale, read_resp, Gateway};
 use seckill_tests::RedisServer;
@@ -16,6 +16,7 @@ const CONNECTIONS: usize = 400;
 
 #[test]
 fn a_burst_of_400_new_keep_alive_connections_is_answered_in_full() {
+    let _crowd = crate::support::crowd();
     let redis = RedisServer::start();
     open_sale(&redis, 1, 1000);
     let gw = Gateway::start(&redis, &[]);

@@ -3,7 +3,7 @@
 //! `Allow` header of GET-only routes, a query string, and the memory fast
 //! path for ended and unknown sales (no script call on the second ask).
 
-mod gateway_support;
+use crate::support::gateway as gateway_support;
 
 use gateway_support::{get, load_sale, open_sale, request, Client, Gateway};
 use seckill_common::keys::SaleKeys;

@@ -7,9 +7,8 @@
 //! `{"reservation_id", "status"}`: `queued` before the worker ran, then
 //! `confirmed` and `failed`.
 
-mod gateway_support;
-#[path = "worker_support.rs"]
-mod worker_support;
+use crate::support::gateway as gateway_support;
+use crate::support::worker as worker_support;
 
 use gateway_support::{buy, raw, Gateway, Resp};
 use mysql::prelude::Queryable;

@@ -5,7 +5,7 @@
 //! EMFILE; see vendor/tiny_http/patches/0003 and 0006). The same for threads:
 //! a crowd of connections beyond the process's thread limit.
 
-mod gateway_support;
+use crate::support::gateway as gateway_support;
 
 use gateway_support::{buy, format_request, open_sale};
 use seckill_tests::{bin, free_port, wait_until, RedisServer};

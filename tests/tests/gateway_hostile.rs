@@ -3,7 +3,7 @@
 //! a failure, except where a limit closes it on purpose: 431), Redis is unchanged, the process keeps serving, and a valid purchase
 //! right after succeeds.
 
-mod gateway_support;
+use crate::support::gateway as gateway_support;
 
 use gateway_support::*;
 use seckill_tests::{wait_until, RedisServer};

@@ -5,7 +5,7 @@
 //! status path read only the token's own purchase; key rotation; the start
 //! refused without keys; `SECKILL_AUTH=none` as before.
 
-mod gateway_support;
+use crate::support::gateway as gateway_support;
 
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use base64::Engine as _;

@@ -3,7 +3,7 @@
 //! (exit 0 within 5 s, every 202 backed by its flow record and queue
 //! message), and the exit code 2 for bad configuration or a taken port.
 
-mod gateway_support;
+use crate::support::gateway as gateway_support;
 
 use gateway_support::*;
 use redis::Commands;

@@ -10,7 +10,7 @@
 //! bound to distinct loopback addresses (127.0.0.2, ...) to be distinct
 //! clients.
 
-mod gateway_support;
+use crate::support::gateway as gateway_support;
 
 use gateway_support::{
     buy, counts, format_request, get, load_sale, open_sale, purchases_sent, read_resp, Gateway,
@@ -110,6 +110,7 @@ fn share(burst: u64, rate: u64, elapsed: Duration) -> u64 {
 
 #[test]
 fn a_bot_with_one_user_id_gets_one_unit_and_its_share_while_honest_buyers_are_served() {
+    let _crowd = crate::support::crowd();
     let redis = RedisServer::start();
     open_sale(&redis, 1, 1000);
     // The defaults: 2 attempts/s, burst 5, per buyer per sale.
@@ -194,6 +195,7 @@ fn a_bot_with_one_user_id_gets_one_unit_and_its_share_while_honest_buyers_are_se
 
 #[test]
 fn a_client_address_flooding_invalid_requests_is_limited_while_others_are_served() {
+    let _crowd = crate::support::crowd();
     let redis = RedisServer::start();
     open_sale(&redis, 1, 100);
     let g = Gateway::start(
@@ -300,6 +302,7 @@ fn a_forwarded_address_is_limited_only_from_a_trusted_proxy() {
 
 #[test]
 fn memory_stays_bounded_under_a_million_distinct_buyers_and_addresses() {
+    let _crowd = crate::support::crowd();
     const SLOTS: u64 = 65_536;
     let redis = RedisServer::start();
     // An upcoming sale: every purchase runs the script (403

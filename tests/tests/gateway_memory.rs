@@ -4,7 +4,7 @@
 //! all sold-out sales (the rest answered by one `HGET`, still 409 for a
 //! winner), and a sale's buyers freed once it has ended.
 
-mod gateway_support;
+use crate::support::gateway as gateway_support;
 
 use gateway_support::{get, load_sale, Client, Gateway};
 use seckill_tests::{wait_until, RedisServer};

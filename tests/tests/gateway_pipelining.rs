@@ -5,7 +5,7 @@
 //! answers holds up nobody else, even with one Redis thread serving every
 //! connection, then gets every answer, in order, once it reads.
 
-mod gateway_support;
+use crate::support::gateway as gateway_support;
 
 use gateway_support::*;
 use redis::Commands;

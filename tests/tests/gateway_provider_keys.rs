@@ -13,7 +13,7 @@
 //! PyJWT runs from `SECKILL_PYJWT_PYTHON` (a python with `jwt` and
 //! `cryptography`, set by `scripts/test.sh`, `ensure_pyjwt`).
 
-mod gateway_support;
+use crate::support::gateway as gateway_support;
 
 use gateway_support::*;
 use seckill_tests::{wait_until, RedisServer, TempDir};

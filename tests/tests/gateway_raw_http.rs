@@ -6,7 +6,7 @@
 //! before a final answer given without reading it, and never to HTTP/1.0;
 //! a request of a version above HTTP/1.1 (the HTTP/2 preface) gets a 505.
 
-mod gateway_support;
+use crate::support::gateway as gateway_support;
 
 use gateway_support::*;
 use seckill_tests::RedisServer;

@@ -23,7 +23,7 @@
 //! one that needs Redis, `/healthz` 200, and the gateway serving again
 //! once Redis resumes.
 
-mod gateway_support;
+use crate::support::gateway as gateway_support;
 
 use gateway_support::{buy, counts, get, open_sale, signal, Gateway};
 use redis::Commands;

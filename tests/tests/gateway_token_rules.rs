@@ -6,7 +6,7 @@
 //! `alg`, a duplicate `kid`) is refused whole at start, exit 2, with a
 //! message naming the key.
 
-mod gateway_support;
+use crate::support::gateway as gateway_support;
 
 use gateway_support::*;
 use seckill_common::token::Claims;

@@ -4,7 +4,7 @@
 //! that user may buy again within a second while every other winner still
 //! gets 409.
 
-mod gateway_support;
+use crate::support::gateway as gateway_support;
 
 use gateway_support::{open_sale, Client, Gateway};
 use seckill_tests::RedisServer;

@@ -9,8 +9,7 @@
 //! replica never received are 50 `flow_without_order` findings, and
 //! `resolve --reorder` (the runbook's fix) makes each exactly one order.
 
-#[path = "worker_support.rs"]
-mod worker_support;
+use crate::support::worker as worker_support;
 
 use redis::Commands;
 use seckill_common::keys::SaleKeys;

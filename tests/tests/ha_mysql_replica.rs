@@ -7,8 +7,7 @@
 //! finding and no fix; a replica stopped for good, or dead, makes the run
 //! read the primary and say so (stderr, metrics file).
 
-#[path = "worker_support.rs"]
-mod worker_support;
+use crate::support::worker as worker_support;
 
 use redis::Commands;
 use seckill_common::keys::SaleKeys;

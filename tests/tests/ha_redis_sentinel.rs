@@ -9,10 +9,8 @@
 //! before the kill, the lost reservations are one `redis_data_loss`
 //! finding and `sale repair` ends with exactly one order per buyer.
 
-#[path = "gateway_support.rs"]
-mod gateway_support;
-#[path = "worker_support.rs"]
-mod worker_support;
+use crate::support::gateway as gateway_support;
+use crate::support::worker as worker_support;
 
 use gateway_support::{buy, Gateway};
 use redis::Commands;

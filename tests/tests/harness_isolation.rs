@@ -81,9 +81,9 @@ fn a_test_redis_dies_with_its_thread_without_its_drop() {
 }
 
 /// A binary older than a workspace source it was built from (its cargo
-/// dep-info file names the sources) is refused by `bin`: the fresh-user
-/// pass ran `cargo test --test X` after an edit and tested the old
-/// binary without a word. A source outside the workspace (the registry)
+/// dep-info file names the sources) is refused by `bin`: `cargo test
+/// --test it` after an edit would otherwise test the old binary without a
+/// word. A source outside the workspace (the registry)
 /// or older than the binary is not.
 #[test]
 fn a_binary_older_than_its_sources_is_found() {

@@ -2,7 +2,7 @@
 //! invariant holds, 1 an invariant failed (and the report names which),
 //! 2 could not run, 64 bad command line.
 
-mod gateway_support;
+use crate::support::gateway as gateway_support;
 
 use gateway_support::Gateway;
 use seckill_tests::{create_sale, load_report, RedisServer, TestDb};

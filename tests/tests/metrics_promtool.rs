@@ -7,9 +7,8 @@
 //! README and DESIGN.md list. promtool comes from Debian's `prometheus`
 //! package, which `scripts/test.sh` installs; without it these tests fail.
 
-mod gateway_support;
-#[path = "worker_support.rs"]
-mod support;
+use crate::support::gateway as gateway_support;
+use crate::support::worker as support;
 
 use gateway_support::{buy, get, open_sale, Client, Gateway};
 use seckill_tests::{create_sale, wait_until, RedisServer, TestDb};

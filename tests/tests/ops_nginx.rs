@@ -12,8 +12,8 @@
 //! nginx's own 429 is the gateway's JSON with `Retry-After`; 300 slow
 //! clients hold no gateway thread and are cut off by nginx.
 
-mod gateway_support;
-mod ops_support;
+use crate::support::gateway as gateway_support;
+use crate::support::ops as ops_support;
 
 use gateway_support::{format_request, get, open_sale, raw, read_resp, request, Gateway, Resp};
 use ops_support::{replace_once, repo_file};

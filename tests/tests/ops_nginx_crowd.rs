@@ -7,7 +7,7 @@
 //! nginx's "worker_connections are not enough" in its log: the failure the
 //! docs warn of.
 //!
-//! nginx is installed by `nginx_install` (tests/tests/nginx_install/mod.rs,
+//! nginx is installed by `nginx_install` (tests/tests/support/nginx_install.rs,
 //! whose header says how the docs' paths map to the test's private prefix).
 //!
 //! The gateway behind admits the whole crowd
@@ -21,9 +21,8 @@
 //! limits (20 connections, 20 requests/s with a burst of 40) stay on and
 //! refuse nobody.
 
-mod gateway_support;
-mod nginx_install;
-mod ops_support;
+use crate::support::gateway as gateway_support;
+use crate::support::nginx_install;
 
 use gateway_support::{counts, format_request, open_sale, read_resp, Gateway};
 use nginx_install::{own_nofile, Nginx};
@@ -244,14 +243,12 @@ fn crowd_size() -> usize {
     5000.max(cpus * DEBIAN_WORKER_CONNECTIONS + 1000)
 }
 
-/// One crowd at a time: two at once would be 10,000 connections and two
-/// loads on the same cores.
-static ONE_CROWD: std::sync::Mutex<()> = std::sync::Mutex::new(());
-
 /// Starts Redis with an open sale of `stock`, a gateway, and nginx
 /// (sized as documented, or stock), and sends the crowd.
 fn run_crowd(sized: bool, stock: u64) -> (Vec<Outcome>, usize, RedisServer, Nginx) {
-    let _one = ONE_CROWD.lock().unwrap_or_else(|p| p.into_inner());
+    // One crowd at a time: two at once would be 10,000 connections and two
+    // loads on the same cores.
+    let _crowd = crate::support::crowd();
     let n = crowd_size();
     raise_own_nofile(n as u64 + 2048);
     let redis = RedisServer::start();

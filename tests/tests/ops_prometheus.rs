@@ -12,10 +12,9 @@
 //! found by a reconciliation run fires `SeckillOversold` through the
 //! reconciler's metrics file, exported by a private node_exporter.
 
-mod gateway_support;
-mod ops_support;
-#[path = "worker_support.rs"]
-mod support;
+use crate::support::gateway as gateway_support;
+use crate::support::ops as ops_support;
+use crate::support::worker as support;
 
 use gateway_support::{buy, Gateway};
 use mysql::prelude::Queryable;

@@ -5,8 +5,7 @@
 //! returned units sell again. A sale without a window behaves as before
 //! (`confirmed` at creation; the other worker tests).
 
-#[path = "worker_support.rs"]
-mod support;
+use crate::support::worker as support;
 
 use redis::Commands;
 use seckill_common::keys::SaleKeys;

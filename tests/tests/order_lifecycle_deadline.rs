@@ -10,11 +10,8 @@
 //! payment that meets its buyer's cancellation is its own finding, not a
 //! late one.
 
-mod gateway_support;
-#[path = "support/lifecycle_http.rs"]
-mod lifecycle;
-#[path = "worker_support.rs"]
-mod support;
+use crate::support::lifecycle_http as lifecycle;
+use crate::support::worker as support;
 
 use lifecycle::{gateway, now_s, payment_body, post_payment, signed, PRICE};
 use mysql::prelude::Queryable;

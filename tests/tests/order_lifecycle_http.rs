@@ -8,11 +8,9 @@
 //! the same payment 10 times is one; and the worker's status write after
 //! its commit never overwrites a lifecycle status.
 
-mod gateway_support;
-#[path = "support/lifecycle_http.rs"]
-mod lifecycle;
-#[path = "worker_support.rs"]
-mod support;
+use crate::support::gateway as gateway_support;
+use crate::support::lifecycle_http as lifecycle;
+use crate::support::worker as support;
 
 use gateway_support::{buy, get, Gateway};
 use lifecycle::{gateway, me, now_s, pay, payment_body, post_payment, signed, PRICE};

@@ -5,8 +5,7 @@
 //! unknown reservation is recorded and changes nothing. (The same over
 //! the gateway's signed `POST /v1/payments`: `order_lifecycle_http.rs`.)
 
-#[path = "worker_support.rs"]
-mod support;
+use crate::support::worker as support;
 
 use mysql::prelude::Queryable;
 use redis::Commands;

@@ -6,8 +6,7 @@
 //! `available_stock + paid + pending = total` in every MySQL snapshot a
 //! poller takes meanwhile.
 
-#[path = "worker_support.rs"]
-mod support;
+use crate::support::worker as support;
 
 use mysql::prelude::Queryable;
 use redis::Commands;

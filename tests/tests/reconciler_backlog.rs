@@ -7,10 +7,8 @@
 //! real-time class, so that the log times work and not the waits of a
 //! loaded machine's scheduler; docs/DESIGN.md).
 
-#[path = "reconciler_support.rs"]
-mod support;
-#[path = "worker_support.rs"]
-mod wsupport;
+use crate::support::reconciler as support;
+use crate::support::worker as wsupport;
 
 use redis::Commands;
 use seckill_common::keys::SaleKeys;

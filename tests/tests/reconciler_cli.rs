@@ -5,8 +5,7 @@
 //! the output quietly, and a usage error is one line plus a pointer to
 //! `--help`.
 
-#[path = "reconciler_support.rs"]
-mod support;
+use crate::support::reconciler as support;
 
 use std::io::Read;
 use std::process::Stdio;

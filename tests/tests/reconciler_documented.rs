@@ -5,10 +5,7 @@
 //! missing ledger row left open when the books do not balance, a finding
 //! closed as `no_longer_observed`, and the run lock (wait, then exit 2).
 
-#[path = "reconciler_support.rs"]
-mod support;
-#[path = "worker_support.rs"]
-mod worker_support;
+use crate::support::reconciler as support;
 
 use redis::Commands;
 use seckill_common::keys::SaleKeys;

@@ -5,10 +5,8 @@
 //! action is written ahead to the audit log and completed exactly once,
 //! however the process is killed.
 
-#[path = "reconciler_support.rs"]
-mod support;
-#[path = "worker_support.rs"]
-mod worker;
+use crate::support::reconciler as support;
+use crate::support::worker;
 
 use mysql::prelude::Queryable;
 use redis::Commands;

@@ -7,12 +7,9 @@
 //! that existed when it started (an entry its own effect causes is a new
 //! finding); a buyer whose reservation was rolled back reads `failed`.
 
-#[path = "gateway_support.rs"]
-mod gateway_support;
-#[path = "reconciler_support.rs"]
-mod support;
-#[path = "worker_support.rs"]
-mod worker;
+use crate::support::gateway as gateway_support;
+use crate::support::reconciler as support;
+use crate::support::worker;
 
 use gateway_support::Gateway;
 use redis::Commands;

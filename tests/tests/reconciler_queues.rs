@@ -5,8 +5,7 @@
 //! `started` row and one completion row each; an interrupted one completed
 //! by the next `run`).
 
-#[path = "reconciler_support.rs"]
-mod support;
+use crate::support::reconciler as support;
 
 use redis::Commands;
 use seckill_common::dead_letter::DeadLetter;

@@ -4,10 +4,8 @@
 //! exactly one order; a dry run changes nothing and refuses exactly what the
 //! real action refuses; every action is logged.
 
-#[path = "reconciler_support.rs"]
-mod support;
-#[path = "worker_support.rs"]
-mod worker;
+use crate::support::reconciler as support;
+use crate::support::worker;
 
 use redis::Commands;
 use seckill_common::keys::SaleKeys;

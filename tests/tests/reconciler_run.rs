@@ -4,8 +4,7 @@
 //! order without a ledger row is compensated exactly once, even by two
 //! concurrent runs; reservations on their way are never reported.
 
-#[path = "reconciler_support.rs"]
-mod support;
+use crate::support::reconciler as support;
 
 use redis::Commands;
 use seckill_common::dead_letter::DeadLetter;

@@ -6,10 +6,8 @@
 //! holding an order gets 409 with their original reservation id, no user
 //! has two orders, and the sale goes on to exactly 500 orders.
 
-#[path = "gateway_support.rs"]
-mod gateway_support;
-#[path = "worker_support.rs"]
-mod worker_support;
+use crate::support::gateway as gateway_support;
+use crate::support::worker as worker_support;
 
 use gateway_support::{Client, Gateway};
 use redis::Commands;

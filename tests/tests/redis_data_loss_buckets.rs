@@ -14,10 +14,8 @@
 //! reconciliation finds nothing, every holder gets 409 with their own id,
 //! and the sale sells out to exactly 300 orders, one per buyer.
 
-#[path = "gateway_support.rs"]
-mod gateway_support;
-#[path = "worker_support.rs"]
-mod worker_support;
+use crate::support::gateway as gateway_support;
+use crate::support::worker as worker_support;
 
 use gateway_support::{Client, Gateway};
 use redis::Commands;

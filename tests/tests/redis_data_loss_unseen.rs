@@ -12,10 +12,8 @@
 //! A loaded sale that lost only its stock counter, or only its meta, is
 //! paused the same way; so is a split sale whose buckets are all gone.
 
-#[path = "gateway_support.rs"]
-mod gateway_support;
-#[path = "worker_support.rs"]
-mod worker_support;
+use crate::support::gateway as gateway_support;
+use crate::support::worker as worker_support;
 
 use gateway_support::{Client, Gateway};
 use redis::Commands;

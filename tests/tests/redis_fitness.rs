@@ -7,10 +7,8 @@
 //! refuses writes (a replica) makes `/readyz` 503; one that persists
 //! nothing is flagged by a metric.
 
-#[path = "gateway_support.rs"]
-mod gateway_support;
-#[path = "worker_support.rs"]
-mod worker_support;
+use crate::support::gateway as gateway_support;
+use crate::support::worker as worker_support;
 
 use gateway_support::{buy, get, open_sale, Gateway};
 use redis::Commands;

@@ -6,10 +6,8 @@
 //! a broken key of one sale stops neither the orders nor the checks of the
 //! others.
 
-#[path = "gateway_support.rs"]
-mod gateway_support;
-#[path = "worker_support.rs"]
-mod worker_support;
+use crate::support::gateway as gateway_support;
+use crate::support::worker as worker_support;
 
 use gateway_support::{Client, Gateway};
 use seckill_common::keys::SaleKeys;

@@ -11,8 +11,7 @@
 //! 3 units and the sale is sold out. A repair that wrote every order
 //! `confirmed` would leave stock 0, not 3.
 
-#[path = "worker_support.rs"]
-mod worker_support;
+use crate::support::worker as worker_support;
 
 use mysql::prelude::Queryable;
 use redis::Commands;

@@ -8,10 +8,8 @@
 //! moments, after which its effect happened once and its audit rows are
 //! complete.
 
-#[path = "gateway_support.rs"]
-mod gw;
-#[path = "worker_support.rs"]
-mod wk;
+use crate::support::gateway as gw;
+use crate::support::worker as wk;
 
 use gw::{buy, get, Gateway};
 use mysql::prelude::Queryable;

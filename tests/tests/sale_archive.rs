@@ -7,10 +7,8 @@
 //! with an open finding is refused with nothing changed; a late buyer
 //! still hears 403 `sale_ended`; the next runs find nothing.
 
-#[path = "gateway_support.rs"]
-mod gw;
-#[path = "worker_support.rs"]
-mod wk;
+use crate::support::gateway as gw;
+use crate::support::worker as wk;
 
 use gw::{buy, get, Gateway};
 use mysql::prelude::Queryable;

@@ -7,10 +7,8 @@
 //! interrupted between its two steps completed exactly once by the
 //! reconciler, which finds nothing while units move.
 
-#[path = "gateway_support.rs"]
-mod gw;
-#[path = "worker_support.rs"]
-mod wk;
+use crate::support::gateway as gw;
+use crate::support::worker as wk;
 
 use gw::{buy, buy_final, get, Client, Gateway};
 use mysql::prelude::Queryable;

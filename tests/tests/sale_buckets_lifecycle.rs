@@ -6,11 +6,9 @@
 //! is sold again (pulled to other buckets as any unit), and the
 //! reconciler's books balance per bucket and in total.
 
-mod gateway_support;
-#[path = "support/lifecycle_http.rs"]
-mod lifecycle;
-#[path = "worker_support.rs"]
-mod support;
+use crate::support::gateway as gateway_support;
+use crate::support::lifecycle_http as lifecycle;
+use crate::support::worker as support;
 
 use gateway_support::{buy, buy_final, Client};
 use lifecycle::{gateway, me, pay, PRICE};

@@ -5,10 +5,8 @@
 //! buys and exactly one order is made. The release, load and worker's take
 //! scripts refuse the same way.
 
-#[path = "gateway_support.rs"]
-mod gateway_support;
-#[path = "worker_support.rs"]
-mod worker_support;
+use crate::support::gateway as gateway_support;
+use crate::support::worker as worker_support;
 
 use gateway_support::{buy, Gateway};
 use seckill_common::keys::{SaleKeys, SALES};

@@ -6,8 +6,7 @@
 //! and a password in a URL never appears in any output; `/readyz` names
 //! why it is not ready.
 
-#[path = "gateway_support.rs"]
-mod gateway_support;
+use crate::support::gateway as gateway_support;
 
 use gateway_support::{get, signal, Gateway};
 use mysql::prelude::Queryable;

@@ -3,7 +3,7 @@
 //! `$NOTIFY_SOCKET` once, only when its dependencies answer, and
 //! `STOPPING=1` once on SIGTERM, then exits 0 — nothing else.
 
-mod gateway_support;
+use crate::support::gateway as gateway_support;
 
 use gateway_support::signal;
 use seckill_tests::{free_port, RedisServer, TempDir, TestDb};

@@ -9,8 +9,7 @@
 //! `stop_after_move`: the worker sends itself SIGSTOP). The first runs on
 //! one Redis and on a real Redis Cluster.
 
-#[path = "worker_support.rs"]
-mod support;
+use crate::support::worker as support;
 
 use redis::Commands;
 use seckill_common::keys::{self, SaleKeys};

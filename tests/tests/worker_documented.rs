@@ -5,8 +5,7 @@
 //! does not starve a quiet one (one batch per sale per pass); and bad
 //! values of other binaries' variables do not stop a worker.
 
-#[path = "worker_support.rs"]
-mod worker_support;
+use crate::support::worker as worker_support;
 
 use redis::Commands;
 use seckill_common::keys::SaleKeys;

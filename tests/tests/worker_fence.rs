@@ -6,8 +6,7 @@
 //! reservation of a buyer who already holds an order from another one is
 //! dead-lettered as `failed`, not confirmed.
 
-#[path = "worker_support.rs"]
-mod support;
+use crate::support::worker as support;
 
 use mysql::prelude::Queryable;
 use redis::Commands;

@@ -14,8 +14,7 @@
 //! at once, then checks that the very transaction is still open and holds
 //! row locks (else it resumes the worker and tries again).
 
-#[path = "worker_support.rs"]
-mod support;
+use crate::support::worker as support;
 
 use mysql::prelude::Queryable;
 use redis::Commands;

@@ -21,8 +21,7 @@
 //! worker_frozen.rs; `..._fenced_total`: worker_fence.rs; `..._requeued_total`:
 //! worker_queue.rs.)
 
-#[path = "worker_support.rs"]
-mod worker_support;
+use crate::support::worker as worker_support;
 
 use mysql::prelude::Queryable;
 use redis::Commands;

@@ -3,8 +3,7 @@
 //! contending for one hot sale's row. Every order exactly once, nothing
 //! dead-lettered.
 
-#[path = "worker_support.rs"]
-mod support;
+use crate::support::worker as support;
 
 use mysql::prelude::Queryable;
 use seckill_tests::{create_sale, RedisServer, TestDb};

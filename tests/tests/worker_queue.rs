@@ -4,8 +4,7 @@
 //! stopping the worker, SIGTERM exits 0 with nothing half-applied and the
 //! worker deregistered.
 
-#[path = "worker_support.rs"]
-mod support;
+use crate::support::worker as support;
 
 use redis::Commands;
 use seckill_common::keys::{self, SaleKeys};

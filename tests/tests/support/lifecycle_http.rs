@@ -1,12 +1,8 @@
 //! The order lifecycle's HTTP side for the tests: the payment service's
 //! signed `POST /v1/payments`, and a buyer's `GET`/`DELETE
-//! .../purchases/me` with a token. Included with `#[path =
-//! "support/lifecycle_http.rs"] mod lifecycle;` by a test file that
-//! includes `gateway_support.rs` as `mod gateway_support` (kept out of
-//! `tests/tests/`'s top level, so Cargo does not build it alone).
-#![allow(dead_code)] // each test file uses a different part
+//! .../purchases/me` with a token, over [`super::gateway`]'s client.
 
-use crate::gateway_support::{raw, Gateway, Resp};
+use crate::support::gateway::{raw, Gateway, Resp};
 use seckill_common::payment::{self, sign};
 use seckill_tests::RedisServer;
 

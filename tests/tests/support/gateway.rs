@@ -2,8 +2,7 @@
 //! on a free port against a private Redis, a minimal HTTP/1.1 client over
 //! `TcpStream` (able to send byte-exact hostile requests), sales loaded
 //! straight into Redis, and a snapshot of a sale's keys to prove "Redis is
-//! unchanged". Included by the test files with `mod gateway_support;`.
-#![allow(dead_code)] // each test file uses a different part
+//! unchanged".
 
 use redis::Commands;
 use seckill_common::keys::SaleKeys;
@@ -162,7 +161,6 @@ fn read_one(r: &mut impl BufRead) -> Option<Resp> {
 
 /// A keep-alive connection.
 pub struct Client {
-    port: u16,
     reader: BufReader<TcpStream>,
 }
 
@@ -173,7 +171,6 @@ impl Client {
         s.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
         s.set_nodelay(true).unwrap();
         Client {
-            port,
             reader: BufReader::new(s),
         }
     }

@@ -1,7 +1,6 @@
-//! Shared by the worker tests (`#[path]`-included by each `worker_*.rs`):
+//! Shared by the worker tests (`worker_*.rs` and others):
 //! starting and signalling real `seckill-worker` processes, filling queues
 //! through the real reservation script, and the exactly-once checks.
-#![allow(dead_code)] // each test file uses a different part
 
 use mysql::prelude::Queryable;
 use redis::Commands;

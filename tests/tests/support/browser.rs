@@ -2,9 +2,7 @@
 //! Chromium, headless, renders a local file to its DOM (`--dump-dom`) and
 //! to a screenshot (`--screenshot`), and what `seckill-report` drew is read
 //! back from that DOM (`tests/src/report_html.rs` names its elements).
-//! Included with `mod browser_support;`. `scripts/test.sh` installs
-//! `chromium` when missing.
-#![allow(dead_code)] // each test file uses a different part
+//! `scripts/test.sh` installs `chromium` when missing.
 
 use seckill_tests::TempDir;
 use std::path::Path;

@@ -1,8 +1,7 @@
 //! Shared by the `ops_*` tests: templating a shipped configuration file
 //! (each replaced piece must occur exactly once, so a change of the file's
 //! shape fails the test instead of being silently missed), the path of a
-//! repository file, and a plain HTTP/1.0 GET. Included with `mod ops_support;`.
-#![allow(dead_code)] // each test file uses a different part
+//! repository file, and a plain HTTP/1.0 GET.
 
 use std::io::{Read, Write};
 use std::net::TcpStream;

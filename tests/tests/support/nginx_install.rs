@@ -1,9 +1,7 @@
 //! Shared by the nginx installation tests: nginx installed in a private
 //! prefix by running docs/OPERATIONS.md's Deployment step 6 line by line
 //! (an unknown step fails), and started as systemd would start it.
-//! A directory module (not a test target of its own): `mod nginx_install;`
-//! in a test file that also declares `mod gateway_support;` and
-//! `mod ops_support;`.
+//! Built on [`super::gateway`] and [`super::ops`].
 //!
 //! How the docs' paths map to the test's prefix (nothing under the
 //! machine's /etc, /var or /run is written, and the system's nginx is
@@ -28,8 +26,8 @@
 //!   instead of 80, and its `upstream` names the test's gateway instead of
 //!   127.0.0.1:8080; nothing else in it changes.
 
-use crate::gateway_support::get;
-use crate::ops_support::{replace_once, repo_file};
+use crate::support::gateway::get;
+use crate::support::ops::{replace_once, repo_file};
 use seckill_tests::{dies_with_test, free_port, wait_until, TempDir};
 use std::net::TcpStream;
 use std::path::{Path, PathBuf};

@@ -1,9 +1,8 @@
-//! Shared by the reconciler tests (`#[path]`-included by each
-//! `reconciler_*.rs`): a test world (private Redis, fresh MySQL database,
-//! review file in a temporary directory), running the real
+//! Shared by the reconciler tests (`reconciler_*.rs`): a test world
+//! (private Redis, fresh MySQL database, review file in a temporary
+//! directory), running the real
 //! `seckill-reconciler` binary, real reservations, and orders applied with
 //! plain SQL that mirrors the worker's transaction.
-#![allow(dead_code)] // each test file uses a different part
 
 use mysql::prelude::Queryable;
 use redis::Commands;

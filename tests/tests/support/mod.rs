@@ -1,0 +1,42 @@
+//! The helpers the test files share, each a module of the `it` binary
+//! (`use crate::support::gateway;` in a test file), and the lock that keeps
+//! the load-sensitive crowds apart.
+//!
+//! # Layout
+//!
+//! - `gateway`: the real `seckill-gateway` on a free port, a raw HTTP/1.1
+//!   client, sales loaded into Redis, snapshots of a sale's keys.
+//! - `worker`: real `seckill-worker` processes, queues filled through the
+//!   reservation script, the exactly-once checks.
+//! - `reconciler`: a reconciler test world (Redis, MySQL, review file) and
+//!   the real `seckill-reconciler` binary.
+//! - `lifecycle_http`: the order lifecycle over HTTP (payments, a buyer's
+//!   own purchase).
+//! - `ops`: shipped configuration files templated for a test, repository
+//!   paths, a plain HTTP/1.0 GET.
+//! - `nginx_install`: nginx installed in a private prefix as
+//!   docs/OPERATIONS.md's Deployment step 6 says.
+//! - `browser`: headless Chromium rendering a local page.
+//! - This file: [`crowd`], the one-crowd-at-a-time lock.
+
+pub mod browser;
+pub mod gateway;
+pub mod lifecycle_http;
+pub mod nginx_install;
+pub mod ops;
+pub mod reconciler;
+pub mod worker;
+
+use std::sync::{Mutex, MutexGuard};
+
+static CROWD: Mutex<()> = Mutex::new(());
+
+/// Held for the whole of a test that sends a crowd and counts its answers
+/// (`cluster_reshard`, `e2e_pipeline`, `gateway_burst`, `gateway_limits`,
+/// `ops_nginx_crowd`): such a test measures the machine as much as the
+/// code, so two never run at once, while the other tests of the binary go
+/// on beside it. A test that failed while holding it does not fail the
+/// next one (the poison is ignored: the lock guards no data).
+pub fn crowd() -> MutexGuard<'static, ()> {
+    CROWD.lock().unwrap_or_else(|p| p.into_inner())
+}
