@@ -71,7 +71,6 @@ pub struct Config {
     /// bytes). Unset: the gateway answers that route 503
     /// `payments_not_configured`.
     pub payment_secret: Option<Secret>,
-
 }
 
 /// A secret value: compared and used as bytes, never printed (`Debug`

@@ -169,10 +169,7 @@ impl Settings {
     /// empty variables keep their default. Pure.
     ///
     /// Errors: the first gateway-only variable whose value cannot be used.
-    pub fn from_vars(
-        config: &Config,
-        env: &Env,
-    ) -> Result<Settings, ConfigError> {
+    pub fn from_vars(config: &Config, env: &Env) -> Result<Settings, ConfigError> {
         let mut s = Settings::defaults(config);
         read_gateway(&mut s, env)?;
         read_auth(&mut s.identity, env)?;

@@ -1,8 +1,8 @@
 //! Checks the crate doc's layer invariants on the sources themselves: the
 //! modules each layer may name, tiny_http only in `http/`, the token
 //! verifier below the identity rule (never the reverse), every file opening with what it owns,
-//! no function over [`MAX_FN_LINES`] lines outside tests, and no comment
-//! that tells history instead of the code.
+//! and no function over [`MAX_FN_LINES`] lines outside tests. (Comments
+//! that tell history are refused workspace-wide by `tests/tests/tidy.rs`.)
 
 use std::path::{Path, PathBuf};
 
@@ -200,36 +200,5 @@ fn no_function_is_over_100_lines() {
         long.is_empty(),
         "functions over {MAX_FN_LINES} lines:\n{}",
         long.join("\n")
-    );
-}
-
-#[test]
-fn comments_say_why_the_code_is_so_not_its_history() {
-    let history = ["hostile pass", "session", "before:", "(before"];
-    let mut found = Vec::new();
-    for (rel, text) in files() {
-        if rel == "layers.rs" {
-            continue;
-        }
-        for (n, line) in text.lines().enumerate() {
-            let lower = line.to_ascii_lowercase();
-            if let Some(h) = history.iter().find(|h| lower.contains(*h)) {
-                found.push(format!("{rel}:{}: {h}", n + 1));
-            }
-            let numbered = lower.match_indices("issue ").any(|(i, _)| {
-                lower[i + "issue ".len()..]
-                    .chars()
-                    .next()
-                    .is_some_and(|c| c.is_ascii_digit())
-            });
-            if numbered {
-                found.push(format!("{rel}:{}: an issue number", n + 1));
-            }
-        }
-    }
-    assert!(
-        found.is_empty(),
-        "history in comments:\n{}",
-        found.join("\n")
     );
 }

@@ -16,12 +16,12 @@
 //! half-done transfers in Redis, an action. A replica that fails during the
 //! run is dropped and the rest of the run reads the primary.
 
+use crate::config::Config;
 use crate::error::RunError;
 use crate::rules::{self, SaleReport};
 use crate::scan::{self, Ctx};
 use seckill_common::mysql_replica::{catch_up, NotCaughtUp};
 use seckill_common::redis_target::Con;
-use crate::config::Config;
 use std::time::Duration;
 
 /// What the run did with the replica, for the metrics file.
