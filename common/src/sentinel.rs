@@ -123,7 +123,11 @@ mod tests {
         let sentinel = format!("127.0.0.1:{port}");
         let mut last = String::new();
         for _ in 0..100 {
-            match connect_master(&[sentinel.clone()], "seckill", Duration::from_secs(1)) {
+            match connect_master(
+                std::slice::from_ref(&sentinel),
+                "seckill",
+                Duration::from_secs(1),
+            ) {
                 Ok(_) => panic!("no master runs at port {master}"),
                 Err(e) => last = e.to_string(),
             }
