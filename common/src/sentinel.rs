@@ -65,7 +65,13 @@ fn master_via(sentinel: &str, name: &str, timeout: Duration) -> RedisResult<Conn
     } else {
         format!("{host}:{port}")
     };
-    let mut m = open(&addr, timeout)?;
+    let mut m = open(&addr, timeout).map_err(|e| {
+        RedisError::from((
+            redis::ErrorKind::Io,
+            "names a master that does not answer",
+            format!("{addr}: {e}"),
+        ))
+    })?;
     let role: Vec<redis::Value> = redis::cmd("ROLE").query(&mut m)?;
     match role.first() {
         Some(redis::Value::BulkString(r)) if r.as_slice() == b"master" => Ok(m),
@@ -74,5 +80,70 @@ fn master_via(sentinel: &str, name: &str, timeout: Duration) -> RedisResult<Conn
             "names a server that is not a master (a failover in progress)",
             addr,
         ))),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::net::TcpListener;
+    use std::process::{Command, Stdio};
+
+    fn free_port() -> u16 {
+        TcpListener::bind("127.0.0.1:0")
+            .and_then(|l| l.local_addr())
+            .map(|a| a.port())
+            .unwrap_or(0)
+    }
+
+    /// A Sentinel that answers while the master it names is down: the
+    /// error names that master's address, not the Sentinel as refusing.
+    #[test]
+    fn a_dead_master_is_named_apart_from_the_sentinel_that_named_it() {
+        let (port, master) = (free_port(), free_port());
+        let dir =
+            std::env::temp_dir().join(format!("seckill-sentinel-unit-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let conf = dir.join("sentinel.conf");
+        std::fs::write(
+            &conf,
+            format!(
+                "port {port}\nbind 127.0.0.1\ndir {}\nsentinel monitor seckill 127.0.0.1 {master} 2\n",
+                dir.display()
+            ),
+        )
+        .unwrap();
+        let server = std::env::var("SECKILL_TEST_REDIS_SERVER").unwrap_or("redis-server".into());
+        let mut child = Command::new(server)
+            .arg(&conf)
+            .arg("--sentinel")
+            .stdout(Stdio::null())
+            .spawn()
+            .unwrap();
+        let sentinel = format!("127.0.0.1:{port}");
+        let mut last = String::new();
+        for _ in 0..100 {
+            match connect_master(
+                std::slice::from_ref(&sentinel),
+                "seckill",
+                Duration::from_secs(1),
+            ) {
+                Ok(_) => panic!("no master runs at port {master}"),
+                Err(e) => last = e.to_string(),
+            }
+            if last.contains("names a master") {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        let _ = child.kill();
+        let _ = child.wait();
+        let _ = std::fs::remove_dir_all(&dir);
+        assert!(
+            last.contains(&format!(
+                "sentinel {sentinel}: names a master that does not answer"
+            )) && last.contains(&format!("127.0.0.1:{master}: ")),
+            "{last}"
+        );
     }
 }

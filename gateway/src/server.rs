@@ -54,7 +54,10 @@ pub enum GatewayError {
 impl fmt::Display for GatewayError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            GatewayError::RedisUrl(e) => write!(f, "redis url: {e}"),
+            GatewayError::RedisUrl(e) => write!(
+                f,
+                "SECKILL_REDIS_URL: {e}: expected a URL such as redis://127.0.0.1:6379/"
+            ),
             GatewayError::Listen(e) => write!(f, "{e}"),
             GatewayError::Thread(e) => write!(f, "starting a thread: {e}"),
             GatewayError::Accept(e) => write!(f, "accepting connections: {e}"),

@@ -94,8 +94,9 @@ options:
   --shards K    the sale's K, which MySQL keeps; only for a sale created before
                 migration 5, or to repeat the same K
 
-exit 1: refused, nothing changed: the sale is archived, or Redis lost it since
-its load (run, then sale repair ID --by NAME).",
+exit 1: refused, nothing changed: the sale is archived, paused (sale resume ID
+--by NAME first), or Redis lost it since its load (run, then sale repair ID
+--by NAME).",
     },
     Help {
         path: "sale list",

@@ -26,9 +26,20 @@ pub enum WorkerError {
 impl fmt::Display for WorkerError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            WorkerError::BadRedisUrl(d) => write!(f, "bad redis url: {d}"),
-            WorkerError::BadMysqlUrl(d) => write!(f, "bad mysql url: {d}"),
-            WorkerError::MetricsListen(d) => write!(f, "metrics listener: {d}"),
+            WorkerError::BadRedisUrl(d) => write!(
+                f,
+                "SECKILL_REDIS_URL: {d}: expected a URL such as redis://127.0.0.1:6379/"
+            ),
+            WorkerError::BadMysqlUrl(d) => write!(
+                f,
+                "SECKILL_MYSQL_URL: {d}: expected a URL such as \
+                 mysql://user:password@127.0.0.1:3306/seckill"
+            ),
+            WorkerError::MetricsListen(d) => write!(
+                f,
+                "metrics listener (SECKILL_WORKER_METRICS_LISTEN): {d}: give each worker \
+                 a free address"
+            ),
             WorkerError::Thread(d) => write!(f, "thread start: {d}"),
             WorkerError::MysqlRefused(d) => write!(f, "mysql at {d}"),
         }
@@ -118,6 +129,21 @@ impl From<mysql::Error> for ApplyError {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn each_configuration_error_names_its_variable() {
+        for (e, variable) in [
+            (WorkerError::BadRedisUrl("x".into()), "SECKILL_REDIS_URL"),
+            (WorkerError::BadMysqlUrl("x".into()), "SECKILL_MYSQL_URL"),
+            (
+                WorkerError::MetricsListen("x".into()),
+                "SECKILL_WORKER_METRICS_LISTEN",
+            ),
+        ] {
+            assert!(e.is_config());
+            assert!(e.to_string().contains(variable), "{e}");
+        }
+    }
 
     fn server_error(code: u16) -> mysql::Error {
         mysql::Error::MySqlError(mysql::MySqlError {

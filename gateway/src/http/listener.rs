@@ -30,7 +30,11 @@ pub enum ListenError {
 impl fmt::Display for ListenError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            ListenError::Bind(a, e) => write!(f, "cannot listen on {a}: {e}"),
+            ListenError::Bind(a, e) => write!(
+                f,
+                "cannot listen on {a} (SECKILL_LISTEN): {e}: stop what holds it, or set \
+                 SECKILL_LISTEN to a free address"
+            ),
             ListenError::Server(e) => write!(f, "http server: {e}"),
         }
     }
@@ -141,5 +145,23 @@ impl Listener {
             }
         }
         accept_failed
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_taken_address_names_seckill_listen() {
+        let e = ListenError::Bind(
+            ([127, 0, 0, 1], 8080).into(),
+            std::io::Error::from(std::io::ErrorKind::AddrInUse),
+        );
+        let shown = e.to_string();
+        assert!(
+            shown.starts_with("cannot listen on 127.0.0.1:8080 (SECKILL_LISTEN): "),
+            "{shown}"
+        );
     }
 }

@@ -88,9 +88,10 @@ pub struct PaymentDeadLetterArgs {
 
 /// Runs the command; exit code 0 when done or nothing was left to do.
 ///
-/// Errors: no review file, SQLite or Redis failures; [`RunError::Refused`]
+/// Errors: no review file, SQLite or Redis failures; [`RunError::NoSuch`]
 /// (exit 2, nothing changed, nothing recorded) when no entry or more than
-/// one has that name, or a requeue of a message the worker cannot read.
+/// one has that name; [`RunError::Refused`] (exit 1, nothing changed,
+/// nothing recorded) for a requeue of a message the worker cannot read.
 pub fn run(config: &Config, a: &PaymentDeadLetterArgs) -> Result<u8, RunError> {
     let review = Review::open_existing(&config.review_db)?;
     let mut con = connect::redis(&config.services)?;
