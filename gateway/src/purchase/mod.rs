@@ -1,6 +1,7 @@
 //! Owns one purchase as domain decisions, never as HTTP replies: admit
-//! (the body, the buyer, the buyer's share and the sold-out memory:
-//! [`Purchases::admit`]), prepare (the in-flight bound and the home
+//! (the body, then the public facts with no signature check: the sold-out
+//! memory and a window not yet open; then the verified buyer and the
+//! buyer's share: [`Purchases::admit`]), prepare (the in-flight bound and the home
 //! bucket: [`Purchases::prepare`]), reserve (`redis/reserver.rs`, and the
 //! pull of units to an empty home bucket: `home.rs`) and conclude (what
 //! Redis said, remembered and counted: [`Purchases::conclude`]). Every
