@@ -79,24 +79,33 @@ pub fn count<C: ConnectionLike>(con: &mut C, sale_id: u64) -> redis::RedisResult
     Ok(total.map(|_| k.unwrap_or(1).clamp(1, MAX_BUCKETS)))
 }
 
-/// [`count`] and the sale's window end (bucket 0's `ends_at_ms`, Unix ms;
-/// `None` when absent or not a number) from the same `HMGET`: what a
-/// gateway routes by, and the end its sold-out memory checks first.
+/// A sale's K, window start and window end (Unix ms), as
+/// [`count_and_window`] reads them.
+pub type CountAndWindow = (u32, Option<u64>, Option<u64>);
+
+/// [`count`] and the sale's window start and end (bucket 0's
+/// `starts_at_ms` and `ends_at_ms`, Unix ms; `None` when absent or not a
+/// number) from the same `HMGET`: what a gateway routes by, the start
+/// before which it says `sale_not_started` with no buyer, and the end its
+/// sold-out memory checks first.
 ///
 /// Errors: as [`count`].
-pub fn count_and_end<C: ConnectionLike>(
+pub fn count_and_window<C: ConnectionLike>(
     con: &mut C,
     sale_id: u64,
-) -> redis::RedisResult<Option<(u32, Option<u64>)>> {
-    let (total, k, ends): (Option<String>, Option<u32>, Option<String>) = redis::cmd("HMGET")
+) -> redis::RedisResult<Option<CountAndWindow>> {
+    type Fields = (Option<String>, Option<u32>, Option<String>, Option<String>);
+    let (total, k, starts, ends): Fields = redis::cmd("HMGET")
         .arg(SaleKeys::new(sale_id).meta())
         .arg("total_stock")
         .arg(BUCKETS_FIELD)
+        .arg("starts_at_ms")
         .arg("ends_at_ms")
         .query(con)?;
     Ok(total.map(|_| {
         (
             k.unwrap_or(1).clamp(1, MAX_BUCKETS),
+            starts.and_then(|e| e.parse().ok()),
             ends.and_then(|e| e.parse().ok()),
         )
     }))

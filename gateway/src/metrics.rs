@@ -265,6 +265,9 @@ pub struct Metrics {
     pub tokens_verified: Counter,
     /// Tokens found in the memory of verified tokens (no signature check).
     pub token_cache_hits: Counter,
+    /// Buyer-token signatures checked, valid or not: what a request pays
+    /// to be believed (none for an answer that is a public fact).
+    pub signature_checks: Counter,
     /// Purchases answered 429 by the per-buyer limit (`limits.rs`).
     pub limited_buyer: Counter,
     /// Requests answered 429 by the per-address limit (`limits.rs`).
@@ -379,9 +382,31 @@ fn labelled(r: &mut Registry) -> Labelled {
     }
 }
 
+/// The buyer-token counters: verified, found in memory, signatures checked.
+fn token_counters(r: &mut Registry) -> (Counter, Counter, Counter) {
+    (
+        add(
+            r,
+            "seckill_gateway_tokens_verified",
+            "Buyer tokens whose signature and claims were checked (not found in memory)",
+        ),
+        add(
+            r,
+            "seckill_gateway_token_cache_hits",
+            "Buyer tokens found in the memory of verified tokens (no signature check)",
+        ),
+        add(
+            r,
+            "seckill_gateway_signature_checks",
+            "Buyer-token signatures checked, valid or not (none for a public answer)",
+        ),
+    )
+}
+
 impl Default for Metrics {
     fn default() -> Self {
         let mut r = Registry::default();
+        let (tokens_verified, token_cache_hits, signature_checks) = token_counters(&mut r);
         let Labelled {
             requests,
             latency,
@@ -454,16 +479,9 @@ impl Default for Metrics {
                 "seckill_gateway_redis_refused",
                 "Redis connects refused: an eviction policy that can delete the sale's keys",
             ),
-            tokens_verified: add(
-                &mut r,
-                "seckill_gateway_tokens_verified",
-                "Buyer tokens whose signature and claims were checked (not found in memory)",
-            ),
-            token_cache_hits: add(
-                &mut r,
-                "seckill_gateway_token_cache_hits",
-                "Buyer tokens found in the memory of verified tokens (no signature check)",
-            ),
+            tokens_verified,
+            token_cache_hits,
+            signature_checks,
             limited_buyer,
             limited_address,
             limit_table_full: add(

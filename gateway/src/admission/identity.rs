@@ -18,7 +18,7 @@
 //! an expired token 401 `token_expired`; both with `WWW-Authenticate`.
 
 use crate::admission::credentials::{Credentials, Refused};
-use crate::admission::verifier::Verifier;
+use crate::admission::verifier::{claimed_sub, Verifier};
 use crate::config::{AuthMode, IdentitySettings};
 use crate::metrics::Metrics;
 use seckill_common::token::Alg;
@@ -178,6 +178,18 @@ impl Identity {
                     _ => Ok(sub),
                 }
             }
+        }
+    }
+
+    /// The buyer a purchase says it is for, unverified: the token's `sub`
+    /// as written (`verifier::claimed_sub`), or with `none` the body's
+    /// `user_id`. It may choose which buyer's public record is looked up,
+    /// never what is answered: [`Identity::buyer`] decides that.
+    pub fn claimed_buyer(&self, creds: &Credentials, body_user: Option<&str>) -> Option<String> {
+        match (self, creds) {
+            (Identity::Unverified, _) => body_user.map(str::to_string),
+            (Identity::Jwt(_), Credentials::Bearer(token)) => claimed_sub(token),
+            (Identity::Jwt(_), _) => None,
         }
     }
 

@@ -1,6 +1,7 @@
 //! Owns the routing of a purchase to its buyer's home bucket for a sale
 //! split over buckets (`seckill_common::buckets`): the memory of each
-//! sale's bucket count (and window end, for the sold-out memory), the pull
+//! sale's bucket count (and window: its start for the public
+//! `sale_not_started`, its end for the sold-out memory), the pull
 //! of units to an empty home bucket before a buyer is told `sold_out`
 //! (`seckill_common::transfer::pull`), and the sale's own window when the
 //! home bucket is gone ([`ended_elsewhere`]).
@@ -46,6 +47,8 @@ pub const RECOUNT_GRACE: Duration = Duration::from_millis(250);
 struct Known {
     /// Its number of buckets.
     k: u32,
+    /// Its window start (Unix ms), when bucket 0's meta has one.
+    starts: Option<u64>,
     /// Its window end (Unix ms), when bucket 0's meta has one.
     ends: Option<u64>,
     /// When `k` and `ends` were read.
@@ -89,8 +92,8 @@ impl BucketCounts {
                 return Ok(k);
             }
         }
-        let Some((k, ends)) =
-            links.with(|link| link.with(|con| buckets::count_and_end(con, sale_id)))?
+        let Some((k, starts, ends)) =
+            links.with(|link| link.with(|con| buckets::count_and_window(con, sale_id)))?
         else {
             // No longer held (lost, archived): forgotten, so every caller
             // reads it again, as for a sale never seen.
@@ -111,6 +114,7 @@ impl BucketCounts {
             sale_id,
             Known {
                 k,
+                starts,
                 ends,
                 read_at,
                 claimed: false,
@@ -148,6 +152,17 @@ impl BucketCounts {
             .unwrap_or_else(|p| p.into_inner())
             .get(&sale_id)
             .and_then(|n| n.ends)
+    }
+
+    /// The window start (Unix ms) of `sale_id` as last read with its K,
+    /// from memory only: `None` when not read (a sale not held is never
+    /// remembered).
+    pub fn starts_at(&self, sale_id: u64) -> Option<u64> {
+        self.known
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(&sale_id)
+            .and_then(|n| n.starts)
     }
 
     /// The keys of `user_id`'s home bucket in `sale_id`, and the sale's K.

@@ -1,6 +1,7 @@
 //! Owns one purchase as domain decisions, never as HTTP replies: admit
-//! (the body, the buyer, the buyer's share and the sold-out memory:
-//! [`Purchases::admit`]), prepare (the in-flight bound and the home
+//! (the body, then the public facts with no signature check: the sold-out
+//! memory and a window not yet open; then the verified buyer and the
+//! buyer's share: [`Purchases::admit`]), prepare (the in-flight bound and the home
 //! bucket: [`Purchases::prepare`]), reserve (`redis/reserver.rs`, and the
 //! pull of units to an empty home bucket: `home.rs`) and conclude (what
 //! Redis said, remembered and counted: [`Purchases::conclude`]). Every
@@ -10,12 +11,15 @@
 //! - [`soldout`]: the sold-out memory, ordered by the sale's reservation
 //!   sequence; [`buyers`]: a sold-out sale's buyers, loaded once, bounded,
 //!   into a [`buyer_set::BuyerSet`];
+//! - [`recheck`]: whether a sale remembered sold out still is, read with
+//!   no buyer;
 //! - [`home`]: which bucket of a split sale a buyer buys from.
 
 pub mod body;
 pub mod buyer_set;
 pub mod buyers;
 pub mod home;
+pub mod recheck;
 pub mod soldout;
 
 use crate::admission::identity::Denied;
@@ -27,11 +31,18 @@ use crate::redis::link::{LinkPool, Unavailable};
 use crate::redis::reserver::Reserver;
 use buyers::Loader;
 use home::BucketCounts;
+use recheck::Still;
 use seckill_common::keys::SaleKeys;
 use seckill_common::reservation::{Replied, ReserveOutcome};
 use soldout::{Closed, Known, SoldOutCache};
 use std::sync::Arc;
 use std::time::Instant;
+
+/// How far before a sale's opening, by this host's clock, the gateway
+/// stops saying `sale_not_started` itself and lets the script decide by
+/// Redis's clock: a host clock behind Redis's by less than this never
+/// refuses a purchase Redis would take.
+pub const CLOCK_MARGIN_MS: u64 = 1_000;
 
 /// What a purchase came to: each is one answer to the client.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -135,12 +146,20 @@ impl Purchases {
         self.conclude(sale_id, k, &user_id, outcome)
     }
 
-    /// The first half of a purchase, before Redis: reads the body, takes
-    /// the buyer from the token in `creds` (or the body's `user_id` with
-    /// `SECKILL_AUTH=none`) and tries the sold-out fast path. For a
-    /// sold-out sale a buyer's retry is `AlreadyPurchased` with its
-    /// reservation id, from the buyers in memory or, while they are not,
-    /// from one `HGET` of that buyer (`buyers.rs`).
+    /// The first half of a purchase, before Redis. Public facts first,
+    /// for anyone, without a signature check and without using the
+    /// claimed identity to decide: a body that cannot be read, a Redis
+    /// unfit for purchases, what the sold-out memory knows (ended, not
+    /// found, sold out; its recheck read with no buyer, `recheck.rs`) and
+    /// a window known not to open within [`CLOCK_MARGIN_MS`]. For a
+    /// sold-out sale the buyer the request claims to be
+    /// (`Identity::claimed_buyer`, unverified) only chooses which buyer is
+    /// looked up: one who holds no reservation is told `sold_out` at once;
+    /// a winner's retry is `AlreadyPurchased` with its reservation id only
+    /// once the token is verified (a forged token naming a winner is
+    /// refused). Otherwise the buyer is verified (the token's `sub`, or
+    /// the body's `user_id` with `SECKILL_AUTH=none`) and then charged its
+    /// share before Redis is asked.
     ///
     /// Errors: the final decision when no reservation script is needed.
     pub fn admit(
@@ -150,58 +169,170 @@ impl Purchases {
         body: &[u8],
         creds: &Credentials,
     ) -> Result<String, Decision> {
-        let metrics = &self.metrics;
         let body_user =
             body::parse_body(body, admission.identity.body_names_buyer()).map_err(|detail| {
-                metrics.outcome(Outcome::Invalid);
+                self.metrics.outcome(Outcome::Invalid);
                 Decision::Invalid(detail)
-            })?;
-        let user_id = admission
-            .identity
-            .buyer(creds, body_user, metrics)
-            .map_err(|d| {
-                metrics.outcome(match d {
-                    Denied::Token(_) => Outcome::InvalidToken,
-                    _ => Outcome::UserMismatch,
-                });
-                Decision::Denied(d)
             })?;
         if self.fitness.unfit() {
             return Err(self.unavailable());
         }
-        let (closed, set) = match self.soldout.get(sale_id, Instant::now()) {
+        match self.soldout.get(sale_id, Instant::now()) {
             Known::Ask => {
+                if self.not_started(sale_id)? {
+                    self.metrics.outcome(Outcome::NotStarted);
+                    return Err(Decision::NotStarted);
+                }
+                if self.recheck_sold_out(sale_id)? == Still::SoldOut {
+                    return Err(self.sold_out(admission, sale_id, None, creds, body_user));
+                }
+                let user_id = self.verified(admission, creds, body_user)?;
                 charge_buyer(admission, sale_id, &user_id)?;
-                return Ok(user_id);
+                Ok(user_id)
             }
-            Known::Closed(c, set) => (c, set),
-        };
-        if closed != Closed::SoldOut {
-            metrics.outcome(match closed {
-                Closed::Ended => Outcome::EndedFromMemory,
-                _ => Outcome::UnknownSaleFromMemory,
-            });
-            return Err(Decision::Closed(closed));
+            Known::Closed(Closed::SoldOut, set) => {
+                Err(self.sold_out(admission, sale_id, set, creds, body_user))
+            }
+            Known::Closed(closed, _) => {
+                self.metrics.outcome(match closed {
+                    Closed::Ended => Outcome::EndedFromMemory,
+                    _ => Outcome::UnknownSaleFromMemory,
+                });
+                Err(Decision::Closed(closed))
+            }
         }
-        let (holds, from_memory) = match set {
-            Some(set) => (set.lookup(&user_id), true),
-            None => {
-                charge_buyer(admission, sale_id, &user_id)?;
-                let r = buyers::lookup_one(&self.links, &self.buckets, sale_id, &user_id)
-                    .map_err(|Unavailable| self.unavailable())?;
-                (r, false)
+    }
+
+    /// Whether `sale_id`'s window opens more than [`CLOCK_MARGIN_MS`]
+    /// from now by this host's clock, as its meta was last read with its
+    /// bucket count (`home.rs`, read again each second): a public fact,
+    /// said with no buyer. Nearer the opening the script decides, by
+    /// Redis's clock.
+    ///
+    /// Errors: `Unavailable` when the meta cannot be read in time.
+    /// A sale whose meta no purchase has read yet is not known to be
+    /// upcoming (the purchase goes the whole way, and its `prepare` reads
+    /// the meta).
+    fn not_started(&self, sale_id: u64) -> Result<bool, Decision> {
+        if self.buckets.starts_at(sale_id).is_none() {
+            return Ok(false);
+        }
+        self.buckets
+            .of(&self.links, sale_id)
+            .map_err(|Unavailable| self.unavailable())?;
+        Ok(self.buckets.starts_at(sale_id).is_some_and(|starts| {
+            seckill_common::now_ms().saturating_add(CLOCK_MARGIN_MS) < starts
+        }))
+    }
+
+    /// The recheck of a one-bucket sale remembered sold out, made by the
+    /// caller [`SoldOutCache::get`] chose, without a buyer
+    /// (`recheck.rs`): still sold out is remembered again (its buyers
+    /// loaded if they are not), a change forgets the memory; a sale not
+    /// remembered sold out, or split over buckets, is `Changed` at once
+    /// (the purchase goes to Redis).
+    ///
+    /// Errors: `Unavailable` when Redis cannot be read in time.
+    fn recheck_sold_out(&self, sale_id: u64) -> Result<Still, Decision> {
+        let Some(seq) = self.soldout.sold_out_at(sale_id, seckill_common::now_ms) else {
+            return Ok(Still::Changed);
+        };
+        let k = self
+            .buckets
+            .of(&self.links, sale_id)
+            .map_err(|Unavailable| self.unavailable())?;
+        if k != 1 {
+            return Ok(Still::Changed);
+        }
+        let still = recheck::sold_out_still(&self.links, sale_id, seq)
+            .map_err(|Unavailable| self.unavailable())?;
+        match still {
+            Still::SoldOut => {
+                if self
+                    .soldout
+                    .confirmed_sold_out(sale_id, seq, Instant::now())
+                {
+                    self.buyers.request(&self.soldout, sale_id, seq);
+                }
+            }
+            Still::Changed => self.soldout.stock_back(sale_id),
+        }
+        Ok(still)
+    }
+
+    /// The buyer a request proves to be.
+    ///
+    /// Errors: `Denied` (counted).
+    fn verified(
+        &self,
+        admission: &Admission,
+        creds: &Credentials,
+        body_user: Option<String>,
+    ) -> Result<String, Decision> {
+        admission
+            .identity
+            .buyer(creds, body_user, &self.metrics)
+            .map_err(|d| {
+                self.metrics.outcome(match d {
+                    Denied::Token(_) => Outcome::InvalidToken,
+                    _ => Outcome::UserMismatch,
+                });
+                Decision::Denied(d)
+            })
+    }
+
+    /// A purchase of a sale remembered sold out: `sold_out` unless the
+    /// buyer it claims to be holds a reservation (in `set`, the buyers in
+    /// memory, or else by one `HGET` of that buyer, `buyers.rs`); then the
+    /// claim is verified, and only a verified winner hears its id.
+    fn sold_out(
+        &self,
+        admission: &Admission,
+        sale_id: u64,
+        set: Option<Arc<buyer_set::BuyerSet>>,
+        creds: &Credentials,
+        body_user: Option<String>,
+    ) -> Decision {
+        let claimed = admission
+            .identity
+            .claimed_buyer(creds, body_user.as_deref());
+        let from_memory = set.is_some();
+        let holds = match (claimed.as_deref(), set) {
+            (None, _) => None,
+            (Some(user), Some(set)) => set.lookup(user),
+            (Some(user), None) => {
+                match buyers::lookup_one(&self.links, &self.buckets, sale_id, user) {
+                    Ok(r) => r,
+                    Err(Unavailable) => return self.unavailable(),
+                }
             }
         };
-        metrics.outcome(match (&holds, from_memory) {
-            (Some(_), true) => Outcome::AlreadyPurchasedFromMemory,
-            (Some(_), false) => Outcome::AlreadyPurchasedAfterBuyerRead,
-            (None, true) => Outcome::SoldOutFromMemory,
-            (None, false) => Outcome::SoldOutAfterBuyerRead,
-        });
-        Err(match holds {
-            Some(rid) => Decision::AlreadyPurchased(rid),
-            None => Decision::Closed(Closed::SoldOut),
-        })
+        let Some(rid) = holds else {
+            self.metrics.outcome(match from_memory {
+                true => Outcome::SoldOutFromMemory,
+                false => Outcome::SoldOutAfterBuyerRead,
+            });
+            return Decision::Closed(Closed::SoldOut);
+        };
+        match self.verified(admission, creds, body_user) {
+            Ok(user) if Some(&user) == claimed.as_ref() => {
+                if !from_memory && !admission.charge_buyer(sale_id, &user) {
+                    return Decision::TooManyRequests;
+                }
+                self.metrics.outcome(match from_memory {
+                    true => Outcome::AlreadyPurchasedFromMemory,
+                    false => Outcome::AlreadyPurchasedAfterBuyerRead,
+                });
+                Decision::AlreadyPurchased(rid)
+            }
+            // Verified as another buyer than the one looked up (a body
+            // naming someone else: refused by `verified` already).
+            Ok(_) => {
+                self.metrics.outcome(Outcome::UserMismatch);
+                Decision::Denied(Denied::UserMismatch)
+            }
+            Err(d) => d,
+        }
     }
 
     /// The second half: the decision on what Redis said (or could not
@@ -321,10 +452,14 @@ impl Purchases {
     }
 }
 
-/// The per-buyer share (`admission/limits.rs`), charged by every attempt
-/// that would call Redis (the reservation script, or the buyer's `HGET`
-/// of a sold-out sale); an attempt decided from memory costs no share, so
-/// a buyer who keeps clicking after the sell-out still hears `sold_out`.
+/// The per-buyer share (`admission/limits.rs`), charged once the buyer is
+/// verified, by every attempt that calls Redis for that buyer (the
+/// reservation script, or a winner's retry read by one `HGET`): a forger
+/// never spends a real buyer's share. An attempt decided from memory, or
+/// told `sold_out` after an unverified claim's `HGET`, costs no buyer's
+/// share (the client address's share, charged first by `http/`, bounds
+/// those), so a buyer who keeps clicking after the sell-out still hears
+/// `sold_out`.
 ///
 /// Errors: `TooManyRequests` beyond the share.
 fn charge_buyer(admission: &Admission, sale_id: u64, user_id: &str) -> Result<(), Decision> {

@@ -205,6 +205,22 @@ impl SoldOutCache {
         Known::Closed(closed, buyers)
     }
 
+    /// The sequence at which `sale_id` is remembered sold out, while its
+    /// window is not known to have closed (by the wall clock `wall_ms`):
+    /// what a caller [`SoldOutCache::get`] sent to Redis for the recheck
+    /// compares with (`recheck.rs`). `None` for any other memory.
+    pub fn sold_out_at(&self, sale_id: u64, wall_ms: impl FnOnce() -> u64) -> Option<u64> {
+        let e = self.entry(sale_id)?;
+        if Closed::from_code(e.closed.load(Ordering::Acquire)) != Closed::SoldOut {
+            return None;
+        }
+        let end = e.ends_at_ms.load(Ordering::Acquire);
+        if end != 0 && wall_ms() >= end {
+            return None;
+        }
+        Some(e.seq.load(Ordering::Acquire))
+    }
+
     /// Remembers that Redis said `closed` for `sale_id` at sequence `seq`
     /// and time `now`, trusted for [`RECHECK_AFTER`]. An answer older than
     /// the one remembered (lower `seq`) changes nothing, but for `Ended`:

@@ -135,3 +135,48 @@ fn redis_replies_conclude_to_decisions_and_teach_the_memory() {
         Decision::Closed(Closed::Unknown)
     );
 }
+
+#[test]
+fn forged_tokens_to_a_sold_out_sale_are_410_without_a_signature_check_and_a_winner_is_verified() {
+    use seckill_common::token::{generate, Alg, Signer};
+    let (a, hs, ed) = jwt_admission(1);
+    let p = purchases();
+    assert!(p.soldout.closed(7, Closed::SoldOut, 3, Instant::now()));
+    let mut set = BuyerSet::default();
+    assert!(set.insert("alice", RID));
+    p.soldout.loaded(7, 3, Some(set), false, u64::MAX);
+    // Signed with keys the gateway does not hold, under its kids.
+    let forgers = [
+        Signer::new(&generate(Alg::Hs256, "h").unwrap()).unwrap(),
+        Signer::new(&generate(Alg::EdDsa, "e").unwrap()).unwrap(),
+    ];
+    for i in 0..200 {
+        let forged = token(&forgers[i % 2], &format!("crowd-{i}"));
+        assert_eq!(
+            p.admit(&a, 7, b"{}", &forged),
+            Err(Decision::Closed(Closed::SoldOut))
+        );
+    }
+    for creds in [Credentials::Missing, Credentials::Bearer("x.y.z".into())] {
+        assert_eq!(
+            p.admit(&a, 7, b"{}", &creds),
+            Err(Decision::Closed(Closed::SoldOut))
+        );
+    }
+    assert_eq!(p.metrics.signature_checks.get(), 0);
+    assert_eq!(a.metrics.limited_buyer.get(), 0, "no share spent");
+    // A forged token naming the winner is checked, and refused.
+    for forger in &forgers {
+        assert_eq!(
+            p.admit(&a, 7, b"{}", &token(forger, "alice")),
+            Err(Decision::Denied(Denied::Token(Refused::Invalid)))
+        );
+    }
+    assert_eq!(p.metrics.signature_checks.get(), 2);
+    for s in [&hs, &ed] {
+        assert_eq!(
+            p.admit(&a, 7, b"{}", &token(s, "alice")),
+            Err(Decision::AlreadyPurchased(RID.into()))
+        );
+    }
+}

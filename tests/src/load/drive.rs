@@ -90,6 +90,11 @@ pub struct DriveSpec<'a> {
     pub timeout: Duration,
     /// The crowd's tokens, when the gateway verifies them.
     pub tokens: Option<&'a Tokens>,
+    /// The first `lead` requests are sent one at a time on one connection,
+    /// each answered before the crowd starts (`plan::lead`: the identity
+    /// refusals, asked while the sale is surely not sold out, since a sale
+    /// known sold out answers 410 whatever the token).
+    pub lead: usize,
 }
 
 /// The tokens of a crowd, minted before the first request is sent (so
@@ -204,15 +209,20 @@ pub fn run(spec: &DriveSpec<'_>, requests: &[Vec<u8>]) -> Outcome {
         started_at_ms,
         ..Outcome::default()
     };
+    let lead_done = AtomicBool::new(spec.lead == 0);
     thread::scope(|scope| {
         let progress = scope.spawn(|| progress_loop(&counters, &finished, total, start));
         let mut handles = Vec::new();
-        for _ in 0..spec.connections {
-            handles.push(scope.spawn(|| {
+        let (next, counters, lead_done) = (&next, &counters, &lead_done);
+        for c in 0..spec.connections {
+            handles.push(scope.spawn(move || {
                 let mut con = Connection::new(spec.addr, spec.timeout);
                 let mut recs = Vec::new();
                 let mut errs = Vec::new();
                 loop {
+                    while c != 0 && !lead_done.load(Ordering::Acquire) {
+                        thread::sleep(Duration::from_millis(1));
+                    }
                     let i = next.fetch_add(1, Ordering::Relaxed);
                     let Some(req) = requests.get(i) else { break };
                     if spec.rate > 0.0 {
@@ -267,6 +277,9 @@ pub fn run(spec: &DriveSpec<'_>, requests: &[Vec<u8>]) -> Outcome {
                     };
                     recs.push(rec);
                     counters.done.fetch_add(1, Ordering::Relaxed);
+                    if i + 1 >= spec.lead {
+                        lead_done.store(true, Ordering::Release);
+                    }
                 }
                 (recs, errs, con.connects, con.resent)
             }));

@@ -148,6 +148,7 @@ pub fn run(o: &cli::Options, config: &seckill_common::Config) -> Result<bool, Lo
         rate: o.rate,
         timeout: o.timeout,
         tokens: tokens.as_ref(),
+        lead: plan::lead(&steps),
     };
     let requests = drive::format_all(&drive_spec, &steps);
     if let Some(at) = open_at {

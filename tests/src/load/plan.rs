@@ -181,7 +181,8 @@ pub fn duplicate_count(spec: &PlanSpec) -> u32 {
 
 /// Builds the plan: users in random order, a second click for
 /// [`duplicate_count`] of them at most `spread` requests after their first,
-/// and the hostile requests at random places.
+/// the hostile requests at random places, but for the identity kinds,
+/// which come first ([`lead`]).
 pub fn build(spec: &PlanSpec) -> Vec<Step> {
     let mut rng = Rng::new(spec.seed);
     let mut order: Vec<u32> = (0..spec.users).collect();
@@ -213,12 +214,29 @@ pub fn build(spec: &PlanSpec) -> Vec<Step> {
     } else {
         Hostile::ALL.to_vec()
     };
+    let mut lead = Vec::new();
     for h in 0..spec.hostile {
         let kind = kinds[h as usize % kinds.len()];
-        keyed.push((rng.below(n) * 4 + 2, Step::Hostile(kind)));
+        if Hostile::IDENTITY.contains(&kind) {
+            lead.push(Step::Hostile(kind));
+        } else {
+            keyed.push((rng.below(n) * 4 + 2, Step::Hostile(kind)));
+        }
     }
     keyed.sort_by_key(|(k, _)| *k);
-    keyed.into_iter().map(|(_, s)| s).collect()
+    lead.extend(keyed.into_iter().map(|(_, s)| s));
+    lead
+}
+
+/// How many steps open `plan` with the identity kinds, which [`build`]
+/// puts first: a sale the gateway knows sold out is answered 410 whatever
+/// the token (public facts before identity), so a bad token is sure to
+/// hear 401 or 403 only before the crowd can sell the sale out
+/// (`drive.rs` sends these alone, first).
+pub fn lead(plan: &[Step]) -> usize {
+    plan.iter()
+        .take_while(|s| matches!(s, Step::Hostile(h) if Hostile::IDENTITY.contains(h)))
+        .count()
 }
 
 #[cfg(test)]
@@ -250,5 +268,26 @@ mod tests {
         assert_eq!(clicks.values().filter(|&&c| c == 2).count(), 100);
         assert_eq!(hostile, 9);
         assert_eq!(build(&spec), plan, "same seed, same plan");
+        assert_eq!(lead(&plan), 0);
+    }
+
+    #[test]
+    fn the_identity_kinds_lead_the_plan() {
+        let spec = PlanSpec {
+            users: 100,
+            duplicates: 0.1,
+            hostile: 10,
+            spread: 8,
+            seed: 6,
+            identity: true,
+        };
+        let plan = build(&spec);
+        assert_eq!(lead(&plan), 3);
+        assert_eq!(
+            plan[..3],
+            Hostile::IDENTITY.map(Step::Hostile),
+            "one of each, first"
+        );
+        assert_eq!(plan.len(), 100 + 10 + 10);
     }
 }
