@@ -320,68 +320,17 @@ impl SlotRouter {
                     // The map read before still routes the others.
                 }
             }
-            let mut groups: HashMap<(String, bool), Vec<usize>> = HashMap::new();
-            for (i, ask) in &todo {
-                let key = match ask {
-                    Some(node) => (node.clone(), true),
-                    // None: no master serves the slot (a master lost
-                    // without a replica): this command only.
-                    None => match self.master_of(cmds.slot(*i)) {
-                        Some(m) => (m.to_string(), false),
-                        None => continue,
-                    },
-                };
-                groups.entry(key).or_default().push(*i);
-            }
-            let mut next = Vec::new();
-            let mut again = Vec::new();
-            let mut moved = false;
-            let mut lost: Vec<(usize, String)> = Vec::new();
-            for ((addr, asking), idx) in groups {
-                let Ok((got, acked)) = self.send_to(&addr, cmds, &idx, asking, ack) else {
-                    // This master's commands fail; the others go on.
-                    for &i in &idx {
-                        out[i].replicated = false;
-                        if !asking {
-                            lost.push((i, addr.clone()));
-                        }
-                    }
-                    continue;
-                };
-                for (&i, v) in idx.iter().zip(got) {
-                    out[i].reached = true;
-                    out[i].replicated = acked;
-                    match redirect(&v) {
-                        Some((ServerErrorKind::Moved, _)) if round < MAX_REDIRECTS => {
-                            moved = true;
-                            next.push((i, None));
-                        }
-                        Some((ServerErrorKind::Ask, to)) if round < MAX_REDIRECTS => {
-                            next.push((i, Some(to)));
-                        }
-                        Some((ServerErrorKind::TryAgain, _)) => {
-                            again.push(i);
-                            out[i].value = v;
-                        }
-                        _ => out[i].value = v,
-                    }
-                }
-            }
+            let groups = self.group_by_master(cmds, &todo);
+            let Round {
+                mut next,
+                again,
+                moved,
+                lost,
+            } = self.send_round(cmds, groups, ack, round, &mut out);
             // A master that failed may have been replaced (a failover this
-            // router's map has not seen yet): when the map read again names
-            // another master for such a command's slot, the command goes
-            // there in the next round (it did not run, or ran on a master
-            // that has lost its slots). At most one read per
-            // [`LOST_REFRESH_EVERY`].
-            let stale = self
-                .refreshed
-                .is_none_or(|t| t.elapsed() >= LOST_REFRESH_EVERY);
-            if !lost.is_empty() && round < MAX_REDIRECTS && stale && self.refresh().is_ok() {
-                for (i, was) in lost {
-                    if self.master_of(cmds.slot(i)).is_some_and(|m| m != was) {
-                        next.push((i, None));
-                    }
-                }
+            // router's map has not seen yet): such a command goes again.
+            if !lost.is_empty() && round < MAX_REDIRECTS {
+                next.extend(self.moved_masters(cmds, lost));
             }
             // `TRYAGAIN`: the command did not run; once more after a wait
             // while the timeout allows (its reply stays `TRYAGAIN` else).
@@ -415,6 +364,97 @@ impl SlotRouter {
             }
         }
         Ok(out)
+    }
+
+    /// The commands of `todo` by the node to send them to (the master of
+    /// their slot, or the node an `ASK` named, with `true`); a command whose
+    /// slot no master serves (a master lost without a replica) is left out.
+    fn group_by_master(
+        &self,
+        cmds: &Packed,
+        todo: &[(usize, Option<String>)],
+    ) -> HashMap<(String, bool), Vec<usize>> {
+        let mut groups: HashMap<(String, bool), Vec<usize>> = HashMap::new();
+        for (i, ask) in todo {
+            let key = match ask {
+                Some(node) => (node.clone(), true),
+                // None: no master serves the slot (a master lost
+                // without a replica): this command only.
+                None => match self.master_of(cmds.slot(*i)) {
+                    Some(m) => (m.to_string(), false),
+                    None => continue,
+                },
+            };
+            groups.entry(key).or_default().push(*i);
+        }
+        groups
+    }
+
+    /// Sends each group of commands to its node (round `round` of
+    /// redirects), writing their replies into `out`, and sorts what must go
+    /// again: redirected, `TRYAGAIN`, or sent to a master that failed.
+    fn send_round(
+        &mut self,
+        cmds: &Packed,
+        groups: HashMap<(String, bool), Vec<usize>>,
+        ack: Option<(usize, Duration)>,
+        round: usize,
+        out: &mut Replies,
+    ) -> Round {
+        let mut r = Round::default();
+        for ((addr, asking), idx) in groups {
+            let Ok((got, acked)) = self.send_to(&addr, cmds, &idx, asking, ack) else {
+                // This master's commands fail; the others go on.
+                for &i in &idx {
+                    out[i].replicated = false;
+                    if !asking {
+                        r.lost.push((i, addr.clone()));
+                    }
+                }
+                continue;
+            };
+            for (&i, v) in idx.iter().zip(got) {
+                out[i].reached = true;
+                out[i].replicated = acked;
+                match redirect(&v) {
+                    Some((ServerErrorKind::Moved, _)) if round < MAX_REDIRECTS => {
+                        r.moved = true;
+                        r.next.push((i, None));
+                    }
+                    Some((ServerErrorKind::Ask, to)) if round < MAX_REDIRECTS => {
+                        r.next.push((i, Some(to)));
+                    }
+                    Some((ServerErrorKind::TryAgain, _)) => {
+                        r.again.push(i);
+                        out[i].value = v;
+                    }
+                    _ => out[i].value = v,
+                }
+            }
+        }
+        r
+    }
+
+    /// The commands of `lost` (each with the master that failed it) whose
+    /// slot the map, read again, gives to another master: they go there in
+    /// the next round (they did not run, or ran on a master that has lost
+    /// its slots). The map is read at most once per [`LOST_REFRESH_EVERY`];
+    /// none when it is not read.
+    fn moved_masters(
+        &mut self,
+        cmds: &Packed,
+        lost: Vec<(usize, String)>,
+    ) -> Vec<(usize, Option<String>)> {
+        let stale = self
+            .refreshed
+            .is_none_or(|t| t.elapsed() >= LOST_REFRESH_EVERY);
+        if !stale || self.refresh().is_err() {
+            return Vec::new();
+        }
+        lost.into_iter()
+            .filter(|(i, was)| self.master_of(cmds.slot(*i)).is_some_and(|m| m != was))
+            .map(|(i, _)| (i, None))
+            .collect()
     }
 
     /// One read-only command (`cmd`, RESP-encoded, its key in `slot`; see
@@ -501,6 +541,19 @@ pub fn stays_on_its_node(e: &RedisError) -> bool {
 /// What [`SlotRouter::pipeline`] got back: one [`Reply`] per command, in
 /// order.
 pub type Replies = Vec<Reply>;
+
+/// What one round of [`SlotRouter::pipeline`] leaves to do.
+#[derive(Default)]
+struct Round {
+    /// Commands to send again (`Some(node)` after `ASK`).
+    next: Vec<(usize, Option<String>)>,
+    /// Commands answered `TRYAGAIN`.
+    again: Vec<usize>,
+    /// Whether a `MOVED` came back (the map is read again).
+    moved: bool,
+    /// Commands whose master failed, with its address.
+    lost: Vec<(usize, String)>,
+}
 
 /// What one command of a pipeline got back.
 #[derive(Debug, Clone, PartialEq)]

@@ -466,6 +466,32 @@ fn pinned_alg(j: &RawJwk) -> Result<Alg, KeyProblem> {
 }
 
 fn one_key(j: RawJwk) -> Result<Key, KeyProblem> {
+    signature_use(&j)?;
+    let alg = pinned_alg(&j)?;
+    let kid = j.kid.clone().ok_or("no kid")?;
+    if !is_file_kid(&kid) {
+        return Err(format!(
+            "kid must be 1-{FILE_KID_MAX} visible ASCII characters (no space or control \
+             character)"
+        )
+        .into());
+    }
+    let material = match (alg, j.kty.as_deref()) {
+        (Alg::Hs256, Some("oct")) => secret(j)?,
+        (Alg::EdDsa, Some("OKP")) => ed25519_key(j)?,
+        (Alg::Rs256, Some("RSA")) => rsa_public_key(j)?,
+        (Alg::Es256, Some("EC")) => p256_public_key(j)?,
+        (Alg::Hs256, _) => return Err("an HS256 key needs kty oct".into()),
+        (Alg::EdDsa, _) => return Err("an EdDSA key needs kty OKP".into()),
+        (Alg::Rs256, _) => return Err("an RS256 key needs kty RSA".into()),
+        (Alg::Es256, _) => return Err("an ES256 key needs kty EC".into()),
+    };
+    Ok(Key { kid, alg, material })
+}
+
+/// Passes over a JWK whose `use` or `key_ops` say it does not check
+/// signatures.
+fn signature_use(j: &RawJwk) -> Result<(), KeyProblem> {
     if let Some(u) = j.use_.as_deref().filter(|u| *u != "sig") {
         return Err(KeyProblem::Skip(format!(
             "use {u:?}: only a signature key (use \"sig\") checks tokens"
@@ -478,111 +504,108 @@ fn one_key(j: RawJwk) -> Result<Key, KeyProblem> {
             )));
         }
     }
-    let alg = pinned_alg(&j)?;
-    let kid = j.kid.clone().ok_or("no kid")?;
-    if !is_file_kid(&kid) {
+    Ok(())
+}
+
+/// The bytes of JWK member `name` (base64url, padding tolerated).
+fn b64(name: &str, v: Option<String>) -> Result<Vec<u8>, String> {
+    let v = v.ok_or(format!("no {name}"))?;
+    URL_SAFE_NO_PAD
+        .decode(v.trim_end_matches('='))
+        .map_err(|_| format!("{name} is not base64url"))
+}
+
+/// The HS256 secret of an `oct` JWK (at least 32 bytes).
+fn secret(j: RawJwk) -> Result<Material, KeyProblem> {
+    let k = b64("k", j.k)?;
+    if k.len() < 32 {
+        return Err("an HS256 secret needs at least 32 bytes (RFC 7518 3.2)".into());
+    }
+    Ok(Material::Secret(k))
+}
+
+/// The Ed25519 key of an `OKP` JWK: its public key (never a weak point)
+/// and, when it has `d`, the private seed matching it.
+fn ed25519_key(j: RawJwk) -> Result<Material, KeyProblem> {
+    if j.crv.as_deref() != Some("Ed25519") {
+        return Err("an EdDSA key needs crv Ed25519".into());
+    }
+    let x: [u8; 32] = b64("x", j.x)?
+        .try_into()
+        .map_err(|_| "x must be 32 bytes".to_string())?;
+    let private = match j.d {
+        None => None,
+        Some(d) => {
+            let d: [u8; 32] = b64("d", Some(d))?
+                .try_into()
+                .map_err(|_| "d must be 32 bytes".to_string())?;
+            if ed25519_public(&d) != x {
+                return Err("x is not the public key of d".into());
+            }
+            Some(d)
+        }
+    };
+    let public = ed25519_dalek::VerifyingKey::from_bytes(&x)
+        .map_err(|_| "x is not an Ed25519 public key".to_string())?;
+    // A small-order point verifies forged signatures (RFC 8032,
+    // 5.1.7 leaves it to the verifier): such a key is never real.
+    if public.is_weak() {
+        return Err("x is a weak (small-order) Ed25519 point".into());
+    }
+    Ok(Material::Ed25519 { public: x, private })
+}
+
+/// The RS256 public key of an `RSA` JWK (modulus within the accepted
+/// sizes; a private key is refused).
+fn rsa_public_key(j: RawJwk) -> Result<Material, KeyProblem> {
+    let n = strip_zeros(b64("n", j.n)?);
+    let e = strip_zeros(b64("e", j.e)?);
+    let bits = n.len() * 8 - n.first().map_or(8, |b| b.leading_zeros() as usize);
+    if bits < MIN_RSA_BITS {
+        return Err(
+            format!("an RS256 modulus needs at least {MIN_RSA_BITS} bits, n has {bits}").into(),
+        );
+    }
+    if bits > MAX_RSA_BITS {
         return Err(format!(
-            "kid must be 1-{FILE_KID_MAX} visible ASCII characters (no space or control \
-             character)"
+            "an RS256 modulus has at most {MAX_RSA_BITS} bits here (each token's check \
+             stays cheap), n has {bits}"
         )
         .into());
     }
-    let b64 = |name: &str, v: Option<String>| -> Result<Vec<u8>, String> {
-        let v = v.ok_or(format!("no {name}"))?;
-        URL_SAFE_NO_PAD
-            .decode(v.trim_end_matches('='))
-            .map_err(|_| format!("{name} is not base64url"))
-    };
-    let material = match (alg, j.kty.as_deref()) {
-        (Alg::Hs256, Some("oct")) => {
-            let k = b64("k", j.k)?;
-            if k.len() < 32 {
-                return Err("an HS256 secret needs at least 32 bytes (RFC 7518 3.2)".into());
-            }
-            Material::Secret(k)
-        }
-        (Alg::EdDsa, Some("OKP")) => {
-            if j.crv.as_deref() != Some("Ed25519") {
-                return Err("an EdDSA key needs crv Ed25519".into());
-            }
-            let x: [u8; 32] = b64("x", j.x)?
-                .try_into()
-                .map_err(|_| "x must be 32 bytes".to_string())?;
-            let private = match j.d {
-                None => None,
-                Some(d) => {
-                    let d: [u8; 32] = b64("d", Some(d))?
-                        .try_into()
-                        .map_err(|_| "d must be 32 bytes".to_string())?;
-                    if ed25519_public(&d) != x {
-                        return Err("x is not the public key of d".into());
-                    }
-                    Some(d)
-                }
-            };
-            let public = ed25519_dalek::VerifyingKey::from_bytes(&x)
-                .map_err(|_| "x is not an Ed25519 public key".to_string())?;
-            // A small-order point verifies forged signatures (RFC 8032,
-            // 5.1.7 leaves it to the verifier): such a key is never real.
-            if public.is_weak() {
-                return Err("x is a weak (small-order) Ed25519 point".into());
-            }
-            Material::Ed25519 { public: x, private }
-        }
-        (Alg::Rs256, Some("RSA")) => {
-            let n = strip_zeros(b64("n", j.n)?);
-            let e = strip_zeros(b64("e", j.e)?);
-            let bits = n.len() * 8 - n.first().map_or(8, |b| b.leading_zeros() as usize);
-            if bits < MIN_RSA_BITS {
-                return Err(format!(
-                    "an RS256 modulus needs at least {MIN_RSA_BITS} bits, n has {bits}"
-                )
-                .into());
-            }
-            if bits > MAX_RSA_BITS {
-                return Err(format!(
-                    "an RS256 modulus has at most {MAX_RSA_BITS} bits here (each token's check \
-                     stays cheap), n has {bits}"
-                )
-                .into());
-            }
-            rsa::RsaPublicKey::new(
-                rsa::BigUint::from_bytes_be(&n),
-                rsa::BigUint::from_bytes_be(&e),
-            )
-            .map_err(|err| format!("n and e are not an RSA public key: {err}"))?;
-            if j.d.is_some() {
-                return Err("an RS256 key here is a public key: remove d (and p, q...)".into());
-            }
-            Material::Rsa { n, e }
-        }
-        (Alg::Es256, Some("EC")) => {
-            if j.crv.as_deref() != Some("P-256") {
-                return Err("an ES256 key needs crv P-256".into());
-            }
-            let x: [u8; 32] = b64("x", j.x)?
-                .try_into()
-                .map_err(|_| "x must be 32 bytes".to_string())?;
-            let y: [u8; 32] = b64("y", j.y)?
-                .try_into()
-                .map_err(|_| "y must be 32 bytes".to_string())?;
-            let mut sec1 = [0u8; 65];
-            sec1[0] = 0x04;
-            sec1[1..33].copy_from_slice(&x);
-            sec1[33..].copy_from_slice(&y);
-            p256::PublicKey::from_sec1_bytes(&sec1)
-                .map_err(|_| "x and y are not a point of P-256".to_string())?;
-            if j.d.is_some() {
-                return Err("an ES256 key here is a public key: remove d".into());
-            }
-            Material::P256 { x, y }
-        }
-        (Alg::Hs256, _) => return Err("an HS256 key needs kty oct".into()),
-        (Alg::EdDsa, _) => return Err("an EdDSA key needs kty OKP".into()),
-        (Alg::Rs256, _) => return Err("an RS256 key needs kty RSA".into()),
-        (Alg::Es256, _) => return Err("an ES256 key needs kty EC".into()),
-    };
-    Ok(Key { kid, alg, material })
+    rsa::RsaPublicKey::new(
+        rsa::BigUint::from_bytes_be(&n),
+        rsa::BigUint::from_bytes_be(&e),
+    )
+    .map_err(|err| format!("n and e are not an RSA public key: {err}"))?;
+    if j.d.is_some() {
+        return Err("an RS256 key here is a public key: remove d (and p, q...)".into());
+    }
+    Ok(Material::Rsa { n, e })
+}
+
+/// The ES256 public key of an `EC` JWK (a point of P-256; a private key is
+/// refused).
+fn p256_public_key(j: RawJwk) -> Result<Material, KeyProblem> {
+    if j.crv.as_deref() != Some("P-256") {
+        return Err("an ES256 key needs crv P-256".into());
+    }
+    let x: [u8; 32] = b64("x", j.x)?
+        .try_into()
+        .map_err(|_| "x must be 32 bytes".to_string())?;
+    let y: [u8; 32] = b64("y", j.y)?
+        .try_into()
+        .map_err(|_| "y must be 32 bytes".to_string())?;
+    let mut sec1 = [0u8; 65];
+    sec1[0] = 0x04;
+    sec1[1..33].copy_from_slice(&x);
+    sec1[33..].copy_from_slice(&y);
+    p256::PublicKey::from_sec1_bytes(&sec1)
+        .map_err(|_| "x and y are not a point of P-256".to_string())?;
+    if j.d.is_some() {
+        return Err("an ES256 key here is a public key: remove d".into());
+    }
+    Ok(Material::P256 { x, y })
 }
 
 /// `v` without its leading zero bytes (a big-endian integer as JWKs write

@@ -1,13 +1,10 @@
 //! Checks the crate doc's layer invariants on the sources themselves: the
 //! modules each layer may name, tiny_http only in `http/`, the token
-//! verifier below the identity rule (never the reverse), every file opening with what it owns,
-//! and no function over [`MAX_FN_LINES`] lines outside tests. (Comments
-//! that tell history are refused workspace-wide by `tests/tests/tidy.rs`.)
+//! verifier below the identity rule (never the reverse), and every file
+//! opening with what it owns. (Comments that tell history and functions
+//! over 100 lines are refused workspace-wide by `tests/tests/tidy.rs`.)
 
 use std::path::{Path, PathBuf};
-
-/// Longest function body outside tests, in lines.
-const MAX_FN_LINES: usize = 100;
 
 /// The crate's top modules each layer may name (`crate::X`), by layer.
 const RULES: &[(&str, &[&str])] = &[
@@ -160,45 +157,4 @@ fn every_file_opens_with_what_it_owns() {
             "{rel} does not open with a //! line"
         );
     }
-}
-
-/// The functions of `text` (outside its tests) longer than
-/// [`MAX_FN_LINES`]: a `fn` line and the first line after it that closes
-/// at its indent.
-fn long_functions(text: &str) -> Vec<(usize, usize)> {
-    let code = text.split("#[cfg(test)]").next().unwrap_or(text);
-    let lines: Vec<&str> = code.lines().collect();
-    let mut out = Vec::new();
-    for (i, line) in lines.iter().enumerate() {
-        let t = line.trim_start();
-        let is_fn = ["fn ", "pub fn ", "pub(crate) fn "]
-            .iter()
-            .any(|p| t.starts_with(p));
-        if !is_fn || line.trim_end().ends_with(';') {
-            continue;
-        }
-        let indent = line.len() - t.len();
-        let close = format!("{}}}", " ".repeat(indent));
-        if let Some(len) = lines[i + 1..].iter().position(|l| l.trim_end() == close) {
-            if len + 2 > MAX_FN_LINES {
-                out.push((i + 1, len + 2));
-            }
-        }
-    }
-    out
-}
-
-#[test]
-fn no_function_is_over_100_lines() {
-    let mut long = Vec::new();
-    for (rel, text) in files() {
-        for (line, len) in long_functions(&text) {
-            long.push(format!("{rel}:{line}: {len} lines"));
-        }
-    }
-    assert!(
-        long.is_empty(),
-        "functions over {MAX_FN_LINES} lines:\n{}",
-        long.join("\n")
-    );
 }

@@ -150,60 +150,90 @@ type SaleSeries = (&'static str, &'static str, fn(&SaleProgress) -> Option<i64>)
 /// Errors: never in practice (encoding into a `String`).
 pub fn render(f: &RunFigures) -> Result<String, std::fmt::Error> {
     let mut r = Registry::default();
-    let mut gauge = |name: &str, help: &str, v: f64| {
-        let g = FloatGauge::default();
-        g.set(v);
-        r.register(name, help, g);
-    };
+    register_run(&mut r, f);
+    if let Some(rf) = &f.replica {
+        register_replica(&mut r, rf);
+    }
+    register_open_findings(&mut r, f);
+    register_sale_series(&mut r, f);
+    seckill_common::metrics::render(&r)
+}
+
+/// Registers a gauge `name` of value `v`.
+fn gauge(r: &mut Registry, name: &str, help: &str, v: f64) {
+    let g = FloatGauge::default();
+    g.set(v);
+    r.register(name, help, g);
+}
+
+/// Registers the figures of the run itself: when it finished, whether it
+/// succeeded (and when one last did), how long it took, sales checked.
+fn register_run(r: &mut Registry, f: &RunFigures) {
     gauge(
+        r,
         "seckill_reconciler_last_run_timestamp_seconds",
         "When the last reconciliation run finished, Unix seconds",
         f.finished_ms as f64 / 1000.0,
     );
     gauge(
+        r,
         "seckill_reconciler_last_run_success",
         "1 when the last run finished its pass (open findings or not), 0 when it failed",
         if f.success { 1.0 } else { 0.0 },
     );
     if let Some(ms) = f.last_success_ms {
         gauge(
+            r,
             "seckill_reconciler_last_success_timestamp_seconds",
             "When the last run that did not fail finished, Unix seconds",
             ms as f64 / 1000.0,
         );
     }
     gauge(
+        r,
         "seckill_reconciler_last_run_duration_seconds",
         "How long the last run took",
         f.duration_s,
     );
     gauge(
+        r,
         "seckill_reconciler_sales_checked",
         "Sales the last run reconciled",
         f.sales_checked as f64,
     );
-    if let Some(rf) = &f.replica {
-        gauge(
-            "seckill_reconciler_replica_used",
-            "1 when the last run read the MySQL replica, 0 when it fell back to the primary",
-            if rf.used { 1.0 } else { 0.0 },
-        );
-        gauge(
-            "seckill_reconciler_replica_wait_seconds",
-            "How long the last run waited for the replica to reach the primary's position",
-            rf.wait_s,
-        );
-        gauge(
-            "seckill_reconciler_replica_confirmed_sales",
-            "Sales the replica's scan flagged that the last run re-read on the primary",
-            rf.confirmed_on_primary as f64,
-        );
-        gauge(
-            "seckill_reconciler_replica_cleared_sales",
-            "Of those, sales the primary found clean (the replica was behind)",
-            rf.cleared_by_primary as f64,
-        );
-    }
+}
+
+/// Registers how the run used the MySQL replica.
+fn register_replica(r: &mut Registry, rf: &ReplicaFigures) {
+    gauge(
+        r,
+        "seckill_reconciler_replica_used",
+        "1 when the last run read the MySQL replica, 0 when it fell back to the primary",
+        if rf.used { 1.0 } else { 0.0 },
+    );
+    gauge(
+        r,
+        "seckill_reconciler_replica_wait_seconds",
+        "How long the last run waited for the replica to reach the primary's position",
+        rf.wait_s,
+    );
+    gauge(
+        r,
+        "seckill_reconciler_replica_confirmed_sales",
+        "Sales the replica's scan flagged that the last run re-read on the primary",
+        rf.confirmed_on_primary as f64,
+    );
+    gauge(
+        r,
+        "seckill_reconciler_replica_cleared_sales",
+        "Of those, sales the primary found clean (the replica was behind)",
+        rf.cleared_by_primary as f64,
+    );
+}
+
+/// Registers the open findings by kind and severity (every pair, 0 when
+/// none).
+fn register_open_findings(r: &mut Registry, f: &RunFigures) {
     let open = Family::<Labels, Gauge>::default();
     r.register(
         "seckill_reconciler_open_findings",
@@ -221,6 +251,11 @@ pub fn render(f: &RunFigures) -> Result<String, std::fmt::Error> {
                 .set(n as i64);
         }
     }
+}
+
+/// Registers the per-sale series (stock, stock left, reserved, ordered,
+/// paid), one sample per sale that has a value.
+fn register_sale_series(r: &mut Registry, f: &RunFigures) {
     let per_sale: [SaleSeries; 5] = [
         ("seckill_sale_stock", "A sale's units (MySQL)", |p| {
             Some(p.stock)
@@ -255,7 +290,6 @@ pub fn render(f: &RunFigures) -> Result<String, std::fmt::Error> {
             }
         }
     }
-    seckill_common::metrics::render(&r)
 }
 
 /// Writes `text` to `path` whole or not at all (a temporary file in the

@@ -76,9 +76,47 @@ pub fn num(v: f64) -> String {
     }
 }
 
+/// Where a chart's values fall in its SVG: the axes' ranges and ticks.
+struct Frame {
+    x_min: f64,
+    x_span: f64,
+    y_top: f64,
+    xt: Vec<f64>,
+    yt: Vec<f64>,
+}
+
+impl Frame {
+    /// The SVG x of value `x`.
+    fn px(&self, x: f64) -> f64 {
+        ML + (x - self.x_min) / self.x_span * (W - ML - MR)
+    }
+
+    /// The SVG y of value `y`.
+    fn py(&self, y: f64) -> f64 {
+        MT + (1.0 - y / self.y_top) * (H - MT - MB)
+    }
+}
+
 impl Chart {
     /// The chart as an SVG element plus its legend.
     pub fn render(&self, out: &mut String) {
+        let f = self.frame();
+        let _ = writeln!(out, "<h3>{}</h3>", escape(&self.title));
+        let _ = writeln!(
+            out,
+            r#"<svg class="chart" data-chart="{}" viewBox="0 0 {W} {H}" width="{W}" height="{H}" role="img" aria-label="{}">"#,
+            self.id,
+            escape(&self.title)
+        );
+        self.write_axes(out, &f);
+        self.write_lines(out, &f);
+        let _ = writeln!(out, "</svg>");
+        self.write_legend(out);
+    }
+
+    /// The axes' ranges: x from 0 (or the earliest point) to the last
+    /// point, y from 0 to the highest point or limit, both on round ticks.
+    fn frame(&self) -> Frame {
         let xs = || {
             self.series
                 .iter()
@@ -99,32 +137,34 @@ impl Chart {
         let y_top = *yt.last().unwrap_or(&1.0);
         let x_end = xt.last().copied().unwrap_or(1.0).max(x_max);
         let x_span = (x_end - x_min).max(1e-9);
-        let px = |x: f64| ML + (x - x_min) / x_span * (W - ML - MR);
-        let py = |y: f64| MT + (1.0 - y / y_top) * (H - MT - MB);
-        let _ = writeln!(out, "<h3>{}</h3>", escape(&self.title));
-        let _ = writeln!(
-            out,
-            r#"<svg class="chart" data-chart="{}" viewBox="0 0 {W} {H}" width="{W}" height="{H}" role="img" aria-label="{}">"#,
-            self.id,
-            escape(&self.title)
-        );
-        for y in &yt {
+        Frame {
+            x_min,
+            x_span,
+            y_top,
+            xt,
+            yt,
+        }
+    }
+
+    /// The grid lines with the y ticks, the x ticks and the axes' titles.
+    fn write_axes(&self, out: &mut String, f: &Frame) {
+        for y in &f.yt {
             let _ = writeln!(
                 out,
                 r##"<line class="grid" x1="{ML}" x2="{:.1}" y1="{:.1}" y2="{:.1}"/><text class="tick" x="{:.1}" y="{:.1}" text-anchor="end">{}</text>"##,
                 W - MR,
-                py(*y),
-                py(*y),
+                f.py(*y),
+                f.py(*y),
                 ML - 6.0,
-                py(*y) + 4.0,
+                f.py(*y) + 4.0,
                 num(*y)
             );
         }
-        for x in &xt {
+        for x in &f.xt {
             let _ = writeln!(
                 out,
                 r#"<text class="tick" x="{:.1}" y="{:.1}" text-anchor="middle">{}</text>"#,
-                px(*x),
+                f.px(*x),
                 H - MB + 16.0,
                 num(*x)
             );
@@ -137,21 +177,25 @@ impl Chart {
             self.x_title,
             self.y_title
         );
+    }
+
+    /// The limit's dashed line, a polyline per series, or "no data".
+    fn write_lines(&self, out: &mut String, f: &Frame) {
         if let Some((name, y)) = &self.limit {
             let _ = writeln!(
                 out,
                 r#"<line class="limit" data-limit="{}" x1="{ML}" x2="{:.1}" y1="{:.1}" y2="{:.1}"/>"#,
                 escape(name),
                 W - MR,
-                py(*y),
-                py(*y)
+                f.py(*y),
+                f.py(*y)
             );
         }
         for s in &self.series {
             let pts: Vec<String> = s
                 .points
                 .iter()
-                .map(|(x, y)| format!("{:.1},{:.1}", px(*x), py(*y)))
+                .map(|(x, y)| format!("{:.1},{:.1}", f.px(*x), f.py(*y)))
                 .collect();
             let _ = writeln!(
                 out,
@@ -170,7 +214,10 @@ impl Chart {
                 H / 2.0
             );
         }
-        let _ = writeln!(out, "</svg>");
+    }
+
+    /// The legend: the limit, and each series with its last value.
+    fn write_legend(&self, out: &mut String) {
         let _ = write!(out, r#"<ul class="legend" data-chart="{}">"#, self.id);
         if let Some((name, y)) = &self.limit {
             let _ = write!(

@@ -3,7 +3,8 @@
 //! comment tells the history of the work instead of the code (sessions of
 //! work, passes of review, issue numbers, the word before with a colon,
 //! what an earlier build did); every Rust source file opens with a `//!`
-//! line saying what it owns.
+//! line saying what it owns; no function of a crate's sources or examples
+//! is over [`MAX_FN_LINES`] lines outside its tests.
 //!
 //! Each failure names the file, the line and what to fix.
 
@@ -330,6 +331,61 @@ fn every_rust_file_opens_with_what_it_owns() {
     );
 }
 
+/// Longest function outside tests, in lines (its `fn` line to its closing
+/// brace).
+const MAX_FN_LINES: usize = 100;
+
+/// The functions of `text` (outside its tests: what follows its first
+/// `#[cfg(test)]`) longer than [`MAX_FN_LINES`], as (line, length): a `fn`
+/// line and the first line after it that closes at its indent.
+fn long_functions(text: &str) -> Vec<(usize, usize)> {
+    let code = text.split("#[cfg(test)]").next().unwrap_or(text);
+    let lines: Vec<&str> = code.lines().collect();
+    let mut out = Vec::new();
+    for (i, line) in lines.iter().enumerate() {
+        let t = line.trim_start();
+        let is_fn = ["fn ", "pub fn ", "pub(crate) fn ", "pub(super) fn "]
+            .iter()
+            .any(|p| t.starts_with(p));
+        if !is_fn || line.trim_end().ends_with(';') {
+            continue;
+        }
+        let indent = line.len() - t.len();
+        let close = format!("{}}}", " ".repeat(indent));
+        if let Some(len) = lines[i + 1..].iter().position(|l| l.trim_end() == close) {
+            if len + 2 > MAX_FN_LINES {
+                out.push((i + 1, len + 2));
+            }
+        }
+    }
+    out
+}
+
+#[test]
+fn no_function_is_over_100_lines() {
+    let root = root();
+    let mut long = Vec::new();
+    for krate in ["common", "gateway", "worker", "reconciler", "tests"] {
+        for dir in ["src", "examples"] {
+            for f in files_under(&root, &format!("{krate}/{dir}"))
+                .into_iter()
+                .filter(|f| f.ends_with(".rs"))
+            {
+                let text = fs::read_to_string(root.join(&f)).unwrap_or_default();
+                for (line, len) in long_functions(&text) {
+                    long.push(format!("{f}:{line}: {len} lines"));
+                }
+            }
+        }
+    }
+    assert!(
+        long.is_empty(),
+        "functions over {MAX_FN_LINES} lines (split each by step into functions that do one \
+         job):\n{}",
+        long.join("\n")
+    );
+}
+
 #[test]
 fn the_checks_see_what_they_look_for() {
     assert_eq!(
@@ -356,4 +412,10 @@ fn the_checks_see_what_they_look_for() {
     assert!(history("before: it took two units").is_some());
     assert!(history("the previous build grew").is_some());
     assert!(history("each mysql session sets its limits; pkcs#8 keys; rfc 7518 §3.2").is_none());
+    let body = "    x();\n".repeat(MAX_FN_LINES - 2);
+    let at_most = format!("fn a() {{\n{body}}}\n");
+    let over = format!("pub fn b() {{\n{body}    y();\n}}\n");
+    assert!(long_functions(&at_most).is_empty());
+    assert_eq!(long_functions(&over), [(1, MAX_FN_LINES + 1)]);
+    assert!(long_functions(&format!("#[cfg(test)]\n{over}")).is_empty());
 }

@@ -121,23 +121,8 @@ pub fn run(config: Config, shutdown: Shutdown) -> Result<(), WorkerError> {
         return Ok(());
     }
     // Register before consuming so others know whose lists these are.
-    let mut backoff = RETRY;
-    loop {
-        let r = queue::open(
-            &client,
-            config.services.redis_timeout,
-            config.services.redis_timeout,
-        )
-        .and_then(|mut c| {
-            housekeeping::register(&mut c, &config.worker_id, config.worker_heartbeat_ttl)
-        });
-        match r {
-            Ok(()) => break,
-            Err(e) => log::warn!("registering worker in redis at {}: {e}", client.address()),
-        }
-        if !backoff.sleep(&shutdown) {
-            return Ok(());
-        }
+    if !register(&client, &config, &shutdown) {
+        return Ok(());
     }
     let paused = loss_watch::PausedSales::default();
     worker.share_paused(paused.clone());
@@ -186,6 +171,30 @@ pub fn run(config: Config, shutdown: Shutdown) -> Result<(), WorkerError> {
     let _ = pay.join();
     leave(&client, &config, worker.sales());
     Ok(())
+}
+
+/// Registers this worker in `seckill:workers` (see
+/// [`housekeeping::register`]), retrying until Redis takes it; `false` when
+/// shutdown comes first.
+fn register(client: &Target, config: &Config, shutdown: &Shutdown) -> bool {
+    let mut backoff = RETRY;
+    loop {
+        let r = queue::open(
+            client,
+            config.services.redis_timeout,
+            config.services.redis_timeout,
+        )
+        .and_then(|mut c| {
+            housekeeping::register(&mut c, &config.worker_id, config.worker_heartbeat_ttl)
+        });
+        match r {
+            Ok(()) => return true,
+            Err(e) => log::warn!("registering worker in redis at {}: {e}", client.address()),
+        }
+        if !backoff.sleep(shutdown) {
+            return false;
+        }
+    }
 }
 
 /// Deregisters this worker on a clean exit (see

@@ -192,6 +192,101 @@ fn by_label(
         .collect()
 }
 
+/// Registers the MySQL retry counters, by cause, and returns the handles
+/// (deadlock or lock-wait timeout, lost or refused connection).
+fn retries(r: &mut Registry) -> (Counter, Counter) {
+    let retries = Family::<[(&'static str, &'static str); 1], Counter>::default();
+    r.register(
+        "seckill_worker_retries",
+        "MySQL transactions retried, by cause",
+        retries.clone(),
+    );
+    let transient = retries
+        .get_or_create(&[("cause", "deadlock_or_lock_wait")])
+        .clone();
+    let connection = retries.get_or_create(&[("cause", "connection")]).clone();
+    (transient, connection)
+}
+
+/// Registers the dead letters by reason ([`DEAD_LETTER_REASONS`] order).
+fn dead_letter_series(r: &mut Registry) -> Vec<Counter> {
+    by_label(
+        r,
+        "seckill_worker_dead_lettered",
+        "Messages moved to a sale's dead-letter list, by reason: malformed (unparsable, or \
+         another sale's), no_flow_record (the fence: released or never made), unknown_sale, \
+         stock_exhausted (MySQL stock), buyer_holds_order, max_attempts \
+         (SECKILL_WORKER_MAX_ATTEMPTS server errors), other",
+        "reason",
+        &DEAD_LETTER_REASONS,
+    )
+}
+
+/// Registers the payments by outcome ([`PAYMENT_OUTCOMES`] order).
+fn payment_series(r: &mut Registry) -> Vec<Counter> {
+    by_label(
+        r,
+        "seckill_worker_payments",
+        "Payments taken from the payments queue, by outcome: paid, amount_mismatch, late, \
+         after_cancellation, \
+         unknown_reservation, not_payable (applied now), duplicate (that payment id applied \
+         before), conflict (that id applied before for another reservation or amount), \
+         retried (a failed attempt, requeued), dead_lettered",
+        "outcome",
+        &PAYMENT_OUTCOMES,
+    )
+}
+
+/// Registers the cancellations by outcome ([`CANCEL_OUTCOMES`] order).
+fn cancellation_series(r: &mut Registry) -> Vec<Counter> {
+    by_label(
+        r,
+        "seckill_worker_cancellations",
+        "Buyers' cancellations taken from the payments queue, by outcome: cancelled, \
+         no_order, not_pending (nothing changed), retried, dead_lettered",
+        "outcome",
+        &CANCEL_OUTCOMES,
+    )
+}
+
+/// Registers the Redis steps of releases by outcome ([`RELEASE_OUTCOMES`]
+/// order).
+fn release_series(r: &mut Registry) -> Vec<Counter> {
+    by_label(
+        r,
+        "seckill_worker_releases",
+        "Redis steps of releases (expiries, cancellations), by outcome: released (unit back \
+         on sale), already (done before), not_found (no flow record in Redis)",
+        "outcome",
+        &RELEASE_OUTCOMES,
+    )
+}
+
+/// Registers the gauge saying whether this worker exports the shared
+/// lists' gauges and returns it (0 until it holds the gauge lease).
+fn exporter_gauge(r: &mut Registry) -> Gauge {
+    let gauge_reporter = Gauge::default();
+    r.register(
+        "seckill_worker_shared_lists_exporter",
+        "1 while this worker exports the shared queue and dead-letter gauges (one worker at a time)",
+        gauge_reporter.clone(),
+    );
+    gauge_reporter
+}
+
+/// Registers the build's version as `seckill_worker_build_info` (always 1).
+fn build_info(r: &mut Registry) {
+    let build = Family::<[(&'static str, &'static str); 1], Gauge>::default();
+    r.register(
+        "seckill_worker_build_info",
+        "1, labelled with the version of this worker's build",
+        build.clone(),
+    );
+    build
+        .get_or_create(&[("version", env!("CARGO_PKG_VERSION"))])
+        .set(1);
+}
+
 /// Adds one to entry `i` of `counters` (nothing when out of range).
 pub fn count(counters: &[Counter], i: usize) {
     if let Some(c) = counters.get(i) {
@@ -213,16 +308,7 @@ impl Metrics {
         let sales = Arc::new(Mutex::new(None));
         root.register_collector(Box::new(SaleFigures(sales.clone())));
         let r = root.sub_registry_with_label(("worker".into(), worker_id.to_string().into()));
-        let retries = Family::<[(&'static str, &'static str); 1], Counter>::default();
-        r.register(
-            "seckill_worker_retries",
-            "MySQL transactions retried, by cause",
-            retries.clone(),
-        );
-        let retries_transient = retries
-            .get_or_create(&[("cause", "deadlock_or_lock_wait")])
-            .clone();
-        let retries_connection = retries.get_or_create(&[("cause", "connection")]).clone();
+        let (retries_transient, retries_connection) = retries(r);
         let applied = counter(
             r,
             "seckill_worker_orders_applied",
@@ -246,16 +332,7 @@ impl Metrics {
             "Time to apply one batch in MySQL, retries included",
             latency_histogram(),
         );
-        let dead_lettered = by_label(
-            r,
-            "seckill_worker_dead_lettered",
-            "Messages moved to a sale's dead-letter list, by reason: malformed (unparsable, or \
-             another sale's), no_flow_record (the fence: released or never made), unknown_sale, \
-             stock_exhausted (MySQL stock), buyer_holds_order, max_attempts \
-             (SECKILL_WORKER_MAX_ATTEMPTS server errors), other",
-            "reason",
-            &DEAD_LETTER_REASONS,
-        );
+        let dead_lettered = dead_letter_series(r);
         let fenced = counter(
             r,
             "seckill_worker_fenced",
@@ -281,53 +358,16 @@ impl Metrics {
             "seckill_worker_redis_errors",
             "Redis errors in the consuming loop",
         );
-        let payments = by_label(
-            r,
-            "seckill_worker_payments",
-            "Payments taken from the payments queue, by outcome: paid, amount_mismatch, late, \
-             after_cancellation, \
-             unknown_reservation, not_payable (applied now), duplicate (that payment id applied \
-             before), conflict (that id applied before for another reservation or amount), \
-             retried (a failed attempt, requeued), dead_lettered",
-            "outcome",
-            &PAYMENT_OUTCOMES,
-        );
-        let cancellations = by_label(
-            r,
-            "seckill_worker_cancellations",
-            "Buyers' cancellations taken from the payments queue, by outcome: cancelled, \
-             no_order, not_pending (nothing changed), retried, dead_lettered",
-            "outcome",
-            &CANCEL_OUTCOMES,
-        );
+        let payments = payment_series(r);
+        let cancellations = cancellation_series(r);
         let expired = counter(
             r,
             "seckill_worker_orders_expired",
             "Pending orders expired in MySQL by the sweep (payment deadline passed)",
         );
-        let releases = by_label(
-            r,
-            "seckill_worker_releases",
-            "Redis steps of releases (expiries, cancellations), by outcome: released (unit back \
-             on sale), already (done before), not_found (no flow record in Redis)",
-            "outcome",
-            &RELEASE_OUTCOMES,
-        );
-        let gauge_reporter = Gauge::default();
-        r.register(
-            "seckill_worker_shared_lists_exporter",
-            "1 while this worker exports the shared queue and dead-letter gauges (one worker at a time)",
-            gauge_reporter.clone(),
-        );
-        let build = Family::<[(&'static str, &'static str); 1], Gauge>::default();
-        r.register(
-            "seckill_worker_build_info",
-            "1, labelled with the version of this worker's build",
-            build.clone(),
-        );
-        build
-            .get_or_create(&[("version", env!("CARGO_PKG_VERSION"))])
-            .set(1);
+        let releases = release_series(r);
+        let gauge_reporter = exporter_gauge(r);
+        build_info(r);
         root.register_collector(Box::new(ProcessFigures));
         Metrics {
             registry: root,

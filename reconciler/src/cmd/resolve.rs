@@ -218,32 +218,11 @@ fn settled_otherwise(f: &Finding, args: &ResolveArgs) -> Option<Outcome> {
 /// The checks of `--reorder` or `--rollback` of finding `f`, before any
 /// write: the same for a dry run and the real action.
 fn check(config: &Config, f: &Finding, args: &ResolveArgs) -> Result<Checked, RunError> {
-    let action = args.action.as_str();
-    let Some(rid) = f.reservation_id.clone() else {
-        return Ok(Checked::Final(Outcome::refused(format!(
-            "finding {} ({}) names no reservation; only --dismiss applies",
-            f.id, f.kind
-        ))));
+    let rid = match applicable(f, args.action) {
+        Ok(rid) => rid,
+        Err(refusal) => return Ok(Checked::Final(refusal)),
     };
     let recreate = args.action == ResolveAction::Recreate;
-    if recreate && f.kind != Kind::LedgerWithoutOrder {
-        return Ok(Checked::Final(Outcome::refused(format!(
-            "finding {} is {}: --recreate applies to ledger_without_order",
-            f.id, f.kind
-        ))));
-    }
-    if !recreate && !matches!(f.kind, Kind::FlowWithoutOrder | Kind::DeadLetter) {
-        return Ok(Checked::Final(Outcome::refused(format!(
-            "finding {} is {}: --{action} applies to flow_without_order and dead_letter{}",
-            f.id,
-            f.kind,
-            if f.kind == Kind::LedgerWithoutOrder {
-                " (a ledger_without_order is fixed by --recreate)"
-            } else {
-                ""
-            }
-        ))));
-    }
     let sale_id = f.sale_id.max(0) as u64;
     let mut mysql = connect::mysql(&config.services)?;
     if let Some(order) = crate::mysql_read::order_of(&mut mysql, &rid)? {
@@ -317,6 +296,39 @@ fn check(config: &Config, f: &Finding, args: &ResolveArgs) -> Result<Checked, Ru
         mysql,
         plan: None,
     })
+}
+
+/// The reservation that `action` would fix of finding `f`, or the refusal
+/// when `action` does not apply to the finding's kind (or it names no
+/// reservation).
+fn applicable(f: &Finding, action: ResolveAction) -> Result<String, Outcome> {
+    let Some(rid) = f.reservation_id.clone() else {
+        return Err(Outcome::refused(format!(
+            "finding {} ({}) names no reservation; only --dismiss applies",
+            f.id, f.kind
+        )));
+    };
+    let recreate = action == ResolveAction::Recreate;
+    if recreate && f.kind != Kind::LedgerWithoutOrder {
+        return Err(Outcome::refused(format!(
+            "finding {} is {}: --recreate applies to ledger_without_order",
+            f.id, f.kind
+        )));
+    }
+    if !recreate && !matches!(f.kind, Kind::FlowWithoutOrder | Kind::DeadLetter) {
+        return Err(Outcome::refused(format!(
+            "finding {} is {}: --{} applies to flow_without_order and dead_letter{}",
+            f.id,
+            f.kind,
+            action.as_str(),
+            if f.kind == Kind::LedgerWithoutOrder {
+                " (a ledger_without_order is fixed by --recreate)"
+            } else {
+                ""
+            }
+        )));
+    }
+    Ok(rid)
 }
 
 /// The refusal of a reorder or rollback of `rid` whose unit MySQL's stock

@@ -96,125 +96,160 @@ fn check(
 ) -> Result<Checked, RunError> {
     let id = a.sale_id;
     if let Some(by) = &s.archived_by {
-        return Ok(Checked::Final(Outcome::refused(format!(
+        return refused(format!(
             "sale {id} was archived by {by}: it takes no change"
-        ))));
+        ));
     }
-    let refused = |t: String| Ok(Checked::Final(Outcome::refused(t)));
-    let no_change = |t: String| Ok(Checked::Final(Outcome::no_change(t)));
     match &a.change {
-        AdminChange::Pause(reason) => match (&s.paused_reason, &s.paused_by) {
-            (Some(r), by) => no_change(format!(
-                "sale {id} is paused already (by {}: {r})",
-                by.as_deref().unwrap_or("?")
-            )),
-            (None, _) => Ok(Checked::Go {
-                change: Change::Pause {
-                    reason: reason.clone(),
-                },
-                would: format!(
-                    "pause sale {id} ({reason}): purchases answered 503 sale_paused until \
-                     `sale resume {id}`"
-                ),
-            }),
-        },
-        AdminChange::Resume => {
-            if let Some(f) = review.open_data_loss(id)? {
-                return refused(format!(
-                    "sale {id} has an open redis_data_loss finding ({f}): `seckill-reconciler \
-                     sale repair {id} --by NAME` ends that pause"
-                ));
-            }
-            if let Some(r) = &s.data_loss {
-                return refused(format!(
-                    "sale {id} is paused because Redis lost data of it ({r}): \
-                     `seckill-reconciler run`, then `sale repair {id} --by NAME`"
-                ));
-            }
-            match &s.paused_reason {
-                None => no_change(format!("sale {id} is not paused by an operator")),
-                Some(r) => Ok(Checked::Go {
-                    change: Change::Resume,
-                    would: format!("resume sale {id} (paused: {r}): purchases taken again"),
-                }),
-            }
-        }
-        AdminChange::End => {
-            if s.ends_at_ms <= now {
-                return no_change(format!(
-                    "sale {id} ended already at {}",
-                    format_ms(s.ends_at_ms)
-                ));
-            }
-            let at = now.max(s.starts_at_ms + 1);
-            Ok(Checked::Go {
-                change: Change::EndAt { ends_at_ms: at },
-                would: format!(
-                    "end sale {id} at {} (was {}): later purchases answered 403 sale_ended",
-                    format_ms(at),
-                    format_ms(s.ends_at_ms)
-                ),
-            })
-        }
-        AdminChange::Extend(t) => {
-            let t = *t;
-            if t == s.ends_at_ms {
-                return no_change(format!("sale {id} ends at {} already", format_ms(t)));
-            }
-            if t < s.ends_at_ms {
-                return refused(format!(
-                    "--ends-at {} is before the sale's end {}: `sale end {id}` ends it now",
-                    format_ms(t),
-                    format_ms(s.ends_at_ms)
-                ));
-            }
-            if t - s.starts_at_ms > MAX_WINDOW_MS {
-                return refused(format!(
-                    "--ends-at {}: the sale window would be longer than 366 days",
-                    format_ms(t)
-                ));
-            }
-            Ok(Checked::Go {
-                change: Change::EndAt { ends_at_ms: t },
-                would: format!(
-                    "extend sale {id} to {} (was {})",
-                    format_ms(t),
-                    format_ms(s.ends_at_ms)
-                ),
-            })
-        }
-        AdminChange::AddStock(n) => {
-            let n = *n;
-            if s.ends_at_ms <= now {
-                return refused(format!(
-                    "sale {id} ended at {}: `sale extend {id} --ends-at T` first",
-                    format_ms(s.ends_at_ms)
-                ));
-            }
-            if s.data_loss.is_some() || review.open_data_loss(id)?.is_some() {
-                return refused(format!(
-                    "sale {id} is paused because Redis lost data of it: `sale repair {id} \
-                     --by NAME` first"
-                ));
-            }
-            if s.total_stock + n > crate::cli::MAX_STOCK {
-                return refused(format!(
-                    "sale {id} would offer {} units, more than {}",
-                    s.total_stock + n,
-                    crate::cli::MAX_STOCK
-                ));
-            }
-            Ok(Checked::Go {
-                change: Change::AddStock { units: n },
-                would: format!(
-                    "add {n} unit(s) to sale {id} (total {} -> {}){}",
-                    s.total_stock,
-                    s.total_stock + n,
-                    split_text(s.total_stock, n, buckets)
-                ),
-            })
-        }
+        AdminChange::Pause(reason) => check_pause(id, s, reason),
+        AdminChange::Resume => check_resume(review, id, s),
+        AdminChange::End => check_end(id, s, now),
+        AdminChange::Extend(t) => check_extend(id, s, *t),
+        AdminChange::AddStock(n) => check_add_stock(review, id, s, *n, buckets, now),
     }
+}
+
+/// A refusal with text `t`.
+fn refused(t: String) -> Result<Checked, RunError> {
+    Ok(Checked::Final(Outcome::refused(t)))
+}
+
+/// Nothing to do (the sale is as asked already), with text `t`.
+fn no_change(t: String) -> Result<Checked, RunError> {
+    Ok(Checked::Final(Outcome::no_change(t)))
+}
+
+/// Pausing sale `id` for `reason`: nothing to do when paused already.
+fn check_pause(id: u64, s: &SaleNow, reason: &str) -> Result<Checked, RunError> {
+    match (&s.paused_reason, &s.paused_by) {
+        (Some(r), by) => no_change(format!(
+            "sale {id} is paused already (by {}: {r})",
+            by.as_deref().unwrap_or("?")
+        )),
+        (None, _) => Ok(Checked::Go {
+            change: Change::Pause {
+                reason: reason.to_string(),
+            },
+            would: format!(
+                "pause sale {id} ({reason}): purchases answered 503 sale_paused until \
+                 `sale resume {id}`"
+            ),
+        }),
+    }
+}
+
+/// Resuming sale `id`: refused while Redis's loss of its data is open (that
+/// pause ends by `sale repair`), nothing to do unless an operator paused it.
+fn check_resume(review: &Review, id: u64, s: &SaleNow) -> Result<Checked, RunError> {
+    if let Some(f) = review.open_data_loss(id)? {
+        return refused(format!(
+            "sale {id} has an open redis_data_loss finding ({f}): `seckill-reconciler \
+             sale repair {id} --by NAME` ends that pause"
+        ));
+    }
+    if let Some(r) = &s.data_loss {
+        return refused(format!(
+            "sale {id} is paused because Redis lost data of it ({r}): \
+             `seckill-reconciler run`, then `sale repair {id} --by NAME`"
+        ));
+    }
+    match &s.paused_reason {
+        None => no_change(format!("sale {id} is not paused by an operator")),
+        Some(r) => Ok(Checked::Go {
+            change: Change::Resume,
+            would: format!("resume sale {id} (paused: {r}): purchases taken again"),
+        }),
+    }
+}
+
+/// Ending sale `id` at `now` (never before its start): nothing to do when
+/// it has ended.
+fn check_end(id: u64, s: &SaleNow, now: u64) -> Result<Checked, RunError> {
+    if s.ends_at_ms <= now {
+        return no_change(format!(
+            "sale {id} ended already at {}",
+            format_ms(s.ends_at_ms)
+        ));
+    }
+    let at = now.max(s.starts_at_ms + 1);
+    Ok(Checked::Go {
+        change: Change::EndAt { ends_at_ms: at },
+        would: format!(
+            "end sale {id} at {} (was {}): later purchases answered 403 sale_ended",
+            format_ms(at),
+            format_ms(s.ends_at_ms)
+        ),
+    })
+}
+
+/// Moving sale `id`'s end to `t`: only later, and within the longest
+/// window.
+fn check_extend(id: u64, s: &SaleNow, t: u64) -> Result<Checked, RunError> {
+    if t == s.ends_at_ms {
+        return no_change(format!("sale {id} ends at {} already", format_ms(t)));
+    }
+    if t < s.ends_at_ms {
+        return refused(format!(
+            "--ends-at {} is before the sale's end {}: `sale end {id}` ends it now",
+            format_ms(t),
+            format_ms(s.ends_at_ms)
+        ));
+    }
+    if t - s.starts_at_ms > MAX_WINDOW_MS {
+        return refused(format!(
+            "--ends-at {}: the sale window would be longer than 366 days",
+            format_ms(t)
+        ));
+    }
+    Ok(Checked::Go {
+        change: Change::EndAt { ends_at_ms: t },
+        would: format!(
+            "extend sale {id} to {} (was {})",
+            format_ms(t),
+            format_ms(s.ends_at_ms)
+        ),
+    })
+}
+
+/// Adding `n` units to sale `id` (of `buckets` buckets): refused once it
+/// has ended, while Redis's loss of its data is open, or past the most
+/// stock a sale takes.
+fn check_add_stock(
+    review: &Review,
+    id: u64,
+    s: &SaleNow,
+    n: u64,
+    buckets: u32,
+    now: u64,
+) -> Result<Checked, RunError> {
+    if s.ends_at_ms <= now {
+        return refused(format!(
+            "sale {id} ended at {}: `sale extend {id} --ends-at T` first",
+            format_ms(s.ends_at_ms)
+        ));
+    }
+    if s.data_loss.is_some() || review.open_data_loss(id)?.is_some() {
+        return refused(format!(
+            "sale {id} is paused because Redis lost data of it: `sale repair {id} \
+             --by NAME` first"
+        ));
+    }
+    if s.total_stock + n > crate::cli::MAX_STOCK {
+        return refused(format!(
+            "sale {id} would offer {} units, more than {}",
+            s.total_stock + n,
+            crate::cli::MAX_STOCK
+        ));
+    }
+    Ok(Checked::Go {
+        change: Change::AddStock { units: n },
+        would: format!(
+            "add {n} unit(s) to sale {id} (total {} -> {}){}",
+            s.total_stock,
+            s.total_stock + n,
+            split_text(s.total_stock, n, buckets)
+        ),
+    })
 }
 
 /// Where added units go in a sale of `buckets` buckets, as text (empty

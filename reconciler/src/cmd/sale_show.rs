@@ -159,30 +159,18 @@ fn read_redis(con: &mut Con, id: u64) -> Result<RedisSide, RunError> {
 
 /// Writes the two columns of sale `id`.
 fn write(w: &mut dyn Write, id: u64, m: &MysqlSide, r: &RedisSide) -> std::io::Result<()> {
-    let MysqlSide {
-        sale,
-        orders,
-        ledger,
-        window,
-        by_status,
-        archived,
-    } = m;
-    let (orders, ledger) = (*orders, *ledger);
-    let RedisSide {
-        released,
-        stock,
-        meta,
-        paused,
-        operator_paused,
-        flows,
-        queued,
-        dead,
-        buckets,
-        figs,
-    } = r;
-    let buckets = *buckets;
-    let not_loaded = || "(not loaded)".to_string();
-    let redis_window = match (meta.get("starts_at_ms"), meta.get("ends_at_ms")) {
+    write_heading(w, id, m, r)?;
+    write_stock(w, m, r)?;
+    write_lifecycle(w, m)?;
+    write_redis_lists(w, id, r)?;
+    write_pauses(w, id, r)
+}
+
+/// Writes the sale's title, window and archiving, and Redis's window when
+/// it differs from MySQL's.
+fn write_heading(w: &mut dyn Write, id: u64, m: &MysqlSide, r: &RedisSide) -> std::io::Result<()> {
+    let sale = &m.sale;
+    let redis_window = match (r.meta.get("starts_at_ms"), r.meta.get("ends_at_ms")) {
         (Some(&s), Some(&e)) if (s, e) != (sale.starts_at_ms, sale.ends_at_ms) => {
             Some(format!("{} .. {}", format_ms(s), format_ms(e)))
         }
@@ -199,7 +187,7 @@ fn write(w: &mut dyn Write, id: u64, m: &MysqlSide, r: &RedisSide) -> std::io::R
         format_ms(sale.starts_at_ms),
         format_ms(sale.ends_at_ms)
     )?;
-    if let Some((at, by)) = &archived {
+    if let Some((at, by)) = &m.archived {
         writeln!(
             w,
             "archived          {} by {by}: Redis keeps only its window (a late buyer \
@@ -210,55 +198,81 @@ fn write(w: &mut dyn Write, id: u64, m: &MysqlSide, r: &RedisSide) -> std::io::R
     if let Some(rw) = &redis_window {
         writeln!(w, "window in Redis   {rw}  (differs from MySQL)")?;
     }
+    Ok(())
+}
+
+/// Writes the stock rows side by side: total and available stock, ledger
+/// deductions and orders holding a unit (marked when they disagree).
+fn write_stock(w: &mut dyn Write, m: &MysqlSide, r: &RedisSide) -> std::io::Result<()> {
+    let not_loaded = || "(not loaded)".to_string();
     writeln!(w, "                  MySQL        Redis")?;
     writeln!(
         w,
         "total stock       {:<12} {}",
-        sale.total_stock,
-        meta.get("total_stock")
+        m.sale.total_stock,
+        r.meta
+            .get("total_stock")
             .map_or_else(not_loaded, u64::to_string)
     )?;
     writeln!(
         w,
         "available/stock   {:<12} {}",
-        sale.available_stock,
-        stock.map_or_else(not_loaded, |s| s.to_string())
+        m.sale.available_stock,
+        r.stock.map_or_else(not_loaded, |s| s.to_string())
     )?;
-    writeln!(w, "ledger deductions {:<12} -", ledger)?;
-    writeln!(w, "orders holding    {:<12} -", orders)?;
-    if let Some(mark) = ledger_mark(ledger, orders) {
+    writeln!(w, "ledger deductions {:<12} -", m.ledger)?;
+    writeln!(w, "orders holding    {:<12} -", m.orders)?;
+    if let Some(mark) = ledger_mark(m.ledger, m.orders) {
         writeln!(w, "                  ! {mark}")?;
     }
-    if let Some(ms) = window.flatten() {
+    Ok(())
+}
+
+/// Writes the order lifecycle's rows: the payment window and the orders
+/// by status.
+fn write_lifecycle(w: &mut dyn Write, m: &MysqlSide) -> std::io::Result<()> {
+    if let Some(ms) = m.window.flatten() {
         writeln!(
             w,
             "payment window    {}",
             humantime::format_duration(std::time::Duration::from_millis(ms))
         )?;
     }
-    if !by_status.is_empty() {
-        let list: Vec<String> = by_status
+    if !m.by_status.is_empty() {
+        let list: Vec<String> = m
+            .by_status
             .iter()
             .map(|(st, n)| format!("{st} {n}"))
             .collect();
         writeln!(w, "orders by status  {}", list.join(", "))?;
     }
-    writeln!(w, "released units    -            {released}")?;
-    writeln!(w, "reservations      -            {flows}")?;
-    writeln!(w, "queued messages   -            {queued}")?;
-    writeln!(w, "dead letters      -            {dead}")?;
-    if buckets > 1 {
-        writeln!(w, "buckets           -            {buckets}")?;
-        crate::bucket_read::write_table(w, id, figs)?;
+    Ok(())
+}
+
+/// Writes the Redis-only rows: released units, reservations, queued
+/// messages, dead letters, and the buckets' table when there are several.
+fn write_redis_lists(w: &mut dyn Write, id: u64, r: &RedisSide) -> std::io::Result<()> {
+    writeln!(w, "released units    -            {}", r.released)?;
+    writeln!(w, "reservations      -            {}", r.flows)?;
+    writeln!(w, "queued messages   -            {}", r.queued)?;
+    writeln!(w, "dead letters      -            {}", r.dead)?;
+    if r.buckets > 1 {
+        writeln!(w, "buckets           -            {}", r.buckets)?;
+        crate::bucket_read::write_table(w, id, &r.figs)?;
     }
-    if let Some(p) = &paused {
+    Ok(())
+}
+
+/// Writes the sale's pauses, each with the command that ends it.
+fn write_pauses(w: &mut dyn Write, id: u64, r: &RedisSide) -> std::io::Result<()> {
+    if let Some(p) = &r.paused {
         writeln!(
             w,
             "PAUSED            {p}: run `seckill-reconciler run`, then \
              `seckill-reconciler sale repair {id} --by NAME`"
         )?;
     }
-    if let Some(p) = &operator_paused {
+    if let Some(p) = &r.operator_paused {
         writeln!(
             w,
             "PAUSED            by an operator ({p}): `seckill-reconciler sale resume {id} \

@@ -143,27 +143,7 @@ pub fn parse(
     let mut p = lexopt::Parser::from_args(args);
     let mut sale_id = None;
     let mut url = None;
-    let mut o = Options {
-        sale_id: 0,
-        addr: default_listen,
-        host: default_listen.to_string(),
-        users: 50_000,
-        connections: 64,
-        duplicates: 0.05,
-        rate: 0.0,
-        hostile: 7,
-        user_prefix: format!("u{now_s}"),
-        seed: now_s,
-        wait_open: false,
-        drain_timeout: Duration::from_secs(120),
-        timeout: Duration::from_secs(10),
-        baseline: false,
-        verify: true,
-        json: false,
-        report_json: None,
-        pay_share: None,
-        key: None,
-    };
+    let mut o = defaults(default_listen, now_s);
     let mut hostile_given = false;
     while let Some(arg) = p.next()? {
         match arg {
@@ -197,17 +177,54 @@ pub fn parse(
         o.hostile = 10;
     }
     if let Some(u) = url {
-        let hostport = u
-            .strip_prefix("http://")
-            .ok_or_else(|| UsageError(format!("--url {u:?}: only http://HOST:PORT")))?
-            .trim_end_matches('/');
-        o.addr = hostport
-            .to_socket_addrs()
-            .ok()
-            .and_then(|mut a| a.next())
-            .ok_or_else(|| UsageError(format!("--url {u:?}: cannot resolve {hostport:?}")))?;
-        o.host = hostport.to_string();
+        (o.addr, o.host) = gateway_at(&u)?;
     }
+    validate(&o)?;
+    Ok(Parsed::Run(Box::new(o)))
+}
+
+/// The options before any argument: the gateway at `default_listen`, a
+/// user prefix and seed from `now_s`.
+fn defaults(default_listen: SocketAddr, now_s: u64) -> Options {
+    Options {
+        sale_id: 0,
+        addr: default_listen,
+        host: default_listen.to_string(),
+        users: 50_000,
+        connections: 64,
+        duplicates: 0.05,
+        rate: 0.0,
+        hostile: 7,
+        user_prefix: format!("u{now_s}"),
+        seed: now_s,
+        wait_open: false,
+        drain_timeout: Duration::from_secs(120),
+        timeout: Duration::from_secs(10),
+        baseline: false,
+        verify: true,
+        json: false,
+        report_json: None,
+        pay_share: None,
+        key: None,
+    }
+}
+
+/// The address and `Host` of `--url` (`http://HOST:PORT`).
+fn gateway_at(u: &str) -> Result<(SocketAddr, String), UsageError> {
+    let hostport = u
+        .strip_prefix("http://")
+        .ok_or_else(|| UsageError(format!("--url {u:?}: only http://HOST:PORT")))?
+        .trim_end_matches('/');
+    let addr = hostport
+        .to_socket_addrs()
+        .ok()
+        .and_then(|mut a| a.next())
+        .ok_or_else(|| UsageError(format!("--url {u:?}: cannot resolve {hostport:?}")))?;
+    Ok((addr, hostport.to_string()))
+}
+
+/// Refuses options out of range or that do not go together.
+fn validate(o: &Options) -> Result<(), UsageError> {
     if o.pay_share.is_some_and(|f: f64| !(0.0..=1.0).contains(&f)) {
         return Err(UsageError("--pay-share: 0 to 1".into()));
     }
@@ -235,7 +252,7 @@ pub fn parse(
             o.user_prefix
         )));
     }
-    Ok(Parsed::Run(Box::new(o)))
+    Ok(())
 }
 
 #[cfg(test)]

@@ -183,84 +183,96 @@ pub fn checks(t: &Tally, f: &Facts<'_>) -> Vec<Check> {
         ),
     ];
     if let Some(r) = f.redis {
-        let buyers = r.buyers.len() as u64;
-        out.push(check(
-            "redis_stock",
-            r.stock >= 0 && r.stock as u64 + buyers == f.total_stock,
-            format!(
-                "stock {} + {buyers} buyers = total {}",
-                r.stock, f.total_stock
-            ),
-        ));
-        let missing = t
-            .reserved
-            .iter()
-            .filter(|(u, rid)| r.buyers.get(&format!("{}-{u}", f.user_prefix)) != Some(*rid))
-            .count();
-        out.push(check(
-            "redis_flow_records",
-            r.flow_records == buyers && buyers == reserved && missing == 0,
-            format!(
-                "{} flow records, {buyers} buyers, {reserved} reserved, {missing} 202s not in Redis",
-                r.flow_records
-            ),
-        ));
-        out.push(check(
-            "queues_drained",
-            f.drained && r.queued == 0 && r.processing == 0 && r.dead_letters == 0,
-            format!(
-                "queue {}, processing {}, dead letters {}",
-                r.queued, r.processing, r.dead_letters
-            ),
-        ));
+        redis_checks(t, f, r, reserved, &mut out);
     }
     if let Some(m) = f.mysql {
-        let orders = m.orders.len() as u64;
-        let expected = f.redis.map_or(reserved, |r| r.flow_records);
-        out.push(check(
-            "orders_match_reservations",
-            orders == expected && orders <= f.total_stock,
-            format!(
-                "{orders} orders, {expected} reservations, stock {}",
-                f.total_stock
-            ),
-        ));
-        let without = t
-            .reserved
-            .iter()
-            .filter(|(u, rid)| m.orders.get(*rid) != Some(&format!("{}-{u}", f.user_prefix)))
-            .count();
-        out.push(check(
-            "every_202_has_its_order",
-            without == 0,
-            format!(
-                "{without} of {} accepted purchases without their order",
-                t.accepted
-            ),
-        ));
-        out.push(check(
-            "no_user_with_two_orders",
-            m.users_with_two_orders == 0,
-            format!("{} users with two orders", m.users_with_two_orders),
-        ));
-        out.push(check(
-            "ledger_rows_match_orders",
-            m.ledger_order_rows == orders && m.ledger_delta_sum == -(orders as i64),
-            format!(
-                "{} ledger rows (sum of deltas {}), {orders} orders",
-                m.ledger_order_rows, m.ledger_delta_sum
-            ),
-        ));
-        out.push(check(
-            "mysql_stock",
-            m.available_stock >= 0 && m.available_stock as u64 + orders == f.total_stock,
-            format!(
-                "available {} + {orders} orders = total {}",
-                m.available_stock, f.total_stock
-            ),
-        ));
+        mysql_checks(t, f, m, reserved, &mut out);
     }
     out
+}
+
+/// The checks of Redis's figures `r` (gateway mode), given the units
+/// `reserved` before and during the run, pushed to `out`.
+fn redis_checks(t: &Tally, f: &Facts<'_>, r: &RedisState, reserved: u64, out: &mut Vec<Check>) {
+    let buyers = r.buyers.len() as u64;
+    out.push(check(
+        "redis_stock",
+        r.stock >= 0 && r.stock as u64 + buyers == f.total_stock,
+        format!(
+            "stock {} + {buyers} buyers = total {}",
+            r.stock, f.total_stock
+        ),
+    ));
+    let missing = t
+        .reserved
+        .iter()
+        .filter(|(u, rid)| r.buyers.get(&format!("{}-{u}", f.user_prefix)) != Some(*rid))
+        .count();
+    out.push(check(
+        "redis_flow_records",
+        r.flow_records == buyers && buyers == reserved && missing == 0,
+        format!(
+            "{} flow records, {buyers} buyers, {reserved} reserved, {missing} 202s not in Redis",
+            r.flow_records
+        ),
+    ));
+    out.push(check(
+        "queues_drained",
+        f.drained && r.queued == 0 && r.processing == 0 && r.dead_letters == 0,
+        format!(
+            "queue {}, processing {}, dead letters {}",
+            r.queued, r.processing, r.dead_letters
+        ),
+    ));
+}
+
+/// The checks of MySQL's figures `m`, given the units `reserved` before
+/// and during the run, pushed to `out`.
+fn mysql_checks(t: &Tally, f: &Facts<'_>, m: &MysqlState, reserved: u64, out: &mut Vec<Check>) {
+    let orders = m.orders.len() as u64;
+    let expected = f.redis.map_or(reserved, |r| r.flow_records);
+    out.push(check(
+        "orders_match_reservations",
+        orders == expected && orders <= f.total_stock,
+        format!(
+            "{orders} orders, {expected} reservations, stock {}",
+            f.total_stock
+        ),
+    ));
+    let without = t
+        .reserved
+        .iter()
+        .filter(|(u, rid)| m.orders.get(*rid) != Some(&format!("{}-{u}", f.user_prefix)))
+        .count();
+    out.push(check(
+        "every_202_has_its_order",
+        without == 0,
+        format!(
+            "{without} of {} accepted purchases without their order",
+            t.accepted
+        ),
+    ));
+    out.push(check(
+        "no_user_with_two_orders",
+        m.users_with_two_orders == 0,
+        format!("{} users with two orders", m.users_with_two_orders),
+    ));
+    out.push(check(
+        "ledger_rows_match_orders",
+        m.ledger_order_rows == orders && m.ledger_delta_sum == -(orders as i64),
+        format!(
+            "{} ledger rows (sum of deltas {}), {orders} orders",
+            m.ledger_order_rows, m.ledger_delta_sum
+        ),
+    ));
+    out.push(check(
+        "mysql_stock",
+        m.available_stock >= 0 && m.available_stock as u64 + orders == f.total_stock,
+        format!(
+            "available {} + {orders} orders = total {}",
+            m.available_stock, f.total_stock
+        ),
+    ));
 }
 
 #[cfg(test)]

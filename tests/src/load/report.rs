@@ -181,6 +181,30 @@ impl Report<'_> {
             self.cpu_us as f64 / 1000.0,
             self.cpu_per_request_us()
         );
+        self.write_state(&mut s);
+        let mut timing = Vec::new();
+        if let Some(d) = self.drain_ms {
+            timing.push(format!("queue drained {d} ms after the last answer"));
+        }
+        if let Some(d) = self.open_to_last_202_ms {
+            timing.push(format!("sale open -> last 202 {d} ms"));
+        }
+        if let Some(d) = self.open_to_last_order_ms {
+            timing.push(format!("sale open -> last order committed {d} ms"));
+        }
+        if !timing.is_empty() {
+            let _ = writeln!(s, "  timing      {}", timing.join("; "));
+        }
+        for e in self.errors {
+            let _ = writeln!(s, "  error       {e}");
+        }
+        self.write_verdict(&mut s);
+        s
+    }
+
+    /// The text's lines of what Redis, MySQL and the order lifecycle hold
+    /// after the run (those that were read).
+    fn write_state(&self, s: &mut String) {
         if let Some(r) = self.redis {
             let _ = writeln!(
                 s,
@@ -218,22 +242,10 @@ impl Report<'_> {
                 l.elapsed_s
             );
         }
-        let mut timing = Vec::new();
-        if let Some(d) = self.drain_ms {
-            timing.push(format!("queue drained {d} ms after the last answer"));
-        }
-        if let Some(d) = self.open_to_last_202_ms {
-            timing.push(format!("sale open -> last 202 {d} ms"));
-        }
-        if let Some(d) = self.open_to_last_order_ms {
-            timing.push(format!("sale open -> last order committed {d} ms"));
-        }
-        if !timing.is_empty() {
-            let _ = writeln!(s, "  timing      {}", timing.join("; "));
-        }
-        for e in self.errors {
-            let _ = writeln!(s, "  error       {e}");
-        }
+    }
+
+    /// The text's invariants, each marked ok or FAIL, and the verdict.
+    fn write_verdict(&self, s: &mut String) {
         if !self.checks.is_empty() {
             let _ = writeln!(s, "  invariants");
             for c in self.checks {
@@ -249,6 +261,5 @@ impl Report<'_> {
             "INVARIANT VIOLATED"
         };
         let _ = writeln!(s, "  verdict     {verdict}");
-        s
     }
 }
