@@ -236,45 +236,7 @@ pub fn run(spec: &DriveSpec<'_>, requests: &[Vec<u8>]) -> Outcome {
                     let answer = con.send(req);
                     let latency_us = t0.elapsed().as_micros().min(u32::MAX as u128) as u32;
                     let done_ms = start.elapsed().as_millis().min(u32::MAX as u128) as u32;
-                    let rec = match answer {
-                        Ok(r) => {
-                            let c = match r.status {
-                                202 => &counters.accepted,
-                                409 => &counters.already,
-                                410 => &counters.sold_out,
-                                _ => &counters.other,
-                            };
-                            c.fetch_add(1, Ordering::Relaxed);
-                            let rid = matches!(r.status, 202 | 409)
-                                .then(|| http::json_str(&r.body, "reservation_id"))
-                                .flatten();
-                            let code = matches!(r.status, 401 | 403)
-                                .then(|| http::json_str(&r.body, "error"))
-                                .flatten();
-                            Record {
-                                step: i,
-                                status: r.status,
-                                latency_us,
-                                done_ms,
-                                reservation_id: rid,
-                                error_code: code,
-                            }
-                        }
-                        Err(e) => {
-                            counters.failed.fetch_add(1, Ordering::Relaxed);
-                            if errs.len() < 5 {
-                                errs.push(format!("request {i}: {e}"));
-                            }
-                            Record {
-                                step: i,
-                                status: 0,
-                                latency_us,
-                                done_ms,
-                                reservation_id: None,
-                                error_code: None,
-                            }
-                        }
-                    };
+                    let rec = record(i, answer, latency_us, done_ms, counters, &mut errs);
                     recs.push(rec);
                     counters.done.fetch_add(1, Ordering::Relaxed);
                     if i + 1 >= spec.lead {
@@ -301,6 +263,57 @@ pub fn run(spec: &DriveSpec<'_>, requests: &[Vec<u8>]) -> Outcome {
     });
     outcome.records.sort_by_key(|r| r.step);
     outcome
+}
+
+/// The record of request `i` from its answer (or the error that left it
+/// without one), counted in `counters`; the first errors are kept in `errs`.
+fn record(
+    i: usize,
+    answer: Result<http::Response, http::HttpError>,
+    latency_us: u32,
+    done_ms: u32,
+    counters: &Counters,
+    errs: &mut Vec<String>,
+) -> Record {
+    match answer {
+        Ok(r) => {
+            let c = match r.status {
+                202 => &counters.accepted,
+                409 => &counters.already,
+                410 => &counters.sold_out,
+                _ => &counters.other,
+            };
+            c.fetch_add(1, Ordering::Relaxed);
+            let rid = matches!(r.status, 202 | 409)
+                .then(|| http::json_str(&r.body, "reservation_id"))
+                .flatten();
+            let code = matches!(r.status, 401 | 403)
+                .then(|| http::json_str(&r.body, "error"))
+                .flatten();
+            Record {
+                step: i,
+                status: r.status,
+                latency_us,
+                done_ms,
+                reservation_id: rid,
+                error_code: code,
+            }
+        }
+        Err(e) => {
+            counters.failed.fetch_add(1, Ordering::Relaxed);
+            if errs.len() < 5 {
+                errs.push(format!("request {i}: {e}"));
+            }
+            Record {
+                step: i,
+                status: 0,
+                latency_us,
+                done_ms,
+                reservation_id: None,
+                error_code: None,
+            }
+        }
+    }
 }
 
 /// Prints `sent/total, answers by kind, req/s` once a second (in place on a
