@@ -184,6 +184,7 @@ fn the_gateways_metrics_pass_promtool_after_purchases() {
         "seckill_gateway_limited_total counter",
         "seckill_gateway_limit_table_full_total counter",
         "seckill_gateway_shed_total counter",
+        "seckill_gateway_signature_checks_total counter",
         "seckill_gateway_tokens_refused_total counter",
         "seckill_gateway_build_info gauge",
         "process_resident_memory_bytes gauge",
