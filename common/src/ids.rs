@@ -62,6 +62,33 @@ fn hex16(v: u64, buf: &mut [u8; 16]) -> &str {
     std::str::from_utf8(buf).unwrap_or_default()
 }
 
+/// The reservation id of a purchase made with an `Idempotency-Key`: the
+/// first 32 hex digits of SHA-256 over the sale, the buyer and the key, so
+/// every gateway draws the same id for the same key and the reservation
+/// script recognises a repeat by it (its flow record or status exists).
+/// An id is not a credential: every route that acts on one checks the
+/// buyer's token.
+pub fn keyed_reservation_id(sale_id: u64, user_id: &str, key: &str) -> String {
+    use sha2::{Digest, Sha256};
+    let mut h = Sha256::new();
+    h.update(b"seckill-idempotency-v1\n");
+    h.update(sale_id.to_string().as_bytes());
+    h.update(b"\n");
+    h.update(user_id.as_bytes());
+    h.update(b"\n");
+    h.update(key.as_bytes());
+    let d = h.finalize();
+    d[..16].iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// Whether `s` is an acceptable `Idempotency-Key`: 1-64 characters of
+/// `A-Z a-z 0-9 _ . : -` (a UUID fits).
+pub fn is_valid_idempotency_key(s: &str) -> bool {
+    (1..=64).contains(&s.len())
+        && s.bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'.' | b':' | b'-'))
+}
+
 /// Whether `s` has the shape of a reservation id (32 lowercase hex digits).
 pub fn is_valid_reservation_id(s: &str) -> bool {
     s.len() == 32
@@ -83,6 +110,16 @@ mod tests {
         let (id, next) = (new_reservation_id(), COUNTER.load(Ordering::Relaxed));
         assert!(id.starts_with(&format!("{:016x}", process_prefix())));
         assert!(u64::from_str_radix(&id[16..], 16).is_ok_and(|n| n < next));
+        let k = keyed_reservation_id(7, "alice", "k-1");
+        assert!(is_valid_reservation_id(&k));
+        assert_eq!(k, keyed_reservation_id(7, "alice", "k-1"));
+        assert_ne!(k, keyed_reservation_id(7, "alice", "k-2"));
+        assert_ne!(k, keyed_reservation_id(8, "alice", "k-1"));
+        assert!(is_valid_idempotency_key(
+            "550e8400-e29b-41d4-a716-446655440000"
+        ));
+        assert!(!is_valid_idempotency_key("") && !is_valid_idempotency_key("a b"));
+        assert!(!is_valid_idempotency_key(&"k".repeat(65)));
         for v in [0, 42, u64::MAX, 0x0123_4567_89ab_cdef] {
             assert_eq!(hex16(v, &mut [0; 16]), format!("{v:016x}"));
         }

@@ -18,7 +18,10 @@
 //! - [`keys`]: the Redis key schema (one hash tag per sale).
 //! - [`lua`]: the key-type guard every writing script runs first.
 //! - [`reservation`]: the atomic reservation script and its typed outcome.
-//! - [`ids`]: reservation ids, the idempotency key into MySQL.
+//! - [`ids`]: reservation ids, the idempotency key into MySQL (and the id
+//!   a purchase's `Idempotency-Key` stands for).
+//! - [`allowance`]: a sale's per-buyer and per-purchase limits and the
+//!   units a buyer holds.
 //! - [`in_flight`]: whether order messages sit in a sale's queue or
 //!   processing lists (one atomic check).
 //! - [`message`]: the versioned JSON order message.
@@ -73,6 +76,7 @@
 #![forbid(unsafe_code)]
 #![deny(missing_docs)]
 
+pub mod allowance;
 pub mod archive;
 pub mod backoff;
 pub mod bucket_marks;

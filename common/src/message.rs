@@ -3,6 +3,9 @@
 //!
 //! Shape (version 1), one line of JSON:
 //! `{"v":1,"reservation_id":"<32 hex>","sale_id":42,"user_id":"alice","reserved_at_ms":1764400000000}`
+//! and, for a reservation of more than one unit, a last field
+//! `"quantity":N` (2 ≤ N ≤ [`crate::allowance::MAX_UNITS`]); absent means
+//! one unit, so a one-unit message is byte for byte what it always was.
 //!
 //! The Lua script builds this text itself (see `reservation.rs`), so the field
 //! order and names here and there must agree; a test checks they do.
@@ -27,6 +30,18 @@ pub struct OrderMessage {
     pub user_id: String,
     /// When Redis reserved the unit, Unix time in ms from Redis's own clock.
     pub reserved_at_ms: u64,
+    /// Units reserved together (one order of N units); written only when
+    /// more than one.
+    #[serde(default = "one", skip_serializing_if = "is_one")]
+    pub quantity: u32,
+}
+
+fn one() -> u32 {
+    1
+}
+
+fn is_one(q: &u32) -> bool {
+    *q == 1
 }
 
 /// Why a queued message could not be read. Such a message is dead-lettered.
@@ -72,6 +87,9 @@ impl OrderMessage {
         if m.sale_id == 0 {
             return Err(MessageError::InvalidField("sale_id"));
         }
+        if m.quantity == 0 || m.quantity > crate::allowance::MAX_UNITS {
+            return Err(MessageError::InvalidField("quantity"));
+        }
         Ok(m)
     }
 
@@ -94,6 +112,23 @@ mod tests {
             sale_id: 42,
             user_id: "alice".into(),
             reserved_at_ms: 1_764_400_000_000,
+            quantity: 1,
+        }
+    }
+
+    #[test]
+    fn several_units_carry_their_quantity_last() {
+        let mut m = sample();
+        m.quantity = 3;
+        let json = m.to_json();
+        assert!(json.ends_with(r#","reserved_at_ms":1764400000000,"quantity":3}"#));
+        assert_eq!(OrderMessage::parse(json.as_bytes()).unwrap(), m);
+        for bad in [0u32, crate::allowance::MAX_UNITS + 1] {
+            m.quantity = bad;
+            assert_eq!(
+                OrderMessage::parse(m.to_json().as_bytes()),
+                Err(MessageError::InvalidField("quantity"))
+            );
         }
     }
 

@@ -301,6 +301,7 @@ pub fn restore(
                     sale_id: k.sale_id,
                     user_id: o.user.clone(),
                     reserved_at_ms: o.reserved_at_ms,
+                    quantity: 1,
                 }
                 .to_json()
             })

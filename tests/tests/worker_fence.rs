@@ -36,6 +36,7 @@ fn message(sale: u64, rid: &str, user: &str) -> String {
         sale_id: sale,
         user_id: user.into(),
         reserved_at_ms: seckill_common::now_ms(),
+        quantity: 1,
     }
     .to_json()
 }

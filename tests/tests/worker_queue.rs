@@ -120,6 +120,7 @@ fn bad_messages_are_dead_lettered_with_reasons_and_the_worker_keeps_consuming() 
         sale_id: unknown,
         user_id: "mallory".into(),
         reserved_at_ms: seckill_common::now_ms(),
+        quantity: 1,
     };
     let _: () = con.sadd(keys::SALES, unknown).unwrap();
     // With its flow record, so the fence lets it through to MySQL.

@@ -258,6 +258,7 @@ fn fresh_sale(server: &str, db_url: &str, n: u64) -> Res<(u64, Vec<OrderMessage>
             sale_id: sale,
             user_id: format!("user-{i}"),
             reserved_at_ms: now,
+            quantity: 1,
         })
         .collect();
     Ok((sale, msgs))

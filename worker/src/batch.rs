@@ -619,6 +619,7 @@ mod tests {
             sale_id,
             user_id: format!("u{n}"),
             reserved_at_ms: 1_000,
+            quantity: 1,
         }
         .to_json()
         .into_bytes()

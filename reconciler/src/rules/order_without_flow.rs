@@ -23,6 +23,7 @@ pub fn observe(s: &SaleScan) -> Vec<Observation> {
                     sale_id: s.sale_id,
                     user_id: d.user_id.clone(),
                     reserved_at_ms: d.reserved_at_ms,
+                    quantity: 1,
                 }
                 .to_json()
             });
