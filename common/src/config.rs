@@ -380,19 +380,32 @@ pub fn short_duration(d: Duration) -> String {
 ///
 /// Errors: any other value (shown without its password).
 pub fn parse_url(variable: &'static str, v: &str, schemes: &[&str]) -> Result<String, ConfigError> {
-    if schemes.iter().any(|s| v.starts_with(s)) && v.len() > 8 {
-        Ok(v.to_string())
+    let example = if schemes[0] == "redis://" {
+        "a URL such as redis://127.0.0.1:6379/"
     } else {
-        Err(ConfigError {
-            variable,
-            value: crate::redact::redacted(v),
-            expected: if schemes[0] == "redis://" {
-                "a URL such as redis://127.0.0.1:6379/".into()
-            } else {
-                "a URL such as mysql://user:password@127.0.0.1:3306/seckill".into()
-            },
-        })
+        "a URL such as mysql://user:password@127.0.0.1:3306/seckill"
+    };
+    let refuse = |expected: String| ConfigError {
+        variable,
+        value: crate::redact::redacted(v),
+        expected: expected.into(),
+    };
+    if !(schemes.iter().any(|s| v.starts_with(s)) && v.len() > 8) {
+        return Err(refuse(example.to_string()));
     }
+    // The client's own parser decides, now, rather than at the first
+    // connect: a URL it cannot read is refused naming its variable.
+    let unparsable = |why: String| refuse(format!("{example} (it does not parse: {why})"));
+    if schemes[0] == "redis://" {
+        redis::IntoConnectionInfo::into_connection_info(v)
+            .map_err(|e| unparsable(e.to_string()))?;
+    } else {
+        let each = crate::mysql_writable::servers(v).unwrap_or_else(|| vec![v.to_string()]);
+        for one in each {
+            mysql::Opts::from_url(&one).map_err(|e| unparsable(e.to_string()))?;
+        }
+    }
+    Ok(v.to_string())
 }
 
 /// Where the Redis data lives, as `SECKILL_REDIS_URL` names it.
@@ -654,6 +667,26 @@ mod tests {
         ] {
             let e = parse_redis_target(bad).unwrap_err();
             assert_eq!(e.variable, "SECKILL_REDIS_URL", "{bad}");
+        }
+    }
+
+    #[test]
+    fn a_url_that_its_client_cannot_parse_is_refused_naming_its_variable() {
+        for (var, bad) in [
+            ("SECKILL_REDIS_URL", "redis://[bad"),
+            ("SECKILL_REDIS_URL", "redis://127.0.0.1:notaport"),
+            ("SECKILL_MYSQL_URL", "mysql://root@127.0.0.1:notaport/x"),
+            ("SECKILL_MYSQL_URL", "mysql://root@a:3306,b:bad/x"),
+        ] {
+            let e = Config::from_map(&map(&[(var, bad)])).unwrap_err();
+            assert_eq!(e.variable, var, "{bad}");
+            assert!(e.expected.contains("does not parse"), "{bad}: {e}");
+        }
+        let e = parse_url("SECKILL_MYSQL_REPLICA_URL", "mysql://u:pw@h:x/d", &["mysql://"])
+            .unwrap_err();
+        assert_eq!(e.value, "mysql://u:***@h:x/d");
+        for good in ["mysql://root@127.0.0.1:3306/x", "mysql://u:p@a:3306,b:3307/x"] {
+            assert!(Config::from_map(&map(&[("SECKILL_MYSQL_URL", good)])).is_ok());
         }
     }
 

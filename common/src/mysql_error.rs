@@ -56,3 +56,48 @@ pub fn explain(e: &mysql::Error) -> String {
         None => describe(e),
     }
 }
+
+/// [`explain`] for the replica that `SECKILL_MYSQL_REPLICA_URL` names: its
+/// database and tables come from the primary by replication, so the
+/// remedies name that variable and replication, never `migrate`.
+pub fn explain_replica(e: &mysql::Error) -> String {
+    let code = match e {
+        mysql::Error::MySqlError(se) => se.code,
+        _ => return describe(e),
+    };
+    let r = match code {
+        1044 => "grant this user access to the database on the replica, or fix the user in SECKILL_MYSQL_REPLICA_URL",
+        1045 => "fix the user or password in SECKILL_MYSQL_REPLICA_URL",
+        1049 | 1146 => "name the primary's database in SECKILL_MYSQL_REPLICA_URL, and check that the replica replicates it (SHOW SLAVE STATUS on the replica)",
+        _ => return describe(e),
+    };
+    format!("{}: {r}", describe(e))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn server(code: u16, message: &str) -> mysql::Error {
+        mysql::Error::MySqlError(mysql::MySqlError {
+            state: "42000".into(),
+            message: message.into(),
+            code,
+        })
+    }
+
+    #[test]
+    fn a_replica_error_names_the_replica_variable_and_never_migrate() {
+        let e = server(1049, "Unknown database 'nosuchdb'");
+        assert!(explain(&e).contains("migrate"));
+        let r = explain_replica(&e);
+        assert!(r.starts_with("ERROR 1049 (42000): Unknown database 'nosuchdb': "));
+        assert!(r.contains("SECKILL_MYSQL_REPLICA_URL") && r.contains("SHOW SLAVE STATUS"));
+        assert!(!r.contains("migrate") && !r.contains("SECKILL_MYSQL_URL,"));
+        for code in [1044, 1045, 1146] {
+            let r = explain_replica(&server(code, "x"));
+            assert!(r.contains("SECKILL_MYSQL_REPLICA_URL"), "{code}: {r}");
+        }
+        assert_eq!(explain_replica(&server(1040, "Too many")), describe(&server(1040, "Too many")));
+    }
+}

@@ -92,11 +92,13 @@ pub fn catch_up(
         at: crate::redact::redacted(replica_url),
         error,
     };
-    let explain = |e: mysql::Error| unreachable(crate::mysql_error::explain(&e));
+    let explain = |e: mysql::Error| unreachable(crate::mysql_error::explain_replica(&e));
     // The wait itself is bounded by the server; the read timeout must not
     // cut it short.
-    let mut conn = crate::schema::connect(replica_url, timeout + bound)
-        .map_err(|e| unreachable(e.to_string()))?;
+    let mut conn = crate::schema::connect(replica_url, timeout + bound).map_err(|e| match e {
+        crate::schema::SchemaError::Mysql(e) => explain(e),
+        other => unreachable(other.to_string()),
+    })?;
     conn.query_drop("SET SESSION TRANSACTION READ ONLY")
         .map_err(explain)?;
     // 0: reached; -1: timed out. The wait is in seconds, fractions allowed.

@@ -257,7 +257,7 @@ fn lex(args: impl IntoIterator<Item = OsString>) -> Result<Lexed, UsageError> {
 /// The help text asked for by `WORDS --help` or `help WORDS`: the
 /// command's own, a group's list of subcommands, or the overview.
 fn help_for(words: &[&str]) -> String {
-    if let Some(h) = cli_help::find(words) {
+    if let Some(h) = cli_help::find(words).or_else(|| cli_help::partial(words)) {
         return h.full();
     }
     words
@@ -582,6 +582,17 @@ mod tests {
         );
         assert!(matches!(p("--help").unwrap(), Command::Help(_)));
         assert_eq!(p("run").unwrap(), Command::Run);
+    }
+
+    #[test]
+    fn the_help_of_a_three_word_command_asked_by_its_first_two_is_its_own() {
+        let own = cli_help::find(&["dead-letter", "requeue", "payments"])
+            .map(|h| h.full())
+            .unwrap_or_default();
+        assert!(own.contains("--by NAME"));
+        for asked in ["dead-letter requeue --help", "help dead-letter requeue"] {
+            assert_eq!(p(asked).unwrap(), Command::Help(own.clone()), "{asked}");
+        }
     }
 
     #[test]

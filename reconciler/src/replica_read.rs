@@ -132,7 +132,7 @@ impl Reads {
                 Err(RunError::Mysql(e)) => {
                     log::warn!(
                         "reading from the primary from sale {sale_id} on: the replica failed: {}",
-                        seckill_common::mysql_error::explain(&e)
+                        seckill_common::mysql_error::explain_replica(&e)
                     );
                     self.replica = None;
                     if let Some(f) = self.figures.as_mut() {
