@@ -682,10 +682,17 @@ mod tests {
             assert_eq!(e.variable, var, "{bad}");
             assert!(e.expected.contains("does not parse"), "{bad}: {e}");
         }
-        let e = parse_url("SECKILL_MYSQL_REPLICA_URL", "mysql://u:pw@h:x/d", &["mysql://"])
-            .unwrap_err();
+        let e = parse_url(
+            "SECKILL_MYSQL_REPLICA_URL",
+            "mysql://u:pw@h:x/d",
+            &["mysql://"],
+        )
+        .unwrap_err();
         assert_eq!(e.value, "mysql://u:***@h:x/d");
-        for good in ["mysql://root@127.0.0.1:3306/x", "mysql://u:p@a:3306,b:3307/x"] {
+        for good in [
+            "mysql://root@127.0.0.1:3306/x",
+            "mysql://u:p@a:3306,b:3307/x",
+        ] {
             assert!(Config::from_map(&map(&[("SECKILL_MYSQL_URL", good)])).is_ok());
         }
     }

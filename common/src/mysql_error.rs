@@ -98,6 +98,9 @@ mod tests {
             let r = explain_replica(&server(code, "x"));
             assert!(r.contains("SECKILL_MYSQL_REPLICA_URL"), "{code}: {r}");
         }
-        assert_eq!(explain_replica(&server(1040, "Too many")), describe(&server(1040, "Too many")));
+        assert_eq!(
+            explain_replica(&server(1040, "Too many")),
+            describe(&server(1040, "Too many"))
+        );
     }
 }

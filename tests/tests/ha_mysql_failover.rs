@@ -8,6 +8,10 @@
 //! replica without a restart and drains the queue; the 50 orders the
 //! replica never received are 50 `flow_without_order` findings, and
 //! `resolve --reorder` (the runbook's fix) makes each exactly one order.
+//! With semi-synchronous replication (`AFTER_SYNC`), a primary killed in
+//! the middle of a 2,000-order drain loses nothing: every commit a worker
+//! was told of is on the replica, the worker repeats the batch the kill
+//! cut short on the promoted replica, and the next run finds nothing.
 
 use crate::support::worker as worker_support;
 
@@ -169,4 +173,140 @@ fn the_worker_follows_the_promoted_replica_and_lost_orders_are_found_and_reorder
     );
     let flow: usize = con.hlen(k.flow()).expect("hlen");
     assert_eq!(flow, 200, "every reservation exactly one order");
+}
+
+/// `SHOW SLAVE STATUS`'s `col` on `server`.
+fn slave_status(server: &MariaDb, col: &str) -> String {
+    use mysql::prelude::Queryable;
+    let row: Option<mysql::Row> = server
+        .conn()
+        .query_first("SHOW SLAVE STATUS")
+        .expect("status");
+    row.and_then(|r| r.get_opt::<String, _>(col).and_then(Result::ok))
+        .unwrap_or_default()
+}
+
+/// The runbook's promotion: stop receiving, let the SQL thread apply
+/// everything already received (the relay log), then make it writable.
+fn promote(replica: &MariaDb) {
+    replica.exec("STOP SLAVE IO_THREAD");
+    seckill_tests::wait_until(
+        Duration::from_secs(60),
+        "the replica to apply its relay log",
+        || {
+            slave_status(replica, "Master_Log_File")
+                == slave_status(replica, "Relay_Master_Log_File")
+                && slave_status(replica, "Read_Master_Log_Pos")
+                    == slave_status(replica, "Exec_Master_Log_Pos")
+        },
+    );
+    replica.exec("STOP SLAVE; RESET SLAVE ALL; SET GLOBAL read_only = 0");
+}
+
+#[test]
+fn with_semi_synchronous_replication_a_primary_killed_mid_drain_loses_no_order() {
+    let (mut primary, replica) = MariaDb::primary_and_replica();
+    // AFTER_SYNC: a commit is acknowledged to the worker only once the
+    // replica has received it; the timeout keeps it from falling back to
+    // asynchronous while the test runs.
+    primary.exec(
+        "SET GLOBAL rpl_semi_sync_master_enabled = ON, \
+         rpl_semi_sync_master_wait_point = AFTER_SYNC, \
+         rpl_semi_sync_master_timeout = 600000",
+    );
+    replica.exec(
+        "SET GLOBAL rpl_semi_sync_slave_enabled = ON, read_only = 1; \
+         STOP SLAVE IO_THREAD; START SLAVE IO_THREAD",
+    );
+    seckill_tests::wait_until(
+        Duration::from_secs(30),
+        "the replica to be a semi-synchronous client",
+        || {
+            count(
+                &primary,
+                "mysql",
+                "SELECT VARIABLE_VALUE FROM information_schema.GLOBAL_STATUS \
+                 WHERE VARIABLE_NAME = 'Rpl_semi_sync_master_clients'",
+            ) == 1
+        },
+    );
+    let db = primary.test_db();
+    let name = db.name.clone();
+    let redis = RedisServer::start();
+    let dir = TempDir::new();
+    let total = 2_000;
+    let sale = create_sale(&db, &redis, total, -1000, 3_600_000);
+    let orders = format!("SELECT COUNT(*) FROM orders WHERE sale_id = {sale}");
+    let both = format!(
+        "mysql://root@127.0.0.1:{},127.0.0.1:{}/{name}",
+        primary.port, replica.port
+    );
+    // The whole backlog queued first, then the worker: the kill lands
+    // while it drains.
+    reserve_users(&redis, sale, "a", total as usize);
+    let log = dir.path().join("worker.log");
+    let _w = Worker::start(&redis, &both, &log);
+    seckill_tests::wait_until(Duration::from_secs(60), "the drain to be under way", || {
+        count(&primary, &name, &orders) >= 300
+    });
+    let before_kill = count(&primary, &name, &orders);
+    primary.kill();
+    println!("semi-sync: primary killed with {before_kill} of {total} orders written");
+    assert!(
+        before_kill < total as i64,
+        "killed mid-drain ({before_kill})"
+    );
+
+    let promoted = Instant::now();
+    promote(&replica);
+    wait_count(
+        &replica,
+        &name,
+        &orders,
+        total as i64,
+        Duration::from_secs(120),
+    );
+    println!(
+        "semi-sync: every order on the promoted replica {} ms after the promotion began",
+        promoted.elapsed().as_millis()
+    );
+    worker_support::wait_drained(&redis, sale, Duration::from_secs(30));
+
+    let review = dir.path().join("review.sqlite3");
+    let out = seckill_tests::command("seckill-reconciler")
+        .env("SECKILL_REDIS_URL", redis.url())
+        .env("SECKILL_MYSQL_URL", &both)
+        .env("SECKILL_REVIEW_DB", &review)
+        .env("SECKILL_RECONCILE_GRACE", "0s")
+        .arg("run")
+        .output()
+        .expect("run seckill-reconciler");
+    let said =
+        String::from_utf8_lossy(&out.stdout).to_string() + &String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "no finding: {said}");
+    let k = SaleKeys::new(sale);
+    let mut con = redis.con();
+    let flow: usize = con.hlen(k.flow()).expect("hlen");
+    assert_eq!(flow, total as usize);
+    assert_eq!(
+        count(
+            &replica,
+            &name,
+            &format!(
+                "SELECT COUNT(DISTINCT reservation_id) - COUNT(*) + \
+                 (SELECT COUNT(*) FROM stock_ledger WHERE sale_id = {sale}) FROM orders \
+                 WHERE sale_id = {sale}"
+            )
+        ),
+        total as i64,
+        "one order and one ledger row per reservation"
+    );
+    assert_eq!(
+        count(
+            &replica,
+            &name,
+            &format!("SELECT available_stock FROM sales WHERE id = {sale}")
+        ),
+        0
+    );
 }
