@@ -35,7 +35,9 @@
 //! - Reading: [`replica_read`] (each sale screened on the MySQL replica,
 //!   confirmed on the primary), [`redis_read`] (`SSCAN`/`HSCAN`/`LRANGE` in chunks, never
 //!   `KEYS`), [`mysql_read`] (streamed `SELECT`s), [`bucket_read`] (a sale
-//!   split over buckets: totals at one instant, transfer books).
+//!   split over buckets: totals at one instant, transfer books),
+//!   [`primary_down`] (no writable primary: what a run says, the replica
+//!   the read-only commands read meanwhile).
 //! - The review store: [`review`] (file, migrations, runs, the append-only
 //!   audit log, one write transaction), [`review::findings`] (the findings
 //!   table), [`stored`] (its enums as stored names).
@@ -64,6 +66,7 @@ mod metrics_file;
 pub mod mysql_read;
 pub mod output;
 mod payment_dead_letters;
+mod primary_down;
 mod recreate;
 pub mod redis_read;
 mod repair_rebuild;

@@ -14,6 +14,8 @@
 //! - `seckill_reconciler_last_success_timestamp_seconds`: when the last run
 //!   that did not fail finished (absent until one has);
 //! - `seckill_reconciler_last_run_duration_seconds`, `…_sales_checked`;
+//! - `seckill_reconciler_mysql_primary_up`: 0 when the last run reached no
+//!   writable MySQL server (the primary down, no replica promoted yet);
 //! - with `SECKILL_MYSQL_REPLICA_URL` (`replica_read.rs`):
 //!   `seckill_reconciler_replica_used` (0: the run fell back to the
 //!   primary), `…_replica_wait_seconds`, `…_replica_confirmed_sales`
@@ -76,6 +78,9 @@ pub struct RunFigures {
     pub sales: Vec<SaleProgress>,
     /// What the run did with the replica (`None`: none configured).
     pub replica: Option<ReplicaFigures>,
+    /// Whether a writable MySQL primary answered (`false`: the run could
+    /// not reach one, see `run`'s module doc).
+    pub mysql_primary_up: bool,
 }
 
 /// One sale's progress as one run's scan read it (see the module doc for
@@ -135,6 +140,7 @@ impl RunFigures {
             open: review.open_by_kind()?,
             sales,
             replica: None,
+            mysql_primary_up: true,
         })
     }
 }
@@ -189,6 +195,12 @@ fn register_run(r: &mut Registry, f: &RunFigures) {
             ms as f64 / 1000.0,
         );
     }
+    gauge(
+        r,
+        "seckill_reconciler_mysql_primary_up",
+        "1 when the last run reached a writable MySQL primary, 0 when none answered",
+        if f.mysql_primary_up { 1.0 } else { 0.0 },
+    );
     gauge(
         r,
         "seckill_reconciler_last_run_duration_seconds",
@@ -392,6 +404,7 @@ mod tests {
                 confirmed_on_primary: 0,
                 cleared_by_primary: 0,
             }),
+            mysql_primary_up: false,
         };
         let text = match render(&f) {
             Ok(t) => t,
@@ -405,6 +418,7 @@ mod tests {
             "seckill_reconciler_sales_checked 3.0",
             "seckill_reconciler_replica_used 0.0",
             "seckill_reconciler_replica_wait_seconds 1.5",
+            "seckill_reconciler_mysql_primary_up 0.0",
             r#"seckill_reconciler_open_findings{kind="stock_mismatch",severity="critical"} 1"#,
             r#"seckill_reconciler_open_findings{kind="dead_letter",severity="normal"} 2"#,
             r#"seckill_reconciler_open_findings{kind="dead_letter",severity="critical"} 0"#,

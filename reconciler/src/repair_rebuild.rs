@@ -264,6 +264,26 @@ pub fn read_now(con: &mut Con, k: &SaleKeys) -> Result<BucketNow, RunError> {
     })
 }
 
+/// Order `o`'s flow record: the one Redis holds (live or released), else
+/// the message rebuilt from MySQL.
+fn flow_message(now: &BucketNow, sale_id: u64, o: &OrderRow) -> String {
+    now.flows
+        .get(&o.rid)
+        .or_else(|| now.released.get(&o.rid))
+        .cloned()
+        .unwrap_or_else(|| {
+            OrderMessage {
+                v: MESSAGE_VERSION,
+                reservation_id: o.rid.clone(),
+                sale_id,
+                user_id: o.user.clone(),
+                reserved_at_ms: o.reserved_at_ms,
+                quantity: 1,
+            }
+            .to_json()
+        })
+}
+
 /// Adds to `pipe` the writes that restore bucket `k`'s reservations from
 /// `orders` (those homed in this bucket) over what Redis holds (`now`),
 /// per the module doc; `rebuy`: the sale lets a released buyer buy again.
@@ -289,23 +309,7 @@ pub fn restore(
         .map(|o| o.user.as_str())
         .collect();
     let mut out = BucketRepair::default();
-    let message = |o: &OrderRow| {
-        now.flows
-            .get(&o.rid)
-            .or_else(|| now.released.get(&o.rid))
-            .cloned()
-            .unwrap_or_else(|| {
-                OrderMessage {
-                    v: MESSAGE_VERSION,
-                    reservation_id: o.rid.clone(),
-                    sale_id: k.sale_id,
-                    user_id: o.user.clone(),
-                    reserved_at_ms: o.reserved_at_ms,
-                    quantity: 1,
-                }
-                .to_json()
-            })
-    };
+    let message = |o: &OrderRow| flow_message(now, k.sale_id, o);
     // Released first, so that a live order of the same buyer (a rebuy)
     // writes the buyer's mark last.
     for o in orders.iter().filter(|o| o.status.is_released()) {

@@ -213,11 +213,15 @@ fn screen(ctx: &mut Ctx<'_>, sale_id: u64) -> Result<Screen, RunError> {
 /// A MySQL session for a read-only operator command (`sale list`, `sale
 /// show`): the replica once it has caught up with the primary's position
 /// (so the command shows every change made before it started), else the
-/// primary, with a warning saying why.
+/// primary, with a warning saying why; while the primary is down, the
+/// replica as it is, with a warning that it may be behind.
 ///
 /// Errors: the primary's connection ([`RunError`]).
 pub fn read_only_connect(config: &Config) -> Result<mysql::Conn, RunError> {
-    let mut primary = crate::connect::mysql(&config.services)?;
+    let mut primary = match crate::connect::mysql(&config.services) {
+        Ok(c) => c,
+        Err(e) => return crate::primary_down::replica_instead(config, &e).ok_or(e),
+    };
     let Some(url) = &config.mysql_replica_url else {
         return Ok(primary);
     };

@@ -112,6 +112,50 @@ fn the_worker_follows_the_promoted_replica_and_lost_orders_are_found_and_reorder
     assert!(said.is_some(), "{text}");
     println!("worker: {}", said.unwrap_or_default());
 
+    // The reconciler with no writable primary: records nothing, says so
+    // and that the replica answers, and its metrics file pages; the
+    // read-only commands read the replica.
+    let down_review = dir.path().join("down.sqlite3");
+    let metrics = dir.path().join("reconciler.prom");
+    let down = |args: &[&str]| {
+        seckill_tests::command("seckill-reconciler")
+            .env("SECKILL_REDIS_URL", redis.url())
+            .env("SECKILL_MYSQL_URL", &both)
+            .env("SECKILL_MYSQL_REPLICA_URL", replica.url(&name))
+            .env("SECKILL_MYSQL_TIMEOUT", "2s")
+            .env("SECKILL_REVIEW_DB", &down_review)
+            .env("SECKILL_RECONCILER_METRICS_FILE", &metrics)
+            .args(args)
+            .output()
+            .expect("run seckill-reconciler")
+    };
+    let out = down(&["run"]);
+    let said = String::from_utf8_lossy(&out.stderr).to_string();
+    assert_eq!(out.status.code(), Some(2), "{said}");
+    assert!(
+        said.contains("no writable MySQL primary answered, so nothing was recorded")
+            && said.contains("(SECKILL_MYSQL_REPLICA_URL) answers"),
+        "{said}"
+    );
+    let prom = std::fs::read_to_string(&metrics).unwrap_or_default();
+    assert!(
+        prom.lines()
+            .any(|l| l == "seckill_reconciler_mysql_primary_up 0.0"),
+        "{prom}"
+    );
+    let out = down(&["sale", "show", &sale.to_string()]);
+    let shown = String::from_utf8_lossy(&out.stdout).to_string();
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{shown}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("the primary is down"),
+        "warned"
+    );
+
     // The runbook's promotion; the worker follows without a restart.
     let promoted = Instant::now();
     replica.exec("STOP SLAVE; RESET SLAVE ALL; SET GLOBAL read_only = 0");

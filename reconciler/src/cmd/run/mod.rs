@@ -14,6 +14,13 @@
 //! step), [`record`] (one sale's observations into the review store); this
 //! file opens the run, records its end, its metrics file and its summary.
 //!
+//! A run that reaches no writable MySQL server (the primary down, no
+//! replica promoted yet) records nothing: a finding is decided on the
+//! primary. It says so, with whether the replica answers and the runbook
+//! to promote it, and its metrics file's `seckill_reconciler_mysql_primary_up`
+//! is 0, which the alert `SeckillMysqlPrimaryDown` pages on
+//! (`primary_down.rs`). The read-only commands read the replica meanwhile.
+//!
 //! Exit codes: 0 no open findings, 1 open findings exist (in any sale, old
 //! ones included: they wait for a person), 2 could not run.
 
@@ -64,13 +71,20 @@ pub fn run(config: &Config, shutdown: &Shutdown) -> Result<u8, RunError> {
         open_after,
         error.as_deref(),
     )?;
+    let primary_down = result
+        .as_ref()
+        .err()
+        .is_some_and(crate::primary_down::is_down);
     if let Some(path) = &config.reconciler_metrics_file {
         let elapsed = started.elapsed().as_secs_f64();
-        let figures = (finished_ms, result.is_ok(), elapsed);
+        let figures = (finished_ms, result.is_ok(), elapsed, !primary_down);
         write_metrics(&review, path, figures, &counts, progress, replica);
     }
-    let summary = summary(run_id, &counts, open_after, started.elapsed().as_secs_f64())
+    let mut summary = summary(run_id, &counts, open_after, started.elapsed().as_secs_f64())
         + &replica.map_or_else(String::new, |r| replica_summary(&r));
+    if primary_down {
+        summary += &crate::primary_down::advice(config);
+    }
     match result {
         Ok(()) => {
             eprintln!("seckill-reconciler: {summary}");
@@ -84,19 +98,23 @@ pub fn run(config: &Config, shutdown: &Shutdown) -> Result<u8, RunError> {
 }
 
 /// Writes the metrics file at `path` for node_exporter; `(finished_ms,
-/// succeeded, seconds)` of the run. The run's result stands whatever
+/// succeeded, seconds, a writable primary answered)` of the run. The run's result stands whatever
 /// happens to its metrics file (logged): a missing file shows as a stale
 /// reconciler in the alerts.
 fn write_metrics(
     review: &Review,
     path: &Path,
-    (finished_ms, succeeded, seconds): (u64, bool, f64),
+    (finished_ms, succeeded, seconds, primary_up): (u64, bool, f64, bool),
     counts: &RunCounts,
     progress: Vec<SaleProgress>,
     replica: Option<ReplicaFigures>,
 ) {
     let written = RunFigures::read(review, finished_ms, succeeded, seconds, counts, progress)
-        .map(|f| RunFigures { replica, ..f })
+        .map(|f| RunFigures {
+            replica,
+            mysql_primary_up: primary_up,
+            ..f
+        })
         .map_err(|e| e.to_string())
         .and_then(|f| metrics_file::render(&f).map_err(|e| e.to_string()))
         .and_then(|text| metrics_file::write(path, &text).map_err(|e| e.to_string()));
