@@ -169,6 +169,14 @@ impl Env {
         Env(vars.clone())
     }
 
+    /// An environment of `pairs` (name, value), as tests and tools write one.
+    pub fn from_pairs(pairs: &[(&str, &str)]) -> Env {
+        Env(pairs
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect())
+    }
+
     /// Variable `name`'s trimmed value; `None` when unset or blank (a
     /// blank value keeps the default).
     pub fn get(&self, name: &str) -> Option<&str> {
@@ -563,10 +571,7 @@ mod tests {
     use super::*;
 
     fn map(pairs: &[(&str, &str)]) -> HashMap<String, String> {
-        pairs
-            .iter()
-            .map(|(k, v)| (k.to_string(), v.to_string()))
-            .collect()
+        Env::from_pairs(pairs).0
     }
 
     #[test]

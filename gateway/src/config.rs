@@ -368,19 +368,11 @@ fn read_auth(i: &mut IdentitySettings, env: &Env) -> Result<(), ConfigError> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::collections::HashMap;
-
-    fn map(pairs: &[(&str, &str)]) -> HashMap<String, String> {
-        pairs
-            .iter()
-            .map(|(k, v)| (k.to_string(), v.to_string()))
-            .collect()
-    }
 
     fn settings(pairs: &[(&str, &str)]) -> Result<Settings, ConfigError> {
-        let vars = map(pairs);
-        let config = Config::from_map(&vars)?;
-        Settings::from_vars(&config, &Env::from_map(&vars))
+        let env = Env::from_pairs(pairs);
+        let config = Config::from_vars(&env)?;
+        Settings::from_vars(&config, &env)
     }
 
     #[test]
@@ -490,7 +482,10 @@ mod tests {
                 "{msg}"
             );
             // The other binaries do not read it: it stops none of them.
-            assert!(Config::from_map(&map(&[(var, val)])).is_ok(), "{var}");
+            assert!(
+                Config::from_vars(&Env::from_pairs(&[(var, val)])).is_ok(),
+                "{var}"
+            );
         }
     }
 

@@ -141,19 +141,10 @@ fn archive_after(v: &str, lookback: Duration) -> Result<Option<Duration>, Config
 mod tests {
     use super::*;
     use seckill_common::config::{DURATION, DURATION_OR_ZERO};
-    use std::collections::HashMap;
-
-    fn env(pairs: &[(&str, &str)]) -> Env {
-        let map: HashMap<String, String> = pairs
-            .iter()
-            .map(|(k, v)| (k.to_string(), v.to_string()))
-            .collect();
-        Env::from_map(&map)
-    }
 
     #[test]
     fn empty_environment_gives_documented_defaults() {
-        let c = Config::from_env(&env(&[])).unwrap();
+        let c = Config::from_env(&Env::from_pairs(&[])).unwrap();
         assert_eq!(c.services, Services::default());
         assert_eq!(c.review_db, PathBuf::from("./seckill-review.sqlite3"));
         assert_eq!(c.reconcile_lookback, Duration::from_secs(86_400));
@@ -166,7 +157,7 @@ mod tests {
 
     #[test]
     fn valid_overrides_are_applied() {
-        let c = Config::from_env(&env(&[
+        let c = Config::from_env(&Env::from_pairs(&[
             ("SECKILL_MYSQL_URL", "mysql://app:pw@db:3306/shop"),
             ("SECKILL_REVIEW_DB", "/var/lib/seckill/review.sqlite3"),
             ("SECKILL_RECONCILE_LOOKBACK", "48h"),
@@ -196,7 +187,7 @@ mod tests {
         );
         assert_eq!(c.auth_audience, "shop-7");
         assert_eq!(c.auth_max_ttl, Duration::from_secs(7200));
-        let zero = Config::from_env(&env(&[("SECKILL_ARCHIVE_AFTER", "0")])).unwrap();
+        let zero = Config::from_env(&Env::from_pairs(&[("SECKILL_ARCHIVE_AFTER", "0")])).unwrap();
         assert_eq!(zero.archive_after, Some(Duration::ZERO));
     }
 
@@ -216,7 +207,7 @@ mod tests {
             ("SECKILL_AUTH_MAX_TTL", "abc"),
         ];
         for (var, val) in cases {
-            let err = Config::from_env(&env(&[(var, val)])).unwrap_err();
+            let err = Config::from_env(&Env::from_pairs(&[(var, val)])).unwrap_err();
             assert_eq!(err.variable, var);
             assert_eq!(err.value, val);
             let msg = err.to_string();
@@ -225,15 +216,17 @@ mod tests {
                 "{msg}"
             );
         }
-        let err = Config::from_env(&env(&[("SECKILL_RECONCILE_LOOKBACK", "0")])).unwrap_err();
+        let err =
+            Config::from_env(&Env::from_pairs(&[("SECKILL_RECONCILE_LOOKBACK", "0")])).unwrap_err();
         assert_eq!(err.expected, DURATION);
-        let err = Config::from_env(&env(&[("SECKILL_RECONCILE_GRACE", "5")])).unwrap_err();
+        let err =
+            Config::from_env(&Env::from_pairs(&[("SECKILL_RECONCILE_GRACE", "5")])).unwrap_err();
         assert_eq!(err.expected, DURATION_OR_ZERO);
     }
 
     #[test]
     fn an_archive_delay_beyond_the_lookback_shows_the_lookback() {
-        let err = Config::from_env(&env(&[
+        let err = Config::from_env(&Env::from_pairs(&[
             ("SECKILL_RECONCILE_LOOKBACK", "90m"),
             ("SECKILL_ARCHIVE_AFTER", "2h"),
         ]))
@@ -243,7 +236,8 @@ mod tests {
             "invalid configuration: SECKILL_ARCHIVE_AFTER=\"2h\": expected a duration such \
              as 1h, below SECKILL_RECONCILE_LOOKBACK (90m), 0, or off"
         );
-        let err = Config::from_env(&env(&[("SECKILL_ARCHIVE_AFTER", "abc")])).unwrap_err();
+        let err =
+            Config::from_env(&Env::from_pairs(&[("SECKILL_ARCHIVE_AFTER", "abc")])).unwrap_err();
         assert_eq!(err.expected, ARCHIVE_AFTER);
     }
 
@@ -251,7 +245,7 @@ mod tests {
     /// not stop the reconciler.
     #[test]
     fn a_bad_value_of_another_binarys_variable_does_not_stop_the_reconciler() {
-        let c = Config::from_env(&env(&[
+        let c = Config::from_env(&Env::from_pairs(&[
             ("SECKILL_GATEWAY_BUYER_RATE", "lots"),
             ("SECKILL_WORKER_BATCH", "many"),
             ("SECKILL_AUTH", "JWT"),
