@@ -190,8 +190,11 @@ fn request_bytes(spec: &DriveSpec<'_>, s: Step) -> Vec<u8> {
             )
         }
         Step::Hostile(h) => {
+            // With keys, a key of their own: each is refused for what it
+            // is, not for a missing header.
             let (path, body) = h.path_and_body(spec.sale_id);
-            http::post_json(spec.host, &path, &body, token)
+            let key = spec.keys.then_some("hostile");
+            http::post_json_keyed(spec.host, &path, &body, token, key)
         }
     }
 }

@@ -163,9 +163,11 @@ impl Report<'_> {
                 "limit_reached": t.limit_reached, "not_enough_stock": t.not_enough_stock,
             })),
             "redis_read_failures": self.redis_read_failures,
+            // Names of their own: scripts read the run's figures by the
+            // first match of a name in the compact report.
             "healthz": self.healthz.map(|h| json!({
-                "requests": h.requests, "ok": h.ok, "elapsed_s": h.elapsed_s,
-                "requests_per_s": h.rate(),
+                "sent": h.requests, "answered_200": h.ok, "seconds": h.elapsed_s,
+                "rate_per_s": h.rate(),
                 "crowd_share": self.rate() / h.rate().max(1e-6),
             })),
             "drain_ms": self.drain_ms,
