@@ -24,8 +24,11 @@
 #      sale and buyers who were told sold out buy and pay for them; runs
 #      the reconciler;
 #   7. prints the report (and writes it as JSON to .demo/run-*/demo.json,
-#      and as a page with charts to .demo/run-*/report.html: seckill-report)
-#      and exits 0 only if every invariant holds;
+#      and as a page with charts to .demo/run-*/report.html: seckill-report),
+#      with the crowd's request rate beside the rate of a burst of
+#      GET /healthz at the same gateway over the same connections (what it
+#      answers when an answer costs nothing), and exits 0 only if every
+#      invariant holds;
 #   8. stops everything it started and tells where the logs and the review
 #      file are (.demo/run-<time>-<pid>/); its last line names report.html.
 # The machine's existing data are never touched: the demo database is new
@@ -43,6 +46,16 @@
 # SECKILL_DEMO_PAY_SHARE (0.7), SECKILL_DEMO_PAYMENT_WINDOW (15s: longer
 # than the crowd and the drain, or the payers would be late));
 # --private (or SECKILL_DEMO_PRIVATE=1): always start private servers.
+# SECKILL_DEMO_QUANTITIES=1: a quantity mix instead of one unit each: the
+# sale sells up to 4 units per buyer and 3 per purchase (sale create
+# --max-per-buyer 4 --max-per-purchase 3); each purchase asks 1, 2 or 3
+# units (70/20/10 %) with an Idempotency-Key, half the users retry with the
+# same key, a quarter buy again with a new one (seckill-load --quantities
+# 70:20:10 --retry-same-key 0.5 --duplicates 0.25); every invariant in
+# units. Needs a build whose sale create has --max-per-buyer (refused
+# otherwise).
+# SECKILL_DEMO_HEALTHZ_BURST (20000): the GET /healthz sent after the sale
+# (seckill-load --healthz-burst) for the rate printed beside the crowd's.
 # SECKILL_DEMO_CLUSTER=1: run on a private Redis Cluster (six redis-server,
 # 3 masters and 3 replicas, SECKILL_REDIS_URL=redis+cluster://...) instead.
 set -euo pipefail
@@ -59,6 +72,8 @@ KEEP_DB=0
 PAY_SHARE=${SECKILL_DEMO_PAY_SHARE:-0.7}
 PAYMENT_WINDOW=${SECKILL_DEMO_PAYMENT_WINDOW:-15s}
 PRIVATE=${SECKILL_DEMO_PRIVATE:-0}
+QUANTITIES=${SECKILL_DEMO_QUANTITIES:-0}
+HEALTHZ_BURST=${SECKILL_DEMO_HEALTHZ_BURST:-20000}
 usage() { awk 'NR > 1 && /^#/ { sub(/^# ?/, ""); print; next } NR > 1 { exit }' "$0"; }
 needs_value() { # OPTION REST_COUNT
   if [ "$2" -lt 2 ]; then echo "demo.sh: $1 needs a value" >&2; usage >&2; exit 64; fi
@@ -175,6 +190,22 @@ cargo build --release -p seckill-gateway -p seckill-worker -p seckill-reconciler
   || { tail -20 "$RUN/build.log" >&2; exit 2; }
 BIN=${CARGO_TARGET_DIR:-$ROOT/target}/release
 
+# The quantity mix (SECKILL_DEMO_QUANTITIES=1): the sale's limits and the
+# crowd's options; one unit each otherwise (5 % clicking twice).
+SALE_LIMITS=()
+CROWD=(--duplicates 0.05)
+CROWD_SAYS="5 % click twice"
+if [ "$QUANTITIES" = 1 ]; then
+  if ! "$BIN/seckill-reconciler" sale create --help 2>/dev/null | grep -q -- --max-per-buyer; then
+    echo "demo.sh: SECKILL_DEMO_QUANTITIES=1 needs seckill-reconciler sale create --max-per-buyer" \
+      "(not in this build)" >&2
+    exit 2
+  fi
+  SALE_LIMITS=(--max-per-buyer 4 --max-per-purchase 3)
+  CROWD=(--duplicates 0.25 --quantities 70:20:10 --retry-same-key 0.5)
+  CROWD_SAYS="1, 2 or 3 units each (70/20/10 %, at most 4 per buyer), half retry with the same Idempotency-Key, a quarter buy again"
+fi
+
 say "step 2/8: finding Redis and MySQL"
 if [ "$PRIVATE" = 1 ]; then
   unset SECKILL_REDIS_URL SECKILL_MYSQL_URL
@@ -257,7 +288,8 @@ mariadb $(mysql_client_args "$MYSQL_SERVER") "$DB_NAME" \
   -e "ALTER TABLE sales AUTO_INCREMENT = $(( $(date +%s) * 1000 + $$ % 1000 ))"
 SALE=$(RUST_LOG=warn "$BIN/seckill-reconciler" sale create --sku "DEMO-$STAMP" \
   --title "Demo phone" --price-cents 49900 --stock "$STOCK" \
-  --starts-at now+5s --ends-at now+1h --payment-window "$PAYMENT_WINDOW" 2>>"$RUN/reconciler.log")
+  --starts-at now+5s --ends-at now+1h --payment-window "$PAYMENT_WINDOW" \
+  ${SALE_LIMITS[@]+"${SALE_LIMITS[@]}"} 2>>"$RUN/reconciler.log")
 say "  sale $SALE"
 
 say "step 4/8: starting the gateway and two workers"
@@ -301,12 +333,12 @@ for w in 1 2; do
 done
 say "  gateway http://127.0.0.1:$GW_PORT, workers demo-w1 and demo-w2"
 
-say "step 5/8: $USERS users with signed tokens over $CONNECTIONS connections (5 % click twice, 10 hostile requests: 3 with bad tokens)"
+say "step 5/8: $USERS users with signed tokens over $CONNECTIONS connections ($CROWD_SAYS, 10 hostile requests: 3 with bad tokens)"
 say "step 6/8: the simulator then waits for the queue to drain, pays $PAY_SHARE of the winners, lets the rest expire ($PAYMENT_WINDOW) and sells their units again"
 set +e
 "$BIN/seckill-load" --sale "$SALE" --url "http://127.0.0.1:$GW_PORT" \
-  --users "$USERS" --connections "$CONNECTIONS" --duplicates 0.05 --hostile 10 \
-  --key "$RUN/signing-keys.jwks" \
+  --users "$USERS" --connections "$CONNECTIONS" "${CROWD[@]}" --hostile 10 \
+  --key "$RUN/signing-keys.jwks" --healthz-burst "$HEALTHZ_BURST" \
   --user-prefix demo --wait-open --drain-timeout 300s \
   --report-json "$RUN/load-report.json" --pay-share "$PAY_SHARE" | tee "$RUN/load-report.txt"
 LOAD_RC=${PIPESTATUS[0]}
@@ -324,6 +356,14 @@ case "$REC_RC" in
   *) FINDINGS="the reconciler could not run (exit $REC_RC, see $RUN/reconciler.log)" ;;
 esac
 say "  invariants: $([ "$LOAD_RC" = 0 ] && echo "every one holds" || echo "VIOLATED (seckill-load exit $LOAD_RC)")"
+# The crowd's rate beside the same gateway's health-check rate (the
+# simulator's "requests" and "healthz" lines).
+CROWD_RATE=$(sed -n 's/^  requests .* = \([0-9]*\) req\/s;.*/\1/p' "$RUN/load-report.txt" | head -1)
+HEALTHZ_RATE=$(sed -n 's/^  healthz .* = \([0-9]*\) req\/s;.*/\1/p' "$RUN/load-report.txt" | head -1)
+if [ -n "$CROWD_RATE" ] && [ -n "$HEALTHZ_RATE" ] && [ "$HEALTHZ_RATE" -gt 0 ]; then
+  say "  rates: the crowd $CROWD_RATE req/s; GET /healthz of the same gateway $HEALTHZ_RATE req/s" \
+    "(the crowd at $(( 100 * CROWD_RATE / HEALTHZ_RATE )) % of it)"
+fi
 say "  reconciliation: $FINDINGS"
 
 say "step 8/8: stopping the gateway and the workers (SIGTERM)"

@@ -12,7 +12,8 @@
 //!   workspace binary with a cleared environment).
 //! - [`mariadb`]: private MariaDB servers, a primary and its GTID replica.
 //! - [`sentinel`]: a master, its replica and three Redis Sentinels.
-//! - `src/load/`: the load simulator behind `seckill-load` (its own `# Layout`).
+//! - [`load`]: the load simulator behind `seckill-load` (its own `# Layout`;
+//!   its unit tests run with the library's: `cargo test -p seckill-tests --lib`).
 //! - `src/bin/`: `seckill-load` (the crowd and its invariants),
 //!   `seckill-baseline` (the MySQL-only design the benchmarks compare with)
 //!   and `seckill-report` (the HTML report, `src/report_html.rs` with its
@@ -27,6 +28,7 @@
 
 pub mod auth;
 pub mod cluster;
+pub mod load;
 pub mod load_report;
 pub mod mariadb;
 pub mod report_html;

@@ -163,8 +163,24 @@ fn figures(load: &Value, out: &mut String) {
         ),
         ("queue drained after (ms)", f(&load["drain_ms"])),
     ];
+    // The health-check burst (`--healthz-burst`), when the run sent one.
+    let h = &load["healthz"];
+    let healthz = h.is_object().then(|| {
+        (
+            "GET /healthz, same gateway",
+            format!(
+                "{} in {} s = {} req/s (the crowd at {} % of it)",
+                f(&h["sent"]),
+                f(&h["seconds"]),
+                f(&h["rate_per_s"]),
+                f(&h["crowd_share"]
+                    .as_f64()
+                    .map_or(Value::Null, |x| (x * 100.0).into()))
+            ),
+        )
+    });
     let _ = writeln!(out, r#"<table class="figures">"#);
-    for (k, v) in rows {
+    for (k, v) in rows.into_iter().chain(healthz) {
         let _ = writeln!(
             out,
             "<tr><th>{}</th><td>{}</td></tr>",

@@ -58,6 +58,8 @@ mod ha_mysql_replica;
 mod ha_redis_sentinel;
 mod harness_isolation;
 mod load_cli;
+mod load_quantities;
+mod load_state;
 mod metrics_promtool;
 mod ops_nginx;
 mod ops_nginx_crowd;

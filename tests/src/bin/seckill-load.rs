@@ -4,8 +4,7 @@
 //! 64 bad command line).
 #![forbid(unsafe_code)]
 
-#[path = "../load/mod.rs"]
-mod load;
+use seckill_tests::load;
 
 use std::process::ExitCode;
 

@@ -35,6 +35,19 @@ options:
   --no-verify           send and report, skip the Redis and MySQL checks
   --json                print the report as JSON on stdout
   --report-json FILE    also write the JSON report to FILE (stdout keeps the text)
+  --quantities W1:W2:.. a quantity mix: weights of 1, 2, 3, ... units per purchase
+                        (70:20:10 = 70 % one unit, 20 % two, 10 % three); each
+                        purchase then carries an Idempotency-Key and, above one
+                        unit, a quantity; the invariants count units and check the
+                        sale's per-buyer limit (its max_per_buyer / max_per_purchase,
+                        sale create --max-per-buyer / --max-per-purchase)
+  --retry-same-key F    share of users (0 to 1) who send their first purchase again
+                        with the same Idempotency-Key and body: each must be answered
+                        with the first one's reservation id (implies the keys of
+                        --quantities; default 0)
+  --healthz-burst N     at the end, N GET /healthz over the same connections: the
+                        report prints that rate beside the crowd's (what the gateway
+                        answers when a request costs it nothing; default 0, none)
   --pay-share F         then the order lifecycle: a simulated payment service pays
                         share F (0 to 1) of the winners (POST /v1/payments, signed with
                         SECKILL_PAYMENT_SECRET), the rest let the sale's payment window
@@ -86,6 +99,52 @@ pub struct Options {
     pub pay_share: Option<f64>,
     /// `--key`: the signing key file of the crowd's tokens.
     pub key: Option<std::path::PathBuf>,
+    /// `--quantities`: weights of 1, 2, 3, ... units (empty: one unit,
+    /// no key, exactly the requests without the option).
+    pub quantities: Vec<u32>,
+    /// `--retry-same-key F`: share of users retrying with the same key.
+    pub retry_same_key: f64,
+    /// `--healthz-burst N`: health checks sent after the run (0: none).
+    pub healthz_burst: u32,
+}
+
+impl Options {
+    /// Whether purchases carry an `Idempotency-Key` and the invariants
+    /// count units (`--quantities` or `--retry-same-key`).
+    pub fn keyed(&self) -> bool {
+        !self.quantities.is_empty() || self.retry_same_key > 0.0
+    }
+
+    /// The most units one purchase of the mix asks for (1 without one).
+    pub fn max_quantity(&self) -> u32 {
+        self.quantities
+            .iter()
+            .rposition(|&w| w > 0)
+            .map_or(1, |i| i as u32 + 1)
+    }
+}
+
+/// Reads `--quantities`: 1 to `MAX_UNITS` weights separated by `:`, at
+/// least one above 0.
+fn quantities(v: OsString) -> Result<Vec<u32>, UsageError> {
+    let s = text(v, "quantities")?;
+    let bad = || {
+        UsageError(format!(
+            "--quantities {s:?}: weights of 1, 2, 3, ... units, e.g. 70:20:10 \
+             (at most {} of them, not all 0)",
+            seckill_common::allowance::MAX_UNITS
+        ))
+    };
+    let w: Vec<u32> = s
+        .split(':')
+        .map(|x| x.trim().parse::<u32>())
+        .collect::<Result<_, _>>()
+        .map_err(|_| bad())?;
+    let max = seckill_common::allowance::MAX_UNITS as usize;
+    if w.is_empty() || w.len() > max || w.iter().all(|&x| x == 0) {
+        return Err(bad());
+    }
+    Ok(w)
 }
 
 /// What the command line asked for.
@@ -169,6 +228,9 @@ pub fn parse(
             Long("json") => o.json = true,
             Long("report-json") => o.report_json = Some(text(p.value()?, "report-json")?.into()),
             Long("pay-share") => o.pay_share = Some(num(p.value()?, "pay-share")?),
+            Long("quantities") => o.quantities = quantities(p.value()?)?,
+            Long("retry-same-key") => o.retry_same_key = num(p.value()?, "retry-same-key")?,
+            Long("healthz-burst") => o.healthz_burst = num(p.value()?, "healthz-burst")?,
             other => return Err(other.unexpected().into()),
         }
     }
@@ -206,6 +268,9 @@ fn defaults(default_listen: SocketAddr, now_s: u64) -> Options {
         report_json: None,
         pay_share: None,
         key: None,
+        quantities: Vec::new(),
+        retry_same_key: 0.0,
+        healthz_burst: 0,
     }
 }
 
@@ -241,6 +306,14 @@ fn validate(o: &Options) -> Result<(), UsageError> {
     }
     if !(0.0..=1.0).contains(&o.duplicates) {
         return Err(UsageError("--duplicates: a share from 0 to 1".into()));
+    }
+    if !(0.0..=1.0).contains(&o.retry_same_key) {
+        return Err(UsageError("--retry-same-key: a share from 0 to 1".into()));
+    }
+    if o.keyed() && o.baseline {
+        return Err(UsageError(
+            "--quantities and --retry-same-key need the gateway (not --baseline)".into(),
+        ));
     }
     if !(o.rate >= 0.0 && o.rate.is_finite()) {
         return Err(UsageError("--rate: 0 or more requests per second".into()));
@@ -302,6 +375,36 @@ mod tests {
     }
 
     #[test]
+    fn a_quantity_mix_and_retries_are_read() {
+        let run = |a: &[&str]| match parse(args(a), listen(), 1).unwrap() {
+            Parsed::Run(o) => o,
+            Parsed::Help => panic!("not a run"),
+        };
+        let o = run(&["--sale", "1"]);
+        assert!(!o.keyed() && o.quantities.is_empty());
+        assert_eq!(o.max_quantity(), 1);
+        let o = run(&[
+            "--sale",
+            "1",
+            "--quantities",
+            "70:20:10",
+            "--retry-same-key",
+            "0.5",
+        ]);
+        assert_eq!(
+            (o.quantities.clone(), o.retry_same_key),
+            (vec![70, 20, 10], 0.5)
+        );
+        assert!(o.keyed());
+        assert_eq!(o.max_quantity(), 3);
+        assert_eq!(
+            run(&["--sale", "1", "--quantities", "5:0"]).max_quantity(),
+            1
+        );
+        assert!(run(&["--sale", "1", "--retry-same-key", "0.1"]).keyed());
+    }
+
+    #[test]
     fn bad_lines_are_refused() {
         for bad in [
             &["--users", "5"][..],
@@ -310,6 +413,11 @@ mod tests {
             &["--sale", "1", "--url", "https://x:1"],
             &["--sale", "1", "--user-prefix", "a b"],
             &["--sale", "1", "--bogus"],
+            &["--sale", "1", "--quantities", "0:0"],
+            &["--sale", "1", "--quantities", "70:x"],
+            &["--sale", "1", "--quantities", ""],
+            &["--sale", "1", "--retry-same-key", "1.5"],
+            &["--sale", "1", "--quantities", "1", "--baseline"],
         ] {
             assert!(parse(args(bad), listen(), 1).is_err(), "{bad:?}");
         }

@@ -7,7 +7,7 @@
 //! shares with the server, that is CPU the server did not get.
 
 use super::http::{self, Connection};
-use super::plan::{Hostile, Step};
+use super::plan::{self, Hostile, Step};
 use std::io::{IsTerminal, Write};
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
@@ -28,9 +28,13 @@ pub struct Record {
     pub done_ms: u32,
     /// `reservation_id` of a 202 or 409 answer.
     pub reservation_id: Option<String>,
-    /// `error` of a 401 or 403 answer (`sale_not_started`, `sale_ended`,
-    /// `user_mismatch`, `invalid_token`, `token_expired`).
+    /// `error` of a 401, 403, 409, 410 or 422 answer (`sale_not_started`,
+    /// `sale_ended`, `user_mismatch`, `invalid_token`, `token_expired`,
+    /// `already_purchased`, `limit_reached`, `sold_out`,
+    /// `not_enough_stock`, `idempotency_key_reused`).
     pub error_code: Option<String>,
+    /// `units_left` of a 410 `not_enough_stock` answer.
+    pub units_left: Option<u64>,
 }
 
 /// Everything the crowd saw.
@@ -90,6 +94,9 @@ pub struct DriveSpec<'a> {
     pub timeout: Duration,
     /// The crowd's tokens, when the gateway verifies them.
     pub tokens: Option<&'a Tokens>,
+    /// Each purchase carries its `Idempotency-Key` header
+    /// (`plan::idempotency_key`) and, above one unit, its `quantity`.
+    pub keys: bool,
     /// The first `lead` requests are sent one at a time on one connection,
     /// each answered before the crowd starts (`plan::lead`: the identity
     /// refusals, asked while the sale is surely not sold out, since a sale
@@ -148,7 +155,7 @@ impl Tokens {
     /// The token step `s` carries, if any.
     fn for_step(&self, s: Step) -> Option<&str> {
         match s {
-            Step::Purchase(u) => self.users.get(u as usize).map(String::as_str),
+            Step::Purchase(b) => self.users.get(b.user as usize).map(String::as_str),
             Step::Hostile(Hostile::ForgedToken) => Some(&self.forged),
             Step::Hostile(Hostile::ExpiredToken) => Some(&self.expired),
             Step::Hostile(Hostile::UnknownSale) => Some(&self.unknown_sale),
@@ -171,19 +178,33 @@ struct Counters {
 fn request_bytes(spec: &DriveSpec<'_>, s: Step) -> Vec<u8> {
     let token = spec.tokens.and_then(|t| t.for_step(s));
     match s {
-        Step::Purchase(u) => {
-            let body = format!(r#"{{"user_id":"{}-{u}"}}"#, spec.user_prefix);
-            http::post_json(
+        Step::Purchase(b) => {
+            let body = purchase_body(spec.user_prefix, b);
+            let key = spec.keys.then(|| plan::idempotency_key(b.key));
+            http::post_json_keyed(
                 spec.host,
                 &format!("/v1/sales/{}/purchases", spec.sale_id),
                 body.as_bytes(),
                 token,
+                key.as_deref(),
             )
         }
         Step::Hostile(h) => {
+            // With keys, a key of their own: each is refused for what it
+            // is, not for a missing header.
             let (path, body) = h.path_and_body(spec.sale_id);
-            http::post_json(spec.host, &path, &body, token)
+            let key = spec.keys.then_some("hostile");
+            http::post_json_keyed(spec.host, &path, &body, token, key)
         }
+    }
+}
+
+/// The body of purchase `b`: `{"user_id":"PREFIX-n"}`, with `"quantity":N`
+/// above one unit (one unit is the default: the body stays today's).
+pub fn purchase_body(prefix: &str, b: plan::Buy) -> String {
+    match b.quantity {
+        0 | 1 => format!(r#"{{"user_id":"{prefix}-{}"}}"#, b.user),
+        q => format!(r#"{{"user_id":"{prefix}-{}","quantity":{q}}}"#, b.user),
     }
 }
 
@@ -287,8 +308,11 @@ fn record(
             let rid = matches!(r.status, 202 | 409)
                 .then(|| http::json_str(&r.body, "reservation_id"))
                 .flatten();
-            let code = matches!(r.status, 401 | 403)
+            let code = matches!(r.status, 401 | 403 | 409 | 410 | 422)
                 .then(|| http::json_str(&r.body, "error"))
+                .flatten();
+            let units_left = (r.status == 410)
+                .then(|| http::json_u64(&r.body, "units_left"))
                 .flatten();
             Record {
                 step: i,
@@ -297,6 +321,7 @@ fn record(
                 done_ms,
                 reservation_id: rid,
                 error_code: code,
+                units_left,
             }
         }
         Err(e) => {
@@ -311,6 +336,7 @@ fn record(
                 done_ms,
                 reservation_id: None,
                 error_code: None,
+                units_left: None,
             }
         }
     }

@@ -267,12 +267,27 @@ fn read_chunked(r: &mut BufReader<TcpStream>) -> Result<Vec<u8>, HttpError> {
 /// A complete `POST` request with a JSON body, keep-alive, with
 /// `Authorization: Bearer <token>` when a token is given.
 pub fn post_json(host: &str, path: &str, body: &[u8], token: Option<&str>) -> Vec<u8> {
+    post_json_keyed(host, path, body, token, None)
+}
+
+/// [`post_json`] with an `Idempotency-Key: <key>` header when a key is
+/// given.
+pub fn post_json_keyed(
+    host: &str,
+    path: &str,
+    body: &[u8],
+    token: Option<&str>,
+    key: Option<&str>,
+) -> Vec<u8> {
     let auth = token
         .map(|t| format!("Authorization: Bearer {t}\r\n"))
         .unwrap_or_default();
+    let idem = key
+        .map(|k| format!("Idempotency-Key: {k}\r\n"))
+        .unwrap_or_default();
     let mut req = format!(
         "POST {path} HTTP/1.1\r\nHost: {host}\r\nContent-Type: application/json\r\n\
-         {auth}Content-Length: {}\r\n\r\n",
+         {auth}{idem}Content-Length: {}\r\n\r\n",
         body.len()
     )
     .into_bytes();
@@ -286,6 +301,12 @@ pub fn json_str(body: &[u8], field: &str) -> Option<String> {
     v.get(field)?.as_str().map(str::to_string)
 }
 
+/// The unsigned integer value of `"field"` in a JSON body, if any.
+pub fn json_u64(body: &[u8], field: &str) -> Option<u64> {
+    let v: serde_json::Value = serde_json::from_slice(body).ok()?;
+    v.get(field)?.as_u64()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -296,6 +317,21 @@ mod tests {
         let text = String::from_utf8(r).unwrap();
         assert!(text.starts_with("POST /v1/sales/3/purchases HTTP/1.1\r\nHost: h:1\r\n"));
         assert!(text.ends_with("Content-Length: 15\r\n\r\n{\"user_id\":\"a\"}"));
+    }
+
+    #[test]
+    fn a_keyed_request_carries_its_idempotency_key() {
+        let r = post_json_keyed("h:1", "/p", br#"{"quantity":2}"#, Some("t"), Some("k1"));
+        let text = String::from_utf8(r).unwrap();
+        assert!(text.contains("Authorization: Bearer t\r\nIdempotency-Key: k1\r\n"));
+        assert!(text.ends_with("Content-Length: 14\r\n\r\n{\"quantity\":2}"));
+        assert_eq!(
+            json_u64(
+                br#"{"error":"not_enough_stock","units_left":2}"#,
+                "units_left"
+            ),
+            Some(2)
+        );
     }
 
     #[test]

@@ -45,6 +45,8 @@ pub enum LoadError {
     Report(std::path::PathBuf, std::io::Error),
     /// `--pay-share` cannot run on this sale or configuration.
     Lifecycle(String),
+    /// `--quantities` asks for more units per purchase than the sale sells.
+    Quantities(String),
 }
 
 impl fmt::Display for LoadError {
@@ -57,6 +59,7 @@ impl fmt::Display for LoadError {
             }
             LoadError::Report(path, e) => write!(f, "--report-json {}: {e}", path.display()),
             LoadError::Lifecycle(e) => write!(f, "--pay-share: {e}"),
+            LoadError::Quantities(e) => write!(f, "--quantities: {e}"),
         }
     }
 }
@@ -80,7 +83,11 @@ pub fn run(o: &cli::Options, config: &seckill_common::Config) -> Result<bool, Lo
         .map_err(|e| LoadError::Unreachable(o.addr, e))?;
     let needs_store = o.verify || o.wait_open;
     let redis_url = (!o.baseline).then_some(config.redis_url.as_str());
-    let open_store = || state::Store::open(o.sale_id, redis_url, &config.mysql_url, o.timeout);
+    let open_store = || {
+        let mut st = state::Store::open(o.sale_id, redis_url, &config.mysql_url, o.timeout)?;
+        st.count_units(o.keyed());
+        Ok::<_, state::StateError>(st)
+    };
     let mut store = if needs_store {
         Some(open_store()?)
     } else {
@@ -90,14 +97,7 @@ pub fn run(o: &cli::Options, config: &seckill_common::Config) -> Result<bool, Lo
         Some(st) => read_opening(st, o)?,
         None => Opening::default(),
     };
-    let spec = plan::PlanSpec {
-        users: o.users,
-        duplicates: o.duplicates,
-        hostile: o.hostile,
-        spread: o.connections,
-        seed: o.seed,
-        identity: o.key.is_some(),
-    };
+    let spec = plan_spec(o);
     let steps = plan::build(&spec);
     let tokens = mint_tokens(o, config)?;
     let drive_spec = drive::DriveSpec {
@@ -109,6 +109,7 @@ pub fn run(o: &cli::Options, config: &seckill_common::Config) -> Result<bool, Lo
         rate: o.rate,
         timeout: o.timeout,
         tokens: tokens.as_ref(),
+        keys: o.keyed(),
         lead: plan::lead(&steps),
     };
     let requests = drive::format_all(&drive_spec, &steps);
@@ -135,12 +136,16 @@ pub fn run(o: &cli::Options, config: &seckill_common::Config) -> Result<bool, Lo
         }
     }
     let timeline = sampler.map(|s| timeline_json(s, &outcome));
+    let healthz = (o.healthz_burst > 0).then(|| healthz_burst(&drive_spec, o.healthz_burst));
     let sale = opening.sale;
     let starts = sale.map(|s| s.starts_at_ms);
     let rep = report::Report {
         sale_id: o.sale_id,
         users: o.users,
         second_clicks: plan::duplicate_count(&spec),
+        retries: plan::retry_count(&spec),
+        limits: o.keyed().then_some(opening.limits),
+        redis_read_failures: store.as_ref().map_or(0, state::Store::redis_failures),
         connections: o.connections,
         seed: o.seed,
         total_stock: sale.map_or(0, |s| s.total_stock),
@@ -162,9 +167,24 @@ pub fn run(o: &cli::Options, config: &seckill_common::Config) -> Result<bool, Lo
         checks: &v.checks,
         lifecycle: v.life.as_ref(),
         timeline,
+        healthz,
     };
     publish(o, &rep)?;
     Ok(rep.ok())
+}
+
+/// What the plan is made of, from the command line.
+fn plan_spec(o: &cli::Options) -> plan::PlanSpec {
+    plan::PlanSpec {
+        users: o.users,
+        duplicates: o.duplicates,
+        hostile: o.hostile,
+        spread: o.connections,
+        seed: o.seed,
+        identity: o.key.is_some(),
+        quantities: o.quantities.clone(),
+        retry_same_key: o.retry_same_key,
+    }
 }
 
 /// The sale as the crowd starts: its row, the units reserved before the
@@ -172,17 +192,35 @@ pub fn run(o: &cli::Options, config: &seckill_common::Config) -> Result<bool, Lo
 #[derive(Default)]
 struct Opening {
     sale: Option<state::SaleRow>,
+    limits: state::Limits,
     reserved_before: u64,
     open_at: Option<Instant>,
 }
 
-/// Reads the sale's row and the units reserved so far, and with
-/// `--wait-open` the instant the sale opens.
+/// How long a read of Redis that fails is tried again before the run
+/// gives up (a restart of Redis takes a few seconds).
+const REDIS_RETRY: Duration = Duration::from_secs(30);
+
+/// Reads the sale's row, its limits and the units reserved so far, and
+/// with `--wait-open` the instant the sale opens.
 ///
-/// Errors: Redis or MySQL cannot be read, or the sale is unknown.
+/// Errors: Redis or MySQL cannot be read, the sale is unknown, or the
+/// `--quantities` mix asks for more units than the sale's Q.
 fn read_opening(st: &mut state::Store, o: &cli::Options) -> Result<Opening, LoadError> {
     let row = st.sale()?;
-    let reserved_before = st.reserved_so_far()?;
+    let limits = st.retrying("the sale's limits", REDIS_RETRY, state::Store::limits)?;
+    if o.max_quantity() > limits.per_purchase {
+        return Err(LoadError::Quantities(format!(
+            "the mix asks for up to {} units per purchase; sale {} sells at most {} \
+             (max_per_purchase; sale create --max-per-buyer/--max-per-purchase)",
+            o.max_quantity(),
+            o.sale_id,
+            limits.per_purchase
+        )));
+    }
+    let reserved_before = st.retrying("the units reserved", REDIS_RETRY, |s| {
+        s.reserved_so_far(limits)
+    })?;
     let mut open_at = None;
     if o.wait_open {
         // A small margin so Redis's clock (the one that decides) agrees.
@@ -195,6 +233,7 @@ fn read_opening(st: &mut state::Store, o: &cli::Options) -> Result<Opening, Load
     }
     Ok(Opening {
         sale: Some(row),
+        limits,
         reserved_before,
         open_at,
     })
@@ -267,12 +306,15 @@ fn verify(
         drained = ok;
         v.drain_ms = Some(waited.as_millis() as u64);
     }
-    v.redis = st.redis_state()?;
-    v.mysql = Some(st.mysql_state()?);
+    v.redis = st.retrying("the sale", REDIS_RETRY, state::Store::redis_state)?;
+    v.mysql = Some(st.mysql_state(opening.limits.per_buyer)?);
     let facts = invariants::Facts {
+        sale_id: o.sale_id,
         total_stock: opening.sale.map_or(0, |s| s.total_stock),
         reserved_before: opening.reserved_before,
         user_prefix: &o.user_prefix,
+        limits: opening.limits,
+        units: o.keyed(),
         drained,
         redis: v.redis.as_ref(),
         mysql: v.mysql.as_ref(),
@@ -313,7 +355,31 @@ fn lifecycle_spec<'a>(
         window_ms,
         total_stock: row.total_stock,
         wait: o.drain_timeout,
+        keys: o.keyed(),
     })
+}
+
+/// Sends `n` `GET /healthz` over the crowd's connections, as fast as they
+/// are answered: the rate of the cheapest answer of the same gateway, to
+/// print beside the crowd's.
+fn healthz_burst(spec: &drive::DriveSpec<'_>, n: u32) -> report::Burst {
+    eprintln!(
+        "load: health check: {n} GET /healthz over {} connections",
+        spec.connections
+    );
+    let req = format!("GET /healthz HTTP/1.1\r\nHost: {}\r\n\r\n", spec.host).into_bytes();
+    let requests = vec![req; n as usize];
+    let quiet = drive::DriveSpec {
+        rate: 0.0,
+        lead: 0,
+        ..*spec
+    };
+    let out = drive::run(&quiet, &requests);
+    report::Burst {
+        requests: u64::from(n),
+        ok: out.records.iter().filter(|r| r.status == 200).count() as u64,
+        elapsed_s: out.elapsed.as_secs_f64(),
+    }
 }
 
 /// Stops the sampler and gives the timeline of the run for the report.

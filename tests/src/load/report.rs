@@ -24,14 +24,40 @@ pub fn by_status<T: Clone + Into<Value>>(
         .collect()
 }
 
+/// The health-check burst after the run (`--healthz-burst`).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Burst {
+    /// `GET /healthz` sent.
+    pub requests: u64,
+    /// Of those, answered 200.
+    pub ok: u64,
+    /// From the first sent to the last answer, s.
+    pub elapsed_s: f64,
+}
+
+impl Burst {
+    /// Requests per second.
+    pub fn rate(&self) -> f64 {
+        self.requests as f64 / self.elapsed_s.max(1e-6)
+    }
+}
+
 /// Everything one run found out.
 pub struct Report<'a> {
     /// The sale.
     pub sale_id: u64,
     /// Distinct users.
     pub users: u32,
-    /// Second clicks planned.
+    /// Second clicks planned (a second purchase, with `--quantities` a
+    /// new key).
     pub second_clicks: u32,
+    /// Same-key retries planned (`--retry-same-key`).
+    pub retries: u32,
+    /// The sale's limits, with `--quantities` (the report then counts
+    /// units).
+    pub limits: Option<crate::load::state::Limits>,
+    /// Redis reads of the checks that failed and were read again.
+    pub redis_read_failures: u64,
     /// Connections.
     pub connections: u32,
     /// The plan's seed.
@@ -66,6 +92,8 @@ pub struct Report<'a> {
     pub lifecycle: Option<&'a crate::load::lifecycle::LifecycleOutcome>,
     /// The figures over time (`timeline::to_json`), when verified.
     pub timeline: Option<Value>,
+    /// The health-check burst, when asked for.
+    pub healthz: Option<Burst>,
 }
 
 impl Report<'_> {
@@ -117,12 +145,30 @@ impl Report<'_> {
             "errors": self.errors,
             "redis": self.redis.map(|r| json!({
                 "stock": r.stock, "buyers": r.buyers.len(), "flow_records": r.flow_records,
+                "flow_units": r.flow_units, "buckets": r.buckets,
                 "queued": r.queued, "processing": r.processing, "dead_letters": r.dead_letters,
             })),
             "mysql": self.mysql.map(|m| json!({
-                "orders": m.orders.len(), "ledger_order_rows": m.ledger_order_rows,
+                "orders": m.orders.len(), "ordered_units": m.ordered_units(),
+                "ledger_order_rows": m.ledger_order_rows,
                 "available_stock": m.available_stock,
                 "users_with_two_orders": m.users_with_two_orders,
+                "users_over_limit": m.users_over_limit,
+            })),
+            "units": self.limits.map(|l| json!({
+                "max_per_buyer": l.per_buyer, "max_per_purchase": l.per_purchase,
+                "reservations": t.reservations.len(), "units_accepted": t.units_accepted,
+                "retries": t.retries, "retries_mismatched": t.retries_mismatched,
+                "retries_410": t.retries_410,
+                "limit_reached": t.limit_reached, "not_enough_stock": t.not_enough_stock,
+            })),
+            "redis_read_failures": self.redis_read_failures,
+            // Names of their own: scripts read the run's figures by the
+            // first match of a name in the compact report.
+            "healthz": self.healthz.map(|h| json!({
+                "sent": h.requests, "answered_200": h.ok, "seconds": h.elapsed_s,
+                "rate_per_s": h.rate(),
+                "crowd_share": self.rate() / h.rate().max(1e-6),
             })),
             "drain_ms": self.drain_ms,
             "open_to_first_request_ms": self.open_to_first_request_ms,
@@ -163,6 +209,19 @@ impl Report<'_> {
             ms(t.latency_us[2]),
             ms(t.latency_us[3])
         );
+        if let Some(h) = self.healthz {
+            let _ = writeln!(
+                s,
+                "  healthz     {} GET /healthz ({} answered 200) in {:.2} s = {:.0} req/s; \
+                 the crowd's {:.0} req/s is {:.0} % of it",
+                h.requests,
+                h.ok,
+                h.elapsed_s,
+                h.rate(),
+                self.rate(),
+                100.0 * self.rate() / h.rate().max(1e-6)
+            );
+        }
         let answers: Vec<String> = t
             .by_status
             .iter()
@@ -175,6 +234,23 @@ impl Report<'_> {
             })
             .collect();
         let _ = writeln!(s, "  answers     {}", answers.join("  "));
+        if let Some(l) = self.limits {
+            let _ = writeln!(
+                s,
+                "  units       {} reservations of {} units (limit {} per buyer, {} per purchase); \
+                 {} same-key retries ({} planned), {} answered otherwise; 409 limit_reached {}, \
+                 410 not_enough_stock {}",
+                t.reservations.len(),
+                t.units_accepted,
+                l.per_buyer,
+                l.per_purchase,
+                t.retries,
+                self.retries,
+                t.retries_mismatched,
+                t.limit_reached,
+                t.not_enough_stock
+            );
+        }
         let _ = writeln!(
             s,
             "  load CPU    {:.0} ms while sending = {:.1} us per request (the simulator's own)",
@@ -197,6 +273,13 @@ impl Report<'_> {
         }
         for e in self.errors {
             let _ = writeln!(s, "  error       {e}");
+        }
+        if self.redis_read_failures > 0 {
+            let _ = writeln!(
+                s,
+                "  warning     {} Redis reads failed and were read again",
+                self.redis_read_failures
+            );
         }
         self.write_verdict(&mut s);
         s

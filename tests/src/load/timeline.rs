@@ -171,6 +171,7 @@ mod tests {
             done_ms,
             reservation_id: None,
             error_code: None,
+            units_left: None,
         }
     }
 
