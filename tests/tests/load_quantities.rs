@@ -75,7 +75,7 @@ fn a_quantity_mix_of_2000_buyers_sells_exactly_100_units_within_the_limit() {
         .lines()
         .find_map(|l| l.trim().parse().ok())
         .expect("the new sale id");
-    let gw = Gateway::start(&redis, &[]);
+    let gw = Gateway::start(&redis, crate::support::gateway::PATIENT);
     let _w = WorkerProc::start(&redis, &db, "qty-w1", &Opts::default());
     let selling = Arc::new(AtomicBool::new(true));
     let poller = stock_poller(&redis, sale, selling.clone());

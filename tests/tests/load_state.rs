@@ -52,7 +52,7 @@ fn a_split_sale_is_read_over_every_bucket() {
     let redis = RedisServer::start();
     let db = TestDb::create();
     let sale = create_split_sale(&db, &redis, 60, -1_000, 600_000, 3);
-    let gw = Gateway::start(&redis, &[]);
+    let gw = Gateway::start(&redis, crate::support::gateway::PATIENT);
     let _w = WorkerProc::start(&redis, &db, "load-state-w1", &Opts::default());
     let out = load(&redis, &db, &gw, sale, &[])
         .args([
@@ -90,10 +90,11 @@ fn a_split_sale_is_read_over_every_bucket() {
 /// report counts exactly the failed reads stderr told of.
 #[test]
 fn a_redis_restarted_while_the_tool_waits_is_read_again() {
+    let _crowd = crate::support::crowd();
     let mut redis = RedisServer::start();
     let db = TestDb::create();
     let sale = create_sale(&db, &redis, 20, -1_000, 600_000);
-    let gw = Gateway::start(&redis, &[]);
+    let gw = Gateway::start(&redis, crate::support::gateway::PATIENT);
     let mut child = load(&redis, &db, &gw, sale, &[])
         .args(["--users", "50", "--connections", "4", "--duplicates", "0"])
         .args(["--hostile", "0", "--seed", "2", "--user-prefix", "restart"])
@@ -153,7 +154,7 @@ fn a_one_unit_mix_with_keys_is_checked_in_units() {
     let redis = RedisServer::start();
     let db = TestDb::create();
     let sale = create_sale(&db, &redis, 30, -1_000, 600_000);
-    let gw = Gateway::start(&redis, &[]);
+    let gw = Gateway::start(&redis, crate::support::gateway::PATIENT);
     let _w = WorkerProc::start(&redis, &db, "load-units-w1", &Opts::default());
     let out = load(&redis, &db, &gw, sale, &[])
         .args([
