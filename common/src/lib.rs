@@ -18,6 +18,8 @@
 //! - [`keys`]: the Redis key schema (one hash tag per sale).
 //! - [`lua`]: the key-type guard every writing script runs first.
 //! - [`reservation`]: the atomic reservation script and its typed outcome.
+//! - [`reserve_units`]: the reservation of several units in one purchase,
+//!   keyed by its `Idempotency-Key` (the second script).
 //! - [`ids`]: reservation ids, the idempotency key into MySQL (and the id
 //!   a purchase's `Idempotency-Key` stands for).
 //! - [`allowance`]: a sale's per-buyer and per-purchase limits and the
@@ -110,6 +112,7 @@ pub mod release;
 pub mod reliable_queue;
 pub mod reorder;
 pub mod reservation;
+pub mod reserve_units;
 pub mod sale;
 pub mod sale_admin;
 pub mod schema;

@@ -9,6 +9,7 @@
 //! the stock go below zero: it decrements only after reading a stock of at
 //! least one, inside one atomic script.
 
+use crate::allowance::Held;
 use crate::keys::SaleKeys;
 use redis::{ConnectionLike, Script, ScriptInvocation, Value};
 use std::fmt;
@@ -42,6 +43,12 @@ use std::sync::OnceLock;
 /// the gateway would pull a unit from another bucket and buy it under a
 /// fresh id; and a kept mark alone answers the buyer's own
 /// `already_purchased`, which the gateway turns into 202 `queued`.
+///
+/// A sale whose meta `max_per_buyer` is not 1 (several units per buyer,
+/// `allowance.rs`) is bought only through the units script
+/// (`reserve_units.rs`, keyed): after the window's checks this script
+/// answers every buyer `key_required` and takes nothing; one field more
+/// in the one `HMGET` of the meta is all it costs a one-unit sale.
 ///
 /// Replies one string per buyer, `"CODE SEQ DETAIL"`, joined by `\n` (one
 /// bulk string, not a table: the gateway's Redis client parses one value
@@ -93,7 +100,7 @@ local function each(line)
 end
 local w = redis.pcall('HMGET', KEYS[1], 'starts_at_ms', 'ends_at_ms', 'total_stock', 'releases', '"#,
     crate::paused_field!(),
-    r#"', 'operator_paused')
+    r#"', 'operator_paused', 'max_per_buyer')
 if w['err'] then return refused(KEYS[1], w) end
 -- A pause wins over everything: a paused sale may have lost its meta too.
 if w[5] then return each('paused 0 ' .. w[5]) end
@@ -126,6 +133,11 @@ local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 if now < starts then return each('not_started ' .. string.format('%d', total - stock + releases) .. ' ') end
 if now >= ends then return each('ended ' .. string.format('%d', total - stock + releases) .. ' ') end
+-- A sale of more than one unit per buyer is bought with a key, by the
+-- units script (`reserve_units.rs`): this one takes nothing of it.
+if w[7] and tonumber(w[7]) ~= 1 then
+  return each('key_required ' .. string.format('%d', total - stock + releases) .. ' ')
+end
 -- A reservation id with a status was reserved before and released since
 -- (a retry of a call whose reply was lost): it takes nothing again. Only
 -- a sale with a release has such ids. Read whatever the stock: with none
@@ -276,6 +288,28 @@ pub enum ReserveOutcome {
     /// status is `expired`, `cancelled` or `failed`): the call is a retry
     /// of one whose reply was lost, and takes nothing again. Holds the id.
     Released(String),
+    /// Fewer units left than asked for, but at least one (units script):
+    /// nothing taken; a smaller purchase may still succeed. Holds the
+    /// units left.
+    NotEnoughStock(u64),
+    /// The buyer's held units plus the quantity exceed the sale's
+    /// `max_per_buyer` (units script). Holds the buyer's reservations.
+    LimitReached(Held),
+    /// The quantity is above the sale's `max_per_purchase` (units
+    /// script). Holds that limit.
+    AboveMax(u32),
+    /// The keyed reservation id was reserved before with the same
+    /// quantity: the purchase is a repeat, nothing taken. Holds the id.
+    Replayed(String),
+    /// The keyed reservation id was reserved before with another
+    /// quantity: the key is reused for another purchase. Holds the id.
+    KeyReused(String),
+    /// The sale sells more than one unit per buyer and the purchase came
+    /// without a key (the one-unit script): nothing taken.
+    KeyRequired,
+    /// The sale sells one unit per buyer (units script): nothing taken;
+    /// the one-unit script serves the purchase.
+    OnePerBuyer,
 }
 
 /// A parsed reply: the outcome and the sale's reservation sequence after
@@ -599,6 +633,17 @@ fn parse_line(text: &str) -> Result<Replied, ()> {
         "unknown_sale" => ReserveOutcome::UnknownSale,
         "paused" => ReserveOutcome::Paused(detail.to_string()),
         "released" => ReserveOutcome::Released(detail.to_string()),
+        "not_enough" => {
+            let left: u64 = detail.parse().map_err(|_| ())?;
+            stock = Some(left);
+            ReserveOutcome::NotEnoughStock(left)
+        }
+        "limit_reached" => ReserveOutcome::LimitReached(Held::parse(detail).map_err(|_| ())?),
+        "above_max" => ReserveOutcome::AboveMax(detail.parse().map_err(|_| ())?),
+        "replayed" => ReserveOutcome::Replayed(detail.to_string()),
+        "key_reused" => ReserveOutcome::KeyReused(detail.to_string()),
+        "key_required" => ReserveOutcome::KeyRequired,
+        "one_per_buyer" => ReserveOutcome::OnePerBuyer,
         _ => return Err(()),
     };
     Ok(Replied {

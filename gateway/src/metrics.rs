@@ -137,9 +137,13 @@ const STATUS_LABELS: [&str; STATUSES.len()] = [
 pub enum Outcome {
     /// 202: a unit was reserved.
     Reserved = 0,
-    /// 409 decided by Redis: the user already holds a reservation.
+    /// 409 decided by Redis: the user already holds a reservation (or,
+    /// in a sale of several units per buyer, their allowance is used up:
+    /// `limit_reached`), or 202 for a keyed purchase sent again (nothing
+    /// more taken).
     AlreadyPurchased,
-    /// 410 `sold_out` decided by Redis.
+    /// 410 `sold_out` decided by Redis, or `not_enough_stock` (fewer units
+    /// left than asked for).
     SoldOut,
     /// 410 `sold_out` answered from memory (the sold-out fast path: the
     /// buyer is not among the sale's buyers held in memory).
@@ -150,7 +154,9 @@ pub enum Outcome {
     Ended,
     /// 404 `sale_not_found` decided by Redis.
     UnknownSale,
-    /// 400 or 413: the request was refused before Redis.
+    /// 400, 413 or 422: the request was refused before Redis, or by the
+    /// script (a quantity above the sale's limit per purchase, a missing
+    /// or reused `Idempotency-Key`).
     Invalid,
     /// 503: Redis could not be reached, or refused the script.
     Unavailable,

@@ -6,9 +6,11 @@
 
 use crate::purchase::home::BucketCounts;
 use crate::redis::link::{Down, Link, LinkPool, Unavailable};
+use seckill_common::allowance::Held;
 use seckill_common::archive;
 use seckill_common::keys::PurchaseStatus;
 use seckill_common::keys::SaleKeys;
+use seckill_common::message::OrderMessage;
 use seckill_common::redis_server;
 use std::sync::Arc;
 
@@ -60,6 +62,8 @@ pub struct Status {
     pub status: String,
     /// The payment deadline (Unix ms) of a `pending_payment` order.
     pub pay_by: Option<u64>,
+    /// Units the reservation holds (its order message's `quantity`).
+    pub quantity: u32,
 }
 
 /// `GET /v1/sales/{sale_id}`: one pipeline of `HMGET meta`, `GET stock`,
@@ -170,7 +174,11 @@ fn other_buckets_stock(links: &LinkPool, sale_id: u64, k: u32) -> Result<i64, Un
 /// a buyer who was answered 202 reads a status until the sale is archived;
 /// 404 only for a buyer who never bought. A reservation without a status
 /// reads as `queued`; `pending_payment` carries `pay_by`
-/// (RFC 3339 UTC, the deadline MySQL holds). The statuses: `queued`,
+/// (RFC 3339 UTC, the deadline MySQL holds). `quantity` is the units of
+/// the reservation, read from its flow record (or, released, from the
+/// `released` hash; neither: its entry in the buyer's list, else 1). A
+/// buyer of a sale of several units per buyer holds a list of
+/// reservations (`allowance.rs`): the read shows the latest. The statuses: `queued`,
 /// `confirmed` (final at creation), `pending_payment`, `paid`, `expired`,
 /// `cancelled`, `failed`. `None`: the buyer never bought.
 ///
@@ -193,14 +201,15 @@ pub fn purchase_status(
                     .query::<Option<String>>(con)
             })
         };
-        let rid = match hget(link, k.buyers())? {
-            Some(rid) => rid,
+        let mark = match hget(link, k.buyers())? {
+            Some(mark) => mark,
             None => match hget(link, k.released_buyers())? {
-                Some(rid) => rid,
+                Some(mark) => mark,
                 None => return Ok(None),
             },
         };
-        let (status, pay_by) = link.with(|con| {
+        let (rid, listed) = latest(&mark);
+        let (status, pay_by, flow, released) = link.with(|con| {
             redis::pipe()
                 .cmd("HGET")
                 .arg(k.status())
@@ -208,16 +217,37 @@ pub fn purchase_status(
                 .cmd("HGET")
                 .arg(k.pay_by())
                 .arg(&rid)
-                .query::<(Option<String>, Option<u64>)>(con)
+                .cmd("HGET")
+                .arg(k.flow())
+                .arg(&rid)
+                .cmd("HGET")
+                .arg(k.released())
+                .arg(&rid)
+                .query::<(Option<String>, Option<u64>, Option<String>, Option<String>)>(con)
         })?;
+        let quantity = flow
+            .or(released)
+            .and_then(|m| OrderMessage::parse(m.as_bytes()).ok())
+            .map_or(listed, |m| m.quantity);
         let status = status.unwrap_or_else(|| PurchaseStatus::Queued.as_str().to_string());
         let pay_by = pay_by.filter(|_| status == PurchaseStatus::PendingPayment.as_str());
         Ok(Some(Status {
             reservation_id: rid,
             status,
             pay_by,
+            quantity,
         }))
     })
+}
+
+/// The reservation a buyer's mark names and its units: a one-unit
+/// sale's mark is the id (1 unit); a list `RID:Q,...` names its last
+/// (latest) entry. A list that does not parse is read as an id.
+fn latest(mark: &str) -> (String, u32) {
+    match Held::parse(mark).ok().and_then(|h| h.0.into_iter().last()) {
+        Some(e) => (e.reservation_id, e.quantity),
+        None => (mark.to_string(), 1),
+    }
 }
 
 /// `GET /readyz`: 200 `{"status": "ready"}` when Redis would take a

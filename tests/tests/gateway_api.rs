@@ -109,7 +109,7 @@ fn every_route_answers_as_specified() {
     assert_eq!(s.status, 200);
     assert_eq!(
         s.json(),
-        serde_json::json!({"reservation_id": rid, "status": "queued"})
+        serde_json::json!({"reservation_id": rid, "status": "queued", "quantity": 1})
     );
     // The worker writes the final status; the gateway reports it.
     let _: () = redis

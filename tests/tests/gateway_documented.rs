@@ -31,7 +31,7 @@ fn documented_answers_over_http() {
     assert_eq!(s.status, 200);
     assert_eq!(
         s.json(),
-        serde_json::json!({"reservation_id": rid, "status": "failed"})
+        serde_json::json!({"reservation_id": rid, "status": "failed", "quantity": 1})
     );
 
     // A bad user id in the path: 400 with the rule.

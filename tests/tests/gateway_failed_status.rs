@@ -50,7 +50,7 @@ fn a_purchase_the_worker_dead_lettered_reads_failed_on_purchases_me() {
             (s.status, s.json()),
             (
                 200,
-                serde_json::json!({"reservation_id": rid, "status": "queued"})
+                serde_json::json!({"reservation_id": rid, "status": "queued", "quantity": 1})
             ),
             "{user} before the worker"
         );
@@ -74,7 +74,7 @@ fn a_purchase_the_worker_dead_lettered_reads_failed_on_purchases_me() {
         (s.status, s.json()),
         (
             200,
-            serde_json::json!({"reservation_id": alice, "status": "confirmed"})
+            serde_json::json!({"reservation_id": alice, "status": "confirmed", "quantity": 1})
         )
     );
     let s = my_status(g.port, sale, "bob");
@@ -82,7 +82,7 @@ fn a_purchase_the_worker_dead_lettered_reads_failed_on_purchases_me() {
         (s.status, s.json()),
         (
             200,
-            serde_json::json!({"reservation_id": bob, "status": "failed"})
+            serde_json::json!({"reservation_id": bob, "status": "failed", "quantity": 1})
         )
     );
     assert_eq!(s.header("Content-Type"), Some("application/json"));

@@ -294,6 +294,7 @@ pub fn hand_off(
         user_id,
         home,
         k: _,
+        units: _,
         place,
     } = p;
     place.keep();

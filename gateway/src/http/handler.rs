@@ -144,7 +144,21 @@ fn purchase(gw: &Arc<Gateway>, mut rq: Request, sale_id: u64, start: Instant) ->
             return Served::Here;
         }
     };
-    let decision = match gw.purchases.prepare(&gw.admission, sale_id, &body, &creds) {
+    let key = match headers::idempotency_key(&rq) {
+        Ok(key) => key,
+        Err(detail) => {
+            gw.metrics.outcome(Outcome::Invalid);
+            finish(gw, rq, label, Reply::invalid(detail), start);
+            return Served::Here;
+        }
+    };
+    let prepared = gw
+        .purchases
+        .prepare(&gw.admission, sale_id, &body, &creds, key.as_deref());
+    let decision = match prepared {
+        // A purchase of the units script is a round trip of its own
+        // (`redis/reserver.rs`): completed here, never handed off.
+        Ok(p) if p.units.is_some() => gw.purchases.complete(sale_id, p),
         Ok(p) => match answer::claim(gw, &p, rq.remote_addr()) {
             Some(claim) => {
                 answer::hand_off(gw, rq, sale_id, start, p, claim);

@@ -29,6 +29,46 @@ pub fn purchase(d: &Decision) -> Reply {
             409,
             &[("error", "already_purchased"), ("reservation_id", rid)],
         ),
+        Decision::NotEnoughStock(left) => Reply::json(
+            410,
+            json!({ "error": "not_enough_stock", "units_left": left }),
+        ),
+        Decision::LimitReached(held) => Reply::json(
+            409,
+            json!({
+                "error": "limit_reached",
+                "reservations": held.0.iter().map(|e| json!({
+                    "reservation_id": e.reservation_id,
+                    "quantity": e.quantity,
+                })).collect::<Vec<_>>(),
+            }),
+        ),
+        Decision::AboveMax(q) => Reply::json(
+            400,
+            json!({
+                "error": "invalid_request",
+                "detail": format!("quantity is above this sale's limit per purchase ({q})"),
+                "max_per_purchase": q,
+            }),
+        ),
+        Decision::KeyReused(rid) => Reply::json(
+            422,
+            json!({
+                "error": "idempotency_key_reused",
+                "detail": "this Idempotency-Key was used for a purchase of another quantity",
+                "reservation_id": rid,
+            }),
+        ),
+        Decision::KeyRequired => Reply::json(
+            400,
+            json!({
+                "error": "idempotency_key_required",
+                "detail": "this sale sells more than one unit per buyer: send an Idempotency-Key header",
+            }),
+        ),
+        Decision::SplitSaleOneUnit => Reply::invalid(
+            "this sale is split over buckets, which sell one unit per buyer; it takes no per-buyer limit above one",
+        ),
         Decision::NotStarted => Reply::error(403, "sale_not_started"),
         Decision::Paused => Reply::sale_paused(),
         Decision::Closed(Closed::SoldOut) => Reply::error(410, "sold_out"),
@@ -113,7 +153,11 @@ pub fn sale(sale_id: u64, view: Result<SaleView, Unavailable>) -> Reply {
 pub fn status(found: Result<Option<Status>, Unavailable>) -> Reply {
     match found {
         Ok(Some(s)) => {
-            let mut body = json!({ "reservation_id": s.reservation_id, "status": s.status });
+            let mut body = json!({
+                "reservation_id": s.reservation_id,
+                "status": s.status,
+                "quantity": s.quantity,
+            });
             if let Some(ms) = s.pay_by {
                 body["pay_by"] = json!(format_ms(ms));
             }
@@ -221,6 +265,60 @@ mod tests {
         assert_eq!(body(&r)["reservation_id"], rid.as_str());
         let r = purchase(&Decision::Invalid("empty body"));
         assert_eq!(body(&r)["detail"], "empty body");
+    }
+
+    #[test]
+    fn each_answer_of_a_purchase_of_units_is_documented() {
+        use seckill_common::allowance::{Entry, Held};
+        let rid = "0123456789abcdef0123456789abcdef";
+        let held = Held(vec![Entry {
+            reservation_id: rid.into(),
+            quantity: 2,
+        }]);
+        let cases = [
+            (
+                Decision::NotEnoughStock(2),
+                410,
+                r#"{"error":"not_enough_stock","units_left":2}"#.to_string(),
+            ),
+            (
+                Decision::LimitReached(held),
+                409,
+                format!(
+                    r#"{{"error":"limit_reached","reservations":[{{"quantity":2,"reservation_id":"{rid}"}}]}}"#
+                ),
+            ),
+        ];
+        for (d, status, want) in cases {
+            let r = purchase(&d);
+            assert_eq!(
+                (r.status, r.body.as_str()),
+                (status, want.as_str()),
+                "{d:?}"
+            );
+        }
+        let r = purchase(&Decision::AboveMax(3));
+        assert_eq!(
+            (r.status, body(&r)["max_per_purchase"].as_u64()),
+            (400, Some(3))
+        );
+        assert_eq!(body(&r)["error"], "invalid_request");
+        let r = purchase(&Decision::KeyReused(rid.into()));
+        assert_eq!(
+            (r.status, body(&r)["error"].as_str()),
+            (422, Some("idempotency_key_reused"))
+        );
+        assert_eq!(body(&r)["reservation_id"], rid);
+        let r = purchase(&Decision::KeyRequired);
+        assert_eq!(
+            (r.status, body(&r)["error"].as_str()),
+            (400, Some("idempotency_key_required"))
+        );
+        assert!(body(&r)["detail"]
+            .as_str()
+            .unwrap()
+            .contains("Idempotency-Key"));
+        assert_eq!(purchase(&Decision::SplitSaleOneUnit).status, 400);
     }
 
     #[test]

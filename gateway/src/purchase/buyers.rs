@@ -92,6 +92,10 @@ fn load_into(soldout: &SoldOutCache, link: &mut Link, sale_id: u64, seq: u64) {
             );
             soldout.loaded(sale_id, seq, None, true, ends);
         }
+        Ok(Loaded::Lists(ends)) => {
+            log::info!("sale {sale_id}: sold out; its buyers hold lists, read one at a time");
+            soldout.loaded(sale_id, seq, None, true, ends);
+        }
         Ok(Loaded::Changed) | Err(Unavailable) => {
             soldout.loaded(sale_id, seq, None, false, 0);
         }
@@ -106,6 +110,9 @@ enum Loaded {
     TooMany(usize, u64),
     /// The sale sold again (or stock came back) while it was read.
     Changed,
+    /// The sale sells several units per buyer: its buyers are read one at
+    /// a time (their purchase goes to the script), never held.
+    Lists(u64),
 }
 
 /// Reads the buyers of `sale_id` if they fit in `room`, then checks that
@@ -134,6 +141,11 @@ fn load(con: &mut Con, sale_id: u64, seq: u64, room: usize) -> redis::RedisResul
             .arg(SCAN_COUNT)
             .query(con)?;
         for pair in page.chunks_exact(2) {
+            // A sale of several units per buyer: its buyers hold lists
+            // (`allowance.rs`), answered by the script, never from memory.
+            if pair[1].contains(':') {
+                return Ok(Loaded::Lists(ends));
+            }
             if !set.insert(&pair[0], &pair[1]) {
                 log::warn!(
                     "sale {sale_id}: buyer {:?} holds a malformed reservation id",

@@ -32,6 +32,7 @@ use crate::redis::reserver::Reserver;
 use buyers::Loader;
 use home::BucketCounts;
 use recheck::Still;
+use seckill_common::allowance::Held;
 use seckill_common::keys::SaleKeys;
 use seckill_common::reservation::{Replied, ReserveOutcome};
 use soldout::{Closed, Known, SoldOutCache};
@@ -47,8 +48,24 @@ pub const CLOCK_MARGIN_MS: u64 = 1_000;
 /// What a purchase came to: each is one answer to the client.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Decision {
-    /// A unit was reserved under this reservation id.
+    /// The units were reserved under this reservation id (or were
+    /// before, by the same key and quantity: the same answer again).
     Reserved(String),
+    /// Fewer units left than asked for (at least one): holds how many.
+    NotEnoughStock(u64),
+    /// The buyer's allowance is used up: their reservations.
+    LimitReached(Held),
+    /// The quantity is above the sale's limit per purchase (held).
+    AboveMax(u32),
+    /// The `Idempotency-Key` was used for a purchase of another quantity
+    /// (the reservation id it made).
+    KeyReused(String),
+    /// The sale sells several units per buyer: a purchase needs an
+    /// `Idempotency-Key`.
+    KeyRequired,
+    /// A sale split over buckets that Redis says sells more than one unit
+    /// per buyer: it cannot (`buckets.rs`), so nothing is bought.
+    SplitSaleOneUnit,
     /// The buyer already holds (or held) this reservation id.
     AlreadyPurchased(String),
     /// The sale's window has not opened.
@@ -88,6 +105,18 @@ pub struct Purchases {
     pub metrics: Arc<Metrics>,
 }
 
+/// A purchase that goes to the units script (`reserve_units.rs`): it
+/// names a quantity above one or carries an `Idempotency-Key`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Units {
+    /// Units asked for.
+    pub quantity: u32,
+    /// The keyed reservation id (`ids::keyed_reservation_id`); `None`
+    /// without a key (the script then answers `key_required`, or the
+    /// sale's limit per purchase for a sale of one unit per buyer).
+    pub rid: Option<String>,
+}
+
 /// A purchase admitted and routed, not yet sent to Redis.
 pub struct Prepared<'a> {
     /// The buyer (the token's, or the body's with `SECKILL_AUTH=none`).
@@ -96,6 +125,9 @@ pub struct Prepared<'a> {
     pub home: SaleKeys,
     /// The sale's number of buckets.
     pub k: u32,
+    /// `Some` for a purchase of the units script; `None` for the one-unit
+    /// script (group commit), as every purchase of a one-unit sale.
+    pub units: Option<Units>,
     /// Its place under the in-flight bound (`admission/shed.rs`).
     pub place: Admitted<'a>,
 }
@@ -103,7 +135,11 @@ pub struct Prepared<'a> {
 impl Purchases {
     /// Everything of a purchase before Redis: [`Purchases::admit`], the
     /// in-flight bound (`Overloaded` beyond it) and the buyer's home
-    /// bucket.
+    /// bucket. `key` is the request's valid `Idempotency-Key`, if any. A
+    /// purchase of one unit without a key goes to the one-unit script;
+    /// one with a quantity or a key to the units script, unless the sale
+    /// is split over buckets (one unit per buyer: a quantity above one is
+    /// refused as above its limit per purchase, a key is not needed).
     ///
     /// Errors: the final decision when no reservation script is to run.
     pub fn prepare<'a>(
@@ -112,8 +148,9 @@ impl Purchases {
         sale_id: u64,
         body: &[u8],
         creds: &Credentials,
+        key: Option<&str>,
     ) -> Result<Prepared<'a>, Decision> {
-        let user_id = self.admit(admission, sale_id, body, creds)?;
+        let (user_id, quantity) = self.admit(admission, sale_id, body, creds)?;
         let Some(place) = admission.shed.try_admit() else {
             self.metrics.shed.inc();
             return Err(Decision::Overloaded);
@@ -122,10 +159,24 @@ impl Purchases {
             .buckets
             .home(&self.links, sale_id, &user_id)
             .map_err(|Unavailable| self.unavailable())?;
+        let units = match (quantity, key) {
+            (1, None) => None,
+            _ if k > 1 && quantity > 1 => {
+                self.metrics.outcome(Outcome::Invalid);
+                return Err(Decision::AboveMax(1));
+            }
+            _ if k > 1 => None,
+            (quantity, key) => Some(Units {
+                quantity,
+                rid: key
+                    .map(|key| seckill_common::ids::keyed_reservation_id(sale_id, &user_id, key)),
+            }),
+        };
         Ok(Prepared {
             user_id,
             home,
             k,
+            units,
             place,
         })
     }
@@ -138,8 +189,20 @@ impl Purchases {
             user_id,
             home,
             k,
+            units,
             place: _place,
         } = p;
+        if let Some(units) = units {
+            let outcome =
+                self.reserver
+                    .reserve_units(home, &user_id, units.rid.as_deref(), units.quantity);
+            // A sale of one unit per buyer: one unit is the one-unit
+            // script's (the key is not needed), more are above its limit.
+            let one_unit = matches!(&outcome, Ok(r) if r.outcome == ReserveOutcome::OnePerBuyer);
+            if !(one_unit && units.quantity == 1) {
+                return self.conclude(sale_id, k, &user_id, outcome);
+            }
+        }
         let outcome = self.reserver.reserve(home, &user_id);
         let outcome = home::reach_stock(self, home, k, &user_id, outcome);
         let outcome = home::ended_elsewhere(&self.links, home, k, outcome);
@@ -161,6 +224,8 @@ impl Purchases {
     /// the body's `user_id` with `SECKILL_AUTH=none`) and then charged its
     /// share before Redis is asked.
     ///
+    /// Returns the verified buyer and the units the body asks for.
+    ///
     /// Errors: the final decision when no reservation script is needed.
     pub fn admit(
         &self,
@@ -168,12 +233,14 @@ impl Purchases {
         sale_id: u64,
         body: &[u8],
         creds: &Credentials,
-    ) -> Result<String, Decision> {
-        let body_user =
-            body::parse_body(body, admission.identity.body_names_buyer()).map_err(|detail| {
-                self.metrics.outcome(Outcome::Invalid);
-                Decision::Invalid(detail)
-            })?;
+    ) -> Result<(String, u32), Decision> {
+        let body::Body {
+            user_id: body_user,
+            quantity,
+        } = body::parse_body(body, admission.identity.body_names_buyer()).map_err(|detail| {
+            self.metrics.outcome(Outcome::Invalid);
+            Decision::Invalid(detail)
+        })?;
         if self.fitness.unfit() {
             return Err(self.unavailable());
         }
@@ -184,14 +251,16 @@ impl Purchases {
                     return Err(Decision::NotStarted);
                 }
                 if self.recheck_sold_out(sale_id)? == Still::SoldOut {
-                    return Err(self.sold_out(admission, sale_id, None, creds, body_user));
+                    let user_id = self.sold_out(admission, sale_id, None, creds, body_user)?;
+                    return Ok((user_id, quantity));
                 }
                 let user_id = self.verified(admission, creds, body_user)?;
                 charge_buyer(admission, sale_id, &user_id)?;
-                Ok(user_id)
+                Ok((user_id, quantity))
             }
             Known::Closed(Closed::SoldOut, set) => {
-                Err(self.sold_out(admission, sale_id, set, creds, body_user))
+                let user_id = self.sold_out(admission, sale_id, set, creds, body_user)?;
+                Ok((user_id, quantity))
             }
             Known::Closed(closed, _) => {
                 self.metrics.outcome(match closed {
@@ -284,7 +353,15 @@ impl Purchases {
     /// A purchase of a sale remembered sold out: `sold_out` unless the
     /// buyer it claims to be holds a reservation (in `set`, the buyers in
     /// memory, or else by one `HGET` of that buyer, `buyers.rs`); then the
-    /// claim is verified, and only a verified winner hears its id.
+    /// claim is verified, and only a verified winner hears its id. A
+    /// buyer of a sale of several units per buyer (their entry is a list
+    /// of reservations, `allowance.rs`; such a sale's buyers are never
+    /// loaded into memory) goes on to Redis once verified and charged:
+    /// only the script knows whether the purchase repeats one of theirs.
+    ///
+    /// Returns the verified buyer to send to Redis.
+    ///
+    /// Errors: the decision.
     fn sold_out(
         &self,
         admission: &Admission,
@@ -292,7 +369,7 @@ impl Purchases {
         set: Option<Arc<buyer_set::BuyerSet>>,
         creds: &Credentials,
         body_user: Option<String>,
-    ) -> Decision {
+    ) -> Result<String, Decision> {
         let claimed = admission
             .identity
             .claimed_buyer(creds, body_user.as_deref());
@@ -303,7 +380,7 @@ impl Purchases {
             (Some(user), None) => {
                 match buyers::lookup_one(&self.links, &self.buckets, sale_id, user) {
                     Ok(r) => r,
-                    Err(Unavailable) => return self.unavailable(),
+                    Err(Unavailable) => return Err(self.unavailable()),
                 }
             }
         };
@@ -312,26 +389,29 @@ impl Purchases {
                 true => Outcome::SoldOutFromMemory,
                 false => Outcome::SoldOutAfterBuyerRead,
             });
-            return Decision::Closed(Closed::SoldOut);
+            return Err(Decision::Closed(Closed::SoldOut));
         };
         match self.verified(admission, creds, body_user) {
             Ok(user) if Some(&user) == claimed.as_ref() => {
                 if !from_memory && !admission.charge_buyer(sale_id, &user) {
-                    return Decision::TooManyRequests;
+                    return Err(Decision::TooManyRequests);
+                }
+                if rid.contains(':') {
+                    return Ok(user);
                 }
                 self.metrics.outcome(match from_memory {
                     true => Outcome::AlreadyPurchasedFromMemory,
                     false => Outcome::AlreadyPurchasedAfterBuyerRead,
                 });
-                Decision::AlreadyPurchased(rid)
+                Err(Decision::AlreadyPurchased(rid))
             }
             // Verified as another buyer than the one looked up (a body
             // naming someone else: refused by `verified` already).
             Ok(_) => {
                 self.metrics.outcome(Outcome::UserMismatch);
-                Decision::Denied(Denied::UserMismatch)
+                Err(Decision::Denied(Denied::UserMismatch))
             }
-            Err(d) => d,
+            Err(d) => Err(d),
         }
     }
 
@@ -406,7 +486,36 @@ impl Purchases {
             // sale's removed bucket).
             ReserveOutcome::UnknownSale if buckets > 1 => self.unavailable(),
             ReserveOutcome::UnknownSale => self.closed(sale_id, buckets, Closed::Unknown, seq),
+            other => self.units_outcome(sale_id, buckets, other),
         }
+    }
+
+    /// The answers of the units script (`reserve_units.rs`), and the
+    /// one-unit script's `key_required`. None of them touches the
+    /// sold-out memory but a reservation: fewer units left than asked for
+    /// is not sold out (a smaller purchase may fit).
+    fn units_outcome(&self, sale_id: u64, buckets: u32, o: ReserveOutcome) -> Decision {
+        let (counted, d) = match o {
+            ReserveOutcome::Replayed(rid) => (Outcome::AlreadyPurchased, Decision::Reserved(rid)),
+            ReserveOutcome::NotEnoughStock(left) => {
+                (Outcome::SoldOut, Decision::NotEnoughStock(left))
+            }
+            ReserveOutcome::LimitReached(held) => {
+                (Outcome::AlreadyPurchased, Decision::LimitReached(held))
+            }
+            ReserveOutcome::AboveMax(q) => (Outcome::Invalid, Decision::AboveMax(q)),
+            ReserveOutcome::OnePerBuyer => (Outcome::Invalid, Decision::AboveMax(1)),
+            ReserveOutcome::KeyReused(rid) => (Outcome::Invalid, Decision::KeyReused(rid)),
+            ReserveOutcome::KeyRequired if buckets > 1 => {
+                log::error!("sale {sale_id} is split over buckets and sells more than one unit per buyer: purchases are refused");
+                (Outcome::Invalid, Decision::SplitSaleOneUnit)
+            }
+            ReserveOutcome::KeyRequired => (Outcome::Invalid, Decision::KeyRequired),
+            // Never: `conclude` takes the others.
+            _ => (Outcome::Unavailable, Decision::Unavailable),
+        };
+        self.metrics.outcome(counted);
+        d
     }
 
     /// A winner's retry carries the stock: stock back is a sale to reopen

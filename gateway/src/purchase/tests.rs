@@ -87,7 +87,7 @@ fn a_body_a_token_or_an_unfit_redis_is_decided_before_the_sale() {
     // Not remembered: the buyer's share is charged, once.
     assert_eq!(
         p.admit(&a, 9, b"{}", &token(&hs, "alice")),
-        Ok("alice".into())
+        Ok(("alice".into(), 1))
     );
     assert_eq!(
         p.admit(&a, 9, b"{}", &token(&hs, "alice")),
@@ -133,6 +133,46 @@ fn redis_replies_conclude_to_decisions_and_teach_the_memory() {
     assert_eq!(
         p.conclude(6, 1, "alice", replied(ReserveOutcome::UnknownSale, 0, None)),
         Decision::Closed(Closed::Unknown)
+    );
+}
+
+/// The units script's answers: none is remembered as sold out (fewer
+/// units than asked for is not sold out), a repeat is the reservation.
+#[test]
+fn units_replies_conclude_to_their_decisions_and_leave_the_memory_alone() {
+    use seckill_common::allowance::{Entry, Held};
+    let p = purchases();
+    let held = Held(vec![Entry {
+        reservation_id: RID.into(),
+        quantity: 3,
+    }]);
+    for (o, d) in [
+        (
+            ReserveOutcome::NotEnoughStock(2),
+            Decision::NotEnoughStock(2),
+        ),
+        (
+            ReserveOutcome::LimitReached(held.clone()),
+            Decision::LimitReached(held),
+        ),
+        (ReserveOutcome::AboveMax(3), Decision::AboveMax(3)),
+        (ReserveOutcome::OnePerBuyer, Decision::AboveMax(1)),
+        (
+            ReserveOutcome::Replayed(RID.into()),
+            Decision::Reserved(RID.into()),
+        ),
+        (
+            ReserveOutcome::KeyReused(RID.into()),
+            Decision::KeyReused(RID.into()),
+        ),
+        (ReserveOutcome::KeyRequired, Decision::KeyRequired),
+    ] {
+        assert_eq!(p.conclude(5, 1, "alice", replied(o, 4, None)), d);
+        assert!(matches!(p.soldout.get(5, Instant::now()), Known::Ask));
+    }
+    assert_eq!(
+        p.conclude(6, 3, "alice", replied(ReserveOutcome::KeyRequired, 0, None)),
+        Decision::SplitSaleOneUnit
     );
 }
 

@@ -13,6 +13,7 @@ use crate::redis::link::{LinkPool, Unavailable};
 use crossbeam_channel::Sender;
 use seckill_common::keys::SaleKeys;
 use seckill_common::reservation::{self, Replied};
+use seckill_common::reserve_units;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -147,6 +148,34 @@ fn by_slot(
 }
 
 impl Reserver {
+    /// Reserves `quantity` units in bucket `keys` for the valid
+    /// `user_id` under the keyed reservation id `rid` (`None`: the
+    /// purchase has no key) with the units script
+    /// (`reservation::reserve_units`), in one round trip on a shared link,
+    /// whatever the mode: such purchases are few, each is a call of its
+    /// own (the script takes one buyer), and a keyed retry must find its
+    /// first attempt decided, which a round trip gives.
+    ///
+    /// Errors: [`Unavailable`] when Redis cannot be reached in time or
+    /// refuses the script (a key of the wrong type: nothing changed).
+    pub fn reserve_units(
+        &self,
+        keys: SaleKeys,
+        user_id: &str,
+        rid: Option<&str>,
+        quantity: u32,
+    ) -> Result<Replied, Unavailable> {
+        let inv = reserve_units::prepare_units(keys, user_id, rid.unwrap_or(""), quantity);
+        let reply = self
+            .links
+            .with(|link| link.with(|con| inv.invoke::<redis::Value>(con)))?;
+        reservation::parse(&reply).map_err(|e| {
+            self.metrics.redis_errors.inc();
+            log::error!("reservation of units: {e}");
+            Unavailable
+        })
+    }
+
     fn round_trip(&self, keys: SaleKeys, user_id: &str, rid: &str) -> Result<Replied, Unavailable> {
         let inv = reservation::prepare_in(keys, user_id, rid);
         let reply = self.links.with(|link| {
