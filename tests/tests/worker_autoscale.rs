@@ -4,7 +4,9 @@
 //! back to 1 when idle, with exactly one order and one ledger row per
 //! reservation; and a worker killed with `kill -9` while 4 consumers hold
 //! batches is restarted, every processing list of its consumers is
-//! reclaimed (exactly the messages they held), and the sales end exact.
+//! reclaimed (exactly the messages they held), and the sales end exact;
+//! and one sale over 4 buckets, whose batches all wait on the sale's MySQL
+//! row, keeps one consumer.
 
 use crate::support::worker as support;
 
@@ -12,7 +14,7 @@ use redis::Commands;
 use seckill_common::keys::{self, SaleKeys};
 use seckill_common::reservation::ReserveOutcome;
 use seckill_common::reservation::{parse_batch, reserve_script, write_calls, ReserveKeys};
-use seckill_tests::{create_sale, RedisServer, TestDb};
+use seckill_tests::{create_sale, create_split_sale, RedisServer, TestDb};
 use std::time::{Duration, Instant};
 use support::{assert_exactly_once, wait_orders, Opts, WorkerProc};
 
@@ -37,13 +39,24 @@ fn backlog(redis: &RedisServer, db: &TestDb, per_sale: usize) -> Vec<u64> {
     let sales: Vec<u64> = (0..SALES)
         .map(|_| create_sale(db, redis, per_sale as u64, -1000, 3_600_000))
         .collect();
+    for &sale in &sales {
+        fill(redis, SaleKeys::new(sale), per_sale);
+    }
+    sales
+}
+
+/// Reserves `units` units of bucket `k` for distinct buyers of that bucket.
+fn fill(redis: &RedisServer, k: SaleKeys, units: usize) {
     let mut con = redis.con();
     let _: String = reserve_script().prepare_invoke().load(&mut con).unwrap();
-    for &sale in &sales {
-        let keys = ReserveKeys::new(sale);
-        for c in 0..per_sale.div_ceil(PER_CALL) {
-            let n = PER_CALL.min(per_sale - c * PER_CALL);
-            let users: Vec<String> = (0..n).map(|i| format!("b{sale}-{c}-{i}")).collect();
+    let sale = k.sale_id;
+    {
+        let keys = ReserveKeys::of(k);
+        for c in 0..units.div_ceil(PER_CALL) {
+            let n = PER_CALL.min(units - c * PER_CALL);
+            let users: Vec<String> = (0..n)
+                .map(|i| format!("b{sale}-{}-{c}-{i}", k.bucket))
+                .collect();
             let ids: Vec<String> = (0..n)
                 .map(|_| seckill_common::ids::new_reservation_id())
                 .collect();
@@ -63,7 +76,6 @@ fn backlog(redis: &RedisServer, db: &TestDb, per_sale: usize) -> Vec<u64> {
             }
         }
     }
-    sales
 }
 
 fn opts() -> Opts {
@@ -192,4 +204,26 @@ fn a_worker_killed_while_four_consumers_hold_batches_is_reclaimed_on_restart_exa
     for id in ids {
         assert_eq!(held(&redis, &sales, id), 0, "{id}");
     }
+}
+
+#[test]
+fn one_sale_over_four_buckets_keeps_one_consumer() {
+    let _crowd = crate::support::crowd();
+    let redis = RedisServer::start();
+    let db = TestDb::create();
+    let sale = create_split_sale(&db, &redis, 8_000, -1000, 3_600_000, 4);
+    for b in 0..4 {
+        fill(&redis, SaleKeys::bucket(sale, b), 2_000);
+    }
+    let w = WorkerProc::start(&redis, &db, "w", &opts());
+    w.wait_metrics();
+    wait_orders(&db, sale, 8_000, LONG);
+    let log = w.log();
+    assert!(!log.contains("consumer w.1 "), "{log}");
+    assert_eq!(w.metric("seckill_worker_consumers"), 1);
+    assert_eq!(db.count("SELECT COUNT(*) FROM orders"), 8_000);
+    assert_eq!(
+        db.count("SELECT COUNT(*) FROM stock_ledger WHERE reason = 'order'"),
+        8_000
+    );
 }

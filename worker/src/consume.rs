@@ -52,23 +52,26 @@ fn interrupted(e: &redis::RedisError) -> bool {
 }
 
 /// The sales the consumers of one process are taking from right now: at
-/// most one consumer of a process works on a sale's queue at a time.
+/// most one consumer of a process works on a sale at a time (on one of
+/// its buckets' queues: every bucket of a sale decrements the same MySQL
+/// row).
 #[derive(Debug, Clone, Default)]
-pub struct Claims(Arc<Mutex<HashSet<SaleKeys>>>);
+pub struct Claims(Arc<Mutex<HashSet<u64>>>);
 
 /// A sale held by one consumer; given back when dropped.
 pub struct Claim {
     claims: Claims,
-    sale: SaleKeys,
+    sale_id: u64,
 }
 
 impl Claims {
-    /// Holds `sale` for the caller; `None` when another consumer holds it.
+    /// Holds the sale of bucket `sale` for the caller; `None` when another
+    /// consumer holds it.
     pub fn claim(&self, sale: SaleKeys) -> Option<Claim> {
         let mut held = self.0.lock().unwrap_or_else(PoisonError::into_inner);
-        held.insert(sale).then(|| Claim {
+        held.insert(sale.sale_id).then(|| Claim {
             claims: self.clone(),
-            sale,
+            sale_id: sale.sale_id,
         })
     }
 }
@@ -76,7 +79,7 @@ impl Claims {
 impl Drop for Claim {
     fn drop(&mut self) {
         let mut held = self.claims.0.lock().unwrap_or_else(PoisonError::into_inner);
-        held.remove(&self.sale);
+        held.remove(&self.sale_id);
     }
 }
 

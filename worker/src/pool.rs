@@ -8,8 +8,8 @@
 //! heartbeat (beaten by the housekeeping thread while it is a
 //! [`Members`] member) and MySQL session. The rule that adds one follows
 //! what more consumers buy (docs/PERFORMANCE.md, "Performance: worker"): batches of
-//! one sale serialize on its MySQL row, so a consumer is added only while
-//! fewer run than sales (buckets) whose oldest queued message is older
+//! one sale serialize on its MySQL row (all its buckets' too), so a consumer
+//! is added only while fewer run than sales whose oldest queued message is older
 //! than `SECKILL_WORKER_SCALE_AFTER`, up to `SECKILL_WORKER_CONSUMERS_MAX`;
 //! every consumer takes only from a sale no other consumer of the process
 //! holds (`consume::Claims`). A consumer above the minimum that took
@@ -182,7 +182,7 @@ impl Pool {
         if running >= want {
             if backlogged > max && !self.at_max_logged {
                 log::warn!(
-                    "consumer pool at its maximum of {max}: {backlogged} sale queues have a \
+                    "consumer pool at its maximum of {max}: {backlogged} sales have a \
                      message older than {} ms (oldest {oldest_ms} ms)",
                     self.config.worker_scale_after.as_millis()
                 );
@@ -193,7 +193,7 @@ impl Pool {
         self.at_max_logged = false;
         if let Some(slot) = self.slots.iter().position(Option::is_none) {
             let why = format!(
-                "{backlogged} sale queues have a message older than {} ms (oldest {oldest_ms} ms)",
+                "{backlogged} sales have a message older than {} ms (oldest {oldest_ms} ms)",
                 self.config.worker_scale_after.as_millis()
             );
             self.add(slot, &why);
@@ -201,9 +201,9 @@ impl Pool {
         Ok(())
     }
 
-    /// How many unpaused sale queues hold a message older than
-    /// `SECKILL_WORKER_SCALE_AFTER`, and the oldest age in ms (one
-    /// `LINDEX` per queue, one pipeline).
+    /// How many unpaused sales have a queue (bucket) holding a message
+    /// older than `SECKILL_WORKER_SCALE_AFTER`, and the oldest age in ms
+    /// (one `LINDEX` per queue, one pipeline).
     fn backlog(&mut self) -> redis::RedisResult<(usize, u64)> {
         if self.con.is_none() {
             let t = self.config.services.redis_timeout;
@@ -223,14 +223,22 @@ impl Pool {
         let oldest: Vec<Option<Vec<u8>>> = p.query(con)?;
         let now = seckill_common::now_ms();
         let after = self.config.worker_scale_after.as_millis() as u64;
-        let ages: Vec<u64> = oldest
+        let ages: Vec<(u64, u64)> = sales
             .iter()
-            .flatten()
-            .filter_map(|raw| OrderMessage::parse(raw).ok())
-            .map(|m| now.saturating_sub(m.reserved_at_ms))
+            .zip(&oldest)
+            .filter_map(|(k, raw)| Some((k.sale_id, OrderMessage::parse(raw.as_ref()?).ok()?)))
+            .map(|(sale, m)| (sale, now.saturating_sub(m.reserved_at_ms)))
             .collect();
-        let backlogged = ages.iter().filter(|&&a| a >= after).count();
-        Ok((backlogged, ages.iter().copied().max().unwrap_or(0)))
+        // Sales, not buckets: a sale's buckets share its MySQL row.
+        let mut backlogged: Vec<u64> = ages
+            .iter()
+            .filter(|(_, a)| *a >= after)
+            .map(|(s, _)| *s)
+            .collect();
+        backlogged.sort_unstable();
+        backlogged.dedup();
+        let oldest_ms = ages.iter().map(|(_, a)| *a).max().unwrap_or(0);
+        Ok((backlogged.len(), oldest_ms))
     }
 
     /// Starts the consumer of `slot` (above 0), logging `why`.
