@@ -155,7 +155,7 @@ impl Pool {
             r.stop.trigger();
         }
         for r in self.slots.iter_mut().filter_map(Option::take) {
-            let _ = r.handle.join();
+            join(r.handle);
         }
         self.metrics.consumers.set(0);
     }
@@ -165,7 +165,7 @@ impl Pool {
         for slot in self.slots.iter_mut() {
             if slot.as_ref().is_some_and(|r| r.handle.is_finished()) {
                 if let Some(r) = slot.take() {
-                    let _ = r.handle.join();
+                    join(r.handle);
                 }
             }
         }
@@ -325,6 +325,15 @@ impl Pool {
             self.metrics.reclaimed.inc_by(moved);
         }
         Ok(())
+    }
+}
+
+/// Joins a consumer's thread; a consumer that panicked takes the process
+/// down with it, as a panic of the consuming loop always did (systemd
+/// restarts it, and the restart reclaims what its consumers held).
+fn join(handle: JoinHandle<()>) {
+    if let Err(panic) = handle.join() {
+        std::panic::resume_unwind(panic);
     }
 }
 
