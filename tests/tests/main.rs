@@ -100,6 +100,7 @@ mod systemd_notify;
 mod systemd_units;
 mod tidy;
 mod tiny_http_respond_now;
+mod worker_autoscale;
 mod worker_crash;
 mod worker_documented;
 mod worker_fence;

@@ -259,6 +259,8 @@ fn the_workers_metrics_pass_promtool_after_orders() {
         "seckill_worker_orders_expired_total counter",
         "seckill_worker_releases_total counter",
         "seckill_worker_shared_lists_exporter gauge",
+        "seckill_worker_consumers gauge",
+        "seckill_worker_consumers_max gauge",
         "seckill_worker_build_info gauge",
         "process_resident_memory_bytes gauge",
         "process_virtual_memory_bytes gauge",

@@ -11,6 +11,10 @@ use std::time::Duration;
 const INT_BATCH: &str = "an integer from 1 to 10000";
 /// What `SECKILL_WORKER_MAX_ATTEMPTS` takes.
 const INT_ATTEMPTS: &str = "an integer from 1 to 1000";
+/// Most consumers one worker process runs.
+pub const MAX_CONSUMERS: usize = 64;
+/// What `SECKILL_WORKER_CONSUMERS_MIN` takes.
+const INT_CONSUMERS: &str = "an integer from 1 to 64";
 
 /// The worker's settings. All defaults live in [`Config::default`].
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -41,6 +45,21 @@ pub struct Config {
     /// to do (default 200ms: a unit is back on sale within about that after
     /// its deadline).
     pub worker_expiry_every: Duration,
+    /// `SECKILL_WORKER_CONSUMERS_MIN`: consumers this process always runs
+    /// (1-64, default 1). Each consumer has its own processing lists,
+    /// heartbeat and MySQL session (`pool.rs`).
+    pub worker_consumers_min: usize,
+    /// `SECKILL_WORKER_CONSUMERS_MAX`: most consumers it runs while queues
+    /// have a backlog (from the minimum to 64; default the minimum, so a
+    /// process of default settings never scales).
+    pub worker_consumers_max: usize,
+    /// `SECKILL_WORKER_SCALE_AFTER`: a consumer is added while some
+    /// sale's oldest queued message is older than this and fewer consumers
+    /// run than sales have such a backlog (default 2s).
+    pub worker_scale_after: Duration,
+    /// `SECKILL_WORKER_IDLE_AFTER`: a consumer above the minimum that found
+    /// nothing to take for this long stops (default 30s).
+    pub worker_idle_after: Duration,
 }
 
 impl Default for Config {
@@ -54,6 +73,10 @@ impl Default for Config {
             worker_heartbeat_ttl: Duration::from_secs(15),
             worker_metrics_listen: SocketAddr::from(([127, 0, 0, 1], 9101)),
             worker_expiry_every: Duration::from_millis(200),
+            worker_consumers_min: 1,
+            worker_consumers_max: 1,
+            worker_scale_after: Duration::from_secs(2),
+            worker_idle_after: Duration::from_secs(30),
         }
     }
 }
@@ -97,7 +120,47 @@ impl Config {
         if let Some(v) = env.get("SECKILL_WORKER_EXPIRY_EVERY") {
             c.worker_expiry_every = parse_duration("SECKILL_WORKER_EXPIRY_EVERY", v)?;
         }
+        c.consumers_from_env(env)?;
         Ok(c)
+    }
+
+    /// The consumer-pool settings of `env` (`SECKILL_WORKER_CONSUMERS_*`,
+    /// `_SCALE_AFTER`, `_IDLE_AFTER`), checked against each other and
+    /// against the worker id, which names every consumer (`ID`, `ID.1`, …).
+    fn consumers_from_env(&mut self, env: &Env) -> Result<(), ConfigError> {
+        const MIN: &str = "SECKILL_WORKER_CONSUMERS_MIN";
+        const MAX: &str = "SECKILL_WORKER_CONSUMERS_MAX";
+        if let Some(v) = env.get(MIN) {
+            self.worker_consumers_min = parse_int(MIN, v, 1, MAX_CONSUMERS, INT_CONSUMERS)?;
+        }
+        self.worker_consumers_max = self.worker_consumers_min;
+        if let Some(v) = env.get(MAX) {
+            let min = self.worker_consumers_min;
+            let expected =
+                format!("an integer from {min} (SECKILL_WORKER_CONSUMERS_MIN) to {MAX_CONSUMERS}");
+            self.worker_consumers_max = parse_int(MAX, v, min, MAX_CONSUMERS, "")
+                .map_err(|_| ConfigError::new(MAX, v, expected))?;
+        }
+        if let Some(v) = env.get("SECKILL_WORKER_SCALE_AFTER") {
+            self.worker_scale_after = parse_duration("SECKILL_WORKER_SCALE_AFTER", v)?;
+        }
+        if let Some(v) = env.get("SECKILL_WORKER_IDLE_AFTER") {
+            self.worker_idle_after = parse_duration("SECKILL_WORKER_IDLE_AFTER", v)?;
+        }
+        let longest = crate::pool::consumer_id(&self.worker_id, self.worker_consumers_max - 1);
+        if longest.len() > 64 {
+            return Err(ConfigError::new(
+                "SECKILL_WORKER_ID",
+                self.worker_id.clone(),
+                format!(
+                    "at most {} characters with SECKILL_WORKER_CONSUMERS_MAX={} \
+                     (consumer ids add .N, up to {longest:?})",
+                    64 - (longest.len() - self.worker_id.len()),
+                    self.worker_consumers_max
+                ),
+            ));
+        }
+        Ok(())
     }
 }
 
@@ -199,6 +262,8 @@ mod tests {
             "SECKILL_WORKER_BLOCK",
             "SECKILL_WORKER_HEARTBEAT_TTL",
             "SECKILL_WORKER_EXPIRY_EVERY",
+            "SECKILL_WORKER_SCALE_AFTER",
+            "SECKILL_WORKER_IDLE_AFTER",
         ] {
             for val in ["5", "abc", "0", "0s", "90d"] {
                 let err = Config::from_env(&env(&[(var, val)])).unwrap_err();
@@ -207,6 +272,58 @@ mod tests {
                 assert_ne!(err.expected, DURATION_OR_ZERO);
             }
         }
+    }
+
+    #[test]
+    fn the_consumer_pool_takes_a_minimum_a_maximum_and_two_durations() {
+        let c = Config::from_env(&env(&[])).unwrap();
+        assert_eq!((c.worker_consumers_min, c.worker_consumers_max), (1, 1));
+        assert_eq!(c.worker_scale_after, Duration::from_secs(2));
+        assert_eq!(c.worker_idle_after, Duration::from_secs(30));
+        let c = Config::from_env(&env(&[("SECKILL_WORKER_CONSUMERS_MIN", "3")])).unwrap();
+        assert_eq!((c.worker_consumers_min, c.worker_consumers_max), (3, 3));
+        let c = Config::from_env(&env(&[
+            ("SECKILL_WORKER_CONSUMERS_MIN", "2"),
+            ("SECKILL_WORKER_CONSUMERS_MAX", "64"),
+            ("SECKILL_WORKER_SCALE_AFTER", "500ms"),
+            ("SECKILL_WORKER_IDLE_AFTER", "1m"),
+        ]))
+        .unwrap();
+        assert_eq!((c.worker_consumers_min, c.worker_consumers_max), (2, 64));
+        assert_eq!(c.worker_scale_after, Duration::from_millis(500));
+        assert_eq!(c.worker_idle_after, Duration::from_secs(60));
+    }
+
+    #[test]
+    fn a_bad_consumer_pool_names_the_variable_and_what_it_takes() {
+        let err = |pairs: &[(&str, &str)]| Config::from_env(&env(pairs)).unwrap_err().to_string();
+        assert_eq!(
+            err(&[("SECKILL_WORKER_CONSUMERS_MIN", "0")]),
+            "invalid configuration: SECKILL_WORKER_CONSUMERS_MIN=\"0\": expected an integer from 1 to 64"
+        );
+        assert_eq!(
+            err(&[
+                ("SECKILL_WORKER_CONSUMERS_MIN", "4"),
+                ("SECKILL_WORKER_CONSUMERS_MAX", "2")
+            ]),
+            "invalid configuration: SECKILL_WORKER_CONSUMERS_MAX=\"2\": expected an integer \
+             from 4 (SECKILL_WORKER_CONSUMERS_MIN) to 64"
+        );
+        assert!(err(&[("SECKILL_WORKER_CONSUMERS_MAX", "65")]).contains("from 1 (SECKILL"));
+        assert!(err(&[("SECKILL_WORKER_SCALE_AFTER", "0")]).contains("SECKILL_WORKER_SCALE_AFTER"));
+        assert!(err(&[("SECKILL_WORKER_IDLE_AFTER", "soon")]).contains("SECKILL_WORKER_IDLE_AFTER"));
+        // Consumer ids append ".N" to the worker id: a 64-character id
+        // fits one consumer, not ten.
+        let id = "w".repeat(64);
+        assert!(Config::from_env(&env(&[("SECKILL_WORKER_ID", &id)])).is_ok());
+        let long = err(&[
+            ("SECKILL_WORKER_ID", &id),
+            ("SECKILL_WORKER_CONSUMERS_MAX", "10"),
+        ]);
+        assert!(
+            long.contains("SECKILL_WORKER_ID") && long.contains("at most 62 characters"),
+            "{long}"
+        );
     }
 
     #[test]

@@ -9,6 +9,12 @@
 //! `SECKILL_WORKER_BLOCK`, on one sale's queue, a different sale each idle
 //! pass. A message for a quiet sale thus waits at most about one block time
 //! plus one pass. Sales are rediscovered from `seckill:sales` every 2 s.
+//!
+//! A process may run several consumers (`pool.rs`). Batches of one sale
+//! serialize on the sale's MySQL row, so a second consumer on the same
+//! sale adds nothing (docs/PERFORMANCE.md, "Performance: worker"): a consumer takes
+//! only from a sale no other consumer of its process holds ([`Claims`]),
+//! and starts its pass at its own slot, so consumers spread over sales.
 
 use crate::apply::Db;
 use crate::batch::{BatchEnd, Handler};
@@ -22,8 +28,8 @@ use crate::WorkerError;
 use seckill_common::keys::SaleKeys;
 use seckill_common::redact;
 use seckill_common::Shutdown;
-use std::collections::HashMap;
-use std::sync::Arc;
+use std::collections::{HashMap, HashSet};
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
 /// How often the set of sales is read again (a new sale is consumed within
@@ -45,7 +51,39 @@ fn interrupted(e: &redis::RedisError) -> bool {
     io.is_some_and(|io| io.kind() == std::io::ErrorKind::Interrupted)
 }
 
-/// The consuming side of one worker process.
+/// The sales the consumers of one process are taking from right now: at
+/// most one consumer of a process works on a sale at a time (on one of
+/// its buckets' queues: every bucket of a sale decrements the same MySQL
+/// row).
+#[derive(Debug, Clone, Default)]
+pub struct Claims(Arc<Mutex<HashSet<u64>>>);
+
+/// A sale held by one consumer; given back when dropped.
+pub struct Claim {
+    claims: Claims,
+    sale_id: u64,
+}
+
+impl Claims {
+    /// Holds the sale of bucket `sale` for the caller; `None` when another
+    /// consumer holds it.
+    pub fn claim(&self, sale: SaleKeys) -> Option<Claim> {
+        let mut held = self.0.lock().unwrap_or_else(PoisonError::into_inner);
+        held.insert(sale.sale_id).then(|| Claim {
+            claims: self.clone(),
+            sale_id: sale.sale_id,
+        })
+    }
+}
+
+impl Drop for Claim {
+    fn drop(&mut self) {
+        let mut held = self.claims.0.lock().unwrap_or_else(PoisonError::into_inner);
+        held.remove(&self.sale_id);
+    }
+}
+
+/// One consumer: its processing lists, its MySQL session, its loop.
 pub struct Worker {
     config: Config,
     db: Db,
@@ -67,6 +105,16 @@ pub struct Worker {
     paused: PausedSales,
     /// The last refusal logged per sale (`broken`).
     broken_sales: HashMap<SaleKeys, String>,
+    /// The sales the other consumers of this process hold.
+    claims: Claims,
+    /// This consumer's slot in its process (0: the first); where its pass
+    /// starts.
+    slot: usize,
+    /// Stop after taking nothing for this long (`None`: never; the
+    /// consumers of the minimum).
+    idle_stop: Option<Duration>,
+    /// When this consumer last took a message (or started).
+    last_took: Instant,
 }
 
 impl Worker {
@@ -91,7 +139,29 @@ impl Worker {
             must_reclaim: true,
             paused: PausedSales::default(),
             broken_sales: HashMap::new(),
+            claims: Claims::default(),
+            slot: 0,
+            idle_stop: None,
+            last_took: Instant::now(),
         }
+    }
+
+    /// Makes this consumer slot `slot` of a pool sharing `claims`, stopping
+    /// after `idle_stop` without a message (`None`: never).
+    pub fn join_pool(&mut self, claims: Claims, slot: usize, idle_stop: Option<Duration>) {
+        self.claims = claims;
+        self.slot = slot;
+        self.idle_stop = idle_stop;
+    }
+
+    /// The flag that stops this consumer.
+    pub fn stop_flag(&self) -> &Shutdown {
+        &self.shutdown
+    }
+
+    /// This consumer's id (its processing lists' and heartbeat's name).
+    pub fn id(&self) -> &str {
+        &self.config.worker_id
     }
 
     /// Shares the set of paused sales the data-loss watch keeps.
@@ -190,7 +260,16 @@ impl Worker {
     /// before returning.
     pub fn run(&mut self) {
         let mut backoff = crate::RETRY;
+        self.last_took = Instant::now();
         while !self.shutdown.is_triggered() {
+            if let Some(idle) = self.idle_stop.filter(|&d| self.last_took.elapsed() >= d) {
+                log::info!(
+                    "consumer {}: took nothing for {} ms: stopping",
+                    self.config.worker_id,
+                    idle.as_millis()
+                );
+                break;
+            }
             match self.pass() {
                 Ok(()) => backoff.reset(),
                 Err(e) if self.shutdown.is_triggered() => {
@@ -246,10 +325,14 @@ impl Worker {
             return Ok(());
         }
         let mut took_any = false;
-        for &sale in &sales {
+        for i in 0..sales.len() {
             if self.shutdown.is_triggered() {
                 return Ok(());
             }
+            let sale = sales[(i + self.slot) % sales.len()];
+            let Some(_claim) = self.claims.claim(sale) else {
+                continue;
+            };
             let batch = match self.consumer.take(sale, self.config.worker_batch) {
                 Ok(b) => b,
                 // One sale's broken key (a queue or processing list of the
@@ -269,10 +352,29 @@ impl Worker {
             }
         }
         if took_any {
+            self.last_took = Instant::now();
             return Ok(());
         }
-        self.idle_turn = (self.idle_turn + 1) % sales.len();
-        let sale = sales[self.idle_turn];
+        self.wait_and_finish(&sales)
+    }
+
+    /// The idle pass: blocks on one sale's queue (a different unheld one
+    /// each time) for at most `SECKILL_WORKER_BLOCK`; when the other
+    /// consumers hold every sale, sleeps that long instead.
+    fn wait_and_finish(&mut self, sales: &[SaleKeys]) -> redis::RedisResult<()> {
+        let mut held = None;
+        for _ in 0..sales.len() {
+            self.idle_turn = (self.idle_turn + 1) % sales.len();
+            let sale = sales[self.idle_turn];
+            if let Some(c) = self.claims.claim(sale) {
+                held = Some((sale, c));
+                break;
+            }
+        }
+        let Some((sale, _claim)) = held else {
+            seckill_common::backoff::sleep_unless(self.config.worker_block, &self.shutdown);
+            return Ok(());
+        };
         let first = match self.consumer.wait_one(sale) {
             Ok(m) => m,
             Err(e) if seckill_common::is_error_reply(&e) => {
@@ -282,6 +384,7 @@ impl Worker {
             Err(e) => return Err(e),
         };
         if let Some(first) = first {
+            self.last_took = Instant::now();
             let mut batch = vec![first];
             if self.config.worker_batch > 1 {
                 batch.extend(self.consumer.take(sale, self.config.worker_batch - 1)?);

@@ -33,8 +33,11 @@ use std::time::{Duration, Instant};
 pub struct Housekeeping {
     /// Redis client (the thread opens its own connection).
     pub client: Target,
-    /// This worker's id.
+    /// This worker's id (the gauge lease's holder name, slot 0's id).
     pub worker_id: String,
+    /// The ids of this process's running consumers: each gets its
+    /// heartbeat, and none is reclaimed by this thread.
+    pub members: crate::pool::Members,
     /// `SECKILL_WORKER_HEARTBEAT_TTL`.
     pub ttl: Duration,
     /// `SECKILL_REDIS_TIMEOUT`.
@@ -207,9 +210,20 @@ fn deregister_unwatched(
 ///
 /// Errors: Redis failures.
 pub fn reclaim_dead(con: &mut Con, me: &str, sales: &[SaleKeys]) -> redis::RedisResult<u64> {
+    reclaim_dead_but(con, &[me.to_string()], sales)
+}
+
+/// [`reclaim_dead`] sparing every consumer id in `mine`.
+///
+/// Errors: Redis failures.
+pub fn reclaim_dead_but(
+    con: &mut Con,
+    mine: &[String],
+    sales: &[SaleKeys],
+) -> redis::RedisResult<u64> {
     let workers: Vec<String> = con.smembers(keys::WORKERS)?;
     let mut moved = 0;
-    for w in workers.iter().filter(|w| w.as_str() != me) {
+    for w in workers.iter().filter(|w| !mine.contains(w)) {
         let alive: bool = con.exists(keys::worker_heartbeat(w))?;
         if alive {
             continue;
@@ -340,7 +354,10 @@ impl Housekeeping {
         let due =
             |last: &Option<Instant>, every: Duration| last.is_none_or(|t| t.elapsed() >= every);
         if due(last_beat, every.0) {
-            beat(con, &self.worker_id, self.ttl)?;
+            // Holding the members: a consumer that leaves meanwhile is not
+            // registered again after its deregistration.
+            self.members
+                .with(|ids| ids.iter().try_for_each(|id| beat(con, id, self.ttl)))?;
             *last_beat = Some(Instant::now());
         }
         let reclaim_due = due(last_reclaim, every.1);
@@ -350,7 +367,9 @@ impl Housekeeping {
         }
         let sales = queue::buckets(con)?;
         if reclaim_due {
-            let n = reclaim_dead(con, &self.worker_id, &sales)?;
+            let mut mine = self.members.with(<[String]>::to_vec);
+            mine.push(self.worker_id.clone());
+            let n = reclaim_dead_but(con, &mine, &sales)?;
             self.metrics.reclaimed.inc_by(n);
             *last_reclaim = Some(Instant::now());
         }

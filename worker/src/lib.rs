@@ -4,8 +4,10 @@
 //!
 //! # Layout
 //!
-//! - [`consume`]: the consuming loop (fair passes over every sale's queue,
+//! - [`consume`]: one consumer's loop (fair passes over every sale's queue,
 //!   blocking only when all are empty).
+//! - [`pool`]: the process's consumers, between a minimum and a maximum,
+//!   added while sales have a backlog.
 //! - [`batch`]: one batch from taking to settling: parse, fence (apply only
 //!   messages whose flow record Redis still holds), apply, dead-letter,
 //!   requeue; one [`batch::Batch`] records each message's outcome.
@@ -55,6 +57,7 @@ pub mod links;
 pub mod loss_watch;
 pub mod metrics;
 pub mod payments;
+pub mod pool;
 pub mod queue;
 pub mod session;
 pub mod start_check;
@@ -125,13 +128,13 @@ pub fn run(config: Config, shutdown: Shutdown) -> Result<(), WorkerError> {
         return Ok(());
     }
     let paused = loss_watch::PausedSales::default();
-    worker.share_paused(paused.clone());
+    let members = pool::Members::default();
     let watch = loss_watch::LossWatch {
         client: client.clone(),
         mysql_url: config.services.mysql_url.clone(),
         redis_timeout: config.services.redis_timeout,
         mysql_timeout: config.services.mysql_timeout,
-        paused,
+        paused: paused.clone(),
         metrics: metrics.clone(),
         shutdown: shutdown.clone(),
         refused: Default::default(),
@@ -145,38 +148,43 @@ pub fn run(config: Config, shutdown: Shutdown) -> Result<(), WorkerError> {
         worker_id: config.worker_id.clone(),
         ttl: config.worker_heartbeat_ttl,
         timeout: config.services.redis_timeout,
-        metrics,
+        metrics: metrics.clone(),
+        members: members.clone(),
         shutdown: shutdown.clone(),
     }
     .start()
     .map_err(|e| WorkerError::Thread(e.to_string()))?;
     seckill_common::notify::ready();
     log::info!(
-        "worker {}: consuming (batch {}, max attempts {}; mysql session limits: \
-         idle in transaction {} s, lock wait {} s, net read/write {} s)",
+        "worker {}: consuming (consumers {} to {}, one more while a sale's oldest message \
+         is {} ms old, stopping after {} ms idle; batch {}, max attempts {}; mysql session \
+         limits: idle in transaction {} s, lock wait {} s, net read/write {} s)",
         config.worker_id,
+        config.worker_consumers_min,
+        config.worker_consumers_max,
+        config.worker_scale_after.as_millis(),
+        config.worker_idle_after.as_millis(),
         config.worker_batch,
         config.worker_max_attempts,
         limits.idle_transaction_s,
         limits.lock_wait_s,
         limits.net_s
     );
-    worker.run();
+    // Each consumer deregisters itself when it stops (`pool.rs`).
+    pool::Pool::new(config.clone(), client, metrics, shutdown, paused, members).run(worker);
     seckill_common::notify::stopping();
     log::info!("worker {}: stopping", config.worker_id);
-    // The heartbeat thread is gone now, so nothing beats after this.
     let _ = house.join();
     let _ = watch.join();
     let _ = sweep.join();
     let _ = pay.join();
-    leave(&client, &config, worker.sales());
     Ok(())
 }
 
 /// Registers this worker in `seckill:workers` (see
 /// [`housekeeping::register`]), retrying until Redis takes it; `false` when
 /// shutdown comes first.
-fn register(client: &Target, config: &Config, shutdown: &Shutdown) -> bool {
+pub(crate) fn register(client: &Target, config: &Config, shutdown: &Shutdown) -> bool {
     let mut backoff = RETRY;
     loop {
         let r = queue::open(
@@ -200,7 +208,7 @@ fn register(client: &Target, config: &Config, shutdown: &Shutdown) -> bool {
 /// Deregisters this worker on a clean exit (see
 /// [`housekeeping::deregister`]); a failure only leaves it registered, which
 /// is logged and harmless.
-fn leave(client: &Target, config: &Config, sales: &[seckill_common::keys::SaleKeys]) {
+pub(crate) fn leave(client: &Target, config: &Config, sales: &[seckill_common::keys::SaleKeys]) {
     let id = &config.worker_id;
     let r = queue::open(
         client,

@@ -18,7 +18,9 @@ and writes the orders, the stock ledger and the stock to MySQL, one
 transaction per batch; also expires unpaid orders and applies payments. No
 arguments: it is configured by SECKILL_* environment variables (README,
 \"Configuration\"), chiefly SECKILL_REDIS_URL, SECKILL_MYSQL_URL,
-SECKILL_WORKER_ID (unique per worker) and SECKILL_WORKER_METRICS_LISTEN.
+SECKILL_WORKER_ID (unique per worker), SECKILL_WORKER_METRICS_LISTEN, and
+SECKILL_WORKER_CONSUMERS_MIN / _MAX (consumers run in this process: more
+are started while sales have a backlog).
 Exit codes: 0 stopped by SIGTERM/SIGINT, 1 failed while running, 2 bad
 configuration, a port that cannot be listened on, or MySQL refusing the
 user or lacking the database, its tables or a migration (the message names

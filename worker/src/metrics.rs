@@ -1,8 +1,9 @@
 //! Owns the worker's metrics and their `/metrics` listener (Prometheus text
 //! format, like the gateway's): orders applied, batches and their sizes and
 //! durations, retries, dead letters by reason, reclaimed messages,
-//! payments, cancellations, expiries and releases by outcome, the build's
-//! version and the process figures; and per sale the queue length, the
+//! payments, cancellations, expiries and releases by outcome, the
+//! consumers running and their maximum, the build's version and the
+//! process figures; and per sale the queue length, the
 //! processing-list length, the dead-letter list's length and the age of
 //! the oldest queued message, with the payments queue and its dead
 //! letters. `prometheus-client` metrics in one registry; the worker's own
@@ -161,6 +162,11 @@ pub struct Metrics {
     /// 1 while this worker holds the gauge lease and exports the shared
     /// lists' gauges, else 0.
     pub gauge_reporter: Gauge,
+    /// Consumers this process runs now (`pool.rs`).
+    pub consumers: Gauge,
+    /// `SECKILL_WORKER_CONSUMERS_MAX`, so a rule can tell a pool at its
+    /// maximum.
+    pub consumers_max: Gauge,
     /// The shared lists' figures (read by [`SaleFigures`] at each scrape);
     /// `None` unless this worker holds the gauge lease.
     pub sales: Arc<Mutex<Option<SharedGauges>>>,
@@ -274,6 +280,23 @@ fn exporter_gauge(r: &mut Registry) -> Gauge {
     gauge_reporter
 }
 
+/// Registers `seckill_worker_consumers` and `seckill_worker_consumers_max`.
+fn consumer_gauges(r: &mut Registry) -> (Gauge, Gauge) {
+    let running = Gauge::default();
+    r.register(
+        "seckill_worker_consumers",
+        "Consumers this worker process runs now (each its own processing lists and MySQL session)",
+        running.clone(),
+    );
+    let max = Gauge::default();
+    r.register(
+        "seckill_worker_consumers_max",
+        "Most consumers this worker process may run (SECKILL_WORKER_CONSUMERS_MAX)",
+        max.clone(),
+    );
+    (running, max)
+}
+
 /// Registers the build's version as `seckill_worker_build_info` (always 1).
 fn build_info(r: &mut Registry) {
     let build = Family::<[(&'static str, &'static str); 1], Gauge>::default();
@@ -367,6 +390,7 @@ impl Metrics {
         );
         let releases = release_series(r);
         let gauge_reporter = exporter_gauge(r);
+        let (consumers, consumers_max) = consumer_gauges(r);
         build_info(r);
         root.register_collector(Box::new(ProcessFigures));
         Metrics {
@@ -389,6 +413,8 @@ impl Metrics {
             expired,
             releases,
             gauge_reporter,
+            consumers,
+            consumers_max,
             sales,
         }
     }

@@ -118,6 +118,11 @@ impl WorkerProc {
         }
     }
 
+    /// What the worker wrote to stderr (its log) so far.
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(self._logs.path().join("stderr.log")).unwrap_or_default()
+    }
+
     /// Waits (bounded) until the worker's `/metrics` listener accepts.
     pub fn wait_metrics(&self) {
         seckill_tests::wait_until(Duration::from_secs(30), "the worker's /metrics", || {
