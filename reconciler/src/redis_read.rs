@@ -20,7 +20,8 @@ pub const LIST_CHUNK: isize = 1000;
 pub struct RedisTotals {
     /// The stock counter; `None` when the sale is not loaded.
     pub stock: Option<i64>,
-    /// `HLEN` of the flow records: units reserved and not released.
+    /// Units reserved and not released: `HLEN` of the flow records (a
+    /// sale of one unit per buyer), or the sum of their quantities.
     pub reservations: i64,
     /// Redis's clock (`TIME`), Unix ms: the clock of `reserved_at_ms`.
     pub now_ms: u64,
@@ -52,10 +53,45 @@ pub fn set_members(con: &mut Con, key: &str) -> redis::RedisResult<Vec<String>> 
     Ok(out)
 }
 
-/// The stock counter, the number of flow records and the time, read in one
-/// `MULTI` so that `stock + reservations` is exact even while buyers reserve.
+/// The stock counter, the units of the flow records and Redis's clock of
+/// a sale of several units per buyer, in one script: `{stock or '',
+/// units, seconds, microseconds}`. It reads every flow record, so Redis is
+/// busy for as long as that takes (it grows with the reservations): the
+/// price of an exact `stock + units` while buyers reserve, paid only by
+/// such sales.
+const UNIT_TOTALS_LUA: &str = r#"
+local stock = redis.call('GET', KEYS[1]) or ''
+local units = 0
+for _, v in ipairs(redis.call('HVALS', KEYS[2])) do
+  units = units + (tonumber(string.match(v, ',"quantity":(%d+)}$')) or 1)
+end
+local t = redis.call('TIME')
+return {stock, units, t[1], t[2]}
+"#;
+
+/// The stock counter, the units reserved (the number of flow records, or
+/// for a sale of several units per buyer the sum of their quantities) and
+/// the time, read at one instant (one `MULTI`, or one script) so that
+/// `stock + reservations` is exact even while buyers reserve.
 pub fn totals(con: &mut Con, sale_id: u64) -> redis::RedisResult<RedisTotals> {
     let k = SaleKeys::new(sale_id);
+    let limit: Option<String> = redis::cmd("HGET")
+        .arg(k.meta())
+        .arg(seckill_common::allowance::MAX_PER_BUYER_FIELD)
+        .query(con)?;
+    if limit.and_then(|l| l.parse::<u32>().ok()).unwrap_or(1) > 1 {
+        let (stock, reservations, secs, micros): (String, i64, u64, u64) =
+            redis::Script::new(UNIT_TOTALS_LUA)
+                .key(k.stock())
+                .key(k.flow())
+                .invoke(con)?;
+        return Ok(RedisTotals {
+            stock: stock.parse().ok(),
+            reservations,
+            now_ms: secs * 1000 + micros / 1000,
+            unsettled: false,
+        });
+    }
     let (stock, reservations, time): (Option<i64>, i64, (u64, u64)) = redis::pipe()
         .atomic()
         .get(k.stock())
