@@ -259,3 +259,122 @@ fn a_buyer_over_the_limit_in_mysql_is_critical() {
     assert_eq!(ev["orders"][1]["reservation_id"], extra.as_str());
     assert_eq!(ev["orders"][1]["quantity"], 3);
 }
+
+#[test]
+fn sale_load_puts_the_limits_and_the_units_held_into_redis() {
+    let redis = RedisServer::start();
+    let db = TestDb::create();
+    let review = TempDir::new();
+    let file = review.path().join("review.sqlite3");
+    let mut c = db.conn();
+    c.query_drop(
+        "INSERT INTO sales (id, sku, total_stock, available_stock, starts_at, ends_at,
+                            per_user_limit, max_per_purchase)
+         VALUES (900, 'LOAD', 10, 7, UTC_TIMESTAMP(3), UTC_TIMESTAMP(3) + INTERVAL 1 HOUR, 4, 2)",
+    )
+    .unwrap();
+    c.query_drop(
+        "INSERT INTO orders (reservation_id, sale_id, user_id, quantity, multi_unit, status)
+         VALUES ('00000000000000000000000000000abc', 900, 'a', 3, 1, 'confirmed')",
+    )
+    .unwrap();
+    let (code, out) = seckill_tests::reconciler(
+        &redis,
+        &db,
+        &file,
+        &["sale", "load", "900", "--shards", "2"],
+    );
+    assert_eq!(code, 64, "{out}");
+    assert!(
+        out.contains("a split sale sells one unit per buyer"),
+        "{out}"
+    );
+    let (code, out) = seckill_tests::reconciler(&redis, &db, &file, &["sale", "load", "900"]);
+    assert_eq!(code, 0, "{out}");
+    assert!(
+        out.contains("with stock 7 (10 total, 3 already ordered)"),
+        "{out}"
+    );
+    assert_eq!(quantity::redis_stock(&redis, 900), 7);
+    assert_eq!(
+        (
+            meta(&redis, 900, "max_per_buyer"),
+            meta(&redis, 900, "max_per_purchase")
+        ),
+        (4, 2)
+    );
+}
+
+#[test]
+fn a_repair_rebuilds_the_buyers_lists_in_units() {
+    let redis = RedisServer::start();
+    let db = TestDb::create();
+    let review = TempDir::new();
+    let file = review.path().join("review.sqlite3");
+    let t = Terms {
+        window: Some("1h"),
+        ..terms(40)
+    };
+    let sale = quantity::create(&redis, &db, &file, &t);
+    let ra1 = reserve(&redis, sale, "a", "k1", 3);
+    let ra2 = reserve(&redis, sale, "a", "k2", 1);
+    let rb = reserve(&redis, sale, "b", "k1", 2);
+    let rc = reserve(&redis, sale, "c", "k1", 3);
+    let w = WorkerProc::start(&redis, &db, "w1", &Opts::default());
+    wait_orders(&db, sale, 4, LONG);
+    db.conn()
+        .exec_drop(
+            "UPDATE orders SET pay_by = UTC_TIMESTAMP(3) - INTERVAL 1 SECOND WHERE reservation_id = ?",
+            (&rc,),
+        )
+        .unwrap();
+    seckill_tests::wait_until(LONG, "c's 3 units back in Redis", || {
+        quantity::redis_stock(&redis, sale) == 34
+    });
+    drop(w);
+    // Redis loses the reservations' keys; then b reserves 3 more units
+    // (5 > 4: their list was lost) and d 2 units, neither applied yet.
+    let k = SaleKeys::new(sale);
+    for key in [k.flow(), k.buyers(), k.status(), k.released(), k.pay_by()] {
+        let _: () = redis.con().del(key).unwrap();
+    }
+    let rb2 = reserve(&redis, sale, "b", "k2", 3);
+    let rd = reserve(&redis, sale, "d", "k1", 2);
+    let (code, out) = seckill_tests::reconciler(&redis, &db, &file, &["run"]);
+    assert_eq!(code, 1, "{out}");
+    let paused: bool = redis.con().hexists(k.meta(), "paused").unwrap();
+    assert!(paused, "the run paused the sale");
+    let (code, out) = seckill_tests::reconciler(
+        &redis,
+        &db,
+        &file,
+        &["sale", "repair", &sale.to_string(), "--by", "tester"],
+    );
+    assert_eq!(code, 0, "{out}");
+    assert!(out.contains("1 duplicate reservations released"), "{out}");
+    // Held: a 3 + 1 and b 2 (orders), d 2 (in flight): 8 units.
+    assert_eq!(quantity::redis_stock(&redis, sale), 32);
+    let held = |u: &str| quantity::held(&redis, sale, u);
+    assert_eq!(held("a"), Some(format!("{ra1}:3,{ra2}:1")));
+    assert_eq!(held("b"), Some(format!("{rb}:2")));
+    assert_eq!(
+        held("c"),
+        Some(format!("{rc}:3")),
+        "kept: no --rebuy-after-release"
+    );
+    assert_eq!(held("d"), Some(format!("{rd}:2")));
+    let st: std::collections::HashMap<String, String> = redis.con().hgetall(k.status()).unwrap();
+    assert_eq!((st[&rb2].as_str(), st[&rc].as_str()), ("failed", "expired"));
+    assert_eq!(
+        (
+            meta(&redis, sale, "max_per_buyer"),
+            meta(&redis, sale, "max_per_purchase")
+        ),
+        (4, 3)
+    );
+    // d's message becomes an order; the books hold 8 units.
+    let _w = WorkerProc::start(&redis, &db, "w2", &Opts::default());
+    wait_orders(&db, sale, 5, LONG);
+    wait_drained(&redis, sale, LONG);
+    assert_eq!(quantity::books(&db, sale), (4, 8, 8, 32));
+}
