@@ -11,7 +11,8 @@
 //! sell it twice); the message is neither queued nor in a processing list
 //! (a worker would dead-letter it meanwhile and mark it `failed`); in a sale
 //! of one unit per buyer, the buyer holds no other order of the sale. The
-//! order carries the message's quantity (the deduction's units).
+//! order carries the message's quantity, which must be the deduction's
+//! units.
 //!
 //! Effect ([`recreate`]), one MySQL transaction in the worker's lock order:
 //! the sale row `FOR UPDATE`, the checks again, then one `INSERT INTO
@@ -123,6 +124,13 @@ pub fn check(
         return Ok(Err(Outcome::refused(format!(
             "the flow record of {rid} names buyer {} but ledger row {} names {}: settle by hand",
             message.user_id, deduction.id, deduction.user_id
+        ))));
+    }
+    if deduction.delta != -i64::from(message.quantity) {
+        return Ok(Err(Outcome::refused(format!(
+            "the flow record of {rid} carries {} unit(s) but ledger row {} deducted {}: settle \
+             by hand",
+            message.quantity, deduction.id, -deduction.delta
         ))));
     }
     let mut lists = vec![keys.queue()];
