@@ -378,3 +378,46 @@ fn a_repair_rebuilds_the_buyers_lists_in_units() {
     wait_drained(&redis, sale, LONG);
     assert_eq!(quantity::books(&db, sale), (4, 8, 8, 32));
 }
+
+#[test]
+fn an_order_of_three_units_without_its_deduction_is_compensated_by_three() {
+    let redis = RedisServer::start();
+    let db = TestDb::create();
+    let review = TempDir::new();
+    let file = review.path().join("review.sqlite3");
+    let (sale, rids) = sold(&redis, &db, &file);
+    // The order's deduction never happened: no ledger row, the 3 units
+    // still in available_stock.
+    let mut c = db.conn();
+    c.exec_drop(
+        "DELETE FROM stock_ledger WHERE reservation_id = ?",
+        (&rids[0],),
+    )
+    .unwrap();
+    c.exec_drop(
+        "UPDATE sales SET available_stock = available_stock + 3 WHERE id = ?",
+        (sale,),
+    )
+    .unwrap();
+    assert_eq!(quantity::books(&db, sale), (15, 30, 27, 33));
+    let f = quantity::findings(&redis, &db, &file);
+    assert_eq!(
+        f,
+        [(
+            "order_without_ledger".to_string(),
+            rids[0].clone(),
+            "normal".to_string()
+        )]
+    );
+    let (_, json) = seckill_tests::reconciler(
+        &redis,
+        &db,
+        &file,
+        &["findings", "--state", "all", "--json"],
+    );
+    let v: serde_json::Value = serde_json::from_str(json.trim()).unwrap();
+    assert_eq!(v[0]["state"], "auto_fixed", "{v}");
+    let fix = v[0]["fix"].as_str().unwrap_or_default();
+    assert!(fix.contains("delta -3); available_stock 33 -> 30"), "{fix}");
+    assert_eq!(quantity::books(&db, sale), (15, 30, 30, 30));
+}
