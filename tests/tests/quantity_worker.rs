@@ -169,7 +169,7 @@ fn a_message_mysql_stock_cannot_cover_is_refused_alone() {
 /// before several units per purchase left).
 fn migrate_to_8(db: &TestDb) {
     let mut c = seckill_common::schema::connect(
-        &db.url().rsplit_once('/').unwrap().0.to_string(),
+        db.url().rsplit_once('/').unwrap().0,
         Duration::from_secs(10),
     )
     .unwrap();
