@@ -44,6 +44,20 @@ fn wait_released(db: &TestDb, sale: u64, n: i64) {
     });
 }
 
+/// Moves the deadline of the orders of `rids` into the past: the worker's
+/// sweep expires them.
+fn expire_now(db: &TestDb, rids: &[&String]) {
+    for rid in rids {
+        db.conn()
+            .exec_drop(
+                "UPDATE orders SET pay_by = UTC_TIMESTAMP(3) - INTERVAL 1 SECOND
+                 WHERE reservation_id = ?",
+                (rid,),
+            )
+            .unwrap();
+    }
+}
+
 /// The release ledger rows of `sale`: `(rows, units)`.
 fn releases_in_ledger(db: &TestDb, sale: u64) -> (i64, i64) {
     (
@@ -62,7 +76,7 @@ fn three_unit_orders_paid_cancelled_and_expired_keep_the_allowance() {
         stock: 30,
         per_buyer: 4,
         per_purchase: 3,
-        window: Some("10s"),
+        window: Some("1h"),
         rebuy: false,
     };
     let sale = quantity::create(&redis, &db, &file, &terms);
@@ -81,6 +95,8 @@ fn three_unit_orders_paid_cancelled_and_expired_keep_the_allowance() {
     seckill_tests::wait_until(LONG, "three payments applied", || {
         num(&db, "SELECT COUNT(*) FROM payments") == 3
     });
+    // w's (paid the price of one unit) and e's deadlines pass.
+    expire_now(&db, &[&rw, &re]);
     wait_released(&db, sale, 3);
     let outcomes: Vec<(String, String)> = db
         .conn()
@@ -132,7 +148,7 @@ fn with_rebuy_released_units_free_the_allowance() {
         stock: 20,
         per_buyer: 4,
         per_purchase: 3,
-        window: Some("8s"),
+        window: Some("1h"),
         rebuy: true,
     };
     let sale = quantity::create(&redis, &db, &file, &terms);
@@ -161,6 +177,7 @@ fn with_rebuy_released_units_free_the_allowance() {
         held(&redis, sale, "a") == Some(format!("{ra2}:1"))
     });
     // The other two expire; the buyers' fields go with their last entry.
+    expire_now(&db, &[&ra2, &rb2]);
     wait_released(&db, sale, 3);
     assert_eq!(
         (held(&redis, sale, "a"), held(&redis, sale, "b")),
