@@ -129,6 +129,9 @@ fn three_unit_orders_paid_cancelled_and_expired_keep_the_allowance() {
     assert_eq!((flows, moved), (2, 3));
     // Without --rebuy-after-release the released units keep counting.
     assert_eq!(held(&redis, sale, "c"), Some(format!("{rc}:3,{rc2}:1")));
+    let c_list = held(&redis, sale, "c").unwrap_or_default();
+    let c_held = seckill_common::allowance::Held::parse(&c_list).unwrap();
+    assert_eq!(c_held.units(), 4);
     assert_eq!(held(&redis, sale, "w"), Some(format!("{rw}:3")));
     assert_eq!(held(&redis, sale, "e"), Some(format!("{re}:3")));
     let kinds: Vec<String> = quantity::findings(&redis, &db, &file)
