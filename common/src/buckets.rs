@@ -20,7 +20,7 @@
 //! lifecycle and `resolve` find an order's bucket from its MySQL row.
 
 use crate::keys::{SaleKeys, SALES};
-use crate::sale::{load_into_redis as load_one, Sale};
+use crate::sale::Sale;
 use mysql::prelude::Queryable;
 use redis::{ConnectionLike, Script};
 use std::sync::OnceLock;
@@ -231,8 +231,30 @@ pub fn load_into_redis<C: ConnectionLike>(
     buckets: u32,
     already_ordered: u64,
 ) -> redis::RedisResult<bool> {
+    load_limited_into_redis(
+        con,
+        sale,
+        buckets,
+        already_ordered,
+        crate::sale::Limits::ONE,
+    )
+}
+
+/// [`load_into_redis`] of a sale with the given `limits`; a sale of one
+/// bucket gets them in its meta ([`crate::sale::load_limited_into_redis`]).
+/// A split sale sells one unit per buyer (`sale create` refuses `L` above 1
+/// with more than one bucket), so its buckets get none.
+///
+/// Errors: as [`load_into_redis`].
+pub fn load_limited_into_redis<C: ConnectionLike>(
+    con: &mut C,
+    sale: &Sale,
+    buckets: u32,
+    already_ordered: u64,
+    limits: crate::sale::Limits,
+) -> redis::RedisResult<bool> {
     if buckets <= 1 {
-        return load_one(con, sale, already_ordered);
+        return crate::sale::load_limited_into_redis(con, sale, already_ordered, limits);
     }
     if count(con, sale.id)?.is_some() {
         return Ok(false);

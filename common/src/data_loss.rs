@@ -231,7 +231,10 @@ pub fn mysql_state<Q: Queryable>(db: &mut Q, sale_id: u64) -> Result<Marks, mysq
 ///   whether the bucket is still behind, for the evidence);
 /// - `behind`: Redis is below a mark, or holds fewer buyer marks or flow
 ///   records than units taken (`total − stock`: every unit held has both,
-///   so fewer means those keys lost writes); nothing written;
+///   so fewer means those keys lost writes; in a sale of several units per
+///   buyer, a buyer mark covers at most `max_per_buyer` units and a flow
+///   record `max_per_purchase`, so fewer than the units over those);
+///   nothing written;
 /// - `ok`, after raising the checkpoint to one above the larger of Redis's
 ///   and MySQL's (never down).
 ///
@@ -246,7 +249,7 @@ if bad then return bad end
 if redis.call('EXISTS', KEYS[1]) == 0 then return {'absent', '0', '0', 'behind'} end
 local m = redis.call('HMGET', KEYS[1], 'total_stock', 'releases', 'checkpoint', '"#,
     paused_field!(),
-    r#"')
+    r#"', 'max_per_buyer', 'max_per_purchase')
 local paused = m[4]
 local function int(v, what)
   if v == false or v == nil then return 0 end
@@ -275,8 +278,11 @@ local seq = total - stock + releases
 if seq < 0 then seq = 0 end
 local fseq = string.format('%d', seq)
 local held = total - stock
+local per_buyer = tonumber(m[5]) or 1
+local per_purchase = tonumber(m[6]) or per_buyer
 local behind = seq < tonumber(ARGV[1]) or ck < tonumber(ARGV[2])
-   or redis.call('HLEN', KEYS[3]) < held or redis.call('HLEN', KEYS[4]) < held
+   or redis.call('HLEN', KEYS[3]) * per_buyer < held
+   or redis.call('HLEN', KEYS[4]) * per_purchase < held
 if paused then return {'paused', fseq, fck, behind and 'behind' or 'ok'} end
 if behind then return {'behind', fseq, fck, 'behind'} end
 local nextck = math.max(ck, tonumber(ARGV[2])) + 1

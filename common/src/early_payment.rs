@@ -4,7 +4,8 @@
 //! `unknown_reservation` (no order yet). Once the order exists, such a
 //! payment is decided again exactly as if it had come then, with the time
 //! the gateway received it: paid when the order is pending, the payment
-//! was received at or before `pay_by` and is of the sale's price;
+//! was received at or before `pay_by` and is of the sale's price times
+//! the order's quantity;
 //! `late_payment`, `payment_after_cancellation` or
 //! `payment_amount_mismatch` otherwise. Each one in its own transaction
 //! under the `payments` row's lock, so two sweepers decide it once.

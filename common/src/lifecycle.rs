@@ -9,13 +9,14 @@
 //!    first (`FOR UPDATE`, the lock order of the worker's batches, so no
 //!    deadlock cycle), lock the still-pending orders, set them `expired` /
 //!    `cancelled` with `released_at`, insert one stock ledger row each
-//!    (reason `release`, delta +1; the key `(reservation_id, reason)` makes a
-//!    second one impossible) and add them to `available_stock`. A second
+//!    (reason `release`, delta + the order's quantity; the key
+//!    `(reservation_id, reason)` makes a second one impossible) and add
+//!    their units to `available_stock`. A second
 //!    sweeper waiting on the same rows finds them no longer pending and
 //!    skips them.
 //! 2. **Redis, following it** — the lifecycle mode of the release script
-//!    (`release::release_order`: stock + 1 and `releases` + 1 in one
-//!    script, the flow record moved to the `released` hash), idempotent by
+//!    (`release::release_order`: stock + N and `releases` + N for an order
+//!    of N units, in one script, the flow record moved to the `released` hash), idempotent by
 //!    reservation id, in the bucket that holds the reservation (the
 //!    buyer's home bucket, [`ReleasedOrder::keys`]: for a sale split over
 //!    buckets, its user id hashed over the K MySQL keeps, `sales.buckets`;
@@ -27,7 +28,8 @@
 //!    `released` hash turns into a no-op if it had happened already. So a
 //!    unit returns to Redis exactly once.
 //!
-//! A payment ([`pay`]) is one transaction: the `payments` row keyed by
+//! A payment ([`pay`]) is one transaction (the amount due is the sale's
+//! price times the order's quantity): the `payments` row keyed by
 //! `payment_id` (a repeat finds it and changes nothing; a repeat for
 //! another reservation or amount changes nothing either but is recorded in
 //! `payment_conflicts`: the first payment stands), then the guarded
@@ -165,14 +167,56 @@ pub enum Cancelled {
 }
 
 /// Cancels the pending order of `user_id` in sale `sale_id` (the MySQL
-/// step; see the module doc).
+/// step; see the module doc). In a sale of several units per buyer, where
+/// a buyer may hold several orders, that is their oldest pending one (else
+/// their oldest live one, to say why nothing was cancelled);
+/// [`cancel_named`] names the order.
 ///
 /// Errors: as [`expire`].
 pub fn cancel(db: &mut Conn, sale_id: u64, user_id: &str) -> Result<Cancelled, LifecycleError> {
-    let row: Option<(u64, String, String)> = db.exec_first(
+    cancel_named(db, sale_id, user_id, None)
+}
+
+/// [`cancel`], of reservation `reservation_id` when the sale sells several
+/// units per buyer (the buyer's order of that reservation); a sale of one
+/// unit per buyer cancels the buyer's one order, as [`cancel`].
+///
+/// Errors: as [`expire`].
+pub fn cancel_named(
+    db: &mut Conn,
+    sale_id: u64,
+    user_id: &str,
+    reservation_id: Option<&str>,
+) -> Result<Cancelled, LifecycleError> {
+    let mut row: Option<(u64, String, String)> = db.exec_first(
         "SELECT id, reservation_id, status FROM orders WHERE sale_id = ? AND live_user_id = ?",
         (sale_id, user_id),
     )?;
+    if row.is_none() {
+        row = match reservation_id {
+            Some(rid) => db.exec_first(
+                "SELECT id, reservation_id, status FROM orders
+                 WHERE reservation_id = ? AND sale_id = ? AND user_id = ? AND multi_unit = 1",
+                (rid, sale_id, user_id),
+            )?,
+            None => db.exec_first(
+                "SELECT id, reservation_id, status FROM orders
+                 WHERE sale_id = ? AND user_id = ? AND multi_unit = 1
+                   AND live_user_id IS NOT NULL
+                 ORDER BY status <> 'pending_payment', id LIMIT 1",
+                (sale_id, user_id),
+            )?,
+        };
+    }
+    cancel_row(db, sale_id, row)
+}
+
+/// [`cancel`] of the order `row` found (`id, reservation id, status`).
+fn cancel_row(
+    db: &mut Conn,
+    sale_id: u64,
+    row: Option<(u64, String, String)>,
+) -> Result<Cancelled, LifecycleError> {
     let Some((id, rid, status)) = row else {
         return Ok(Cancelled::NoOrder);
     };
@@ -219,13 +263,13 @@ fn release_in_mysql(
         Release::Cancel => "",
     };
     let sql = format!(
-        "SELECT id, reservation_id, user_id FROM orders
+        "SELECT id, reservation_id, user_id, quantity FROM orders
          WHERE id IN ({}) AND sale_id = ? AND status = 'pending_payment'{deadline} FOR UPDATE",
         placeholders(ids.len())
     );
     let mut params: Vec<Value> = ids.iter().map(|i| Value::from(*i)).collect();
     params.push(Value::from(sale_id));
-    let rows: Vec<(u64, String, String)> = tx.exec(sql, Params::Positional(params))?;
+    let rows: Vec<(u64, String, String, u64)> = tx.exec(sql, Params::Positional(params))?;
     if rows.is_empty() {
         tx.rollback()?;
         return Ok(Vec::new());
@@ -237,7 +281,7 @@ fn release_in_mysql(
         placeholders(n)
     );
     let mut params: Vec<Value> = vec![Value::from(kind.status().as_str())];
-    params.extend(rows.iter().map(|(id, _, _)| Value::from(*id)));
+    params.extend(rows.iter().map(|(id, _, _, _)| Value::from(*id)));
     tx.exec_drop(sql, Params::Positional(params))?;
     if tx.affected_rows() != n as u64 {
         return Err(LifecycleError::Inconsistent(format!(
@@ -247,15 +291,17 @@ fn release_in_mysql(
     }
     let sql = format!(
         "INSERT INTO stock_ledger (reservation_id, sale_id, user_id, delta, reason) VALUES {}",
-        vec!["(?, ?, ?, 1, ?)"; n].join(",")
+        vec!["(?, ?, ?, ?, ?)"; n].join(",")
     );
-    let mut params = Vec::with_capacity(n * 4);
-    for (_, rid, user) in &rows {
+    let mut params = Vec::with_capacity(n * 5);
+    for (_, rid, user, quantity) in &rows {
         params.push(Value::from(rid.as_str()));
         params.push(Value::from(sale_id));
         params.push(Value::from(user.as_str()));
+        params.push(Value::from(*quantity));
         params.push(Value::from(LEDGER_RELEASE));
     }
+    let units: u64 = rows.iter().map(|r| r.3).sum();
     if let Err(e) = tx.exec_drop(sql, Params::Positional(params)) {
         return Err(match e {
             mysql::Error::MySqlError(m) if m.code == 1062 => LifecycleError::Inconsistent(format!(
@@ -268,15 +314,15 @@ fn release_in_mysql(
     tx.exec_drop(
         "UPDATE sales SET available_stock = available_stock + ?
          WHERE id = ? AND available_stock + ? <= total_stock",
-        (n as u64, sale_id, n as u64),
+        (units, sale_id, units),
     )?;
     if tx.affected_rows() != 1 {
         return Err(LifecycleError::Inconsistent(format!(
-            "releasing {n} units of sale {sale_id} would exceed its total stock"
+            "releasing {units} units of sale {sale_id} would exceed its total stock"
         )));
     }
     tx.commit()?;
-    Ok(rows.into_iter().map(|(id, _, _)| id).collect())
+    Ok(rows.into_iter().map(|(id, _, _, _)| id).collect())
 }
 
 /// An order released in MySQL, for its Redis step.
@@ -461,7 +507,8 @@ pub fn complete_releases<C: ConnectionLike>(
 pub enum PaymentOutcome {
     /// The pending order is paid now (`paid`).
     Paid,
-    /// The amount is not the sale's price (`payment_amount_mismatch`): the
+    /// The amount is not the sale's price times the order's quantity
+    /// (`payment_amount_mismatch`): the
     /// order stays pending; a finding for a person.
     AmountMismatch,
     /// Received after the deadline (`late_payment`): the order stays as it
@@ -581,7 +628,7 @@ pub fn pay(db: &mut Conn, p: &Payment) -> Result<Paid, LifecycleError> {
 
 /// Locks the order of `p.reservation_id` (`FOR UPDATE`) and decides the
 /// payment: paid when pending, received at or before `pay_by` and of the
-/// sale's price (the guarded `UPDATE` done here), else the outcome that says why.
+/// sale's price times the order's quantity (the guarded `UPDATE` done here), else the outcome that says why.
 /// Returns the order's sale (none without an order) and the outcome; the
 /// caller records it in `payments` in the same transaction.
 ///
@@ -591,7 +638,7 @@ pub(crate) fn decide(
     p: &Payment,
 ) -> Result<(Option<u64>, PaymentOutcome), LifecycleError> {
     let order: Option<(u64, u64, String, u64, bool)> = tx.exec_first(
-        "SELECT o.id, o.sale_id, o.status, s.price_cents,
+        "SELECT o.id, o.sale_id, o.status, s.price_cents * o.quantity,
                 COALESCE(o.pay_by >= FROM_UNIXTIME(? / 1000), 0)
          FROM orders o JOIN sales s ON s.id = o.sale_id
          WHERE o.reservation_id = ? FOR UPDATE",
@@ -660,13 +707,17 @@ fn seen_before(
     Ok(Some(Paid::Conflict(o)))
 }
 
-/// Units of sale `sale_id` held by orders (confirmed, pending or paid):
-/// what the sale's Redis stock is loaded from (`total − held`).
+/// Units of sale `sale_id` held by orders (confirmed, pending or paid),
+/// the sum of their quantities: what the sale's Redis stock is loaded from
+/// (`total − held`).
 ///
 /// Errors: MySQL failures.
 pub fn held_units<Q: Queryable>(db: &mut Q, sale_id: u64) -> Result<u64, mysql::Error> {
     let n: Option<u64> = db.exec_first(
-        format!("SELECT COUNT(*) FROM orders WHERE sale_id = ? AND status NOT IN {RELEASED_SQL}"),
+        format!(
+            "SELECT CAST(COALESCE(SUM(quantity), 0) AS UNSIGNED) FROM orders
+             WHERE sale_id = ? AND status NOT IN {RELEASED_SQL}"
+        ),
         (sale_id,),
     )?;
     Ok(n.unwrap_or(0))

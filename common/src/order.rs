@@ -47,7 +47,7 @@ pub const RELEASED_SQL: &str = "('expired', 'cancelled')";
 /// Every state but the released ones holds a unit: SQL reads those as
 /// `status NOT IN RELEASED_SQL` (so rows written before the lifecycle, with
 /// the column's old default `created`, count as holding).
-/// The stock ledger's reason of a released unit (delta +1), next to `order`
+/// The stock ledger's reason of a released order (delta + its quantity), next to `order`
 /// (−1, the worker) and `compensation` (−1, the reconciler).
 pub const LEDGER_RELEASE: &str = "release";
 

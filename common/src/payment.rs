@@ -233,7 +233,8 @@ pub struct CancelMessage {
     /// The buyer (the token's `sub`).
     pub user_id: String,
     /// The reservation the gateway found for the buyer (for the logs and
-    /// the attempt count; MySQL cancels the buyer's pending order).
+    /// the attempt count; MySQL cancels the buyer's pending order, in a
+    /// sale of several units per buyer the order of this reservation).
     pub reservation_id: String,
     /// When the gateway received it, Unix ms.
     pub received_ms: u64,

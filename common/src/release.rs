@@ -6,8 +6,10 @@
 //! (`reservation.rs`): the flow record and the user's purchase mark are
 //! removed (the mark's reservation id is kept in the sale's
 //! `buyers:released` hash, which the status route reads for a buyer who
-//! holds no mark), the stock counter goes up by one (and the meta field `releases`,
-//! so the reservation sequence never goes back), the status becomes `failed`,
+//! holds no mark), the stock counter goes up by the reservation's units
+//! (its message's `quantity`, 1 when absent; and the meta field `releases`
+//! by as many, so the reservation sequence, which counts units, never goes
+//! back), the status becomes `failed`,
 //! and a copy of the order message still waiting in the sale's queue is
 //! removed so no worker turns it into an order afterwards. It refuses, and
 //! changes nothing, while the unit may already be an order: when the status
@@ -29,6 +31,11 @@
 //! `buyers:released` as above), and sets the status
 //! `expired` or `cancelled`. The `released` entry makes it happen once:
 //! a repeat replies `already` and changes nothing.
+//!
+//! In a sale of several units per buyer (meta `max_per_buyer` above 1) the
+//! buyer's mark is their list of held reservations (`allowance::Held`):
+//! removing the mark takes the reservation's `RID:Q` entry out of the list,
+//! and the field goes when the list is empty.
 
 use crate::keys::SaleKeys;
 use redis::{ConnectionLike, FromRedisValue, Script, Value};
@@ -66,17 +73,34 @@ local lifecycle = ARGV[2] == 'expired' or ARGV[2] == 'cancelled'
 if lifecycle and redis.call('HEXISTS', KEYS[7], ARGV[1]) == 1 then return {'already'} end
 local msg = redis.call('HGET', KEYS[1], ARGV[1])
 if not msg then return {'not_found'} end
+local units = tonumber(string.match(msg, ',"quantity":(%d+)}$') or '1')
+local multi = (tonumber(redis.call('HGET', KEYS[6], 'max_per_buyer') or '1') or 1) > 1
+local function unmark(user)
+  if not user then return end
+  if not multi then
+    if redis.call('HGET', KEYS[2], user) ~= ARGV[1] then return end
+    redis.call('HDEL', KEYS[2], user)
+  else
+    local held = redis.call('HGET', KEYS[2], user)
+    if not held then return end
+    local keep, found = {}, false
+    for e in string.gmatch(held, '[^,]+') do
+      if string.sub(e, 1, 33) == ARGV[1] .. ':' then found = true else keep[#keep + 1] = e end
+    end
+    if not found then return end
+    if #keep == 0 then redis.call('HDEL', KEYS[2], user)
+    else redis.call('HSET', KEYS[2], user, table.concat(keep, ',')) end
+  end
+  redis.call('HSET', KEYS[8], user, ARGV[1])
+end
 if lifecycle then
   local user = string.match(msg, '"user_id":"([^"]*)"')
   redis.call('LREM', KEYS[5], 0, msg)
   redis.call('HSET', KEYS[7], ARGV[1], msg)
   redis.call('HDEL', KEYS[1], ARGV[1])
-  if ARGV[3] == '1' and user and redis.call('HGET', KEYS[2], user) == ARGV[1] then
-    redis.call('HDEL', KEYS[2], user)
-    redis.call('HSET', KEYS[8], user, ARGV[1])
-  end
-  local stock = redis.call('INCR', KEYS[3])
-  redis.call('HINCRBY', KEYS[6], 'releases', 1)
+  if ARGV[3] == '1' then unmark(user) end
+  local stock = redis.call('INCRBY', KEYS[3], units)
+  redis.call('HINCRBY', KEYS[6], 'releases', units)
   redis.call('HSET', KEYS[4], ARGV[1], ARGV[2])
   return {'released', tostring(stock)}
 end
@@ -89,12 +113,9 @@ if ARGV[2] == 'check' then return {'clear', left or '0'} end
 local user = string.match(msg, '"user_id":"([^"]*)"')
 redis.call('LREM', KEYS[5], 0, msg)
 redis.call('HDEL', KEYS[1], ARGV[1])
-if user and redis.call('HGET', KEYS[2], user) == ARGV[1] then
-  redis.call('HDEL', KEYS[2], user)
-  redis.call('HSET', KEYS[8], user, ARGV[1])
-end
-local stock = redis.call('INCR', KEYS[3])
-redis.call('HINCRBY', KEYS[6], 'releases', 1)
+unmark(user)
+local stock = redis.call('INCRBY', KEYS[3], units)
+redis.call('HINCRBY', KEYS[6], 'releases', units)
 redis.call('HSET', KEYS[4], ARGV[1], 'failed')
 return {'released', tostring(stock)}
 "#

@@ -46,6 +46,18 @@
 //! (delta +N, `reservation_id` the action key), which the books count into
 //! `total_stock`, not as a deduction ([`ledger_deductions`]).
 //!
+//! Migration 9 (several units per purchase, `allowance.rs`): the CHECK
+//! `sales_limit_one` gives way to `sales_limits`: `per_user_limit` (`L`,
+//! the most units a buyer holds at once) from 1 to 100 and the new
+//! `sales.max_per_purchase` (`Q`, default 1) from 1 to `L`; `orders.quantity`
+//! is at least 1 (`orders_quantity_positive`). `orders.multi_unit`, set by
+//! whoever inserts an order from its sale's `L > 1`, makes the generated
+//! `live_user_id` the order's reservation id instead of its buyer: a sale of
+//! one unit per buyer keeps one live order per buyer, a sale of several
+//! holds one per reservation, its limit kept by Redis and checked by the
+//! reconciler (`buyer_over_limit`). `RTRIM` turns the `CHAR` id into text
+//! whose value no `sql_mode` changes, which a stored generated column needs.
+//!
 //! Times are `DATETIME(3)` in UTC: every connection sets `time_zone` to
 //! `+00:00`, so `UNIX_TIMESTAMP`, `FROM_UNIXTIME` and `UTC_TIMESTAMP(3)` agree.
 
@@ -216,6 +228,23 @@ CREATE TABLE IF NOT EXISTS sale_changes (
   made_at DATETIME(3) NOT NULL DEFAULT (UTC_TIMESTAMP(3)),
   KEY sale_changes_sale (sale_id, made_at)
 ) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_bin;
+"#,
+    ),
+    (
+        9,
+        "several units per purchase: per-buyer and per-purchase limits, live order per reservation",
+        r#"
+ALTER TABLE sales DROP CONSTRAINT IF EXISTS sales_limit_one;
+ALTER TABLE sales
+  ADD COLUMN IF NOT EXISTS max_per_purchase INT UNSIGNED NOT NULL DEFAULT 1;
+ALTER TABLE sales ADD CONSTRAINT IF NOT EXISTS sales_limits
+  CHECK (per_user_limit BETWEEN 1 AND 100 AND max_per_purchase BETWEEN 1 AND per_user_limit);
+ALTER TABLE orders
+  ADD COLUMN IF NOT EXISTS multi_unit TINYINT(1) NOT NULL DEFAULT 0;
+ALTER TABLE orders ADD CONSTRAINT IF NOT EXISTS orders_quantity_positive CHECK (quantity >= 1);
+ALTER TABLE orders MODIFY COLUMN live_user_id VARCHAR(64)
+  AS (IF(status IN ('expired', 'cancelled'), NULL,
+         IF(multi_unit = 1, RTRIM(reservation_id), user_id))) PERSISTENT
 "#,
     ),
 ];

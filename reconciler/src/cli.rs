@@ -455,6 +455,7 @@ mod tests {
                 payment_window_ms: None,
                 rebuy_after_release: false,
                 shards: 1,
+                limits: seckill_common::sale::Limits::ONE,
             })
         );
         let c = p("sale create --sku A-1 --stock 10 --starts-at now --ends-at now+1h --payment-window 15m --rebuy-after-release").unwrap();
@@ -560,6 +561,45 @@ mod tests {
         };
         assert_eq!((c.shards, c.payment_window_ms), (2, Some(60_000)));
         assert_eq!(p("sale show 7").unwrap(), Command::SaleShow(7));
+    }
+
+    #[test]
+    fn sale_create_takes_unit_limits() {
+        let base = "sale create --sku A --stock 9 --starts-at now --ends-at now+1h";
+        let limits = |extra: &str| match p(&format!("{base} {extra}")) {
+            Ok(Command::SaleCreate(c)) => Ok((c.limits.max_per_buyer, c.limits.max_per_purchase)),
+            Ok(c) => panic!("{c:?}"),
+            Err(e) => Err(e.message),
+        };
+        assert_eq!(limits(""), Ok((1, 1)));
+        assert_eq!(limits("--max-per-buyer 4"), Ok((4, 4)));
+        assert_eq!(limits("--max-per-buyer 4 --max-per-purchase 3"), Ok((4, 3)));
+        assert_eq!(limits("--max-per-buyer 100 --shards 1"), Ok((100, 100)));
+        assert_eq!(
+            limits("--max-per-buyer 2 --max-per-purchase 3"),
+            Err(
+                "--max-per-purchase 3 is above --max-per-buyer 2: one purchase cannot take \
+                 more than a buyer may hold"
+                    .into()
+            )
+        );
+        for bad in ["0", "101", "-1", "x", "2.5"] {
+            assert_eq!(
+                limits(&format!("--max-per-buyer {bad}")),
+                Err(format!(
+                    "--max-per-buyer {bad:?}: expected an integer from 1 to 100"
+                ))
+            );
+        }
+        assert_eq!(
+            limits("--max-per-buyer 2 --max-per-purchase 0"),
+            Err("--max-per-purchase \"0\": expected an integer from 1 to 100".into())
+        );
+        assert_eq!(
+            limits("--max-per-buyer 2 --shards 3"),
+            Err("a split sale sells one unit per buyer; --max-per-buyer needs --shards 1".into())
+        );
+        assert_eq!(limits("--max-per-buyer 1 --shards 3"), Ok((1, 1)));
         assert_eq!(
             p("sale repair 7 --by alice").unwrap(),
             Command::SaleRepair(RepairArgs {

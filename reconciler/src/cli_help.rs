@@ -64,7 +64,8 @@ the schema migrations it lacks; prints what it applied. Safe to repeat.",
         args: &[],
         summary: "create a sale in MySQL and load it into Redis",
         options: "--sku SKU --stock N --starts-at T --ends-at T [--title TEXT] \
-                  [--price-cents N] [--payment-window D [--rebuy-after-release]] [--shards K]",
+                  [--price-cents N] [--payment-window D [--rebuy-after-release]] [--shards K] \
+                  [--max-per-buyer L [--max-per-purchase Q]]",
         text: "Creates a sale in MySQL and loads it into Redis; prints its id.
 
 options:
@@ -81,7 +82,11 @@ options:
   --rebuy-after-release     (with --payment-window) the buyer of an expired or
                             cancelled order may buy again
   --shards K                split the stock over K buckets (1-64, default 1), each
-                            under its own hash tag; above 1 only without a payment window",
+                            under its own hash tag; above 1 only without a payment window
+  --max-per-buyer L         units one buyer may hold at once (1-100, default 1):
+                            queued, pending payment or paid; above 1 a purchase needs an
+                            Idempotency-Key header, and only with --shards 1
+  --max-per-purchase Q      units one purchase may take (1 to L, default L)",
     },
     Help {
         path: "sale load",

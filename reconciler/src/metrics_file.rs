@@ -34,9 +34,9 @@
 //!   (absent while the sale is not loaded in Redis);
 //! - `seckill_sale_reserved`: units reserved and not released (Redis's
 //!   flow records), queued ones included;
-//! - `seckill_sale_ordered`: orders in MySQL that hold a unit (confirmed,
-//!   pending payment, paid);
-//! - `seckill_sale_paid`: of those, the paid ones.
+//! - `seckill_sale_ordered`: units held by orders in MySQL (confirmed,
+//!   pending payment, paid: the sum of their quantities);
+//! - `seckill_sale_paid`: of those, the units of the paid ones.
 //!
 //! On a healthy sale `stock_left + reserved = stock` and
 //! `paid ≤ ordered ≤ reserved`; `reserved − ordered` is what the queue

@@ -48,11 +48,13 @@ pub struct Books {
     /// sale but its `add_stock` ones (`sale add-stock`: counted in
     /// `total_stock`).
     pub ledger_deductions: i64,
-    /// Orders of the sale that hold a unit (confirmed, pending, paid: not
-    /// the released ones).
+    /// Units held by the orders of the sale that hold units (confirmed,
+    /// pending, paid: not the released ones): the sum of their quantities.
     pub orders: i64,
-    /// Of those, the orders `paid`.
+    /// Of those, the units of the orders `paid`.
     pub paid: i64,
+    /// `sales.per_user_limit`: the units one buyer may hold (`L`).
+    pub per_user_limit: i64,
 }
 
 impl Books {
@@ -73,6 +75,8 @@ pub struct OrderDetail {
     pub user_id: String,
     /// `orders.reserved_at` as Unix ms (0 when NULL).
     pub reserved_at_ms: u64,
+    /// `orders.quantity`: its units.
+    pub quantity: u32,
 }
 
 /// Ids of the sales to reconcile: those that end after `now − lookback`
@@ -104,7 +108,7 @@ pub struct Snapshot {
 /// once: the sale row, the reservation ids of its orders that hold a unit
 /// (not the released ones, whose flow record Redis keeps in `released`),
 /// streamed into `on_order` one at a time (the raw bytes of
-/// `orders.reservation_id`) and counted (the `paid` ones too), then its ledger rows, streamed,
+/// `orders.reservation_id`) and their units counted (the `paid` ones too), then its ledger rows, streamed,
 /// summed and the deductions' ids kept. `None` when MySQL has no such
 /// sale. A worker's commit is either wholly in it or wholly out. The
 /// totals come from the same streams, not from `COUNT(*)` and `SUM`
@@ -119,27 +123,28 @@ pub fn snapshot(
 ) -> mysql::Result<Option<Snapshot>> {
     db.query_drop("START TRANSACTION WITH CONSISTENT SNAPSHOT, READ ONLY")?;
     let result = (|| {
-        let sale: Option<(i64, i64)> = db.exec_first(
-            "SELECT total_stock, available_stock FROM sales WHERE id = ?",
+        let sale: Option<(i64, i64, i64)> = db.exec_first(
+            "SELECT total_stock, available_stock, per_user_limit FROM sales WHERE id = ?",
             (sale_id,),
         )?;
-        let Some((total_stock, available_stock)) = sale else {
+        let Some((total_stock, available_stock, per_user_limit)) = sale else {
             return Ok(None);
         };
         let mut orders = 0i64;
         let mut paid = 0i64;
         let rows = db.exec_iter(
             format!(
-                "SELECT reservation_id, status = '{}' FROM orders WHERE sale_id = ? AND status NOT IN {RELEASED_SQL}",
+                "SELECT reservation_id, status = '{}', quantity FROM orders WHERE sale_id = ? AND status NOT IN {RELEASED_SQL}",
                 OrderStatus::Paid.as_str()
             ),
             (sale_id,),
         )?;
         for row in rows {
             let mut row = row?;
-            orders += 1;
+            let units = row.take_opt::<i64, _>(2).and_then(Result::ok).unwrap_or(1);
+            orders += units;
             if row.take_opt::<i64, _>(1).and_then(Result::ok) == Some(1) {
-                paid += 1;
+                paid += units;
             }
             if let Some(Ok(id)) = row.take_opt::<Vec<u8>, _>(0) {
                 on_order(&id);
@@ -153,6 +158,7 @@ pub fn snapshot(
                 ledger_deductions,
                 orders,
                 paid,
+                per_user_limit,
             },
             deducted,
             released,
@@ -211,6 +217,8 @@ pub struct Deduction {
     pub user_id: String,
     /// `stock_ledger.reason`: `order` or `compensation`.
     pub reason: String,
+    /// `stock_ledger.delta`: − the units deducted.
+    pub delta: i64,
     /// `stock_ledger.created_at`, Unix ms.
     pub created_ms: u64,
 }
@@ -225,7 +233,7 @@ pub fn deductions_of<Q: Queryable>(db: &mut Q, rids: &[String]) -> mysql::Result
     for chunk in rids.chunks(LOOKUP_CHUNK) {
         let sql = format!(
             "SELECT l.id, l.reservation_id, l.sale_id, l.user_id, l.reason,
-                    CAST(UNIX_TIMESTAMP(l.created_at) * 1000 AS SIGNED)
+                    CAST(UNIX_TIMESTAMP(l.created_at) * 1000 AS SIGNED), l.delta
              FROM stock_ledger l
              WHERE l.reservation_id IN ({}) AND l.reason IN ('order', 'compensation')
                AND NOT EXISTS (SELECT 1 FROM stock_ledger r
@@ -234,8 +242,9 @@ pub fn deductions_of<Q: Queryable>(db: &mut Q, rids: &[String]) -> mysql::Result
              ORDER BY l.reservation_id, l.id",
             seckill_common::schema::placeholders(chunk.len())
         );
-        let rows: Vec<(u64, String, u64, String, String, i64)> = db.exec(sql, chunk.to_vec())?;
-        for (id, reservation_id, sale_id, user_id, reason, at) in rows {
+        type Row = (u64, String, u64, String, String, i64, i64);
+        let rows: Vec<Row> = db.exec(sql, chunk.to_vec())?;
+        for (id, reservation_id, sale_id, user_id, reason, at, delta) in rows {
             if out.last().map(|d| &d.reservation_id) == Some(&reservation_id) {
                 continue;
             }
@@ -245,6 +254,7 @@ pub fn deductions_of<Q: Queryable>(db: &mut Q, rids: &[String]) -> mysql::Result
                 sale_id,
                 user_id,
                 reason,
+                delta,
                 created_ms: at.max(0) as u64,
             });
         }
@@ -258,16 +268,17 @@ pub fn order_details(db: &mut Conn, rids: &[String]) -> mysql::Result<Vec<OrderD
     for chunk in rids.chunks(LOOKUP_CHUNK) {
         let sql = format!(
             "SELECT id, reservation_id, user_id,
-                    CAST(COALESCE(UNIX_TIMESTAMP(reserved_at) * 1000, 0) AS SIGNED)
+                    CAST(COALESCE(UNIX_TIMESTAMP(reserved_at) * 1000, 0) AS SIGNED), quantity
              FROM orders WHERE reservation_id IN ({})",
             seckill_common::schema::placeholders(chunk.len())
         );
-        let rows: Vec<(u64, String, String, i64)> = db.exec(sql, chunk.to_vec())?;
-        out.extend(rows.into_iter().map(|(id, r, u, at)| OrderDetail {
+        let rows: Vec<(u64, String, String, i64, u32)> = db.exec(sql, chunk.to_vec())?;
+        out.extend(rows.into_iter().map(|(id, r, u, at, q)| OrderDetail {
             id,
             reservation_id: r,
             user_id: u,
             reserved_at_ms: at.max(0) as u64,
+            quantity: q,
         }));
     }
     Ok(out)

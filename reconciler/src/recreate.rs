@@ -9,8 +9,10 @@
 //! flow record (the order message: the buyer and the reservation time; no
 //! flow record means Redis no longer holds the unit, and an order now could
 //! sell it twice); the message is neither queued nor in a processing list
-//! (a worker would dead-letter it meanwhile and mark it `failed`); the buyer
-//! holds no other order of the sale (one per buyer).
+//! (a worker would dead-letter it meanwhile and mark it `failed`); in a sale
+//! of one unit per buyer, the buyer holds no other order of the sale. The
+//! order carries the message's quantity, which must be the deduction's
+//! units.
 //!
 //! Effect ([`recreate`]), one MySQL transaction in the worker's lock order:
 //! the sale row `FOR UPDATE`, the checks again, then one `INSERT INTO
@@ -124,6 +126,13 @@ pub fn check(
             message.user_id, deduction.id, deduction.user_id
         ))));
     }
+    if deduction.delta != -i64::from(message.quantity) {
+        return Ok(Err(Outcome::refused(format!(
+            "the flow record of {rid} carries {} unit(s) but ledger row {} deducted {}: settle \
+             by hand",
+            message.quantity, deduction.id, -deduction.delta
+        ))));
+    }
     let mut lists = vec![keys.queue()];
     for w in redis_read::set_members(redis, WORKERS)? {
         lists.push(keys.processing(&w));
@@ -179,11 +188,11 @@ pub fn recreate(mysql: &mut Conn, redis: &mut Con, plan: &Plan) -> Result<Outcom
     let rid = plan.message.reservation_id.as_str();
     let sale_id = plan.deduction.sale_id;
     let mut tx = mysql.start_transaction(TxOpts::default())?;
-    let window: Option<Option<u64>> = tx.exec_first(
-        "SELECT payment_window_ms FROM sales WHERE id = ? FOR UPDATE",
+    let sale: Option<(Option<u64>, bool)> = tx.exec_first(
+        "SELECT payment_window_ms, per_user_limit > 1 FROM sales WHERE id = ? FOR UPDATE",
         (sale_id,),
     )?;
-    let Some(window) = window else {
+    let Some((window, multi_unit)) = sale else {
         tx.rollback()?;
         return Ok(Outcome::refused(format!("MySQL has no sale {sale_id}")));
     };
@@ -213,14 +222,16 @@ pub fn recreate(mysql: &mut Conn, redis: &mut Con, plan: &Plan) -> Result<Outcom
         (None, None) => OrderStatus::Confirmed,
     };
     let inserted = tx.exec_drop(
-        "INSERT INTO orders (reservation_id, sale_id, user_id, quantity, status, reserved_at,
-                             pay_by, paid_at, payment_id)
-         SELECT ?, ?, ?, 1, ?, FROM_UNIXTIME(? / 1000), FROM_UNIXTIME(? / 1000),
+        "INSERT INTO orders (reservation_id, sale_id, user_id, quantity, multi_unit, status,
+                             reserved_at, pay_by, paid_at, payment_id)
+         SELECT ?, ?, ?, ?, ?, ?, FROM_UNIXTIME(? / 1000), FROM_UNIXTIME(? / 1000),
                 (SELECT applied_at FROM payments WHERE payment_id = ?), ?",
         (
             rid,
             sale_id,
             m.user_id.as_str(),
+            m.quantity,
+            multi_unit,
             status.as_str(),
             m.reserved_at_ms,
             pay_by,

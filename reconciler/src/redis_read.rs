@@ -1,6 +1,8 @@
 //! Owns what the reconciler reads from Redis: the sales and workers Redis
 //! knows (`SSCAN`), a sale's totals in one atomic `MULTI` (stock counter,
-//! number of flow records, Redis's clock), the flow records by `HSCAN` in
+//! number of flow records, Redis's clock; a sale of several units per
+//! buyer sums its flow records' units by `HSCAN` between two such reads),
+//! the flow records by `HSCAN` in
 //! chunks, and lists (queue, processing lists, dead-letter list) by `LRANGE`
 //! in chunks. Never `KEYS`, never a whole hash or list in one reply.
 
@@ -20,7 +22,8 @@ pub const LIST_CHUNK: isize = 1000;
 pub struct RedisTotals {
     /// The stock counter; `None` when the sale is not loaded.
     pub stock: Option<i64>,
-    /// `HLEN` of the flow records: units reserved and not released.
+    /// Units reserved and not released: `HLEN` of the flow records (a
+    /// sale of one unit per buyer), or the sum of their quantities.
     pub reservations: i64,
     /// Redis's clock (`TIME`), Unix ms: the clock of `reserved_at_ms`.
     pub now_ms: u64,
@@ -52,10 +55,23 @@ pub fn set_members(con: &mut Con, key: &str) -> redis::RedisResult<Vec<String>> 
     Ok(out)
 }
 
-/// The stock counter, the number of flow records and the time, read in one
-/// `MULTI` so that `stock + reservations` is exact even while buyers reserve.
+/// How many times [`unit_totals`] reads a sale of several units per buyer
+/// before it gives up for this run (its totals then `unsettled`).
+const UNIT_TRIES: usize = 3;
+
+/// The stock counter, the units reserved (the number of flow records, or
+/// for a sale of several units per buyer the sum of their quantities,
+/// [`unit_totals`]) and the time, read at one instant so that `stock +
+/// reservations` is exact even while buyers reserve.
 pub fn totals(con: &mut Con, sale_id: u64) -> redis::RedisResult<RedisTotals> {
     let k = SaleKeys::new(sale_id);
+    let limit: Option<String> = redis::cmd("HGET")
+        .arg(k.meta())
+        .arg(seckill_common::allowance::MAX_PER_BUYER_FIELD)
+        .query(con)?;
+    if limit.and_then(|l| l.parse::<u32>().ok()).unwrap_or(1) > 1 {
+        return unit_totals(con, &k);
+    }
     let (stock, reservations, time): (Option<i64>, i64, (u64, u64)) = redis::pipe()
         .atomic()
         .get(k.stock())
@@ -68,6 +84,66 @@ pub fn totals(con: &mut Con, sale_id: u64) -> redis::RedisResult<RedisTotals> {
         now_ms: time.0 * 1000 + time.1 / 1000,
         unsettled: false,
     })
+}
+
+/// The totals of a sale of several units per buyer: the units of its flow
+/// records summed by `HSCAN` (never one call that holds Redis for all of
+/// them), bracketed by two atomic reads of the stock counter and the meta
+/// fields `releases` and `total_stock`. Every reservation lowers the stock
+/// and every release raises `releases` (a change of stock raises
+/// `total_stock`), so when both reads agree no flow record came or went
+/// between them and the sum is exact at that instant. A sale that kept
+/// moving for [`UNIT_TRIES`] reads is `unsettled`: judged by a later run.
+fn unit_totals(con: &mut Con, k: &SaleKeys) -> redis::RedisResult<RedisTotals> {
+    type Marks = (Option<i64>, Option<String>, Option<String>);
+    let marks = |con: &mut Con| -> redis::RedisResult<(Marks, (u64, u64))> {
+        let (stock, releases, total, time) = redis::pipe()
+            .atomic()
+            .get(k.stock())
+            .hget(k.meta(), "releases")
+            .hget(k.meta(), "total_stock")
+            .cmd("TIME")
+            .query(con)?;
+        Ok(((stock, releases, total), time))
+    };
+    let mut last = None;
+    for _ in 0..UNIT_TRIES {
+        let (before, time) = marks(con)?;
+        let mut seen: std::collections::HashSet<u128> = std::collections::HashSet::new();
+        let mut units = 0i64;
+        scan_hash(
+            con,
+            &k.flow(),
+            |field, value| {
+                // `HSCAN` may return an entry twice: count it once.
+                if let Some(id) = crate::mysql_read::rid_to_u128(field) {
+                    if !seen.insert(id) {
+                        return;
+                    }
+                }
+                units += seckill_common::message::OrderMessage::parse(value)
+                    .map_or(1, |m| i64::from(m.quantity));
+            },
+            || Ok::<(), redis::RedisError>(()),
+        )?;
+        let (after, _) = marks(con)?;
+        let t = RedisTotals {
+            stock: before.0,
+            reservations: units,
+            now_ms: time.0 * 1000 + time.1 / 1000,
+            unsettled: before != after,
+        };
+        if !t.unsettled {
+            return Ok(t);
+        }
+        last = Some(t);
+    }
+    Ok(last.unwrap_or(RedisTotals {
+        stock: None,
+        reservations: 0,
+        now_ms: 0,
+        unsettled: true,
+    }))
 }
 
 /// Calls `f(field, value)` for every entry of hash `key`, `HSCAN`ning

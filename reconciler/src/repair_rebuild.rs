@@ -16,14 +16,20 @@
 //!   an order of another reservation, or had one released in a sale that
 //!   does not let them buy again (a duplicate: released).
 //!
+//! A sale of several units per buyer (one bucket) is restored by
+//! [`restore_multi`]: each buyer's mark is rebuilt as their list of held
+//! reservations (`allowance::Held`) from MySQL's orders, every count in
+//! units.
+//!
 //! Books: a transfer recorded on one side only (the other side's master
 //! lost it, or it was left open) is written on the other side, so each
 //! bucket's `total_stock` is its share + units in − units out over the
-//! same records as its peers'. Stock = `total_stock` − orders holding a
-//! unit − reservations in flight.
+//! same records as its peers'. Stock = `total_stock` − units of the orders
+//! holding units − units of the reservations in flight.
 
 use crate::error::RunError;
 use redis::Commands;
+use seckill_common::allowance::{Entry, Held};
 use seckill_common::keys::{PurchaseStatus, SaleKeys};
 use seckill_common::message::{OrderMessage, MESSAGE_VERSION};
 use seckill_common::order::OrderStatus;
@@ -44,6 +50,8 @@ pub struct OrderRow {
     pub status: OrderStatus,
     /// `orders.pay_by`, Unix ms (for `pending_payment`).
     pub pay_by_ms: Option<u64>,
+    /// `orders.quantity`: its units.
+    pub quantity: u32,
 }
 
 /// What the repair did to one bucket.
@@ -57,6 +65,10 @@ pub struct BucketRepair {
     pub duplicates: Vec<String>,
     /// Reservations without an order kept (still on their way).
     pub in_flight: usize,
+    /// Units of the orders holding units and of the reservations kept.
+    pub held_units: u64,
+    /// Units of the released orders and of the duplicates released.
+    pub gone_units: u64,
     /// The bucket's `total_stock` after the repair (share + in − out).
     pub total: i64,
     /// Units on sale after the repair.
@@ -187,9 +199,7 @@ pub fn cover_deficits(
         .map(|b| {
             let moved_in: u64 = books[b].inn.values().map(|r| r.units).sum();
             let moved_out: u64 = books[b].out.values().map(|r| r.units).sum();
-            shares[b] as i64 + moved_in as i64
-                - moved_out as i64
-                - (done[b].orders + done[b].in_flight) as i64
+            shares[b] as i64 + moved_in as i64 - moved_out as i64 - done[b].held_units as i64
         })
         .collect();
     let mut spare = spare;
@@ -240,7 +250,8 @@ pub struct BucketNow {
     pub flows: HashMap<String, String>,
     /// `released`: reservation id -> order message.
     pub released: HashMap<String, String>,
-    /// `buyers`: user -> reservation id.
+    /// `buyers`: user -> reservation id (or, in a sale of several units per
+    /// buyer, their list of reservations).
     pub buyers: HashMap<String, String>,
     /// `queue`.
     pub queue: Vec<String>,
@@ -262,26 +273,6 @@ pub fn read_now(con: &mut Con, k: &SaleKeys) -> Result<BucketNow, RunError> {
         buyers: crate::redis_read::hash_entries(con, &k.buyers())?,
         queue,
     })
-}
-
-/// Order `o`'s flow record: the one Redis holds (live or released), else
-/// the message rebuilt from MySQL.
-fn flow_message(now: &BucketNow, sale_id: u64, o: &OrderRow) -> String {
-    now.flows
-        .get(&o.rid)
-        .or_else(|| now.released.get(&o.rid))
-        .cloned()
-        .unwrap_or_else(|| {
-            OrderMessage {
-                v: MESSAGE_VERSION,
-                reservation_id: o.rid.clone(),
-                sale_id,
-                user_id: o.user.clone(),
-                reserved_at_ms: o.reserved_at_ms,
-                quantity: 1,
-            }
-            .to_json()
-        })
 }
 
 /// Adds to `pipe` the writes that restore bucket `k`'s reservations from
@@ -309,7 +300,7 @@ pub fn restore(
         .map(|o| o.user.as_str())
         .collect();
     let mut out = BucketRepair::default();
-    let message = |o: &OrderRow| flow_message(now, k.sale_id, o);
+    let message = |o: &OrderRow| message_of(k, o, now);
     // Released first, so that a live order of the same buyer (a rebuy)
     // writes the buyer's mark last.
     for o in orders.iter().filter(|o| o.status.is_released()) {
@@ -332,6 +323,7 @@ pub fn restore(
             }
         }
         out.released_orders += 1;
+        out.gone_units += 1;
     }
     for o in orders.iter().filter(|o| !o.status.is_released()) {
         if !now.flows.contains_key(&o.rid) {
@@ -349,6 +341,7 @@ pub fn restore(
             pipe.hset(k.pay_by(), &o.rid, at).ignore();
         }
         out.orders += 1;
+        out.held_units += 1;
     }
     for (rid, raw) in &now.flows {
         if ordered.contains(rid.as_str()) {
@@ -367,11 +360,159 @@ pub fn restore(
                 pipe.lrem(k.queue(), 0, raw).ignore();
             }
             out.duplicates.push(rid.clone());
+            out.gone_units += 1;
         } else {
             out.in_flight += 1;
+            out.held_units += 1;
         }
     }
     out
+}
+
+/// The flow record of order `o` of bucket `k`: what Redis holds of it
+/// (live or released), else the order message rebuilt from MySQL.
+fn message_of(k: &SaleKeys, o: &OrderRow, now: &BucketNow) -> String {
+    now.flows
+        .get(&o.rid)
+        .or_else(|| now.released.get(&o.rid))
+        .cloned()
+        .unwrap_or_else(|| {
+            OrderMessage {
+                v: MESSAGE_VERSION,
+                reservation_id: o.rid.clone(),
+                sale_id: k.sale_id,
+                user_id: o.user.clone(),
+                reserved_at_ms: o.reserved_at_ms,
+                quantity: o.quantity,
+            }
+            .to_json()
+        })
+}
+
+/// [`restore`] for a sale of several units per buyer (`per_buyer` = `L`
+/// above 1, one bucket): the same flow records, `released` entries and
+/// statuses, but each buyer's mark is the list of their reservations that
+/// count against their allowance (`allowance::Held`, oldest first): their
+/// live orders, their released ones unless the sale lets released units be
+/// bought again (`rebuy`), then the reservations in flight. A reservation in
+/// flight that would take its buyer over `L` is a duplicate: released.
+/// Every count is in units too (`held_units`, `gone_units`).
+pub fn restore_multi(
+    pipe: &mut redis::Pipeline,
+    k: &SaleKeys,
+    orders: &[&OrderRow],
+    now: &BucketNow,
+    (rebuy, per_buyer): (bool, u32),
+) -> BucketRepair {
+    let mut out = BucketRepair::default();
+    let mut held: std::collections::BTreeMap<String, Held> = Default::default();
+    for o in orders {
+        let msg = message_of(k, o, now);
+        if o.status.is_released() {
+            pipe.hset(k.released(), &o.rid, &msg).ignore();
+            pipe.hdel(k.flow(), &o.rid).ignore();
+            if now.queue.contains(&msg) {
+                pipe.lrem(k.queue(), 0, &msg).ignore();
+            }
+            let word = match o.status {
+                OrderStatus::Cancelled => PurchaseStatus::Cancelled,
+                _ => PurchaseStatus::Expired,
+            };
+            pipe.hset(k.status(), &o.rid, word.as_str()).ignore();
+            out.released_orders += 1;
+            out.gone_units += u64::from(o.quantity);
+            if rebuy {
+                continue;
+            }
+        } else {
+            if !now.flows.contains_key(&o.rid) {
+                pipe.hset(k.flow(), &o.rid, &msg).ignore();
+            }
+            pipe.hdel(k.released(), &o.rid).ignore();
+            pipe.hset(k.status(), &o.rid, live_word(o.status).as_str())
+                .ignore();
+            if let (OrderStatus::PendingPayment, Some(at)) = (o.status, o.pay_by_ms) {
+                pipe.hset(k.pay_by(), &o.rid, at).ignore();
+            }
+            out.orders += 1;
+            out.held_units += u64::from(o.quantity);
+        }
+        held.entry(o.user.clone()).or_default().0.push(Entry {
+            reservation_id: o.rid.clone(),
+            quantity: o.quantity,
+        });
+    }
+    waiting_multi(pipe, k, orders, now, per_buyer, (&mut held, &mut out));
+    for user in now.buyers.keys().filter(|u| !held.contains_key(*u)) {
+        pipe.hdel(k.buyers(), user).ignore();
+    }
+    for (user, list) in held.iter().filter(|(_, l)| !l.0.is_empty()) {
+        pipe.hset(k.buyers(), user, list.to_string()).ignore();
+    }
+    out
+}
+
+/// The reservations in flight (flow records without an order) of a sale
+/// of several units per buyer, oldest first: each kept and added to its
+/// buyer's list in `held`, or released as a duplicate when it would take
+/// its buyer over `per_buyer` units ([`restore_multi`]).
+fn waiting_multi(
+    pipe: &mut redis::Pipeline,
+    k: &SaleKeys,
+    orders: &[&OrderRow],
+    now: &BucketNow,
+    per_buyer: u32,
+    (held, out): (
+        &mut std::collections::BTreeMap<String, Held>,
+        &mut BucketRepair,
+    ),
+) {
+    let ordered: HashSet<&str> = orders.iter().map(|o| o.rid.as_str()).collect();
+    let mut waiting: Vec<(u64, &String, &String, Option<OrderMessage>)> = now
+        .flows
+        .iter()
+        .filter(|(rid, _)| !ordered.contains(rid.as_str()))
+        .map(|(rid, raw)| {
+            let m = OrderMessage::parse(raw.as_bytes()).ok();
+            (m.as_ref().map_or(0, |m| m.reserved_at_ms), rid, raw, m)
+        })
+        .collect();
+    waiting.sort_by(|a, b| (a.0, a.1).cmp(&(b.0, b.1)));
+    for (_, rid, raw, m) in waiting {
+        let Some(m) = m else {
+            // Not a message: nobody's allowance; left as it is.
+            out.in_flight += 1;
+            out.held_units += 1;
+            continue;
+        };
+        let list = held.entry(m.user_id.clone()).or_default();
+        if list.units() + u64::from(m.quantity) > u64::from(per_buyer) {
+            pipe.hdel(k.flow(), rid).ignore();
+            pipe.hset(k.status(), rid, PurchaseStatus::Failed.as_str())
+                .ignore();
+            if now.queue.contains(raw) {
+                pipe.lrem(k.queue(), 0, raw).ignore();
+            }
+            out.duplicates.push(rid.clone());
+            out.gone_units += u64::from(m.quantity);
+        } else {
+            list.0.push(Entry {
+                reservation_id: rid.clone(),
+                quantity: m.quantity,
+            });
+            out.in_flight += 1;
+            out.held_units += u64::from(m.quantity);
+        }
+    }
+}
+
+/// The purchase status of an order holding units.
+fn live_word(status: OrderStatus) -> PurchaseStatus {
+    match status {
+        OrderStatus::PendingPayment => PurchaseStatus::PendingPayment,
+        OrderStatus::Paid => PurchaseStatus::Paid,
+        _ => PurchaseStatus::Confirmed,
+    }
 }
 
 /// The meta field that holds the mark of the repair that last rebuilt the

@@ -19,7 +19,7 @@
 //! - `support/`: the helpers the test files share (its own `# Layout`).
 //! - `AREA_TOPIC.rs`: the tests, by area: `api_*`, `cluster_*`, `e2e_*`,
 //!   `gateway_*`, `ha_*` (replicas, Sentinel, failover), `harness_*`, `load_*`, `metrics_*`, `ops_*`,
-//!   `order_lifecycle*`, `reconciler_*`, `redis_*`, `reservation`,
+//!   `order_lifecycle*`, `quantity_*` (several units per purchase), `reconciler_*`, `redis_*`, `reservation`,
 //!   `sale_*`, `schema_*`, `script_*`, `services_*`, `systemd_*`,
 //!   `tidy` (conventions of the sources and docs), `tiny_http_*`, `worker_*`.
 #![forbid(unsafe_code)]
@@ -71,6 +71,9 @@ mod order_lifecycle_deadline;
 mod order_lifecycle_http;
 mod order_lifecycle_payments;
 mod order_lifecycle_race;
+mod quantity_lifecycle;
+mod quantity_reconciler;
+mod quantity_worker;
 mod reconciler_backlog;
 mod reconciler_cli;
 mod reconciler_documented;

@@ -139,7 +139,7 @@ fn each_change_takes_effect_in_mysql_redis_the_log_and_a_caching_gateway_within_
     assert_eq!(words[0], s, "{out}");
     assert_eq!(
         &words[5..],
-        ["active", "5", "4", "1", "1", "0", "-"],
+        ["active", "5", "4", "1", "1", "0", "1/1", "-"],
         "{out}"
     );
 
@@ -308,7 +308,7 @@ fn each_change_takes_effect_in_mysql_redis_the_log_and_a_caching_gateway_within_
         .collect();
     assert_eq!(
         &words[5..],
-        ["active", "8", "2", "6", "6", "0", "-"],
+        ["active", "8", "2", "6", "6", "0", "1/1", "-"],
         "{out}"
     );
     // Every started row has exactly one completion.

@@ -12,10 +12,15 @@
 //!    different orders, cannot form a cycle). No row: unknown sale.
 //! 2. Read which reservation ids (or `(sale_id, user_id)` pairs) already have
 //!    an order. A message whose reservation id has one is already done and
-//!    left alone (idempotency). A message whose buyer holds an order of this
-//!    sale from ANOTHER reservation (in MySQL, or earlier in this batch) is a
-//!    [`Conflict`]: not applied, not done; the caller dead-letters it.
-//! 3. `INSERT IGNORE INTO orders` for the rest (`quantity = 1`,
+//!    left alone (idempotency). In a sale of one unit per buyer
+//!    (`sales.per_user_limit` = 1), a message whose buyer holds an order of
+//!    this sale from ANOTHER reservation (in MySQL, or earlier in this batch)
+//!    is a [`Conflict`]: not applied, not done; the caller dead-letters it.
+//!    A sale of several units per buyer has no such conflict: a buyer may
+//!    hold several orders, Redis keeps their limit (the reconciler checks it).
+//! 3. `INSERT IGNORE INTO orders` for the rest (`quantity` = the message's,
+//!    `multi_unit` = the sale's `per_user_limit` > 1, which makes the
+//!    order's live key its reservation id, `schema.rs` migration 9;
 //!    `reserved_at = FROM_UNIXTIME(ms / 1000)`; `status = 'confirmed'` when
 //!    the sale has no payment window, else `pending_payment` with `pay_by`
 //!    = reservation time + `sales.payment_window_ms`; a reservation that
@@ -23,10 +28,14 @@
 //!    the expiry sweep releases it like any other, `expiry.rs`). A buyer
 //!    "holds" an order unless it was released (`live_user_id`).
 //! 4. `INSERT IGNORE INTO stock_ledger` one row per new order
-//!    (`delta = -1`, `reason = 'order'`), the rows the reconciler reads.
+//!    (`delta` = − its quantity, `reason = 'order'`), the rows the
+//!    reconciler reads.
 //! 5. `UPDATE sales SET available_stock = available_stock - n WHERE id = ?
-//!    AND available_stock >= n` with `n` = new orders. No row changed: the
-//!    batch would oversell; roll back and report [`Applied::StockExhausted`].
+//!    AND available_stock >= n` with `n` = the units of the new orders (the
+//!    sum of their quantities). No row changed: the batch would oversell;
+//!    roll back and report [`Applied::StockExhausted`] (the caller then
+//!    applies the batch message by message, so a message of N units that
+//!    does not fit is refused alone).
 //!
 //! The fresh path, tried first: most batches are new reservations, so the
 //! transaction skips step 2's read (a 512-value `IN` over two indexes, ~10 %
@@ -74,8 +83,8 @@ pub struct Conflict {
 /// What one application of a batch did. Every variant leaves MySQL consistent.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Applied {
-    /// Committed: `inserted` new orders (with as many ledger rows and units
-    /// decremented); `already` messages had their order already (same
+    /// Committed: `inserted` new orders (with as many ledger rows, and
+    /// their units decremented); `already` messages had their order already (same
     /// reservation id); the `conflicts` were refused, nothing written for
     /// them.
     Done {
@@ -204,22 +213,31 @@ fn apply_in_transaction(
 }
 
 /// Step 1: `BEGIN` and the sale row locked; `None` (rolled back) when the
-/// sale has no row. Returns the transaction, `available_stock` and
-/// `payment_window_ms`. Dropping the transaction without commit rolls it
-/// back, so every `?` after this is safe.
+/// sale has no row. Returns the transaction, `available_stock` and the
+/// terms the rows are written with. Dropping the transaction without
+/// commit rolls it back, so every `?` after this is safe.
 ///
 /// Errors: MySQL failures.
 fn lock_sale(
     conn: &mut Conn,
     sale_id: u64,
-) -> Result<Option<(Transaction<'_>, i64, Option<u64>)>, ApplyError> {
+) -> Result<Option<(Transaction<'_>, i64, Terms)>, ApplyError> {
     let mut tx = conn.start_transaction(TxOpts::default())?;
-    let sale: Option<(i64, Option<u64>)> = tx.exec_first(
-        "SELECT available_stock, payment_window_ms FROM sales WHERE id = ? FOR UPDATE",
+    let sale: Option<(i64, Option<u64>, bool)> = tx.exec_first(
+        "SELECT available_stock, payment_window_ms, per_user_limit > 1 FROM sales
+         WHERE id = ? FOR UPDATE",
         (sale_id,),
     )?;
     match sale {
-        Some((available, window_ms)) => Ok(Some((tx, available, window_ms))),
+        Some((available, window_ms, multi_unit)) => Ok(Some((
+            tx,
+            available,
+            Terms {
+                sale_id,
+                window_ms,
+                multi_unit,
+            },
+        ))),
         None => {
             tx.rollback()?;
             Ok(None)
@@ -237,19 +255,19 @@ fn apply_fresh(
     sale_id: u64,
     msgs: &[&OrderMessage],
 ) -> Result<Option<Applied>, ApplyError> {
-    let Some((mut tx, available, window_ms)) = lock_sale(conn, sale_id)? else {
+    let Some((mut tx, available, terms)) = lock_sale(conn, sale_id)? else {
         return Ok(Some(Applied::UnknownSale));
     };
+    let window_ms = terms.window_ms;
     let n = msgs.len();
     if n == 0 {
         tx.rollback()?;
         return Ok(Some(Applied::nothing()));
     }
-    if available < n as i64 {
+    if available < units(msgs) as i64 {
         tx.rollback()?;
         return Ok(None);
     }
-    let terms = Terms { sale_id, window_ms };
     if insert_rows(&mut tx, &ORDERS, &terms, msgs)? != n as u64 {
         tx.rollback()?;
         return Ok(None);
@@ -277,7 +295,7 @@ fn ledger_and_decrement(
     new: &[&OrderMessage],
 ) -> Result<bool, ApplyError> {
     insert_all(tx, &LEDGER, terms, new)?;
-    let n = new.len() as u64;
+    let n = units(new);
     // Step 5: the guarded decrement.
     tx.exec_drop(
         "UPDATE sales SET available_stock = available_stock - ? WHERE id = ? AND available_stock >= ?",
@@ -294,15 +312,16 @@ fn apply_checked(
     sale_id: u64,
     msgs: &[&OrderMessage],
 ) -> Result<Applied, ApplyError> {
-    let Some((mut tx, available, window_ms)) = lock_sale(conn, sale_id)? else {
+    let Some((mut tx, available, terms)) = lock_sale(conn, sale_id)? else {
         return Ok(Applied::UnknownSale);
     };
+    let window_ms = terms.window_ms;
     if msgs.is_empty() {
         tx.rollback()?;
         return Ok(Applied::nothing());
     }
     let existing = existing_orders(&mut tx, sale_id, msgs)?;
-    let plan = Plan::sort(sale_id, msgs, &existing);
+    let plan = Plan::sort(&terms, msgs, &existing);
     if plan.new.is_empty() {
         tx.commit()?;
         return Ok(Applied::Done {
@@ -313,11 +332,10 @@ fn apply_checked(
         });
     }
     let n = plan.new.len();
-    if available < n as i64 {
+    if available < units(&plan.new) as i64 {
         tx.rollback()?;
         return Ok(Applied::StockExhausted);
     }
-    let terms = Terms { sale_id, window_ms };
     insert_all(&mut tx, &ORDERS, &terms, &plan.new)?;
     if !ledger_and_decrement(&mut tx, &terms, &plan.new)? {
         tx.rollback()?;
@@ -332,6 +350,11 @@ fn apply_checked(
         conflicts,
         window_ms,
     })
+}
+
+/// The units of `msgs`: the sum of their quantities.
+fn units(msgs: &[&OrderMessage]) -> u64 {
+    msgs.iter().map(|m| u64::from(m.quantity)).sum()
 }
 
 /// An order row read by step 2: `(id, reservation_id, sale_id,
@@ -376,13 +399,15 @@ struct Plan<'m> {
 }
 
 impl<'m> Plan<'m> {
-    /// Sorts `msgs` given the `existing` orders of step 2.
-    fn sort(sale_id: u64, msgs: &[&'m OrderMessage], existing: &'m [OrderRow]) -> Plan<'m> {
+    /// Sorts `msgs` given the `existing` orders of step 2 (no buyer
+    /// conflicts in a sale of several units per buyer).
+    fn sort(terms: &Terms, msgs: &[&'m OrderMessage], existing: &'m [OrderRow]) -> Plan<'m> {
+        let (sale_id, multi_unit) = (terms.sale_id, terms.multi_unit);
         let mut seen_rids: HashSet<&str> = existing.iter().map(|(_, r, _, _)| r.as_str()).collect();
         // Buyer -> (order id, or None for an order of this batch; reservation id).
         let mut holders: HashMap<&str, (Option<u64>, &str)> = existing
             .iter()
-            .filter(|(_, _, s, _)| *s == sale_id)
+            .filter(|(_, _, s, _)| *s == sale_id && !multi_unit)
             .filter_map(|(id, r, _, u)| Some((u.as_deref()?, (Some(*id), r.as_str()))))
             .collect();
         let mut plan = Plan {
@@ -398,7 +423,9 @@ impl<'m> Plan<'m> {
                 plan.refused.push((i, *id, rid));
             } else {
                 seen_rids.insert(m.reservation_id.as_str());
-                holders.insert(m.user_id.as_str(), (None, m.reservation_id.as_str()));
+                if !multi_unit {
+                    holders.insert(m.user_id.as_str(), (None, m.reservation_id.as_str()));
+                }
                 plan.new.push(m);
             }
         }
@@ -424,13 +451,15 @@ struct Terms {
     sale_id: u64,
     /// `sales.payment_window_ms`: `None` when orders are final at creation.
     window_ms: Option<u64>,
+    /// `sales.per_user_limit` > 1: the orders' `multi_unit`.
+    multi_unit: bool,
 }
 
-/// Step 3: the orders (`quantity = 1`; `confirmed`, or `pending_payment`
-/// with its `pay_by` when the sale has a payment window).
+/// Step 3: the orders (the message's quantity; `confirmed`, or
+/// `pending_payment` with its `pay_by` when the sale has a payment window).
 const ORDERS: MultiInsert = MultiInsert {
-    head: "INSERT IGNORE INTO orders (reservation_id, sale_id, user_id, quantity, status, reserved_at, pay_by) VALUES",
-    row: "(?, ?, ?, 1, ?, FROM_UNIXTIME(? / 1000), FROM_UNIXTIME(? / 1000))",
+    head: "INSERT IGNORE INTO orders (reservation_id, sale_id, user_id, quantity, multi_unit, status, reserved_at, pay_by) VALUES",
+    row: "(?, ?, ?, ?, ?, ?, FROM_UNIXTIME(? / 1000), FROM_UNIXTIME(? / 1000))",
     values: |t, m| {
         let status = match t.window_ms {
             None => OrderStatus::Confirmed,
@@ -440,6 +469,8 @@ const ORDERS: MultiInsert = MultiInsert {
             Value::from(m.reservation_id.as_str()),
             Value::from(t.sale_id),
             Value::from(m.user_id.as_str()),
+            Value::from(m.quantity),
+            Value::from(t.multi_unit),
             Value::from(status.as_str()),
             Value::from(m.reserved_at_ms),
             Value::from(t.window_ms.map(|w| m.reserved_at_ms.saturating_add(w))),
@@ -448,16 +479,17 @@ const ORDERS: MultiInsert = MultiInsert {
     what: "new orders",
 };
 
-/// Step 4: the stock ledger, one row per new order.
+/// Step 4: the stock ledger, one row per new order (delta − its quantity).
 const LEDGER: MultiInsert = MultiInsert {
     head:
         "INSERT IGNORE INTO stock_ledger (reservation_id, sale_id, user_id, delta, reason) VALUES",
-    row: "(?, ?, ?, -1, 'order')",
+    row: "(?, ?, ?, ?, 'order')",
     values: |t, m| {
         vec![
             Value::from(m.reservation_id.as_str()),
             Value::from(t.sale_id),
             Value::from(m.user_id.as_str()),
+            Value::from(-i64::from(m.quantity)),
         ]
     },
     what: "ledger rows",

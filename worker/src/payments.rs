@@ -230,7 +230,8 @@ pub(crate) fn write_paid(
 /// Redis step is logged and left to the next sweep (MySQL's decision
 /// stands; retrying the message would find the order no longer pending).
 fn apply_cancel(con: &mut Con, db: &mut mysql::Conn, m: &CancelMessage) -> Result<usize, String> {
-    let decided = lifecycle::cancel(db, m.sale_id, &m.user_id).map_err(|e| e.to_string())?;
+    let decided = lifecycle::cancel_named(db, m.sale_id, &m.user_id, Some(&m.reservation_id))
+        .map_err(|e| e.to_string())?;
     let index = match &decided {
         Cancelled::Done(_) => 0,
         Cancelled::NoOrder => 1,

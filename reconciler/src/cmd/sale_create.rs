@@ -14,8 +14,10 @@ use crate::redis_read::read_meta;
 use crate::sale_read::fetch_sale;
 use mysql::prelude::Queryable;
 use redis::Commands;
+use seckill_common::allowance::MAX_UNITS;
 use seckill_common::keys::SaleKeys;
 use seckill_common::redis_target::Con;
+use seckill_common::sale::Limits;
 use seckill_common::timefmt::format_ms;
 use seckill_common::timefmt::parse_time_ms;
 use std::collections::HashMap;
@@ -33,8 +35,9 @@ pub fn run(config: &Config, a: &SaleCreate) -> Result<u8, RunError> {
     let mut con = connect::redis(&config.services)?;
     db.exec_drop(
         "INSERT INTO sales (sku, title, price_cents, total_stock, available_stock, starts_at, ends_at,
-                            payment_window_ms, rebuy_after_release, buckets)
-         VALUES (?, ?, ?, ?, ?, FROM_UNIXTIME(? / 1000), FROM_UNIXTIME(? / 1000), ?, ?, ?)",
+                            payment_window_ms, rebuy_after_release, buckets,
+                            per_user_limit, max_per_purchase)
+         VALUES (?, ?, ?, ?, ?, FROM_UNIXTIME(? / 1000), FROM_UNIXTIME(? / 1000), ?, ?, ?, ?, ?)",
         (
             &a.sku,
             &a.title,
@@ -46,12 +49,16 @@ pub fn run(config: &Config, a: &SaleCreate) -> Result<u8, RunError> {
             a.payment_window_ms,
             a.rebuy_after_release,
             a.shards,
+            a.limits.max_per_buyer,
+            a.limits.max_per_purchase,
         ),
     )?;
     let id = db.last_insert_id();
     let sale = fetch_sale(&mut db, id)?
         .ok_or_else(|| RunError::NoSuch(format!("the new sale {id} vanished from MySQL")))?;
-    let loaded = match seckill_common::buckets::load_into_redis(&mut con, &sale, a.shards, 0) {
+    let loaded = match seckill_common::buckets::load_limited_into_redis(
+        &mut con, &sale, a.shards, 0, a.limits,
+    ) {
         Ok(loaded) => loaded,
         Err(e) => {
             let undo = delete_sale(&mut db, id);
@@ -75,7 +82,7 @@ pub fn run(config: &Config, a: &SaleCreate) -> Result<u8, RunError> {
         return Ok(2);
     }
     eprintln!(
-        "created sale {id}: {} unit{} of {} from {} to {}{}",
+        "created sale {id}: {} unit{} of {} from {} to {}{}{}",
         sale.total_stock,
         if sale.total_stock == 1 { "" } else { "s" },
         sale.sku,
@@ -84,6 +91,13 @@ pub fn run(config: &Config, a: &SaleCreate) -> Result<u8, RunError> {
         match a.shards {
             1 => String::new(),
             k => format!(", in {k} buckets"),
+        },
+        match a.limits.max_per_buyer {
+            1 => String::new(),
+            l => format!(
+                ", up to {l} units per buyer, {} per purchase",
+                a.limits.max_per_purchase
+            ),
         }
     );
     outln!("{id}");
@@ -143,6 +157,10 @@ pub struct SaleCreate {
     /// `--shards K`: buckets (1 ..= `buckets::MAX_BUCKETS`, default 1);
     /// above 1 only without a payment window.
     pub shards: u32,
+    /// `--max-per-buyer L` (1 ..= `MAX_UNITS`, default 1) and
+    /// `--max-per-purchase Q` (1 ..= `L`, default `L`); `L` above 1 only
+    /// with one bucket.
+    pub limits: Limits,
 }
 
 /// `sale create --sku --stock --starts-at --ends-at [--title] [--price-cents]`.
@@ -223,6 +241,7 @@ pub fn parse(opts: &mut Opts, now_ms: u64) -> Result<Command, UsageError> {
         return err("--rebuy-after-release needs --payment-window");
     }
     let shards = shards(opts)?;
+    let limits = limits(opts, shards)?;
     Ok(Command::SaleCreate(SaleCreate {
         sku,
         stock,
@@ -233,5 +252,41 @@ pub fn parse(opts: &mut Opts, now_ms: u64) -> Result<Command, UsageError> {
         payment_window_ms,
         rebuy_after_release,
         shards,
+        limits,
     }))
+}
+
+/// `--max-per-buyer L --max-per-purchase Q` (defaults 1 and `L`).
+fn limits(opts: &mut Opts, shards: u32) -> Result<Limits, UsageError> {
+    let unit = |name: &str, v: Option<String>, max: u32| -> Result<Option<u32>, UsageError> {
+        v.map(|v| {
+            v.parse()
+                .ok()
+                .filter(|n| (1..=max).contains(n))
+                .ok_or_else(|| {
+                    UsageError::new(format!(
+                        "--{name} {v:?}: expected an integer from 1 to {max}"
+                    ))
+                })
+        })
+        .transpose()
+    };
+    let l = unit("max-per-buyer", opts.take("max-per-buyer"), MAX_UNITS)?.unwrap_or(1);
+    let q = match unit("max-per-purchase", opts.take("max-per-purchase"), MAX_UNITS)? {
+        Some(q) if q > l => {
+            return err(format!(
+                "--max-per-purchase {q} is above --max-per-buyer {l}: one purchase cannot \
+                 take more than a buyer may hold"
+            ))
+        }
+        Some(q) => q,
+        None => l,
+    };
+    if l > 1 && shards > 1 {
+        return err("a split sale sells one unit per buyer; --max-per-buyer needs --shards 1");
+    }
+    Ok(Limits {
+        max_per_buyer: l,
+        max_per_purchase: q,
+    })
 }

@@ -27,6 +27,8 @@ struct Listed {
     paused_by: Option<String>,
     data_loss: Option<String>,
     archived: bool,
+    /// `per_user_limit/max_per_purchase`.
+    limit: String,
 }
 
 type Row = (
@@ -40,6 +42,8 @@ type Row = (
     Option<String>,
     Option<String>,
     i64,
+    u32,
+    u32,
 );
 
 fn read(db: &mut mysql::Conn) -> Result<Vec<Listed>, RunError> {
@@ -47,35 +51,39 @@ fn read(db: &mut mysql::Conn) -> Result<Vec<Listed>, RunError> {
         "SELECT s.id, s.sku, CAST(UNIX_TIMESTAMP(s.starts_at) * 1000 AS SIGNED),
                 CAST(UNIX_TIMESTAMP(s.ends_at) * 1000 AS SIGNED), s.total_stock,
                 s.available_stock, s.paused_reason, s.paused_by, r.paused_reason,
-                s.archived_at IS NOT NULL
+                s.archived_at IS NOT NULL, s.per_user_limit, s.max_per_purchase
          FROM sales s LEFT JOIN sale_redis_state r ON r.sale_id = s.id ORDER BY s.id",
     )?;
     let counts: Vec<(u64, u64, u64)> = db.query(
-        "SELECT sale_id, CAST(SUM(status NOT IN ('expired', 'cancelled')) AS UNSIGNED),
-                CAST(SUM(status = 'paid') AS UNSIGNED)
+        "SELECT sale_id,
+                CAST(SUM(IF(status NOT IN ('expired', 'cancelled'), quantity, 0)) AS UNSIGNED),
+                CAST(SUM(IF(status = 'paid', quantity, 0)) AS UNSIGNED)
          FROM orders GROUP BY sale_id",
     )?;
     let counts: std::collections::HashMap<u64, (u64, u64)> =
         counts.into_iter().map(|(s, o, p)| (s, (o, p))).collect();
     Ok(rows
         .into_iter()
-        .map(|(id, sku, s, e, total, available, pr, pb, dl, archived)| {
-            let (ordered, paid) = counts.get(&id).copied().unwrap_or((0, 0));
-            Listed {
-                id,
-                sku,
-                starts_at_ms: s.max(0) as u64,
-                ends_at_ms: e.max(0) as u64,
-                total,
-                available,
-                ordered,
-                paid,
-                paused_reason: pr,
-                paused_by: pb,
-                data_loss: dl,
-                archived: archived == 1,
-            }
-        })
+        .map(
+            |(id, sku, s, e, total, available, pr, pb, dl, archived, l, q)| {
+                let (ordered, paid) = counts.get(&id).copied().unwrap_or((0, 0));
+                Listed {
+                    id,
+                    sku,
+                    starts_at_ms: s.max(0) as u64,
+                    ends_at_ms: e.max(0) as u64,
+                    total,
+                    available,
+                    ordered,
+                    paid,
+                    paused_reason: pr,
+                    paused_by: pb,
+                    data_loss: dl,
+                    archived: archived == 1,
+                    limit: format!("{l}/{q}"),
+                }
+            },
+        )
         .collect())
 }
 
@@ -140,7 +148,7 @@ pub fn run(config: &Config) -> Result<u8, RunError> {
             (None, None) => "-".to_string(),
         };
         lines.push(format!(
-            "{:<6} {:<16} {} .. {}  {:<9} {:>8} {:>8} {:>8} {:>8} {:>8}  {paused}",
+            "{:<6} {:<16} {} .. {}  {:<9} {:>8} {:>8} {:>8} {:>8} {:>8} {:>7}  {paused}",
             l.id,
             l.sku,
             format_ms(l.starts_at_ms),
@@ -150,14 +158,24 @@ pub fn run(config: &Config) -> Result<u8, RunError> {
             left,
             reserved,
             l.ordered,
-            l.paid
+            l.paid,
+            l.limit
         ));
     }
     write_stdout(|w| {
         writeln!(
             w,
-            "{:<6} {:<16} {:<52}  {:<9} {:>8} {:>8} {:>8} {:>8} {:>8}  paused",
-            "id", "sku", "window (UTC)", "state", "total", "left", "reserved", "ordered", "paid"
+            "{:<6} {:<16} {:<52}  {:<9} {:>8} {:>8} {:>8} {:>8} {:>8} {:>7}  paused",
+            "id",
+            "sku",
+            "window (UTC)",
+            "state",
+            "total",
+            "left",
+            "reserved",
+            "ordered",
+            "paid",
+            "limit"
         )?;
         for line in &lines {
             writeln!(w, "{line}")?;

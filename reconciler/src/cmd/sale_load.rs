@@ -64,6 +64,15 @@ pub fn run(config: &Config, id: u64, shards: Option<u32>) -> Result<u8, RunError
         (Some(k), _) => k,
         (None, s) => s.unwrap_or(1),
     };
+    let limits = seckill_common::sale::Limits::read(&mut db, id)?;
+    if limits.max_per_buyer > 1 && buckets > 1 {
+        eprintln!(
+            "seckill-reconciler: sale {id} sells up to {} units per buyer: a split sale sells \
+             one unit per buyer; --max-per-buyer needs --shards 1; nothing loaded",
+            limits.max_per_buyer
+        );
+        return Ok(64);
+    }
     if recorded.is_none() {
         db.exec_drop(
             "UPDATE sales SET buckets = ? WHERE id = ? AND buckets IS NULL",
@@ -81,7 +90,9 @@ pub fn run(config: &Config, id: u64, shards: Option<u32>) -> Result<u8, RunError
         );
         return Ok(2);
     }
-    let loaded = seckill_common::buckets::load_into_redis(&mut con, &sale, buckets, ordered)?;
+    let loaded = seckill_common::buckets::load_limited_into_redis(
+        &mut con, &sale, buckets, ordered, limits,
+    )?;
     // Live either way now (a load interrupted before its record, or a sale
     // from before the record, is recorded by this one).
     seckill_common::load_record::record(&mut db, id)?;

@@ -17,8 +17,8 @@ use std::collections::HashMap;
 use std::io::Write;
 
 /// The mark `sale show` puts under its books when the ledger's deductions
-/// and the orders holding a unit differ (each order holds exactly one
-/// deduction): which side has more, and the finding `run` opens for it.
+/// and the units orders hold differ (each order holds its quantity's
+/// deduction; the row `orders holding` counts units): which side has more, and the finding `run` opens for it.
 fn ledger_mark(ledger: i64, orders: u64) -> Option<String> {
     let diff = ledger - i64::try_from(orders).unwrap_or(i64::MAX);
     match diff {
@@ -47,6 +47,8 @@ struct MysqlSide {
     by_status: Vec<(String, u64)>,
     /// When and by whom it was archived, if it was.
     archived: Option<(u64, String)>,
+    /// `sales.per_user_limit` and `max_per_purchase`.
+    limits: seckill_common::sale::Limits,
 }
 
 /// What Redis holds of the sale (summed over its buckets).
@@ -101,6 +103,7 @@ fn read_mysql(db: &mut mysql::Conn, sale: Sale) -> Result<MysqlSide, RunError> {
     )?;
     let archived = crate::sale_read::sale_state(db, id)?
         .and_then(|s| Some((s.tombstone.archived_at_ms, s.archived_by?)));
+    let limits = seckill_common::sale::Limits::read(db, id)?;
     Ok(MysqlSide {
         sale,
         orders,
@@ -108,6 +111,7 @@ fn read_mysql(db: &mut mysql::Conn, sale: Sale) -> Result<MysqlSide, RunError> {
         window,
         by_status,
         archived,
+        limits,
     })
 }
 
@@ -220,12 +224,27 @@ fn write_stock(w: &mut dyn Write, m: &MysqlSide, r: &RedisSide) -> std::io::Resu
         m.sale.available_stock,
         r.stock.map_or_else(not_loaded, |s| s.to_string())
     )?;
+    write_limits(w, m, r)?;
     writeln!(w, "ledger deductions {:<12} -", m.ledger)?;
     writeln!(w, "orders holding    {:<12} -", m.orders)?;
     if let Some(mark) = ledger_mark(m.ledger, m.orders) {
         writeln!(w, "                  ! {mark}")?;
     }
     Ok(())
+}
+
+/// Writes the units a buyer may hold and a purchase may take (`L/Q`), on
+/// both sides, when either side has more than one unit per buyer (a sale
+/// of one unit per buyer has no such meta fields).
+fn write_limits(w: &mut dyn Write, m: &MysqlSide, r: &RedisSide) -> std::io::Result<()> {
+    use seckill_common::allowance::{MAX_PER_BUYER_FIELD, MAX_PER_PURCHASE_FIELD};
+    let l = r.meta.get(MAX_PER_BUYER_FIELD).copied().unwrap_or(1);
+    let q = r.meta.get(MAX_PER_PURCHASE_FIELD).copied().unwrap_or(l);
+    if m.limits.max_per_buyer == 1 && l == 1 {
+        return Ok(());
+    }
+    let mysql = format!("{}/{}", m.limits.max_per_buyer, m.limits.max_per_purchase);
+    writeln!(w, "per buyer/purchase {mysql:<11} {l}/{q}")
 }
 
 /// Writes the order lifecycle's rows: the payment window and the orders

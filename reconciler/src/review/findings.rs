@@ -64,6 +64,11 @@ stored_enum! {
         /// A payment received for an order its buyer had cancelled before
         /// the payment was applied: refund it (not late: the buyer cancelled).
         PaymentAfterCancellation => "payment_after_cancellation",
+        /// A buyer whose orders holding units in MySQL sum to more than the
+        /// sale's per-buyer limit (`sales.per_user_limit`): Redis's
+        /// allowance was bypassed or lost (critical). A person decides which
+        /// order to cancel and refund.
+        BuyerOverLimit => "buyer_over_limit",
     }
 }
 

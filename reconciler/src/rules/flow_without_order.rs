@@ -1,6 +1,7 @@
 //! Owns the `flow_without_order` rule: a flow record older than the grace
 //! period with no order, neither queued nor in a processing list after every
-//! re-check (`scan.rs`, step 6), is a unit taken that no order holds. Open,
+//! re-check (`scan.rs`, step 6), is units taken that no order holds (the
+//! evidence's `units`: the message's quantity). Open,
 //! with the worker's reason when the message was dead-lettered. A flow
 //! record whose unit MySQL's ledger deducted is not one: it is the
 //! evidence of a `ledger_without_order` (`ledger_without_order.rs`), whose
@@ -33,6 +34,7 @@ pub fn observe(s: &SaleScan) -> Vec<Observation> {
                     "flow_record": u.flow_record,
                     "status": u.status,
                     "age_ms": msg.as_ref().map(|m| now_ms.saturating_sub(m.reserved_at_ms)),
+                    "units": msg.as_ref().map(|m| m.quantity),
                     "queued_or_in_flight": false,
                     "dead_letter_reason": dl.map(|d| d.reason.clone()),
                 }),

@@ -30,7 +30,7 @@ pub fn observe(s: &SaleScan) -> Vec<Observation> {
                         "id": d.id,
                         "reservation_id": d.reservation_id,
                         "user_id": d.user_id,
-                        "delta": -1,
+                        "delta": d.delta,
                         "reason": d.reason,
                         "created_at": format_ms(d.created_ms),
                     },

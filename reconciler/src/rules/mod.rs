@@ -17,8 +17,10 @@
 //! | released in MySQL, held in Redis | [`released_held`] | `auto_fixed` by doing the release's Redis step |
 //! | a payment not applied as `paid` | [`payments`] | open, one per payment id (`late_payment`, `payment_amount_mismatch`, ...) |
 //! | an entry of the payment queue's dead letters | [`payment_dead_letter`] | `dead_letter` of sale 0, open, one per entry; only `--dismiss` |
+//! | a buyer over the sale's per-buyer limit in MySQL | [`buyer_over_limit`] | open, critical, one per buyer |
 //! | transfers between a sale's buckets | [`transfers`] | `stock_mismatch`: a half-done transfer completed (`auto_fixed`); unbalanced bucket books, one-sided transfers open |
 
+pub mod buyer_over_limit;
 pub mod dead_letter;
 pub mod flow_without_order;
 pub mod ledger_without_order;
@@ -106,6 +108,11 @@ pub fn reconcile_sale(ctx: &mut Ctx<'_>, sale_id: u64) -> Result<Option<SaleRepo
     out.extend(released_held::observe(ctx.mysql, ctx.redis, &s)?);
     out.extend(payments::observe(sale_id, &s.odd_payments));
     out.extend(stock_mismatch::observe(&s));
+    out.extend(buyer_over_limit::observe(
+        ctx.mysql,
+        sale_id,
+        s.books.per_user_limit,
+    )?);
     let SaleScan { dead, .. } = s;
     out.extend(dead_letter::observations(sale_id, dead));
     Ok(Some(report))

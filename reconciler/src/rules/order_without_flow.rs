@@ -1,6 +1,9 @@
 //! Owns the `order_without_flow` rule: an order MySQL holds whose flow record
 //! Redis does not (or whose reservation id is not one of ours). Open; the
-//! evidence says what Redis should hold, so a person can restore it.
+//! evidence says what Redis should hold, so a person can restore it: the
+//! order message with the order's quantity, and the buyer's mark (its
+//! reservation id; in a sale of several units per buyer, its `RID:Q` entry
+//! among the buyer's list, `allowance::Held`).
 
 use crate::review::findings::{Kind, Observation};
 use crate::rules::obs;
@@ -23,10 +26,14 @@ pub fn observe(s: &SaleScan) -> Vec<Observation> {
                     sale_id: s.sale_id,
                     user_id: d.user_id.clone(),
                     reserved_at_ms: d.reserved_at_ms,
-                    quantity: 1,
+                    quantity: d.quantity,
                 }
                 .to_json()
             });
+            let mark = match (s.books.per_user_limit, d) {
+                (l, Some(d)) if l > 1 => format!("{rid}:{}", d.quantity),
+                _ => rid.clone(),
+            };
             let mut o = obs(
                 Kind::OrderWithoutFlow,
                 s.sale_id,
@@ -34,7 +41,7 @@ pub fn observe(s: &SaleScan) -> Vec<Observation> {
                 json!({
                     "redis_should_hold": [
                         {"key": k.flow(), "field": rid, "value": should},
-                        {"key": k.buyers(), "field": d.map(|d| d.user_id.clone()), "value": rid},
+                        {"key": k.buyers(), "field": d.map(|d| d.user_id.clone()), "value": mark},
                     ],
                 }),
             );

@@ -32,20 +32,22 @@ pub fn observe(mysql: &mut mysql::Conn, s: &mut SaleScan) -> Result<Vec<Observat
         let fixed = if flow_ok && balanced {
             match compensate(mysql, s.sale_id, rid)? {
                 Compensation::Done {
+                    units,
                     ledger_id,
                     available_after,
                 } => {
-                    s.books.ledger_deductions += 1;
+                    let units = units as i64;
+                    s.books.ledger_deductions += units;
                     s.books.available_stock = available_after;
                     Some(format!(
-                        "inserted stock_ledger row {ledger_id} (reason compensation, delta -1); \
-                         available_stock {} -> {available_after}",
-                        available_after + 1
+                        "inserted stock_ledger row {ledger_id} (reason compensation, delta \
+                         -{units}); available_stock {} -> {available_after}",
+                        available_after + units
                     ))
                 }
                 Compensation::NotNeeded => continue, // deducted meanwhile
                 Compensation::NoStockLeft => {
-                    evidence["not_fixed"] = json!("available_stock is 0");
+                    evidence["not_fixed"] = json!("available_stock cannot cover the order's units");
                     None
                 }
             }

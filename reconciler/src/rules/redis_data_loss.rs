@@ -155,8 +155,8 @@ fn lost_reservations(
 }
 
 /// Units ever reserved at the last marks (every bucket's sequence mark)
-/// and orders MySQL holds of the sale (any status: each came from one
-/// reservation).
+/// and the units of the orders MySQL holds of the sale (any status: each
+/// came from one reservation of as many units).
 struct Unseen {
     reserved: u64,
     orders: u64,
@@ -179,8 +179,10 @@ fn unordered_at_last_marks(
         .iter()
         .map(|m| m.seq_high)
         .sum();
-    let orders: Option<u64> =
-        mysql.exec_first("SELECT COUNT(*) FROM orders WHERE sale_id = ?", (sale_id,))?;
+    let orders: Option<u64> = mysql.exec_first(
+        "SELECT CAST(COALESCE(SUM(quantity), 0) AS UNSIGNED) FROM orders WHERE sale_id = ?",
+        (sale_id,),
+    )?;
     Ok(Unseen {
         reserved: seq_high + split,
         orders: orders.unwrap_or(0),

@@ -29,12 +29,12 @@ pub fn observe(
             OrderRelease::Released { stock_after } => {
                 log::info!(
                     "sale {}: released order {} ({status}) was still held in Redis: \
-                     unit put back on sale, stock now {stock_after}",
+                     units put back on sale, stock now {stock_after}",
                     o.sale_id,
                     o.reservation_id
                 );
                 Some(format!(
-                    "did the release's Redis step: stock + 1 (now {stock_after}), \
+                    "did the release's Redis step: stock + the order's units (now {stock_after}), \
                      flow record moved to released, status {status}"
                 ))
             }

@@ -70,6 +70,16 @@ pub fn observe(
     }
     let orders: Option<i64> =
         mysql.exec_first("SELECT COUNT(*) FROM orders WHERE sale_id = ?", (sale_id,))?;
+    // A sale of several units per buyer: a flow record holds up to
+    // `max_per_purchase` units; the units taken are `total − stock`.
+    let reserved = match (
+        num(seckill_common::allowance::MAX_PER_BUYER_FIELD),
+        num("total_stock"),
+        stock,
+    ) {
+        (Some(l), Some(total), Some(left)) if l > 1 => total as i64 - left,
+        _ => reserved,
+    };
     let mut found = obs(
         Kind::SaleMissingInMysql,
         sale_id,

@@ -12,6 +12,8 @@
 //!   the real `seckill-reconciler` binary.
 //! - `lifecycle_http`: the order lifecycle over HTTP (payments, a buyer's
 //!   own purchase).
+//! - `quantity`: sales of several units per buyer, reservations of N units
+//!   written as the reservation script writes them.
 //! - `ops`: shipped configuration files templated for a test, repository
 //!   paths, a plain HTTP/1.0 GET.
 //! - `nginx_install`: nginx installed in a private prefix as
@@ -24,6 +26,7 @@ pub mod gateway;
 pub mod lifecycle_http;
 pub mod nginx_install;
 pub mod ops;
+pub mod quantity;
 pub mod reconciler;
 pub mod worker;
 

@@ -13,17 +13,18 @@ use seckill_common::redis_target::Con;
 ///
 /// Errors: MySQL failures.
 pub fn read_orders(db: &mut mysql::Conn, id: u64) -> Result<Vec<OrderRow>, RunError> {
-    // reservation id, user, reserved at ms, status, pay by ms
-    type Row = (String, String, Option<i64>, String, Option<i64>);
+    // reservation id, user, reserved at ms, status, pay by ms, quantity
+    type Row = (String, String, Option<i64>, String, Option<i64>, u32);
     let rows: Vec<Row> = db.exec(
         "SELECT reservation_id, user_id, CAST(UNIX_TIMESTAMP(reserved_at) * 1000 AS SIGNED),
-                status, CAST(UNIX_TIMESTAMP(pay_by) * 1000 AS SIGNED)
-         FROM orders WHERE sale_id = ?",
+                status, CAST(UNIX_TIMESTAMP(pay_by) * 1000 AS SIGNED), quantity
+         FROM orders WHERE sale_id = ? ORDER BY id",
         (id,),
     )?;
     Ok(rows
         .into_iter()
-        .map(|(rid, user, at, status, pay_by)| OrderRow {
+        .map(|(rid, user, at, status, pay_by, quantity)| OrderRow {
+            quantity,
             rid,
             user,
             reserved_at_ms: at.unwrap_or(0).max(0) as u64,

@@ -52,6 +52,7 @@ pub fn rebuild(
     let rebuy: bool = db
         .exec_first::<bool, _, _>("SELECT rebuy_after_release FROM sales WHERE id = ?", (id,))?
         .unwrap_or(false);
+    let limits = seckill_common::sale::Limits::read(db, id)?;
     let marks = data_loss::mysql_state(db, id)?;
     let mut all_marks = vec![(marks.seq_high, marks.checkpoint_high)];
     all_marks.extend(
@@ -69,8 +70,15 @@ pub fn rebuild(
         .collect();
     let mut books = repair_rebuild::read_books(con, &bucket_keys)?;
     repair_rebuild::match_books(&mut books, &mut pipes, &bucket_keys);
-    let (mut done, shares) =
-        restore_buckets(con, sale, k, &bucket_keys, &orders, &mut pipes, rebuy)?;
+    let (mut done, shares) = restore_buckets(
+        con,
+        sale,
+        k,
+        &bucket_keys,
+        &orders,
+        &mut pipes,
+        (rebuy, limits),
+    )?;
     // A bucket whose books give it fewer units than its orders hold: units
     // were moved out of it while its Redis was behind (after a failover,
     // before the pause: the hostile CI run saw 590 orders against 542
@@ -89,6 +97,7 @@ pub fn rebuild(
         let extra = Extra {
             mark: &mark,
             operator_pause: operator_pause.as_deref(),
+            limits,
         };
         if let Some(refused) =
             settle_bucket(con, sale, &bucket, &extra, &mut done[b], &mut pipes[b])?
@@ -127,7 +136,7 @@ fn restore_buckets(
     bucket_keys: &[SaleKeys],
     orders: &[OrderRow],
     pipes: &mut [redis::Pipeline],
-    rebuy: bool,
+    (rebuy, limits): (bool, seckill_common::sale::Limits),
 ) -> Result<(Vec<BucketRepair>, Vec<u64>), RunError> {
     let mut done: Vec<BucketRepair> = Vec::with_capacity(bucket_keys.len());
     let mut shares: Vec<u64> = Vec::with_capacity(bucket_keys.len());
@@ -137,7 +146,10 @@ fn restore_buckets(
             .filter(|o| seckill_common::buckets::home_bucket(&o.user, k) as usize == b)
             .collect();
         let now = repair_rebuild::read_now(con, bk)?;
-        let out = repair_rebuild::restore(&mut pipes[b], bk, &homed, &now, rebuy);
+        let out = match limits.max_per_buyer {
+            1 => repair_rebuild::restore(&mut pipes[b], bk, &homed, &now, rebuy),
+            l => repair_rebuild::restore_multi(&mut pipes[b], bk, &homed, &now, (rebuy, l)),
+        };
         shares.push(if k > 1 {
             seckill_common::buckets::share(sale.total_stock, k, b as u32)
         } else {
@@ -170,6 +182,8 @@ struct Extra<'a> {
     mark: &'a str,
     /// An operator's pause MySQL holds, kept in Redis.
     operator_pause: Option<&'a str>,
+    /// The sale's limits on units (in the meta when `L` is above 1).
+    limits: seckill_common::sale::Limits,
 }
 
 /// Gives bucket `bucket` its units, stock, sequence and checkpoint, and
@@ -198,7 +212,7 @@ fn settle_bucket(
     let moved_in: u64 = books.inn.values().map(|r| r.units).sum();
     let moved_out: u64 = books.out.values().map(|r| r.units).sum();
     out.total = share as i64 + moved_in as i64 - moved_out as i64;
-    out.stock = out.total - (out.orders + out.in_flight) as i64;
+    out.stock = out.total - out.held_units as i64;
     if out.stock < 0 {
         return Ok(Some(Outcome::refused(format!(
             "bucket {b} of sale {id} holds {} orders and {} reservations in flight, more \
@@ -212,10 +226,8 @@ fn settle_bucket(
     // The sequence (total − stock + releases) must not go back behind
     // either mark, nor below the units ever reserved here: `releases`
     // makes up the difference.
-    let taken = (out.orders + out.in_flight) as u64;
-    let target = redis_seq
-        .max(seq_high)
-        .max(taken + (out.released_orders + out.duplicates.len()) as u64);
+    let taken = out.held_units;
+    let target = redis_seq.max(seq_high).max(taken + out.gone_units);
     let releases = target.saturating_sub(taken);
     out.seq = seckill_common::reservation::sequence(out.total as u64, out.stock, releases);
     out.checkpoint = redis_ck.unwrap_or(0).max(ck_high);
@@ -235,6 +247,14 @@ fn settle_bucket(
     }
     if b == 0 {
         fields.push((REPAIRED_BY, extra.mark.to_string()));
+    }
+    if extra.limits.max_per_buyer > 1 {
+        use seckill_common::allowance::{MAX_PER_BUYER_FIELD, MAX_PER_PURCHASE_FIELD};
+        fields.push((MAX_PER_BUYER_FIELD, extra.limits.max_per_buyer.to_string()));
+        fields.push((
+            MAX_PER_PURCHASE_FIELD,
+            extra.limits.max_per_purchase.to_string(),
+        ));
     }
     if let Some(r) = extra.operator_pause {
         fields.push((seckill_common::sale_admin::OPERATOR_PAUSED, r.to_string()));
