@@ -30,7 +30,7 @@ pub fn handle(gw: &Arc<Gateway>, rq: Request) {
     // A request pipelined behind a purchase this connection handed off
     // is served once Redis has decided that purchase (`answer.rs`).
     let decided = answer::wait_for_decision(
-        rq.remote_addr(),
+        rq.connection_id(),
         gw.purchases.reserver.pipeline_wait() + gw.redis_timeout * 3,
     );
     let start = Instant::now();
@@ -145,7 +145,7 @@ fn purchase(gw: &Arc<Gateway>, mut rq: Request, sale_id: u64, start: Instant) ->
         }
     };
     let decision = match gw.purchases.prepare(&gw.admission, sale_id, &body, &creds) {
-        Ok(p) => match answer::claim(gw, &p, rq.remote_addr()) {
+        Ok(p) => match answer::claim(gw, &p, rq.connection_id()) {
             Some(claim) => {
                 answer::hand_off(gw, rq, sale_id, start, p, claim);
                 return Served::HandedOff;
