@@ -334,7 +334,7 @@ echo "ratios of the server's counts (best purchase mode: SECKILL_GATEWAY_REDIS_T
 # What a purchase can reach against redis-benchmark on these cores: at most
 # every core busy with a health check's work plus Redis's share of one
 # reservation, nothing else (NCPU x 1e6 / (healthz_cpu + redis_cpu)).
-rbb=$(awk -v h="$hz_busy" -v r="$p_redis" -v n="$(nproc)" -v rb="$rb_srv" 'BEGIN { printf "%.3f", n * 1e6 / (h + r) / rb }')
+rbb=$(awk -v h="$hz_busy" -v r="$p_redis" -v n="$(nproc)" -v rb="$rb_srv" 'BEGIN { printf "%.3f", (rb > 0 ? n * 1e6 / (h + r) / rb : 0) }')
 awk -v h="$hz_busy" -v r="$p_redis" -v n="$(nproc)" -v rb="$rb_srv" -v b="$rbb" 'BEGIN {
   printf "  => and purchase / redis-benchmark cannot exceed %d x 1e6 / (%.2f + %.2f) / %.0f = %.2f\n", n, h, r, rb, b
 }'
@@ -363,7 +363,7 @@ awk -v p="$best_rps" -v h="$hz" -v s="$so" -v r="$rb_srv" -v q="$p99" -v b="$bou
   hzs[1] = h1; hzs[2] = h2; hzs[3] = h1; hzs[4] = h2
   printf "  purchase / healthz ceiling        %.2f  = %.2f x the bound %.2f (target >= 0.9 x the bound)\n", p/h, p/h/b, b
   printf "                                          = %.2f x the bound %.2f counting wrk'"'"'s extra CPU\n", p/h/bw, bw
-  printf "  purchase / redis-benchmark EVALSHA %.2f  (target >= 1.3; bound here %.2f, below)\n", p/r, rbb
+  printf "  purchase / redis-benchmark EVALSHA %.2f  (target >= 1.3; bound here %.2f, below)\n", (r > 0 ? p/r : 0), rbb
   printf "                                          (bound %.2f counting wrk'"'"'s extra CPU per purchase)\n", rbb * bw / b
   printf "  sold-out / healthz ceiling        %.2f  (target >= 0.9)\n", s/h
   for (i = 1; i <= 4; i++) printf "  %-33s %.2f  (its gateway'"'"'s health check %.0f/s)\n", rows[i] " / healthz", rates[i] / hzs[i], hzs[i]
