@@ -9,8 +9,10 @@
 # 2 is run for each Redis mode in BENCH_MODES (default "2 1 0": group commit
 # over 2 or 1 pipelining Redis threads, and 0 = one round trip per purchase);
 # 1-3 with SECKILL_AUTH=none (the user id of the body), then
-#   5. POST purchase, plentiful stock, SECKILL_AUTH=none / HS256 / EdDSA
-#      tokens, a distinct token (and user) per request, default Redis mode:
+#   5. POST purchase, plentiful stock, SECKILL_AUTH=none / HS256 / EdDSA /
+#      RS256 / ES256 tokens (the last two as an identity provider signs
+#      them: gateway/examples/provider_tokens.rs), a distinct token (and
+#      user) per request, default Redis mode:
 #      the cost of verifying buyer tokens, as ratios to none; and with
 #      HS256 / EdDSA tokens the sold-out sale and a sale not yet open, in
 #      a fresh gateway (none of the tokens is verified there), as ratios
@@ -251,9 +253,25 @@ for alg in HS256 EdDSA; do
   "$RECONCILER" token issue --user "t$alg$(date +%s)" --key "$WORK/sign-$alg.jwks" --ttl 1h \
     --count "$TOKENS_N" >"$WORK/tokens-$alg.txt"
 done
+# RS256 and ES256 as an identity provider signs them (token keygen makes
+# no RSA or EC key): a fixed key of the gateway's examples, the public
+# JWKS as the gateway's key file. An RS256 signature costs the signer
+# milliseconds, so fewer tokens: checks of RS256 and ES256 cost several
+# times EdDSA's (token_cost), which bounds the rate well below 5,000/s.
+PROVIDER_N=${BENCH_PROVIDER_TOKENS_N:-$(( 5000 * SECONDS_EACH ))}
+for alg in RS256 ES256; do
+  cargo run --release -q -p seckill-gateway --example provider_tokens -- \
+    "$alg" "$PROVIDER_N" "t$alg$(date +%s)" "$WORK/gw-$alg.jwks" >"$WORK/tokens-$alg.txt"
+done
 start_gateway "$first_mode"
 run_wrk auth_none "http://127.0.0.1:$GPORT/v1/sales/1/purchases" gw:purchase:202 "$WORK/buy.lua"
 stop_gateway
+for alg in RS256 ES256; do
+  start_gateway "$first_mode" "$WORK/gw-$alg.jwks"
+  BENCH_TOKENS="$WORK/tokens-$alg.txt" run_wrk "auth_$alg" \
+    "http://127.0.0.1:$GPORT/v1/sales/1/purchases" gw:purchase:202 "$WORK/tokens.lua"
+  stop_gateway
+done
 for alg in HS256 EdDSA; do
   start_gateway "$first_mode" "$WORK/gw-$alg.jwks"
   BENCH_TOKENS="$WORK/tokens-$alg.txt" run_wrk "auth_$alg" \
@@ -316,7 +334,7 @@ echo "ratios of the server's counts (best purchase mode: SECKILL_GATEWAY_REDIS_T
 # What a purchase can reach against redis-benchmark on these cores: at most
 # every core busy with a health check's work plus Redis's share of one
 # reservation, nothing else (NCPU x 1e6 / (healthz_cpu + redis_cpu)).
-rbb=$(awk -v h="$hz_busy" -v r="$p_redis" -v n="$(nproc)" -v rb="$rb_srv" 'BEGIN { printf "%.3f", n * 1e6 / (h + r) / rb }')
+rbb=$(awk -v h="$hz_busy" -v r="$p_redis" -v n="$(nproc)" -v rb="$rb_srv" 'BEGIN { printf "%.3f", (rb > 0 ? n * 1e6 / (h + r) / rb : 0) }')
 awk -v h="$hz_busy" -v r="$p_redis" -v n="$(nproc)" -v rb="$rb_srv" -v b="$rbb" 'BEGIN {
   printf "  => and purchase / redis-benchmark cannot exceed %d x 1e6 / (%.2f + %.2f) / %.0f = %.2f\n", n, h, r, rb, b
 }'
@@ -345,7 +363,7 @@ awk -v p="$best_rps" -v h="$hz" -v s="$so" -v r="$rb_srv" -v q="$p99" -v b="$bou
   hzs[1] = h1; hzs[2] = h2; hzs[3] = h1; hzs[4] = h2
   printf "  purchase / healthz ceiling        %.2f  = %.2f x the bound %.2f (target >= 0.9 x the bound)\n", p/h, p/h/b, b
   printf "                                          = %.2f x the bound %.2f counting wrk'"'"'s extra CPU\n", p/h/bw, bw
-  printf "  purchase / redis-benchmark EVALSHA %.2f  (target >= 1.3; bound here %.2f, below)\n", p/r, rbb
+  printf "  purchase / redis-benchmark EVALSHA %.2f  (target >= 1.3; bound here %.2f, below)\n", (r > 0 ? p/r : 0), rbb
   printf "                                          (bound %.2f counting wrk'"'"'s extra CPU per purchase)\n", rbb * bw / b
   printf "  sold-out / healthz ceiling        %.2f  (target >= 0.9)\n", s/h
   for (i = 1; i <= 4; i++) printf "  %-33s %.2f  (its gateway'"'"'s health check %.0f/s)\n", rows[i] " / healthz", rates[i] / hzs[i], hzs[i]
@@ -359,16 +377,21 @@ awk -v q="$(awk '{print $2}' "$WORK/purchase_${MANY}_connections")" -v n="$MANY"
   printf "  purchase p99 at %d connections  %.2f ms, paced at %.0f/s (target <= 10)\n", n, pq, pr
 }'
 an=$(awk '{print $6}' "$WORK/auth_none"); ah=$(awk '{print $6}' "$WORK/auth_HS256"); ae=$(awk '{print $6}' "$WORK/auth_EdDSA")
+ar=$(awk '{print $6}' "$WORK/auth_RS256"); as=$(awk '{print $6}' "$WORK/auth_ES256")
 echo
 echo "buyer tokens, a distinct token per request (SECKILL_GATEWAY_REDIS_THREADS=$first_mode):"
 # The same ratios from CPU per purchase (wrk + gateway + Redis), which the
 # container's drift between runs moves less than the rates.
 cn=$(awk '{print $4}' "$WORK/auth_none"); ch=$(awk '{print $4}' "$WORK/auth_HS256"); ce=$(awk '{print $4}' "$WORK/auth_EdDSA")
-printf '  gateway alone, CPU per purchase: none %.1f us, HS256 %.1f us, EdDSA %.1f us\n' \
-  "$(awk '{print $8}' "$WORK/auth_none")" "$(awk '{print $8}' "$WORK/auth_HS256")" "$(awk '{print $8}' "$WORK/auth_EdDSA")"
-awk -v n="$an" -v h="$ah" -v e="$ae" -v cn="$cn" -v ch="$ch" -v ce="$ce" 'BEGIN {
+cr=$(awk '{print $4}' "$WORK/auth_RS256"); cs=$(awk '{print $4}' "$WORK/auth_ES256")
+printf '  gateway alone, CPU per purchase: none %.1f us, HS256 %.1f us, EdDSA %.1f us, RS256 %.1f us, ES256 %.1f us\n' \
+  "$(awk '{print $8}' "$WORK/auth_none")" "$(awk '{print $8}' "$WORK/auth_HS256")" "$(awk '{print $8}' "$WORK/auth_EdDSA")" \
+  "$(awk '{print $8}' "$WORK/auth_RS256")" "$(awk '{print $8}' "$WORK/auth_ES256")"
+awk -v n="$an" -v h="$ah" -v e="$ae" -v r="$ar" -v s="$as" -v cn="$cn" -v ch="$ch" -v ce="$ce" -v cr="$cr" -v cs="$cs" 'BEGIN {
   printf "  HS256 / SECKILL_AUTH=none         %.2f  (target >= 0.9); by CPU per purchase %.1f / %.1f us = %.2f\n", h/n, cn, ch, cn/ch
   printf "  EdDSA / SECKILL_AUTH=none         %.2f  (target >= 0.8); by CPU per purchase %.1f / %.1f us = %.2f\n", e/n, cn, ce, cn/ce
+  printf "  RS256 / SECKILL_AUTH=none         %.2f  (no target); by CPU per purchase %.1f / %.1f us = %.2f\n", r/n, cn, cr, cn/cr
+  printf "  ES256 / SECKILL_AUTH=none         %.2f  (no target); by CPU per purchase %.1f / %.1f us = %.2f\n", s/n, cn, cs, cn/cs
 }'
 if [ "$MISMATCHES" -gt 0 ]; then
   echo "bench-gateway: $MISMATCHES figure(s) of the load tool disagree with the server's count by more than 5 %: not trustworthy" >&2

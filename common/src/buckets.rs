@@ -79,34 +79,46 @@ pub fn count<C: ConnectionLike>(con: &mut C, sale_id: u64) -> redis::RedisResult
     Ok(total.map(|_| k.unwrap_or(1).clamp(1, MAX_BUCKETS)))
 }
 
-/// A sale's K, window start and window end (Unix ms), as
-/// [`count_and_window`] reads them.
-pub type CountAndWindow = (u32, Option<u64>, Option<u64>);
+/// A sale's K, window start and window end (Unix ms), and whether bucket
+/// 0 carries a pause mark, as [`count_and_window`] reads them.
+pub type CountAndWindow = (u32, Option<u64>, Option<u64>, bool);
 
 /// [`count`] and the sale's window start and end (bucket 0's
 /// `starts_at_ms` and `ends_at_ms`, Unix ms; `None` when absent or not a
-/// number) from the same `HMGET`: what a gateway routes by, the start
-/// before which it says `sale_not_started` with no buyer, and the end its
-/// sold-out memory checks first.
+/// number) and pause marks (the data-loss `paused` or the operator's
+/// `operator_paused`) from the same `HMGET`: what a gateway routes by, the
+/// start before which it says `sale_not_started` with no buyer, the end
+/// its sold-out memory checks first, and when to read the pause of every
+/// bucket before a signature check.
 ///
 /// Errors: as [`count`].
 pub fn count_and_window<C: ConnectionLike>(
     con: &mut C,
     sale_id: u64,
 ) -> redis::RedisResult<Option<CountAndWindow>> {
-    type Fields = (Option<String>, Option<u32>, Option<String>, Option<String>);
-    let (total, k, starts, ends): Fields = redis::cmd("HMGET")
+    type Fields = (
+        Option<String>,
+        Option<u32>,
+        Option<String>,
+        Option<String>,
+        Option<String>,
+        Option<String>,
+    );
+    let (total, k, starts, ends, paused, operator): Fields = redis::cmd("HMGET")
         .arg(SaleKeys::new(sale_id).meta())
         .arg("total_stock")
         .arg(BUCKETS_FIELD)
         .arg("starts_at_ms")
         .arg("ends_at_ms")
+        .arg(crate::data_loss::PAUSED_FIELD)
+        .arg(crate::sale_admin::OPERATOR_PAUSED)
         .query(con)?;
     Ok(total.map(|_| {
         (
             k.unwrap_or(1).clamp(1, MAX_BUCKETS),
             starts.and_then(|e| e.parse().ok()),
             ends.and_then(|e| e.parse().ok()),
+            paused.is_some() || operator.is_some(),
         )
     }))
 }

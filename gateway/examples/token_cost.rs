@@ -21,72 +21,24 @@ use std::time::Instant;
 /// Tokens per measured round (each verified once per round).
 const TOKENS: usize = 5_000;
 
-/// A 2048-bit RSA private key (PKCS#1 DER, base64) made for this benchmark
-/// only: it signs the RS256 tokens an identity provider would.
-const BENCH_RSA_PKCS1_B64: &str = concat!(
-    "MIIEogIBAAKCAQEAmFmx1uYH4YC4ybNzVyk5Opxt+EYs3WjVcOU26TV1nPcbV60BumFtzQzPVOoFOB2fWLNfOOBbjA",
-    "IfTDn5dBav/FSO+Kc0qUCVSAIxmrp7pOCdWvojgQOvAcF+1qHV27QIKf284iYGmlwptgqyv18xY2yPWLETmmiUJtK9",
-    "rkRkXkhJdAPgSCCWMIzeRh7Ks/XDPWiIotp0b1bpXq7ce/cnWieqxF78Th/NXicTL39EKPhsSmfmINZ4TWyxk+fi4Q",
-    "RPtYrCVpFyC+qSrohUoRlM0J6cXdeUm4bzOdPlzDBQh9LolE1j7aq/7s8/aTD5EZj1Qhld7zZmhxaA8tCPPKN6lQID",
-    "AQABAoIBADOZWWK76Rpmou9pkFyKcUAZICPQ/LwGmBfTAjyNJycBCGkzBt1Nx0cGGiib1CWz3rbHla4pSshKJbiHAC",
-    "Zh0rwHFZ9A3lSes5C+cXeCxoLKsnDQPHsjOMBC/UcLa+er+4HhVvpPP7hDE7t8txqazprqd0hmPQn0do0JnkWqE0Zc",
-    "9hFZFwVV/3FDNBV5ojivPyBQfK1/3/Xgk43pYTKZx8e3iu5UAwIvU72jWaSBTAd5OFvyQ/j3uRxbX9I1SdpYsMgPkl",
-    "g7TpvXotT3rLIB/W+yaLtGs9MJGGqBS4XCdLs5MXtmveU9tnLZTchhvNfOlymBr87SN+zRbO76LK3/XWcCgYEA1h2J",
-    "c8wv6KmIkXOotyeuBQ0HcgxiKapbb9HKt/GSj0lcDVjOE9DG7Z8G+ngkuZLhs5e6unTG6LUoVH4zCV5N3xU1mQJnyD",
-    "qyVSHS0e8L7MFj5X1YgK7MFZdXq9dVS/NUeuyz0A7gBy1j15dvyhrZnNKTYFkBnZpkI7AxPC0N7W8CgYEAticXdSWD",
-    "yFJ4G7SNgQw1Yk7PBjL0Kp4KH3mbsdpq1zdsL7AHVxqN7Cmigy6nxK04xo8ijtbEOt02rV+Nn8ABko30ufcKbVcl3C",
-    "qnBFnw6taP4KAiowoQ4c2H8yEpQSU3F5pwEkmbVDf3yzG/F+QQbleU+AEnln6eT4fp2eUxXjsCgYBIi7dvqaYt4Ysp",
-    "JRPsAqC+i1yTcsirr1HNwDo8OrhanhN3XjhslFdiWXhm0uA2lCKu0+DrnfdrDz476opmSTJ/PFNtpVf+ioyztYMVqD",
-    "XVIO0061RaPV9ejWmiCpKW6joccCi4fOHA7MsgV+oDgzdqIBrZES8v9Air4t27stQ+NwKBgBUIzpyoiF9JprUMVIri",
-    "bge8Mgv1Nlz1gxW/ZUtUfaH8tHGNUkustVbgN/QOHzGHD1dekA8OnfpuMTI0JpacBZJ28hvHe1zFA4o5IrBN8pQr0t",
-    "GNrHJHZ0usAFcDLVBoi8QeAXMbLOS80dCVHgwUOhGD65/4AipO1Nk6SLbw0JKhAoGAfDkYGdfpzYrqTdzTPJ/MOdT6",
-    "gV8WoiJJVRmEGRsDccQKI29OeY900Vdi39G0U0jYgjKRYSTzzqYbKtd5ONsBsFKyyoZAattenImaUfAebxwW4rg2MQ",
-    "QWIrq81MVHLIcpLTQc7cosz07nWxUhO0zj3m6Gh6wtuwW2BZFtdbHX1YQ=",
-);
+#[path = "bench_keys/mod.rs"]
+mod bench_keys;
 
 /// RS256 and ES256 keys as a provider publishes them (the public halves,
 /// read by the gateway's own parser) and tokens signed with their private
 /// halves, `TOKENS` of each.
 fn provider_tokens() -> (KeySet, Vec<Credentials>, Vec<Credentials>) {
-    use base64::engine::general_purpose::STANDARD;
-    use rsa::pkcs1::DecodeRsaPrivateKey;
-    use rsa::traits::PublicKeyParts;
-    let der = STANDARD.decode(BENCH_RSA_PKCS1_B64).unwrap();
-    let rsa_key = rsa::RsaPrivateKey::from_pkcs1_der(&der).unwrap();
-    let ec_key = p256::ecdsa::SigningKey::from_slice(&[7u8; 32]).unwrap();
-    let point = ec_key.verifying_key().to_encoded_point(false);
-    let b = |v: &[u8]| URL_SAFE_NO_PAD.encode(v);
-    let jwks = serde_json::json!({"keys": [
-        {"kty": "RSA", "kid": "r", "alg": "RS256", "n": b(&rsa_key.n().to_bytes_be()),
-         "e": b(&rsa_key.e().to_bytes_be())},
-        {"kty": "EC", "kid": "p", "crv": "P-256", "alg": "ES256",
-         "x": b(point.x().unwrap()), "y": b(point.y().unwrap())},
-    ]});
-    let set = seckill_common::token::parse(&jwks.to_string()).unwrap();
-    let ec_der = {
-        use p256::pkcs8::EncodePrivateKey;
-        ec_key.to_pkcs8_der().unwrap().as_bytes().to_vec()
-    };
-    let mint = |alg, kid: &str, key: &jsonwebtoken::EncodingKey| -> Vec<Credentials> {
-        let mut header = jsonwebtoken::Header::new(alg);
-        header.kid = Some(kid.to_string());
-        (0..TOKENS)
-            .map(|i| {
-                let claims = Claims::new(&format!("cost-{i}"), "seckill", 600);
-                Credentials::Bearer(jsonwebtoken::encode(&header, &claims, key).unwrap())
-            })
+    let p = bench_keys::provider();
+    let set = seckill_common::token::parse(&p.jwks.to_string()).unwrap();
+    let mint = |alg, kid, key| -> Vec<Credentials> {
+        let subs = (0..TOKENS).map(|i| format!("cost-{i}"));
+        bench_keys::mint(alg, kid, key, subs, 600)
+            .into_iter()
+            .map(Credentials::Bearer)
             .collect()
     };
-    let rs = mint(
-        jsonwebtoken::Algorithm::RS256,
-        "r",
-        &jsonwebtoken::EncodingKey::from_rsa_der(&der),
-    );
-    let es = mint(
-        jsonwebtoken::Algorithm::ES256,
-        "p",
-        &jsonwebtoken::EncodingKey::from_ec_der(&ec_der),
-    );
+    let rs = mint(jsonwebtoken::Algorithm::RS256, bench_keys::RSA_KID, &p.rsa);
+    let es = mint(jsonwebtoken::Algorithm::ES256, bench_keys::EC_KID, &p.ec);
     (set, rs, es)
 }
 
@@ -127,6 +79,9 @@ fn split(c: &Credentials) -> (Vec<u8>, Vec<u8>) {
 }
 
 fn main() {
+    // Minted first: RS256 signing takes seconds, and every token's `iat`
+    // must not be ahead of `now` below by more than the leeway.
+    let (provider, rs_tokens, es_tokens) = provider_tokens();
     let hs = generate(Alg::Hs256, "h").unwrap();
     let ed = generate(Alg::EdDsa, "e").unwrap();
     let set = KeySet::of(vec![hs.clone(), ed.clone()]);
@@ -144,7 +99,6 @@ fn main() {
     let hs_us = best_us(&hs_tokens, |t| assert!(uncached.verify(t, now, &m).is_ok()));
     let ed_us = best_us(&ed_tokens, |t| assert!(uncached.verify(t, now, &m).is_ok()));
     let hit_us = best_us(&hs_tokens, |t| assert!(cached.verify(t, now, &m).is_ok()));
-    let (provider, rs_tokens, es_tokens) = provider_tokens();
     let provider = Verifier::new(&provider, "seckill", 30, 24 * 3600, 0);
     let rs_us = best_us(&rs_tokens, |t| assert!(provider.verify(t, now, &m).is_ok()));
     let es_us = best_us(&es_tokens, |t| assert!(provider.verify(t, now, &m).is_ok()));

@@ -150,6 +150,7 @@ fn build(
     let (loader, load_requests) = buyers::loader();
     let purchases = Purchases {
         soldout: Arc::new(SoldOutCache::new(s.buyers_max)),
+        paused: Default::default(),
         buckets: Arc::clone(&buckets),
         buyers: loader,
         reserver: Reserver::new(mode, links.clone(), s.redis_timeout, metrics.clone()),

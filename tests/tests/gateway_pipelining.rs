@@ -252,3 +252,88 @@ fn a_client_that_pipelines_purchases_and_never_reads_holds_up_no_one_else() {
     assert_eq!(counts(&redis, SALE).1 as i64, bought);
     assert_eq!(get(g.port, "/healthz").status, 200);
 }
+
+/// The `seckill_gateway_purchases_total` count of `outcome`.
+fn purchases_of(port: u16, outcome: &str) -> u64 {
+    let m = get(port, "/metrics");
+    let line = format!("seckill_gateway_purchases_total{{outcome=\"{outcome}\"}} ");
+    m.body
+        .lines()
+        .find_map(|l| l.strip_prefix(line.as_str()))
+        .and_then(|v| v.trim().parse::<f64>().ok())
+        .map_or(0, |v| v as u64)
+}
+
+/// A connection to the gateway at `port` from 127.0.0.1:`local` (0: any
+/// port), bound with `SO_REUSEADDR`; closing it resets it (`SO_LINGER`
+/// 0), so no `TIME_WAIT` keeps its port from the next one.
+fn from_local_port(port: u16, local: u16) -> TcpStream {
+    let s = Socket::new(Domain::IPV4, Type::STREAM, None).unwrap();
+    s.set_reuse_address(true).unwrap();
+    s.set_linger(Some(Duration::ZERO)).unwrap();
+    s.bind(&std::net::SocketAddr::from(([127, 0, 0, 1], local)).into())
+        .unwrap();
+    s.connect(&std::net::SocketAddr::from(([127, 0, 0, 1], port)).into())
+        .unwrap();
+    let s: TcpStream = s.into();
+    s.set_read_timeout(Some(Duration::from_secs(120))).unwrap();
+    s
+}
+
+/// A connection's state is keyed by the connection, not its peer address:
+/// a connection whose purchase was handed off and is still undecided (its
+/// Redis stopped) is reset, and a new connection from the same address and
+/// port, served by the same connection thread (the pool's other idle
+/// threads are kept busy), is not taken for it: its health check is
+/// answered at once, while that purchase is still undecided (no purchase
+/// answered `unavailable` yet), instead of waiting for its decision.
+#[test]
+fn a_new_connection_from_the_same_port_is_not_taken_for_the_one_before() {
+    let redis = RedisServer::start();
+    open_sale(&redis, SALE, 10);
+    let g = Gateway::start(
+        &redis,
+        &[
+            ("SECKILL_REDIS_TIMEOUT", "10s"),
+            ("SECKILL_GATEWAY_ADDRESS_RATE", "0"),
+        ],
+    );
+    // tiny_http keeps at least 4 connection threads (more after a burst,
+    // for 5 s): 16 idle keep-alive connections hold every idle one, so
+    // the next connection that ends leaves the only idle thread, and the
+    // connection after it is served there.
+    let _busy: Vec<Client> = (0..16)
+        .map(|_| {
+            let mut c = Client::connect(g.port);
+            assert_eq!(c.send("GET", "/healthz", None).status, 200);
+            c
+        })
+        .collect();
+    // The sale's bucket count is read and remembered for a second: the
+    // next purchase reaches its hand-off with no other Redis call.
+    assert_eq!(buy(g.port, SALE, "warm").status, 202);
+    let pid = redis.pid().expect("redis runs");
+    signal(pid, "STOP");
+    let mut first = from_local_port(g.port, 0);
+    let local = first.local_addr().unwrap().port();
+    first.write_all(purchase("held").as_bytes()).unwrap();
+    // Let it be handed off, then reset its connection and let the
+    // connection thread go back to the pool.
+    std::thread::sleep(Duration::from_millis(300));
+    drop(first);
+    std::thread::sleep(Duration::from_millis(300));
+    let second = from_local_port(g.port, local);
+    let mut second = BufReader::new(second);
+    second
+        .get_mut()
+        .write_all(format_request("GET", "/healthz", None, false).as_bytes())
+        .unwrap();
+    let r = read_resp(&mut second).expect("an answer");
+    let undecided = purchases_of(g.port, "unavailable") == 0;
+    signal(pid, "CONT");
+    assert_eq!(r.status, 200, "{r:?}");
+    assert!(
+        undecided,
+        "the new connection's request waited for the purchase of the reset one"
+    );
+}

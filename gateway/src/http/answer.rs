@@ -42,7 +42,6 @@ use crate::redis::group_commit::{Deliver, Job, Outcome, ReplyTo};
 use crate::redis::link::Unavailable;
 use crossbeam_channel::Sender;
 use std::cell::RefCell;
-use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
 use std::sync::{Arc, Mutex};
 use std::thread::Thread;
@@ -55,8 +54,11 @@ pub const FINISHER: &str = "gw-finish";
 
 thread_local! {
     /// On a connection thread: its last handed-off purchase, and the
-    /// client address of the connection it came from.
-    static PENDING: RefCell<Option<(Arc<Pending>, Option<SocketAddr>)>> = const { RefCell::new(None) };
+    /// number of the connection it came from (tiny_http's
+    /// `Request::connection_id`, patch 0017: never given twice by a
+    /// server, where a peer address comes back with a client's next
+    /// connection from the same port).
+    static PENDING: RefCell<Option<(Arc<Pending>, u64)>> = const { RefCell::new(None) };
 }
 
 /// Where a handed-off purchase stands, for the requests behind it.
@@ -142,7 +144,8 @@ impl Pending {
 }
 
 /// Waits, on a connection thread, until Redis has decided the purchase
-/// this thread last handed off, if it came from the connection at `peer`
+/// this thread last handed off, if it came from the connection numbered
+/// `connection`
 /// (a request pipelined behind it must see it), at most `limit` (the
 /// longest a purchase waits for its outcome on its own thread, as
 /// `redis/reserver.rs` waits: three Redis timeouts queued, three more once
@@ -152,12 +155,12 @@ impl Pending {
 /// Returns false when `limit` ran out with the purchase still undecided:
 /// the request must not be served (503: it could take effect before the
 /// purchase ahead of it), and the next one waits again.
-pub fn wait_for_decision(peer: Option<&SocketAddr>, limit: Duration) -> bool {
+pub fn wait_for_decision(connection: u64, limit: Duration) -> bool {
     PENDING.with_borrow(|pending| {
         let Some((p, from)) = pending else {
             return true;
         };
-        if p.state.load() == Stage::Decided || from.as_ref() != peer {
+        if p.state.load() == Stage::Decided || *from != connection {
             return true;
         }
         // Undecided, or awaited by an earlier wait that ran out; either
@@ -249,11 +252,7 @@ pub struct Claim<'a> {
 /// a one-bucket sale's purchase under group commit whose connection (this
 /// thread) has no handed-off purchase unanswered. `None`: it is completed
 /// on this thread (`Purchases::complete`).
-pub fn claim<'a>(
-    gw: &'a Gateway,
-    p: &Prepared<'_>,
-    peer: Option<&SocketAddr>,
-) -> Option<Claim<'a>> {
+pub fn claim<'a>(gw: &'a Gateway, p: &Prepared<'_>, connection: u64) -> Option<Claim<'a>> {
     let jobs = gw.purchases.reserver.jobs()?;
     if p.k != 1 {
         return None;
@@ -264,12 +263,12 @@ pub fn claim<'a>(
             // Its answer has released it and will not touch it again.
             p.released.store(false, Ordering::Relaxed);
             p.state.store(Stage::Undecided);
-            *from = peer.copied();
+            *from = connection;
             Some(p.clone())
         }
         None => {
             let p = Pending::of_this_thread();
-            *pending = Some((p.clone(), peer.copied()));
+            *pending = Some((p.clone(), connection));
             Some(p)
         }
     })?;
@@ -355,24 +354,25 @@ fn finish_elsewhere(answer: Answer, rest: Unfinished) {
 mod tests {
     use super::*;
 
-    /// Makes this thread's last hand-off an undecided purchase from `peer`.
-    fn pending_from(peer: SocketAddr) -> Arc<Pending> {
+    /// Makes this thread's last hand-off an undecided purchase from the
+    /// connection numbered `connection`.
+    fn pending_from(connection: u64) -> Arc<Pending> {
         let p = Pending::of_this_thread();
-        PENDING.with_borrow_mut(|slot| *slot = Some((p.clone(), Some(peer))));
+        PENDING.with_borrow_mut(|slot| *slot = Some((p.clone(), connection)));
         p
     }
 
     #[test]
     fn only_the_same_connection_waits_and_the_decision_wakes_it() {
-        let peer: SocketAddr = ([127, 0, 0, 1], 4000).into();
-        let other: SocketAddr = ([127, 0, 0, 1], 4001).into();
+        let conn = 4000;
+        let other = 4001;
         assert!(
-            wait_for_decision(Some(&peer), Duration::ZERO),
+            wait_for_decision(conn, Duration::ZERO),
             "nothing handed off"
         );
-        let p = pending_from(peer);
+        let p = pending_from(conn);
         assert!(
-            wait_for_decision(Some(&other), Duration::ZERO),
+            wait_for_decision(other, Duration::ZERO),
             "another connection"
         );
         let decider = p.clone();
@@ -381,20 +381,20 @@ mod tests {
             decider.decide();
         });
         // A guard against a hang, not a timed assertion.
-        assert!(wait_for_decision(Some(&peer), Duration::from_secs(30)));
+        assert!(wait_for_decision(conn, Duration::from_secs(30)));
         t.join().unwrap();
-        assert!(wait_for_decision(Some(&peer), Duration::ZERO), "decided");
+        assert!(wait_for_decision(conn, Duration::ZERO), "decided");
     }
 
     #[test]
     fn a_wait_that_runs_out_refuses_the_request_and_the_next_one_waits_again() {
-        let peer: SocketAddr = ([127, 0, 0, 1], 4002).into();
-        let p = pending_from(peer);
-        assert!(!wait_for_decision(Some(&peer), Duration::from_millis(10)));
+        let conn = 4002;
+        let p = pending_from(conn);
+        assert!(!wait_for_decision(conn, Duration::from_millis(10)));
         // Still undecided: the next request is refused too (the state is
         // left awaited, not decided).
-        assert!(!wait_for_decision(Some(&peer), Duration::from_millis(10)));
+        assert!(!wait_for_decision(conn, Duration::from_millis(10)));
         p.decide();
-        assert!(wait_for_decision(Some(&peer), Duration::from_millis(10)));
+        assert!(wait_for_decision(conn, Duration::from_millis(10)));
     }
 }

@@ -30,7 +30,7 @@ pub fn handle(gw: &Arc<Gateway>, rq: Request) {
     // A request pipelined behind a purchase this connection handed off
     // is served once Redis has decided that purchase (`answer.rs`).
     let decided = answer::wait_for_decision(
-        rq.remote_addr(),
+        rq.connection_id(),
         gw.purchases.reserver.pipeline_wait() + gw.redis_timeout * 3,
     );
     let start = Instant::now();
@@ -159,7 +159,7 @@ fn purchase(gw: &Arc<Gateway>, mut rq: Request, sale_id: u64, start: Instant) ->
         // A purchase of the units script is a round trip of its own
         // (`redis/reserver.rs`): completed here, never handed off.
         Ok(p) if p.units.is_some() => gw.purchases.complete(sale_id, p),
-        Ok(p) => match answer::claim(gw, &p, rq.remote_addr()) {
+        Ok(p) => match answer::claim(gw, &p, rq.connection_id()) {
             Some(claim) => {
                 answer::hand_off(gw, rq, sale_id, start, p, claim);
                 return Served::HandedOff;

@@ -51,6 +51,10 @@ struct Known {
     starts: Option<u64>,
     /// Its window end (Unix ms), when bucket 0's meta has one.
     ends: Option<u64>,
+    /// Whether bucket 0's meta carried a pause mark: when set, a purchase
+    /// reads every bucket's pause before its token is checked
+    /// (`paused.rs`); never an answer by itself.
+    paused: bool,
     /// When `k` and `ends` were read.
     read_at: Instant,
     /// Whether a caller has taken the read of this due K on itself (see
@@ -92,7 +96,7 @@ impl BucketCounts {
                 return Ok(k);
             }
         }
-        let Some((k, starts, ends)) =
+        let Some((k, starts, ends, paused)) =
             links.with(|link| link.with(|con| buckets::count_and_window(con, sale_id)))?
         else {
             // No longer held (lost, archived): forgotten, so every caller
@@ -116,6 +120,7 @@ impl BucketCounts {
                 k,
                 starts,
                 ends,
+                paused,
                 read_at,
                 claimed: false,
             },
@@ -152,6 +157,33 @@ impl BucketCounts {
             .unwrap_or_else(|p| p.into_inner())
             .get(&sale_id)
             .and_then(|n| n.ends)
+    }
+
+    /// Whether `sale_id`'s bucket 0 carried a pause mark when last read
+    /// with its K (or as [`BucketCounts::set_paused`] said since), from
+    /// memory only: false when not read.
+    pub fn paused(&self, sale_id: u64) -> bool {
+        self.known
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(&sale_id)
+            .is_some_and(|n| n.paused)
+    }
+
+    /// Notes a fresher read of `sale_id`'s pause (a recheck of the pause
+    /// marks, the script's `paused`): a remembered sale only.
+    pub fn set_paused(&self, sale_id: u64, paused: bool) {
+        if self.paused(sale_id) == paused {
+            return;
+        }
+        if let Some(n) = self
+            .known
+            .write()
+            .unwrap_or_else(|p| p.into_inner())
+            .get_mut(&sale_id)
+        {
+            n.paused = paused;
+        }
     }
 
     /// The window start (Unix ms) of `sale_id` as last read with its K,

@@ -11,14 +11,16 @@
 //! - [`soldout`]: the sold-out memory, ordered by the sale's reservation
 //!   sequence; [`buyers`]: a sold-out sale's buyers, loaded once, bounded,
 //!   into a [`buyer_set::BuyerSet`];
-//! - [`recheck`]: whether a sale remembered sold out still is, read with
-//!   no buyer;
+//! - [`recheck`]: whether a sale remembered sold out still is, and
+//!   whether a sale is paused, read with no buyer; [`paused`]: a paused
+//!   sale's answer, remembered half a second;
 //! - [`home`]: which bucket of a split sale a buyer buys from.
 
 pub mod body;
 pub mod buyer_set;
 pub mod buyers;
 pub mod home;
+pub mod paused;
 pub mod recheck;
 pub mod soldout;
 
@@ -31,6 +33,7 @@ use crate::redis::link::{LinkPool, Unavailable};
 use crate::redis::reserver::Reserver;
 use buyers::Loader;
 use home::BucketCounts;
+use paused::{PausedSales, Seen};
 use recheck::Still;
 use seckill_common::allowance::Held;
 use seckill_common::keys::SaleKeys;
@@ -91,6 +94,8 @@ pub enum Decision {
 pub struct Purchases {
     /// The sold-out fast path.
     pub soldout: Arc<SoldOutCache>,
+    /// Sales found paused by a read with no buyer.
+    pub paused: PausedSales,
     /// Each sale's number of buckets (also read by the status routes).
     pub buckets: Arc<BucketCounts>,
     /// Loads a sold-out sale's buyers into `soldout`.
@@ -213,8 +218,9 @@ impl Purchases {
     /// for anyone, without a signature check and without using the
     /// claimed identity to decide: a body that cannot be read, a Redis
     /// unfit for purchases, what the sold-out memory knows (ended, not
-    /// found, sold out; its recheck read with no buyer, `recheck.rs`) and
-    /// a window known not to open within [`CLOCK_MARGIN_MS`]. For a
+    /// found, sold out; its recheck read with no buyer, `recheck.rs`), a
+    /// pause of every bucket (`paused.rs`) and a window known not to open
+    /// within [`CLOCK_MARGIN_MS`]. For a
     /// sold-out sale the buyer the request claims to be
     /// (`Identity::claimed_buyer`, unverified) only chooses which buyer is
     /// looked up: one who holds no reservation is told `sold_out` at once;
@@ -246,6 +252,10 @@ impl Purchases {
         }
         match self.soldout.get(sale_id, Instant::now()) {
             Known::Ask => {
+                if self.paused_publicly(sale_id)? {
+                    self.metrics.outcome(Outcome::Paused);
+                    return Err(Decision::Paused);
+                }
                 if self.not_started(sale_id)? {
                     self.metrics.outcome(Outcome::NotStarted);
                     return Err(Decision::NotStarted);
@@ -294,11 +304,41 @@ impl Purchases {
         }))
     }
 
-    /// The recheck of a one-bucket sale remembered sold out, made by the
-    /// caller [`SoldOutCache::get`] chose, without a buyer
-    /// (`recheck.rs`): still sold out is remembered again (its buyers
-    /// loaded if they are not), a change forgets the memory; a sale not
-    /// remembered sold out, or split over buckets, is `Changed` at once
+    /// Whether `sale_id` is paused in every bucket, a public fact said
+    /// with no buyer: from the pause memory (`paused.rs`, half a second),
+    /// or read again (`recheck::paused_everywhere`) when that memory is due
+    /// or the window memory's pause mark (`home.rs`) says to. A sale with
+    /// neither is not read (the script decides, after the signature).
+    ///
+    /// Errors: `Unavailable` when Redis cannot be read in time.
+    fn paused_publicly(&self, sale_id: u64) -> Result<bool, Decision> {
+        match self.paused.get(sale_id, Instant::now()) {
+            Seen::Paused => return Ok(true),
+            Seen::Due => {}
+            Seen::NotKnown if self.buckets.paused(sale_id) => {}
+            Seen::NotKnown => return Ok(false),
+        }
+        let read_at = Instant::now();
+        let k = self
+            .buckets
+            .of(&self.links, sale_id)
+            .map_err(|Unavailable| self.unavailable())?;
+        let paused = recheck::paused_everywhere(&self.links, sale_id, k)
+            .map_err(|Unavailable| self.unavailable())?;
+        self.buckets.set_paused(sale_id, paused);
+        if paused {
+            self.paused.paused(sale_id, read_at);
+        } else {
+            self.paused.resumed(sale_id);
+        }
+        Ok(paused)
+    }
+
+    /// The recheck of a sale remembered sold out, made by the caller
+    /// [`SoldOutCache::get`] chose, without a buyer (`recheck.rs`; a split
+    /// sale's every bucket): still sold out is remembered again (a
+    /// one-bucket sale's buyers loaded if they are not), a change forgets
+    /// the memory; a sale not remembered sold out is `Changed` at once
     /// (the purchase goes to Redis).
     ///
     /// Errors: `Unavailable` when Redis cannot be read in time.
@@ -310,16 +350,17 @@ impl Purchases {
             .buckets
             .of(&self.links, sale_id)
             .map_err(|Unavailable| self.unavailable())?;
-        if k != 1 {
-            return Ok(Still::Changed);
+        let still = match k {
+            1 => recheck::sold_out_still(&self.links, sale_id, seq),
+            _ => recheck::split_sold_out_still(&self.links, sale_id, k, seq),
         }
-        let still = recheck::sold_out_still(&self.links, sale_id, seq)
-            .map_err(|Unavailable| self.unavailable())?;
+        .map_err(|Unavailable| self.unavailable())?;
         match still {
             Still::SoldOut => {
                 if self
                     .soldout
                     .confirmed_sold_out(sale_id, seq, Instant::now())
+                    && k == 1
                 {
                     self.buyers.request(&self.soldout, sale_id, seq);
                 }
@@ -474,6 +515,10 @@ impl Purchases {
             ReserveOutcome::Paused(reason) => {
                 self.metrics.outcome(Outcome::Paused);
                 self.soldout.inconclusive(sale_id, Instant::now());
+                if buckets == 1 {
+                    // The next purchase reads the pause with no buyer.
+                    self.buckets.set_paused(sale_id, true);
+                }
                 log::debug!("sale {sale_id} is paused ({reason}); purchase of {user_id} refused");
                 Decision::Paused
             }

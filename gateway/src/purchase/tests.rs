@@ -20,6 +20,7 @@ fn purchases() -> Purchases {
     let (loader, _requests) = buyers::loader();
     Purchases {
         soldout: Arc::new(SoldOutCache::new(100)),
+        paused: Default::default(),
         buckets: Arc::new(BucketCounts::default()),
         buyers: loader,
         reserver: Reserver::new(Mode::RoundTrip, links.clone(), timeout, metrics.clone()),

@@ -38,6 +38,11 @@ pub struct ClientConnection {
     // seckill patch: set when a request was answered with
     // `respond_and_close`; no request is read after that.
     closing: std::sync::Arc<Closing>,
+
+    // seckill patch: this connection's number, given by its server in
+    // order of acceptance (1, 2, ...; 0: not given), carried by each of
+    // its requests (`Request::connection_id`).
+    id: u64,
 }
 
 /// Error that can happen when reading a request.
@@ -93,7 +98,14 @@ impl ClientConnection {
             no_more_requests: false,
             secure,
             closing,
+            id: 0,
         }
+    }
+
+    /// seckill patch: numbers this connection (see `Request::connection_id`).
+    pub fn with_id(mut self, id: u64) -> ClientConnection {
+        self.id = id;
+        self
     }
 
     /// true if the connection is HTTPS
@@ -291,7 +303,7 @@ impl ClientConnection {
         })?;
 
         // return the request
-        Ok(request)
+        Ok(request.with_connection_id(self.id))
     }
 }
 

@@ -313,9 +313,14 @@ impl Server {
             let tasks_pool = util::TaskPool::new();
 
             log::debug!("Running accept thread");
+            // seckill patch: connections are numbered in order of
+            // acceptance, on this thread alone (`Request::connection_id`).
+            let mut accepted: u64 = 0;
             while !inside_close_trigger.load(Relaxed) {
                 let new_client = match server.accept() {
                     Ok((sock, _)) => {
+                        accepted += 1;
+                        let id = accepted;
                         use util::RefinedTcpStream;
                         let pair = match ssl {
                             None => RefinedTcpStream::new(sock),
@@ -335,7 +340,7 @@ impl Server {
                         };
 
                         pair.map(|(read_closable, write_closable)| {
-                            ClientConnection::new(write_closable, read_closable)
+                            ClientConnection::new(write_closable, read_closable).with_id(id)
                         })
                     }
                     Err(e) => Err(e),

@@ -78,6 +78,9 @@ pub struct Request {
     // If Some, a message must be sent after responding
     notify_when_responded: Option<Sender<()>>,
 
+    // seckill patch: the number of the connection it came on (0: none).
+    connection_id: u64,
+
     // seckill patch: the connection's closing state, set by
     // `respond_and_close`.
     closing: Arc<Closing>,
@@ -253,6 +256,7 @@ where
         must_send_continue: expects_continue,
         notify_when_responded: None,
         closing,
+        connection_id: 0,
     })
 }
 
@@ -306,6 +310,21 @@ impl Request {
     #[inline]
     pub fn remote_addr(&self) -> Option<&SocketAddr> {
         self.remote_addr.as_ref()
+    }
+
+    /// seckill patch: the number of the connection this request came on,
+    /// given by its server in order of acceptance from 1, never given
+    /// twice by one server: the requests of one connection share it, and
+    /// a later connection from the same address and port has another.
+    /// 0 for a request that came on no connection (`TestRequest`).
+    #[inline]
+    pub fn connection_id(&self) -> u64 {
+        self.connection_id
+    }
+
+    pub(crate) fn with_connection_id(mut self, id: u64) -> Request {
+        self.connection_id = id;
+        self
     }
 
     /// Sends a response with a `Connection: upgrade` header, then turns the `Request` into a `Stream`.
