@@ -42,7 +42,6 @@ fn stock_poller(
 }
 
 #[test]
-#[ignore = "needs sale create --max-per-buyer and the gateway's several units per purchase"]
 fn a_quantity_mix_of_2000_buyers_sells_exactly_100_units_within_the_limit() {
     let _crowd = crate::support::crowd();
     let redis = RedisServer::start();
