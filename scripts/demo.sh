@@ -46,14 +46,13 @@
 # SECKILL_DEMO_PAY_SHARE (0.7), SECKILL_DEMO_PAYMENT_WINDOW (15s: longer
 # than the crowd and the drain, or the payers would be late));
 # --private (or SECKILL_DEMO_PRIVATE=1): always start private servers.
-# SECKILL_DEMO_QUANTITIES=1: a quantity mix instead of one unit each: the
-# sale sells up to 4 units per buyer and 3 per purchase (sale create
-# --max-per-buyer 4 --max-per-purchase 3); each purchase asks 1, 2 or 3
-# units (70/20/10 %) with an Idempotency-Key, half the users retry with the
-# same key, a quarter buy again with a new one (seckill-load --quantities
-# 70:20:10 --retry-same-key 0.5 --duplicates 0.25); every invariant in
-# units. Needs a build whose sale create has --max-per-buyer (refused
-# otherwise).
+# The crowd buys a quantity mix: the sale sells up to 4 units per buyer and
+# 3 per purchase (sale create --max-per-buyer 4 --max-per-purchase 3); each
+# purchase asks 1, 2 or 3 units (70/20/10 %) with an Idempotency-Key, half
+# the users retry with the same key, a quarter buy again with a new one
+# (seckill-load --quantities 70:20:10 --retry-same-key 0.5 --duplicates
+# 0.25); every invariant in units. SECKILL_DEMO_QUANTITIES=0: one unit per
+# buyer instead (5 % clicking twice).
 # SECKILL_DEMO_HEALTHZ_BURST (20000): the GET /healthz sent after the sale
 # (seckill-load --healthz-burst) for the rate printed beside the crowd's.
 # SECKILL_DEMO_CLUSTER=1: run on a private Redis Cluster (six redis-server,
@@ -72,7 +71,7 @@ KEEP_DB=0
 PAY_SHARE=${SECKILL_DEMO_PAY_SHARE:-0.7}
 PAYMENT_WINDOW=${SECKILL_DEMO_PAYMENT_WINDOW:-15s}
 PRIVATE=${SECKILL_DEMO_PRIVATE:-0}
-QUANTITIES=${SECKILL_DEMO_QUANTITIES:-0}
+QUANTITIES=${SECKILL_DEMO_QUANTITIES:-1}
 HEALTHZ_BURST=${SECKILL_DEMO_HEALTHZ_BURST:-20000}
 usage() { awk 'NR > 1 && /^#/ { sub(/^# ?/, ""); print; next } NR > 1 { exit }' "$0"; }
 needs_value() { # OPTION REST_COUNT
@@ -190,8 +189,8 @@ cargo build --release -p seckill-gateway -p seckill-worker -p seckill-reconciler
   || { tail -20 "$RUN/build.log" >&2; exit 2; }
 BIN=${CARGO_TARGET_DIR:-$ROOT/target}/release
 
-# The quantity mix (SECKILL_DEMO_QUANTITIES=1): the sale's limits and the
-# crowd's options; one unit each otherwise (5 % clicking twice).
+# The quantity mix (the default): the sale's limits and the crowd's
+# options; one unit each with SECKILL_DEMO_QUANTITIES=0 (5 % clicking twice).
 SALE_LIMITS=()
 CROWD=(--duplicates 0.05)
 CROWD_SAYS="5 % click twice"

@@ -1,5 +1,7 @@
 //! Specifies `scripts/demo.sh` itself: on this machine, with a small sale
-//! (50 units, 2,000 users), the one-command flash sale builds, runs every
+//! (50 units, 2,000 users; by default a quantity mix, with
+//! `SECKILL_DEMO_QUANTITIES=0` one unit per buyer), the one-command flash
+//! sale builds, runs every
 //! service, verifies every invariant, takes 35 payments, lets 15 orders
 //! expire and sells those 15 units again, finds nothing to reconcile, stops
 //! everything and exits 0; its JSON report (`demo.json`) says the same,
@@ -17,12 +19,15 @@ use std::process::Command;
 
 #[test]
 fn the_demo_sells_50_units_to_2000_users_and_exits_0() {
+    let _crowd = crate::support::crowd();
     let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
     let mut cmd = Command::new(root.join("scripts/demo.sh"));
     cmd.args(["--stock", "50", "--users", "2000", "--connections", "32"]);
     // Payers pay 70 % (35) of the winners; the other 15 orders expire
     // after 4 s, and 15 buyers told sold out buy and pay for those units.
     cmd.args(["--pay-share", "0.7", "--payment-window", "4s"]);
+    // One unit per buyer: the exact one-unit counts below.
+    cmd.env("SECKILL_DEMO_QUANTITIES", "0");
     let redis = RedisServer::start();
     cmd.env("SECKILL_REDIS_URL", redis.url());
     // The account scripts/test.sh set up (root, or seckill_test when root
@@ -111,6 +116,55 @@ fn the_demo_sells_50_units_to_2000_users_and_exits_0() {
     let left: Vec<String> = redis::cmd("KEYS").arg("*").query(&mut redis.con()).unwrap();
     assert!(left.is_empty(), "the demo left keys behind: {left:?}");
     assert_report_renders(&stdout, &report);
+}
+
+/// The default demo sells a quantity mix (up to 4 units per buyer, 3 per
+/// purchase, same-key retries): exactly the sale's 50 units, every
+/// invariant in units, nothing to reconcile, no key left behind.
+#[test]
+fn the_default_demo_sells_a_quantity_mix_of_exactly_50_units() {
+    let _crowd = crate::support::crowd();
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    let mut cmd = Command::new(root.join("scripts/demo.sh"));
+    cmd.args(["--stock", "50", "--users", "2000", "--connections", "32"]);
+    cmd.args(["--pay-share", "0.7", "--payment-window", "4s"]);
+    cmd.env_remove("SECKILL_DEMO_QUANTITIES");
+    let redis = RedisServer::start();
+    cmd.env("SECKILL_REDIS_URL", redis.url());
+    let server = std::env::var("SECKILL_TEST_MYSQL_URL")
+        .unwrap_or_else(|_| "mysql://root@127.0.0.1:3306/".to_string());
+    cmd.env("SECKILL_MYSQL_URL", server.trim_end_matches('/'));
+    let out = cmd.output().expect("run scripts/demo.sh");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{stdout}\n{stderr}");
+    for said in [
+        "verdict     every invariant holds",
+        "reconciliation: 0 open findings",
+        "PASS: sale ",
+    ] {
+        assert!(stdout.contains(said), "{said}: {stdout}");
+    }
+    let path = stdout
+        .lines()
+        .find_map(|l| l.split_once("report (JSON): ").map(|(_, p)| p.trim()))
+        .expect("the demo names its JSON report");
+    let report: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(path).expect("read demo.json"))
+            .expect("demo.json is JSON");
+    let units = &report["load"]["units"];
+    assert_eq!(
+        (
+            &units["max_per_buyer"],
+            &units["max_per_purchase"],
+            &units["units_accepted"],
+            &units["retries_mismatched"]
+        ),
+        (&4.into(), &3.into(), &50.into(), &0.into()),
+        "{units}"
+    );
+    let left: Vec<String> = redis::cmd("KEYS").arg("*").query(&mut redis.con()).unwrap();
+    assert!(left.is_empty(), "the demo left keys behind: {left:?}");
 }
 
 /// The demo's last line names its HTML report; headless Chromium loads it
