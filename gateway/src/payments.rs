@@ -24,7 +24,9 @@
 //! key).
 //!
 //! `DELETE .../purchases/me` reads the buyer's reservation and its status
-//! from Redis: `pending_payment` → the cancellation is queued, 202
+//! from Redis (in a sale of several units per buyer, the latest of their
+//! reservations awaiting payment, else their latest one; a repeat cancels
+//! the next once the first is cancelled): `pending_payment` → the cancellation is queued, 202
 //! `{"reservation_id", "status": "pending_payment", "cancellation":
 //! "queued"}`; `cancelled` → 202 with that status (a repeat); no purchase
 //! → 404 `purchase_not_found`; any other status (`queued`: not an order
@@ -164,20 +166,16 @@ pub fn cancel(payments: &Payments, sale_id: u64, user: &str) -> Cancelled {
         return Cancelled::Unavailable;
     };
     let found = payments.links.with(|link| {
-        let rid = link.with(|con| {
+        let mark = link.with(|con| {
             redis::cmd("HGET")
                 .arg(k.buyers())
                 .arg(user)
                 .query::<Option<String>>(con)
         })?;
-        let Some(rid) = rid else { return Ok(None) };
-        let status = link.with(|con| {
-            redis::cmd("HGET")
-                .arg(k.status())
-                .arg(&rid)
-                .query::<Option<String>>(con)
-        })?;
-        let status = status.unwrap_or_else(|| PurchaseStatus::Queued.as_str().to_string());
+        let Some(mark) = mark else { return Ok(None) };
+        let Some((rid, status)) = chosen(link, &k, &mark)? else {
+            return Ok(None);
+        };
         if status == PurchaseStatus::PendingPayment.as_str() {
             let m = CancelMessage::new(sale_id, user, &rid, seckill_common::now_ms());
             link.with(|con| payment::enqueue_cancel(con, &m))?;
@@ -195,6 +193,48 @@ pub fn cancel(payments: &Payments, sale_id: u64, user: &str) -> Cancelled {
         Ok(None) => Cancelled::NotFound,
         Err(Unavailable) => Cancelled::Unavailable,
     }
+}
+
+/// The reservation a cancellation of the buyer whose mark is `mark`
+/// acts on, with its status (`queued` while it has none): the one
+/// reservation of a one-unit sale; in a sale of several units per buyer
+/// (the mark is their list, `seckill_common::allowance::Held`), the latest
+/// one awaiting payment, else the latest one. `None`: an empty list.
+fn chosen(
+    link: &mut crate::redis::link::Link,
+    k: &seckill_common::keys::SaleKeys,
+    mark: &str,
+) -> Result<Option<(String, String)>, Unavailable> {
+    let rids: Vec<String> = if mark.contains(':') {
+        match seckill_common::allowance::Held::parse(mark) {
+            Ok(held) => held.0.into_iter().map(|e| e.reservation_id).collect(),
+            Err(_) => vec![mark.to_string()],
+        }
+    } else {
+        vec![mark.to_string()]
+    };
+    if rids.is_empty() {
+        return Ok(None);
+    }
+    let statuses = link.with(|con| {
+        redis::cmd("HMGET")
+            .arg(k.status())
+            .arg(&rids)
+            .query::<Vec<Option<String>>>(con)
+    })?;
+    let queued = || PurchaseStatus::Queued.as_str().to_string();
+    let mut both: Vec<(String, String)> = rids
+        .into_iter()
+        .zip(statuses.into_iter().chain(std::iter::repeat(None)))
+        .map(|(rid, st)| (rid, st.unwrap_or_else(queued)))
+        .collect();
+    let pending = both
+        .iter()
+        .rposition(|(_, st)| st == PurchaseStatus::PendingPayment.as_str());
+    Ok(match pending {
+        Some(i) => Some(both.swap_remove(i)),
+        None => both.pop(),
+    })
 }
 
 #[cfg(test)]
