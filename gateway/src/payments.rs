@@ -24,7 +24,8 @@
 //! key).
 //!
 //! `DELETE .../purchases/me` reads the buyer's reservation and its status
-//! from Redis: `pending_payment` → the cancellation is queued, 202
+//! from Redis (in a sale of several units per buyer, whose mark lists the
+//! buyer's reservations, the oldest pending payment, else the latest): `pending_payment` → the cancellation is queued, 202
 //! `{"reservation_id", "status": "pending_payment", "cancellation":
 //! "queued"}`; `cancelled` → 202 with that status (a repeat); no purchase
 //! → 404 `purchase_not_found`; any other status (`queued`: not an order
@@ -164,20 +165,24 @@ pub fn cancel(payments: &Payments, sale_id: u64, user: &str) -> Cancelled {
         return Cancelled::Unavailable;
     };
     let found = payments.links.with(|link| {
-        let rid = link.with(|con| {
+        let mark = link.with(|con| {
             redis::cmd("HGET")
                 .arg(k.buyers())
                 .arg(user)
                 .query::<Option<String>>(con)
         })?;
-        let Some(rid) = rid else { return Ok(None) };
-        let status = link.with(|con| {
-            redis::cmd("HGET")
-                .arg(k.status())
-                .arg(&rid)
-                .query::<Option<String>>(con)
+        let Some(mark) = mark else { return Ok(None) };
+        let rids = reservations(&mark);
+        let statuses = link.with(|con| {
+            let mut pipe = redis::pipe();
+            for rid in &rids {
+                pipe.cmd("HGET").arg(k.status()).arg(rid);
+            }
+            pipe.query::<Vec<Option<String>>>(con)
         })?;
-        let status = status.unwrap_or_else(|| PurchaseStatus::Queued.as_str().to_string());
+        let Some((rid, status)) = to_cancel(rids, statuses) else {
+            return Ok(None);
+        };
         if status == PurchaseStatus::PendingPayment.as_str() {
             let m = CancelMessage::new(sale_id, user, &rid, seckill_common::now_ms());
             link.with(|con| payment::enqueue_cancel(con, &m))?;
@@ -197,9 +202,66 @@ pub fn cancel(payments: &Payments, sale_id: u64, user: &str) -> Cancelled {
     }
 }
 
+/// The reservation ids a buyer's mark names, oldest first: a one-unit
+/// sale's mark is one id; a sale of several units per buyer keeps the
+/// list `RID:Q,...` (`allowance::Held`). A list that does not parse is
+/// read as an id.
+fn reservations(mark: &str) -> Vec<String> {
+    match seckill_common::allowance::Held::parse(mark) {
+        Ok(held) if !held.0.is_empty() => held.0.into_iter().map(|e| e.reservation_id).collect(),
+        _ => vec![mark.to_string()],
+    }
+}
+
+/// Which of the buyer's reservations `rids` (oldest first, with their
+/// Redis statuses, none = `queued`) a cancellation is about: the oldest
+/// pending payment, as the worker's MySQL step picks (`lifecycle::cancel`),
+/// else the latest, whose status says why nothing is cancelled.
+fn to_cancel(rids: Vec<String>, statuses: Vec<Option<String>>) -> Option<(String, String)> {
+    let queued = || PurchaseStatus::Queued.as_str().to_string();
+    let both: Vec<(String, String)> = rids
+        .into_iter()
+        .zip(statuses.into_iter().chain(std::iter::repeat(None)))
+        .map(|(rid, st)| (rid, st.unwrap_or_else(queued)))
+        .collect();
+    let pending = both
+        .iter()
+        .position(|(_, st)| st == PurchaseStatus::PendingPayment.as_str());
+    match pending {
+        Some(i) => both.into_iter().nth(i),
+        None => both.into_iter().last(),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_cancellation_names_the_oldest_pending_reservation_of_a_list() {
+        let (a, b) = ("a".repeat(32), "b".repeat(32));
+        assert_eq!(reservations(&a), vec![a.clone()]);
+        assert_eq!(
+            reservations(&format!("{a}:2,{b}:1")),
+            vec![a.clone(), b.clone()]
+        );
+        let st = |s: &str| Some(s.to_string());
+        assert_eq!(
+            to_cancel(
+                vec![a.clone(), b.clone()],
+                vec![st("paid"), st("pending_payment")]
+            ),
+            Some((b.clone(), "pending_payment".into()))
+        );
+        assert_eq!(
+            to_cancel(vec![a.clone(), b.clone()], vec![st("cancelled"), None]),
+            Some((b.clone(), "queued".into()))
+        );
+        assert_eq!(
+            to_cancel(vec![a.clone()], vec![st("cancelled")]),
+            Some((a, "cancelled".into()))
+        );
+    }
 
     fn detail(body: &str) -> String {
         parse_body(body.as_bytes()).unwrap_err().to_string()
