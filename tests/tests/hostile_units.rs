@@ -331,3 +331,220 @@ fn a_buyer_named_like_another_reservation_cancels_only_their_own() {
         ]
     );
 }
+
+/// The reconciler run three times while 8 connections keep buying 1-3
+/// units each under fresh keys (gateway and worker running, a sale of
+/// 1,000,000 units, at most 4 per buyer): no run reports anything, and once
+/// the purchases stop and the worker caught up, MySQL's books equal the
+/// units answered 202.
+#[test]
+fn the_reconciler_finds_nothing_on_a_sale_under_continuous_purchase() {
+    use crate::support::quantity::{self, books, Terms};
+    use crate::support::worker::{wait_orders, Opts, WorkerProc};
+    use seckill_tests::{TempDir, TestDb};
+    use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+    use std::time::Duration;
+    let _crowd = crate::support::crowd();
+    let redis = RedisServer::start();
+    let db = TestDb::create();
+    let review = TempDir::new();
+    let file = review.path().join("review.sqlite3");
+    let terms = Terms {
+        stock: 1_000_000,
+        per_buyer: 4,
+        per_purchase: 3,
+        window: None,
+        rebuy: false,
+    };
+    let sale = quantity::create(&redis, &db, &file, &terms);
+    let g = Gateway::start(&redis, &[("SECKILL_GATEWAY_BUYER_RATE", "0")]);
+    let _w = WorkerProc::start(&redis, &db, "w1", &Opts::default());
+    let stop = Arc::new(AtomicBool::new(false));
+    let (units, reservations) = (Arc::new(AtomicU32::new(0)), Arc::new(AtomicU32::new(0)));
+    let port = g.port;
+    let buyers: Vec<_> = (0..8u32)
+        .map(|t| {
+            let (stop, units, reservations) = (stop.clone(), units.clone(), reservations.clone());
+            thread::spawn(move || {
+                let mut i = 0u32;
+                while !stop.load(Ordering::Acquire) {
+                    let q = 1 + (i + t) % 3;
+                    let user = format!("t{t}u{i}");
+                    let r = purchase(port, sale, &user, q, &["Idempotency-Key: once"])
+                        .expect("an answer");
+                    assert_eq!(r.status, 202, "{}", r.body);
+                    units.fetch_add(q, Ordering::AcqRel);
+                    thread::sleep(Duration::from_millis(2));
+                    reservations.fetch_add(1, Ordering::AcqRel);
+                    i += 1;
+                }
+            })
+        })
+        .collect();
+    let mut seen = Vec::new();
+    for _ in 0..3 {
+        seen.push(quantity::findings(&redis, &db, &file));
+    }
+    stop.store(true, Ordering::Release);
+    for b in buyers {
+        b.join().unwrap();
+    }
+    let (units, reservations) = (
+        units.load(Ordering::Acquire),
+        reservations.load(Ordering::Acquire),
+    );
+    assert!(units > 0 && units < 1_000_000, "{units}");
+    wait_orders(&db, sale, i64::from(reservations), Duration::from_secs(120));
+    seen.push(quantity::findings(&redis, &db, &file));
+    assert!(seen.iter().all(Vec::is_empty), "{seen:?}");
+    let u = i64::from(units);
+    assert_eq!(
+        books(&db, sale),
+        (i64::from(reservations), u, u, 1_000_000 - u)
+    );
+}
+
+/// Copies the files of directory `from` into `to`.
+fn copy_dir(from: &std::path::Path, to: &std::path::Path) {
+    std::fs::create_dir_all(to).unwrap();
+    for e in std::fs::read_dir(from).unwrap() {
+        let e = e.unwrap();
+        std::fs::copy(e.path(), to.join(e.file_name())).unwrap();
+    }
+}
+
+/// A purchase of `q` units by `user` under `key` until it is not 503
+/// `unavailable` (the gateway reconnecting): its answer.
+fn buy_keyed(port: u16, sale: u64, user: &str, q: u32, key: &str) -> Resp {
+    let h = format!("Idempotency-Key: {key}");
+    loop {
+        let r = purchase(port, sale, user, q, &[&h]).expect("an answer");
+        if (r.status, r.error().as_str()) != (503, "unavailable") {
+            return r;
+        }
+        thread::sleep(std::time::Duration::from_millis(20));
+    }
+}
+
+/// Redis killed and restarted from an append-only file missing the last
+/// 30 of 50 units sold (10 buyers' 2-unit purchases and 10 buyers' second
+/// purchase of 1), all of them orders in MySQL already. The lost keys retried
+/// until the sale pauses, `sale repair`, then every key retried is 202
+/// with its first reservation id, the sale sells on to exactly 60 units,
+/// no reservation has two orders, no buyer holds more than 4 units in
+/// MySQL or Redis, and the books agree in units.
+#[test]
+fn a_redis_that_lost_units_repairs_to_exact_books_in_units() {
+    use crate::support::quantity::{self, books, Terms};
+    use crate::support::worker::{wait_orders, Opts, WorkerProc};
+    use seckill_tests::{TempDir, TestDb};
+    use std::time::{Duration, Instant};
+    let mut redis = RedisServer::start();
+    let db = TestDb::create();
+    let review = TempDir::new();
+    let file = review.path().join("review.sqlite3");
+    let terms = Terms {
+        stock: 60,
+        per_buyer: 4,
+        per_purchase: 3,
+        window: None,
+        rebuy: false,
+    };
+    let sale = quantity::create(&redis, &db, &file, &terms);
+    let g = Gateway::start(&redis, &[("SECKILL_GATEWAY_BUYER_RATE", "0")]);
+    let _w = WorkerProc::start(&redis, &db, "w1", &Opts::default());
+    let long = Duration::from_secs(60);
+    let first: Vec<(String, u32, &str)> = (0..10).map(|i| (format!("b{i}"), 2, "a")).collect();
+    let lost: Vec<(String, u32, &str)> = (10..20)
+        .map(|i| (format!("b{i}"), 2, "a"))
+        .chain((0..10).map(|i| (format!("b{i}"), 1, "b")))
+        .collect();
+    for (u, q, k) in &first {
+        assert_eq!(buy_keyed(g.port, sale, u, *q, k).status, 202);
+    }
+    wait_orders(&db, sale, 10, long);
+    let snapshot = TempDir::new();
+    copy_dir(&redis.dir().join("appendonlydir"), snapshot.path());
+    for (u, q, k) in &lost {
+        assert_eq!(buy_keyed(g.port, sale, u, *q, k).status, 202);
+    }
+    wait_orders(&db, sale, 30, long);
+    // The workers' watch sees the sequence at 50 units.
+    seckill_tests::wait_until(long, "seq_high 50", || {
+        db.count(&format!(
+            "SELECT COALESCE(MAX(seq_high), 0) FROM sale_redis_state WHERE sale_id = {sale}"
+        )) == 50
+    });
+    redis.stop();
+    let aof = redis.dir().join("appendonlydir");
+    std::fs::remove_dir_all(&aof).unwrap();
+    copy_dir(snapshot.path(), &aof);
+    redis.restart();
+    let restarted = Instant::now();
+    let mut paused = false;
+    'retry: while restarted.elapsed() < Duration::from_secs(20) {
+        for (u, q, k) in &lost {
+            let r = buy_keyed(g.port, sale, u, *q, k);
+            match (r.status, r.error().as_str()) {
+                (503, "sale_paused") => {
+                    paused = true;
+                    break 'retry;
+                }
+                (202, _) => {
+                    assert_eq!(r.json()["reservation_id"], keyed_reservation_id(sale, u, k))
+                }
+                other => panic!("{u} {k}: {other:?} {}", r.body),
+            }
+        }
+    }
+    assert!(paused, "the sale was never paused");
+    let (code, out) = seckill_tests::reconciler(&redis, &db, &file, &["run"]);
+    assert_eq!(code, 1, "{out}");
+    let (code, out) = seckill_tests::reconciler(
+        &redis,
+        &db,
+        &file,
+        &["sale", "repair", &sale.to_string(), "--by", "hostile"],
+    );
+    assert_eq!(code, 0, "{out}");
+    for (u, q, k) in first.iter().chain(&lost) {
+        let r = buy_keyed(g.port, sale, u, *q, k);
+        assert_eq!(
+            (r.status, r.json()["reservation_id"].as_str()),
+            (202, Some(keyed_reservation_id(sale, u, k).as_str())),
+            "{u} {k}: {}",
+            r.body
+        );
+    }
+    for i in 0..5 {
+        let r = buy_keyed(g.port, sale, &format!("c{i}"), 2, "z");
+        assert_eq!(r.status, 202, "c{i}: {}", r.body);
+    }
+    let r = buy_keyed(g.port, sale, "late", 1, "z");
+    assert_eq!((r.status, r.error()), (410, "sold_out".into()));
+    wait_orders(&db, sale, 35, long);
+    assert_eq!(books(&db, sale), (35, 60, 60, 0));
+    assert_eq!(
+        quantity::num(
+            &db,
+            &format!(
+                "SELECT COUNT(*) FROM (SELECT user_id FROM orders WHERE sale_id = {sale} \
+                 GROUP BY user_id HAVING SUM(quantity) > 4) t"
+            )
+        ),
+        0
+    );
+    assert_eq!(quantity::redis_stock(&redis, sale), 0);
+    let lists: HashMap<String, String> = redis.con().hgetall(SaleKeys::new(sale).buyers()).unwrap();
+    let units: u64 = lists
+        .values()
+        .map(|l| Held::parse(l).unwrap().units())
+        .sum();
+    assert_eq!((lists.len(), units), (25, 60));
+    let kinds: Vec<String> = quantity::findings(&redis, &db, &file)
+        .into_iter()
+        .map(|f| f.0)
+        .filter(|k| k != "redis_data_loss")
+        .collect();
+    assert_eq!(kinds, Vec::<String>::new());
+}
