@@ -548,3 +548,81 @@ fn a_redis_that_lost_units_repairs_to_exact_books_in_units() {
         .collect();
     assert_eq!(kinds, Vec::<String>::new());
 }
+
+/// A Redis data loss masked by new purchases: buyer b0 (at most 4 units)
+/// holds 2 + 2 units as MySQL orders; Redis restarts from an append-only
+/// file without the second purchase (b0's list says 2 units), and b0
+/// buys 2 more under a new key before anything else happens. The units
+/// taken refill the sequence to the workers' mark (4), so the data-loss
+/// watch sees nothing, the worker turns the message into an order, and
+/// MySQL holds 6 units for b0: the allowance is kept by Redis alone
+/// (`worker/src/apply.rs`: no per-buyer check for a sale of several
+/// units), which the loss made forget 2 of them.
+#[test]
+#[ignore = "defect: a Redis data loss masked by new purchases lets a buyer hold more than max_per_buyer units in MySQL; the worker does not check a buyer's units"]
+fn a_masked_redis_loss_never_takes_a_buyer_over_the_limit_in_mysql() {
+    use crate::support::quantity::{self, Terms};
+    use crate::support::worker::{wait_orders, Opts, WorkerProc};
+    use seckill_common::reservation::ReserveOutcome;
+    use seckill_common::reserve_units::reserve_units;
+    use seckill_tests::{TempDir, TestDb};
+    use std::time::Duration;
+    let mut redis = RedisServer::start();
+    let db = TestDb::create();
+    let review = TempDir::new();
+    let file = review.path().join("review.sqlite3");
+    let terms = Terms {
+        stock: 60,
+        per_buyer: 4,
+        per_purchase: 3,
+        window: None,
+        rebuy: false,
+    };
+    let sale = quantity::create(&redis, &db, &file, &terms);
+    let _w = WorkerProc::start(&redis, &db, "w1", &Opts::default());
+    let long = Duration::from_secs(60);
+    let buy = |redis: &RedisServer, key: &str| {
+        let rid = keyed_reservation_id(sale, "b0", key);
+        reserve_units(&mut redis.con(), sale, "b0", &rid, 2)
+            .unwrap()
+            .outcome
+    };
+    assert!(matches!(buy(&redis, "a"), ReserveOutcome::Reserved(_)));
+    wait_orders(&db, sale, 1, long);
+    let snapshot = TempDir::new();
+    copy_dir(&redis.dir().join("appendonlydir"), snapshot.path());
+    assert!(matches!(buy(&redis, "b"), ReserveOutcome::Reserved(_)));
+    wait_orders(&db, sale, 2, long);
+    seckill_tests::wait_until(long, "seq_high 4", || {
+        db.count(&format!(
+            "SELECT COALESCE(MAX(seq_high), 0) FROM sale_redis_state WHERE sale_id = {sale}"
+        )) == 4
+    });
+    redis.stop();
+    let aof = redis.dir().join("appendonlydir");
+    std::fs::remove_dir_all(&aof).unwrap();
+    copy_dir(snapshot.path(), &aof);
+    redis.restart();
+    assert!(matches!(buy(&redis, "c"), ReserveOutcome::Reserved(_)));
+    let k = SaleKeys::new(sale);
+    seckill_tests::wait_until(long, "the message taken or the sale paused", || {
+        let queued: usize = redis.con().llen(k.queue()).unwrap();
+        let paused = db.count(&format!(
+            "SELECT COUNT(*) FROM sale_redis_state WHERE sale_id = {sale} AND paused_reason IS NOT NULL"
+        ));
+        paused == 1
+            || (queued == 0
+                && quantity::num(
+                    &db,
+                    &format!("SELECT COUNT(*) FROM orders WHERE sale_id = {sale}"),
+                ) == 3)
+    });
+    let held = quantity::num(
+        &db,
+        &format!(
+            "SELECT COALESCE(SUM(quantity), 0) FROM orders WHERE sale_id = {sale} \
+             AND user_id = 'b0' AND status NOT IN ('expired', 'cancelled')"
+        ),
+    );
+    assert!(held <= 4, "b0 holds {held} units in MySQL");
+}
