@@ -188,8 +188,12 @@ pub fn cancel_named(
     user_id: &str,
     reservation_id: Option<&str>,
 ) -> Result<Cancelled, LifecycleError> {
+    // `multi_unit = 0`: an order of several units per buyer has its
+    // reservation id as live key, and a user id may have that shape (32
+    // hex digits): only a one-unit order's live key is its buyer.
     let mut row: Option<(u64, String, String)> = db.exec_first(
-        "SELECT id, reservation_id, status FROM orders WHERE sale_id = ? AND live_user_id = ?",
+        "SELECT id, reservation_id, status FROM orders
+         WHERE sale_id = ? AND live_user_id = ? AND multi_unit = 0",
         (sale_id, user_id),
     )?;
     if row.is_none() {
