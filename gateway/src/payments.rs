@@ -170,7 +170,11 @@ pub fn cancel(payments: &Payments, sale_id: u64, user: &str) -> Cancelled {
                 .arg(user)
                 .query::<Option<String>>(con)
         })?;
-        let Some(rid) = rid else { return Ok(None) };
+        // A sale of several units per buyer keeps a list `RID:Q,...`:
+        // the status read and the cancellation both name its latest.
+        let Some(rid) = rid.map(|mark| crate::queries::latest(&mark).0) else {
+            return Ok(None);
+        };
         let status = link.with(|con| {
             redis::cmd("HGET")
                 .arg(k.status())

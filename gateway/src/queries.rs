@@ -243,7 +243,7 @@ pub fn purchase_status(
 /// The reservation a buyer's mark names and its units: a one-unit
 /// sale's mark is the id (1 unit); a list `RID:Q,...` names its last
 /// (latest) entry. A list that does not parse is read as an id.
-fn latest(mark: &str) -> (String, u32) {
+pub(crate) fn latest(mark: &str) -> (String, u32) {
     match Held::parse(mark).ok().and_then(|h| h.0.into_iter().last()) {
         Some(e) => (e.reservation_id, e.quantity),
         None => (mark.to_string(), 1),

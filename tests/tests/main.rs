@@ -71,6 +71,7 @@ mod order_lifecycle_deadline;
 mod order_lifecycle_http;
 mod order_lifecycle_payments;
 mod order_lifecycle_race;
+mod quantity_cancel_http;
 mod quantity_lifecycle;
 mod quantity_reconciler;
 mod quantity_worker;
