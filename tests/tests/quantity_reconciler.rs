@@ -51,7 +51,7 @@ fn sale_create_records_the_limits_and_refuses_bad_ones() {
         seckill_tests::reconciler(&redis, &db, &file, &["sale", "show", &sale.to_string()]);
     assert_eq!(code, 0, "{show}");
     assert!(
-        show.contains("per buyer/purchase 4/3         4/3\n"),
+        show.contains("buyer/purchase    4/3          4/3\n"),
         "{show}"
     );
     let (_, list) = seckill_tests::reconciler(&redis, &db, &file, &["sale", "list"]);

@@ -244,7 +244,7 @@ fn write_limits(w: &mut dyn Write, m: &MysqlSide, r: &RedisSide) -> std::io::Res
         return Ok(());
     }
     let mysql = format!("{}/{}", m.limits.max_per_buyer, m.limits.max_per_purchase);
-    writeln!(w, "per buyer/purchase {mysql:<11} {l}/{q}")
+    writeln!(w, "buyer/purchase    {mysql:<12} {l}/{q}")
 }
 
 /// Writes the order lifecycle's rows: the payment window and the orders
