@@ -72,6 +72,10 @@ PAY_SHARE=${SECKILL_DEMO_PAY_SHARE:-0.7}
 PAYMENT_WINDOW=${SECKILL_DEMO_PAYMENT_WINDOW:-15s}
 PRIVATE=${SECKILL_DEMO_PRIVATE:-0}
 QUANTITIES=${SECKILL_DEMO_QUANTITIES:-1}
+case "$QUANTITIES" in
+  0|1) ;;
+  *) echo "demo.sh: SECKILL_DEMO_QUANTITIES must be 1 (a quantity mix, the default) or 0 (one unit per buyer), not '$QUANTITIES'" >&2; exit 64 ;;
+esac
 HEALTHZ_BURST=${SECKILL_DEMO_HEALTHZ_BURST:-20000}
 usage() { awk 'NR > 1 && /^#/ { sub(/^# ?/, ""); print; next } NR > 1 { exit }' "$0"; }
 needs_value() { # OPTION REST_COUNT

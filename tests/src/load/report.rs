@@ -193,10 +193,18 @@ impl Report<'_> {
         let ms = |us: u32| us as f64 / 1000.0;
         let mut s = String::new();
         let _ = writeln!(s, "seckill-load report: sale {}", self.sale_id);
+        let again = if self.limits.is_some() {
+            format!(
+                "{} buying again with a new key, {} retrying with the same key",
+                self.second_clicks, self.retries
+            )
+        } else {
+            format!("{} clicking twice", self.second_clicks)
+        };
         let _ = writeln!(
             s,
-            "  crowd       {} users ({} clicking twice), {} hostile requests, {} connections, seed {}",
-            self.users, self.second_clicks, t.hostile, self.connections, self.seed
+            "  crowd       {} users ({again}), {} hostile requests, {} connections, seed {}",
+            self.users, t.hostile, self.connections, self.seed
         );
         let _ = writeln!(
             s,
@@ -314,7 +322,7 @@ impl Report<'_> {
         if let Some(l) = self.lifecycle {
             let _ = writeln!(
                 s,
-                "  lifecycle   {} of {} winners paid, {} expired and went back on sale, {} resold and paid: {} paid, {} pending, available_stock {} ({:.1} s)",
+                "  lifecycle   {} of {} winners paid, {} orders expired and went back on sale, {} units resold and paid: {} orders paid, {} pending, available_stock {} ({:.1} s)",
                 l.paid_first,
                 l.winners,
                 l.end.expired,
