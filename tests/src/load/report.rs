@@ -187,12 +187,8 @@ impl Report<'_> {
         })
     }
 
-    /// The report as text for a person.
-    pub fn to_text(&self) -> String {
-        let t = self.tally;
-        let ms = |us: u32| us as f64 / 1000.0;
-        let mut s = String::new();
-        let _ = writeln!(s, "seckill-load report: sale {}", self.sale_id);
+    /// The text's `crowd` line: who bought, and how they repeated.
+    fn crowd_line(&self) -> String {
         let again = if self.limits.is_some() {
             format!(
                 "{} buying again with a new key, {} retrying with the same key",
@@ -201,11 +197,19 @@ impl Report<'_> {
         } else {
             format!("{} clicking twice", self.second_clicks)
         };
-        let _ = writeln!(
-            s,
+        format!(
             "  crowd       {} users ({again}), {} hostile requests, {} connections, seed {}",
-            self.users, t.hostile, self.connections, self.seed
-        );
+            self.users, self.tally.hostile, self.connections, self.seed
+        )
+    }
+
+    /// The report as text for a person.
+    pub fn to_text(&self) -> String {
+        let t = self.tally;
+        let ms = |us: u32| us as f64 / 1000.0;
+        let mut s = String::new();
+        let _ = writeln!(s, "seckill-load report: sale {}", self.sale_id);
+        let _ = writeln!(s, "{}", self.crowd_line());
         let _ = writeln!(
             s,
             "  requests    {} in {:.2} s = {:.0} req/s; latency p50 {:.2} ms, p90 {:.2} ms, p99 {:.2} ms, max {:.2} ms",
