@@ -168,19 +168,10 @@ impl Config {
 mod tests {
     use super::*;
     use seckill_common::config::{DURATION, DURATION_OR_ZERO};
-    use std::collections::HashMap;
-
-    fn env(pairs: &[(&str, &str)]) -> Env {
-        let map: HashMap<String, String> = pairs
-            .iter()
-            .map(|(k, v)| (k.to_string(), v.to_string()))
-            .collect();
-        Env::from_map(&map)
-    }
 
     #[test]
     fn empty_environment_gives_documented_defaults() {
-        let c = Config::from_env(&env(&[])).unwrap();
+        let c = Config::from_env(&Env::from_pairs(&[])).unwrap();
         assert_eq!(c.services.redis_url, "redis://127.0.0.1:6379/");
         assert_eq!(c.services.mysql_url, "mysql://root@127.0.0.1:3306/seckill");
         assert_eq!(c.services.redis_timeout, Duration::from_millis(1000));
@@ -196,7 +187,7 @@ mod tests {
 
     #[test]
     fn valid_overrides_are_applied() {
-        let c = Config::from_env(&env(&[
+        let c = Config::from_env(&Env::from_pairs(&[
             ("SECKILL_REDIS_URL", "redis://10.0.0.1:7000/2"),
             ("SECKILL_MYSQL_URL", "mysql://app:pw@db:3306/shop"),
             ("SECKILL_REDIS_TIMEOUT", "250ms"),
@@ -239,7 +230,7 @@ mod tests {
             ("SECKILL_WORKER_METRICS_LISTEN", "nowhere"),
         ];
         for (var, val) in cases {
-            let err = Config::from_env(&env(&[(var, val)])).unwrap_err();
+            let err = Config::from_env(&Env::from_pairs(&[(var, val)])).unwrap_err();
             assert_eq!(err.variable, var);
             assert_eq!(err.value, val);
             let msg = err.to_string();
@@ -249,7 +240,7 @@ mod tests {
             );
         }
         assert_eq!(
-            Config::from_env(&env(&[("SECKILL_WORKER_BATCH", "0")]))
+            Config::from_env(&Env::from_pairs(&[("SECKILL_WORKER_BATCH", "0")]))
                 .unwrap_err()
                 .to_string(),
             "invalid configuration: SECKILL_WORKER_BATCH=\"0\": expected an integer from 1 to 10000"
@@ -266,7 +257,7 @@ mod tests {
             "SECKILL_WORKER_IDLE_AFTER",
         ] {
             for val in ["5", "abc", "0", "0s", "90d"] {
-                let err = Config::from_env(&env(&[(var, val)])).unwrap_err();
+                let err = Config::from_env(&Env::from_pairs(&[(var, val)])).unwrap_err();
                 assert_eq!(err.variable, var);
                 assert_eq!(err.expected, DURATION, "{var}={val}: {err}");
                 assert_ne!(err.expected, DURATION_OR_ZERO);
@@ -276,13 +267,14 @@ mod tests {
 
     #[test]
     fn the_consumer_pool_takes_a_minimum_a_maximum_and_two_durations() {
-        let c = Config::from_env(&env(&[])).unwrap();
+        let c = Config::from_env(&Env::from_pairs(&[])).unwrap();
         assert_eq!((c.worker_consumers_min, c.worker_consumers_max), (1, 1));
         assert_eq!(c.worker_scale_after, Duration::from_secs(2));
         assert_eq!(c.worker_idle_after, Duration::from_secs(30));
-        let c = Config::from_env(&env(&[("SECKILL_WORKER_CONSUMERS_MIN", "3")])).unwrap();
+        let c =
+            Config::from_env(&Env::from_pairs(&[("SECKILL_WORKER_CONSUMERS_MIN", "3")])).unwrap();
         assert_eq!((c.worker_consumers_min, c.worker_consumers_max), (3, 3));
-        let c = Config::from_env(&env(&[
+        let c = Config::from_env(&Env::from_pairs(&[
             ("SECKILL_WORKER_CONSUMERS_MIN", "2"),
             ("SECKILL_WORKER_CONSUMERS_MAX", "64"),
             ("SECKILL_WORKER_SCALE_AFTER", "500ms"),
@@ -296,7 +288,11 @@ mod tests {
 
     #[test]
     fn a_bad_consumer_pool_names_the_variable_and_what_it_takes() {
-        let err = |pairs: &[(&str, &str)]| Config::from_env(&env(pairs)).unwrap_err().to_string();
+        let err = |pairs: &[(&str, &str)]| {
+            Config::from_env(&Env::from_pairs(pairs))
+                .unwrap_err()
+                .to_string()
+        };
         assert_eq!(
             err(&[("SECKILL_WORKER_CONSUMERS_MIN", "0")]),
             "invalid configuration: SECKILL_WORKER_CONSUMERS_MIN=\"0\": expected an integer from 1 to 64"
@@ -315,7 +311,7 @@ mod tests {
         // Consumer ids append ".N" to the worker id: a 64-character id
         // fits one consumer, not ten.
         let id = "w".repeat(64);
-        assert!(Config::from_env(&env(&[("SECKILL_WORKER_ID", &id)])).is_ok());
+        assert!(Config::from_env(&Env::from_pairs(&[("SECKILL_WORKER_ID", &id)])).is_ok());
         let long = err(&[
             ("SECKILL_WORKER_ID", &id),
             ("SECKILL_WORKER_CONSUMERS_MAX", "10"),
@@ -328,7 +324,7 @@ mod tests {
 
     #[test]
     fn empty_values_keep_defaults() {
-        let c = Config::from_env(&env(&[("SECKILL_WORKER_BATCH", "  ")])).unwrap();
+        let c = Config::from_env(&Env::from_pairs(&[("SECKILL_WORKER_BATCH", "  ")])).unwrap();
         assert_eq!(c.worker_batch, 256);
     }
 
@@ -336,7 +332,7 @@ mod tests {
     /// does not stop the worker.
     #[test]
     fn a_bad_value_of_another_binarys_variable_does_not_stop_the_worker() {
-        let c = Config::from_env(&env(&[
+        let c = Config::from_env(&Env::from_pairs(&[
             ("SECKILL_GATEWAY_BUYER_RATE", "lots"),
             ("SECKILL_LISTEN", "8080"),
             ("SECKILL_AUTH", "JWT"),
