@@ -155,7 +155,7 @@ fn interleaved_keys_of_one_buyer_stay_within_the_limit() {
             other => panic!("{k}: {other}"),
         }
     }
-    assert!(won <= 5 && won >= 3, "{won}");
+    assert!((3..=5).contains(&won), "{won}");
     let (units, flows, _, stock) = state(&redis, 3);
     assert_eq!((units, stock), (won, 50 - i64::from(won)));
     let held: String = redis
