@@ -49,7 +49,7 @@ ensure_package redis-benchmark redis-tools
 SECONDS_EACH=${BENCH_SECONDS:-10}
 MODES=${BENCH_MODES:-"2 1 0"}
 CONNS=64
-cargo build --release -q -p seckill-gateway -p seckill-reconciler
+cargo build --release -q -p seckill-gateway -p seckill-reconciler -p seckill-common --bins --example lua_script
 TARGET=${CARGO_TARGET_DIR:-target}
 GW=${BENCH_GATEWAY:-$TARGET/release/seckill-gateway}
 RECONCILER=$TARGET/release/seckill-reconciler
@@ -293,7 +293,7 @@ done
 echo "sale 1 units reserved: $(( 1000000000 - $(rc GET 'seckill:{sale:1}:stock') ))"
 
 # The reservation script, loaded as the gateway loads it.
-lua_src=$(awk '/^pub const RESERVE_LUA: &str = r#"/{f=1; next} /^"#;/{f=0} f' common/src/reservation.rs)
+lua_src=$("$TARGET/release/examples/lua_script" reserve)
 sha=$(rc SCRIPT LOAD "$lua_src")
 rc CONFIG RESETSTAT >/dev/null
 watch_start -

@@ -29,9 +29,11 @@
 # root), so that SLOWLOG and the probe time Redis's work and not the waits of
 # a loaded machine's scheduler. BENCH_WORKER_BATCH: the workers' batch
 # (default 16: they drain for longer than the run takes).
-# BENCH_RECONCILER_BIN / BENCH_WORKER_BIN / BENCH_READ_BIN: release
-# binaries already built (no cargo build; the bare-read example's default is
-# target/release/examples/bench_read).
+# BENCH_RECONCILER_BIN / BENCH_WORKER_BIN / BENCH_READ_BIN /
+# BENCH_LUA_SCRIPT_BIN: release binaries already built (no cargo build; the
+# defaults are under target/release/, the last two examples/bench_read and
+# examples/lua_script, common/examples/lua_script.rs, which prints the
+# reservation script as the gateway sends it).
 #
 # Usage: scripts/bench-reconciler.sh [N]
 #        scripts/bench-reconciler.sh --backlog [N]
@@ -76,7 +78,7 @@ command -v /usr/bin/time >/dev/null || { echo "install the package 'time' for pe
 if [ -n "${BENCH_RECONCILER_BIN:-}" ]; then
   BIN=$BENCH_RECONCILER_BIN
 elif [ -n "$BACKLOG" ]; then
-  cargo build --release -q -p seckill-reconciler -p seckill-worker
+  cargo build --release -q -p seckill-reconciler -p seckill-worker -p seckill-common --bins --example lua_script
   BIN=target/release/seckill-reconciler
 else
   cargo build --release -q -p seckill-reconciler --bin seckill-reconciler --example bench_read
@@ -84,6 +86,9 @@ else
 fi
 READ_BIN=${BENCH_READ_BIN:-target/release/examples/bench_read}
 WORKER_BIN=${BENCH_WORKER_BIN:-target/release/seckill-worker}
+# lua_script NAME: a shipped Redis script as the binaries send it
+# (common/examples/lua_script.rs).
+lua_script() { "${BENCH_LUA_SCRIPT_BIN:-target/release/examples/lua_script}" "$1"; }
 
 redis-server --port "$PORT" --bind 127.0.0.1 --dir "$WORK" --save "" --appendonly no \
   --daemonize no --loglevel warning >/dev/null 2>&1 &
@@ -132,8 +137,7 @@ redis-cli -p "$PORT" HSET 'seckill:{sale:1}:meta' total_stock "$TOTAL" starts_at
 redis-cli -p "$PORT" SET 'seckill:{sale:1}:stock' $(( TOTAL - CONFIRMED )) >/dev/null
 redis-cli -p "$PORT" SADD seckill:sales 1 >/dev/null
 if [ -n "$BACKLOG" ]; then
-  SHA=$(redis-cli -p "$PORT" SCRIPT LOAD \
-    "$(awk '/^pub const RESERVE_LUA: &str = r#"/{f=1; next} /^"#;/{f=0} f' common/src/reservation.rs)")
+  SHA=$(redis-cli -p "$PORT" SCRIPT LOAD "$(lua_script reserve)")
   python3 scripts/lib/bench_backlog.py fill "$PORT" "$SHA" 1 $(( CONFIRMED + 1 )) "$Q" |
     redis-cli -p "$PORT" --pipe >/dev/null
   # The lost message: the one finding of the quiet sale.

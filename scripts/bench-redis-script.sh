@@ -29,7 +29,8 @@ ensure_redis_server
 ensure_package redis-benchmark redis-tools
 CALLS=${BENCH_CALLS:-300000}
 
-lua_src=$(awk '/^pub const RESERVE_LUA: &str = r#"/{f=1; next} /^"#;/{f=0} f' common/src/reservation.rs)
+cargo build --release -q -p seckill-common --example lua_script
+lua_src=$("${CARGO_TARGET_DIR:-target}/release/examples/lua_script" reserve)
 # The merged prototype: KEYS meta, stock, sale hash (u:/f:/s: fields), queue.
 read -r -d '' merged_src <<'LUA' || true
 local function refused(key, r)
