@@ -241,6 +241,12 @@ fn a_crowd_buying_units_of_a_split_sale_sells_exactly_the_stock() {
              AND user_id = '{user}' AND quantity = {q}"
         );
         assert_eq!(db.count(&row), 1, "{row}");
+        // The lifecycle finds the order's bucket from its row: the buyer's
+        // home bucket, where its flow record is.
+        assert_eq!(
+            seckill_common::lifecycle::order_keys(&mut db.conn(), rid).unwrap(),
+            Some(SaleKeys::bucket(sale, home_bucket(user, BUCKETS)))
+        );
     }
     assert_eq!(
         quantity::books(&db, sale),
