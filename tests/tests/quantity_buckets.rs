@@ -9,7 +9,7 @@
 //! Cluster pauses the sale, the reconciler names every lost order, and the
 //! repair lets the sale sell out exactly, in units.
 
-use crate::support::gateway::{Client, Gateway, Resp};
+use crate::support::gateway::{get, Client, Gateway, Resp};
 use crate::support::quantity;
 use crate::support::worker::{wait_orders, Opts, WorkerProc};
 use redis::Commands;
@@ -348,6 +348,15 @@ fn a_purchase_takes_units_moved_to_its_home_bucket_and_one_the_sale_cannot_cover
     assert_eq!(con.hlen::<_, usize>(hk.transfers_in()).unwrap(), 1);
     let held: String = con.hget(hk.buyers(), user).unwrap();
     assert_eq!(held, format!("{rid}:3"));
+    // The status read finds it in the buyer's home bucket, with its units.
+    let r = get(g.port, &format!("/v1/sales/{sale}/purchases/{user}"));
+    assert_eq!(r.status, 200, "{}", r.body);
+    let j = r.json();
+    assert_eq!(
+        (j["reservation_id"].as_str(), j["quantity"].as_u64()),
+        (Some(rid.as_str()), Some(3)),
+        "{j}"
+    );
     // The same key and quantity again: the same reservation, nothing taken.
     let before = state(&redis, sale);
     let a = b.buy(sale, user, 3, "x");
