@@ -16,7 +16,7 @@
 //!
 //! then `HDEL transfers:open` on the source. A crash between 1 and 2 leaves
 //! the units in the open record: the next [`complete_open`] (every pull
-//! that finds no stock, the reconciler's run) takes them in exactly once.
+//! that finds too few units, the reconciler's run) takes them in exactly once.
 //! Each bucket's reservation sequence (`total − stock + releases`) does
 //! not move with a transfer, so the data-loss watch and the sold-out
 //! memory keep their meaning per bucket.
