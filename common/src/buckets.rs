@@ -8,8 +8,11 @@
 //! own `{sale:ID}`, bucket B `{sale:ID:bB}`), which a Redis Cluster puts on
 //! different masters. A purchase stays one atomic script on one bucket: the
 //! buyer's **home bucket** ([`home_bucket`]), which holds that buyer's mark,
-//! flow record and queue message, so "one purchase per user" needs no
-//! cross-bucket step. K = 1 (the default) is exactly the unsplit sale: the
+//! flow record and queue message, so a buyer's allowance (one purchase
+//! per user, or `L` units: `allowance.rs`) needs no cross-bucket step. A
+//! purchase of `N` units takes all `N` from the home bucket; when it holds
+//! fewer, units are first moved there from the others (`transfer.rs`), so
+//! a purchase is never split over buckets. K = 1 (the default) is exactly the unsplit sale: the
 //! same keys, the same scripts, no `buckets` field.
 //!
 //! K is kept twice: in bucket 0's meta (what gateways and workers route
@@ -203,8 +206,10 @@ pub fn expand<C: ConnectionLike>(con: &mut C, sales: &[u64]) -> redis::RedisResu
 /// the sales set is added to apart, as [`crate::sale::load_into_redis`]
 /// does); `ARGV`: sale id, the bucket's total (its share), starts ms, ends
 /// ms, stock to put on sale, K (written only into bucket 0's meta: `0`
-/// writes none). Replies 1 when loaded, 0 when the stock key already
-/// existed (nothing changed).
+/// writes none), the sale's `L` and `Q` (written into every bucket's meta
+/// as `max_per_buyer` and `max_per_purchase` when `L` is above 1: the
+/// units script reads them from the buyer's home bucket). Replies 1 when
+/// loaded, 0 when the stock key already existed (nothing changed).
 const LOAD_BUCKET_LUA: &str = concat!(
     crate::lua_expect_types!(),
     r#"
@@ -214,6 +219,9 @@ if redis.call('EXISTS', KEYS[2]) == 1 then return 0 end
 redis.call('HSET', KEYS[1], 'total_stock', ARGV[2], 'share', ARGV[2],
   'starts_at_ms', ARGV[3], 'ends_at_ms', ARGV[4])
 if ARGV[6] ~= '0' then redis.call('HSET', KEYS[1], 'buckets', ARGV[6]) end
+if ARGV[7] ~= '1' then
+  redis.call('HSET', KEYS[1], 'max_per_buyer', ARGV[7], 'max_per_purchase', ARGV[8])
+end
 redis.call('SET', KEYS[2], ARGV[5])
 return 1
 "#
@@ -252,10 +260,11 @@ pub fn load_into_redis<C: ConnectionLike>(
     )
 }
 
-/// [`load_into_redis`] of a sale with the given `limits`; a sale of one
-/// bucket gets them in its meta ([`crate::sale::load_limited_into_redis`]).
-/// A split sale sells one unit per buyer (`sale create` refuses `L` above 1
-/// with more than one bucket), so its buckets get none.
+/// [`load_into_redis`] of a sale with the given `limits`, written into
+/// every bucket's meta when `L` is above 1 (a sale of one bucket:
+/// [`crate::sale::load_limited_into_redis`]). A buyer's allowance is one
+/// bucket's job: their home bucket holds their buyers-hash entry, so every
+/// purchase of theirs is checked against it there.
 ///
 /// Errors: as [`load_into_redis`].
 pub fn load_limited_into_redis<C: ConnectionLike>(
@@ -287,6 +296,8 @@ pub fn load_limited_into_redis<C: ConnectionLike>(
             .arg(sale.ends_at_ms)
             .arg(share(on_sale, buckets, b))
             .arg(if b == 0 { buckets } else { 0 })
+            .arg(limits.max_per_buyer)
+            .arg(limits.max_per_purchase)
             .invoke(con)?;
         loaded = n == 1;
     }

@@ -1,7 +1,8 @@
 //! Owns moving stock between the buckets of one sale (`buckets.rs`): the
 //! two-step transfer with a durable record on each side, the completion of
 //! a transfer interrupted between its steps, the gateway's pull of units to
-//! a buyer's empty home bucket, and the sold-out decision over all buckets.
+//! a buyer's home bucket that holds fewer than a purchase asks for, and the
+//! sold-out (or not-enough) decision over all buckets.
 //!
 //! A transfer cannot be one script: its two buckets are in different slots
 //! (on a cluster, on different masters). So it is two idempotent scripts
@@ -15,7 +16,7 @@
 //!
 //! then `HDEL transfers:open` on the source. A crash between 1 and 2 leaves
 //! the units in the open record: the next [`complete_open`] (every pull
-//! that finds no stock, the reconciler's run) takes them in exactly once.
+//! that finds too few units, the reconciler's run) takes them in exactly once.
 //! Each bucket's reservation sequence (`total − stock + releases`) does
 //! not move with a transfer, so the data-loss watch and the sold-out
 //! memory keep their meaning per bucket.
@@ -332,7 +333,8 @@ pub fn complete_open<C: ConnectionLike>(
 /// What [`pull`] found.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Pull {
-    /// The home bucket has stock now: try the purchase again.
+    /// The home bucket holds the units asked for now (or some were just
+    /// moved there): try the purchase again.
     Ready,
     /// Every bucket was empty at one instant with no transfer open: the
     /// whole sale is sold out. Holds the sale's sequence then (the sum of
@@ -340,6 +342,13 @@ pub enum Pull {
     SoldOut {
         /// Units ever reserved over all buckets.
         seq: u64,
+    },
+    /// The whole sale held fewer units than asked for, at least one, at
+    /// one instant with no transfer open (decided as [`Pull::SoldOut`]):
+    /// a smaller purchase may still fit, so this is never sold out.
+    NotEnough {
+        /// Units left over all buckets then.
+        left: u64,
     },
     /// Other transfers kept changing the buckets; nothing decided (the
     /// buyer gets 503 and retries, never a false `sold_out`).
@@ -349,16 +358,28 @@ pub enum Pull {
 /// How many times [`pull`] looks again before it answers [`Pull::Busy`].
 pub const PULL_ROUNDS: usize = 4;
 
-/// Gets units into bucket `home` of sale `sale_id` (K = `buckets`) after
-/// a purchase there found it empty: moves half of the fullest bucket's
-/// stock (rounded up) to it, or decides that the whole sale is sold out.
+/// Every bucket of `keys`, one snapshot each (one round).
+fn round<C: ConnectionLike>(con: &mut C, keys: &[SaleKeys]) -> redis::RedisResult<Vec<Snapshot>> {
+    keys.iter().map(|k| snapshot(con, *k)).collect()
+}
+
+/// Gets `need` units into bucket `home` of sale `sale_id` (K =
+/// `buckets`) after a purchase of `need` units there found fewer: moves
+/// units from the fullest buckets to it (from each, what is missing or
+/// half its stock rounded up, whichever is more, at most its stock), or
+/// decides that the whole sale cannot cover `need` (sold out, or fewer
+/// units left). A purchase is never split: the units are moved first and
+/// the purchase is made in `home` alone.
 ///
-/// Sold out is decided from two snapshot rounds of every bucket: all
-/// stocks 0, no open transfer, and no bucket's `moved_in` changed between
-/// the rounds. A bucket's stock grows only by a transfer in (or by a
-/// release, which the sold-out memory's recheck covers as for one bucket),
-/// and units on their way are in an open record from step 1 until after
-/// step 2; so no unit was anywhere at the instant between the rounds.
+/// The sale-wide decision is taken from two snapshot rounds of every
+/// bucket: no open transfer in either round and no bucket's `moved_in`
+/// changed between them. A bucket's stock grows only by a transfer in (or
+/// by a release, which the sold-out memory's recheck covers as for one
+/// bucket), and units on their way are in an open record from step 1
+/// until after step 2; so at the instant between the rounds each bucket
+/// held at most what the first round read. All of them 0 in both rounds
+/// is sold out; a first-round sum below `need` is not enough (that sum is
+/// the units left).
 ///
 /// Errors: Redis failures.
 pub fn pull<C: ConnectionLike>(
@@ -366,46 +387,77 @@ pub fn pull<C: ConnectionLike>(
     sale_id: u64,
     buckets: u32,
     home: u32,
+    need: u64,
 ) -> redis::RedisResult<Pull> {
     let keys = crate::buckets::all(sale_id, buckets);
+    let need = need.max(1) as i64;
     for _ in 0..PULL_ROUNDS {
-        let first = keys
-            .iter()
-            .map(|k| snapshot(con, *k))
-            .collect::<redis::RedisResult<Vec<_>>>()?;
-        if first[home as usize].stock > 0 {
+        let first = round(con, &keys)?;
+        if first[home as usize].stock >= need {
             return Ok(Pull::Ready);
         }
         if first.iter().any(|s| s.open > 0) {
             complete_open(con, sale_id, buckets, 0)?;
             continue;
         }
-        let donor = (0..first.len())
-            .max_by_key(|&b| first[b].stock)
-            .unwrap_or(0);
-        let left = first[donor].stock;
-        if left > 0 {
-            let half = (left as u64).div_ceil(2);
-            if transfer(con, keys[donor], home, half)? > 0 {
+        let left: i64 = first.iter().map(|s| s.stock.max(0)).sum();
+        if left >= need {
+            if move_to(con, &keys, &first, home, need)? > 0 {
                 return Ok(Pull::Ready);
             }
             continue;
         }
-        let second = keys
-            .iter()
-            .map(|k| snapshot(con, *k))
-            .collect::<redis::RedisResult<Vec<_>>>()?;
+        let second = round(con, &keys)?;
         let still = first
             .iter()
             .zip(&second)
-            .all(|(a, b)| b.stock <= 0 && b.open == 0 && a.moved_in == b.moved_in);
-        if still {
+            .all(|(a, b)| b.open == 0 && a.moved_in == b.moved_in);
+        if !still {
+            continue;
+        }
+        if left == 0 && second.iter().all(|s| s.stock <= 0) {
             return Ok(Pull::SoldOut {
                 seq: second.iter().map(|s| s.seq).sum(),
             });
         }
+        if left > 0 {
+            return Ok(Pull::NotEnough { left: left as u64 });
+        }
     }
     Ok(Pull::Busy)
+}
+
+/// [`pull`]'s moves: from the fullest buckets of snapshot `snaps` (not
+/// `home`), fullest first, until `home` would hold `need`; each gives the
+/// units missing or half its stock rounded up, whichever is more, at most
+/// its stock. Returns the units moved (a donor emptied meanwhile gives
+/// fewer, or none).
+///
+/// Errors: Redis failures.
+fn move_to<C: ConnectionLike>(
+    con: &mut C,
+    keys: &[SaleKeys],
+    snaps: &[Snapshot],
+    home: u32,
+    need: i64,
+) -> redis::RedisResult<u64> {
+    let mut donors: Vec<usize> = (0..snaps.len())
+        .filter(|&b| b != home as usize && snaps[b].stock > 0)
+        .collect();
+    donors.sort_by_key(|&b| std::cmp::Reverse(snaps[b].stock));
+    let mut missing = need - snaps[home as usize].stock.max(0);
+    let mut moved = 0;
+    for d in donors {
+        if missing <= 0 {
+            break;
+        }
+        let has = snaps[d].stock as u64;
+        let want = (missing as u64).max(has.div_ceil(2)).min(has);
+        let n = transfer(con, keys[d], home, want)?;
+        moved += n;
+        missing -= n as i64;
+    }
+    Ok(moved)
 }
 
 /// The background pass (`seckill-reconciler sale rebalance`, and every

@@ -6,8 +6,11 @@
 //!
 //! No script reads two buckets (on a cluster they are on different
 //! masters), so the totals are read twice: each bucket's stock, flow record
-//! count, `total_stock` and open transfers in one `MULTI`, then each
-//! bucket's `total_stock` and open transfers again. Every transfer step
+//! count, `total_stock` and open transfers in one `MULTI` (a sale of
+//! several units per buyer: its flow records' units summed between two
+//! reads of the stock, `releases` and `total_stock`,
+//! `redis_read::bucket_units`), then each bucket's `total_stock` and open
+//! transfers again. Every transfer step
 //! changes its bucket's `total_stock`, and units in flight sit in an open
 //! record from step 1 until after step 2; so when no bucket had an open
 //! transfer and no `total_stock` moved between the two reads, the sums are
@@ -40,6 +43,7 @@ pub fn totals(
     buckets: u32,
 ) -> redis::RedisResult<Option<RedisTotals>> {
     let keys = seckill_common::buckets::all(sale_id, buckets);
+    let units = crate::redis_read::sells_units(con, &keys[0])?;
     for _ in 0..TOTALS_TRIES {
         let mut sum = RedisTotals {
             stock: Some(0),
@@ -48,30 +52,25 @@ pub fn totals(
             unsettled: false,
         };
         let mut first = Vec::with_capacity(keys.len());
+        let mut settled = true;
         for k in &keys {
-            let (stock, flows, total, open, time): (
-                Option<i64>,
-                i64,
-                Option<i64>,
-                u64,
-                (u64, u64),
-            ) = redis::pipe()
-                .atomic()
-                .get(k.stock())
-                .hlen(k.flow())
-                .hget(k.meta(), "total_stock")
-                .hlen(k.transfers_open())
-                .cmd("TIME")
-                .query(con)?;
+            let (stock, flows, total, open, now_ms) = if units {
+                let u = crate::redis_read::bucket_units(con, k)?;
+                settled &= !u.unsettled;
+                let open: u64 = redis::cmd("HLEN").arg(k.transfers_open()).query(con)?;
+                (u.stock, u.units, u.total_stock, open, u.now_ms)
+            } else {
+                read_one(con, k)?
+            };
             sum.stock = match (sum.stock, stock) {
                 (Some(a), Some(b)) => Some(a + b),
                 _ => None,
             };
             sum.reservations += flows;
-            sum.now_ms = sum.now_ms.max(time.0 * 1000 + time.1 / 1000);
+            sum.now_ms = sum.now_ms.max(now_ms);
             first.push((total, open));
         }
-        let mut same = first.iter().all(|(_, open)| *open == 0);
+        let mut same = settled && first.iter().all(|(_, open)| *open == 0);
         for (k, before) in keys.iter().zip(&first) {
             let again: (Option<i64>, u64) = redis::pipe()
                 .atomic()
@@ -86,6 +85,28 @@ pub fn totals(
         std::thread::sleep(TOTALS_PAUSE);
     }
     Ok(None)
+}
+
+/// One bucket's stock, units reserved, `total_stock`, open transfers and
+/// Redis's clock (Unix ms), as [`totals`] reads them.
+type OneBucket = (Option<i64>, i64, Option<i64>, u64, u64);
+
+/// Bucket `k`'s stock, flow records, `total_stock`, open transfers and
+/// Redis's clock (Unix ms), in one `MULTI`: a sale of one unit per buyer,
+/// whose flow records are its units.
+///
+/// Errors: Redis failures.
+fn read_one(con: &mut Con, k: &SaleKeys) -> redis::RedisResult<OneBucket> {
+    let (stock, flows, total, open, time): (Option<i64>, i64, Option<i64>, u64, (u64, u64)) =
+        redis::pipe()
+            .atomic()
+            .get(k.stock())
+            .hlen(k.flow())
+            .hget(k.meta(), "total_stock")
+            .hlen(k.transfers_open())
+            .cmd("TIME")
+            .query(con)?;
+    Ok((stock, flows, total, open, time.0 * 1000 + time.1 / 1000))
 }
 
 /// One bucket's transfer books, read in one `MULTI`.
@@ -109,6 +130,11 @@ pub struct BucketBooks {
     pub malformed: Vec<(String, String)>,
     /// Redis's clock at the read, Unix ms.
     pub now_ms: u64,
+    /// In a sale of several units per buyer, its stock, flow records'
+    /// units and `total_stock` at one instant (`redis_read::bucket_units`;
+    /// what `bucket_stock` judges, `reservations` counting records, not
+    /// units).
+    pub units: Option<crate::redis_read::BucketUnits>,
 }
 
 /// `((share, total_stock), stock, flow records, released, transfers:out,
@@ -123,10 +149,11 @@ type BooksReply = (
     (u64, u64),
 );
 
-/// Reads bucket `k`'s books atomically.
+/// Reads bucket `k`'s books atomically; with `units` (the sale sells
+/// several units per buyer) its units too ([`BucketBooks::units`]).
 ///
 /// Errors: Redis failures.
-pub fn books(con: &mut Con, k: SaleKeys) -> redis::RedisResult<BucketBooks> {
+pub fn books(con: &mut Con, k: SaleKeys, units: bool) -> redis::RedisResult<BucketBooks> {
     let ((share, total), stock, reservations, released, out, taken, time): BooksReply =
         redis::pipe()
             .atomic()
@@ -150,6 +177,9 @@ pub fn books(con: &mut Con, k: SaleKeys) -> redis::RedisResult<BucketBooks> {
         now_ms: time.0 * 1000 + time.1 / 1000,
         ..BucketBooks::default()
     };
+    if units {
+        b.units = Some(crate::redis_read::bucket_units(con, &k)?);
+    }
     for (tid, raw) in out {
         match Record::parse(&raw, Direction::Out) {
             Some(r) => {

@@ -595,10 +595,7 @@ mod tests {
             limits("--max-per-buyer 2 --max-per-purchase 0"),
             Err("--max-per-purchase \"0\": expected an integer from 1 to 100".into())
         );
-        assert_eq!(
-            limits("--max-per-buyer 2 --shards 3"),
-            Err("a split sale sells one unit per buyer; --max-per-buyer needs --shards 1".into())
-        );
+        assert_eq!(limits("--max-per-buyer 2 --shards 3"), Ok((2, 2)));
         assert_eq!(limits("--max-per-buyer 1 --shards 3"), Ok((1, 1)));
         assert_eq!(
             p("sale repair 7 --by alice").unwrap(),

@@ -85,7 +85,9 @@ options:
                             under its own hash tag; above 1 only without a payment window
   --max-per-buyer L         units one buyer may hold at once (1-100, default 1):
                             queued, pending payment or paid; above 1 a purchase needs an
-                            Idempotency-Key header, and only with --shards 1
+                            Idempotency-Key header. A split sale counts a buyer's units
+                            in their home bucket and takes a purchase whole from it,
+                            moving units there from other buckets when it holds too few
   --max-per-purchase Q      units one purchase may take (1 to L, default L)",
     },
     Help {

@@ -1,7 +1,8 @@
 //! Owns what the reconciler reads from Redis: the sales and workers Redis
 //! knows (`SSCAN`), a sale's totals in one atomic `MULTI` (stock counter,
 //! number of flow records, Redis's clock; a sale of several units per
-//! buyer sums its flow records' units by `HSCAN` between two such reads),
+//! buyer, or each bucket of such a split sale, sums its flow records'
+//! units by `HSCAN` between two such reads),
 //! the flow records by `HSCAN` in
 //! chunks, and lists (queue, processing lists, dead-letter list) by `LRANGE`
 //! in chunks. Never `KEYS`, never a whole hash or list in one reply.
@@ -57,7 +58,7 @@ pub fn set_members(con: &mut Con, key: &str) -> redis::RedisResult<Vec<String>> 
 
 /// How many times [`unit_totals`] reads a sale of several units per buyer
 /// before it gives up for this run (its totals then `unsettled`).
-const UNIT_TRIES: usize = 3;
+pub const UNIT_TRIES: usize = 3;
 
 /// The stock counter, the units reserved (the number of flow records, or
 /// for a sale of several units per buyer the sum of their quantities,
@@ -65,11 +66,7 @@ const UNIT_TRIES: usize = 3;
 /// reservations` is exact even while buyers reserve.
 pub fn totals(con: &mut Con, sale_id: u64) -> redis::RedisResult<RedisTotals> {
     let k = SaleKeys::new(sale_id);
-    let limit: Option<String> = redis::cmd("HGET")
-        .arg(k.meta())
-        .arg(seckill_common::allowance::MAX_PER_BUYER_FIELD)
-        .query(con)?;
-    if limit.and_then(|l| l.parse::<u32>().ok()).unwrap_or(1) > 1 {
+    if sells_units(con, &k)? {
         return unit_totals(con, &k);
     }
     let (stock, reservations, time): (Option<i64>, i64, (u64, u64)) = redis::pipe()
@@ -86,15 +83,48 @@ pub fn totals(con: &mut Con, sale_id: u64) -> redis::RedisResult<RedisTotals> {
     })
 }
 
-/// The totals of a sale of several units per buyer: the units of its flow
-/// records summed by `HSCAN` (never one call that holds Redis for all of
-/// them), bracketed by two atomic reads of the stock counter and the meta
-/// fields `releases` and `total_stock`. Every reservation lowers the stock
-/// and every release raises `releases` (a change of stock raises
-/// `total_stock`), so when both reads agree no flow record came or went
-/// between them and the sum is exact at that instant. A sale that kept
-/// moving for [`UNIT_TRIES`] reads is `unsettled`: judged by a later run.
-fn unit_totals(con: &mut Con, k: &SaleKeys) -> redis::RedisResult<RedisTotals> {
+/// Whether the sale whose bucket 0 is `k` sells more than one unit per
+/// buyer (its meta `max_per_buyer` above 1; every bucket's meta says the
+/// same).
+///
+/// Errors: Redis failures.
+pub fn sells_units(con: &mut Con, k: &SaleKeys) -> redis::RedisResult<bool> {
+    let limit: Option<String> = redis::cmd("HGET")
+        .arg(k.meta())
+        .arg(seckill_common::allowance::MAX_PER_BUYER_FIELD)
+        .query(con)?;
+    Ok(limit.and_then(|l| l.parse::<u32>().ok()).unwrap_or(1) > 1)
+}
+
+/// One bucket (or one-bucket sale) of several units per buyer at one
+/// instant ([`bucket_units`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct BucketUnits {
+    /// Its stock counter (`None`: not loaded).
+    pub stock: Option<i64>,
+    /// The units of its flow records.
+    pub units: i64,
+    /// Its meta `total_stock` (`None`: absent or not a number).
+    pub total_stock: Option<i64>,
+    /// Redis's clock at the first read, Unix ms.
+    pub now_ms: u64,
+    /// Whether the stock, `releases` and `total_stock` moved during
+    /// every one of [`UNIT_TRIES`] reads (the figures are then the last
+    /// read's, not of one instant).
+    pub unsettled: bool,
+}
+
+/// The units of bucket `k`'s flow records summed by `HSCAN` (never one
+/// call that holds Redis for all of them), bracketed by two atomic reads
+/// of the stock counter and the meta fields `releases` and
+/// `total_stock`. Every reservation lowers the stock, every release
+/// raises `releases` and every transfer step moves `total_stock`, so when
+/// both reads agree no flow record came or went between them and the
+/// figures are exact at that instant. A bucket that kept moving for
+/// [`UNIT_TRIES`] reads is `unsettled`: judged by a later run.
+///
+/// Errors: Redis failures.
+pub fn bucket_units(con: &mut Con, k: &SaleKeys) -> redis::RedisResult<BucketUnits> {
     type Marks = (Option<i64>, Option<String>, Option<String>);
     let marks = |con: &mut Con| -> redis::RedisResult<(Marks, (u64, u64))> {
         let (stock, releases, total, time) = redis::pipe()
@@ -127,9 +157,10 @@ fn unit_totals(con: &mut Con, k: &SaleKeys) -> redis::RedisResult<RedisTotals> {
             || Ok::<(), redis::RedisError>(()),
         )?;
         let (after, _) = marks(con)?;
-        let t = RedisTotals {
+        let t = BucketUnits {
             stock: before.0,
-            reservations: units,
+            units,
+            total_stock: before.2.as_deref().and_then(|t| t.parse().ok()),
             now_ms: time.0 * 1000 + time.1 / 1000,
             unsettled: before != after,
         };
@@ -138,12 +169,25 @@ fn unit_totals(con: &mut Con, k: &SaleKeys) -> redis::RedisResult<RedisTotals> {
         }
         last = Some(t);
     }
-    Ok(last.unwrap_or(RedisTotals {
+    Ok(last.unwrap_or(BucketUnits {
         stock: None,
-        reservations: 0,
+        units: 0,
+        total_stock: None,
         now_ms: 0,
         unsettled: true,
     }))
+}
+
+/// The totals of a one-bucket sale of several units per buyer
+/// ([`bucket_units`] of its keys).
+fn unit_totals(con: &mut Con, k: &SaleKeys) -> redis::RedisResult<RedisTotals> {
+    let u = bucket_units(con, k)?;
+    Ok(RedisTotals {
+        stock: u.stock,
+        reservations: u.units,
+        now_ms: u.now_ms,
+        unsettled: u.unsettled,
+    })
 }
 
 /// Calls `f(field, value)` for every entry of hash `key`, `HSCAN`ning

@@ -16,10 +16,11 @@
 //!   an order of another reservation, or had one released in a sale that
 //!   does not let them buy again (a duplicate: released).
 //!
-//! A sale of several units per buyer (one bucket) is restored by
-//! [`restore_multi`]: each buyer's mark is rebuilt as their list of held
-//! reservations (`allowance::Held`) from MySQL's orders, every count in
-//! units.
+//! A sale of several units per buyer is restored by [`restore_multi`]
+//! (each bucket of a split one with the orders homed there): each buyer's
+//! mark is rebuilt as their list of held reservations (`allowance::Held`)
+//! from MySQL's orders, every count in units, so a bucket's books and
+//! stock are in units too.
 //!
 //! Books: a transfer recorded on one side only (the other side's master
 //! lost it, or it was left open) is written on the other side, so each
@@ -390,7 +391,7 @@ fn message_of(k: &SaleKeys, o: &OrderRow, now: &BucketNow) -> String {
 }
 
 /// [`restore`] for a sale of several units per buyer (`per_buyer` = `L`
-/// above 1, one bucket): the same flow records, `released` entries and
+/// above 1; one bucket's orders and flow records): the same flow records, `released` entries and
 /// statuses, but each buyer's mark is the list of their reservations that
 /// count against their allowance (`allowance::Held`, oldest first): their
 /// live orders, their released ones unless the sale lets released units be

@@ -72,6 +72,7 @@ mod order_lifecycle_deadline;
 mod order_lifecycle_http;
 mod order_lifecycle_payments;
 mod order_lifecycle_race;
+mod quantity_buckets;
 mod quantity_cancel;
 mod quantity_lifecycle;
 mod quantity_reconciler;

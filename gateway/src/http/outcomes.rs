@@ -66,9 +66,6 @@ pub fn purchase(d: &Decision) -> Reply {
                 "detail": "this sale sells more than one unit per buyer: send an Idempotency-Key header",
             }),
         ),
-        Decision::SplitSaleOneUnit => Reply::invalid(
-            "this sale is split over buckets, which sell one unit per buyer; it takes no per-buyer limit above one",
-        ),
         Decision::NotStarted => Reply::error(403, "sale_not_started"),
         Decision::Paused => Reply::sale_paused(),
         Decision::Closed(Closed::SoldOut) => Reply::error(410, "sold_out"),
@@ -318,7 +315,6 @@ mod tests {
             .as_str()
             .unwrap()
             .contains("Idempotency-Key"));
-        assert_eq!(purchase(&Decision::SplitSaleOneUnit).status, 400);
     }
 
     #[test]

@@ -2,9 +2,11 @@
 //! split over buckets (`seckill_common::buckets`): the memory of each
 //! sale's bucket count (and window: its start for the public
 //! `sale_not_started`, its end for the sold-out memory), the pull
-//! of units to an empty home bucket before a buyer is told `sold_out`
-//! (`seckill_common::transfer::pull`), and the sale's own window when the
-//! home bucket is gone ([`ended_elsewhere`]).
+//! of units to a home bucket that holds fewer than a purchase asks for
+//! before a buyer is told `sold_out` or `not_enough_stock`
+//! (`seckill_common::transfer::pull`: [`reach_stock`] for one unit,
+//! [`reach_units`] for a purchase of the units script), and the sale's own
+//! window when the home bucket is gone ([`ended_elsewhere`]).
 //!
 //! A one-bucket sale (the default) is routed to its own keys with no extra
 //! call while its count is remembered: one `HMGET` of its meta per sale per
@@ -244,7 +246,7 @@ pub fn reach_stock(
         }
         let pulled = p
             .links
-            .with(|link| link.with(|con| transfer::pull(con, home.sale_id, k, home.bucket)))?;
+            .with(|link| link.with(|con| transfer::pull(con, home.sale_id, k, home.bucket, 1)))?;
         match pulled {
             Pull::Ready => outcome = p.reserver.reserve(home, user_id),
             Pull::SoldOut { seq } => {
@@ -254,6 +256,75 @@ pub fn reach_stock(
                     stock: None,
                 })
             }
+            // Never for one unit: fewer than one left is sold out.
+            Pull::NotEnough { .. } | Pull::Busy => return Err(Unavailable),
+        }
+    }
+    Err(Unavailable)
+}
+
+/// A purchase of the units script (`reserve_units.rs`) in a sale split
+/// over buckets: how many units and under which keyed reservation id.
+#[derive(Debug, Clone, Copy)]
+pub struct UnitsAsked<'a> {
+    /// Units asked for.
+    pub quantity: u32,
+    /// The keyed reservation id (`None`: no key, the script answers
+    /// `key_required` before it reads the stock).
+    pub rid: Option<&'a str>,
+}
+
+/// [`reach_stock`] for a purchase of several units: when the home bucket
+/// `home` answered `sold_out` or `not_enough` (fewer than the quantity
+/// left there), pulls units into it until it holds the quantity
+/// (`transfer::pull`) and makes the purchase again under the same keyed
+/// reservation id (the script answers a repeat `replayed`, so a purchase
+/// made once is never made twice), until a reply other than those two.
+/// The purchase is always the home bucket's alone, all or nothing: never
+/// part in one bucket and part in another. When the whole sale cannot
+/// cover the quantity the reply is `not_enough` with the sale's units
+/// left, or `sold_out` with the sale's sequence when none is left: the
+/// sold-out memory hears `sold_out` only then.
+///
+/// Errors: as [`reach_stock`].
+pub fn reach_units(
+    p: &Purchases,
+    home: SaleKeys,
+    k: u32,
+    user_id: &str,
+    asked: UnitsAsked<'_>,
+    mut outcome: Result<Replied, Unavailable>,
+) -> Result<Replied, Unavailable> {
+    if k <= 1 {
+        return outcome;
+    }
+    for _ in 0..PULL_ROUNDS {
+        match &outcome {
+            Ok(Replied {
+                outcome: ReserveOutcome::SoldOut | ReserveOutcome::NotEnoughStock(_),
+                ..
+            }) => {}
+            _ => return outcome,
+        }
+        let need = u64::from(asked.quantity);
+        let pulled = p.links.with(|link| {
+            link.with(|con| transfer::pull(con, home.sale_id, k, home.bucket, need))
+        })?;
+        let answer = |outcome, seq| {
+            Ok(Replied {
+                outcome,
+                seq,
+                stock: None,
+            })
+        };
+        match pulled {
+            Pull::Ready => {
+                outcome = p
+                    .reserver
+                    .reserve_units(home, user_id, asked.rid, asked.quantity)
+            }
+            Pull::SoldOut { seq } => return answer(ReserveOutcome::SoldOut, seq),
+            Pull::NotEnough { left } => return answer(ReserveOutcome::NotEnoughStock(left), 0),
             Pull::Busy => return Err(Unavailable),
         }
     }

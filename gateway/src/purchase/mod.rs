@@ -3,7 +3,7 @@
 //! memory and a window not yet open; then the verified buyer and the
 //! buyer's share: [`Purchases::admit`]), prepare (the in-flight bound and the home
 //! bucket: [`Purchases::prepare`]), reserve (`redis/reserver.rs`, and the
-//! pull of units to an empty home bucket: `home.rs`) and conclude (what
+//! pull of units to a home bucket that holds too few: `home.rs`) and conclude (what
 //! Redis said, remembered and counted: [`Purchases::conclude`]). Every
 //! path ends in a [`Decision`]; `http/` says it to the client.
 //!
@@ -66,9 +66,6 @@ pub enum Decision {
     /// The sale sells several units per buyer: a purchase needs an
     /// `Idempotency-Key`.
     KeyRequired,
-    /// A sale split over buckets that Redis says sells more than one unit
-    /// per buyer: it cannot (`buckets.rs`), so nothing is bought.
-    SplitSaleOneUnit,
     /// The buyer already holds (or held) this reservation id.
     AlreadyPurchased(String),
     /// The sale's window has not opened.
@@ -142,9 +139,8 @@ impl Purchases {
     /// in-flight bound (`Overloaded` beyond it) and the buyer's home
     /// bucket. `key` is the request's valid `Idempotency-Key`, if any. A
     /// purchase of one unit without a key goes to the one-unit script;
-    /// one with a quantity or a key to the units script, unless the sale
-    /// is split over buckets (one unit per buyer: a quantity above one is
-    /// refused as above its limit per purchase, a key is not needed).
+    /// one with a quantity or a key to the units script on the buyer's
+    /// home bucket, whether the sale is split over buckets or not.
     ///
     /// Errors: the final decision when no reservation script is to run.
     pub fn prepare<'a>(
@@ -166,11 +162,6 @@ impl Purchases {
             .map_err(|Unavailable| self.unavailable())?;
         let units = match (quantity, key) {
             (1, None) => None,
-            _ if k > 1 && quantity > 1 => {
-                self.metrics.outcome(Outcome::Invalid);
-                return Err(Decision::AboveMax(1));
-            }
-            _ if k > 1 => None,
             (quantity, key) => Some(Units {
                 quantity,
                 rid: key
@@ -187,8 +178,8 @@ impl Purchases {
     }
 
     /// The rest of a purchase on this thread: the reservation, the pull
-    /// of a unit for a split sale's empty bucket (`home.rs`), and the
-    /// decision ([`Purchases::conclude`]).
+    /// of units for a split sale's home bucket that holds fewer than
+    /// asked for (`home.rs`), and the decision ([`Purchases::conclude`]).
     pub fn complete(&self, sale_id: u64, p: Prepared<'_>) -> Decision {
         let Prepared {
             user_id,
@@ -198,13 +189,19 @@ impl Purchases {
             place: _place,
         } = p;
         if let Some(units) = units {
-            let outcome =
-                self.reserver
-                    .reserve_units(home, &user_id, units.rid.as_deref(), units.quantity);
+            let asked = home::UnitsAsked {
+                quantity: units.quantity,
+                rid: units.rid.as_deref(),
+            };
+            let outcome = self
+                .reserver
+                .reserve_units(home, &user_id, asked.rid, asked.quantity);
             // A sale of one unit per buyer: one unit is the one-unit
             // script's (the key is not needed), more are above its limit.
             let one_unit = matches!(&outcome, Ok(r) if r.outcome == ReserveOutcome::OnePerBuyer);
             if !(one_unit && units.quantity == 1) {
+                let outcome = home::reach_units(self, home, k, &user_id, asked, outcome);
+                let outcome = home::ended_elsewhere(&self.links, home, k, outcome);
                 return self.conclude(sale_id, k, &user_id, outcome);
             }
         }
@@ -531,7 +528,7 @@ impl Purchases {
             // sale's removed bucket).
             ReserveOutcome::UnknownSale if buckets > 1 => self.unavailable(),
             ReserveOutcome::UnknownSale => self.closed(sale_id, buckets, Closed::Unknown, seq),
-            other => self.units_outcome(sale_id, buckets, other),
+            other => self.units_outcome(other),
         }
     }
 
@@ -539,7 +536,7 @@ impl Purchases {
     /// one-unit script's `key_required`. None of them touches the
     /// sold-out memory but a reservation: fewer units left than asked for
     /// is not sold out (a smaller purchase may fit).
-    fn units_outcome(&self, sale_id: u64, buckets: u32, o: ReserveOutcome) -> Decision {
+    fn units_outcome(&self, o: ReserveOutcome) -> Decision {
         let (counted, d) = match o {
             ReserveOutcome::Replayed(rid) => (Outcome::AlreadyPurchased, Decision::Reserved(rid)),
             ReserveOutcome::NotEnoughStock(left) => {
@@ -551,10 +548,6 @@ impl Purchases {
             ReserveOutcome::AboveMax(q) => (Outcome::Invalid, Decision::AboveMax(q)),
             ReserveOutcome::OnePerBuyer => (Outcome::Invalid, Decision::AboveMax(1)),
             ReserveOutcome::KeyReused(rid) => (Outcome::Invalid, Decision::KeyReused(rid)),
-            ReserveOutcome::KeyRequired if buckets > 1 => {
-                log::error!("sale {sale_id} is split over buckets and sells more than one unit per buyer: purchases are refused");
-                (Outcome::Invalid, Decision::SplitSaleOneUnit)
-            }
             ReserveOutcome::KeyRequired => (Outcome::Invalid, Decision::KeyRequired),
             // Never: `conclude` takes the others.
             _ => (Outcome::Unavailable, Decision::Unavailable),

@@ -171,10 +171,22 @@ fn units_replies_conclude_to_their_decisions_and_leave_the_memory_alone() {
         assert_eq!(p.conclude(5, 1, "alice", replied(o, 4, None)), d);
         assert!(matches!(p.soldout.get(5, Instant::now()), Known::Ask));
     }
+    // A split sale of several units per buyer asks for the key too, and
+    // its not-enough answer is not sold out either.
     assert_eq!(
         p.conclude(6, 3, "alice", replied(ReserveOutcome::KeyRequired, 0, None)),
-        Decision::SplitSaleOneUnit
+        Decision::KeyRequired
     );
+    assert_eq!(
+        p.conclude(
+            6,
+            3,
+            "alice",
+            replied(ReserveOutcome::NotEnoughStock(2), 0, None)
+        ),
+        Decision::NotEnoughStock(2)
+    );
+    assert!(matches!(p.soldout.get(6, Instant::now()), Known::Ask));
 }
 
 #[test]

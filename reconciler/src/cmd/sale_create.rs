@@ -158,8 +158,8 @@ pub struct SaleCreate {
     /// above 1 only without a payment window.
     pub shards: u32,
     /// `--max-per-buyer L` (1 ..= `MAX_UNITS`, default 1) and
-    /// `--max-per-purchase Q` (1 ..= `L`, default `L`); `L` above 1 only
-    /// with one bucket.
+    /// `--max-per-purchase Q` (1 ..= `L`, default `L`), with any number of
+    /// buckets (a buyer's units are counted in their home bucket).
     pub limits: Limits,
 }
 
@@ -241,7 +241,7 @@ pub fn parse(opts: &mut Opts, now_ms: u64) -> Result<Command, UsageError> {
         return err("--rebuy-after-release needs --payment-window");
     }
     let shards = shards(opts)?;
-    let limits = limits(opts, shards)?;
+    let limits = limits(opts)?;
     Ok(Command::SaleCreate(SaleCreate {
         sku,
         stock,
@@ -257,7 +257,7 @@ pub fn parse(opts: &mut Opts, now_ms: u64) -> Result<Command, UsageError> {
 }
 
 /// `--max-per-buyer L --max-per-purchase Q` (defaults 1 and `L`).
-fn limits(opts: &mut Opts, shards: u32) -> Result<Limits, UsageError> {
+fn limits(opts: &mut Opts) -> Result<Limits, UsageError> {
     let unit = |name: &str, v: Option<String>, max: u32| -> Result<Option<u32>, UsageError> {
         v.map(|v| {
             v.parse()
@@ -282,9 +282,6 @@ fn limits(opts: &mut Opts, shards: u32) -> Result<Limits, UsageError> {
         Some(q) => q,
         None => l,
     };
-    if l > 1 && shards > 1 {
-        return err("a split sale sells one unit per buyer; --max-per-buyer needs --shards 1");
-    }
     Ok(Limits {
         max_per_buyer: l,
         max_per_purchase: q,

@@ -65,14 +65,6 @@ pub fn run(config: &Config, id: u64, shards: Option<u32>) -> Result<u8, RunError
         (None, s) => s.unwrap_or(1),
     };
     let limits = seckill_common::sale::Limits::read(&mut db, id)?;
-    if limits.max_per_buyer > 1 && buckets > 1 {
-        eprintln!(
-            "seckill-reconciler: sale {id} sells up to {} units per buyer: a split sale sells \
-             one unit per buyer; --max-per-buyer needs --shards 1; nothing loaded",
-            limits.max_per_buyer
-        );
-        return Ok(64);
-    }
     if recorded.is_none() {
         db.exec_drop(
             "UPDATE sales SET buckets = ? WHERE id = ? AND buckets IS NULL",

@@ -272,7 +272,21 @@ fn write_lifecycle(w: &mut dyn Write, m: &MysqlSide) -> std::io::Result<()> {
 /// messages, dead letters, and the buckets' table when there are several.
 fn write_redis_lists(w: &mut dyn Write, id: u64, r: &RedisSide) -> std::io::Result<()> {
     writeln!(w, "released units    -            {}", r.released)?;
-    writeln!(w, "reservations      -            {}", r.flows)?;
+    // A sale of several units per buyer: a reservation is of one or more
+    // units, which are total − stock (over its buckets).
+    let units = r
+        .meta
+        .get(seckill_common::allowance::MAX_PER_BUYER_FIELD)
+        .is_some_and(|l| *l > 1);
+    match (units, r.meta.get("total_stock"), r.stock) {
+        (true, Some(&total), Some(stock)) => writeln!(
+            w,
+            "reservations      -            {} ({} units)",
+            r.flows,
+            total as i64 - stock
+        )?,
+        _ => writeln!(w, "reservations      -            {}", r.flows)?,
+    }
     writeln!(w, "queued messages   -            {}", r.queued)?;
     writeln!(w, "dead letters      -            {}", r.dead)?;
     if r.buckets > 1 {

@@ -12,7 +12,10 @@
 //!   (read at one instant: a reservation, a release back to the bucket and
 //!   each transfer step keep it in one script), so a unit released to the
 //!   wrong bucket, or twice, is found where it happened; the sale-wide sum
-//!   is `stock_mismatch`'s `redis_stock`.
+//!   is `stock_mismatch`'s `redis_stock`. In a sale of several units per
+//!   buyer the reservations are the flow records' units
+//!   (`redis_read::bucket_units`), and a bucket whose units kept moving
+//!   during the read is judged by the next run.
 //!
 //! Runs before the sale's scan, so the totals it reads find no transfer
 //! open that this run could have completed.
@@ -65,9 +68,10 @@ pub fn observe(redis: &mut Con, sale_id: u64, buckets: u32) -> Result<Vec<Observ
         out.push(o);
     }
     let keys = seckill_common::buckets::all(sale_id, buckets);
+    let units = crate::redis_read::sells_units(redis, &keys[0])?;
     let books = keys
         .iter()
-        .map(|k| bucket_read::books(redis, *k))
+        .map(|k| bucket_read::books(redis, *k, units))
         .collect::<redis::RedisResult<Vec<BucketBooks>>>()?;
     let mut open = HashSet::new();
     for k in &keys {
@@ -142,10 +146,16 @@ fn bucket_books(sale_id: u64, b: u32, bk: &BucketBooks) -> Option<Observation> {
 /// reservations do not add up to its `total_stock` (a bucket not loaded is
 /// `bucket_books`'s).
 fn bucket_stock(sale_id: u64, b: u32, bk: &BucketBooks) -> Option<Observation> {
-    let (Some(stock), Some(total)) = (bk.stock, bk.total_stock) else {
+    let (stock, reservations, total) = match bk.units {
+        None => (bk.stock, bk.reservations, bk.total_stock),
+        // Units kept moving during the read: judged by the next run.
+        Some(u) if u.unsettled => return None,
+        Some(u) => (u.stock, u.units, u.total_stock),
+    };
+    let (Some(stock), Some(total)) = (stock, total) else {
         return None;
     };
-    if stock + bk.reservations == total {
+    if stock + reservations == total {
         return None;
     }
     Some(obs(
@@ -153,7 +163,7 @@ fn bucket_stock(sale_id: u64, b: u32, bk: &BucketBooks) -> Option<Observation> {
         sale_id,
         format!("bucket_stock:b{b}"),
         json!({"rule": "a bucket's stock + reservations = its total_stock", "bucket": b,
-               "stock": stock, "reservations": bk.reservations, "released": bk.released,
+               "stock": stock, "reservations": reservations, "released": bk.released,
                "total_stock": total}),
     ))
 }

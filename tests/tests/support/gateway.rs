@@ -192,6 +192,21 @@ impl Client {
         let body = format!(r#"{{"user_id":"{user}"}}"#);
         self.send("POST", &format!("/v1/sales/{sale}/purchases"), Some(&body))
     }
+
+    /// A purchase of `quantity` units for `user` under `Idempotency-Key:
+    /// key`.
+    pub fn buy_units(&mut self, sale: u64, user: &str, quantity: u32, key: &str) -> Resp {
+        let body = format!(r#"{{"user_id":"{user}","quantity":{quantity}}}"#);
+        let req = format_request(
+            "POST",
+            &format!("/v1/sales/{sale}/purchases"),
+            Some(&body),
+            false,
+        )
+        .replacen("\r\n", &format!("\r\nIdempotency-Key: {key}\r\n"), 1);
+        self.reader.get_mut().write_all(req.as_bytes()).unwrap();
+        read_resp(&mut self.reader).expect("an answer")
+    }
 }
 
 /// The bytes of one HTTP/1.1 request; `close` adds `Connection: close`.
