@@ -383,15 +383,27 @@ pub fn short_duration(d: Duration) -> String {
     }
 }
 
+/// How a Redis URL is written, as a refusal shows it: the form, then an
+/// example.
+const REDIS_FORM: &str = "redis://[:password@]host:port[/db], such as redis://127.0.0.1:6379/";
+
+/// How a MySQL URL is written, as a refusal shows it (several servers:
+/// `host:port,host:port`, `mysql_writable.rs`).
+const MYSQL_FORM: &str = "mysql://user[:password]@host:port[,host:port...]/database, such as \
+                          mysql://app:password@127.0.0.1:3306/seckill";
+
 /// Variable `variable`'s URL `v`, kept as given, when it starts with one
-/// of `schemes`.
+/// of `schemes` and its client (`redis`, `mysql`) can read it: a URL it
+/// cannot read is refused at start, naming its variable, rather than at
+/// the first connect.
 ///
-/// Errors: any other value (shown without its password).
+/// Errors: any other value (shown without its password); the refusal ends
+/// in the form to write ([`REDIS_FORM`], [`MYSQL_FORM`]).
 pub fn parse_url(variable: &'static str, v: &str, schemes: &[&str]) -> Result<String, ConfigError> {
-    let example = if schemes[0] == "redis://" {
-        "a URL such as redis://127.0.0.1:6379/"
+    let (client, form) = if schemes[0] == "redis://" {
+        ("Redis", REDIS_FORM)
     } else {
-        "a URL such as mysql://user:password@127.0.0.1:3306/seckill"
+        ("MySQL", MYSQL_FORM)
     };
     let refuse = |expected: String| ConfigError {
         variable,
@@ -399,21 +411,36 @@ pub fn parse_url(variable: &'static str, v: &str, schemes: &[&str]) -> Result<St
         expected: expected.into(),
     };
     if !(schemes.iter().any(|s| v.starts_with(s)) && v.len() > 8) {
-        return Err(refuse(example.to_string()));
+        return Err(refuse(format!("a URL written as {form}")));
     }
-    // The client's own parser decides, now, rather than at the first
-    // connect: a URL it cannot read is refused naming its variable.
-    let unparsable = |why: String| refuse(format!("{example} (it does not parse: {why})"));
-    if schemes[0] == "redis://" {
-        redis::IntoConnectionInfo::into_connection_info(v)
-            .map_err(|e| unparsable(e.to_string()))?;
+    let refuse_unreadable = |why: String| refuse(unreadable(client, form, v, &why));
+    if client == "Redis" {
+        // The client's text without its error kind (`Redis URL did not
+        // parse - InvalidClientConfig`): the kind says nothing to fix.
+        redis::IntoConnectionInfo::into_connection_info(v).map_err(|e| {
+            refuse_unreadable(e.to_string().replacen(&format!(" - {:?}", e.kind()), "", 1))
+        })?;
     } else {
         let each = crate::mysql_writable::servers(v).unwrap_or_else(|| vec![v.to_string()]);
         for one in each {
-            mysql::Opts::from_url(&one).map_err(|e| unparsable(e.to_string()))?;
+            mysql::Opts::from_url(&one).map_err(|e| refuse_unreadable(e.to_string()))?;
         }
     }
     Ok(v.to_string())
+}
+
+/// What a refusal of URL `v` that its `client` cannot read expects: the
+/// client's reason `why` in brackets (left out when it holds the URL's
+/// password), then the `form` to write it in, last, where the operator
+/// reads the remedy.
+fn unreadable(client: &str, form: &str, v: &str, why: &str) -> String {
+    let shows_password = crate::redact::password(v).is_some_and(|p| why.contains(p));
+    let cause = if shows_password {
+        String::new()
+    } else {
+        format!(" ({why})")
+    };
+    format!("a URL the {client} client can read{cause}; write it as {form}")
 }
 
 /// Where the Redis data lives, as `SECKILL_REDIS_URL` names it.
@@ -685,7 +712,8 @@ mod tests {
         ] {
             let e = Config::from_map(&map(&[(var, bad)])).unwrap_err();
             assert_eq!(e.variable, var, "{bad}");
-            assert!(e.expected.contains("does not parse"), "{bad}: {e}");
+            assert!(e.expected.contains("client can read"), "{bad}: {e}");
+            assert!(e.expected.ends_with(":3306/seckill") || e.expected.ends_with(":6379/"));
         }
         let e = parse_url(
             "SECKILL_MYSQL_REPLICA_URL",
@@ -700,6 +728,50 @@ mod tests {
         ] {
             assert!(Config::from_map(&map(&[("SECKILL_MYSQL_URL", good)])).is_ok());
         }
+    }
+
+    /// A refusal ends in the form to write, after the client's reason; the
+    /// value is shown without its password, and so is the reason.
+    #[test]
+    fn a_refused_url_ends_in_the_form_to_write() {
+        let e = Config::from_map(&map(&[(
+            "SECKILL_REDIS_URL",
+            "redis://:s3cret@127.0.0.1:notaport/0",
+        )]))
+        .unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "invalid configuration: SECKILL_REDIS_URL=\"redis://:***@127.0.0.1:notaport/0\": \
+             expected a URL the Redis client can read (Redis URL did not parse); write it as \
+             redis://[:password@]host:port[/db], such as redis://127.0.0.1:6379/"
+        );
+        let e = Config::from_map(&map(&[(
+            "SECKILL_MYSQL_URL",
+            "mysql://app:s3cret@db:3306/shop?frobnicate=1",
+        )]))
+        .unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "invalid configuration: SECKILL_MYSQL_URL=\"mysql://app:***@db:3306/shop?frobnicate=1\": \
+             expected a URL the MySQL client can read (Unknown URL parameter `frobnicate'); write it as \
+             mysql://user[:password]@host:port[,host:port...]/database, such as \
+             mysql://app:password@127.0.0.1:3306/seckill"
+        );
+        let e = Config::from_map(&map(&[("SECKILL_REDIS_URL", "localhost:6379")])).unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "invalid configuration: SECKILL_REDIS_URL=\"localhost:6379\": expected a URL \
+             written as redis://[:password@]host:port[/db], such as redis://127.0.0.1:6379/"
+        );
+        // A reason that repeats the password is left out.
+        assert_eq!(
+            unreadable("MySQL", "F", "mysql://u:hunter22@h/d", "bad value hunter22"),
+            "a URL the MySQL client can read; write it as F"
+        );
+        assert_eq!(
+            unreadable("MySQL", "F", "mysql://u:hunter22@h/d", "bad port"),
+            "a URL the MySQL client can read (bad port); write it as F"
+        );
     }
 
     #[test]

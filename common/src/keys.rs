@@ -171,6 +171,19 @@ impl SaleKeys {
     pub fn queue(&self) -> String {
         self.key("queue")
     }
+    /// The six keys of the reservation scripts (`reservation.rs`,
+    /// `reserve_units.rs`), in their `KEYS` order: meta, stock, buyers,
+    /// flow, status, queue.
+    pub fn reservation_keys(&self) -> [String; 6] {
+        [
+            self.meta(),
+            self.stock(),
+            self.buyers(),
+            self.flow(),
+            self.status(),
+            self.queue(),
+        ]
+    }
     /// The processing list of worker `worker_id` for this sale.
     pub fn processing(&self, worker_id: &str) -> String {
         self.key(&format!("processing:{worker_id}"))

@@ -21,6 +21,17 @@ pub fn redacted(url: &str) -> String {
     }
 }
 
+/// The password of `url`'s user part (`mysql://app:pw@db:3306/shop` →
+/// `pw`), to keep it out of a message that may repeat it; `None` for a URL
+/// without one, or anything that is not a URL.
+pub fn password(url: &str) -> Option<&str> {
+    let (_, rest) = url.split_once("://")?;
+    let end = rest.find(['/', '?', '#']).unwrap_or(rest.len());
+    let (user_info, _) = rest[..end].rsplit_once('@')?;
+    let (_, password) = user_info.split_once(':')?;
+    Some(password).filter(|p| !p.is_empty())
+}
+
 /// The address of a Redis or MySQL URL for a message: `url` redacted,
 /// then the variable that sets it (`redis://127.0.0.1:6390/
 /// (SECKILL_REDIS_URL)`).
@@ -54,6 +65,10 @@ mod tests {
             "redis+cluster://h:1,h:2/"
         );
         assert_eq!(redacted("not a url"), "not a url");
+        assert_eq!(password("mysql://app:p@ss:w@db/shop"), Some("p@ss:w"));
+        assert_eq!(password("redis://:s3cret@h:1/"), Some("s3cret"));
+        assert_eq!(password("redis://h:1/"), None);
+        assert_eq!(password("mysql://root:@h/x"), None);
         assert_eq!(
             address("redis://u:pw@h:1/", "SECKILL_REDIS_URL"),
             "redis://u:***@h:1/ (SECKILL_REDIS_URL)"

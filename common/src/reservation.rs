@@ -83,10 +83,8 @@ use std::sync::OnceLock;
 /// an integer is refused before any write; Redis's own `OOM` is checked
 /// before the first write and lets the rest of the script write.
 pub const RESERVE_LUA: &str = concat!(
+    crate::lua_refused!(),
     r#"
-local function refused(key, r)
-  return redis.error_reply(r['err'] .. ' (' .. key .. ')')
-end
 if #ARGV < 3 or #ARGV % 2 == 0 then
   return redis.error_reply('ERR wrong number of arguments: user id, reservation id, sale id, then a user id and reservation id per further buyer')
 end
@@ -122,15 +120,10 @@ local function valid(user)
 end
 for i = 1, n do
   if n == 1 and not valid(buyer(i)) then return redis.error_reply('ERR invalid user id') end
-end
-local left = redis.pcall('GET', KEYS[2])
-if type(left) == 'table' then return refused(KEYS[2], left) end
-if left and not string.find(left, '^-?%d+$') then
-  return redis.error_reply('ERR ' .. KEYS[2] .. ' is not an integer')
-end
-local stock = tonumber(left or '0')
-local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+end"#,
+    crate::lua_read_stock!(),
+    crate::lua_now!(),
+    r#"
 if now < starts then return each('not_started ' .. string.format('%d', total - stock + releases) .. ' ') end
 if now >= ends then return each('ended ' .. string.format('%d', total - stock + releases) .. ' ') end
 -- A sale of more than one unit per buyer is bought with a key, by the
@@ -377,15 +370,10 @@ pub fn prepare(sale_id: u64, user_id: &str, reservation_id: &str) -> ScriptInvoc
 pub fn prepare_in(k: SaleKeys, user_id: &str, reservation_id: &str) -> ScriptInvocation<'static> {
     let sale_id = k.sale_id;
     let mut inv = reserve_script().prepare_invoke();
-    inv.key(k.meta())
-        .key(k.stock())
-        .key(k.buyers())
-        .key(k.flow())
-        .key(k.status())
-        .key(k.queue())
-        .arg(user_id)
-        .arg(reservation_id)
-        .arg(sale_id);
+    for key in k.reservation_keys() {
+        inv.key(key);
+    }
+    inv.arg(user_id).arg(reservation_id).arg(sale_id);
     inv
 }
 
@@ -418,14 +406,7 @@ impl ReserveKeys {
 
     /// The keys of the bucket `k`.
     pub fn of(k: SaleKeys) -> ReserveKeys {
-        let keys = [
-            k.meta(),
-            k.stock(),
-            k.buyers(),
-            k.flow(),
-            k.status(),
-            k.queue(),
-        ];
+        let keys = k.reservation_keys();
         let bytes = keys.iter().map(String::len).sum();
         let hash = reserve_script().get_hash();
         let mut head = Vec::with_capacity(9 * 8 + hash.len() + bytes);

@@ -50,10 +50,8 @@ use std::sync::OnceLock;
 /// error reply `WRONGTYPE <key> ...` with nothing changed.
 pub const RESERVE_UNITS_LUA: &str = concat!(
     crate::lua_expect_types!(),
+    crate::lua_refused!(),
     r#"
-local function refused(key, r)
-  return redis.error_reply(r['err'] .. ' (' .. key .. ')')
-end
 if #ARGV ~= 4 then
   return redis.error_reply('ERR wrong number of arguments: user id, reservation id, sale id, quantity')
 end
@@ -84,16 +82,12 @@ if limit <= 1 then return 'one_per_buyer 0 ' end
 local most = tonumber(w[8] or w[7])
 if not most then
   return redis.error_reply('ERR ' .. KEYS[1] .. ' field max_per_purchase is not an integer')
-end
-local left = redis.pcall('GET', KEYS[2])
-if type(left) == 'table' then return refused(KEYS[2], left) end
-if left and not string.find(left, '^-?%d+$') then
-  return redis.error_reply('ERR ' .. KEYS[2] .. ' is not an integer')
-end
-local stock = tonumber(left or '0')
-local seq = string.format('%d', total - stock + releases)
-local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+end"#,
+    crate::lua_read_stock!(),
+    r#"
+local seq = string.format('%d', total - stock + releases)"#,
+    crate::lua_now!(),
+    r#"
 if now < starts then return 'not_started ' .. seq .. ' ' end
 if now >= ends then return 'ended ' .. seq .. ' ' end
 if n > most then return 'above_max ' .. seq .. ' ' .. string.format('%d', most) end
@@ -152,13 +146,10 @@ pub fn prepare_units(
 ) -> ScriptInvocation<'static> {
     let sale_id = k.sale_id;
     let mut inv = reserve_units_script().prepare_invoke();
-    inv.key(k.meta())
-        .key(k.stock())
-        .key(k.buyers())
-        .key(k.flow())
-        .key(k.status())
-        .key(k.queue())
-        .arg(user_id)
+    for key in k.reservation_keys() {
+        inv.key(key);
+    }
+    inv.arg(user_id)
         .arg(reservation_id)
         .arg(sale_id)
         .arg(quantity);

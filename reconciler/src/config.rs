@@ -4,7 +4,9 @@
 //! and the two token settings `token issue` follows
 //! (`SECKILL_AUTH_AUDIENCE`, `SECKILL_AUTH_MAX_TTL`), resolved from the raw
 //! environment ([`Env`]). The reconciler reads nothing else, so a bad
-//! value of another binary's variable does not stop it.
+//! value of another binary's variable does not stop it; a command that
+//! opens neither Redis nor MySQL reads neither's variables either
+//! ([`Config::local_from_env`]).
 
 use seckill_common::config::{
     parse_audience, parse_duration, parse_duration_or_zero, parse_max_ttl, parse_url,
@@ -80,16 +82,28 @@ impl Config {
     ///
     /// Errors: the first variable whose value cannot be used.
     pub fn from_env(env: &Env) -> Result<Config, ConfigError> {
-        let mut c = Config {
-            services: Services::from_env(env)?,
-            ..Config::default()
-        };
+        let services = Services::from_env(env)?;
+        let mut c = Config::local_from_env(env)?;
+        c.services = services;
         if let Some(v) = env.get("SECKILL_MYSQL_REPLICA_URL") {
             c.mysql_replica_url = Some(parse_url("SECKILL_MYSQL_REPLICA_URL", v, &["mysql://"])?);
         }
         if let Some(v) = env.get("SECKILL_MYSQL_REPLICA_WAIT") {
             c.mysql_replica_wait = parse_duration("SECKILL_MYSQL_REPLICA_WAIT", v)?;
         }
+        Ok(c)
+    }
+
+    /// The settings of `env` for a command that opens neither Redis nor
+    /// MySQL (`token keygen`, `token issue`, `findings`; `cmd::opens_services`
+    /// tells which): as [`Config::from_env`] without reading
+    /// `SECKILL_REDIS_*`, `SECKILL_MYSQL_*` and `SECKILL_MYSQL_REPLICA_*`,
+    /// whose fields keep their defaults, so a malformed URL the command
+    /// would never use does not stop it.
+    ///
+    /// Errors: the first variable whose value cannot be used.
+    pub fn local_from_env(env: &Env) -> Result<Config, ConfigError> {
+        let mut c = Config::default();
         if let Some(v) = env.get("SECKILL_REVIEW_DB") {
             c.review_db = PathBuf::from(v);
         }
@@ -239,6 +253,30 @@ mod tests {
         let err =
             Config::from_env(&Env::from_pairs(&[("SECKILL_ARCHIVE_AFTER", "abc")])).unwrap_err();
         assert_eq!(err.expected, ARCHIVE_AFTER);
+    }
+
+    /// A command that opens neither Redis nor MySQL does not read their
+    /// URLs: malformed ones keep the defaults; its own variables are
+    /// still checked.
+    #[test]
+    fn local_settings_skip_the_service_urls_and_check_the_rest() {
+        let bad = [
+            ("SECKILL_REDIS_URL", "localhost:6379"),
+            ("SECKILL_MYSQL_URL", "postgres://x"),
+            ("SECKILL_REDIS_TIMEOUT", "soon"),
+            ("SECKILL_MYSQL_REPLICA_URL", "replica"),
+            ("SECKILL_MYSQL_REPLICA_WAIT", "5"),
+        ];
+        assert!(Config::from_env(&Env::from_pairs(&bad)).is_err());
+        let c = Config::local_from_env(&Env::from_pairs(&bad)).unwrap();
+        assert_eq!(c, Config::default());
+        let mut with_ttl = bad.to_vec();
+        with_ttl.push(("SECKILL_AUTH_MAX_TTL", "2h"));
+        let c = Config::local_from_env(&Env::from_pairs(&with_ttl)).unwrap();
+        assert_eq!(c.auth_max_ttl, Duration::from_secs(7200));
+        with_ttl.push(("SECKILL_AUTH_AUDIENCE", "a b"));
+        let err = Config::local_from_env(&Env::from_pairs(&with_ttl)).unwrap_err();
+        assert_eq!(err.variable, "SECKILL_AUTH_AUDIENCE");
     }
 
     /// The gateway's and the worker's variables are theirs: a bad one does

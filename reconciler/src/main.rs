@@ -21,8 +21,15 @@ fn main() -> ExitCode {
         output::line(format_args!("{text}"));
         return ExitCode::SUCCESS;
     }
+    // A command that opens neither Redis nor MySQL does not read their
+    // URLs: a malformed one it would never use does not stop it.
+    let resolve = if cmd::opens_services(&cmd) {
+        config::Config::from_env
+    } else {
+        config::Config::local_from_env
+    };
     // Exit 2 for any failure to start: 1 means "open findings" here.
-    let started = match start::start_as(config::Config::from_env, || {}) {
+    let started = match start::start_as(resolve, || {}) {
         Ok(s) => s,
         Err(e) => return start::fail(PROGRAM, &e, EXIT_CONFIG),
     };

@@ -443,13 +443,33 @@ pub fn create_windowed_split_sale(
     window: &str,
     shards: u32,
 ) -> u64 {
-    let stock = stock.to_string();
     let shards = shards.to_string();
-    let args = [
+    let extra = ["--payment-window", window, "--shards", &shards];
+    let (code, out) = sale_create(redis, db, review, "LC-1", stock, &extra);
+    assert_eq!(code, 0, "{out}");
+    out.lines()
+        .find_map(|l| l.trim().parse().ok())
+        .expect("the new sale id")
+}
+
+/// Runs `seckill-reconciler sale create` of a sale `sku` of `stock` units
+/// at 1999 cents, open now for an hour, with the further arguments
+/// `extra` ([`reconciler`]); returns its exit code and output (for a
+/// refusal, as for a sale).
+pub fn sale_create(
+    redis: &impl cluster::TestRedis,
+    db: &TestDb,
+    review: &Path,
+    sku: &str,
+    stock: u64,
+    extra: &[&str],
+) -> (i32, String) {
+    let stock = stock.to_string();
+    let mut args = vec![
         "sale",
         "create",
         "--sku",
-        "LC-1",
+        sku,
         "--stock",
         &stock,
         "--starts-at",
@@ -458,16 +478,9 @@ pub fn create_windowed_split_sale(
         "now+1h",
         "--price-cents",
         "1999",
-        "--payment-window",
-        window,
-        "--shards",
-        &shards,
     ];
-    let (code, out) = reconciler(redis, db, review, &args);
-    assert_eq!(code, 0, "{out}");
-    out.lines()
-        .find_map(|l| l.trim().parse().ok())
-        .expect("the new sale id")
+    args.extend(extra);
+    reconciler(redis, db, review, &args)
 }
 
 /// Runs `seckill-reconciler ARGS` ([`command`]) against the test's Redis

@@ -14,20 +14,36 @@
 use crate::support::browser as browser_support;
 
 use seckill_tests::RedisServer;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::Command;
 
-#[test]
-fn the_demo_sells_50_units_to_2000_users_and_exits_0() {
-    let _crowd = crate::support::crowd();
-    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
-    let mut cmd = Command::new(root.join("scripts/demo.sh"));
+/// `scripts/demo.sh`.
+fn demo_script() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../scripts/demo.sh")
+}
+
+/// What a run of the demo left: its private Redis (to look for keys left
+/// behind), its standard output and its JSON report.
+struct Demo {
+    redis: RedisServer,
+    stdout: String,
+    report: serde_json::Value,
+}
+
+/// Runs the demo on a sale of 50 units for 2,000 users over 32
+/// connections; payers pay 70 % (35) of the winners, the other 15 orders
+/// expire after 4 s, and 15 buyers told sold out buy and pay for those
+/// units. `quantities`: `SECKILL_DEMO_QUANTITIES` (`None`: unset, the
+/// demo's quantity mix). Asserts exit 0 and reads the JSON report the
+/// demo names.
+fn run_demo(quantities: Option<&str>) -> Demo {
+    let mut cmd = Command::new(demo_script());
     cmd.args(["--stock", "50", "--users", "2000", "--connections", "32"]);
-    // Payers pay 70 % (35) of the winners; the other 15 orders expire
-    // after 4 s, and 15 buyers told sold out buy and pay for those units.
     cmd.args(["--pay-share", "0.7", "--payment-window", "4s"]);
-    // One unit per buyer: the exact one-unit counts below.
-    cmd.env("SECKILL_DEMO_QUANTITIES", "0");
+    match quantities {
+        Some(q) => cmd.env("SECKILL_DEMO_QUANTITIES", q),
+        None => cmd.env_remove("SECKILL_DEMO_QUANTITIES"),
+    };
     let redis = RedisServer::start();
     cmd.env("SECKILL_REDIS_URL", redis.url());
     // The account scripts/test.sh set up (root, or seckill_test when root
@@ -36,9 +52,38 @@ fn the_demo_sells_50_units_to_2000_users_and_exits_0() {
         .unwrap_or_else(|_| "mysql://root@127.0.0.1:3306/".to_string());
     cmd.env("SECKILL_MYSQL_URL", server.trim_end_matches('/'));
     let out = cmd.output().expect("run scripts/demo.sh");
-    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(0), "{stdout}\n{stderr}");
+    let path = stdout
+        .lines()
+        .find_map(|l| l.split_once("report (JSON): ").map(|(_, p)| p.trim()))
+        .unwrap_or_else(|| panic!("the demo names its JSON report: {stdout}"));
+    let report: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(path).expect("read demo.json"))
+            .expect("demo.json is JSON");
+    Demo {
+        redis,
+        stdout,
+        report,
+    }
+}
+
+/// Asserts that the demo left no key behind in `redis`.
+fn assert_no_key_left(redis: &RedisServer) {
+    let left: Vec<String> = redis::cmd("KEYS").arg("*").query(&mut redis.con()).unwrap();
+    assert!(left.is_empty(), "the demo left keys behind: {left:?}");
+}
+
+#[test]
+fn the_demo_sells_50_units_to_2000_users_and_exits_0() {
+    let _crowd = crate::support::crowd();
+    // One unit per buyer: the exact one-unit counts below.
+    let Demo {
+        redis,
+        stdout,
+        report,
+    } = run_demo(Some("0"));
     assert!(
         stdout.contains("verdict     every invariant holds"),
         "{stdout}"
@@ -54,13 +99,6 @@ fn the_demo_sells_50_units_to_2000_users_and_exits_0() {
     );
     assert!(stdout.contains("PASS: sale "), "{stdout}");
     // The JSON report: every invariant by name, the exact answers.
-    let path = stdout
-        .lines()
-        .find_map(|l| l.split_once("report (JSON): ").map(|(_, p)| p.trim()))
-        .expect("the demo names its JSON report");
-    let report: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(path).expect("read demo.json"))
-            .expect("demo.json is JSON");
     assert_eq!(
         (
             &report["pass"],
@@ -113,8 +151,7 @@ fn the_demo_sells_50_units_to_2000_users_and_exits_0() {
         (&load["hostile"], &load["answers"]["403"]),
         (&10.into(), &1.into())
     );
-    let left: Vec<String> = redis::cmd("KEYS").arg("*").query(&mut redis.con()).unwrap();
-    assert!(left.is_empty(), "the demo left keys behind: {left:?}");
+    assert_no_key_left(&redis);
     assert_report_renders(&stdout, &report);
 }
 
@@ -124,20 +161,11 @@ fn the_demo_sells_50_units_to_2000_users_and_exits_0() {
 #[test]
 fn the_default_demo_sells_a_quantity_mix_of_exactly_50_units() {
     let _crowd = crate::support::crowd();
-    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
-    let mut cmd = Command::new(root.join("scripts/demo.sh"));
-    cmd.args(["--stock", "50", "--users", "2000", "--connections", "32"]);
-    cmd.args(["--pay-share", "0.7", "--payment-window", "4s"]);
-    cmd.env_remove("SECKILL_DEMO_QUANTITIES");
-    let redis = RedisServer::start();
-    cmd.env("SECKILL_REDIS_URL", redis.url());
-    let server = std::env::var("SECKILL_TEST_MYSQL_URL")
-        .unwrap_or_else(|_| "mysql://root@127.0.0.1:3306/".to_string());
-    cmd.env("SECKILL_MYSQL_URL", server.trim_end_matches('/'));
-    let out = cmd.output().expect("run scripts/demo.sh");
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert_eq!(out.status.code(), Some(0), "{stdout}\n{stderr}");
+    let Demo {
+        redis,
+        stdout,
+        report,
+    } = run_demo(None);
     for said in [
         "verdict     every invariant holds",
         "reconciliation: 0 open findings",
@@ -145,13 +173,6 @@ fn the_default_demo_sells_a_quantity_mix_of_exactly_50_units() {
     ] {
         assert!(stdout.contains(said), "{said}: {stdout}");
     }
-    let path = stdout
-        .lines()
-        .find_map(|l| l.split_once("report (JSON): ").map(|(_, p)| p.trim()))
-        .expect("the demo names its JSON report");
-    let report: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(path).expect("read demo.json"))
-            .expect("demo.json is JSON");
     let units = &report["load"]["units"];
     assert_eq!(
         (
@@ -163,8 +184,7 @@ fn the_default_demo_sells_a_quantity_mix_of_exactly_50_units() {
         (&4.into(), &3.into(), &50.into(), &0.into()),
         "{units}"
     );
-    let left: Vec<String> = redis::cmd("KEYS").arg("*").query(&mut redis.con()).unwrap();
-    assert!(left.is_empty(), "the demo left keys behind: {left:?}");
+    assert_no_key_left(&redis);
 }
 
 /// The demo's last line names its HTML report; headless Chromium loads it
@@ -276,14 +296,13 @@ fn assert_report_renders(stdout: &str, report: &serde_json::Value) {
 /// says what to do, and the Redis keeps exactly what it held.
 #[test]
 fn the_demo_refuses_a_redis_that_already_holds_sales() {
-    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
     let redis = RedisServer::start();
     let _: () = redis::cmd("SADD")
         .arg("seckill:sales")
         .arg(41)
         .query(&mut redis.con())
         .unwrap();
-    let out = Command::new(root.join("scripts/demo.sh"))
+    let out = Command::new(demo_script())
         .args(["--stock", "5", "--users", "10"])
         .env("SECKILL_REDIS_URL", redis.url())
         .output()

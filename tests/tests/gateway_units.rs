@@ -3,15 +3,18 @@
 //! header, each answer of the contract (202 again for a repeat, 410
 //! `not_enough_stock`, 409 `limit_reached`, 422 `idempotency_key_reused`,
 //! 400 `idempotency_key_required` and above the sale's limit per
-//! purchase), the status read's `quantity`, and a crowd buying a mix of
-//! quantities with retries that sells the stock exactly in units.
+//! purchase), a refusal that binds no key and which refusals count in the
+//! buyer's share, the status read's `quantity`, and a crowd buying a mix
+//! of quantities with retries that sells the stock exactly in units.
 //!
 //! The sales' limits are written into their Redis meta after loading
 //! (`max_per_buyer`, `max_per_purchase`), as `sale load` writes them.
 
-use crate::support::gateway::{format_request, get, open_sale, raw, Gateway, Resp};
+use crate::support::gateway::{
+    format_request, get, open_sale, open_units_sale, raw, Gateway, Resp,
+};
 use redis::Commands;
-use seckill_common::allowance::{Held, MAX_PER_BUYER_FIELD, MAX_PER_PURCHASE_FIELD};
+use seckill_common::allowance::Held;
 use seckill_common::ids::keyed_reservation_id;
 use seckill_common::keys::SaleKeys;
 use seckill_common::message::OrderMessage;
@@ -20,19 +23,6 @@ use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::thread;
-
-/// An open sale `id` of `stock` units with limits `l` per buyer and `q`
-/// per purchase.
-fn units_sale(redis: &RedisServer, id: u64, stock: u64, l: u32, q: u32) {
-    open_sale(redis, id, stock);
-    let _: () = redis
-        .con()
-        .hset_multiple(
-            SaleKeys::new(id).meta(),
-            &[(MAX_PER_BUYER_FIELD, l), (MAX_PER_PURCHASE_FIELD, q)],
-        )
-        .unwrap();
-}
 
 /// A purchase by `user` with the raw JSON `quantity` (none: no field) and
 /// an `Idempotency-Key` (none: no header), on a new connection.
@@ -64,7 +54,7 @@ fn rid_of(r: &Resp) -> String {
 #[test]
 fn each_answer_of_a_purchase_of_units() {
     let redis = RedisServer::start();
-    units_sale(&redis, 1, 5, 4, 3);
+    open_units_sale(&redis, 1, 5, 4, 3);
     open_sale(&redis, 2, 5);
     let g = Gateway::start(&redis, &[("SECKILL_GATEWAY_BUYER_RATE", "0")]);
     let p = g.port;
@@ -171,6 +161,70 @@ fn each_answer_of_a_purchase_of_units() {
     assert_eq!(stock, 4);
 }
 
+/// A refused purchase takes nothing and binds no key: the key a 400
+/// (above the limit per purchase), a 410 `not_enough_stock` or a 409
+/// `limit_reached` refused buys another quantity after. The answers
+/// decided once the buyer is verified (400 `idempotency_key_required`,
+/// 422) count in the buyer's share as a 202 does; a malformed body or
+/// `Idempotency-Key` header, refused before, does not (docs/openapi.yaml).
+#[test]
+fn a_refused_purchase_binds_no_key_and_counts_in_the_buyers_share() {
+    let redis = RedisServer::start();
+    open_units_sale(&redis, 1, 5, 4, 3);
+    open_units_sale(&redis, 2, 5, 4, 3);
+    let g = Gateway::start(&redis, &[("SECKILL_GATEWAY_BUYER_RATE", "0")]);
+    let p = g.port;
+    let answer = |r: &Resp| (r.status, r.error());
+    let r = purchase(p, 1, "a", Some("4"), Some("k1"));
+    assert_eq!(answer(&r), (400, "invalid_request".into()));
+    assert_eq!(purchase(p, 1, "b", Some("3"), Some("kb")).status, 202);
+    let r = purchase(p, 1, "a", Some("3"), Some("k1"));
+    assert_eq!(answer(&r), (410, "not_enough_stock".into()));
+    let r = purchase(p, 1, "a", Some("2"), Some("k1"));
+    assert_eq!(r.status, 202, "{}", r.body);
+    assert_eq!(rid_of(&r), keyed_reservation_id(1, "a", "k1"));
+    let r = purchase(p, 1, "b", Some("2"), Some("kb2"));
+    assert_eq!(answer(&r), (409, "limit_reached".into()));
+    // Not 422: `kb2` made no reservation. The stock is gone.
+    let r = purchase(p, 1, "b", Some("1"), Some("kb2"));
+    assert_eq!(answer(&r), (410, "sold_out".into()));
+
+    let (burst, rate, tries) = (2, 1, 6);
+    let g = Gateway::start(
+        &redis,
+        &[
+            ("SECKILL_GATEWAY_BUYER_RATE", "1"),
+            ("SECKILL_GATEWAY_BUYER_BURST", "2"),
+        ],
+    );
+    let p = g.port;
+    for _ in 0..tries {
+        let r = purchase(p, 2, "d", Some("0"), Some("kd"));
+        assert_eq!(answer(&r), (400, "invalid_request".into()));
+        let r = purchase(p, 2, "d", Some("1"), Some("bad key!"));
+        assert_eq!(answer(&r), (400, "invalid_request".into()));
+    }
+    let r = purchase(p, 2, "d", Some("1"), Some("kd"));
+    assert_eq!(
+        r.status, 202,
+        "the malformed requests took no share: {}",
+        r.body
+    );
+    let started = std::time::Instant::now();
+    let mut refused = 0;
+    for _ in 0..tries {
+        let r = purchase(p, 2, "c", Some("1"), None);
+        match answer(&r) {
+            (400, e) if e == "idempotency_key_required" => refused += 1,
+            (429, e) if e == "too_many_requests" => {}
+            other => panic!("{other:?}: {}", r.body),
+        }
+    }
+    // At most B + R × ⌈elapsed⌉ of them were served; the rest were 429.
+    let share = burst + rate * started.elapsed().as_secs_f64().ceil() as u64;
+    assert!(refused >= burst && refused <= share, "{refused} of {tries}");
+}
+
 /// What one buyer was answered.
 #[derive(Default)]
 struct Answers {
@@ -190,7 +244,7 @@ fn a_crowd_buying_one_to_three_units_sells_exactly_the_stock() {
     let _crowd = crate::support::crowd();
     let redis = RedisServer::start();
     let sale = 7;
-    units_sale(&redis, sale, 100, 4, 3);
+    open_units_sale(&redis, sale, 100, 4, 3);
     let g = Gateway::start(&redis, &[("SECKILL_GATEWAY_BUYER_RATE", "0")]);
     let port = g.port;
     let stop = Arc::new(AtomicBool::new(false));

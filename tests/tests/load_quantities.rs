@@ -11,6 +11,7 @@
 //! reads it every millisecond) and nothing for the reconciler to find.
 
 use crate::support::gateway::Gateway;
+use crate::support::quantity::{self, Terms};
 use crate::support::worker::{Opts, WorkerProc};
 use redis::Commands;
 use seckill_common::keys::SaleKeys;
@@ -48,32 +49,7 @@ fn a_quantity_mix_of_2000_buyers_sells_exactly_100_units_within_the_limit() {
     let db = TestDb::create();
     let review = TempDir::new();
     let review_db = review.path().join("review.sqlite3");
-    let (code, out) = seckill_tests::reconciler(
-        &redis,
-        &db,
-        &review_db,
-        &[
-            "sale",
-            "create",
-            "--sku",
-            "QTY-1",
-            "--stock",
-            "100",
-            "--starts-at",
-            "now",
-            "--ends-at",
-            "now+1h",
-            "--max-per-buyer",
-            "4",
-            "--max-per-purchase",
-            "3",
-        ],
-    );
-    assert_eq!(code, 0, "{out}");
-    let sale: u64 = out
-        .lines()
-        .find_map(|l| l.trim().parse().ok())
-        .expect("the new sale id");
+    let sale = quantity::create(&redis, &db, &review_db, &Terms::of(100));
     let gw = Gateway::start(&redis, crate::support::gateway::PATIENT);
     let _w = WorkerProc::start(&redis, &db, "qty-w1", &Opts::default());
     let selling = Arc::new(AtomicBool::new(true));

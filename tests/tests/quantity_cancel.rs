@@ -7,6 +7,7 @@
 
 use crate::support::gateway::{format_request, raw, Resp};
 use crate::support::lifecycle_http::{gateway, me};
+use crate::support::quantity::{self, Terms};
 use crate::support::worker::{Opts, WorkerProc};
 use redis::Commands;
 use seckill_common::keys::SaleKeys;
@@ -49,34 +50,11 @@ fn cancelling_takes_the_latest_unpaid_reservation_then_the_next() {
     let redis = RedisServer::start();
     let db = TestDb::create();
     let review = TempDir::new();
-    let (code, out) = seckill_tests::reconciler(
-        &redis,
-        &db,
-        &review.path().join("review.sqlite3"),
-        &[
-            "sale",
-            "create",
-            "--sku",
-            "QTY-CANCEL",
-            "--stock",
-            "10",
-            "--starts-at",
-            "now",
-            "--ends-at",
-            "now+1h",
-            "--max-per-buyer",
-            "4",
-            "--max-per-purchase",
-            "3",
-            "--payment-window",
-            "10m",
-        ],
-    );
-    assert_eq!(code, 0, "{out}");
-    let sale: u64 = out
-        .lines()
-        .find_map(|l| l.trim().parse().ok())
-        .expect("the new sale id");
+    let terms = Terms {
+        window: Some("10m"),
+        ..Terms::of(10)
+    };
+    let sale = quantity::create(&redis, &db, &review.path().join("review.sqlite3"), &terms);
     let gw = gateway(&redis);
     let _w = WorkerProc::start(&redis, &db, "qty-cancel-w1", &Opts::default());
     let first = buy_units(gw.port, sale, "ann", 3, "k-1");

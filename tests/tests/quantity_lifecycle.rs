@@ -73,11 +73,8 @@ fn three_unit_orders_paid_cancelled_and_expired_keep_the_allowance() {
     let review = TempDir::new();
     let file = review.path().join("review.sqlite3");
     let terms = Terms {
-        stock: 30,
-        per_buyer: 4,
-        per_purchase: 3,
         window: Some("1h"),
-        rebuy: false,
+        ..Terms::of(30)
     };
     let sale = quantity::create(&redis, &db, &file, &terms);
     let rp = reserve(&redis, sale, "p", "k", 3);
@@ -148,11 +145,9 @@ fn with_rebuy_released_units_free_the_allowance() {
     let review = TempDir::new();
     let file = review.path().join("review.sqlite3");
     let terms = Terms {
-        stock: 20,
-        per_buyer: 4,
-        per_purchase: 3,
         window: Some("1h"),
         rebuy: true,
+        ..Terms::of(20)
     };
     let sale = quantity::create(&redis, &db, &file, &terms);
     // The operator's rollback of a queued reservation of 2 units.

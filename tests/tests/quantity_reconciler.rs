@@ -15,23 +15,13 @@ use std::time::Duration;
 
 const LONG: Duration = Duration::from_secs(120);
 
-fn terms(stock: u64) -> Terms<'static> {
-    Terms {
-        stock,
-        per_buyer: 4,
-        per_purchase: 3,
-        window: None,
-        rebuy: false,
-    }
-}
-
 #[test]
 fn sale_create_records_the_limits_and_refuses_bad_ones() {
     let redis = RedisServer::start();
     let db = TestDb::create();
     let review = TempDir::new();
     let file = review.path().join("review.sqlite3");
-    let sale = quantity::create(&redis, &db, &file, &terms(100));
+    let sale = quantity::create(&redis, &db, &file, &Terms::of(100));
     let l: Option<(u32, u32)> = db
         .conn()
         .exec_first(
@@ -71,22 +61,7 @@ fn sale_create_records_the_limits_and_refuses_bad_ones() {
         ),
         (-1, -1)
     );
-    let create = |extra: &[&str]| {
-        let mut args = vec![
-            "sale",
-            "create",
-            "--sku",
-            "X",
-            "--stock",
-            "9",
-            "--starts-at",
-            "now",
-            "--ends-at",
-            "now+1h",
-        ];
-        args.extend(extra);
-        seckill_tests::reconciler(&redis, &db, &file, &args)
-    };
+    let create = |extra: &[&str]| quantity::sale_create(&redis, &db, &file, 9, extra);
     for (extra, says) in [
         (
             &["--max-per-buyer", "2", "--max-per-purchase", "3"][..],
@@ -116,7 +91,7 @@ fn sale_create_records_the_limits_and_refuses_bad_ones() {
 /// A sale of 60 units sold as 3 + 1 to 5 buyers and 2 to 5 others
 /// (30 units), applied by a real worker; returns it and the reservation ids.
 fn sold(redis: &RedisServer, db: &TestDb, file: &std::path::Path) -> (u64, Vec<String>) {
-    let sale = quantity::create(redis, db, file, &terms(60));
+    let sale = quantity::create(redis, db, file, &Terms::of(60));
     let mut rids = Vec::new();
     for i in 0..5 {
         rids.push(reserve(redis, sale, &format!("b{i}"), "k1", 3));
@@ -334,7 +309,7 @@ fn a_repair_rebuilds_the_buyers_lists_in_units() {
     let file = review.path().join("review.sqlite3");
     let t = Terms {
         window: Some("1h"),
-        ..terms(40)
+        ..Terms::of(40)
     };
     let sale = quantity::create(&redis, &db, &file, &t);
     let ra1 = reserve(&redis, sale, "a", "k1", 3);

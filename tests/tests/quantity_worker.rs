@@ -15,16 +15,6 @@ use std::time::Duration;
 
 const LONG: Duration = Duration::from_secs(120);
 
-fn terms(stock: u64) -> Terms<'static> {
-    Terms {
-        stock,
-        per_buyer: 4,
-        per_purchase: 3,
-        window: None,
-        rebuy: false,
-    }
-}
-
 /// Every order of `sale` has the quantity of its flow record's message, is
 /// `confirmed` in Redis, with one ledger row of delta − its quantity.
 fn assert_orders_match_flows(db: &TestDb, redis: &RedisServer, sale: u64) {
@@ -62,7 +52,7 @@ fn messages_of_several_units_become_orders_in_units() {
     let db = TestDb::create();
     let review = TempDir::new();
     let file = review.path().join("review.sqlite3");
-    let sale = quantity::create(&redis, &db, &file, &terms(100));
+    let sale = quantity::create(&redis, &db, &file, &Terms::of(100));
     // 10 buyers with 3 + 1 units (two orders each, 4 units: their limit),
     // 5 buyers with 2 units: 25 reservations, 50 units.
     for i in 0..10 {
@@ -104,7 +94,7 @@ fn killed_mid_batch_every_message_of_several_units_applies_once() {
     let db = TestDb::create();
     let review = TempDir::new();
     let file = review.path().join("review.sqlite3");
-    let sale = quantity::create(&redis, &db, &file, &terms(300));
+    let sale = quantity::create(&redis, &db, &file, &Terms::of(300));
     for i in 0..60 {
         reserve(&redis, sale, &format!("u{i}"), "k", 3);
     }
@@ -145,7 +135,12 @@ fn a_message_mysql_stock_cannot_cover_is_refused_alone() {
     let redis = RedisServer::start();
     let db = TestDb::create();
     let review = TempDir::new();
-    let sale = quantity::create(&redis, &db, &review.path().join("r.sqlite3"), &terms(10));
+    let sale = quantity::create(
+        &redis,
+        &db,
+        &review.path().join("r.sqlite3"),
+        &Terms::of(10),
+    );
     reserve(&redis, sale, "a", "k", 3);
     reserve(&redis, sale, "b", "k", 3);
     let c = reserve(&redis, sale, "c", "k", 3);

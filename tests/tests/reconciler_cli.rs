@@ -254,6 +254,46 @@ fn a_token_longer_than_the_gateways_maximum_is_issued_with_a_warning() {
     assert_eq!(stderr(&out), "");
 }
 
+/// `token keygen`, `token issue` and `findings` open neither Redis nor
+/// MySQL: malformed `SECKILL_REDIS_URL` and `SECKILL_MYSQL_URL` do not
+/// stop them; a command that opens them is still refused at start.
+#[test]
+fn commands_that_open_no_service_ignore_malformed_service_urls() {
+    let dir = seckill_tests::TempDir::new();
+    let keys = dir.path().join("signing.json");
+    let keys = keys.to_str().unwrap();
+    let review = dir.path().join("review.sqlite3");
+    let bad = |args: &[&str]| {
+        seckill_tests::command("seckill-reconciler")
+            .args(args)
+            .env("SECKILL_REDIS_URL", "localhost:6379")
+            .env("SECKILL_MYSQL_URL", "mysql://root@127.0.0.1:notaport/x")
+            .env("SECKILL_REVIEW_DB", &review)
+            .output()
+            .unwrap()
+    };
+    let out = bad(&[
+        "token", "keygen", "--alg", "HS256", "--kid", "k1", "--out", keys,
+    ]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "k1\n");
+    let written: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(keys).unwrap()).unwrap();
+    assert_eq!(written["keys"][0]["kid"], "k1", "{written}");
+    let out = bad(&["token", "issue", "--user", "alice", "--key", keys]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    assert_eq!(String::from_utf8_lossy(&out.stdout).matches('.').count(), 2);
+    let out = bad(&["sale", "list"]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        stderr(&out).starts_with(
+            "seckill-reconciler: invalid configuration: SECKILL_REDIS_URL=\"localhost:6379\""
+        ),
+        "{}",
+        stderr(&out)
+    );
+}
+
 #[test]
 fn a_review_file_in_a_missing_directory_names_the_variable_and_the_path() {
     let w = World::new(1);

@@ -28,6 +28,35 @@ use crate::config::Config;
 use crate::error::RunError;
 use seckill_common::Shutdown;
 
+/// Whether `cmd` opens Redis or MySQL, so needs `SECKILL_REDIS_*` and
+/// `SECKILL_MYSQL_*` read (`main.rs`): `false` for help, the token
+/// commands (key files only) and `findings` (the review file only), which
+/// a malformed service URL does not stop. Every command is named, so a new
+/// one must be placed.
+pub fn opens_services(cmd: &Command) -> bool {
+    match cmd {
+        Command::Help(_)
+        | Command::TokenKeygen(_)
+        | Command::TokenIssue(_)
+        | Command::Findings(_)
+        | Command::FindingsShow(..) => false,
+        Command::Migrate
+        | Command::SaleCreate(_)
+        | Command::SaleLoad(..)
+        | Command::SaleRebalance(_)
+        | Command::SaleShow(_)
+        | Command::SaleRepair(_)
+        | Command::SaleArchive(..)
+        | Command::SaleList
+        | Command::SaleAdmin(_)
+        | Command::Run
+        | Command::QueueShow(_)
+        | Command::DeadLetterList(_)
+        | Command::PaymentDeadLetter(_)
+        | Command::Resolve(_) => true,
+    }
+}
+
 /// Runs one command; `Ok(code)` is the exit code of a command that ran
 /// (the crate doc lists them).
 ///

@@ -293,6 +293,21 @@ pub fn open_sale(redis: &RedisServer, id: u64, stock: u64) {
     load_sale(redis, id, stock, -1000, 600_000);
 }
 
+/// An open sale `id` of `stock` units that sells up to `l` units per buyer
+/// and `q` per purchase: [`open_sale`] with the limits written into its
+/// meta (`max_per_buyer`, `max_per_purchase`), as `sale load` writes them.
+pub fn open_units_sale(redis: &RedisServer, id: u64, stock: u64, l: u32, q: u32) {
+    use seckill_common::allowance::{MAX_PER_BUYER_FIELD, MAX_PER_PURCHASE_FIELD};
+    open_sale(redis, id, stock);
+    let _: () = redis
+        .con()
+        .hset_multiple(
+            SaleKeys::new(id).meta(),
+            &[(MAX_PER_BUYER_FIELD, l), (MAX_PER_PURCHASE_FIELD, q)],
+        )
+        .unwrap();
+}
+
 /// Every key of the sale with its full content (`seckill_tests::sale_snapshot`).
 pub fn snapshot(redis: &RedisServer, id: u64) -> Vec<(String, String)> {
     seckill_tests::sale_snapshot(&mut redis.con(), id)

@@ -29,39 +29,47 @@ pub struct Terms<'a> {
     pub rebuy: bool,
 }
 
+impl Terms<'static> {
+    /// The terms most tests sell under: `stock` units, at most 4 per buyer
+    /// and 3 per purchase, no payment window, no buying again after a
+    /// release (`Terms { window: Some("1h"), ..Terms::of(10) }` for
+    /// others).
+    pub fn of(stock: u64) -> Terms<'static> {
+        Terms {
+            stock,
+            per_buyer: 4,
+            per_purchase: 3,
+            window: None,
+            rebuy: false,
+        }
+    }
+}
+
+/// Runs `seckill-reconciler sale create` of a sale of `stock` units open
+/// now for an hour at [`PRICE`], with the further arguments `extra`
+/// (`seckill_tests::sale_create`); returns its exit code and output.
+pub fn sale_create(
+    redis: &impl TestRedis,
+    db: &TestDb,
+    review: &Path,
+    stock: u64,
+    extra: &[&str],
+) -> (i32, String) {
+    seckill_tests::sale_create(redis, db, review, "QTY-1", stock, extra)
+}
+
 /// Creates a sale open now for an hour at [`PRICE`] with `terms`, through
 /// `seckill-reconciler sale create`; returns its id.
 pub fn create(redis: &impl TestRedis, db: &TestDb, review: &Path, terms: &Terms<'_>) -> u64 {
-    let (stock, l, q) = (
-        terms.stock.to_string(),
-        terms.per_buyer.to_string(),
-        terms.per_purchase.to_string(),
-    );
-    let mut args = vec![
-        "sale",
-        "create",
-        "--sku",
-        "QTY-1",
-        "--stock",
-        &stock,
-        "--starts-at",
-        "now",
-        "--ends-at",
-        "now+1h",
-        "--price-cents",
-        "1999",
-        "--max-per-buyer",
-        &l,
-        "--max-per-purchase",
-        &q,
-    ];
+    let (l, q) = (terms.per_buyer.to_string(), terms.per_purchase.to_string());
+    let mut args = vec!["--max-per-buyer", &l, "--max-per-purchase", &q];
     if let Some(w) = terms.window {
         args.extend(["--payment-window", w]);
     }
     if terms.rebuy {
         args.push("--rebuy-after-release");
     }
-    let (code, out) = seckill_tests::reconciler(redis, db, review, &args);
+    let (code, out) = sale_create(redis, db, review, terms.stock, &args);
     assert_eq!(code, 0, "{out}");
     out.lines()
         .find_map(|l| l.trim().parse().ok())
