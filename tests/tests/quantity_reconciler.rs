@@ -234,8 +234,27 @@ fn a_buyer_over_the_limit_in_mysql_is_critical() {
     let file = review.path().join("review.sqlite3");
     let (sale, _) = sold(&redis, &db, &file);
     // c0 holds 2 units; a third reservation of 3 units takes them to 5 > 4
-    // (what Redis's allowance check refuses; written here by hand).
+    // (what Redis's allowance check refuses, and the worker too: written
+    // here by hand, its order in MySQL before a worker sees the message).
     let extra = reserve(&redis, sale, "c0", "k9", 3);
+    let mut c = db.conn();
+    c.exec_drop(
+        "INSERT INTO orders (reservation_id, sale_id, user_id, quantity, multi_unit, status, \
+         reserved_at) VALUES (?, ?, 'c0', 3, 1, 'confirmed', UTC_TIMESTAMP(3))",
+        (&extra, sale),
+    )
+    .unwrap();
+    c.exec_drop(
+        "INSERT INTO stock_ledger (reservation_id, sale_id, user_id, delta, reason) \
+         VALUES (?, ?, 'c0', -3, 'order')",
+        (&extra, sale),
+    )
+    .unwrap();
+    c.exec_drop(
+        "UPDATE sales SET available_stock = available_stock - 3 WHERE id = ?",
+        (sale,),
+    )
+    .unwrap();
     let _w = WorkerProc::start(&redis, &db, "w2", &Opts::default());
     wait_orders(&db, sale, 16, LONG);
     wait_drained(&redis, sale, LONG);
