@@ -11,6 +11,8 @@
 # Redis's server time per order by command (INFO commandstats).
 # BENCH_WORKER_BIN runs another worker binary (e.g. a build of another
 # commit, to compare two builds on the same machine and data).
+# BENCH_PER_BUYER=L (default 1) sells L units per buyer (each buyer buys
+# one): the worker then checks each buyer's units in MySQL per batch.
 #
 # --consumers: what more consumers buy instead. For each count of sales in
 # BENCH_SALES (default "1,4") and of consumers in BENCH_CONSUMERS (default

@@ -58,7 +58,8 @@
 //! - [`release`]: the release (rollback) script that puts a reserved unit back on sale.
 //! - [`owned_key`]: extend or delete a lock key only while it holds our token.
 //! - [`reorder`]: the operator's "queue this order message again" script.
-//! - [`order`]: an order's lifecycle states and the ledger reason `release`.
+//! - [`order`]: an order's lifecycle states and the ledger reason `release`;
+//!   [`buyer_units`]: the units a buyer's orders of a sale hold in MySQL.
 //! - [`lifecycle`]: the transitions out of `pending_payment` (expire, cancel,
 //!   pay) in MySQL and the Redis step that puts a released unit back on sale.
 //! - [`payment`]: the payment service's signed message (HMAC-SHA256 over
@@ -83,6 +84,7 @@ pub mod archive;
 pub mod backoff;
 pub mod bucket_marks;
 pub mod buckets;
+pub mod buyer_units;
 pub mod config;
 pub mod data_loss;
 pub mod dead_letter;

@@ -233,6 +233,9 @@ pub struct Metrics {
     latency: Vec<Histogram>,
     /// One counter per outcome, in [`OUTCOMES`] order.
     outcomes: Vec<Counter>,
+    /// `seckill_gateway_units_reserved_total`: units taken by the
+    /// purchases counted `reserved` (a purchase of N units counts N).
+    units_reserved: Counter,
     /// One counter per reason a token is refused, in [`WHY_LABELS`] order.
     tokens_refused: Vec<Counter>,
     /// Failed Redis calls (connection refused, timeouts, error replies).
@@ -320,6 +323,7 @@ struct Labelled {
     requests: Family<RequestLabels, Counter>,
     latency: Vec<Histogram>,
     outcomes: Vec<Counter>,
+    units_reserved: Counter,
     tokens_refused: Vec<Counter>,
     limited_buyer: Counter,
     limited_address: Counter,
@@ -340,6 +344,11 @@ fn labelled(r: &mut Registry) -> Labelled {
         OUTCOMES_HELP,
         "outcome",
         &OUTCOMES,
+    );
+    let units_reserved = add(
+        r,
+        "seckill_gateway_units_reserved",
+        "Units taken by the purchases counted reserved (a purchase of N units counts N)",
     );
     let tokens_refused = one_label_counters(
         r,
@@ -382,6 +391,7 @@ fn labelled(r: &mut Registry) -> Labelled {
         requests,
         latency,
         outcomes,
+        units_reserved,
         tokens_refused,
         limited_buyer,
         limited_address,
@@ -417,6 +427,7 @@ impl Default for Metrics {
             requests,
             latency,
             outcomes,
+            units_reserved,
             tokens_refused,
             limited_buyer,
             limited_address,
@@ -429,6 +440,7 @@ impl Default for Metrics {
             requests,
             latency,
             outcomes,
+            units_reserved,
             tokens_refused,
             redis_errors: add(
                 &mut r,
@@ -533,6 +545,16 @@ impl Metrics {
         if let Some(c) = self.outcomes.get(o as usize) {
             c.inc();
         }
+    }
+
+    /// Counts the `units` a purchase answered 202 `reserved` took.
+    pub fn units_reserved(&self, units: u32) {
+        self.units_reserved.inc_by(u64::from(units));
+    }
+
+    /// Units counted by [`Metrics::units_reserved`] so far.
+    pub fn units_reserved_total(&self) -> u64 {
+        self.units_reserved.get()
     }
 
     /// Purchases counted with outcome `o` so far.

@@ -64,6 +64,23 @@ pub struct Status {
     pub pay_by: Option<u64>,
     /// Units the reservation holds (its order message's `quantity`).
     pub quantity: u32,
+    /// In a sale of several units per buyer (the buyer's mark is a list),
+    /// every reservation of the list in the order they were made, the
+    /// latest (the fields above) last; `None` in a sale of one unit per
+    /// buyer, and for a buyer whose list emptied (the released mark in
+    /// `buyers:released` is one id).
+    pub reservations: Option<Vec<Listed>>,
+}
+
+/// One reservation of a buyer's list, as [`Status::reservations`] shows it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Listed {
+    /// The reservation id.
+    pub reservation_id: String,
+    /// Its units, as the buyer's list holds them.
+    pub quantity: u32,
+    /// Its status as the worker last wrote it (`queued` before that).
+    pub status: String,
 }
 
 /// `GET /v1/sales/{sale_id}`: one pipeline of `HMGET meta`, `GET stock`,
@@ -178,7 +195,9 @@ fn other_buckets_stock(links: &LinkPool, sale_id: u64, k: u32) -> Result<i64, Un
 /// the reservation, read from its flow record (or, released, from the
 /// `released` hash; neither: its entry in the buyer's list, else 1). A
 /// buyer of a sale of several units per buyer holds a list of
-/// reservations (`allowance.rs`): the read shows the latest. The statuses: `queued`,
+/// reservations (`allowance.rs`): the read shows the latest, and lists
+/// every one with its units and status (one `HMGET status` of the list's
+/// ids). The statuses: `queued`,
 /// `confirmed` (final at creation), `pending_payment`, `paid`, `expired`,
 /// `cancelled`, `failed`. `None`: the buyer never bought.
 ///
@@ -209,6 +228,10 @@ pub fn purchase_status(
             },
         };
         let (rid, listed) = latest(&mark);
+        let reservations = match Held::parse(&mark) {
+            Ok(held) => Some(list(link, k, held)?),
+            Err(_) => None,
+        };
         let (status, pay_by, flow, released) = link.with(|con| {
             redis::pipe()
                 .cmd("HGET")
@@ -236,8 +259,37 @@ pub fn purchase_status(
             status,
             pay_by,
             quantity,
+            reservations,
         }))
     })
+}
+
+/// The reservations of a buyer's list `held` in bucket `k`, each with its
+/// status (one `HMGET` of the status hash).
+///
+/// Errors: [`Unavailable`] when Redis cannot be read in time.
+fn list(link: &mut Link, k: SaleKeys, held: Held) -> Result<Vec<Listed>, Unavailable> {
+    if held.0.is_empty() {
+        return Ok(Vec::new());
+    }
+    let statuses: Vec<Option<String>> = link.with(|con| {
+        let mut cmd = redis::cmd("HMGET");
+        cmd.arg(k.status());
+        for e in &held.0 {
+            cmd.arg(&e.reservation_id);
+        }
+        cmd.query(con)
+    })?;
+    Ok(held
+        .0
+        .into_iter()
+        .zip(statuses.into_iter().chain(std::iter::repeat(None)))
+        .map(|(e, status)| Listed {
+            reservation_id: e.reservation_id,
+            quantity: e.quantity,
+            status: status.unwrap_or_else(|| PurchaseStatus::Queued.as_str().to_string()),
+        })
+        .collect())
 }
 
 /// The reservation a buyer's mark names and its units: a one-unit

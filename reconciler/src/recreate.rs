@@ -10,12 +10,17 @@
 //! flow record means Redis no longer holds the unit, and an order now could
 //! sell it twice); the message is neither queued nor in a processing list
 //! (a worker would dead-letter it meanwhile and mark it `failed`); in a sale
-//! of one unit per buyer, the buyer holds no other order of the sale. The
+//! of one unit per buyer, the buyer holds no other one-unit order of the
+//! sale (`multi_unit = 0`: the live key of an order of several units is its
+//! reservation id, which a user id may equal); in a sale of several, the
+//! units the buyer's orders hold plus the message's stay within
+//! `sales.per_user_limit` (`seckill_common::buyer_units`). The
 //! order carries the message's quantity, which must be the deduction's
 //! units.
 //!
 //! Effect ([`recreate`]), one MySQL transaction in the worker's lock order:
-//! the sale row `FOR UPDATE`, the checks again, then one `INSERT INTO
+//! the sale row `FOR UPDATE`, the checks again (the buyer's units
+//! included), then one `INSERT INTO
 //! orders` with the terms the worker would have used (`confirmed`, or
 //! `pending_payment` with `pay_by` = reservation time + the sale's payment
 //! window; `paid` when MySQL holds a `paid` payment of the reservation). No
@@ -152,12 +157,8 @@ pub fn check(
             ))))
         }
     }
-    if let Some(other) = held_by_buyer(mysql, sale_id, &message.user_id)? {
-        return Ok(Err(Outcome::refused(format!(
-            "buyer {} holds order {} of sale {sale_id} from reservation {}: one order per \
-             buyer; settle by hand",
-            message.user_id, other.0, other.1
-        ))));
+    if let Some(why) = buyer_refusal(mysql, sale_id, &message)? {
+        return Ok(Err(Outcome::refused(why)));
     }
     Ok(Ok(Plan {
         keys,
@@ -166,17 +167,57 @@ pub fn check(
     }))
 }
 
-/// The order (id, reservation id) of sale `sale_id` that buyer `user`
-/// holds, if any.
+/// The one-unit order (id, reservation id) of sale `sale_id` that buyer
+/// `user` holds, if any (`multi_unit = 0`, as `lifecycle::cancel_named`:
+/// only a one-unit order's live key is its buyer).
 fn held_by_buyer<Q: Queryable>(
     db: &mut Q,
     sale_id: u64,
     user: &str,
 ) -> mysql::Result<Option<(u64, String)>> {
     db.exec_first(
-        "SELECT id, reservation_id FROM orders WHERE sale_id = ? AND live_user_id = ?",
+        "SELECT id, reservation_id FROM orders
+         WHERE sale_id = ? AND live_user_id = ? AND multi_unit = 0",
         (sale_id, user),
     )
+}
+
+/// Why the order of message `m` may not be made for its buyer, if it may
+/// not: in a sale of one unit per buyer they hold another order; in a sale
+/// of several, their orders hold too many units for `m`'s to fit within
+/// `sales.per_user_limit`. No sale row: `None` (the effect reports it).
+///
+/// Errors: MySQL failures.
+fn buyer_refusal<Q: Queryable>(
+    db: &mut Q,
+    sale_id: u64,
+    m: &OrderMessage,
+) -> mysql::Result<Option<String>> {
+    let limit: Option<u64> =
+        db.exec_first("SELECT per_user_limit FROM sales WHERE id = ?", (sale_id,))?;
+    let Some(limit) = limit else {
+        return Ok(None);
+    };
+    let user = m.user_id.as_str();
+    if limit <= 1 {
+        return Ok(held_by_buyer(db, sale_id, user)?.map(|(id, rid)| {
+            format!(
+                "buyer {user} holds order {id} of sale {sale_id} from reservation {rid}: one \
+                 order per buyer; settle by hand"
+            )
+        }));
+    }
+    let held = seckill_common::buyer_units::held_units(db, sale_id, &[user])?
+        .get(user)
+        .copied()
+        .unwrap_or(0);
+    Ok((held + u64::from(m.quantity) > limit).then(|| {
+        format!(
+            "buyer {user} holds {held} unit(s) of sale {sale_id} in MySQL; the order of {} \
+             would add {}, over its limit of {limit} per buyer; settle by hand",
+            m.reservation_id, m.quantity
+        )
+    }))
 }
 
 /// The effect of the module doc, for a `plan` that passed [`check`].
@@ -209,6 +250,12 @@ pub fn recreate(mysql: &mut Conn, redis: &mut Con, plan: &Plan) -> Result<Outcom
         return Ok(Outcome::refused(format!(
             "MySQL's stock ledger no longer holds a deduction of {rid}; nothing done"
         )));
+    }
+    if multi_unit {
+        if let Some(why) = buyer_refusal(&mut tx, sale_id, &plan.message)? {
+            tx.rollback()?;
+            return Ok(Outcome::refused(format!("{why}; nothing done")));
+        }
     }
     let paid: Option<String> = tx.exec_first(
         "SELECT payment_id FROM payments WHERE reservation_id = ? AND outcome = 'paid' LIMIT 1",

@@ -224,6 +224,26 @@ pub fn scan_hash<E: From<redis::RedisError>>(
     }
 }
 
+/// The units the order messages of hash `key` hold (a flow-record hash,
+/// or the `released` hash): the sum of their quantities (1 for a value
+/// that does not parse), each field counted once, by [`scan_hash`].
+pub fn hash_units(con: &mut Con, key: &str) -> redis::RedisResult<u64> {
+    let mut seen: std::collections::HashSet<Vec<u8>> = std::collections::HashSet::new();
+    let mut units = 0u64;
+    scan_hash(
+        con,
+        key,
+        |field, value| {
+            if seen.insert(field.to_vec()) {
+                units += seckill_common::message::OrderMessage::parse(value)
+                    .map_or(1, |m| u64::from(m.quantity));
+            }
+        },
+        || Ok::<(), redis::RedisError>(()),
+    )?;
+    Ok(units)
+}
+
 /// Every entry of hash `key` (lossy UTF-8), by [`scan_hash`].
 pub fn hash_entries(
     con: &mut Con,

@@ -4,8 +4,9 @@
 //! `not_enough_stock`, 409 `limit_reached`, 422 `idempotency_key_reused`,
 //! 400 `idempotency_key_required` and above the sale's limit per
 //! purchase), a refusal that binds no key and which refusals count in the
-//! buyer's share, the status read's `quantity`, and a crowd buying a mix
-//! of quantities with retries that sells the stock exactly in units.
+//! buyer's share, the status read's `quantity` and list of reservations,
+//! the units counted in `/metrics`, and a crowd buying a mix of
+//! quantities with retries that sells the stock exactly in units.
 //!
 //! The sales' limits are written into their Redis meta after loading
 //! (`max_per_buyer`, `max_per_purchase`), as `sale load` writes them.
@@ -159,6 +160,68 @@ fn each_answer_of_a_purchase_of_units() {
     let k = SaleKeys::new(2);
     let stock: i64 = redis.con().get(k.stock()).unwrap();
     assert_eq!(stock, 4);
+    // Three purchases answered 202 reserved took 3 + 2 + 1 units; the
+    // repeats of a's first took none.
+    let m = get(p, "/metrics");
+    assert_eq!(
+        (
+            sample(
+                &m.body,
+                r#"seckill_gateway_purchases_total{outcome="reserved"}"#
+            ),
+            sample(&m.body, "seckill_gateway_units_reserved_total")
+        ),
+        (Some(3), Some(6)),
+        "{}",
+        m.body
+    );
+}
+
+/// The value of series `series` on a `/metrics` page.
+fn sample(page: &str, series: &str) -> Option<u64> {
+    page.lines()
+        .find_map(|l| l.strip_prefix(series)?.strip_prefix(' '))
+        .and_then(|v| v.trim().parse().ok())
+}
+
+/// The status read of a buyer holding several reservations of a sale of
+/// several units per buyer lists each (id, quantity, status, in the order
+/// they were made) beside the latest's fields; a buyer of a sale of one
+/// unit per buyer reads the same body as before, without the list.
+#[test]
+fn the_status_read_lists_every_reservation_of_a_buyer() {
+    let redis = RedisServer::start();
+    open_units_sale(&redis, 1, 10, 4, 3);
+    open_sale(&redis, 2, 5);
+    let g = Gateway::start(&redis, &[("SECKILL_GATEWAY_BUYER_RATE", "0")]);
+    let p = g.port;
+    let r1 = purchase(p, 1, "a", Some("1"), Some("k1"));
+    let r2 = purchase(p, 1, "a", Some("2"), Some("k2"));
+    assert_eq!((r1.status, r2.status), (202, 202));
+    let (r1, r2) = (rid_of(&r1), rid_of(&r2));
+    let k = SaleKeys::new(1);
+    let _: () = redis.con().hset(k.status(), &r1, "confirmed").unwrap();
+    let s = get(p, "/v1/sales/1/purchases/a");
+    assert_eq!(s.status, 200);
+    assert_eq!(
+        s.json(),
+        serde_json::json!({
+            "reservation_id": r2,
+            "status": "queued",
+            "quantity": 2,
+            "reservations": [
+                {"reservation_id": r1, "quantity": 1, "status": "confirmed"},
+                {"reservation_id": r2, "quantity": 2, "status": "queued"}
+            ]
+        })
+    );
+    let r = purchase(p, 2, "a", None, None);
+    assert_eq!(r.status, 202);
+    let s = get(p, "/v1/sales/2/purchases/a");
+    assert_eq!(
+        s.json(),
+        serde_json::json!({"reservation_id": rid_of(&r), "status": "queued", "quantity": 1})
+    );
 }
 
 /// A refused purchase takes nothing and binds no key: the key a 400

@@ -133,6 +133,7 @@ fn the_gateways_metrics_pass_promtool_after_purchases() {
             1.0,
         ),
         (r#"seckill_gateway_purchases_total{outcome="paused"}"#, 0.0),
+        ("seckill_gateway_units_reserved_total", 2.0),
         (
             r#"seckill_gateway_request_duration_seconds_count{route="purchase"}"#,
             4.0,
@@ -167,6 +168,7 @@ fn the_gateways_metrics_pass_promtool_after_purchases() {
     let expected: BTreeSet<String> = [
         "seckill_gateway_requests_total counter",
         "seckill_gateway_purchases_total counter",
+        "seckill_gateway_units_reserved_total counter",
         "seckill_gateway_request_duration_seconds histogram",
         "seckill_gateway_redis_errors_total counter",
         "seckill_gateway_redis_connects_total counter",

@@ -283,7 +283,7 @@ fn every_dashboard_and_rule_query_works_on_a_real_prometheus_and_a_dead_letter_f
     // The dashboard: every query valid at once, and each returns data once
     // its window holds enough samples.
     let exprs = dashboard_exprs();
-    assert_eq!(exprs.len(), 38);
+    assert_eq!(exprs.len(), 39);
     for e in &exprs {
         p.query(e);
     }

@@ -124,6 +124,14 @@ fn three_unit_orders_paid_cancelled_and_expired_keep_the_allowance() {
         redis.con().hlen(k.released()).unwrap(),
     );
     assert_eq!((flows, moved), (2, 3));
+    // `sale show` counts the released units, not the released orders.
+    let (code, show) =
+        seckill_tests::reconciler(&redis, &db, &file, &["sale", "show", &sale.to_string()]);
+    assert_eq!(code, 0, "{show}");
+    assert!(
+        show.contains("\nreleased units    -            9\n"),
+        "{show}"
+    );
     // Without --rebuy-after-release the released units keep counting.
     assert_eq!(held(&redis, sale, "c"), Some(format!("{rc}:3,{rc2}:1")));
     let c_list = held(&redis, sale, "c").unwrap_or_default();

@@ -205,8 +205,27 @@ fn a_buyer_over_the_limit_in_mysql_is_critical() {
     let file = review.path().join("review.sqlite3");
     let (sale, _) = sold(&redis, &db, &file);
     // c0 holds 2 units; a third reservation of 3 units takes them to 5 > 4
-    // (what Redis's allowance check refuses; written here by hand).
+    // (what Redis's allowance check refuses, and the worker too: written
+    // here by hand, its order in MySQL before a worker sees the message).
     let extra = reserve(&redis, sale, "c0", "k9", 3);
+    let mut c = db.conn();
+    c.exec_drop(
+        "INSERT INTO orders (reservation_id, sale_id, user_id, quantity, multi_unit, status, \
+         reserved_at) VALUES (?, ?, 'c0', 3, 1, 'confirmed', UTC_TIMESTAMP(3))",
+        (&extra, sale),
+    )
+    .unwrap();
+    c.exec_drop(
+        "INSERT INTO stock_ledger (reservation_id, sale_id, user_id, delta, reason) \
+         VALUES (?, ?, 'c0', -3, 'order')",
+        (&extra, sale),
+    )
+    .unwrap();
+    c.exec_drop(
+        "UPDATE sales SET available_stock = available_stock - 3 WHERE id = ?",
+        (sale,),
+    )
+    .unwrap();
     let _w = WorkerProc::start(&redis, &db, "w2", &Opts::default());
     wait_orders(&db, sale, 16, LONG);
     wait_drained(&redis, sale, LONG);
@@ -416,4 +435,105 @@ fn an_order_of_three_units_without_its_deduction_is_compensated_by_three() {
     let fix = v[0]["fix"].as_str().unwrap_or_default();
     assert!(fix.contains("delta -3); available_stock 33 -> 30"), "{fix}");
     assert_eq!(quantity::books(&db, sale), (15, 30, 30, 30));
+}
+
+/// The open `ledger_without_order` finding of reservation `rid`: its id.
+fn ledger_finding(redis: &RedisServer, db: &TestDb, file: &std::path::Path, rid: &str) -> String {
+    let (_, json) = seckill_tests::reconciler(redis, db, file, &["findings", "--json"]);
+    let v: serde_json::Value = serde_json::from_str(json.trim()).unwrap();
+    let f = v
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|f| f["kind"] == "ledger_without_order" && f["subject"] == rid)
+        .unwrap_or_else(|| panic!("no ledger_without_order of {rid}: {json}"));
+    f["id"].as_i64().unwrap().to_string()
+}
+
+/// `resolve --recreate` in a sale of several units per buyer (4): a buyer
+/// whose user id is b0's first reservation id (the live key of b0's
+/// multi-unit order) holds nothing by that, so their lost order of 2 is
+/// re-created; c0, whose lost order held 2 units and who holds 3 more
+/// since, gets no re-created order (5 > 4), refused naming the figures.
+#[test]
+fn recreate_counts_a_buyers_units_not_a_look_alike_live_key() {
+    let redis = RedisServer::start();
+    let db = TestDb::create();
+    let review = TempDir::new();
+    let file = review.path().join("review.sqlite3");
+    let (sale, rids) = sold(&redis, &db, &file);
+    let lost = |rid: &str| {
+        db.conn()
+            .exec_drop("DELETE FROM orders WHERE reservation_id = ?", (rid,))
+            .unwrap();
+    };
+    lost(&rids[2]);
+    let twin = reserve(&redis, sale, &rids[0], "k", 2);
+    let more = reserve(&redis, sale, "c0", "k9", 3);
+    let _w = WorkerProc::start(&redis, &db, "w2", &Opts::default());
+    wait_orders(&db, sale, 16, LONG);
+    wait_drained(&redis, sale, LONG);
+    assert_eq!(
+        quantity::num(
+            &db,
+            &format!("SELECT COUNT(*) FROM orders WHERE reservation_id = '{more}'")
+        ),
+        1
+    );
+    lost(&twin);
+    let f = quantity::findings(&redis, &db, &file);
+    let mut want = vec![
+        (
+            "ledger_without_order".to_string(),
+            rids[2].clone(),
+            "critical".to_string(),
+        ),
+        (
+            "ledger_without_order".to_string(),
+            twin.clone(),
+            "critical".to_string(),
+        ),
+    ];
+    want.sort();
+    assert_eq!(f, want);
+    let id = ledger_finding(&redis, &db, &file, &twin);
+    let (code, out) = seckill_tests::reconciler(
+        &redis,
+        &db,
+        &file,
+        &["resolve", &id, "--recreate", "--by", "op"],
+    );
+    assert_eq!(code, 0, "{out}");
+    let q: Option<(String, u32, bool)> = db
+        .conn()
+        .exec_first(
+            "SELECT user_id, quantity, multi_unit FROM orders WHERE reservation_id = ?",
+            (&twin,),
+        )
+        .unwrap();
+    assert_eq!(q, Some((rids[0].clone(), 2, true)));
+    let id = ledger_finding(&redis, &db, &file, &rids[2]);
+    let (code, out) = seckill_tests::reconciler(
+        &redis,
+        &db,
+        &file,
+        &["resolve", &id, "--recreate", "--by", "op"],
+    );
+    assert_eq!(code, 1, "{out}");
+    let why = format!(
+        "buyer c0 holds 3 unit(s) of sale {sale} in MySQL; the order of {} would add 2, over \
+         its limit of 4 per buyer; settle by hand",
+        rids[2]
+    );
+    assert!(out.contains(&why), "{out}");
+    assert_eq!(
+        quantity::num(
+            &db,
+            &format!(
+                "SELECT COUNT(*) FROM orders WHERE reservation_id = '{}'",
+                rids[2]
+            )
+        ),
+        0
+    );
 }

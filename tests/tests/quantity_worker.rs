@@ -2,7 +2,8 @@
 //! N units becomes one order of quantity N, one ledger row of delta −N and
 //! N units off `available_stock`, exactly once across crashes; a message
 //! MySQL's stock cannot cover is refused as the oversell guard refuses any
-//! message; and the schema's migration to several units per purchase
+//! message; one that would take its buyer over the sale's limit in MySQL
+//! is dead-lettered; and the schema's migration to several units per purchase
 //! applies to a database that holds orders already.
 
 use crate::support::quantity::{self, books, num, redis_stock, reserve, Terms};
@@ -158,6 +159,45 @@ fn a_message_mysql_stock_cannot_cover_is_refused_alone() {
         ("stock exhausted in MySQL", Some(c.as_str()))
     );
     assert_eq!(books(&db, sale), (2, 6, 6, 1));
+}
+
+/// Buyer a's two messages of 3 units each (over the limit of 4: what
+/// Redis refuses, written here by hand): the worker makes the first an
+/// order and dead-letters the second with the figures (status `failed`,
+/// nothing written to MySQL), whether they share a batch or not; b's
+/// message beside them is applied.
+#[test]
+fn a_message_over_the_buyers_limit_in_mysql_is_dead_lettered_not_applied() {
+    let redis = RedisServer::start();
+    let db = TestDb::create();
+    let review = TempDir::new();
+    let sale = quantity::create(
+        &redis,
+        &db,
+        &review.path().join("r.sqlite3"),
+        &Terms::of(10),
+    );
+    reserve(&redis, sale, "a", "k1", 3);
+    let over = reserve(&redis, sale, "a", "k2", 3);
+    reserve(&redis, sale, "b", "k", 2);
+    let _w = WorkerProc::start(&redis, &db, "w1", &Opts::default());
+    wait_drained(&redis, sale, LONG);
+    let dead = dead_letters(&redis, sale);
+    assert_eq!(dead.len(), 1, "{dead:?}");
+    assert_eq!(
+        (dead[0].reason.as_str(), dead[0].reservation_id.as_deref()),
+        (
+            "buyer over limit in MySQL: the buyer's orders hold 3 unit(s), this message takes \
+             3 more, max_per_buyer 4",
+            Some(over.as_str())
+        )
+    );
+    let status: Option<String> = redis
+        .con()
+        .hget(SaleKeys::new(sale).status(), &over)
+        .unwrap();
+    assert_eq!(status.as_deref(), Some("failed"));
+    assert_eq!(books(&db, sale), (2, 5, 5, 5));
 }
 
 /// Applies migrations 1 to 8 only to database `db` (the schema a release

@@ -245,10 +245,17 @@ fn fresh_sale(server: &str, db_url: &str, n: u64) -> Res<(u64, Vec<OrderMessage>
     seckill_common::schema::migrate(db_url, Duration::from_secs(10))?;
     let mut c = seckill_common::schema::connect(db_url, Duration::from_secs(10))?;
     let now = seckill_common::now_ms();
+    // BENCH_PER_BUYER (default 1): the sale's units per buyer; above 1 the
+    // worker checks each buyer's units in MySQL (every buyer buys one).
+    let per_buyer: u64 = std::env::var("BENCH_PER_BUYER")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(1);
     c.exec_drop(
-        "INSERT INTO sales (sku, title, total_stock, available_stock, starts_at, ends_at)
-         VALUES ('BENCH', 'bench', ?, ?, FROM_UNIXTIME(? / 1000), FROM_UNIXTIME(? / 1000))",
-        (n, n, now - 1000, now + 3_600_000),
+        "INSERT INTO sales (sku, title, total_stock, available_stock, starts_at, ends_at,
+                            per_user_limit)
+         VALUES ('BENCH', 'bench', ?, ?, FROM_UNIXTIME(? / 1000), FROM_UNIXTIME(? / 1000), ?)",
+        (n, n, now - 1000, now + 3_600_000, per_buyer),
     )?;
     let sale = c.last_insert_id();
     let msgs = (0..n)

@@ -17,7 +17,13 @@
 //!    this sale from ANOTHER reservation (in MySQL, or earlier in this batch)
 //!    is a [`Conflict`]: not applied, not done; the caller dead-letters it.
 //!    A sale of several units per buyer has no such conflict: a buyer may
-//!    hold several orders, Redis keeps their limit (the reconciler checks it).
+//!    hold several orders. There the read also sums the units the batch's
+//!    buyers hold (`seckill_common::buyer_units`); a message that would
+//!    take its buyer over `per_user_limit` (with what they hold in MySQL
+//!    and the messages before it in the batch) is [`OverLimit`]: not
+//!    applied, not done; the caller dead-letters it. Redis keeps the limit
+//!    for every purchase; this keeps it when Redis forgot units a buyer
+//!    holds (a data loss that new purchases masked from the data-loss watch).
 //! 3. `INSERT IGNORE INTO orders` for the rest (`quantity` = the message's,
 //!    `multi_unit` = the sale's `per_user_limit` > 1, which makes the
 //!    order's live key its reservation id, `schema.rs` migration 9;
@@ -37,7 +43,9 @@
 //!    applies the batch message by message, so a message of N units that
 //!    does not fit is refused alone).
 //!
-//! The fresh path, tried first: most batches are new reservations, so the
+//! The fresh path, tried first in a sale of one unit per buyer (a sale of
+//! several goes to steps 2 to 5 in the transaction of step 1, as the units
+//! check needs step 2's read): most batches are new reservations, so the
 //! transaction skips step 2's read (a 512-value `IN` over two indexes, ~10 %
 //! of a batch's time, docs/PERFORMANCE.md) and lets the unique keys do it:
 //! step 1, then step 3 for every message. When all of them went in, no
@@ -80,13 +88,28 @@ pub struct Conflict {
     pub reservation_id: String,
 }
 
+/// A message that would take its buyer over the sale's limit of units per
+/// buyer (`sales.per_user_limit`) in MySQL: not applied, not done.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct OverLimit {
+    /// Position of the refused message in the slice given to [`Db::apply`].
+    pub index: usize,
+    /// Units the buyer holds in MySQL (orders not released), with the
+    /// messages before it in the batch that became orders.
+    pub held: u64,
+    /// The units the message asks for.
+    pub quantity: u32,
+    /// `sales.per_user_limit`.
+    pub limit: u64,
+}
+
 /// What one application of a batch did. Every variant leaves MySQL consistent.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Applied {
     /// Committed: `inserted` new orders (with as many ledger rows, and
     /// their units decremented); `already` messages had their order already (same
-    /// reservation id); the `conflicts` were refused, nothing written for
-    /// them.
+    /// reservation id); the `conflicts` and `over_limit` were refused,
+    /// nothing written for them.
     Done {
         /// Orders created by this transaction.
         inserted: usize,
@@ -94,6 +117,8 @@ pub enum Applied {
         already: usize,
         /// Messages whose buyer holds an order from another reservation.
         conflicts: Vec<Conflict>,
+        /// Messages that would take their buyer over the sale's limit.
+        over_limit: Vec<OverLimit>,
         /// The sale's payment window (`sales.payment_window_ms`): the
         /// orders' `pay_by` is each reservation time + it; `None` when
         /// orders are final at creation.
@@ -113,6 +138,7 @@ impl Applied {
             inserted: 0,
             already: 0,
             conflicts: Vec::new(),
+            over_limit: Vec::new(),
             window_ms: None,
         }
     }
@@ -199,14 +225,21 @@ impl Db {
     }
 }
 
-/// The fresh path, then, when it declines, steps 1 to 5 (module
-/// documentation).
+/// Step 1, then for a sale of several units per buyer steps 2 to 5 in the
+/// same transaction; for a sale of one, the fresh path and, when it
+/// declines, steps 1 to 5 (module documentation).
 fn apply_in_transaction(
     conn: &mut Conn,
     sale_id: u64,
     msgs: &[&OrderMessage],
 ) -> Result<Applied, ApplyError> {
-    match apply_fresh(conn, sale_id, msgs)? {
+    let Some((tx, available, terms)) = lock_sale(conn, sale_id)? else {
+        return Ok(Applied::UnknownSale);
+    };
+    if terms.multi_unit {
+        return apply_checked_in(tx, available, &terms, msgs);
+    }
+    match apply_fresh(tx, available, &terms, msgs)? {
         Some(applied) => Ok(applied),
         None => apply_checked(conn, sale_id, msgs),
     }
@@ -223,19 +256,20 @@ fn lock_sale(
     sale_id: u64,
 ) -> Result<Option<(Transaction<'_>, i64, Terms)>, ApplyError> {
     let mut tx = conn.start_transaction(TxOpts::default())?;
-    let sale: Option<(i64, Option<u64>, bool)> = tx.exec_first(
-        "SELECT available_stock, payment_window_ms, per_user_limit > 1 FROM sales
+    let sale: Option<(i64, Option<u64>, u64)> = tx.exec_first(
+        "SELECT available_stock, payment_window_ms, per_user_limit FROM sales
          WHERE id = ? FOR UPDATE",
         (sale_id,),
     )?;
     match sale {
-        Some((available, window_ms, multi_unit)) => Ok(Some((
+        Some((available, window_ms, per_user_limit)) => Ok(Some((
             tx,
             available,
             Terms {
                 sale_id,
                 window_ms,
-                multi_unit,
+                multi_unit: per_user_limit > 1,
+                per_user_limit,
             },
         ))),
         None => {
@@ -245,19 +279,18 @@ fn lock_sale(
     }
 }
 
-/// The fresh path (module documentation): `Some` with the answer when
-/// every message became an order (or there is nothing to do, or no sale);
-/// `None`, rolled back, when the checked path must decide.
+/// The fresh path (module documentation), in `tx` that holds the sale row
+/// (`available` its stock): `Some` with the answer when every message
+/// became an order (or there is nothing to do); `None`, rolled back, when
+/// the checked path must decide.
 ///
 /// Errors: MySQL failures.
 fn apply_fresh(
-    conn: &mut Conn,
-    sale_id: u64,
+    mut tx: Transaction<'_>,
+    available: i64,
+    terms: &Terms,
     msgs: &[&OrderMessage],
 ) -> Result<Option<Applied>, ApplyError> {
-    let Some((mut tx, available, terms)) = lock_sale(conn, sale_id)? else {
-        return Ok(Some(Applied::UnknownSale));
-    };
     let window_ms = terms.window_ms;
     let n = msgs.len();
     if n == 0 {
@@ -268,11 +301,11 @@ fn apply_fresh(
         tx.rollback()?;
         return Ok(None);
     }
-    if insert_rows(&mut tx, &ORDERS, &terms, msgs)? != n as u64 {
+    if insert_rows(&mut tx, &ORDERS, terms, msgs)? != n as u64 {
         tx.rollback()?;
         return Ok(None);
     }
-    if !ledger_and_decrement(&mut tx, &terms, msgs)? {
+    if !ledger_and_decrement(&mut tx, terms, msgs)? {
         tx.rollback()?;
         return Ok(Some(Applied::StockExhausted));
     }
@@ -281,6 +314,7 @@ fn apply_fresh(
         inserted: n,
         already: 0,
         conflicts: Vec::new(),
+        over_limit: Vec::new(),
         window_ms,
     }))
 }
@@ -312,22 +346,42 @@ fn apply_checked(
     sale_id: u64,
     msgs: &[&OrderMessage],
 ) -> Result<Applied, ApplyError> {
-    let Some((mut tx, available, terms)) = lock_sale(conn, sale_id)? else {
+    let Some((tx, available, terms)) = lock_sale(conn, sale_id)? else {
         return Ok(Applied::UnknownSale);
     };
-    let window_ms = terms.window_ms;
+    apply_checked_in(tx, available, &terms, msgs)
+}
+
+/// Steps 2 to 5 in `tx`, which holds the sale row (step 1; `available`
+/// its stock).
+///
+/// Errors: MySQL failures.
+fn apply_checked_in(
+    mut tx: Transaction<'_>,
+    available: i64,
+    terms: &Terms,
+    msgs: &[&OrderMessage],
+) -> Result<Applied, ApplyError> {
+    let (sale_id, window_ms) = (terms.sale_id, terms.window_ms);
     if msgs.is_empty() {
         tx.rollback()?;
         return Ok(Applied::nothing());
     }
     let existing = existing_orders(&mut tx, sale_id, msgs)?;
-    let plan = Plan::sort(&terms, msgs, &existing);
+    let held = if terms.multi_unit {
+        let users: Vec<&str> = msgs.iter().map(|m| m.user_id.as_str()).collect();
+        seckill_common::buyer_units::held_units(&mut tx, sale_id, &users)?
+    } else {
+        HashMap::new()
+    };
+    let plan = Plan::sort(terms, msgs, &existing, held);
     if plan.new.is_empty() {
         tx.commit()?;
         return Ok(Applied::Done {
             inserted: 0,
             already: plan.already,
             conflicts: conflicts(plan.refused, &HashMap::new()),
+            over_limit: plan.over_limit,
             window_ms,
         });
     }
@@ -336,8 +390,8 @@ fn apply_checked(
         tx.rollback()?;
         return Ok(Applied::StockExhausted);
     }
-    insert_all(&mut tx, &ORDERS, &terms, &plan.new)?;
-    if !ledger_and_decrement(&mut tx, &terms, &plan.new)? {
+    insert_all(&mut tx, &ORDERS, terms, &plan.new)?;
+    if !ledger_and_decrement(&mut tx, terms, &plan.new)? {
         tx.rollback()?;
         return Ok(Applied::StockExhausted);
     }
@@ -348,6 +402,7 @@ fn apply_checked(
         inserted: n,
         already: plan.already,
         conflicts,
+        over_limit: plan.over_limit,
         window_ms,
     })
 }
@@ -396,12 +451,20 @@ struct Plan<'m> {
     /// Messages whose reservation id has an order (or repeats one of the
     /// batch).
     already: usize,
+    /// Messages that would take their buyer over the sale's limit.
+    over_limit: Vec<OverLimit>,
 }
 
 impl<'m> Plan<'m> {
-    /// Sorts `msgs` given the `existing` orders of step 2 (no buyer
-    /// conflicts in a sale of several units per buyer).
-    fn sort(terms: &Terms, msgs: &[&'m OrderMessage], existing: &'m [OrderRow]) -> Plan<'m> {
+    /// Sorts `msgs` given the `existing` orders of step 2 and, in a sale of
+    /// several units per buyer (no buyer conflicts there), `held`: the
+    /// units each buyer holds in MySQL.
+    fn sort(
+        terms: &Terms,
+        msgs: &[&'m OrderMessage],
+        existing: &'m [OrderRow],
+        mut held: HashMap<String, u64>,
+    ) -> Plan<'m> {
         let (sale_id, multi_unit) = (terms.sale_id, terms.multi_unit);
         let mut seen_rids: HashSet<&str> = existing.iter().map(|(_, r, _, _)| r.as_str()).collect();
         // Buyer -> (order id, or None for an order of this batch; reservation id).
@@ -414,6 +477,7 @@ impl<'m> Plan<'m> {
             new: Vec::with_capacity(msgs.len()),
             refused: Vec::new(),
             already: 0,
+            over_limit: Vec::new(),
         };
         for (i, m) in msgs.iter().copied().enumerate() {
             if seen_rids.contains(m.reservation_id.as_str()) {
@@ -421,11 +485,23 @@ impl<'m> Plan<'m> {
                 plan.already += 1;
             } else if let Some((id, rid)) = holders.get(m.user_id.as_str()) {
                 plan.refused.push((i, *id, rid));
+            } else if multi_unit {
+                let units = held.entry(m.user_id.clone()).or_insert(0);
+                if *units + u64::from(m.quantity) > terms.per_user_limit {
+                    plan.over_limit.push(OverLimit {
+                        index: i,
+                        held: *units,
+                        quantity: m.quantity,
+                        limit: terms.per_user_limit,
+                    });
+                } else {
+                    *units += u64::from(m.quantity);
+                    seen_rids.insert(m.reservation_id.as_str());
+                    plan.new.push(m);
+                }
             } else {
                 seen_rids.insert(m.reservation_id.as_str());
-                if !multi_unit {
-                    holders.insert(m.user_id.as_str(), (None, m.reservation_id.as_str()));
-                }
+                holders.insert(m.user_id.as_str(), (None, m.reservation_id.as_str()));
                 plan.new.push(m);
             }
         }
@@ -453,6 +529,8 @@ struct Terms {
     window_ms: Option<u64>,
     /// `sales.per_user_limit` > 1: the orders' `multi_unit`.
     multi_unit: bool,
+    /// `sales.per_user_limit`: the most units a buyer holds at once.
+    per_user_limit: u64,
 }
 
 /// Step 3: the orders (the message's quantity; `confirmed`, or

@@ -28,7 +28,13 @@
 //! A message whose buyer already holds an order of the sale from another
 //! reservation is dead-lettered (`user already holds order N from
 //! reservation R`, status `failed`), not confirmed; the same reservation id
-//! again is "already done" (idempotency).
+//! again is "already done" (idempotency). In a sale of several units per
+//! buyer, a message that would take its buyer over the sale's limit in
+//! MySQL is dead-lettered the same way ([`OVER_BUYER_LIMIT`]). A dead
+//! letter keeps its flow record, so its units stay taken in Redis and the
+//! reconciler reports them (`flow_without_order` with the dead letter's
+//! reason, and `dead_letter`) until an operator settles them (`resolve
+//! --rollback` puts them back on sale).
 
 use crate::apply::{Applied, Db};
 use crate::config::Config;
@@ -57,6 +63,10 @@ pub enum BatchEnd {
     RedisFailed,
 }
 
+/// Dead-letter reason of a message that would take its buyer over the
+/// sale's limit of units per buyer in MySQL (followed by the figures).
+pub const OVER_BUYER_LIMIT: &str = "buyer over limit in MySQL";
+
 /// Dead-letter reason of a message the fence refused.
 pub const NO_FLOW_RECORD: &str =
     "no matching flow record: the reservation was released or never made";
@@ -64,16 +74,17 @@ pub const NO_FLOW_RECORD: &str =
 /// The index in `metrics::DEAD_LETTER_REASONS` of a dead letter's
 /// `reason`, by the reasons this file writes: the fence's
 /// ([`NO_FLOW_RECORD`]), MySQL's final refusals (`unknown sale`, `stock
-/// exhausted`, `user already holds`), `max attempts: ...` after
-/// `SECKILL_WORKER_MAX_ATTEMPTS` server errors, and a message that does
-/// not parse or names another sale (`malformed`).
+/// exhausted`, `user already holds`, [`OVER_BUYER_LIMIT`]), `max
+/// attempts: ...` after `SECKILL_WORKER_MAX_ATTEMPTS` server errors, and a
+/// message that does not parse or names another sale (`malformed`).
 pub fn reason_label(reason: &str) -> usize {
-    let prefixes: [(&str, usize); 6] = [
+    let prefixes: [(&str, usize); 7] = [
         (NO_FLOW_RECORD, 1),
         ("unknown sale", 2),
         ("stock exhausted", 3),
         ("user already holds", 4),
         ("max attempts", 5),
+        (OVER_BUYER_LIMIT, 6),
         ("order message for sale", 0),
     ];
     if let Some((_, i)) = prefixes.iter().find(|(p, _)| reason.starts_with(p)) {
@@ -82,7 +93,7 @@ pub fn reason_label(reason: &str) -> usize {
     if reason.contains("order message") || reason.contains("malformed") {
         return 0;
     }
-    6
+    7
 }
 
 /// What became of one message of a batch. Set once by whichever step
@@ -288,7 +299,8 @@ impl Batch {
 
     /// Records MySQL's answer for the messages at `live`, in the order they
     /// were given to [`Db::apply`]: `Done` confirms them, except its
-    /// conflicts (final refusals: the buyer holds another order); an
+    /// conflicts (final refusals: the buyer holds another order) and its
+    /// messages over the buyer's limit (final refusals too); an
     /// unknown sale or exhausted stock is a final refusal of all of them; a
     /// server error (`Err`) a refusal that counts as one failed attempt.
     pub fn record(&mut self, live: &[usize], answer: Result<Applied, String>, metrics: &Metrics) {
@@ -305,6 +317,7 @@ impl Batch {
                 inserted,
                 already,
                 conflicts,
+                over_limit,
                 window_ms,
             }) => {
                 metrics.applied.inc_by(inserted as u64);
@@ -326,6 +339,18 @@ impl Batch {
                             reason: format!(
                                 "user already holds order {} from reservation {}",
                                 c.order_id, c.reservation_id
+                            ),
+                            final_now: true,
+                        };
+                    }
+                }
+                for o in over_limit {
+                    if let Some(slot) = out.get_mut(o.index) {
+                        *slot = Outcome::Refused {
+                            reason: format!(
+                                "{OVER_BUYER_LIMIT}: the buyer's orders hold {} unit(s), this \
+                                 message takes {} more, max_per_buyer {}",
+                                o.held, o.quantity, o.limit
                             ),
                             final_now: true,
                         };
@@ -668,6 +693,7 @@ mod tests {
             inserted: 1,
             already: 0,
             conflicts: vec![conflict],
+            over_limit: Vec::new(),
             window_ms: None,
         };
         b.record(&[2, 3], Ok(done), &metrics);
@@ -707,6 +733,45 @@ mod tests {
         assert_eq!(s.requeue, [raw[5].as_slice()]);
         let all: Vec<&[u8]> = raw.iter().map(Vec::as_slice).collect();
         assert_eq!(s.remove, all);
+    }
+
+    /// A message over its buyer's limit in MySQL is dead-lettered at once
+    /// with the figures, counted under `over_buyer_limit`; the batch's
+    /// other message is confirmed.
+    #[test]
+    fn a_message_over_the_buyers_limit_is_a_final_refusal() {
+        let metrics = Metrics::new("w1");
+        let mut b = Batch::parse(7, "w1", vec![msg(7, 1), msg(7, 2)]);
+        let done = Applied::Done {
+            inserted: 1,
+            already: 0,
+            conflicts: Vec::new(),
+            over_limit: vec![crate::apply::OverLimit {
+                index: 1,
+                held: 4,
+                quantity: 2,
+                limit: 4,
+            }],
+            window_ms: None,
+        };
+        b.record(&[0, 1], Ok(done), &metrics);
+        assert_eq!(b.refused(), [1]);
+        b.give_up_or_requeue(&[1], vec![1], 5);
+        let s = b.settlement();
+        let reason = format!(
+            "{OVER_BUYER_LIMIT}: the buyer's orders hold 4 unit(s), this message takes 2 more, \
+             max_per_buyer 4"
+        );
+        assert_eq!(reasons(&s.dead), [dl(&reason, 1, 2)]);
+        assert_eq!(s.confirmed.len(), 1);
+        assert_eq!(
+            crate::metrics::DEAD_LETTER_REASONS[reason_label(&reason)],
+            "over_buyer_limit"
+        );
+        assert_eq!(
+            crate::metrics::DEAD_LETTER_REASONS[reason_label("what")],
+            "other"
+        );
     }
 
     #[test]

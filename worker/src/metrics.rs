@@ -57,13 +57,14 @@ pub struct SharedGauges {
 
 /// The `reason` label of `seckill_worker_dead_lettered_total`, in order
 /// (`crate::batch::reason_label` maps a dead letter's reason to one).
-pub const DEAD_LETTER_REASONS: [&str; 7] = [
+pub const DEAD_LETTER_REASONS: [&str; 8] = [
     "malformed",
     "no_flow_record",
     "unknown_sale",
     "stock_exhausted",
     "buyer_holds_order",
     "max_attempts",
+    "over_buyer_limit",
     "other",
 ];
 
@@ -222,7 +223,8 @@ fn dead_letter_series(r: &mut Registry) -> Vec<Counter> {
         "Messages moved to a sale's dead-letter list, by reason: malformed (unparsable, or \
          another sale's), no_flow_record (the fence: released or never made), unknown_sale, \
          stock_exhausted (MySQL stock), buyer_holds_order, max_attempts \
-         (SECKILL_WORKER_MAX_ATTEMPTS server errors), other",
+         (SECKILL_WORKER_MAX_ATTEMPTS server errors), over_buyer_limit (the buyer's orders \
+         would hold more than max_per_buyer units in MySQL), other",
         "reason",
         &DEAD_LETTER_REASONS,
     )

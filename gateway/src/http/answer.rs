@@ -215,7 +215,7 @@ impl Deliver for Answer {
         let decision = self
             .gw
             .purchases
-            .conclude(self.sale_id, 1, user_id, outcome);
+            .conclude(self.sale_id, 1, user_id, 1, outcome);
         let reply = outcomes::purchase(&decision);
         self.status = reply.status;
         let Some(rq) = self.rq.take() else {

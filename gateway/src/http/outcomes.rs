@@ -158,6 +158,15 @@ pub fn status(found: Result<Option<Status>, Unavailable>) -> Reply {
             if let Some(ms) = s.pay_by {
                 body["pay_by"] = json!(format_ms(ms));
             }
+            if let Some(list) = s.reservations {
+                body["reservations"] = list
+                    .into_iter()
+                    .map(|r| {
+                        json!({"reservation_id": r.reservation_id, "quantity": r.quantity,
+                               "status": r.status})
+                    })
+                    .collect();
+            }
             Reply::json(200, body)
         }
         Ok(None) => Reply::error(404, "purchase_not_found"),

@@ -202,13 +202,13 @@ impl Purchases {
             if !(one_unit && units.quantity == 1) {
                 let outcome = home::reach_units(self, home, k, &user_id, asked, outcome);
                 let outcome = home::ended_elsewhere(&self.links, home, k, outcome);
-                return self.conclude(sale_id, k, &user_id, outcome);
+                return self.conclude(sale_id, k, &user_id, units.quantity, outcome);
             }
         }
         let outcome = self.reserver.reserve(home, &user_id);
         let outcome = home::reach_stock(self, home, k, &user_id, outcome);
         let outcome = home::ended_elsewhere(&self.links, home, k, outcome);
-        self.conclude(sale_id, k, &user_id, outcome)
+        self.conclude(sale_id, k, &user_id, 1, outcome)
     }
 
     /// The first half of a purchase, before Redis. Public facts first,
@@ -454,7 +454,8 @@ impl Purchases {
     }
 
     /// The second half: the decision on what Redis said (or could not
-    /// say), with the sold-out memory and the outcome counter updated.
+    /// say), with the sold-out memory and the outcome counter updated (a
+    /// reservation also counts its `quantity` units).
     /// The memory is ordered by the reply's `seq`, never by the order in
     /// which threads get here (`soldout.rs`). For a sale of `buckets` > 1
     /// a reply's `seq` is its bucket's while a sell-out's is the whole
@@ -469,6 +470,7 @@ impl Purchases {
         sale_id: u64,
         buckets: u32,
         user_id: &str,
+        quantity: u32,
         outcome: Result<Replied, Unavailable>,
     ) -> Decision {
         let Replied {
@@ -482,6 +484,7 @@ impl Purchases {
         match outcome {
             ReserveOutcome::Reserved(rid) => {
                 self.metrics.outcome(Outcome::Reserved);
+                self.metrics.units_reserved(quantity);
                 if buckets == 1 {
                     self.soldout.reserved(sale_id, seq);
                 } else {

@@ -99,7 +99,7 @@ fn a_body_a_token_or_an_unfit_redis_is_decided_before_the_sale() {
 #[test]
 fn redis_replies_conclude_to_decisions_and_teach_the_memory() {
     let p = purchases();
-    let conclude = |o| p.conclude(5, 1, "alice", o);
+    let conclude = |o| p.conclude(5, 1, "alice", 1, o);
     assert_eq!(
         conclude(replied(ReserveOutcome::Reserved(RID.into()), 1, None)),
         Decision::Reserved(RID.into())
@@ -127,12 +127,24 @@ fn redis_replies_conclude_to_decisions_and_teach_the_memory() {
     assert!(matches!(p.soldout.get(5, Instant::now()), Known::Ask));
     // One lost bucket of a split sale says nothing of the sale.
     assert_eq!(
-        p.conclude(6, 4, "alice", replied(ReserveOutcome::UnknownSale, 0, None)),
+        p.conclude(
+            6,
+            4,
+            "alice",
+            1,
+            replied(ReserveOutcome::UnknownSale, 0, None)
+        ),
         Decision::Unavailable
     );
     assert!(matches!(p.soldout.get(6, Instant::now()), Known::Ask));
     assert_eq!(
-        p.conclude(6, 1, "alice", replied(ReserveOutcome::UnknownSale, 0, None)),
+        p.conclude(
+            6,
+            1,
+            "alice",
+            1,
+            replied(ReserveOutcome::UnknownSale, 0, None)
+        ),
         Decision::Closed(Closed::Unknown)
     );
 }
@@ -168,13 +180,39 @@ fn units_replies_conclude_to_their_decisions_and_leave_the_memory_alone() {
         ),
         (ReserveOutcome::KeyRequired, Decision::KeyRequired),
     ] {
-        assert_eq!(p.conclude(5, 1, "alice", replied(o, 4, None)), d);
+        assert_eq!(p.conclude(5, 1, "alice", 3, replied(o, 4, None)), d);
         assert!(matches!(p.soldout.get(5, Instant::now()), Known::Ask));
     }
+    // None of them took a unit (a replay is the reservation made before);
+    // a reservation of 3 units counts one purchase and 3 units.
+    assert_eq!(p.metrics.units_reserved_total(), 0);
+    assert_eq!(
+        p.conclude(
+            5,
+            1,
+            "alice",
+            3,
+            replied(ReserveOutcome::Reserved(RID.into()), 5, None)
+        ),
+        Decision::Reserved(RID.into())
+    );
+    assert_eq!(
+        (
+            p.metrics.outcome_total(Outcome::Reserved),
+            p.metrics.units_reserved_total()
+        ),
+        (1, 3)
+    );
     // A split sale of several units per buyer asks for the key too, and
     // its not-enough answer is not sold out either.
     assert_eq!(
-        p.conclude(6, 3, "alice", replied(ReserveOutcome::KeyRequired, 0, None)),
+        p.conclude(
+            6,
+            3,
+            "alice",
+            1,
+            replied(ReserveOutcome::KeyRequired, 0, None)
+        ),
         Decision::KeyRequired
     );
     assert_eq!(
@@ -182,6 +220,7 @@ fn units_replies_conclude_to_their_decisions_and_leave_the_memory_alone() {
             6,
             3,
             "alice",
+            3,
             replied(ReserveOutcome::NotEnoughStock(2), 0, None)
         ),
         Decision::NotEnoughStock(2)

@@ -79,7 +79,8 @@ enum Checked {
     },
 }
 
-/// Runs `resolve`; exit code 0 when done or already done, 2 when refused,
+/// Runs `resolve`; exit code 0 when done or already done, 1
+/// ([`crate::error::EXIT_REFUSED`]) when refused,
 /// the same for `--dry-run`.
 ///
 /// Errors: no review file ([`RunError::Review`]), Redis, MySQL or SQLite

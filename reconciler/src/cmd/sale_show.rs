@@ -53,6 +53,8 @@ struct MysqlSide {
 
 /// What Redis holds of the sale (summed over its buckets).
 struct RedisSide {
+    /// Units the order lifecycle gave back (expired, cancelled): the
+    /// quantities of the `released` hash's order messages.
     released: u64,
     stock: Option<i64>,
     /// The numeric fields of the meta hash (`read_meta`).
@@ -120,7 +122,7 @@ fn read_mysql(db: &mut mysql::Conn, sale: Sale) -> Result<MysqlSide, RunError> {
 /// Errors: Redis failures.
 fn read_redis(con: &mut Con, id: u64) -> Result<RedisSide, RunError> {
     let k = SaleKeys::new(id);
-    let mut released: u64 = con.hlen(k.released())?;
+    let mut released: u64 = crate::redis_read::hash_units(con, &k.released())?;
     let mut stock: Option<i64> = con.get(k.stock())?;
     let mut meta: HashMap<String, u64> = read_meta(con, id)?;
     let paused: Option<String> = con.hget(k.meta(), seckill_common::data_loss::PAUSED_FIELD)?;
@@ -143,6 +145,7 @@ fn read_redis(con: &mut Con, id: u64) -> Result<RedisSide, RunError> {
             None => meta.remove("total_stock"),
         };
         flows = figs.iter().map(|f| f.flows).sum();
+        // One unit per buyer in a split sale: a released entry is a unit.
         released = figs.iter().map(|f| f.released).sum();
         queued = figs.iter().map(|f| f.queued).sum();
         dead = figs.iter().map(|f| f.dead).sum();

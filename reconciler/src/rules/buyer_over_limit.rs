@@ -1,8 +1,9 @@
 //! Owns the `buyer_over_limit` rule: in a sale of several units per buyer
-//! (`sales.per_user_limit` above 1), MySQL holds one order per reservation
-//! and Redis alone keeps each buyer's allowance (`allowance.rs`); a buyer
-//! whose orders holding units (confirmed, pending, paid) sum to more than
-//! the limit got past it. Critical and open, one per buyer (the subject),
+//! (`sales.per_user_limit` above 1), MySQL holds one order per reservation;
+//! Redis keeps each buyer's allowance (`allowance.rs`) and the worker
+//! checks it again in MySQL before it makes an order (`worker/src/apply.rs`);
+//! a buyer whose orders holding units (confirmed, pending, paid) sum to
+//! more than the limit got past both (an order written outside them). Critical and open, one per buyer (the subject),
 //! with their orders as the evidence. A sale of one unit per buyer cannot
 //! break it: MySQL's `orders_sale_live_user` key allows one order per
 //! buyer there, so the rule reads nothing for it.
