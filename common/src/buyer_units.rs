@@ -7,11 +7,9 @@
 //! more than `sales.per_user_limit` units of one buyer even when Redis
 //! forgot some of them (a data loss that new purchases masked).
 //!
-//! The read goes by `orders_sale_id` (`sale_id`, `id`) and filters the
-//! buyers: `orders` has no index on (`sale_id`, `user_id`), and
-//! `orders_sale_live_user` keys these orders by reservation id. So it
-//! reads every order of the sale, a cost a sale of several units per buyer
-//! pays once per batch (an index would cost every insert of every sale).
+//! The read goes by `orders_sale_buyer` (`sale_id`, `user_id`, migration
+//! 10): a batch's check reads only its buyers' orders, whatever the size
+//! of the sale.
 
 use crate::order::RELEASED_SQL;
 use crate::schema::placeholders;

@@ -247,6 +247,13 @@ ALTER TABLE orders MODIFY COLUMN live_user_id VARCHAR(64)
          IF(multi_unit = 1, RTRIM(reservation_id), user_id))) PERSISTENT
 "#,
     ),
+    (
+        10,
+        "a buyer's orders of a sale by index, for the worker's check of a buyer's units",
+        r#"
+CREATE INDEX IF NOT EXISTS orders_sale_buyer ON orders (sale_id, user_id);
+"#,
+    ),
 ];
 
 /// Why the schema could not be applied or a connection opened.

@@ -3,8 +3,9 @@
 //! N units off `available_stock`, exactly once across crashes; a message
 //! MySQL's stock cannot cover is refused as the oversell guard refuses any
 //! message; one that would take its buyer over the sale's limit in MySQL
-//! is dead-lettered; and the schema's migration to several units per purchase
-//! applies to a database that holds orders already.
+//! is dead-lettered, the check reading only that batch's buyers' orders;
+//! and the schema's migration to several units per purchase applies to a
+//! database that holds orders already.
 
 use crate::support::quantity::{self, books, num, redis_stock, reserve, Terms};
 use crate::support::worker::{dead_letters, wait_drained, wait_orders, Opts, WorkerProc};
@@ -250,7 +251,7 @@ fn the_units_migration_applies_to_a_database_with_orders() {
     )
     .unwrap();
     let applied = seckill_common::schema::migrate(&db.url(), Duration::from_secs(10)).unwrap();
-    assert_eq!(applied, [9]);
+    assert_eq!(applied, [9, 10]);
     assert_eq!(
         seckill_common::schema::migrate(&db.url(), Duration::from_secs(10)).unwrap(),
         Vec::<u32>::new()
@@ -300,4 +301,47 @@ fn the_units_migration_applies_to_a_database_with_orders() {
         let e = c.query_drop(bad);
         assert!(format!("{e:?}").contains("CONSTRAINT"), "{bad}: {e:?}");
     }
+}
+
+/// The worker's check of a buyer's units reads that buyer's orders by
+/// the index `orders_sale_buyer`, not every order of the sale: among 2,000
+/// orders of 1,000 buyers, the units of 2 buyers (2 orders each) cost
+/// MySQL 6 index reads (`Handler_read_key`, `Handler_read_next`), however
+/// many orders the sale holds.
+#[test]
+fn a_buyers_units_are_read_from_their_own_orders_only() {
+    let db = TestDb::create();
+    seckill_common::schema::migrate(&db.url(), Duration::from_secs(10)).unwrap();
+    let mut c = db.conn();
+    c.query_drop(
+        "INSERT INTO sales (id, sku, total_stock, available_stock, per_user_limit,
+           max_per_purchase, starts_at, ends_at)
+         VALUES (1, 'U', 10000, 4000, 4, 2, UTC_TIMESTAMP(3), UTC_TIMESTAMP(3) + INTERVAL 1 HOUR)",
+    )
+    .unwrap();
+    c.query_drop(
+        "INSERT INTO orders (reservation_id, sale_id, user_id, quantity, multi_unit, status)
+         SELECT LPAD(HEX(seq), 32, '0'), 1, CONCAT('b', seq % 1000), 2, 1, 'confirmed'
+         FROM seq_1_to_2000",
+    )
+    .unwrap();
+    c.query_drop("ANALYZE TABLE orders").unwrap();
+    let reads = |c: &mut mysql::Conn| -> u64 {
+        let rows: Vec<(String, u64)> = c
+            .query(
+                "SHOW SESSION STATUS WHERE Variable_name IN ('Handler_read_next', \
+                 'Handler_read_key', 'Handler_read_rnd_next')",
+            )
+            .unwrap();
+        rows.iter().map(|r| r.1).sum()
+    };
+    let before = reads(&mut c);
+    let held = seckill_common::buyer_units::held_units(&mut c, 1, &["b7", "b8"]).unwrap();
+    let read = reads(&mut c) - before;
+    let mut held: Vec<(String, u64)> = held.into_iter().collect();
+    held.sort();
+    assert_eq!(held, [("b7".to_string(), 4), ("b8".to_string(), 4)]);
+    // One key looked up per buyer and one next entry per order of theirs
+    // (2 + 4); by the sale's own index it is 2,036, every order of the sale.
+    assert_eq!(read, 6, "rows read for 2 buyers' 4 orders");
 }
