@@ -224,7 +224,8 @@ pub struct BucketFigures {
     pub share: Option<i64>,
     /// Flow records.
     pub flows: u64,
-    /// Units the order lifecycle released back to it (`released` hash).
+    /// Units the order lifecycle released back to it (the `released`
+    /// hash's entries, each of its message's quantity).
     pub released: u64,
     /// Messages in its queue.
     pub queued: u64,
@@ -234,7 +235,8 @@ pub struct BucketFigures {
     pub transfers: (u64, u64, u64),
 }
 
-/// Reads bucket `k`'s figures (one pipeline).
+/// Reads bucket `k`'s figures (one pipeline; then the released hash's
+/// units when it has entries).
 ///
 /// Errors: Redis failures.
 pub fn figures(con: &mut Con, k: SaleKeys) -> redis::RedisResult<BucketFigures> {
@@ -252,6 +254,12 @@ pub fn figures(con: &mut Con, k: SaleKeys) -> redis::RedisResult<BucketFigures> 
         .hlen(k.transfers_out())
         .hlen(k.transfers_open())
         .query(con)?;
+    // Released entries are few (released orders only): their units are
+    // read whole; none is one call less.
+    let released: u64 = match released {
+        0u64 => 0,
+        _ => crate::redis_read::hash_units(con, &k.released())?,
+    };
     Ok(BucketFigures {
         stock,
         total_stock: total,
@@ -279,17 +287,20 @@ pub fn write_table(w: &mut dyn Write, id: u64, figs: &[BucketFigures]) -> std::i
     let opt = |v: Option<i64>| v.map_or_else(|| "-".to_string(), |v| v.to_string());
     writeln!(
         w,
-        "bucket  tag                 stock    total    share    reserved released queued dead  transfers in/out/open"
+        "bucket  tag                 stock    total    share    reserved units    released queued dead  transfers in/out/open"
     )?;
     for (b, f) in figs.iter().enumerate() {
         let tag = SaleKeys::bucket(id, b as u32).tag();
+        // Units its reservations hold: its total less what is left.
+        let units = f.total_stock.zip(f.stock).map(|(t, s)| t - s);
         writeln!(
             w,
-            "{b:<7} {tag:<19} {:<8} {:<8} {:<8} {:<8} {:<8} {:<6} {:<5} {}/{}/{}",
+            "{b:<7} {tag:<19} {:<8} {:<8} {:<8} {:<8} {:<8} {:<8} {:<6} {:<5} {}/{}/{}",
             opt(f.stock),
             opt(f.total_stock),
             opt(f.share),
             f.flows,
+            opt(units),
             f.released,
             f.queued,
             f.dead,

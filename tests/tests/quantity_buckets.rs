@@ -31,30 +31,38 @@ const BUCKETS: u32 = 3;
 /// per buyer and 3 per purchase, open now for an hour, through `sale
 /// create`; returns its id.
 fn create(redis: &impl TestRedis, db: &TestDb, review: &Path, stock: u64) -> u64 {
+    create_with(redis, db, review, stock, &[])
+}
+
+/// [`create`] with the further `sale create` arguments `extra`.
+fn create_with(
+    redis: &impl TestRedis,
+    db: &TestDb,
+    review: &Path,
+    stock: u64,
+    extra: &[&str],
+) -> u64 {
     let stock = stock.to_string();
-    let (code, out) = seckill_tests::reconciler(
-        redis,
-        db,
-        review,
-        &[
-            "sale",
-            "create",
-            "--sku",
-            "QTY-SPLIT",
-            "--stock",
-            &stock,
-            "--starts-at",
-            "now",
-            "--ends-at",
-            "now+1h",
-            "--shards",
-            "3",
-            "--max-per-buyer",
-            "4",
-            "--max-per-purchase",
-            "3",
-        ],
-    );
+    let mut args = vec![
+        "sale",
+        "create",
+        "--sku",
+        "QTY-SPLIT",
+        "--stock",
+        &stock,
+        "--starts-at",
+        "now",
+        "--ends-at",
+        "now+1h",
+        "--shards",
+        "3",
+        "--max-per-buyer",
+        "4",
+        "--max-per-purchase",
+        "3",
+    ];
+    args.extend(extra);
+    let (code, out) = seckill_tests::reconciler(redis, db, review, &args);
     assert_eq!(code, 0, "{out}");
     assert!(
         out.contains("in 3 buckets, up to 4 units per buyer, 3 per purchase"),
@@ -385,6 +393,81 @@ fn a_purchase_takes_units_moved_to_its_home_bucket_and_one_the_sale_cannot_cover
     let a = b.buy(small, "buyer4", 1, "w");
     assert_eq!((a.status, a.error.as_str()), (410, "sold_out"), "{a:?}");
     assert_eq!(stocks(&redis, small), vec![0, 0, 0]);
+}
+
+/// Orders of 3 units of a split sale with a payment window, two of them
+/// cancelled by their buyers: each gives its 3 units back to its buyer's
+/// home bucket, and `sale show` counts in units, the sale's "released
+/// units" (6) and, per bucket, the units its reservations hold (its total
+/// less its stock) and the units released to it.
+#[test]
+fn cancelled_units_of_a_split_sale_go_back_to_their_buckets_counted_in_units() {
+    use crate::support::lifecycle_http::{buy_units, gateway, me};
+    let redis = RedisServer::start();
+    let db = TestDb::create();
+    let dir = TempDir::new();
+    let review = dir.path().join("review.sqlite3");
+    let sale = create_with(&redis, &db, &review, 30, &["--payment-window", "10m"]);
+    let g = gateway(&redis);
+    let _w = WorkerProc::start(&redis, &db, "qb-cancel", &Opts::default());
+    let users = ["ann", "bob", "cy"];
+    let rids: Vec<String> = users
+        .iter()
+        .map(|u| buy_units(g.port, sale, u, 3, "k"))
+        .collect();
+    wait_orders(&db, sale, 3, Duration::from_secs(60));
+    let live = |rid: &str| {
+        quantity::num(
+            &db,
+            &format!("SELECT COUNT(*) FROM orders WHERE reservation_id = '{rid}' AND status = 'pending_payment'"),
+        ) == 1
+    };
+    seckill_tests::wait_until(Duration::from_secs(60), "3 orders pending payment", || {
+        rids.iter().all(|r| live(r))
+    });
+    for u in &users[..2] {
+        let r = me(g.port, "DELETE", sale, Some(u));
+        assert_eq!(r.status, 202, "{}", r.body);
+    }
+    seckill_tests::wait_until(Duration::from_secs(60), "2 releases done in Redis", || {
+        quantity::num(
+            &db,
+            &format!("SELECT COUNT(*) FROM orders WHERE sale_id = {sale} AND status = 'cancelled' AND redis_released_at IS NOT NULL"),
+        ) == 2
+    });
+    assert_eq!(stocks(&redis, sale).iter().sum::<i64>(), 27);
+    let (code, show) =
+        seckill_tests::reconciler(&redis, &db, &review, &["sale", "show", &sale.to_string()]);
+    assert_eq!(code, 0, "{show}");
+    assert!(
+        show.contains("\nreleased units    -            6\n"),
+        "{show}"
+    );
+    // Per bucket: (reservations, units held, units released), as the
+    // buyers' home buckets say.
+    let mut want = vec![(0u64, 0i64, 0u64); BUCKETS as usize];
+    for (i, u) in users.iter().enumerate() {
+        let w = &mut want[home_bucket(u, BUCKETS) as usize];
+        match i {
+            2 => (w.0, w.1) = (w.0 + 1, w.1 + 3),
+            _ => w.2 += 3,
+        }
+    }
+    let rows: Vec<(u64, i64, u64)> = show
+        .lines()
+        .skip_while(|l| !l.starts_with("bucket  tag"))
+        .skip(1)
+        .take(BUCKETS as usize)
+        .map(|l| {
+            let c: Vec<&str> = l.split_whitespace().collect();
+            (
+                c[5].parse().unwrap(),
+                c[6].parse().unwrap(),
+                c[7].parse().unwrap(),
+            )
+        })
+        .collect();
+    assert_eq!(rows, want, "{show}");
 }
 
 // The failover story, in units (cluster_failover_buckets.rs in one unit).

@@ -5,32 +5,13 @@
 //! gives its units back, in Redis and in MySQL (real gateway, worker and
 //! `sale create --max-per-buyer 4 --max-per-purchase 3 --payment-window`).
 
-use crate::support::gateway::{format_request, raw, Resp};
-use crate::support::lifecycle_http::{gateway, me};
+use crate::support::lifecycle_http::{buy_units, gateway, me};
 use crate::support::quantity::{self, Terms};
 use crate::support::worker::{Opts, WorkerProc};
 use redis::Commands;
 use seckill_common::keys::SaleKeys;
 use seckill_tests::{wait_until, RedisServer, TempDir, TestDb};
 use std::time::Duration;
-
-/// `user` buys `quantity` units with `key`.
-fn buy_units(port: u16, sale: u64, user: &str, quantity: u32, key: &str) -> String {
-    let body = format!(r#"{{"user_id":"{user}","quantity":{quantity}}}"#);
-    let req = format_request(
-        "POST",
-        &format!("/v1/sales/{sale}/purchases"),
-        Some(&body),
-        true,
-    )
-    .replacen("\r\n", &format!("\r\nIdempotency-Key: {key}\r\n"), 1);
-    let r: Resp = raw(port, req.as_bytes()).expect("an answer");
-    assert_eq!(r.status, 202, "{r:?}");
-    r.json()["reservation_id"]
-        .as_str()
-        .unwrap_or_default()
-        .to_string()
-}
 
 fn status(redis: &RedisServer, sale: u64, rid: &str) -> Option<String> {
     redis

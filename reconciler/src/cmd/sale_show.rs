@@ -145,7 +145,6 @@ fn read_redis(con: &mut Con, id: u64) -> Result<RedisSide, RunError> {
             None => meta.remove("total_stock"),
         };
         flows = figs.iter().map(|f| f.flows).sum();
-        // One unit per buyer in a split sale: a released entry is a unit.
         released = figs.iter().map(|f| f.released).sum();
         queued = figs.iter().map(|f| f.queued).sum();
         dead = figs.iter().map(|f| f.dead).sum();

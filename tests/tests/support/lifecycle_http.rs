@@ -2,7 +2,7 @@
 //! signed `POST /v1/payments`, and a buyer's `GET`/`DELETE
 //! .../purchases/me` with a token, over [`super::gateway`]'s client.
 
-use crate::support::gateway::{raw, Gateway, Resp};
+use crate::support::gateway::{format_request, raw, Gateway, Resp};
 use seckill_common::payment::{self, sign};
 use seckill_tests::RedisServer;
 
@@ -63,4 +63,23 @@ pub fn me(port: u16, method: &str, sale: u64, user: Option<&str>) -> Resp {
     }
     r.push_str("\r\n");
     raw(port, r.as_bytes()).expect("an answer")
+}
+
+/// `user` buys `quantity` units with `key` (answered 202); returns the
+/// reservation id.
+pub fn buy_units(port: u16, sale: u64, user: &str, quantity: u32, key: &str) -> String {
+    let body = format!(r#"{{"user_id":"{user}","quantity":{quantity}}}"#);
+    let req = format_request(
+        "POST",
+        &format!("/v1/sales/{sale}/purchases"),
+        Some(&body),
+        true,
+    )
+    .replacen("\r\n", &format!("\r\nIdempotency-Key: {key}\r\n"), 1);
+    let r: Resp = raw(port, req.as_bytes()).expect("an answer");
+    assert_eq!(r.status, 202, "{r:?}");
+    r.json()["reservation_id"]
+        .as_str()
+        .unwrap_or_default()
+        .to_string()
 }
