@@ -139,8 +139,7 @@ pub enum Outcome {
     Reserved = 0,
     /// 409 decided by Redis: the user already holds a reservation (or,
     /// in a sale of several units per buyer, their allowance is used up:
-    /// `limit_reached`), or 202 for a keyed purchase sent again (nothing
-    /// more taken).
+    /// `limit_reached`).
     AlreadyPurchased,
     /// 410 `sold_out` decided by Redis, or `not_enough_stock` (fewer units
     /// left than asked for).
@@ -180,9 +179,13 @@ pub enum Outcome {
     /// 409 for a sold-out sale whose buyers are not in memory, after one
     /// `HGET` of the buyer.
     AlreadyPurchasedAfterBuyerRead,
+    /// 202 decided by Redis for a purchase sent again with its
+    /// `Idempotency-Key` and quantity: the reservation made before, nothing
+    /// more taken.
+    Repeated,
 }
 
-const OUTCOMES: [&str; 17] = [
+const OUTCOMES: [&str; 18] = [
     "reserved",
     "already_purchased",
     "sold_out",
@@ -200,11 +203,13 @@ const OUTCOMES: [&str; 17] = [
     "unknown_sale_from_memory",
     "already_purchased_from_memory",
     "already_purchased_after_buyer_read",
+    "repeated",
 ];
 
 /// The HELP of `seckill_gateway_purchases_total`: every outcome and its
 /// answer, so a dashboard reads them without the source.
 const OUTCOMES_HELP: &str = "Purchase attempts by outcome, one answer each: reserved 202; \
+repeated 202 (a purchase sent again with its Idempotency-Key, nothing taken); \
 already_purchased 409 (Redis), already_purchased_from_memory 409 (a sold-out sale's buyers in memory), \
 already_purchased_after_buyer_read 409 (one HGET of the buyer); sold_out 410 (Redis), \
 sold_out_from_memory 410, sold_out_after_buyer_read 410; ended 403 sale_ended (Redis), \

@@ -82,7 +82,8 @@ options:
   --rebuy-after-release     (with --payment-window) the buyer of an expired or
                             cancelled order may buy again
   --shards K                split the stock over K buckets (1-64, default 1), each
-                            under its own hash tag; above 1 only without a payment window
+                            under its own hash tag (a released order's units go back
+                            to its buyer's home bucket)
   --max-per-buyer L         units one buyer may hold at once (1-100, default 1):
                             queued, pending payment or paid; above 1 a purchase needs an
                             Idempotency-Key header. A split sale counts a buyer's units

@@ -160,18 +160,24 @@ fn each_answer_of_a_purchase_of_units() {
     let k = SaleKeys::new(2);
     let stock: i64 = redis.con().get(k.stock()).unwrap();
     assert_eq!(stock, 4);
-    // Three purchases answered 202 reserved took 3 + 2 + 1 units; the
-    // repeats of a's first took none.
+    // Three purchases answered 202 reserved took 3 + 2 + 1 units; the two
+    // repeats of a's first took none and are `repeated`, apart from the
+    // two 409s (`limit_reached`, sale 2's `already_purchased`).
     let m = get(p, "/metrics");
+    let outcome = |o: &str| {
+        sample(
+            &m.body,
+            &format!(r#"seckill_gateway_purchases_total{{outcome="{o}"}}"#),
+        )
+    };
     assert_eq!(
         (
-            sample(
-                &m.body,
-                r#"seckill_gateway_purchases_total{outcome="reserved"}"#
-            ),
-            sample(&m.body, "seckill_gateway_units_reserved_total")
+            outcome("reserved"),
+            sample(&m.body, "seckill_gateway_units_reserved_total"),
+            outcome("repeated"),
+            outcome("already_purchased")
         ),
-        (Some(3), Some(6)),
+        (Some(3), Some(6), Some(2), Some(2)),
         "{}",
         m.body
     );

@@ -541,7 +541,7 @@ impl Purchases {
     /// is not sold out (a smaller purchase may fit).
     fn units_outcome(&self, o: ReserveOutcome) -> Decision {
         let (counted, d) = match o {
-            ReserveOutcome::Replayed(rid) => (Outcome::AlreadyPurchased, Decision::Reserved(rid)),
+            ReserveOutcome::Replayed(rid) => (Outcome::Repeated, Decision::Reserved(rid)),
             ReserveOutcome::NotEnoughStock(left) => {
                 (Outcome::SoldOut, Decision::NotEnoughStock(left))
             }

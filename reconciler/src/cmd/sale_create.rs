@@ -155,7 +155,8 @@ pub struct SaleCreate {
     /// that expired or was cancelled may buy again.
     pub rebuy_after_release: bool,
     /// `--shards K`: buckets (1 ..= `buckets::MAX_BUCKETS`, default 1);
-    /// above 1 only without a payment window.
+    /// any of them with or without a payment window (an order's units go
+    /// back to its buyer's home bucket).
     pub shards: u32,
     /// `--max-per-buyer L` (1 ..= `MAX_UNITS`, default 1) and
     /// `--max-per-purchase Q` (1 ..= `L`, default `L`), with any number of
