@@ -152,6 +152,63 @@ fn a_worker_with_a_wrong_mysql_password_exits_2_and_never_prints_the_password() 
 }
 
 #[test]
+fn a_worker_whose_user_mysql_refuses_without_a_password_check_exits_2_with_the_remedy() {
+    // MariaDB answers ERROR 1698 for a user that does not exist (or logs
+    // in only by unix_socket); MySQL answers 1045: neither passes by waiting.
+    let db = TestDb::create();
+    let (code, err) = refused_worker(&mysql_url(&format!("nobody:{SECRET}"), &db.name));
+    assert_eq!(code, Some(2), "{err}");
+    assert!(
+        err.contains("ERROR 1698") || err.contains("ERROR 1045"),
+        "{err}"
+    );
+    assert!(err.contains("nobody:***@"), "{err}");
+    assert!(err.contains("(SECKILL_MYSQL_URL)"), "{err}");
+    assert!(err.contains("in SECKILL_MYSQL_URL"), "{err}");
+    assert!(!err.contains("waiting for mysql"), "{err}");
+    assert!(!err.contains(SECRET), "{err}");
+}
+
+#[test]
+fn a_mysql_url_without_a_database_is_refused_at_start_asking_for_its_name() {
+    let url = mysql_url(&format!("root:{SECRET}"), "");
+    let (code, err) = refused_worker(&url);
+    assert_eq!(code, Some(2), "{err}");
+    assert!(err.contains("SECKILL_MYSQL_URL"), "{err}");
+    assert!(
+        err.contains("write the database name: mysql://user[:password]@host:port/DATABASE"),
+        "{err}"
+    );
+    assert!(!err.contains("waiting for mysql"), "{err}");
+    assert!(!err.contains(SECRET), "{err}");
+    let out = seckill_tests::command("seckill-reconciler")
+        .args(["sale", "list"])
+        .env("SECKILL_MYSQL_URL", &url)
+        .output()
+        .expect("run seckill-reconciler");
+    let rerr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{rerr}");
+    assert!(rerr.contains("host:port/DATABASE"), "{rerr}");
+}
+
+#[test]
+fn a_reconciler_whose_user_mysql_refuses_without_a_password_check_names_the_remedy() {
+    let db = TestDb::create();
+    let out = seckill_tests::command("seckill-reconciler")
+        .args(["sale", "list"])
+        .env("SECKILL_MYSQL_URL", mysql_url("nobody", &db.name))
+        .output()
+        .expect("run seckill-reconciler");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(
+        err.contains("ERROR 1698") || err.contains("ERROR 1045"),
+        "{err}"
+    );
+    assert!(err.contains("in SECKILL_MYSQL_URL"), "{err}");
+}
+
+#[test]
 fn a_worker_on_a_database_without_the_tables_exits_2_asking_for_migrate() {
     let db = TestDb::create();
     let empty = db.sibling("_empty");
