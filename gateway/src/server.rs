@@ -26,6 +26,7 @@ use crossbeam_channel::Receiver;
 use seckill_common::redis_target::Target;
 use seckill_common::shutdown::Reload;
 use seckill_common::Shutdown;
+use seckill_common::{redact, redis_error};
 use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
@@ -49,6 +50,9 @@ pub enum GatewayError {
     Accept(String),
     /// The identity settings cannot be used (no key file with `jwt`...).
     Identity(IdentityError),
+    /// Redis refused the password of `SECKILL_REDIS_URL` at start: the
+    /// address (password hidden), the client's error and the remedy.
+    RedisRefused(String),
 }
 
 impl fmt::Display for GatewayError {
@@ -62,6 +66,7 @@ impl fmt::Display for GatewayError {
             GatewayError::Thread(e) => write!(f, "starting a thread: {e}"),
             GatewayError::Accept(e) => write!(f, "accepting connections: {e}"),
             GatewayError::Identity(e) => write!(f, "{e}"),
+            GatewayError::RedisRefused(d) => write!(f, "redis at {d}"),
         }
     }
 }
@@ -69,10 +74,14 @@ impl fmt::Display for GatewayError {
 impl std::error::Error for GatewayError {}
 
 impl GatewayError {
-    /// 2 when the gateway could not start (configuration, bind), else 1.
+    /// 2 when the gateway could not start (configuration, bind, a Redis
+    /// that refuses the password), else 1.
     pub fn exit_code(&self) -> u8 {
         match self {
-            GatewayError::RedisUrl(_) | GatewayError::Listen(_) | GatewayError::Identity(_) => 2,
+            GatewayError::RedisUrl(_)
+            | GatewayError::Listen(_)
+            | GatewayError::Identity(_)
+            | GatewayError::RedisRefused(_) => 2,
             _ => 1,
         }
     }
@@ -98,6 +107,7 @@ pub fn run(
     unblocker: Unblocker,
 ) -> Result<(), GatewayError> {
     let client = Target::open(&s.redis_url).map_err(GatewayError::RedisUrl)?;
+    refuse_wrong_password(&client, &s)?;
     let identity = Identity::from_config(&s.identity).map_err(GatewayError::Identity)?;
     let bound = listener::bind_to(&s.listen).map_err(GatewayError::Listen)?;
     let metrics = Arc::new(Metrics::default());
@@ -123,6 +133,26 @@ pub fn run(
         return Err(GatewayError::Accept("see the log".into()));
     }
     Ok(())
+}
+
+/// Asks Redis once at start for a `PING`: a refused password stops the
+/// gateway (waiting does not fix it); anything else (Redis down, slow) is
+/// left to the links, which reconnect, and to `/readyz`.
+///
+/// Errors: [`GatewayError::RedisRefused`] naming the address (without its
+/// password) and the remedy.
+fn refuse_wrong_password(client: &Target, s: &Settings) -> Result<(), GatewayError> {
+    let pinged = client
+        .connect(s.redis_timeout)
+        .and_then(|mut con| ::redis::cmd("PING").query::<()>(&mut con));
+    match pinged {
+        Err(e) if redis_error::is_auth(&e) => Err(GatewayError::RedisRefused(format!(
+            "{}: {}",
+            redact::address(&s.redis_url, "SECKILL_REDIS_URL"),
+            redis_error::explain(&e)
+        ))),
+        _ => Ok(()),
+    }
 }
 
 /// Each layer's part, built from the settings; the group commit's queue

@@ -328,3 +328,87 @@ fn readyz_names_an_eviction_policy_apart_from_a_redis_that_is_down() {
         )
     );
 }
+
+/// A Redis that requires a password, and `redis://:WRONG@…` for it.
+fn redis_with_password() -> (RedisServer, String) {
+    let redis = RedisServer::start();
+    redis::cmd("CONFIG")
+        .arg("SET")
+        .arg("requirepass")
+        .arg("the-right-one")
+        .query::<()>(&mut redis.con())
+        .expect("set requirepass");
+    let url = format!("redis://:{SECRET}@127.0.0.1:{}/", redis.port);
+    (redis, url)
+}
+
+/// The remedy every service prints for a refused Redis password.
+const REDIS_REMEDY: &str = "check the password in SECKILL_REDIS_URL";
+
+#[test]
+fn a_redis_that_refuses_the_password_stops_the_worker_and_the_gateway_with_the_remedy() {
+    let (_redis, url) = redis_with_password();
+    let db = TestDb::create();
+    let dir = TempDir::new();
+    // The worker: exit 2 at start, naming the address without the password.
+    let (mut child, log) = worker(&dir, &url, &db.url());
+    let status = exit_within(&mut child, Duration::from_secs(15));
+    let err = read(&log);
+    if status.is_none() {
+        let _ = child.kill();
+        let _ = child.wait();
+    }
+    assert_eq!(status.and_then(|s| s.code()), Some(2), "{err}");
+    let at = url.replace(SECRET, "***");
+    assert!(
+        err.contains(&format!("redis at {at} (SECKILL_REDIS_URL): ")),
+        "{err}"
+    );
+    assert!(err.contains(REDIS_REMEDY), "{err}");
+    assert!(!err.contains("- AuthenticationFailed"), "{err}");
+    assert!(!err.contains("waiting for redis"), "{err}");
+    assert!(!err.contains(SECRET), "{err}");
+    // The gateway: exit 2 at start too.
+    let glog = dir.path().join("gateway.log");
+    let file = std::fs::File::create(&glog).expect("create the log file");
+    let mut gw = seckill_tests::command("seckill-gateway")
+        .env("SECKILL_LISTEN", format!("127.0.0.1:{}", free_port()))
+        .env("SECKILL_REDIS_URL", &url)
+        .env("SECKILL_GATEWAY_THREADS", "2")
+        .stdout(Stdio::null())
+        .stderr(Stdio::from(file))
+        .spawn()
+        .expect("start seckill-gateway");
+    let status = exit_within(&mut gw, Duration::from_secs(15));
+    let err = read(&glog);
+    if status.is_none() {
+        let _ = gw.kill();
+        let _ = gw.wait();
+    }
+    assert_eq!(status.and_then(|s| s.code()), Some(2), "{err}");
+    assert!(
+        err.contains(&format!("redis at {at} (SECKILL_REDIS_URL): ")),
+        "{err}"
+    );
+    assert!(err.contains(REDIS_REMEDY), "{err}");
+    assert!(!err.contains(SECRET), "{err}");
+}
+
+#[test]
+fn a_reconciler_command_that_redis_refuses_the_password_names_the_remedy() {
+    let (_redis, url) = redis_with_password();
+    let db = TestDb::create();
+    let dir = TempDir::new();
+    let out = seckill_tests::command("seckill-reconciler")
+        .args(["sale", "list"])
+        .env("SECKILL_REDIS_URL", &url)
+        .env("SECKILL_MYSQL_URL", db.url())
+        .env("SECKILL_REVIEW_DB", dir.path().join("review.sqlite3"))
+        .output()
+        .expect("run seckill-reconciler");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(err.contains(REDIS_REMEDY), "{err}");
+    assert!(!err.contains("- AuthenticationFailed"), "{err}");
+    assert!(!err.contains(SECRET), "{err}");
+}
