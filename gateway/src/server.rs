@@ -110,6 +110,7 @@ pub fn run(
     refuse_wrong_password(&client, &s)?;
     let identity = Identity::from_config(&s.identity).map_err(GatewayError::Identity)?;
     let bound = listener::bind_to(&s.listen).map_err(GatewayError::Listen)?;
+    let bound_at = bound.local_addr().unwrap_or(s.listen.addr);
     let metrics = Arc::new(Metrics::default());
     let redis = Redis {
         client,
@@ -122,7 +123,7 @@ pub fn run(
     let server = bound
         .serve(gw.clone(), &unblocker)
         .map_err(GatewayError::Listen)?;
-    log_start(&s, &gw.admission.limits);
+    log_start(&s, bound_at, &gw.admission.limits);
     start_readiness(redis, shutdown.clone())?;
 
     let accept_failed = server.serve_until(&shutdown);
@@ -259,10 +260,9 @@ fn start_threads(
 }
 
 /// The start's log lines: the links, the Redis mode and the limits.
-fn log_start(s: &Settings, limits: &Limits) {
+fn log_start(s: &Settings, bound_at: std::net::SocketAddr, limits: &Limits) {
     log::info!(
-        "seckill-gateway listening on {} ({} Redis links for reads, {})",
-        s.listen.addr,
+        "seckill-gateway listening on {bound_at} ({} Redis links for reads, {})",
         s.links,
         match s.redis_threads {
             0 => "one Redis round trip per purchase".to_string(),
