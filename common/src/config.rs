@@ -423,7 +423,16 @@ pub fn parse_url(variable: &'static str, v: &str, schemes: &[&str]) -> Result<St
     } else {
         let each = crate::mysql_writable::servers(v).unwrap_or_else(|| vec![v.to_string()]);
         for one in each {
-            mysql::Opts::from_url(&one).map_err(|e| refuse_unreadable(e.to_string()))?;
+            let opts = mysql::Opts::from_url(&one).map_err(|e| refuse_unreadable(e.to_string()))?;
+            // Without a database every query fails (ERROR 1046, no
+            // database selected), which waiting does not fix.
+            if opts.get_db_name().is_none_or(str::is_empty) {
+                return Err(refuse(format!(
+                    "a URL naming its database; write the database name: \
+                     mysql://user[:password]@host:port/DATABASE, such as {}",
+                    "mysql://app:password@127.0.0.1:3306/seckill"
+                )));
+            }
         }
     }
     Ok(v.to_string())
@@ -722,6 +731,20 @@ mod tests {
         )
         .unwrap_err();
         assert_eq!(e.value, "mysql://u:***@h:x/d");
+        for no_database in [
+            "mysql://root@127.0.0.1:3306/",
+            "mysql://root:pw@127.0.0.1:3306",
+        ] {
+            let e = Config::from_map(&map(&[("SECKILL_MYSQL_URL", no_database)])).unwrap_err();
+            assert_eq!(e.variable, "SECKILL_MYSQL_URL");
+            assert!(!e.value.contains("pw"), "{e}");
+            assert!(
+                e.expected
+                    .starts_with("a URL naming its database; write the database name: "),
+                "{e}"
+            );
+            assert!(e.expected.contains("host:port/DATABASE"), "{e}");
+        }
         for good in [
             "mysql://root@127.0.0.1:3306/x",
             "mysql://u:p@a:3306,b:3307/x",

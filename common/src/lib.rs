@@ -108,6 +108,7 @@ pub mod process_metrics;
 pub mod quarantine;
 pub mod receipt;
 pub mod redact;
+pub mod redis_error;
 pub mod redis_server;
 pub mod redis_target;
 pub mod release;

@@ -4,8 +4,11 @@
 
 /// Server error codes that waiting does not fix, with what to do: 1044
 /// access denied to a database, 1045 access denied for a user (wrong
-/// password), 1049 unknown database, 1146 table doesn't exist (MySQL
-/// reference manual, "Server Error Message Reference"). Every other error
+/// password), 1046 no database selected (a URL without one), 1049 unknown
+/// database, 1146 table doesn't exist (MySQL reference manual, "Server
+/// Error Message Reference"), 1698 access denied without a password check
+/// (MariaDB: a user that does not exist, or one that logs in by
+/// `unix_socket` such as Debian's root). Every other error
 /// (connection refused, 1040 too many connections, 2013 lost connection, a
 /// timeout) may pass by itself.
 const PERMANENT: &[(u16, &str)] = &[
@@ -15,12 +18,23 @@ const PERMANENT: &[(u16, &str)] = &[
     ),
     (1045, "fix the user or password in SECKILL_MYSQL_URL"),
     (
+        1046,
+        "write the database name in SECKILL_MYSQL_URL: mysql://user@host:port/DATABASE",
+    ),
+    (
         1049,
         "create the database and its tables with `seckill-reconciler migrate`, or fix its name in SECKILL_MYSQL_URL",
     ),
     (
         1146,
         "create the tables with `seckill-reconciler migrate` (same SECKILL_MYSQL_URL)",
+    ),
+    (
+        1698,
+        "name in SECKILL_MYSQL_URL a user that logs in with a password over TCP \
+         (this one does not exist, or logs in only by unix_socket): create one with \
+         CREATE USER and GRANT ALL PRIVILEGES ON its database (docs/OPERATIONS.md, \
+         Install the units, step 2)",
     ),
 ];
 
@@ -68,6 +82,8 @@ pub fn explain_replica(e: &mysql::Error) -> String {
     let r = match code {
         1044 => "grant this user access to the database on the replica, or fix the user in SECKILL_MYSQL_REPLICA_URL",
         1045 => "fix the user or password in SECKILL_MYSQL_REPLICA_URL",
+        1698 => "name in SECKILL_MYSQL_REPLICA_URL a user that logs in with a password over TCP (this one does not exist, or logs in only by unix_socket)",
+        1046 => "write the database name in SECKILL_MYSQL_REPLICA_URL: mysql://user@host:port/DATABASE",
         1049 | 1146 => "name the primary's database in SECKILL_MYSQL_REPLICA_URL, and check that the replica replicates it (SHOW SLAVE STATUS on the replica)",
         _ => return describe(e),
     };
@@ -94,9 +110,12 @@ mod tests {
         assert!(r.starts_with("ERROR 1049 (42000): Unknown database 'nosuchdb': "));
         assert!(r.contains("SECKILL_MYSQL_REPLICA_URL") && r.contains("SHOW SLAVE STATUS"));
         assert!(!r.contains("migrate") && !r.contains("SECKILL_MYSQL_URL,"));
-        for code in [1044, 1045, 1146] {
+        for code in [1044, 1045, 1046, 1146, 1698] {
             let r = explain_replica(&server(code, "x"));
             assert!(r.contains("SECKILL_MYSQL_REPLICA_URL"), "{code}: {r}");
+        }
+        for code in [1046, 1698] {
+            assert!(remedy(&server(code, "x")).is_some_and(|r| r.contains("SECKILL_MYSQL_URL")));
         }
         assert_eq!(
             explain_replica(&server(1040, "Too many")),

@@ -73,8 +73,10 @@ impl fmt::Display for ServerError {
                  (redis.conf, or CONFIG SET maxmemory-policy {REQUIRED_POLICY})"
             ),
             ServerError::NotWritable(e) => write!(f, "redis refuses writes: {e}"),
-            ServerError::Redis(e) => write!(f, "redis: {e}"),
-            ServerError::Unreachable(at, e) => write!(f, "redis at {at}: {e}"),
+            ServerError::Redis(e) => write!(f, "redis: {}", crate::redis_error::explain(e)),
+            ServerError::Unreachable(at, e) => {
+                write!(f, "redis at {at}: {}", crate::redis_error::explain(e))
+            }
         }
     }
 }

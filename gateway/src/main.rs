@@ -19,7 +19,8 @@ SECKILL_LISTEN (127.0.0.1:8080), SECKILL_REDIS_URL, SECKILL_AUTH and
 SECKILL_AUTH_KEYS (a JWKS file of buyer-token keys), SECKILL_PAYMENT_SECRET.
 SIGHUP reads SECKILL_AUTH_KEYS again (a bad file keeps the keys in use).
 Exit codes: 0 stopped by SIGTERM/SIGINT, 1 failed while running, 2 bad
-configuration or a port that cannot be listened on, 64 bad command line.";
+configuration, a port that cannot be listened on or a Redis that refuses
+the password, 64 bad command line.";
 
 fn main() -> ExitCode {
     if let Some(code) = start::command_line("seckill-gateway", USAGE) {

@@ -26,6 +26,7 @@ use crossbeam_channel::Receiver;
 use seckill_common::redis_target::Target;
 use seckill_common::shutdown::Reload;
 use seckill_common::Shutdown;
+use seckill_common::{redact, redis_error};
 use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
@@ -49,6 +50,9 @@ pub enum GatewayError {
     Accept(String),
     /// The identity settings cannot be used (no key file with `jwt`...).
     Identity(IdentityError),
+    /// Redis refused the password of `SECKILL_REDIS_URL` at start: the
+    /// address (password hidden), the client's error and the remedy.
+    RedisRefused(String),
 }
 
 impl fmt::Display for GatewayError {
@@ -62,6 +66,7 @@ impl fmt::Display for GatewayError {
             GatewayError::Thread(e) => write!(f, "starting a thread: {e}"),
             GatewayError::Accept(e) => write!(f, "accepting connections: {e}"),
             GatewayError::Identity(e) => write!(f, "{e}"),
+            GatewayError::RedisRefused(d) => write!(f, "redis at {d}"),
         }
     }
 }
@@ -69,10 +74,14 @@ impl fmt::Display for GatewayError {
 impl std::error::Error for GatewayError {}
 
 impl GatewayError {
-    /// 2 when the gateway could not start (configuration, bind), else 1.
+    /// 2 when the gateway could not start (configuration, bind, a Redis
+    /// that refuses the password), else 1.
     pub fn exit_code(&self) -> u8 {
         match self {
-            GatewayError::RedisUrl(_) | GatewayError::Listen(_) | GatewayError::Identity(_) => 2,
+            GatewayError::RedisUrl(_)
+            | GatewayError::Listen(_)
+            | GatewayError::Identity(_)
+            | GatewayError::RedisRefused(_) => 2,
             _ => 1,
         }
     }
@@ -98,8 +107,10 @@ pub fn run(
     unblocker: Unblocker,
 ) -> Result<(), GatewayError> {
     let client = Target::open(&s.redis_url).map_err(GatewayError::RedisUrl)?;
+    refuse_wrong_password(&client, &s)?;
     let identity = Identity::from_config(&s.identity).map_err(GatewayError::Identity)?;
     let bound = listener::bind_to(&s.listen).map_err(GatewayError::Listen)?;
+    let bound_at = bound.local_addr().unwrap_or(s.listen.addr);
     let metrics = Arc::new(Metrics::default());
     let redis = Redis {
         client,
@@ -112,7 +123,7 @@ pub fn run(
     let server = bound
         .serve(gw.clone(), &unblocker)
         .map_err(GatewayError::Listen)?;
-    log_start(&s, &gw.admission.limits);
+    log_start(&s, bound_at, &gw.admission.limits);
     start_readiness(redis, shutdown.clone())?;
 
     let accept_failed = server.serve_until(&shutdown);
@@ -123,6 +134,26 @@ pub fn run(
         return Err(GatewayError::Accept("see the log".into()));
     }
     Ok(())
+}
+
+/// Asks Redis once at start for a `PING`: a refused password stops the
+/// gateway (waiting does not fix it); anything else (Redis down, slow) is
+/// left to the links, which reconnect, and to `/readyz`.
+///
+/// Errors: [`GatewayError::RedisRefused`] naming the address (without its
+/// password) and the remedy.
+fn refuse_wrong_password(client: &Target, s: &Settings) -> Result<(), GatewayError> {
+    let pinged = client
+        .connect(s.redis_timeout)
+        .and_then(|mut con| ::redis::cmd("PING").query::<()>(&mut con));
+    match pinged {
+        Err(e) if redis_error::is_auth(&e) => Err(GatewayError::RedisRefused(format!(
+            "{}: {}",
+            redact::address(&s.redis_url, "SECKILL_REDIS_URL"),
+            redis_error::explain(&e)
+        ))),
+        _ => Ok(()),
+    }
 }
 
 /// Each layer's part, built from the settings; the group commit's queue
@@ -229,10 +260,9 @@ fn start_threads(
 }
 
 /// The start's log lines: the links, the Redis mode and the limits.
-fn log_start(s: &Settings, limits: &Limits) {
+fn log_start(s: &Settings, bound_at: std::net::SocketAddr, limits: &Limits) {
     log::info!(
-        "seckill-gateway listening on {} ({} Redis links for reads, {})",
-        s.listen.addr,
+        "seckill-gateway listening on {bound_at} ({} Redis links for reads, {})",
         s.links,
         match s.redis_threads {
             0 => "one Redis round trip per purchase".to_string(),

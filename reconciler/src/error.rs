@@ -10,7 +10,7 @@ use seckill_common::data_loss::WatchError;
 use seckill_common::lifecycle::LifecycleError;
 use seckill_common::schema::SchemaError;
 use seckill_common::start::EXIT_CONFIG;
-use seckill_common::{mysql_error, redact};
+use seckill_common::{mysql_error, redact, redis_error};
 use std::fmt;
 
 /// Exit code of a command that refused what it was asked because of the
@@ -72,7 +72,7 @@ pub enum RunError {
 impl fmt::Display for RunError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            RunError::Redis(e) => write!(f, "redis: {e}"),
+            RunError::Redis(e) => write!(f, "redis: {}", redis_error::explain(e)),
             RunError::RedisServer(e) => write!(f, "{e}"),
             RunError::Mysql(e) => write!(f, "mysql: {}", mysql_error::explain(e)),
             RunError::MysqlAt(at, e) => write!(f, "mysql at {at}: {}", mysql_error::explain(e)),

@@ -302,6 +302,12 @@ pub struct OddPayment {
     /// For a row of `payment_conflicts`: the first payment of this id, the
     /// one that stands (its reservation and amount).
     pub conflicts_with: Option<(String, u64)>,
+    /// The buyer of the reservation's order, when MySQL holds one (not
+    /// read for a conflict).
+    pub user_id: Option<String>,
+    /// What the order is due, cents: the sale's price times the order's
+    /// quantity, when MySQL holds the order (not read for a conflict).
+    pub expected_cents: Option<u64>,
 }
 
 /// The payments of sale `sale_id` (or, with `None`, of no known sale)
@@ -319,15 +325,21 @@ pub fn odd_payments(db: &mut Conn, sale_id: Option<u64>) -> mysql::Result<Vec<Od
         i64,
         Option<String>,
         Option<u64>,
+        Option<String>,
+        Option<u64>,
     );
     let rows: Vec<Row> = db.exec(
-        "SELECT payment_id, reservation_id, amount_cents, outcome,
-                CAST(UNIX_TIMESTAMP(received_at) * 1000 AS SIGNED), NULL, NULL
-         FROM payments WHERE sale_id <=> ? AND outcome <> 'paid'
+        "SELECT p.payment_id, p.reservation_id, p.amount_cents, p.outcome,
+                CAST(UNIX_TIMESTAMP(p.received_at) * 1000 AS SIGNED), NULL, NULL,
+                o.user_id, s.price_cents * o.quantity
+         FROM payments p
+         LEFT JOIN orders o ON o.reservation_id = p.reservation_id
+         LEFT JOIN sales s ON s.id = o.sale_id
+         WHERE p.sale_id <=> ? AND p.outcome <> 'paid'
          UNION ALL
          SELECT c.payment_id, c.reservation_id, c.amount_cents, p.outcome,
                 CAST(UNIX_TIMESTAMP(c.received_at) * 1000 AS SIGNED),
-                p.reservation_id, p.amount_cents
+                p.reservation_id, p.amount_cents, NULL, NULL
          FROM payment_conflicts c JOIN payments p ON p.payment_id = c.payment_id
          WHERE p.sale_id <=> ?
          ORDER BY 1, 2, 3",
@@ -336,7 +348,17 @@ pub fn odd_payments(db: &mut Conn, sale_id: Option<u64>) -> mysql::Result<Vec<Od
     Ok(rows
         .into_iter()
         .map(
-            |(payment_id, reservation_id, amount_cents, outcome, at, first_rid, first_amount)| {
+            |(
+                payment_id,
+                reservation_id,
+                amount_cents,
+                outcome,
+                at,
+                first_rid,
+                first_amount,
+                user_id,
+                expected_cents,
+            )| {
                 OddPayment {
                     payment_id,
                     reservation_id,
@@ -344,6 +366,8 @@ pub fn odd_payments(db: &mut Conn, sale_id: Option<u64>) -> mysql::Result<Vec<Od
                     outcome,
                     received_ms: at.max(0) as u64,
                     conflicts_with: first_rid.zip(first_amount),
+                    user_id,
+                    expected_cents,
                 }
             },
         )

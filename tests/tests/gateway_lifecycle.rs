@@ -1,7 +1,8 @@
 //! Specifies the gateway's life: Redis stopped and started again under it
 //! (503 with `Retry-After` meanwhile, no restart needed), SIGTERM under load
 //! (exit 0 within 5 s, every 202 backed by its flow record and queue
-//! message), and the exit code 2 for bad configuration or a taken port.
+//! message), the exit code 2 for bad configuration or a taken port, and
+//! the start's log naming the port it got for `SECKILL_LISTEN` port 0.
 
 use crate::support::gateway as gateway_support;
 
@@ -166,4 +167,44 @@ fn bad_configuration_and_a_taken_port_exit_with_2() {
     let taken = TcpListener::bind("127.0.0.1:0").unwrap();
     let addr = taken.local_addr().unwrap().to_string();
     assert_eq!(run(&[("SECKILL_LISTEN", addr)]), Some(2));
+}
+
+/// `SECKILL_LISTEN=127.0.0.1:0`: the start's log names the port the system
+/// chose, and the gateway answers there.
+#[test]
+fn a_gateway_on_port_0_logs_the_port_it_got() {
+    use std::io::BufRead;
+    let redis = RedisServer::start();
+    let mut child = seckill_tests::command("seckill-gateway")
+        .env("SECKILL_LISTEN", "127.0.0.1:0")
+        .env("SECKILL_REDIS_URL", redis.url())
+        .env("SECKILL_GATEWAY_THREADS", "2")
+        .env("RUST_LOG", "info")
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("start seckill-gateway");
+    let stderr = child.stderr.take().expect("stderr");
+    let mut lines = std::io::BufReader::new(stderr).lines();
+    let line = lines
+        .by_ref()
+        .map_while(Result::ok)
+        .find(|l| l.contains("seckill-gateway listening on "))
+        .expect("the listening line");
+    let addr = line
+        .split("listening on ")
+        .nth(1)
+        .and_then(|r| r.split_whitespace().next())
+        .unwrap_or_default()
+        .to_string();
+    let port: u16 = addr
+        .strip_prefix("127.0.0.1:")
+        .and_then(|p| p.parse().ok())
+        .unwrap_or(0);
+    assert_ne!(port, 0, "{line}");
+    assert_eq!(get(port, "/healthz").status, 200, "{line}");
+    signal(child.id(), "TERM");
+    std::thread::spawn(move || lines.for_each(drop));
+    let status = child.wait().expect("wait");
+    assert_eq!(status.code(), Some(0));
 }

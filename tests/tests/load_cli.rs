@@ -24,6 +24,28 @@ fn help_exits_0_with_the_usage() {
 }
 
 #[test]
+fn seckill_report_help_exits_0_with_its_usage_and_a_bad_option_64() {
+    let run = |args: &[&str]| {
+        seckill_tests::command("seckill-report")
+            .args(args)
+            .output()
+            .expect("run seckill-report")
+    };
+    let out = run(&["--help"]);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(0), "{text}");
+    assert!(
+        text.starts_with("usage: seckill-report --out FILE"),
+        "{text}"
+    );
+    assert!(text.contains("Exit codes: 0 written"), "{text}");
+    let out = run(&["--frobnicate"]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(64), "{err}");
+    assert!(err.contains("frobnicate"), "{err}");
+}
+
+#[test]
 fn a_bad_command_line_exits_64_and_names_the_problem() {
     for (args, says) in [
         (&[][..], "--sale"),

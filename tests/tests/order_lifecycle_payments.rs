@@ -459,4 +459,8 @@ fn a_payment_received_before_its_order_existed_pays_it_once_it_does() {
     let f: Vec<serde_json::Value> = serde_json::from_str(&listed).unwrap();
     let kinds: Vec<&str> = f.iter().map(|f| f["kind"].as_str().unwrap()).collect();
     assert_eq!(kinds, ["payment_amount_mismatch"], "{listed}");
+    // The amount paid beside the amount due (price 1999 x 1), and the buyer.
+    assert_eq!(f[0]["evidence"]["amount_cents"], 5, "{listed}");
+    assert_eq!(f[0]["evidence"]["expected_cents"], 1999, "{listed}");
+    assert_eq!(f[0]["user_id"], "early-1", "{listed}");
 }

@@ -254,6 +254,56 @@ fn a_token_longer_than_the_gateways_maximum_is_issued_with_a_warning() {
     assert_eq!(stderr(&out), "");
 }
 
+/// `token keygen --alg RS256` (or ES256) is a usage error pointing at the
+/// provider's published keys; `token issue` on the gateway's public file
+/// says so and names the signing file.
+#[test]
+fn keygen_of_a_providers_algorithm_and_issue_from_the_public_file_say_what_to_use() {
+    let dir = seckill_tests::TempDir::new();
+    let path = |n: &str| dir.path().join(n).to_string_lossy().into_owned();
+    let (signing, public) = (path("signing.jwks"), path("gateway.jwks"));
+    let run = |args: &[&str]| {
+        seckill_tests::command("seckill-reconciler")
+            .args(args)
+            .output()
+            .unwrap()
+    };
+    for alg in ["RS256", "ES256"] {
+        let out = run(&[
+            "token", "keygen", "--alg", alg, "--kid", "r1", "--out", &signing,
+        ]);
+        let err = stderr(&out);
+        assert_eq!(out.status.code(), Some(64), "{err}");
+        assert!(
+            err.starts_with(&format!(
+                "seckill-reconciler: --alg {alg}: expected HS256 or EdDSA"
+            )),
+            "{err}"
+        );
+        assert!(
+            err.contains("SECKILL_AUTH_KEYS") && err.contains("published JWKS"),
+            "{err}"
+        );
+        assert!(!err.contains("random bytes"), "{err}");
+        assert!(!std::path::Path::new(&signing).exists());
+    }
+    let out = run(&[
+        "token", "keygen", "--alg", "EdDSA", "--kid", "e1", "--out", &signing, "--public", &public,
+    ]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let out = run(&["token", "issue", "--user", "alice", "--key", &public]);
+    let err = stderr(&out);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert_eq!(
+        err,
+        format!(
+            "seckill-reconciler: {public}: no key that can sign: the file holds only public \
+             keys (the gateway's file, `token keygen --public`); give --key the signing file \
+             keygen wrote with --out (the one holding the private keys)\n"
+        )
+    );
+}
+
 /// `token keygen`, `token issue` and `findings` open neither Redis nor
 /// MySQL: malformed `SECKILL_REDIS_URL` and `SECKILL_MYSQL_URL` do not
 /// stop them; a command that opens them is still refused at start.

@@ -363,3 +363,26 @@ fn sale_create_refuses_a_sale_id_redis_holds_for_another_database() {
     let total: String = con.hget(SaleKeys::new(1).meta(), "total_stock").unwrap();
     assert_eq!(total, "5");
 }
+
+/// `sale create`'s `created sale` line names the payment window when the
+/// sale has one, and says nothing of it otherwise.
+#[test]
+fn the_created_sale_line_names_the_payment_window() {
+    let db = TestDb::create();
+    let redis = RedisServer::start();
+    let dir = seckill_tests::TempDir::new();
+    let review = dir.path().join("review.sqlite3");
+    let created = |sku: &str, extra: &[&str]| {
+        let (code, out) = seckill_tests::sale_create(&redis, &db, &review, sku, 5, extra);
+        assert_eq!(code, 0, "{out}");
+        out.lines()
+            .find(|l| l.starts_with("created sale "))
+            .unwrap_or_default()
+            .to_string()
+    };
+    let line = created("W-1", &["--payment-window", "15m"]);
+    assert!(line.ends_with(", payment window 15m"), "{line}");
+    let line = created("W-2", &[]);
+    assert!(line.contains(" units of W-2 from "), "{line}");
+    assert!(!line.contains("payment window"), "{line}");
+}

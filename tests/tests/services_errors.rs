@@ -152,6 +152,63 @@ fn a_worker_with_a_wrong_mysql_password_exits_2_and_never_prints_the_password() 
 }
 
 #[test]
+fn a_worker_whose_user_mysql_refuses_without_a_password_check_exits_2_with_the_remedy() {
+    // MariaDB answers ERROR 1698 for a user that does not exist (or logs
+    // in only by unix_socket); MySQL answers 1045: neither passes by waiting.
+    let db = TestDb::create();
+    let (code, err) = refused_worker(&mysql_url(&format!("nobody:{SECRET}"), &db.name));
+    assert_eq!(code, Some(2), "{err}");
+    assert!(
+        err.contains("ERROR 1698") || err.contains("ERROR 1045"),
+        "{err}"
+    );
+    assert!(err.contains("nobody:***@"), "{err}");
+    assert!(err.contains("(SECKILL_MYSQL_URL)"), "{err}");
+    assert!(err.contains("in SECKILL_MYSQL_URL"), "{err}");
+    assert!(!err.contains("waiting for mysql"), "{err}");
+    assert!(!err.contains(SECRET), "{err}");
+}
+
+#[test]
+fn a_mysql_url_without_a_database_is_refused_at_start_asking_for_its_name() {
+    let url = mysql_url(&format!("root:{SECRET}"), "");
+    let (code, err) = refused_worker(&url);
+    assert_eq!(code, Some(2), "{err}");
+    assert!(err.contains("SECKILL_MYSQL_URL"), "{err}");
+    assert!(
+        err.contains("write the database name: mysql://user[:password]@host:port/DATABASE"),
+        "{err}"
+    );
+    assert!(!err.contains("waiting for mysql"), "{err}");
+    assert!(!err.contains(SECRET), "{err}");
+    let out = seckill_tests::command("seckill-reconciler")
+        .args(["sale", "list"])
+        .env("SECKILL_MYSQL_URL", &url)
+        .output()
+        .expect("run seckill-reconciler");
+    let rerr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{rerr}");
+    assert!(rerr.contains("host:port/DATABASE"), "{rerr}");
+}
+
+#[test]
+fn a_reconciler_whose_user_mysql_refuses_without_a_password_check_names_the_remedy() {
+    let db = TestDb::create();
+    let out = seckill_tests::command("seckill-reconciler")
+        .args(["sale", "list"])
+        .env("SECKILL_MYSQL_URL", mysql_url("nobody", &db.name))
+        .output()
+        .expect("run seckill-reconciler");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(
+        err.contains("ERROR 1698") || err.contains("ERROR 1045"),
+        "{err}"
+    );
+    assert!(err.contains("in SECKILL_MYSQL_URL"), "{err}");
+}
+
+#[test]
 fn a_worker_on_a_database_without_the_tables_exits_2_asking_for_migrate() {
     let db = TestDb::create();
     let empty = db.sibling("_empty");
@@ -270,4 +327,88 @@ fn readyz_names_an_eviction_policy_apart_from_a_redis_that_is_down() {
             serde_json::json!({"error": "unavailable", "reason": "redis_unreachable"})
         )
     );
+}
+
+/// A Redis that requires a password, and `redis://:WRONG@…` for it.
+fn redis_with_password() -> (RedisServer, String) {
+    let redis = RedisServer::start();
+    redis::cmd("CONFIG")
+        .arg("SET")
+        .arg("requirepass")
+        .arg("the-right-one")
+        .query::<()>(&mut redis.con())
+        .expect("set requirepass");
+    let url = format!("redis://:{SECRET}@127.0.0.1:{}/", redis.port);
+    (redis, url)
+}
+
+/// The remedy every service prints for a refused Redis password.
+const REDIS_REMEDY: &str = "check the password in SECKILL_REDIS_URL";
+
+#[test]
+fn a_redis_that_refuses_the_password_stops_the_worker_and_the_gateway_with_the_remedy() {
+    let (_redis, url) = redis_with_password();
+    let db = TestDb::create();
+    let dir = TempDir::new();
+    // The worker: exit 2 at start, naming the address without the password.
+    let (mut child, log) = worker(&dir, &url, &db.url());
+    let status = exit_within(&mut child, Duration::from_secs(15));
+    let err = read(&log);
+    if status.is_none() {
+        let _ = child.kill();
+        let _ = child.wait();
+    }
+    assert_eq!(status.and_then(|s| s.code()), Some(2), "{err}");
+    let at = url.replace(SECRET, "***");
+    assert!(
+        err.contains(&format!("redis at {at} (SECKILL_REDIS_URL): ")),
+        "{err}"
+    );
+    assert!(err.contains(REDIS_REMEDY), "{err}");
+    assert!(!err.contains("- AuthenticationFailed"), "{err}");
+    assert!(!err.contains("waiting for redis"), "{err}");
+    assert!(!err.contains(SECRET), "{err}");
+    // The gateway: exit 2 at start too.
+    let glog = dir.path().join("gateway.log");
+    let file = std::fs::File::create(&glog).expect("create the log file");
+    let mut gw = seckill_tests::command("seckill-gateway")
+        .env("SECKILL_LISTEN", format!("127.0.0.1:{}", free_port()))
+        .env("SECKILL_REDIS_URL", &url)
+        .env("SECKILL_GATEWAY_THREADS", "2")
+        .stdout(Stdio::null())
+        .stderr(Stdio::from(file))
+        .spawn()
+        .expect("start seckill-gateway");
+    let status = exit_within(&mut gw, Duration::from_secs(15));
+    let err = read(&glog);
+    if status.is_none() {
+        let _ = gw.kill();
+        let _ = gw.wait();
+    }
+    assert_eq!(status.and_then(|s| s.code()), Some(2), "{err}");
+    assert!(
+        err.contains(&format!("redis at {at} (SECKILL_REDIS_URL): ")),
+        "{err}"
+    );
+    assert!(err.contains(REDIS_REMEDY), "{err}");
+    assert!(!err.contains(SECRET), "{err}");
+}
+
+#[test]
+fn a_reconciler_command_that_redis_refuses_the_password_names_the_remedy() {
+    let (_redis, url) = redis_with_password();
+    let db = TestDb::create();
+    let dir = TempDir::new();
+    let out = seckill_tests::command("seckill-reconciler")
+        .args(["sale", "list"])
+        .env("SECKILL_REDIS_URL", &url)
+        .env("SECKILL_MYSQL_URL", db.url())
+        .env("SECKILL_REVIEW_DB", dir.path().join("review.sqlite3"))
+        .output()
+        .expect("run seckill-reconciler");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(err.contains(REDIS_REMEDY), "{err}");
+    assert!(!err.contains("- AuthenticationFailed"), "{err}");
+    assert!(!err.contains(SECRET), "{err}");
 }

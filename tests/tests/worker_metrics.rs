@@ -323,3 +323,61 @@ fn payments_cancellations_expiries_and_releases_are_counted_and_one_worker_expor
 fn con_lpush(redis: &RedisServer, key: &str, v: &str) {
     redis.con().lpush(key, v).unwrap()
 }
+
+/// A cancellation's Redis step is a release like an expiry's: 2 pending
+/// orders of a sale with a 1 h payment window cancelled by their buyers
+/// count 2 `cancelled` cancellations and 2 `released` releases, with no
+/// expiry.
+#[test]
+fn a_cancellations_redis_step_counts_as_a_release() {
+    let redis = RedisServer::start();
+    let db = TestDb::create();
+    let dir = seckill_tests::TempDir::new();
+    let review = dir.path().join("review.sqlite3");
+    let sale = seckill_tests::create_windowed_sale(&redis, &db, &review, 3, "1h");
+    reserve_users(&redis, sale, "c", 2);
+    let mut w1 = WorkerProc::start(&redis, &db, "w1", &Opts::default());
+    w1.wait_metrics();
+    wait_orders(&db, sale, 2, LONG);
+    let orders: Vec<(String, String)> = db
+        .conn()
+        .exec(
+            "SELECT user_id, reservation_id FROM orders WHERE sale_id = ?",
+            (sale,),
+        )
+        .unwrap();
+    assert_eq!(orders.len(), 2);
+    for (user, rid) in &orders {
+        let m =
+            seckill_common::payment::CancelMessage::new(sale, user, rid, seckill_common::now_ms());
+        seckill_common::payment::enqueue_cancel(&mut redis.con(), &m).unwrap();
+    }
+    let w = r#"worker="w1""#;
+    let counts = |page: &str| {
+        (
+            value(
+                page,
+                "seckill_worker_cancellations_total",
+                &[w, r#"outcome="cancelled""#],
+            ),
+            value(
+                page,
+                "seckill_worker_releases_total",
+                &[w, r#"outcome="released""#],
+            ),
+            value(page, "seckill_worker_orders_expired_total", &[w]),
+        )
+    };
+    seckill_tests::wait_until(LONG, "two cancellations released in Redis", || {
+        counts(&w1.metrics()) == (Some(2.0), Some(2.0), Some(0.0))
+    });
+    // Two sweeps later, still 2: each unit released once.
+    std::thread::sleep(Duration::from_millis(2500));
+    assert_eq!(counts(&w1.metrics()), (Some(2.0), Some(2.0), Some(0.0)));
+    let released: i64 = db.count(&format!(
+        "SELECT COUNT(*) FROM orders WHERE sale_id = {sale} AND status = 'cancelled' AND redis_released_at IS NOT NULL"
+    ));
+    assert_eq!(released, 2);
+    w1.signal("-TERM");
+    assert!(w1.wait_exit(LONG).success());
+}

@@ -26,8 +26,8 @@ use crate::queue::Consumer;
 use crate::start_check::{self, StartCheck};
 use crate::WorkerError;
 use seckill_common::keys::SaleKeys;
-use seckill_common::redact;
 use seckill_common::Shutdown;
+use seckill_common::{redact, redis_error};
 use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
@@ -181,7 +181,8 @@ impl Worker {
     /// password) and the variable that sets it.
     ///
     /// Errors: [`WorkerError::MysqlRefused`] when MySQL refuses what waiting
-    /// cannot fix (access denied, unknown database, missing tables).
+    /// cannot fix (access denied, unknown database, missing tables);
+    /// [`WorkerError::RedisRefused`] when Redis refuses the password.
     pub fn wait_for_dependencies(&mut self) -> Result<bool, WorkerError> {
         let mut backoff = crate::RETRY;
         let redis_at = redact::address(&self.config.services.redis_url, "SECKILL_REDIS_URL");
@@ -195,6 +196,10 @@ impl Worker {
             match (redis, mysql) {
                 (_, Err(StartCheck::Permanent(why))) => {
                     return Err(WorkerError::MysqlRefused(format!("{mysql_at}: {why}")));
+                }
+                (Err(e), _) if redis_error::is_auth(&e) => {
+                    let why = redis_error::explain(&e);
+                    return Err(WorkerError::RedisRefused(format!("{redis_at}: {why}")));
                 }
                 (Ok(()), Ok(())) => return Ok(true),
                 (r, m) => {

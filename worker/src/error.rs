@@ -21,6 +21,10 @@ pub enum WorkerError {
     /// database, missing tables or migrations); holds the address, the
     /// server's error and the remedy (`start_check.rs`).
     MysqlRefused(String),
+    /// Redis refused the password of `SECKILL_REDIS_URL`; holds the
+    /// address, the client's error and the remedy
+    /// (`seckill_common::redis_error`).
+    RedisRefused(String),
 }
 
 impl fmt::Display for WorkerError {
@@ -42,6 +46,7 @@ impl fmt::Display for WorkerError {
             ),
             WorkerError::Thread(d) => write!(f, "thread start: {d}"),
             WorkerError::MysqlRefused(d) => write!(f, "mysql at {d}"),
+            WorkerError::RedisRefused(d) => write!(f, "redis at {d}"),
         }
     }
 }
@@ -51,7 +56,8 @@ impl std::error::Error for WorkerError {}
 impl WorkerError {
     /// Whether the error is a configuration problem (exit code 2: a URL, a
     /// MySQL that refuses this user or lacks the schema, or a metrics
-    /// address that cannot be listened on, as the gateway's) rather than a
+    /// address that cannot be listened on, as the gateway's, a Redis that
+    /// refuses the password) rather than a
     /// runtime one (exit code 1).
     pub fn is_config(&self) -> bool {
         matches!(
@@ -60,6 +66,7 @@ impl WorkerError {
                 | WorkerError::BadMysqlUrl(_)
                 | WorkerError::MetricsListen(_)
                 | WorkerError::MysqlRefused(_)
+                | WorkerError::RedisRefused(_)
         )
     }
 }

@@ -2,7 +2,7 @@
 //! Exit codes: 0 stopped on SIGTERM/SIGINT, 1 runtime failure, 2 bad
 //! configuration (a metrics address that cannot be listened on, and MySQL
 //! refusing the user, lacking the database, its tables or a migration,
-//! included), 64 an argument (it takes none: `--help`).
+//! and Redis refusing the password, included), 64 an argument (it takes none: `--help`).
 #![forbid(unsafe_code)]
 
 use std::process::ExitCode;
@@ -22,8 +22,9 @@ SECKILL_WORKER_ID (unique per worker), SECKILL_WORKER_METRICS_LISTEN, and
 SECKILL_WORKER_CONSUMERS_MIN / _MAX (consumers run in this process: more
 are started while sales have a backlog).
 Exit codes: 0 stopped by SIGTERM/SIGINT, 1 failed while running, 2 bad
-configuration, a port that cannot be listened on, or MySQL refusing the
-user or lacking the database, its tables or a migration (the message names
+configuration, a port that cannot be listened on, MySQL refusing the
+user or lacking the database, its tables or a migration, or Redis refusing
+the password (the message names
 the remedy; an unreachable Redis or MySQL is waited for), 64 bad command
 line.";
 

@@ -22,12 +22,14 @@ use crate::config::Config;
 use crate::metrics::{count, Metrics};
 use crate::queue;
 use crate::WorkerError;
+use prometheus_client::metrics::counter::Counter;
 use redis::Commands;
 use seckill_common::keys::PurchaseStatus;
 use seckill_common::lifecycle::{self, Cancelled, Paid, PaymentOutcome};
 use seckill_common::payment::{self, CancelMessage, PaymentMessage, Queued};
 use seckill_common::receipt;
 use seckill_common::redis_target::{Con, Target};
+use seckill_common::release::OrderRelease;
 use seckill_common::Shutdown;
 use std::sync::Arc;
 use std::thread::JoinHandle;
@@ -133,7 +135,7 @@ impl Consumer {
             Queued::Payment(p) => apply_payment(con, db, p).map(|paid| {
                 count(&self.metrics.payments, payment_outcome(&paid));
             }),
-            Queued::Cancel(c) => apply_cancel(con, db, c).map(|i| {
+            Queued::Cancel(c) => apply_cancel(con, db, c, &self.metrics.releases).map(|i| {
                 count(&self.metrics.cancellations, i);
             }),
         };
@@ -224,12 +226,19 @@ pub(crate) fn write_paid(
 /// Applies one cancellation: the MySQL step decides, the Redis step of the
 /// release follows.
 ///
-/// Returns the index in `metrics::CANCEL_OUTCOMES` of what it came to.
+/// Returns the index in `metrics::CANCEL_OUTCOMES` of what it came to;
+/// the Redis step is counted in `releases` (`metrics::RELEASE_OUTCOMES`),
+/// as the sweep counts the steps it does.
 ///
 /// Errors: MySQL failures (nothing changed, retried), as text. A failed
 /// Redis step is logged and left to the next sweep (MySQL's decision
 /// stands; retrying the message would find the order no longer pending).
-fn apply_cancel(con: &mut Con, db: &mut mysql::Conn, m: &CancelMessage) -> Result<usize, String> {
+fn apply_cancel(
+    con: &mut Con,
+    db: &mut mysql::Conn,
+    m: &CancelMessage,
+    releases: &[Counter],
+) -> Result<usize, String> {
     let decided = lifecycle::cancel_named(db, m.sale_id, &m.user_id, Some(&m.reservation_id))
         .map_err(|e| e.to_string())?;
     let index = match &decided {
@@ -243,11 +252,12 @@ fn apply_cancel(con: &mut Con, db: &mut mysql::Conn, m: &CancelMessage) -> Resul
             let steps = lifecycle::pending_redis_steps(db, Some(m.sale_id), usize::MAX)
                 .map_err(|e| e.to_string())?;
             for o in steps.iter().filter(|o| o.reservation_id == rid) {
-                if let Err(e) = lifecycle::redis_step(db, con, o, &mut || {}) {
-                    log::warn!(
+                match lifecycle::redis_step(db, con, o, &mut || {}) {
+                    Ok(r) => count(releases, release_outcome(r)),
+                    Err(e) => log::warn!(
                         "sale {}: cancelled {rid}: {e}; the sweep completes it",
                         m.sale_id
-                    );
+                    ),
                 }
             }
         }
@@ -265,6 +275,16 @@ fn apply_cancel(con: &mut Con, db: &mut mysql::Conn, m: &CancelMessage) -> Resul
         ),
     }
     Ok(index)
+}
+
+/// The index in `metrics::RELEASE_OUTCOMES` of what a release's Redis
+/// step came to.
+fn release_outcome(r: OrderRelease) -> usize {
+    match r {
+        OrderRelease::Released { .. } => 0,
+        OrderRelease::Already => 1,
+        OrderRelease::NotFound => 2,
+    }
 }
 
 /// Moves everything left in this worker's processing list back to the queue.

@@ -96,6 +96,16 @@ fn bind(listen: &Listen) -> std::io::Result<TcpListener> {
 /// A bound socket, not yet serving.
 pub struct Bound(TcpListener);
 
+impl Bound {
+    /// The address the socket is bound to: the port the system chose for
+    /// a `SECKILL_LISTEN` of port 0.
+    ///
+    /// Errors: the socket's `getsockname` failing.
+    pub fn local_addr(&self) -> std::io::Result<std::net::SocketAddr> {
+        self.0.local_addr()
+    }
+}
+
 /// Binds the listening socket, first of all, so that a port in
 /// use stops the gateway at once.
 ///

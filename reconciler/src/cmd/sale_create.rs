@@ -82,7 +82,7 @@ pub fn run(config: &Config, a: &SaleCreate) -> Result<u8, RunError> {
         return Ok(2);
     }
     eprintln!(
-        "created sale {id}: {} unit{} of {} from {} to {}{}{}",
+        "created sale {id}: {} unit{} of {} from {} to {}{}{}{}",
         sale.total_stock,
         if sale.total_stock == 1 { "" } else { "s" },
         sale.sku,
@@ -98,7 +98,11 @@ pub fn run(config: &Config, a: &SaleCreate) -> Result<u8, RunError> {
                 ", up to {l} units per buyer, {} per purchase",
                 a.limits.max_per_purchase
             ),
-        }
+        },
+        a.payment_window_ms.map_or(String::new(), |w| format!(
+            ", payment window {}",
+            seckill_common::config::short_duration(std::time::Duration::from_millis(w))
+        ))
     );
     outln!("{id}");
     Ok(0)

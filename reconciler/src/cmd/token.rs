@@ -5,7 +5,7 @@
 use crate::cli::{err, parse_u64, Command, Opts, UsageError};
 use crate::cli_help::PROGRAM;
 use crate::output::outln;
-use seckill_common::token::{self, Claims, KeySet, Signer};
+use seckill_common::token::{self, Alg, Claims, KeySet, Signer};
 use std::path::Path;
 use std::time::Duration;
 
@@ -128,7 +128,7 @@ pub fn issue(a: &TokenIssue, audience: &str, max_ttl: Duration) -> Result<u8, To
             .iter()
             .rev()
             .find(|k| k.can_sign())
-            .ok_or_else(|| TokenError::Kid(format!("{}: no key that can sign", a.key)))?,
+            .ok_or_else(|| TokenError::Kid(no_signing_key(&a.key)))?,
     };
     let signer = Signer::new(key).map_err(TokenError::Mint)?;
     let aud = a.audience.as_deref().unwrap_or(audience);
@@ -142,6 +142,17 @@ pub fn issue(a: &TokenIssue, audience: &str, max_ttl: Duration) -> Result<u8, To
         outln!("{}", signer.mint(&claims).map_err(TokenError::Mint)?);
     }
     Ok(0)
+}
+
+/// Why `path` cannot sign when it loads and none of its keys can: it holds
+/// public keys only (the gateway's `--public` file; an HS256 secret always
+/// signs), so the text names the signing file keygen wrote with it.
+fn no_signing_key(path: &str) -> String {
+    format!(
+        "{path}: no key that can sign: the file holds only public keys (the gateway's file, \
+         `token keygen --public`); give --key the signing file keygen wrote with --out \
+         (the one holding the private keys)"
+    )
 }
 
 /// `s` seconds as an operator writes them: `24h`, `90m`, `45s`.
@@ -188,6 +199,17 @@ pub fn parse_keygen(opts: &mut Opts) -> Result<Command, UsageError> {
     let alg = opts.take("alg").unwrap_or_default();
     let alg = seckill_common::token::Alg::parse(&alg)
         .ok_or_else(|| UsageError::new(format!("--alg {alg:?}: expected HS256 or EdDSA")))?;
+    if matches!(alg, Alg::Rs256 | Alg::Es256) {
+        // The gateway verifies these; the identity provider makes them.
+        return err(format!(
+            "--alg {}: expected HS256 or EdDSA (keygen makes the shop's own keys); an \
+             identity provider's {} keys are not made here: point SECKILL_AUTH_KEYS at a \
+             copy of its published JWKS (docs/IDENTITY.md, \"An identity provider's \
+             published keys\")",
+            alg.as_str(),
+            alg.as_str()
+        ));
+    }
     let kid = opts
         .take("kid")
         .ok_or_else(|| UsageError::new("--kid is required"))?;

@@ -5,7 +5,9 @@
 //! or re-create the order by hand if stock allows),
 //! `payment_after_cancellation` (the buyer cancelled before the payment
 //! was applied: refund), `payment_amount_mismatch` (the order stays
-//! pending), `payment_unknown_reservation`, `payment_not_payable` (paid
+//! pending; the evidence holds `expected_cents`, the sale's price times
+//! the order's quantity, beside the `amount_cents` paid),
+//! `payment_unknown_reservation`, `payment_not_payable` (paid
 //! twice: refund). A `payment_id` delivered again for another reservation
 //! or amount is one `payment_conflict` per distinct delivery (keyed
 //! `PAYMENT_ID/RESERVATION/AMOUNT`), with the first payment, which stands,
@@ -47,16 +49,20 @@ pub fn observe(sale_id: u64, payments: &[OddPayment]) -> Vec<Observation> {
                            "first": {"reservation_id": first_rid,
                                      "amount_cents": first_amount, "outcome": p.outcome}}),
                 ),
-                None => obs(
-                    kind(&p.outcome)?,
-                    sale_id,
-                    p.payment_id.clone(),
-                    json!({"payment_id": p.payment_id, "reservation_id": p.reservation_id,
+                None => {
+                    let kind = kind(&p.outcome)?;
+                    let mut evidence = json!({"payment_id": p.payment_id,
+                           "reservation_id": p.reservation_id,
                            "amount_cents": p.amount_cents, "outcome": p.outcome,
-                           "received_ms": p.received_ms}),
-                ),
+                           "received_ms": p.received_ms});
+                    if let (Kind::PaymentAmountMismatch, Some(due)) = (kind, p.expected_cents) {
+                        evidence["expected_cents"] = json!(due);
+                    }
+                    obs(kind, sale_id, p.payment_id.clone(), evidence)
+                }
             };
             o.reservation_id = Some(p.reservation_id.clone());
+            o.user_id.clone_from(&p.user_id);
             Some(o)
         })
         .collect()
@@ -75,6 +81,8 @@ mod tests {
             outcome: outcome.into(),
             received_ms: 1_764_400_000_000,
             conflicts_with: None,
+            user_id: Some("u1".into()),
+            expected_cents: Some(3998),
         };
         let found = observe(
             7,
@@ -88,6 +96,11 @@ mod tests {
                 odd("g", "from_a_newer_build"),
             ],
         );
+        let d = &found[2];
+        assert_eq!(d.evidence["expected_cents"], 3998);
+        assert_eq!(d.evidence["amount_cents"], 1999);
+        assert!(found[0].evidence.get("expected_cents").is_none());
+        assert!(found.iter().all(|o| o.user_id.as_deref() == Some("u1")));
         let kinds: Vec<(String, Kind)> = found.into_iter().map(|o| (o.subject, o.kind)).collect();
         assert_eq!(
             kinds,

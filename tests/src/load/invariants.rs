@@ -481,8 +481,11 @@ fn redis_checks(t: &Tally, f: &Facts<'_>, r: &RedisState, reserved: u64, out: &m
             "redis_stock",
             r.stock >= 0 && r.stock as u64 + r.flow_units == f.total_stock,
             format!(
-                "stock {} + {} units in flow records = total {} ({} buckets)",
-                r.stock, r.flow_units, f.total_stock, r.buckets
+                "stock {} + {} units in flow records = total {} ({})",
+                r.stock,
+                r.flow_units,
+                f.total_stock,
+                buckets(r.buckets)
             ),
         ));
         out.push(check(
@@ -588,6 +591,14 @@ fn mysql_checks(t: &Tally, f: &Facts<'_>, m: &MysqlState, reserved: u64, out: &m
             ),
         },
     ));
+}
+
+/// `1 bucket`, `4 buckets`.
+fn buckets(n: impl Into<u64>) -> String {
+    match n.into() {
+        1 => "1 bucket".to_string(),
+        n => format!("{n} buckets"),
+    }
 }
 
 #[cfg(test)]
@@ -748,6 +759,11 @@ mod tests {
         let names: Vec<&str> = all.iter().map(|c| c.name).collect();
         assert_eq!(names, crate::load_report::UNIT_INVARIANTS);
         assert_eq!(failed(&all), Vec::<&str>::new(), "{all:#?}");
+        let stock = all.iter().find(|c| c.name == "redis_stock");
+        assert_eq!(
+            stock.map(|c| c.detail.as_str()),
+            Some("stock 0 + 5 units in flow records = total 5 (1 bucket)")
+        );
     }
 
     #[test]

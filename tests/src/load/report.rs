@@ -2,7 +2,7 @@
 //! invariants, as human text or as JSON (`--json`).
 
 use super::invariants::{Check, Tally};
-use super::state::{MysqlState, RedisState};
+use super::state::{Limits, MysqlState, RedisState};
 use serde_json::{json, Value};
 use std::fmt::Write;
 
@@ -315,12 +315,12 @@ impl Report<'_> {
         if let Some(m) = self.mysql {
             let _ = writeln!(
                 s,
-                "  mysql       {} orders, {} ledger rows, available_stock {} of {}, {} users with two orders",
+                "  mysql       {} orders, {} ledger rows, available_stock {} of {}, {}",
                 m.orders.len(),
                 m.ledger_order_rows,
                 m.available_stock,
                 self.total_stock,
-                m.users_with_two_orders
+                buyers_checked(m, self.limits)
             );
         }
         if let Some(l) = self.lifecycle {
@@ -356,5 +356,39 @@ impl Report<'_> {
             "INVARIANT VIOLATED"
         };
         let _ = writeln!(s, "  verdict     {verdict}");
+    }
+}
+
+/// What the MySQL line says of the buyers, as the run's invariant checks
+/// it: with the sale's `limits` (units) the buyers whose orders hold more
+/// than its `max_per_buyer` units (several orders each are allowed), else
+/// the buyers holding two orders of a one-per-buyer sale.
+fn buyers_checked(m: &MysqlState, limits: Option<Limits>) -> String {
+    match limits {
+        Some(l) => format!(
+            "{} users over the limit of {} units",
+            m.users_over_limit, l.per_buyer
+        ),
+        None => format!("{} users with two orders", m.users_with_two_orders),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_mysql_line_checks_the_limit_of_a_sale_of_several_units_per_buyer() {
+        let m = MysqlState {
+            users_with_two_orders: 3,
+            users_over_limit: 0,
+            ..MysqlState::default()
+        };
+        let l4 = Limits::from_meta(Some("4"), Some("3"));
+        assert_eq!(
+            buyers_checked(&m, Some(l4)),
+            "0 users over the limit of 4 units"
+        );
+        assert_eq!(buyers_checked(&m, None), "3 users with two orders");
     }
 }
