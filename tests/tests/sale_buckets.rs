@@ -526,10 +526,19 @@ fn reconciling_while_two_movers_shuffle_units_finds_nothing_and_loses_no_unit() 
                 })
             })
             .collect();
+        // Stops the movers however this closure ends: a run that panics
+        // fails the test instead of leaving the scope waiting on them.
+        struct Stop<'a>(&'a std::sync::atomic::AtomicBool);
+        impl Drop for Stop<'_> {
+            fn drop(&mut self) {
+                self.0.store(false, std::sync::atomic::Ordering::Release);
+            }
+        }
+        let stop = Stop(&moving);
         let runs: Vec<i32> = (0..4)
             .map(|_| run_during_sale(&redis, &db, &path))
             .collect();
-        moving.store(false, std::sync::atomic::Ordering::Release);
+        drop(stop);
         let moves: u64 = movers.into_iter().map(|h| h.join().unwrap()).sum();
         (runs, moves)
     });
