@@ -1,0 +1,603 @@
+//! Hostile tests of split sales that sell several units per purchase
+//! (`sale create --shards 3 --max-per-buyer L --max-per-purchase Q`), with
+//! real services: buyers of every home bucket racing for the last units,
+//! one `Idempotency-Key` from many connections while units are moved to
+//! its home bucket, a transfer stopped between its two steps (a mover
+//! killed there), a bucket whose keys are lost while a transfer to it is
+//! open, and quantities that no single bucket holds.
+
+use crate::support::gateway::{Client, Gateway, Resp};
+use crate::support::worker::{wait_orders, Opts, WorkerProc};
+use redis::Commands;
+use seckill_common::buckets::home_bucket;
+use seckill_common::ids::keyed_reservation_id;
+use seckill_common::keys::SaleKeys;
+use seckill_common::message::OrderMessage;
+use seckill_common::transfer;
+use seckill_tests::{RedisServer, TempDir, TestDb};
+use std::path::Path;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::Mutex;
+use std::time::Duration;
+
+const K: u32 = 3;
+
+/// Creates a sale of `stock` units over [`K`] buckets, `l` units per buyer
+/// and `q` per purchase, open now for an hour; returns its id.
+fn create(redis: &RedisServer, db: &TestDb, review: &Path, stock: u64, l: u32, q: u32) -> u64 {
+    let (stock, l, q) = (stock.to_string(), l.to_string(), q.to_string());
+    let (code, out) = seckill_tests::reconciler(
+        redis,
+        db,
+        review,
+        &[
+            "sale",
+            "create",
+            "--sku",
+            "HOSTILE-SPLIT",
+            "--stock",
+            &stock,
+            "--starts-at",
+            "now",
+            "--ends-at",
+            "now+1h",
+            "--shards",
+            "3",
+            "--max-per-buyer",
+            &l,
+            "--max-per-purchase",
+            &q,
+        ],
+    );
+    assert_eq!(code, 0, "{out}");
+    out.lines()
+        .find_map(|l| l.trim().parse().ok())
+        .expect("the new sale id")
+}
+
+/// Each bucket's stock.
+fn stocks(redis: &RedisServer, sale: u64) -> Vec<i64> {
+    let mut con = redis.con();
+    (0..K)
+        .map(|b| {
+            con.get::<_, Option<i64>>(SaleKeys::bucket(sale, b).stock())
+                .unwrap()
+                .unwrap_or(0)
+        })
+        .collect()
+}
+
+/// Every flow record of the sale: `(bucket, rid, quantity)`, sorted.
+fn flows(redis: &RedisServer, sale: u64) -> Vec<(u32, String, u32)> {
+    let mut con = redis.con();
+    let mut out = Vec::new();
+    for b in 0..K {
+        let all: Vec<(String, String)> = con.hgetall(SaleKeys::bucket(sale, b).flow()).unwrap();
+        for (rid, f) in all {
+            if rid == "checkpoint" {
+                continue;
+            }
+            let q = OrderMessage::parse(f.as_bytes()).unwrap().quantity;
+            out.push((b, rid, q));
+        }
+    }
+    out.sort();
+    out
+}
+
+/// `(sum of stocks, sum of total_stock, units in flow records, open
+/// transfers)` over the buckets.
+fn units(redis: &RedisServer, sale: u64) -> (i64, i64, i64, i64) {
+    let mut con = redis.con();
+    let (mut total, mut open) = (0, 0);
+    for b in 0..K {
+        let k = SaleKeys::bucket(sale, b);
+        total += con
+            .hget::<_, _, Option<i64>>(k.meta(), "total_stock")
+            .unwrap()
+            .unwrap_or(0);
+        open += con.hlen::<_, i64>(k.transfers_open()).unwrap();
+    }
+    let held: i64 = flows(redis, sale).iter().map(|f| i64::from(f.2)).sum();
+    (stocks(redis, sale).iter().sum(), total, held, open)
+}
+
+/// One answer: status, error, reservation id, `units_left`.
+#[derive(Debug, Clone)]
+struct Answer {
+    status: u16,
+    error: String,
+    rid: Option<String>,
+    left: Option<u64>,
+}
+
+/// A purchase on `c` (reconnected when the gateway closes it).
+fn buy(c: &mut Client, port: u16, sale: u64, user: &str, q: u32, key: &str) -> Answer {
+    let r: Resp = c.buy_units(sale, user, q, key);
+    if r.header("connection")
+        .is_some_and(|v| v.eq_ignore_ascii_case("close"))
+    {
+        *c = Client::connect(port);
+    }
+    let j: serde_json::Value = serde_json::from_str(&r.body).unwrap_or_default();
+    Answer {
+        status: r.status,
+        error: j["error"].as_str().unwrap_or("").to_string(),
+        rid: j["reservation_id"].as_str().map(str::to_string),
+        left: j["units_left"].as_u64(),
+    }
+}
+
+/// Buys `q` units for `user` until a final answer: 503 is retried with the
+/// same key, `not_enough_stock` with the units left under a new key.
+/// Returns the 202 `(rid, units)`, if any, and the final answer.
+fn buy_final(
+    c: &mut Client,
+    port: u16,
+    sale: u64,
+    user: &str,
+    q: u32,
+) -> (Option<(String, u32)>, Answer) {
+    let (mut q, mut n) = (q, 0);
+    for _ in 0..5000 {
+        let a = buy(c, port, sale, user, q, &format!("k{n}"));
+        match (a.status, a.error.as_str()) {
+            (202, _) => return (Some((a.rid.clone().unwrap(), q)), a),
+            (503, _) => std::thread::sleep(Duration::from_millis(2)),
+            (410, "not_enough_stock") => {
+                let left = a.left.unwrap() as u32;
+                assert!((1..q).contains(&left), "{user}: {a:?}");
+                q = left;
+                n += 1;
+            }
+            _ => return (None, a),
+        }
+    }
+    panic!("{user}: no final answer");
+}
+
+/// Sales of 10 units over 3 buckets (4/3/3 or so), 3 units per buyer and
+/// per purchase, raced by 45 buyers of all three home buckets at once (9
+/// threads), each asking for 3 and taking what is left on
+/// `not_enough_stock`; five sales in a row, the reconciler running
+/// throughout. Every sale sells exactly 10 units, each purchase whole in
+/// its buyer's home bucket; no purchase sent after a `sold_out` answer
+/// was heard gets a 202 (there are no releases: sold out is final); no
+/// transfer is left open; the reconciler finds nothing.
+#[test]
+fn buyers_of_every_home_bucket_racing_for_the_last_units_sell_them_once_and_whole() {
+    let _crowd = crate::support::crowd();
+    const STOCK: u64 = 11;
+    let redis = RedisServer::start();
+    let db = TestDb::create();
+    let dir = TempDir::new();
+    let review = dir.path().join("review.sqlite3");
+    let g = Gateway::start(&redis, &[("SECKILL_GATEWAY_BUYER_RATE", "0")]);
+    let _w = WorkerProc::start(&redis, &db, "w1", &Opts::default());
+    let stop = AtomicBool::new(false);
+    let runs = AtomicUsize::new(0);
+    let run_findings: Mutex<Vec<String>> = Mutex::default();
+    let mut report = Vec::new();
+    std::thread::scope(|s| {
+        s.spawn(|| {
+            while !stop.load(Ordering::Acquire) {
+                let (code, out) = seckill_tests::reconciler(&redis, &db, &review, &["run"]);
+                runs.fetch_add(1, Ordering::Relaxed);
+                if code != 0 {
+                    run_findings.lock().unwrap().push(out);
+                }
+            }
+        });
+        for round in 0..8 {
+            let sale = create(&redis, &db, &review, STOCK, 3, 3);
+            let users: Vec<String> = (0..45).map(|i| format!("r{round}u{i}")).collect();
+            let homes: Vec<u32> = users.iter().map(|u| home_bucket(u, K)).collect();
+            for b in 0..K {
+                assert!(homes.contains(&b), "every home bucket has buyers");
+            }
+            let sold: Mutex<Vec<(String, String, u32)>> = Mutex::default();
+            let sold_out_heard = AtomicBool::new(false);
+            let late_wins = AtomicUsize::new(0);
+            std::thread::scope(|s2| {
+                for t in 0..9 {
+                    let (sold, heard, late, users) = (&sold, &sold_out_heard, &late_wins, &users);
+                    let port = g.port;
+                    s2.spawn(move || {
+                        let mut c = Client::connect(port);
+                        for u in users.iter().skip(t).step_by(9) {
+                            let after_sold_out = heard.load(Ordering::Acquire);
+                            let q = 2 + u.bytes().last().map_or(0, |b| u32::from(b % 2));
+                            let (won, last) = buy_final(&mut c, port, sale, u, q);
+                            match won {
+                                Some((rid, q)) => {
+                                    if after_sold_out {
+                                        late.fetch_add(1, Ordering::Relaxed);
+                                    }
+                                    sold.lock().unwrap().push((u.clone(), rid, q));
+                                }
+                                None => {
+                                    assert_eq!(
+                                        (last.status, last.error.as_str()),
+                                        (410, "sold_out"),
+                                        "{u}"
+                                    );
+                                    heard.store(true, Ordering::Release);
+                                }
+                            }
+                        }
+                    });
+                }
+            });
+            let sold = sold.into_inner().unwrap();
+            let sold_units: u32 = sold.iter().map(|s| s.2).sum();
+            assert_eq!(
+                u64::from(sold_units),
+                STOCK,
+                "units answered 202 in sale {sale}"
+            );
+            assert_eq!(
+                late_wins.load(Ordering::Relaxed),
+                0,
+                "202s after a sold_out"
+            );
+            let mut want: Vec<(u32, String, u32)> = sold
+                .iter()
+                .map(|(u, r, q)| (home_bucket(u, K), r.clone(), *q))
+                .collect();
+            want.sort();
+            assert_eq!(
+                flows(&redis, sale),
+                want,
+                "each purchase whole in its home bucket"
+            );
+            assert_eq!(units(&redis, sale), (0, STOCK as i64, STOCK as i64, 0));
+            wait_orders(&db, sale, sold.len() as i64, Duration::from_secs(60));
+            let moved: i64 = (0..K)
+                .map(|b| {
+                    redis
+                        .con()
+                        .hget::<_, _, Option<i64>>(SaleKeys::bucket(sale, b).meta(), "moved_in")
+                        .unwrap()
+                        .unwrap_or(0)
+                })
+                .sum();
+            report.push((sale, sold.len(), moved));
+        }
+        stop.store(true, Ordering::Release);
+    });
+    let findings = crate::support::quantity::findings(&redis, &db, &review);
+    assert!(findings.is_empty(), "{findings:?}");
+    let bad = run_findings.into_inner().unwrap();
+    assert!(
+        bad.is_empty(),
+        "{} runs: {bad:?}",
+        runs.load(Ordering::Relaxed)
+    );
+    eprintln!(
+        "(sale, purchases, units moved): {report:?}; {} reconciler runs during the crowd",
+        runs.load(Ordering::Relaxed)
+    );
+}
+
+/// The buyer's home bucket emptied (its 3 units moved to the others), then
+/// 16 connections send the same purchase of 3 units under one key at
+/// once: each pulls units home, and all answer 202 with the one keyed
+/// reservation id; exactly one reservation of 3 exists, in the home bucket,
+/// and the sale keeps 6 units in stock, none in an open transfer.
+#[test]
+fn one_key_from_sixteen_connections_while_units_are_pulled_home_reserves_once() {
+    let redis = RedisServer::start();
+    let db = TestDb::create();
+    let dir = TempDir::new();
+    let review = dir.path().join("review.sqlite3");
+    let g = Gateway::start(&redis, &[("SECKILL_GATEWAY_BUYER_RATE", "0")]);
+    for attempt in 0..4 {
+        let sale = create(&redis, &db, &review, 9, 3, 3);
+        let user = format!("same{attempt}");
+        let h = home_bucket(&user, K);
+        let s = stocks(&redis, sale);
+        assert_eq!(s, vec![3, 3, 3]);
+        let mut con = redis.con();
+        let o = (h + 1) % K;
+        assert_eq!(
+            transfer::transfer(&mut con, SaleKeys::bucket(sale, h), o, 3).unwrap(),
+            3
+        );
+        let rid = keyed_reservation_id(sale, &user, "same");
+        let answers: Mutex<Vec<(u16, Option<String>)>> = Mutex::default();
+        std::thread::scope(|s| {
+            for _ in 0..16 {
+                let (answers, user, port) = (&answers, &user, g.port);
+                s.spawn(move || {
+                    let mut c = Client::connect(port);
+                    for _ in 0..2000 {
+                        let a = buy(&mut c, port, sale, user, 3, "same");
+                        if a.status != 503 {
+                            answers.lock().unwrap().push((a.status, a.rid));
+                            return;
+                        }
+                    }
+                    panic!("no final answer");
+                });
+            }
+        });
+        let answers = answers.into_inner().unwrap();
+        assert_eq!(answers.len(), 16);
+        for a in &answers {
+            assert_eq!(a, &(202, Some(rid.clone())));
+        }
+        assert_eq!(flows(&redis, sale), vec![(h, rid.clone(), 3)]);
+        assert_eq!(units(&redis, sale), (6, 9, 3, 0));
+        let held: String = con.hget(SaleKeys::bucket(sale, h).buyers(), &user).unwrap();
+        assert_eq!(held, format!("{rid}:3"));
+    }
+}
+
+/// A mover stopped between the two steps of a transfer (step 1 alone:
+/// what a gateway killed there leaves): 3 units of bucket `o` are in an
+/// open record to the home bucket `h`, counted in no bucket's stock. The
+/// sale still sells exactly its 9 units: a purchase of 3 by a buyer of
+/// the third bucket `t` (which holds 3) needs no pull; a purchase of 3
+/// by a buyer of `h` (empty but for the units on their way) completes the
+/// open transfer and takes them; the reconciler run once the record is a
+/// second old finds nothing to complete (the pull did) and no mismatch.
+#[test]
+fn a_transfer_stopped_between_its_steps_is_completed_by_the_next_pull_and_units_are_kept() {
+    let redis = RedisServer::start();
+    let db = TestDb::create();
+    let dir = TempDir::new();
+    let review = dir.path().join("review.sqlite3");
+    let g = Gateway::start(&redis, &[("SECKILL_GATEWAY_BUYER_RATE", "0")]);
+    let _w = WorkerProc::start(&redis, &db, "w1", &Opts::default());
+    let sale = create(&redis, &db, &review, 9, 3, 3);
+    let mut users: Vec<String> = Vec::new();
+    for b in 0..K {
+        users.push(seckill_tests::users_of("stop", b, K, 1).remove(0));
+    }
+    let (h, o, t) = (0u32, 1u32, 2u32);
+    let mut con = redis.con();
+    // Empty h into t, then step 1 alone from o to h.
+    assert_eq!(
+        transfer::transfer(&mut con, SaleKeys::bucket(sale, h), t, 3).unwrap(),
+        3
+    );
+    let tid = "0123456789abcdef0123456789abcdef";
+    assert_eq!(
+        transfer::take_out(&mut con, SaleKeys::bucket(sale, o), h, tid, 3).unwrap(),
+        3
+    );
+    assert_eq!(stocks(&redis, sale), vec![0, 0, 6]);
+    assert_eq!(units(&redis, sale), (6, 6, 0, 1));
+    // A young open record: the reconciler leaves it to its mover and
+    // reports nothing.
+    let findings = crate::support::quantity::findings(&redis, &db, &review);
+    assert!(findings.is_empty(), "{findings:?}");
+    let mut c = Client::connect(g.port);
+    let a = buy(&mut c, g.port, sale, &users[h as usize], 3, "a");
+    assert_eq!(a.status, 202, "{a:?}");
+    assert_eq!(units(&redis, sale), (6, 9, 3, 0));
+    let a = buy(&mut c, g.port, sale, &users[o as usize], 3, "a");
+    assert_eq!(a.status, 202, "{a:?}");
+    let a = buy(&mut c, g.port, sale, &users[t as usize], 3, "a");
+    assert_eq!(a.status, 202, "{a:?}");
+    let a = buy(&mut c, g.port, sale, "stop-late", 1, "a");
+    assert_eq!((a.status, a.error.as_str()), (410, "sold_out"), "{a:?}");
+    assert_eq!(units(&redis, sale), (0, 9, 9, 0));
+    wait_orders(&db, sale, 3, Duration::from_secs(30));
+    std::thread::sleep(Duration::from_millis(1100));
+    let findings = crate::support::quantity::findings(&redis, &db, &review);
+    assert!(findings.is_empty(), "{findings:?}");
+}
+
+/// Quantities no single bucket holds: a sale of 3 units over 3 buckets
+/// (1 each) sells 3 to one buyer (units pulled from both others), and a
+/// sale of 6 (2 each), 5 per purchase, sells 5 to one buyer and then the
+/// last 1 to another (2 of it is 410 `not_enough_stock` with 1 left);
+/// 6 units, all there, are above Q: 400 with nothing moved.
+#[test]
+fn a_quantity_above_every_bucket_but_within_the_sale_is_pulled_together_whole() {
+    let redis = RedisServer::start();
+    let db = TestDb::create();
+    let dir = TempDir::new();
+    let review = dir.path().join("review.sqlite3");
+    let g = Gateway::start(&redis, &[("SECKILL_GATEWAY_BUYER_RATE", "0")]);
+    let mut c = Client::connect(g.port);
+    let sale = create(&redis, &db, &review, 3, 3, 3);
+    assert_eq!(stocks(&redis, sale), vec![1, 1, 1]);
+    let a = buy(&mut c, g.port, sale, "edge1", 3, "a");
+    assert_eq!(a.status, 202, "{a:?}");
+    let rid = keyed_reservation_id(sale, "edge1", "a");
+    assert_eq!(flows(&redis, sale), vec![(home_bucket("edge1", K), rid, 3)]);
+    assert_eq!(units(&redis, sale), (0, 3, 3, 0));
+
+    let sale = create(&redis, &db, &review, 6, 5, 5);
+    assert_eq!(stocks(&redis, sale), vec![2, 2, 2]);
+    let a = buy(&mut c, g.port, sale, "edge2", 6, "a");
+    assert_eq!(
+        (a.status, a.error.as_str()),
+        (400, "invalid_request"),
+        "{a:?}"
+    );
+    assert_eq!(stocks(&redis, sale), vec![2, 2, 2]);
+    let a = buy(&mut c, g.port, sale, "edge2", 5, "b");
+    assert_eq!(a.status, 202, "{a:?}");
+    assert_eq!(units(&redis, sale), (1, 6, 5, 0));
+    let a = buy(&mut c, g.port, sale, "edge3", 2, "a");
+    assert_eq!(
+        (a.status, a.error.as_str(), a.left),
+        (410, "not_enough_stock", Some(1)),
+        "{a:?}"
+    );
+    let a = buy(&mut c, g.port, sale, "edge3", 1, "b");
+    assert_eq!(a.status, 202, "{a:?}");
+    let a = buy(&mut c, g.port, sale, "edge4", 1, "a");
+    assert_eq!((a.status, a.error.as_str()), (410, "sold_out"), "{a:?}");
+    assert_eq!(units(&redis, sale), (0, 6, 6, 0));
+}
+
+/// Deletes every key of bucket `b` of `sale` (its Redis data lost).
+fn lose_bucket(redis: &RedisServer, sale: u64, b: u32) -> usize {
+    let mut con = redis.con();
+    let tag = SaleKeys::bucket(sale, b).tag();
+    let keys: Vec<String> = con.keys(format!("*{tag}*")).unwrap();
+    for k in &keys {
+        let _: () = con.del(k).unwrap();
+    }
+    keys.len()
+}
+
+/// The first user of home bucket `b` whose id starts with `prefix`.
+fn user_of(prefix: &str, b: u32) -> String {
+    seckill_tests::users_of(prefix, b, K, 1).remove(0)
+}
+
+/// A sale of 9 units over 3 buckets (3 each), 3 per buyer and purchase:
+/// a buyer of bucket 0 takes its 3, a second one takes 3 moved from
+/// bucket 1 (the fullest, first by number), a buyer of bucket 2 takes 2;
+/// all 3 orders reach MySQL. Then bucket `lost` loses all its keys, the
+/// reconciler finds the loss, and `sale repair` rebuilds it: the sale
+/// still sells exactly 1 more unit (bucket 1's share went to bucket 0
+/// and stays there whichever side of the transfer lost its record), and
+/// the reconciler is clean. Returns each bucket's stock after the repair.
+fn sell_lose_repair(lost: u32) -> Vec<i64> {
+    let redis = RedisServer::start();
+    let db = TestDb::create();
+    let dir = TempDir::new();
+    let review = dir.path().join("review.sqlite3");
+    let g = Gateway::start(&redis, &[("SECKILL_GATEWAY_BUYER_RATE", "0")]);
+    let _w = WorkerProc::start(&redis, &db, "w1", &Opts::default());
+    let sale = create(&redis, &db, &review, 9, 3, 3);
+    let mut c = Client::connect(g.port);
+    for (u, q) in [
+        (user_of("rep-a", 0), 3),
+        (user_of("rep-b", 0), 3),
+        (user_of("rep-c", 2), 2),
+    ] {
+        let a = buy(&mut c, g.port, sale, &u, q, "k");
+        assert_eq!(a.status, 202, "{u}: {a:?}");
+    }
+    assert_eq!(stocks(&redis, sale), vec![0, 0, 1]);
+    assert_eq!(units(&redis, sale), (1, 9, 8, 0));
+    wait_orders(&db, sale, 3, Duration::from_secs(30));
+    assert!(lose_bucket(&redis, sale, lost) >= 2);
+    let (code, out) = seckill_tests::reconciler(&redis, &db, &review, &["run"]);
+    assert_eq!(code, 1, "{out}");
+    assert!(out.contains("redis_data_loss 1"), "{out}");
+    let (code, out) = seckill_tests::reconciler(
+        &redis,
+        &db,
+        &review,
+        &["sale", "repair", &sale.to_string(), "--by", "hostile"],
+    );
+    assert_eq!(code, 0, "{out}");
+    let after = stocks(&redis, sale);
+    let mut sold = 0;
+    for i in 0..12 {
+        let u = format!("rep-late{i}");
+        let a = buy(&mut c, g.port, sale, &u, 1, "k");
+        match (a.status, a.error.as_str()) {
+            (202, _) => sold += 1,
+            (410, "sold_out") => {}
+            _ => panic!("{u}: {a:?}"),
+        }
+    }
+    assert_eq!(
+        sold, 1,
+        "units sold after the repair of bucket {lost} (stocks {after:?})"
+    );
+    assert_eq!(units(&redis, sale), (0, 9, 9, 0));
+    wait_orders(&db, sale, 4, Duration::from_secs(30));
+    let findings = crate::support::quantity::findings(&redis, &db, &review);
+    assert!(
+        findings.iter().all(|f| f.0 == "redis_data_loss"),
+        "{findings:?}"
+    );
+    after
+}
+
+#[test]
+fn a_repaired_destination_bucket_keeps_the_units_moved_in_and_sold() {
+    assert_eq!(sell_lose_repair(0), vec![0, 0, 1]);
+}
+
+#[test]
+fn a_repaired_source_bucket_does_not_get_back_the_units_it_gave() {
+    assert_eq!(sell_lose_repair(1), vec![0, 0, 1]);
+}
+
+/// Bucket 1's keys lost (deleted) and then a transfer of 2 units from
+/// bucket 0 to it (as `sale rebalance` makes to a bucket that reads
+/// empty): step 1 is done and step 2 refused ("not loaded"), so the 2
+/// units wait in bucket 0's open record. A buyer of bucket 2 (emptied into
+/// bucket 0, which holds 4) then hears 503 `unavailable`, never `sold_out`
+/// or `not_enough_stock`: every pull first completes the open transfers
+/// and that one cannot be (`sale rebalance` exits 2 on it). The
+/// reconciler finds the loss and pauses the sale; `sale repair` rebuilds
+/// bucket 1 with its share of 3 and the 2 of the open record: 5, the sale's 9
+/// units all there, and exactly 9 are sold; the reconciler finds nothing
+/// new.
+#[test]
+fn a_lost_bucket_with_a_transfer_open_to_it_is_repaired_with_every_unit() {
+    let redis = RedisServer::start();
+    let db = TestDb::create();
+    let dir = TempDir::new();
+    let review = dir.path().join("review.sqlite3");
+    let g = Gateway::start(&redis, &[("SECKILL_GATEWAY_BUYER_RATE", "0")]);
+    let _w = WorkerProc::start(&redis, &db, "w1", &Opts::default());
+    let sale = create(&redis, &db, &review, 9, 3, 3);
+    assert_eq!(lose_bucket(&redis, sale, 1), 2);
+    let mut con = redis.con();
+    let r = transfer::transfer(&mut con, SaleKeys::bucket(sale, 0), 1, 2);
+    let e = r.expect_err("step 2 into a lost bucket").to_string();
+    assert!(e.contains("is not loaded: transfer left open"), "{e}");
+    assert_eq!(units(&redis, sale), (4, 4, 0, 1));
+    assert_eq!(
+        transfer::transfer(&mut con, SaleKeys::bucket(sale, 2), 0, 3).unwrap(),
+        3
+    );
+    assert_eq!(stocks(&redis, sale), vec![4, 0, 0]);
+    let u2 = user_of("lost", 2);
+    let mut c = Client::connect(g.port);
+    let a = buy(&mut c, g.port, sale, &u2, 2, "a");
+    assert_eq!((a.status, a.error.as_str()), (503, "unavailable"), "{a:?}");
+    let (code, out) = seckill_tests::reconciler(&redis, &db, &review, &["run"]);
+    assert_eq!(code, 1, "{out}");
+    assert!(out.contains("observed [redis_data_loss 1]"), "{out}");
+    let (code, out) = seckill_tests::reconciler(
+        &redis,
+        &db,
+        &review,
+        &["sale", "rebalance", &sale.to_string()],
+    );
+    assert_eq!(code, 2, "{out}");
+    assert!(out.contains("not loaded: transfer left open"), "{out}");
+    let a = buy(&mut c, g.port, sale, &u2, 2, "a");
+    assert_eq!((a.status, a.error.as_str()), (503, "sale_paused"), "{a:?}");
+    let (code, out) = seckill_tests::reconciler(
+        &redis,
+        &db,
+        &review,
+        &["sale", "repair", &sale.to_string(), "--by", "hostile"],
+    );
+    assert_eq!(code, 0, "{out}");
+    assert_eq!(units(&redis, sale), (9, 9, 0, 0));
+    assert_eq!(stocks(&redis, sale), vec![4, 5, 0]);
+    let mut sold = 0;
+    for i in 0..20 {
+        let u = format!("lost-late{i}");
+        let a = buy(&mut c, g.port, sale, &u, 1, "a");
+        match (a.status, a.error.as_str()) {
+            (202, _) => sold += 1,
+            (410, "sold_out") => {}
+            _ => panic!("{u}: {a:?}"),
+        }
+    }
+    assert_eq!(sold, 9);
+    assert_eq!(units(&redis, sale), (0, 9, 9, 0));
+    wait_orders(&db, sale, 9, Duration::from_secs(30));
+    let findings = crate::support::quantity::findings(&redis, &db, &review);
+    assert!(
+        findings.iter().all(|f| f.0 == "redis_data_loss"),
+        "{findings:?}"
+    );
+}
