@@ -102,6 +102,42 @@ fn units(redis: &RedisServer, sale: u64) -> (i64, i64, i64, i64) {
     (stocks(redis, sale).iter().sum(), total, held, open)
 }
 
+/// How many times [`live_units`] was read.
+static LIVE_CHECKS: AtomicUsize = AtomicUsize::new(0);
+
+/// The units of `sale` not reserved, read in one script (one Redis
+/// server): every bucket's stock and the units of its open transfers not
+/// yet taken in by their destination (between step 2 and the close they
+/// are in the destination's stock already).
+fn live_units(redis: &RedisServer, sale: u64) -> i64 {
+    let script = redis::Script::new(
+        r"
+local n = 0
+for i = 1, #KEYS, 3 do
+  n = n + tonumber(redis.call('GET', KEYS[i]) or '0')
+  for _, pair in ipairs({redis.call('HGETALL', KEYS[i + 1])}) do
+    for j = 1, #pair, 2 do
+      local rec = cjson.decode(pair[j + 1])
+      if redis.call('HEXISTS', KEYS[3 * rec['to'] + 3], pair[j]) == 0 then
+        n = n + rec['units']
+      end
+    end
+  end
+end
+return n
+",
+    );
+    LIVE_CHECKS.fetch_add(1, Ordering::Relaxed);
+    let mut inv = script.prepare_invoke();
+    for b in 0..K {
+        let k = SaleKeys::bucket(sale, b);
+        inv.key(k.stock())
+            .key(k.transfers_open())
+            .key(k.transfers_in());
+    }
+    inv.invoke(&mut redis.con()).unwrap()
+}
+
 /// One answer: status, error, reservation id, `units_left`.
 #[derive(Debug, Clone)]
 struct Answer {
@@ -131,8 +167,14 @@ fn buy(c: &mut Client, port: u16, sale: u64, user: &str, q: u32, key: &str) -> A
 /// Buys `q` units for `user` until a final answer: 503 is retried with the
 /// same key, `not_enough_stock` with the units left under a new key.
 /// Returns the 202 `(rid, units)`, if any, and the final answer.
+///
+/// With no release in the sale its units left only go down, so as each
+/// `not_enough_stock` with `left` units, or `sold_out`, is heard, the sale
+/// (read at one instant, [`live_units`]) holds at most `left` units, or
+/// none: never an answer that the sale could not cover while it could.
 fn buy_final(
     c: &mut Client,
+    redis: &RedisServer,
     port: u16,
     sale: u64,
     user: &str,
@@ -147,8 +189,17 @@ fn buy_final(
             (410, "not_enough_stock") => {
                 let left = a.left.unwrap() as u32;
                 assert!((1..q).contains(&left), "{user}: {a:?}");
+                let live = live_units(redis, sale);
+                assert!(
+                    live <= i64::from(left),
+                    "{user}: {a:?} with {live} units left"
+                );
                 q = left;
                 n += 1;
+            }
+            (410, "sold_out") => {
+                assert_eq!(live_units(redis, sale), 0, "{user}: sold_out");
+                return (None, a);
             }
             _ => return (None, a),
         }
@@ -156,18 +207,18 @@ fn buy_final(
     panic!("{user}: no final answer");
 }
 
-/// Sales of 10 units over 3 buckets (4/3/3 or so), 3 units per buyer and
-/// per purchase, raced by 45 buyers of all three home buckets at once (9
-/// threads), each asking for 3 and taking what is left on
-/// `not_enough_stock`; five sales in a row, the reconciler running
-/// throughout. Every sale sells exactly 10 units, each purchase whole in
-/// its buyer's home bucket; no purchase sent after a `sold_out` answer
-/// was heard gets a 202 (there are no releases: sold out is final); no
-/// transfer is left open; the reconciler finds nothing.
+/// Sales of 11 and of 4 units over 3 buckets, 3 units per buyer and per
+/// purchase, raced by 45 buyers of all three home buckets at once (9
+/// threads), each asking for 2 or 3 and taking what is left on
+/// `not_enough_stock`; eight sales in a row, the reconciler running
+/// throughout. Every sale sells exactly its units, each purchase whole in
+/// its buyer's home bucket; every `not_enough_stock` and `sold_out` is
+/// true when heard (`buy_final`); no purchase sent after a `sold_out`
+/// answer was heard gets a 202 (there are no releases: sold out is
+/// final); no transfer is left open; the reconciler finds nothing.
 #[test]
 fn buyers_of_every_home_bucket_racing_for_the_last_units_sell_them_once_and_whole() {
     let _crowd = crate::support::crowd();
-    const STOCK: u64 = 11;
     let redis = RedisServer::start();
     let db = TestDb::create();
     let dir = TempDir::new();
@@ -189,7 +240,9 @@ fn buyers_of_every_home_bucket_racing_for_the_last_units_sell_them_once_and_whol
             }
         });
         for round in 0..8 {
-            let sale = create(&redis, &db, &review, STOCK, 3, 3);
+            // 11 units (4/4/3 or so), or 4 (2/1/1): short of most asks.
+            let stock: u64 = if round % 2 == 0 { 11 } else { 4 };
+            let sale = create(&redis, &db, &review, stock, 3, 3);
             let users: Vec<String> = (0..45).map(|i| format!("r{round}u{i}")).collect();
             let homes: Vec<u32> = users.iter().map(|u| home_bucket(u, K)).collect();
             for b in 0..K {
@@ -201,13 +254,14 @@ fn buyers_of_every_home_bucket_racing_for_the_last_units_sell_them_once_and_whol
             std::thread::scope(|s2| {
                 for t in 0..9 {
                     let (sold, heard, late, users) = (&sold, &sold_out_heard, &late_wins, &users);
+                    let redis = &redis;
                     let port = g.port;
                     s2.spawn(move || {
                         let mut c = Client::connect(port);
                         for u in users.iter().skip(t).step_by(9) {
                             let after_sold_out = heard.load(Ordering::Acquire);
                             let q = 2 + u.bytes().last().map_or(0, |b| u32::from(b % 2));
-                            let (won, last) = buy_final(&mut c, port, sale, u, q);
+                            let (won, last) = buy_final(&mut c, redis, port, sale, u, q);
                             match won {
                                 Some((rid, q)) => {
                                     if after_sold_out {
@@ -232,7 +286,7 @@ fn buyers_of_every_home_bucket_racing_for_the_last_units_sell_them_once_and_whol
             let sold_units: u32 = sold.iter().map(|s| s.2).sum();
             assert_eq!(
                 u64::from(sold_units),
-                STOCK,
+                stock,
                 "units answered 202 in sale {sale}"
             );
             assert_eq!(
@@ -250,7 +304,7 @@ fn buyers_of_every_home_bucket_racing_for_the_last_units_sell_them_once_and_whol
                 want,
                 "each purchase whole in its home bucket"
             );
-            assert_eq!(units(&redis, sale), (0, STOCK as i64, STOCK as i64, 0));
+            assert_eq!(units(&redis, sale), (0, stock as i64, stock as i64, 0));
             wait_orders(&db, sale, sold.len() as i64, Duration::from_secs(60));
             let moved: i64 = (0..K)
                 .map(|b| {
@@ -274,8 +328,10 @@ fn buyers_of_every_home_bucket_racing_for_the_last_units_sell_them_once_and_whol
         runs.load(Ordering::Relaxed)
     );
     eprintln!(
-        "(sale, purchases, units moved): {report:?}; {} reconciler runs during the crowd",
-        runs.load(Ordering::Relaxed)
+        "(sale, purchases, units moved): {report:?}; {} reconciler runs during the crowd; \
+         {} not_enough_stock or sold_out answers checked against the units left",
+        runs.load(Ordering::Relaxed),
+        LIVE_CHECKS.load(Ordering::Relaxed)
     );
 }
 
@@ -545,7 +601,8 @@ fn a_sale_whose_every_bucket_and_transfer_record_is_lost_is_repaired_to_its_last
 /// reconciler finds the loss and pauses the sale; `sale repair` rebuilds
 /// bucket 1 with its share of 3 and the 2 of the open record: 5, the sale's 9
 /// units all there, and exactly 9 are sold; the reconciler finds nothing
-/// new.
+/// new. The worker starts after the repair (its loss watch would pause
+/// the sale before the first buyer is heard).
 #[test]
 fn a_lost_bucket_with_a_transfer_open_to_it_is_repaired_with_every_unit() {
     let redis = RedisServer::start();
@@ -553,7 +610,6 @@ fn a_lost_bucket_with_a_transfer_open_to_it_is_repaired_with_every_unit() {
     let dir = TempDir::new();
     let review = dir.path().join("review.sqlite3");
     let g = Gateway::start(&redis, &[("SECKILL_GATEWAY_BUYER_RATE", "0")]);
-    let _w = WorkerProc::start(&redis, &db, "w1", &Opts::default());
     let sale = create(&redis, &db, &review, 9, 3, 3);
     assert_eq!(lose_bucket(&redis, sale, 1), 2);
     let mut con = redis.con();
@@ -590,6 +646,7 @@ fn a_lost_bucket_with_a_transfer_open_to_it_is_repaired_with_every_unit() {
         &["sale", "repair", &sale.to_string(), "--by", "hostile"],
     );
     assert_eq!(code, 0, "{out}");
+    let _w = WorkerProc::start(&redis, &db, "w1", &Opts::default());
     assert_eq!(units(&redis, sale), (9, 9, 0, 0));
     assert_eq!(stocks(&redis, sale), vec![4, 5, 0]);
     let mut sold = 0;
@@ -612,7 +669,9 @@ fn a_lost_bucket_with_a_transfer_open_to_it_is_repaired_with_every_unit() {
     );
 }
 
-/// Units in open transfer records over the buckets of `sale`.
+/// Units in open transfer records over the buckets of `sale` not yet
+/// taken in by their destination (between step 2 and the close they are
+/// in its stock already).
 fn open_units(redis: &RedisServer, sale: u64) -> i64 {
     let mut con = redis.con();
     (0..K)
@@ -621,10 +680,15 @@ fn open_units(redis: &RedisServer, sale: u64) -> i64 {
                 .hgetall(SaleKeys::bucket(sale, b).transfers_open())
                 .unwrap();
             all.iter()
-                .map(|(_, j)| {
-                    transfer::Record::parse(j, transfer::Direction::Out)
-                        .unwrap()
-                        .units as i64
+                .map(|(tid, j)| {
+                    let r = transfer::Record::parse(j, transfer::Direction::Out).unwrap();
+                    let to = SaleKeys::bucket(sale, r.peer);
+                    let taken: bool = redis.con().hexists(to.transfers_in(), tid).unwrap();
+                    if taken {
+                        0
+                    } else {
+                        r.units as i64
+                    }
                 })
                 .sum::<i64>()
         })
@@ -828,7 +892,9 @@ fn units_only_in_a_paused_bucket_are_never_moved_nor_called_sold_out() {
 /// `unavailable`, never `sold_out`; a buyer of bucket 2 still buys 2 there.
 /// The reconciler finds the loss and pauses the sale; `sale repair`
 /// rebuilds it with the 5 units not sold and the open record taken in
-/// (bucket 2's 202 made after the loss reaches MySQL then): exactly 5
+/// (bucket 2's 202 made after the loss reaches MySQL then; no worker runs
+/// from the loss to the repair, so no loss watch pauses the sale before
+/// the reconciler does): exactly 5
 /// more units are sold (9 in all), and nothing new is found.
 #[test]
 fn a_lost_stock_key_stops_pulls_until_the_repair_which_keeps_every_unit() {
@@ -837,12 +903,15 @@ fn a_lost_stock_key_stops_pulls_until_the_repair_which_keeps_every_unit() {
     let dir = TempDir::new();
     let review = dir.path().join("review.sqlite3");
     let g = Gateway::start(&redis, &[("SECKILL_GATEWAY_BUYER_RATE", "0")]);
-    let _w = WorkerProc::start(&redis, &db, "w1", &Opts::default());
+    let w = WorkerProc::start(&redis, &db, "w1", &Opts::default());
     let sale = create(&redis, &db, &review, 9, 3, 3);
     let mut c = Client::connect(g.port);
     let a = buy(&mut c, g.port, sale, &user_of("sk-a", 1), 2, "k");
     assert_eq!(a.status, 202, "{a:?}");
     wait_orders(&db, sale, 1, Duration::from_secs(30));
+    // No worker until the repair: its loss watch would pause the sale
+    // before the buyers below are heard.
+    drop(w);
     let _: () = redis.con().del(SaleKeys::bucket(sale, 1).stock()).unwrap();
     let mut heard = Vec::new();
     for u in [user_of("sk-b", 1), user_of("sk-c", 0), user_of("sk-d", 2)] {
@@ -878,6 +947,7 @@ fn a_lost_stock_key_stops_pulls_until_the_repair_which_keeps_every_unit() {
     // Bucket 2's reservation made after the loss is kept in flight and
     // reaches MySQL once the sale is repaired.
     assert!(out.contains("1 reservations in flight kept"), "{out}");
+    let _w = WorkerProc::start(&redis, &db, "w2", &Opts::default());
     wait_orders(&db, sale, 2, Duration::from_secs(30));
     assert_eq!(
         (units(&redis, sale), open_units(&redis, sale)),
