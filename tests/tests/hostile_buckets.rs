@@ -102,6 +102,9 @@ fn units(redis: &RedisServer, sale: u64) -> (i64, i64, i64, i64) {
     (stocks(redis, sale).iter().sum(), total, held, open)
 }
 
+/// How many 503 answers [`buy_final`] retried.
+static RETRIED: AtomicUsize = AtomicUsize::new(0);
+
 /// How many times [`live_units`] was read.
 static LIVE_CHECKS: AtomicUsize = AtomicUsize::new(0);
 
@@ -185,7 +188,10 @@ fn buy_final(
         let a = buy(c, port, sale, user, q, &format!("k{n}"));
         match (a.status, a.error.as_str()) {
             (202, _) => return (Some((a.rid.clone().unwrap(), q)), a),
-            (503, _) => std::thread::sleep(Duration::from_millis(2)),
+            (503, _) => {
+                RETRIED.fetch_add(1, Ordering::Relaxed);
+                std::thread::sleep(Duration::from_millis(2));
+            }
             (410, "not_enough_stock") => {
                 let left = a.left.unwrap() as u32;
                 assert!((1..q).contains(&left), "{user}: {a:?}");
@@ -329,9 +335,10 @@ fn buyers_of_every_home_bucket_racing_for_the_last_units_sell_them_once_and_whol
     );
     eprintln!(
         "(sale, purchases, units moved): {report:?}; {} reconciler runs during the crowd; \
-         {} not_enough_stock or sold_out answers checked against the units left",
+         {} not_enough_stock or sold_out answers checked against the units left; {} 503s retried",
         runs.load(Ordering::Relaxed),
-        LIVE_CHECKS.load(Ordering::Relaxed)
+        LIVE_CHECKS.load(Ordering::Relaxed),
+        RETRIED.load(Ordering::Relaxed)
     );
 }
 
@@ -724,9 +731,10 @@ fn try_buy(port: u16, sale: u64, user: &str, q: u32, key: &str) -> Option<Answer
 /// A sale of 900 units over 3 buckets, 3 per buyer and purchase, bought by
 /// 6 threads of buyers of every home bucket (1-3 units each, a lost answer
 /// or a 503 retried with the same key, `not_enough_stock` with the units
-/// left under a new key) while the gateway is killed with SIGKILL 4 times
-/// (a new one started each time). At each kill, with no gateway running,
-/// the units are conserved exactly: stock + units reserved + units in open
+/// left under a new key) while the gateway is killed with SIGKILL every
+/// 150 ms, up to 4 times while the crowd lasts (a new one started each
+/// time). At each kill, with no gateway running, the units are conserved
+/// exactly: stock + units reserved + units in open
 /// transfers = 900. At the end exactly 900 units are answered 202 (each
 /// reservation id once, retries of a lost answer replayed), they are
 /// exactly the flow records, each in its buyer's home bucket, and the
@@ -800,6 +808,7 @@ fn gateways_killed_mid_crowd_lose_and_double_no_unit_of_a_split_sale() {
             port.store(g.port, Ordering::Release);
         }
     });
+    assert!(!at_kills.is_empty());
     let won = won.into_inner().unwrap();
     let sold: u32 = won.values().map(|w| w.1).sum();
     assert_eq!(i64::from(sold), STOCK);
