@@ -58,6 +58,7 @@ mod ha_mysql_failover;
 mod ha_mysql_replica;
 mod ha_redis_sentinel;
 mod harness_isolation;
+mod hostile_buckets;
 mod hostile_units;
 mod load_cli;
 mod load_quantities;
