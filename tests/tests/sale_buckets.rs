@@ -356,6 +356,7 @@ fn a_transfer_interrupted_between_its_steps_is_completed_once_by_the_reconciler(
             "0",
             "0",
             "0",
+            "0",
             "0/1/1"
         ]
     );
