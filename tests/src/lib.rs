@@ -445,11 +445,7 @@ pub fn create_windowed_split_sale(
 ) -> u64 {
     let shards = shards.to_string();
     let extra = ["--payment-window", window, "--shards", &shards];
-    let (code, out) = sale_create(redis, db, review, "LC-1", stock, &extra);
-    assert_eq!(code, 0, "{out}");
-    out.lines()
-        .find_map(|l| l.trim().parse().ok())
-        .expect("the new sale id")
+    sale_created(redis, db, review, "LC-1", stock, &extra).0
 }
 
 /// Runs `seckill-reconciler sale create` of a sale `sku` of `stock` units
@@ -481,6 +477,22 @@ pub fn sale_create(
     ];
     args.extend(extra);
     reconciler(redis, db, review, &args)
+}
+
+/// [`sale_create`] that must succeed: the new sale's id and the command's
+/// output.
+pub fn sale_created(
+    redis: &impl cluster::TestRedis,
+    db: &TestDb,
+    review: &Path,
+    sku: &str,
+    stock: u64,
+    extra: &[&str],
+) -> (u64, String) {
+    let (code, out) = sale_create(redis, db, review, sku, stock, extra);
+    assert_eq!(code, 0, "{out}");
+    let id = out.lines().find_map(|l| l.trim().parse().ok());
+    (id.expect("the new sale id"), out)
 }
 
 /// Runs `seckill-reconciler ARGS` ([`command`]) against the test's Redis

@@ -25,34 +25,16 @@ const K: u32 = 3;
 /// Creates a sale of `stock` units over [`K`] buckets, `l` units per buyer
 /// and `q` per purchase, open now for an hour; returns its id.
 fn create(redis: &RedisServer, db: &TestDb, review: &Path, stock: u64, l: u32, q: u32) -> u64 {
-    let (stock, l, q) = (stock.to_string(), l.to_string(), q.to_string());
-    let (code, out) = seckill_tests::reconciler(
-        redis,
-        db,
-        review,
-        &[
-            "sale",
-            "create",
-            "--sku",
-            "HOSTILE-SPLIT",
-            "--stock",
-            &stock,
-            "--starts-at",
-            "now",
-            "--ends-at",
-            "now+1h",
-            "--shards",
-            "3",
-            "--max-per-buyer",
-            &l,
-            "--max-per-purchase",
-            &q,
-        ],
-    );
-    assert_eq!(code, 0, "{out}");
-    out.lines()
-        .find_map(|l| l.trim().parse().ok())
-        .expect("the new sale id")
+    let (l, q) = (l.to_string(), q.to_string());
+    let args = [
+        "--shards",
+        "3",
+        "--max-per-buyer",
+        &l,
+        "--max-per-purchase",
+        &q,
+    ];
+    seckill_tests::sale_created(redis, db, review, "HOSTILE-SPLIT", stock, &args).0
 }
 
 /// Each bucket's stock.

@@ -42,18 +42,7 @@ fn create_with(
     stock: u64,
     extra: &[&str],
 ) -> u64 {
-    let stock = stock.to_string();
     let mut args = vec![
-        "sale",
-        "create",
-        "--sku",
-        "QTY-SPLIT",
-        "--stock",
-        &stock,
-        "--starts-at",
-        "now",
-        "--ends-at",
-        "now+1h",
         "--shards",
         "3",
         "--max-per-buyer",
@@ -62,15 +51,12 @@ fn create_with(
         "3",
     ];
     args.extend(extra);
-    let (code, out) = seckill_tests::reconciler(redis, db, review, &args);
-    assert_eq!(code, 0, "{out}");
+    let (id, out) = seckill_tests::sale_created(redis, db, review, "QTY-SPLIT", stock, &args);
     assert!(
         out.contains("in 3 buckets, up to 4 units per buyer, 3 per purchase"),
         "{out}"
     );
-    out.lines()
-        .find_map(|l| l.trim().parse().ok())
-        .expect("the new sale id")
+    id
 }
 
 /// Each bucket's stock.

@@ -69,11 +69,7 @@ pub fn create(redis: &impl TestRedis, db: &TestDb, review: &Path, terms: &Terms<
     if terms.rebuy {
         args.push("--rebuy-after-release");
     }
-    let (code, out) = sale_create(redis, db, review, terms.stock, &args);
-    assert_eq!(code, 0, "{out}");
-    out.lines()
-        .find_map(|l| l.trim().parse().ok())
-        .expect("the new sale id")
+    seckill_tests::sale_created(redis, db, review, "QTY-1", terms.stock, &args).0
 }
 
 /// Reserves `n` units of `sale` for `user` under idempotency key `key` as
