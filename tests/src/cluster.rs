@@ -187,6 +187,30 @@ impl RedisCluster {
         assert!(ok, "kill -{signal} {pid}");
     }
 
+    /// A connection to the master on `master` (with no cluster routing)
+    /// after its replica on `replica` has every write so far (`WAIT 1`) and
+    /// is then cut off from it: the replica is stopped and the master
+    /// closes its link (what a stopped process has in its socket buffer it
+    /// would still read once let go), so the writes the master
+    /// acknowledges from now on are not replicated.
+    pub fn cut_off_replica(&self, master: u16, replica: u16) -> redis::Connection {
+        let mut m = node_con(master).expect("the master");
+        let acked: i64 = redis::cmd("WAIT")
+            .arg(1)
+            .arg(5000)
+            .query(&mut m)
+            .expect("WAIT");
+        assert_eq!(acked, 1, "the replica on {replica} has every write");
+        self.signal(replica, "STOP");
+        redis::cmd("CLIENT")
+            .arg("KILL")
+            .arg("TYPE")
+            .arg("replica")
+            .exec(&mut m)
+            .expect("CLIENT KILL TYPE replica");
+        m
+    }
+
     /// `(first, last, master port, replica port)` rows of `CLUSTER SLOTS`.
     fn slots(&self) -> Vec<(u16, u16, u16, Option<u16>)> {
         for n in self.nodes.iter().filter(|n| n.child.is_some()) {

@@ -54,19 +54,7 @@ fn a_killed_master_of_the_sale_fails_over_and_every_lost_reservation_is_found_an
     wait_orders(&db, sale, 100, Duration::from_secs(30));
 
     // The replica misses the next 50: acknowledged, ordered, then lost.
-    // Stopped, and its link closed by the master (what a stopped process
-    // has in its socket buffer it would still read once let go).
-    cluster.signal(replica, "STOP");
-    let mut m = redis::Client::open(format!("redis://127.0.0.1:{master}/"))
-        .unwrap()
-        .get_connection()
-        .unwrap();
-    redis::cmd("CLIENT")
-        .arg("KILL")
-        .arg("TYPE")
-        .arg("replica")
-        .exec(&mut m)
-        .unwrap();
+    let _m = cluster.cut_off_replica(master, replica);
     rids.extend(buy_all(g.port, sale, (100..150).map(|i| format!("u{i}"))));
     wait_orders(&db, sale, 150, Duration::from_secs(30));
     seckill_tests::wait_until(Duration::from_secs(10), "the watch to see 150", || {

@@ -171,20 +171,8 @@ fn a_killed_master_of_a_split_sale_pauses_it_every_lost_order_is_found_and_the_r
     );
     let mut holders = wins(&a1);
     wait_orders(&db, sale, BEFORE as i64, Duration::from_secs(60));
-    let mut m = redis::Client::open(format!("redis://127.0.0.1:{master}/"))
-        .unwrap()
-        .get_connection()
-        .unwrap();
     // The replica has all of it before it is cut off.
-    let acked: i64 = redis::cmd("WAIT").arg(1).arg(5000).query(&mut m).unwrap();
-    assert_eq!(acked, 1);
-    cluster.signal(replica, "STOP");
-    redis::cmd("CLIENT")
-        .arg("KILL")
-        .arg("TYPE")
-        .arg("replica")
-        .exec(&mut m)
-        .unwrap();
+    let mut m = cluster.cut_off_replica(master, replica);
     let cut = &users[BEFORE..BEFORE + CUT];
     let (a2, rest) = crowd(g.port, sale, cut, false, Duration::from_secs(60));
     assert!(
