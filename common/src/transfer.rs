@@ -85,14 +85,20 @@ return 1
 /// `KEYS`: a bucket's meta, stock, `transfers:open`. Replies `{stock,
 /// moved_in, open, seq}`: its stock, units ever taken in, transfers out
 /// not yet confirmed, and its reservation sequence.
-const SNAPSHOT_LUA: &str = r#"
-local m = redis.call('HMGET', KEYS[1], 'total_stock', 'releases', 'moved_in')
+const SNAPSHOT_LUA: &str = concat!(
+    r#"
+local m = redis.call('HMGET', KEYS[1], 'total_stock', 'releases', 'moved_in', '"#,
+    crate::paused_field!(),
+    r#"')
 local stock = tonumber(redis.call('GET', KEYS[2]) or '0') or 0
 local total = tonumber(m[1] or '0') or 0
 local seq = total - stock + (tonumber(m[2] or '0') or 0)
 if seq < 0 then seq = 0 end
-return {stock, tonumber(m[3] or '0') or 0, redis.call('HLEN', KEYS[3]), seq}
-"#;
+local paused = 0
+if m[4] then paused = 1 end
+return {stock, tonumber(m[3] or '0') or 0, redis.call('HLEN', KEYS[3]), seq, paused}
+"#
+);
 
 fn script(which: &'static str) -> &'static Script {
     static OUT: OnceLock<Script> = OnceLock::new();
@@ -174,13 +180,16 @@ pub struct Snapshot {
     pub open: u64,
     /// The bucket's reservation sequence (`reservation::sequence`).
     pub seq: u64,
+    /// Paused for a data loss (`data_loss::PAUSED_FIELD`): its units are
+    /// not moved ([`TRANSFER_OUT_LUA`] gives none).
+    pub paused: bool,
 }
 
 /// Reads bucket `k` atomically (one script on its slot).
 ///
 /// Errors: Redis failures.
 pub fn snapshot<C: ConnectionLike>(con: &mut C, k: SaleKeys) -> redis::RedisResult<Snapshot> {
-    let (stock, moved_in, open, seq): (i64, u64, u64, u64) = script("snap")
+    let (stock, moved_in, open, seq, paused): (i64, u64, u64, u64, u8) = script("snap")
         .key(k.meta())
         .key(k.stock())
         .key(k.transfers_open())
@@ -190,6 +199,7 @@ pub fn snapshot<C: ConnectionLike>(con: &mut C, k: SaleKeys) -> redis::RedisResu
         moved_in,
         open,
         seq,
+        paused: paused == 1,
     })
 }
 
@@ -353,6 +363,10 @@ pub enum Pull {
     /// Other transfers kept changing the buckets; nothing decided (the
     /// buyer gets 503 and retries, never a false `sold_out`).
     Busy,
+    /// The units asked for are there only with those of buckets paused for
+    /// a data loss, which are not moved: the buyer gets 503 `sale_paused`
+    /// at once (the loss pauses the whole sale until `sale repair`).
+    Paused,
 }
 
 /// How many times [`pull`] looks again before it answers [`Pull::Busy`].
@@ -401,6 +415,9 @@ pub fn pull<C: ConnectionLike>(
             continue;
         }
         let left: i64 = first.iter().map(|s| s.stock.max(0)).sum();
+        if left >= need && movable(&first, home) < need {
+            return Ok(Pull::Paused);
+        }
         if left >= need {
             if move_to(con, &keys, &first, home, need)? > 0 {
                 return Ok(Pull::Ready);
@@ -427,8 +444,19 @@ pub fn pull<C: ConnectionLike>(
     Ok(Pull::Busy)
 }
 
+/// The units `home` could hold by moves from snapshot `snaps`: its own and
+/// those of every bucket not paused.
+fn movable(snaps: &[Snapshot], home: u32) -> i64 {
+    snaps
+        .iter()
+        .enumerate()
+        .filter(|(b, s)| *b == home as usize || !s.paused)
+        .map(|(_, s)| s.stock.max(0))
+        .sum()
+}
+
 /// [`pull`]'s moves: from the fullest buckets of snapshot `snaps` (not
-/// `home`), fullest first, until `home` would hold `need`; each gives the
+/// `home`, none paused), fullest first, until `home` would hold `need`; each gives the
 /// units missing or half its stock rounded up, whichever is more, at most
 /// its stock. Returns the units moved (a donor emptied meanwhile gives
 /// fewer, or none).
@@ -442,7 +470,7 @@ fn move_to<C: ConnectionLike>(
     need: i64,
 ) -> redis::RedisResult<u64> {
     let mut donors: Vec<usize> = (0..snaps.len())
-        .filter(|&b| b != home as usize && snaps[b].stock > 0)
+        .filter(|&b| b != home as usize && snaps[b].stock > 0 && !snaps[b].paused)
         .collect();
     donors.sort_by_key(|&b| std::cmp::Reverse(snaps[b].stock));
     let mut missing = need - snaps[home as usize].stock.max(0);

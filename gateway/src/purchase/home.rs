@@ -256,6 +256,7 @@ pub fn reach_stock(
                     stock: None,
                 })
             }
+            Pull::Paused => return Ok(paused_bucket()),
             // Never for one unit: fewer than one left is sold out.
             Pull::NotEnough { .. } | Pull::Busy => return Err(Unavailable),
         }
@@ -325,10 +326,21 @@ pub fn reach_units(
             }
             Pull::SoldOut { seq } => return answer(ReserveOutcome::SoldOut, seq),
             Pull::NotEnough { left } => return answer(ReserveOutcome::NotEnoughStock(left), 0),
+            Pull::Paused => return Ok(paused_bucket()),
             Pull::Busy => return Err(Unavailable),
         }
     }
     Err(Unavailable)
+}
+
+/// The reply to a purchase whose units are only in buckets paused for a
+/// data loss (`Pull::Paused`): the sale is paused (503 `sale_paused`).
+fn paused_bucket() -> Replied {
+    Replied {
+        outcome: ReserveOutcome::Paused("units only in a paused bucket".into()),
+        seq: 0,
+        stock: None,
+    }
 }
 
 /// For a sale of `k` > 1 buckets whose home bucket `home` answered
