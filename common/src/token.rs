@@ -270,6 +270,24 @@ impl KeySet {
         self.keys.iter().find(|k| k.kid == kid)
     }
 
+    /// The newest key that can sign (the last in the file), or, when none
+    /// can, why, for the file `path`: its keys are public only (the
+    /// gateway's file, `token keygen --public`; an HS256 secret always
+    /// signs), so the text names the signing file keygen wrote with it.
+    pub fn signing_key(&self, path: &str) -> Result<&Key, String> {
+        self.keys
+            .iter()
+            .rev()
+            .find(|k| k.can_sign())
+            .ok_or_else(|| {
+                format!(
+                    "{path}: no key that can sign: the file holds only public keys (the gateway's \
+                 file, `token keygen --public`); give --key the signing file keygen wrote with \
+                 --out (the one holding the private keys)"
+                )
+            })
+    }
+
     /// The JWKS document of these keys (see [`Key::to_jwk`] for `private`).
     pub fn to_jwks(&self, private: bool) -> String {
         let keys: Vec<_> = self.keys.iter().map(|k| k.to_jwk(private)).collect();
@@ -776,6 +794,15 @@ mod tests {
             .mint(&Claims::new("alice", "seckill", 60))
             .unwrap();
         assert_eq!(t.split('.').count(), 3);
+        // The newest key that signs; a public-only file says which to use.
+        assert_eq!(signing.signing_key("k.jwks").unwrap().kid, "e1");
+        let only_public = parse(&KeySet::of(vec![ed]).to_jwks(false)).unwrap();
+        let why = only_public.signing_key("gw.jwks").unwrap_err();
+        assert!(
+            why.starts_with("gw.jwks: no key that can sign: the file holds only public keys")
+                && why.contains("--out"),
+            "{why}"
+        );
     }
 
     #[test]

@@ -123,12 +123,7 @@ pub fn issue(a: &TokenIssue, audience: &str, max_ttl: Duration) -> Result<u8, To
         Some(kid) => set
             .find(kid)
             .ok_or_else(|| TokenError::Kid(format!("{}: no key with kid {kid:?}", a.key)))?,
-        None => set
-            .keys
-            .iter()
-            .rev()
-            .find(|k| k.can_sign())
-            .ok_or_else(|| TokenError::Kid(no_signing_key(&a.key)))?,
+        None => set.signing_key(&a.key).map_err(TokenError::Kid)?,
     };
     let signer = Signer::new(key).map_err(TokenError::Mint)?;
     let aud = a.audience.as_deref().unwrap_or(audience);
@@ -142,17 +137,6 @@ pub fn issue(a: &TokenIssue, audience: &str, max_ttl: Duration) -> Result<u8, To
         outln!("{}", signer.mint(&claims).map_err(TokenError::Mint)?);
     }
     Ok(0)
-}
-
-/// Why `path` cannot sign when it loads and none of its keys can: it holds
-/// public keys only (the gateway's `--public` file; an HS256 secret always
-/// signs), so the text names the signing file keygen wrote with it.
-fn no_signing_key(path: &str) -> String {
-    format!(
-        "{path}: no key that can sign: the file holds only public keys (the gateway's file, \
-         `token keygen --public`); give --key the signing file keygen wrote with --out \
-         (the one holding the private keys)"
-    )
 }
 
 /// `s` seconds as an operator writes them: `24h`, `90m`, `45s`.

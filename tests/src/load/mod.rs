@@ -254,11 +254,8 @@ fn mint_tokens(
     let set = seckill_common::token::load(path)
         .map_err(|e| LoadError::Key(format!("{}: {e}", path.display())))?;
     let key = set
-        .keys
-        .iter()
-        .rev()
-        .find(|k| k.can_sign())
-        .ok_or_else(|| LoadError::Key(format!("{}: no key that can sign", path.display())))?;
+        .signing_key(&path.display().to_string())
+        .map_err(LoadError::Key)?;
     eprintln!("load: minting {} tokens with key {}", o.users, key.kid);
     // Valid well past the longest run (drain timeout included).
     let ttl_s = 3600 + o.drain_timeout.as_secs();
