@@ -149,6 +149,32 @@ fn buy(c: &mut Client, port: u16, sale: u64, user: &str, q: u32, key: &str) -> A
     }
 }
 
+/// Buyers `PREFIX{i}` (i < `n`) each buy one unit with key `key` until
+/// the sale is sold out: the units they got (any answer but 202 or
+/// `sold_out` fails the test).
+fn sell_the_rest(c: &mut Client, port: u16, sale: u64, prefix: &str, n: usize, key: &str) -> usize {
+    let mut sold = 0;
+    for i in 0..n {
+        let u = format!("{prefix}{i}");
+        let a = buy(c, port, sale, &u, 1, key);
+        match (a.status, a.error.as_str()) {
+            (202, _) => sold += 1,
+            (410, "sold_out") => {}
+            _ => panic!("{u}: {a:?}"),
+        }
+    }
+    sold
+}
+
+/// The review file holds no finding but the data loss the test caused.
+fn only_the_loss(redis: &RedisServer, db: &TestDb, review: &Path) {
+    let findings = crate::support::quantity::findings(redis, db, review);
+    assert!(
+        findings.iter().all(|f| f.0 == "redis_data_loss"),
+        "{findings:?}"
+    );
+}
+
 /// Buys `q` units for `user` until a final answer: 503 is retried with the
 /// same key, `not_enough_stock` with the units left under a new key.
 /// Returns the 202 `(rid, units)`, if any, and the final answer.
@@ -540,27 +566,14 @@ fn sell_lose_repair(lost: u32) -> Vec<i64> {
     );
     assert_eq!(code, 0, "{out}");
     let after = stocks(&redis, sale);
-    let mut sold = 0;
-    for i in 0..12 {
-        let u = format!("rep-late{i}");
-        let a = buy(&mut c, g.port, sale, &u, 1, "k");
-        match (a.status, a.error.as_str()) {
-            (202, _) => sold += 1,
-            (410, "sold_out") => {}
-            _ => panic!("{u}: {a:?}"),
-        }
-    }
+    let sold = sell_the_rest(&mut c, g.port, sale, "rep-late", 12, "k");
     assert_eq!(
         sold, 1,
         "units sold after the repair of bucket {lost} (stocks {after:?})"
     );
     assert_eq!(units(&redis, sale), (0, 9, 9, 0));
     wait_orders(&db, sale, 4, Duration::from_secs(30));
-    let findings = crate::support::quantity::findings(&redis, &db, &review);
-    assert!(
-        findings.iter().all(|f| f.0 == "redis_data_loss"),
-        "{findings:?}"
-    );
+    only_the_loss(&redis, &db, &review);
     after
 }
 
@@ -638,24 +651,11 @@ fn a_lost_bucket_with_a_transfer_open_to_it_is_repaired_with_every_unit() {
     let _w = WorkerProc::start(&redis, &db, "w1", &Opts::default());
     assert_eq!(units(&redis, sale), (9, 9, 0, 0));
     assert_eq!(stocks(&redis, sale), vec![4, 5, 0]);
-    let mut sold = 0;
-    for i in 0..20 {
-        let u = format!("lost-late{i}");
-        let a = buy(&mut c, g.port, sale, &u, 1, "a");
-        match (a.status, a.error.as_str()) {
-            (202, _) => sold += 1,
-            (410, "sold_out") => {}
-            _ => panic!("{u}: {a:?}"),
-        }
-    }
+    let sold = sell_the_rest(&mut c, g.port, sale, "lost-late", 20, "a");
     assert_eq!(sold, 9);
     assert_eq!(units(&redis, sale), (0, 9, 9, 0));
     wait_orders(&db, sale, 9, Duration::from_secs(30));
-    let findings = crate::support::quantity::findings(&redis, &db, &review);
-    assert!(
-        findings.iter().all(|f| f.0 == "redis_data_loss"),
-        "{findings:?}"
-    );
+    only_the_loss(&redis, &db, &review);
 }
 
 /// Units in open transfer records over the buckets of `sale` not yet
@@ -945,22 +945,9 @@ fn a_lost_stock_key_stops_pulls_until_the_repair_which_keeps_every_unit() {
         (units(&redis, sale), open_units(&redis, sale)),
         ((5, 9, 4, 0), 0)
     );
-    let mut sold = 0;
-    for i in 0..20 {
-        let u = format!("sk-late{i}");
-        let a = buy(&mut c, g.port, sale, &u, 1, "k");
-        match (a.status, a.error.as_str()) {
-            (202, _) => sold += 1,
-            (410, "sold_out") => {}
-            _ => panic!("{u}: {a:?}"),
-        }
-    }
+    let sold = sell_the_rest(&mut c, g.port, sale, "sk-late", 20, "k");
     assert_eq!(sold, 5);
     assert_eq!(units(&redis, sale), (0, 9, 9, 0));
     wait_orders(&db, sale, 7, Duration::from_secs(30));
-    let findings = crate::support::quantity::findings(&redis, &db, &review);
-    assert!(
-        findings.iter().all(|f| f.0 == "redis_data_loss"),
-        "{findings:?}"
-    );
+    only_the_loss(&redis, &db, &review);
 }
