@@ -6,7 +6,7 @@
 //! `UNIQUE(reservation_id, reason)`: two runs (or a run repeated after a
 //! crash) can never deduct twice.
 //!
-//! The design note's rule (`../shared/seed/SUMMARY.md`, point 5): an order
+//! The design note's rule (point 5; the note is not part of this repository): an order
 //! whose stock was not deducted is deducted by the job and logged for audit.
 
 use mysql::prelude::Queryable;

@@ -20,7 +20,7 @@
 //! - [`cli_help`]: every command's help text, one entry each.
 //! - [`config`]: the reconciler's settings (the shared Redis and MySQL
 //!   ones, and its own), resolved from the raw environment.
-//! - [`cmd`]: the commands, one file each (`cmd/run.rs` is `run`,
+//! - [`cmd`]: the commands, one file each (`cmd/run/` is `run`,
 //!   `cmd/sale_load.rs` is `sale load`, ...), and the dispatch. No command
 //!   file uses another: what two commands share is below.
 //! - Shared by the commands: [`connect`] (the Redis and MySQL links),

@@ -1,4 +1,4 @@
-//! Owns what `sale repair` writes into each bucket of a sale (`cmd/repair.rs`
+//! Owns what `sale repair` writes into each bucket of a sale (`cmd/repair/`
 //! runs the command, its checks and its audit): the Redis state rebuilt
 //! from MySQL's orders, and each bucket's books rebuilt from the transfer
 //! records of both sides.

@@ -1,7 +1,7 @@
 //! Specifies that a purchase whose Redis call timed out never buys twice,
 //! with `SECKILL_REDIS_TIMEOUT=300ms` and the purchase link warmed up first
 //! (so its connection "had already been in use", the case in which
-//! `redis_link.rs` runs a failed call once more on a fresh connection). Two
+//! `gateway/src/redis/link.rs` runs a failed call once more on a fresh connection). Two
 //! ways Redis stops answering for 1 s:
 //!
 //! - `CLIENT PAUSE 1000 WRITE`: the call waits in Redis unexecuted, the

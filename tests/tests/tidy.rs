@@ -1,5 +1,7 @@
 //! Checks the conventions a reader relies on, on the workspace's own files
-//! (fast, no services): every source path a doc names exists; no doc or
+//! (fast, no services): no file holds a merge's conflict marker; every
+//! source path a doc or a code comment names exists; every doc link to an
+//! anchor finds its heading; no doc or
 //! comment tells the history of the work instead of the code (sessions of
 //! work, passes of review, issue numbers, the word before with a colon,
 //! what an earlier build did); every Rust source file opens with a `//!`
@@ -78,6 +80,15 @@ fn path_char(c: char) -> bool {
     c.is_ascii_alphanumeric() || matches!(c, '_' | '.' | '/' | '-' | '@')
 }
 
+/// Whether `token` names a Rust file by a placeholder (`AREA_TOPIC.rs`,
+/// `tests/tests/NAME.rs`): its stem is capitals and underscores.
+fn placeholder(token: &str) -> bool {
+    let last = token.rsplit('/').next().unwrap_or("");
+    last.strip_suffix(".rs").is_some_and(|stem| {
+        !stem.is_empty() && stem.chars().all(|c| c.is_ascii_uppercase() || c == '_')
+    })
+}
+
 /// The source paths `line` names: a top folder, `/`, then a path that ends
 /// in a file extension or a `/` (a folder), with or without a leading
 /// `./`; and Rust files named without their crate (`rules/transfers.rs`).
@@ -102,7 +113,7 @@ fn named_paths(line: &str) -> Vec<String> {
             .strip_prefix("./")
             .unwrap_or(token)
             .trim_end_matches('.');
-        if pattern || token.starts_with(['/', '.']) {
+        if pattern || token.starts_with(['/', '.']) || placeholder(token) {
             continue;
         }
         match token.split_once('/') {
@@ -123,32 +134,56 @@ fn named_paths(line: &str) -> Vec<String> {
     out
 }
 
+/// Whether a path [`named_paths`] found exists: a path under a top folder
+/// from the root, a Rust file named without its crate as the end of some
+/// Rust file's path.
+struct PathIndex {
+    root: PathBuf,
+    rust_files: Vec<String>,
+}
+
+impl PathIndex {
+    fn new(root: &Path) -> Self {
+        let rust_files = [
+            "common",
+            "gateway",
+            "worker",
+            "reconciler",
+            "tests",
+            "vendor",
+        ]
+        .iter()
+        .flat_map(|d| files_under(root, d))
+        .filter(|f| f.ends_with(".rs"))
+        .map(|f| format!("/{f}"))
+        .collect();
+        PathIndex {
+            root: root.to_path_buf(),
+            rust_files,
+        }
+    }
+
+    fn exists(&self, p: &str) -> bool {
+        match p.split_once('/') {
+            Some((top, _)) if TOP.contains(&top) => self.root.join(p).exists(),
+            _ => self
+                .rust_files
+                .iter()
+                .any(|f| f.ends_with(&format!("/{p}"))),
+        }
+    }
+}
+
 #[test]
 fn every_source_path_a_doc_names_exists() {
     let root = root();
-    let rust_files: Vec<String> = [
-        "common",
-        "gateway",
-        "worker",
-        "reconciler",
-        "tests",
-        "vendor",
-    ]
-    .iter()
-    .flat_map(|d| files_under(&root, d))
-    .filter(|f| f.ends_with(".rs"))
-    .map(|f| format!("/{f}"))
-    .collect();
-    let exists = |p: &str| match p.split_once('/') {
-        Some((top, _)) if TOP.contains(&top) => root.join(p).exists(),
-        _ => rust_files.iter().any(|f| f.ends_with(&format!("/{p}"))),
-    };
+    let index = PathIndex::new(&root);
     let mut missing = Vec::new();
     for doc in docs(&root) {
         let text = fs::read_to_string(root.join(&doc)).expect("a doc is readable");
         for (n, line) in text.lines().enumerate() {
             for p in named_paths(line) {
-                if !exists(&p) {
+                if !index.exists(&p) {
                     missing.push(format!("{doc}:{}: `{p}` does not exist", n + 1));
                 }
             }
@@ -157,6 +192,33 @@ fn every_source_path_a_doc_names_exists() {
     assert!(
         missing.is_empty(),
         "docs name source paths that do not exist (fix the path or the sentence):\n{}",
+        missing.join("\n")
+    );
+}
+
+#[test]
+fn every_source_path_a_comment_names_exists() {
+    let root = root();
+    let index = PathIndex::new(&root);
+    let mut missing = Vec::new();
+    for file in commented_files(&root) {
+        let Ok(text) = fs::read_to_string(root.join(&file)) else {
+            continue;
+        };
+        // A comment may name a path from its own crate's folder
+        // (`tests/main.rs` in the `tests` crate).
+        let krate = root.join(file.split('/').next().unwrap_or(""));
+        for (line, comment) in comments(&file, &text) {
+            for p in named_paths(&comment) {
+                if !index.exists(&p) && !krate.join(&p).exists() {
+                    missing.push(format!("{file}:{line}: `{p}` does not exist"));
+                }
+            }
+        }
+    }
+    assert!(
+        missing.is_empty(),
+        "comments name source paths that do not exist (fix the path or the sentence):\n{}",
         missing.join("\n")
     );
 }
@@ -336,11 +398,16 @@ fn every_rust_file_opens_with_what_it_owns() {
 const MAX_FN_LINES: usize = 100;
 
 /// The functions of `text` (outside its tests: what follows its first
-/// `#[cfg(test)]`) longer than [`MAX_FN_LINES`], as (line, length): a `fn`
-/// line and the first line after it that closes at its indent.
+/// `#[cfg(test)]`) longer than [`MAX_FN_LINES`], as (line, length).
 fn long_functions(text: &str) -> Vec<(usize, usize)> {
     let code = text.split("#[cfg(test)]").next().unwrap_or(text);
-    let lines: Vec<&str> = code.lines().collect();
+    functions_over(code, MAX_FN_LINES)
+}
+
+/// The functions of `text` longer than `limit` lines, as (line, length): a
+/// `fn` line and the first line after it that closes at its indent.
+fn functions_over(text: &str, limit: usize) -> Vec<(usize, usize)> {
+    let lines: Vec<&str> = text.lines().collect();
     let mut out = Vec::new();
     for (i, line) in lines.iter().enumerate() {
         let t = line.trim_start();
@@ -353,7 +420,7 @@ fn long_functions(text: &str) -> Vec<(usize, usize)> {
         let indent = line.len() - t.len();
         let close = format!("{}}}", " ".repeat(indent));
         if let Some(len) = lines[i + 1..].iter().position(|l| l.trim_end() == close) {
-            if len + 2 > MAX_FN_LINES {
+            if len + 2 > limit {
                 out.push((i + 1, len + 2));
             }
         }
@@ -404,6 +471,10 @@ fn the_checks_see_what_they_look_for() {
         named_paths("(`rules/transfers.rs`, answer.rs)"),
         ["rules/transfers.rs", "answer.rs"]
     );
+    assert_eq!(
+        named_paths("`AREA_TOPIC.rs`, tests/tests/NAME.rs, docs/DESIGN.md"),
+        ["docs/DESIGN.md"]
+    );
     assert!(history("as the hostile pass found").is_some());
     assert!(history("(the hostile pass: up to").is_some());
     assert!(history("(issue 10 §4)").is_some());
@@ -418,4 +489,164 @@ fn the_checks_see_what_they_look_for() {
     assert!(long_functions(&at_most).is_empty());
     assert_eq!(long_functions(&over), [(1, MAX_FN_LINES + 1)]);
     assert!(long_functions(&format!("#[cfg(test)]\n{over}")).is_empty());
+}
+
+/// A merge's conflict marker at the start of `line`: seven `<`, `|` or
+/// `>` then a space or the line's end, or seven `=` alone (built here so
+/// that this file holds none).
+fn conflict_marker(line: &str) -> bool {
+    let opening = ["<", "|", ">"].map(|c| c.repeat(7));
+    opening.iter().any(|m| {
+        line.strip_prefix(m.as_str())
+            .is_some_and(|rest| rest.is_empty() || rest.starts_with(' '))
+    }) || line == "=".repeat(7)
+}
+
+/// Every file of the workspace a merge can touch: all but build output,
+/// version control, vendored code and run folders (see [`skipped`]).
+fn workspace_files(root: &Path) -> Vec<String> {
+    let mut out = Vec::new();
+    for e in fs::read_dir(root).into_iter().flatten().flatten() {
+        let name = e.file_name().to_string_lossy().into_owned();
+        if skipped(&name) {
+            continue;
+        }
+        if e.path().is_dir() {
+            out.extend(files_under(root, &name));
+        } else {
+            out.push(name);
+        }
+    }
+    out
+}
+
+#[test]
+fn no_file_holds_a_conflict_marker() {
+    let root = root();
+    let mut found = Vec::new();
+    for file in workspace_files(&root) {
+        let Ok(text) = fs::read_to_string(root.join(&file)) else {
+            continue; // not text
+        };
+        for (n, line) in text.lines().enumerate() {
+            if conflict_marker(line) {
+                found.push(format!("{file}:{}: {line}", n + 1));
+            }
+        }
+    }
+    assert!(
+        found.is_empty(),
+        "a merge left conflict markers (keep what is true of both sides, then remove them):\n{}",
+        found.join("\n")
+    );
+}
+
+/// GitHub's anchor of a heading: lower case, spaces to `-`, every
+/// character but letters, digits, `-` and `_` dropped.
+fn anchor_of(heading: &str) -> String {
+    heading
+        .trim()
+        .to_lowercase()
+        .chars()
+        .filter(|c| c.is_alphanumeric() || matches!(c, '-' | '_' | ' '))
+        .map(|c| if c == ' ' { '-' } else { c })
+        .collect()
+}
+
+/// The anchors of a Markdown file's headings (outside code blocks), a
+/// repeated one numbered `-1`, `-2`, ... as GitHub numbers them.
+fn anchors(text: &str) -> Vec<String> {
+    let mut out: Vec<String> = Vec::new();
+    let mut in_code = false;
+    for line in text.lines() {
+        if line.starts_with("```") {
+            in_code = !in_code;
+            continue;
+        }
+        let hashes = line.chars().take_while(|c| *c == '#').count();
+        if in_code || !(1..=6).contains(&hashes) || !line[hashes..].starts_with(' ') {
+            continue;
+        }
+        let a = anchor_of(line[hashes..].trim_end_matches('#'));
+        let seen = out
+            .iter()
+            .filter(|o| {
+                **o == a
+                    || o.strip_prefix(&format!("{a}-"))
+                        .is_some_and(|n| n.parse::<u32>().is_ok())
+            })
+            .count();
+        out.push(if seen == 0 { a } else { format!("{a}-{seen}") });
+    }
+    out
+}
+
+/// The `(file, anchor)` of each Markdown link of `line` that names an
+/// anchor: `[x](#a)` (file empty) or `[x](FILE.md#a)`.
+fn anchor_links(line: &str) -> Vec<(String, String)> {
+    let mut out = Vec::new();
+    for part in line.split("](").skip(1) {
+        let target = part.split([')', ' ']).next().unwrap_or("");
+        if let Some((file, anchor)) = target.split_once('#') {
+            if file.is_empty() || file.ends_with(".md") {
+                out.push((file.to_string(), anchor.to_string()));
+            }
+        }
+    }
+    out
+}
+
+#[test]
+fn every_doc_link_to_an_anchor_finds_its_heading() {
+    let root = root();
+    let mut broken = Vec::new();
+    for doc in docs(&root) {
+        let text = fs::read_to_string(root.join(&doc)).expect("a doc is readable");
+        let dir = Path::new(&doc).parent().unwrap_or(Path::new(""));
+        for (n, line) in text.lines().enumerate() {
+            for (file, anchor) in anchor_links(line) {
+                let target = if file.is_empty() {
+                    doc.clone()
+                } else {
+                    dir.join(&file).to_string_lossy().into_owned()
+                };
+                let Ok(target_text) = fs::read_to_string(root.join(&target)) else {
+                    broken.push(format!("{doc}:{}: `{file}` does not exist", n + 1));
+                    continue;
+                };
+                if !anchors(&target_text).contains(&anchor) {
+                    broken.push(format!(
+                        "{doc}:{}: no heading of {target} has the anchor #{anchor}",
+                        n + 1
+                    ));
+                }
+            }
+        }
+    }
+    assert!(
+        broken.is_empty(),
+        "doc links to anchors that no heading has (fix the link or the heading):\n{}",
+        broken.join("\n")
+    );
+}
+
+#[test]
+fn the_new_checks_see_what_they_look_for() {
+    let marker = format!("{} HEAD", "<".repeat(7));
+    assert!(conflict_marker(&marker));
+    assert!(conflict_marker(&"=".repeat(7)));
+    assert!(!conflict_marker(&format!(" {marker}")));
+    assert!(!conflict_marker("<<< not one"));
+    assert_eq!(
+        anchor_of("Operator commands (`seckill-reconciler`)"),
+        "operator-commands-seckill-reconciler"
+    );
+    assert_eq!(anchors("# A\n```\n# not\n```\n## A\n"), ["a", "a-1"]);
+    assert_eq!(
+        anchor_links("see [x](docs/OPERATIONS.md#the-demo) and [y](#a-b), [z](https://e/#q)"),
+        [
+            ("docs/OPERATIONS.md".to_string(), "the-demo".to_string()),
+            (String::new(), "a-b".to_string())
+        ]
+    );
 }

@@ -3,8 +3,8 @@
 //! beyond it is answered 503 `overloaded` at once instead of queueing
 //! behind the others, so the latency of admitted purchases stays flat as
 //! the offered load grows (measured by `scripts/bench-shed.sh`). Only
-//! purchases take a place (`purchase.rs`): reads are bounded by the shared
-//! Redis links instead (`redis_link.rs`, `LinkPool`), so a shed buyer can
+//! purchases take a place (`purchase/mod.rs`): reads are bounded by the shared
+//! Redis links instead (`redis/link.rs`, `LinkPool`), so a shed buyer can
 //! still read its status (docs/LIMITS.md).
 
 use std::sync::atomic::{AtomicUsize, Ordering};

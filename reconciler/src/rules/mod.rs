@@ -2,7 +2,7 @@
 //! read into observations (see `review/findings.rs` for how they become
 //! findings). [`reconcile_sale`] applies the record-by-record rules to one
 //! sale's [`SaleScan`] (`scan.rs`); the two sale-wide rules run before it,
-//! from `cmd/run.rs`, and decide whether it runs at all.
+//! from `cmd/run/`, and decide whether it runs at all.
 //!
 //! | rule | file | finding |
 //! |---|---|---|
