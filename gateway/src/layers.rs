@@ -94,21 +94,59 @@ fn layer(rel: &str) -> &str {
     first.strip_suffix(".rs").unwrap_or(first)
 }
 
-/// The crate modules `text` names (`crate::X`), outside its tests.
+/// The crate modules `text` names (`crate::X`, and each of a grouped
+/// `crate::{X, Y::z}`), outside its tests.
 fn named(text: &str) -> Vec<String> {
     let code = text.split("#[cfg(test)]").next().unwrap_or(text);
     let mut out = Vec::new();
     for (i, _) in code.match_indices("crate::") {
         let rest = &code[i + "crate::".len()..];
-        let name: String = rest
-            .chars()
-            .take_while(|c| c.is_ascii_alphanumeric() || *c == '_')
-            .collect();
-        if !name.is_empty() && !out.contains(&name) {
-            out.push(name);
+        let names = match rest.strip_prefix('{') {
+            Some(group) => group_heads(group),
+            None => vec![ident(rest)],
+        };
+        for name in names {
+            if !name.is_empty() && !out.contains(&name) {
+                out.push(name);
+            }
         }
     }
     out
+}
+
+/// The identifier `s` starts with.
+fn ident(s: &str) -> String {
+    s.chars()
+        .take_while(|c| c.is_ascii_alphanumeric() || *c == '_')
+        .collect()
+}
+
+/// The first name of each item of a `{...}` group whose text follows the
+/// opening brace: the items are split at commas outside inner braces.
+fn group_heads(group: &str) -> Vec<String> {
+    let mut heads = Vec::new();
+    let mut depth = 0usize;
+    let mut item_start = true;
+    for (i, c) in group.char_indices() {
+        match c {
+            '{' => depth += 1,
+            '}' if depth == 0 => break,
+            '}' => depth -= 1,
+            ',' if depth == 0 => item_start = true,
+            c if item_start && !c.is_whitespace() => {
+                heads.push(ident(&group[i..]));
+                item_start = false;
+            }
+            _ => {}
+        }
+    }
+    heads
+}
+
+#[test]
+fn grouped_imports_are_counted() {
+    let text = "use crate::{\n    http::Reply,\n    redis::{link, fitness},\n    metrics,\n};\nuse crate::config::X;";
+    assert_eq!(named(text), ["http", "redis", "metrics", "config"]);
 }
 
 #[test]
