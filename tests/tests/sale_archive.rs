@@ -148,8 +148,24 @@ fn archive_rows(review: &Path) -> Vec<(i64, String, String)> {
     rows.collect::<Result<_, _>>().unwrap()
 }
 
-#[test]
-fn ten_ended_sales_are_archived_once_each_leaving_only_tombstones() {
+/// The sales of [`ten_ended_sales_are_archived_once_each_leaving_only_tombstones`]
+/// and what serves them (the gateway and the worker stop first).
+struct TenSales {
+    g: Gateway,
+    _w: WorkerProc,
+    first: u64,
+    late_sale: u64,
+    sales: Vec<(u64, u32)>,
+    review: std::path::PathBuf,
+    _dir: TempDir,
+    db: TestDb,
+    redis: RedisServer,
+}
+
+/// Ten sales of every kind, three orders each: 1-3 paid, 4-6 expired
+/// (sale 4 with a late payment), 7-9 final at creation, 10 split over
+/// 3 buckets; none ended yet.
+fn ten_sales_bought_paid_and_expired() -> TenSales {
     let redis = RedisServer::start();
     let db = TestDb::create();
     let dir = TempDir::new();
@@ -207,14 +223,34 @@ fn ten_ended_sales_are_archived_once_each_leaving_only_tombstones() {
     seckill_tests::wait_until(LONG, "the late payment recorded", || {
         db.count("SELECT COUNT(*) FROM payments WHERE outcome = 'late_payment'") == 1
     });
+    TenSales {
+        g,
+        _w,
+        first: sales[0].0,
+        late_sale,
+        sales,
+        review,
+        _dir: dir,
+        db,
+        redis,
+    }
+}
 
+/// Refusals that change nothing: not ended; ended (aged two hours) but
+/// no run since it settled; an open finding.
+fn archives_before_their_time_are_refused(t: &TenSales) {
+    let redis = &t.redis;
+    let db = &t.db;
+    let review = t.review.as_path();
+    let sales = t.sales.clone();
+    let first = t.first;
+    let late_sale = t.late_sale;
     // Not ended: refused, nothing changed.
-    let (first, _) = sales[0];
-    let before = sales_state(&redis, first);
+    let before = sales_state(redis, first);
     let (code, out) = reconciler(
-        &redis,
-        &db,
-        &review,
+        redis,
+        db,
+        review,
         "off",
         &["sale", "archive", &first.to_string(), "--by", "op"],
     );
@@ -223,19 +259,19 @@ fn ten_ended_sales_are_archived_once_each_leaving_only_tombstones() {
         out.contains("a minute (or SECKILL_RECONCILE_GRACE) after its end, not before"),
         "{out}"
     );
-    assert_eq!(sales_state(&redis, first), before);
+    assert_eq!(sales_state(redis, first), before);
 
     for &(id, k) in &sales {
-        age(&db, &redis, id, k, 2 * 3_600_000);
+        age(db, redis, id, k, 2 * 3_600_000);
     }
     // Ended two hours ago, but no run has started since it settled (its end
     // + the grace): refused, and the refusal names that time (a run before
-    // it does not count; the fresh-user pass misread the old wording).
-    let before = sales_state(&redis, first);
+    // it does not count).
+    let before = sales_state(redis, first);
     let (code, out) = reconciler(
-        &redis,
-        &db,
-        &review,
+        redis,
+        db,
+        review,
         "off",
         &["sale", "archive", &first.to_string(), "--by", "op"],
     );
@@ -246,40 +282,50 @@ fn ten_ended_sales_are_archived_once_each_leaving_only_tombstones() {
         )) && out.contains("(its end + the grace): run `seckill-reconciler run` first"),
         "{out}"
     );
-    assert_eq!(sales_state(&redis, first), before);
-    let (code, out) = reconciler(&redis, &db, &review, "off", &["run"]);
+    assert_eq!(sales_state(redis, first), before);
+    let (code, out) = reconciler(redis, db, review, "off", &["run"]);
     assert_eq!(code, 1, "the late payment is open: {out}");
     // With an open finding: refused, nothing changed.
-    let before = sales_state(&redis, late_sale);
+    let before = sales_state(redis, late_sale);
     let (code, out) = reconciler(
-        &redis,
-        &db,
-        &review,
+        redis,
+        db,
+        review,
         "off",
         &["sale", "archive", &late_sale.to_string(), "--by", "op"],
     );
     assert_eq!(code, 1, "{out}");
     assert!(out.contains("1 open finding(s)"), "{out}");
-    assert_eq!(sales_state(&redis, late_sale), before);
+    assert_eq!(sales_state(redis, late_sale), before);
     assert_eq!(
         db.count("SELECT COUNT(*) FROM sales WHERE archived_at IS NOT NULL"),
         0
     );
+}
 
+/// Sale 1 archived by hand, the others by `run`, but the one with an
+/// open finding: only each tombstone is left in Redis.
+fn archives_by_hand_and_by_run_leave_only_tombstones(t: &TenSales) {
+    let redis = &t.redis;
+    let db = &t.db;
+    let review = t.review.as_path();
+    let sales = t.sales.clone();
+    let first = t.first;
+    let late_sale = t.late_sale;
     // By hand, then by `run` (ended 2 h ago, past the default 1 h).
     let (code, out) = reconciler(
-        &redis,
-        &db,
-        &review,
+        redis,
+        db,
+        review,
         "off",
         &["sale", "archive", &first.to_string(), "--by", "op"],
     );
     assert_eq!(code, 0, "{out}");
     assert!(out.contains(&format!("archived sale {first}")), "{out}");
-    let (code, out) = reconciler(&redis, &db, &review, "1h", &["run"]);
+    let (code, out) = reconciler(redis, db, review, "1h", &["run"]);
     assert_eq!(code, 1, "the late payment is still open: {out}");
 
-    let keys = all_keys(&redis);
+    let keys = all_keys(redis);
     for &(id, _) in &sales {
         let mine = keys_of(&keys, id);
         if id == late_sale {
@@ -317,7 +363,12 @@ fn ten_ended_sales_are_archived_once_each_leaving_only_tombstones() {
         db.count("SELECT COUNT(*) FROM sales WHERE archived_at IS NOT NULL"),
         9
     );
+}
 
+/// A late buyer, in a plain and in the split sale: 403 `sale_ended`.
+fn late_buyers_hear_sale_ended(t: &TenSales) {
+    let g = &t.g;
+    let sales = t.sales.clone();
     // A late buyer, in a plain and in the split sale: 403 sale_ended.
     for &(id, _) in [sales[1], sales[9]].iter() {
         let r = buy(g.port, id, "late-buyer");
@@ -329,12 +380,23 @@ fn ten_ended_sales_are_archived_once_each_leaving_only_tombstones() {
         let r = get(g.port, &format!("/v1/sales/{id}"));
         assert_eq!((r.status, r.json()["state"].clone()), (200, "ended".into()));
     }
+}
 
+/// The finding settled (dismissed: refunded), the next run archives the
+/// last sale and leaves no open finding, the one after too; an archived
+/// sale's payments are still checked (the dismissed one is still seen,
+/// and stays closed).
+fn the_settled_finding_lets_run_archive_the_last(t: &TenSales) {
+    let redis = &t.redis;
+    let db = &t.db;
+    let review = t.review.as_path();
+    let sales = t.sales.clone();
+    let late_sale = t.late_sale;
     // The finding settled (dismissed: refunded), the next run archives the
     // last sale and leaves no open finding, the one after too; an archived
     // sale's payments are still checked (the dismissed one is still seen,
     // and stays closed).
-    let (_, json) = reconciler(&redis, &db, &review, "1h", &["findings", "--json"]);
+    let (_, json) = reconciler(redis, db, review, "1h", &["findings", "--json"]);
     let v: serde_json::Value = serde_json::from_str(&json).unwrap();
     let open: Vec<(String, i64)> = v
         .as_array()
@@ -350,9 +412,9 @@ fn ten_ended_sales_are_archived_once_each_leaving_only_tombstones() {
     assert_eq!(open, [("late_payment".to_string(), late_sale as i64)]);
     let fid = v[0]["id"].as_i64().unwrap().to_string();
     let (code, out) = reconciler(
-        &redis,
-        &db,
-        &review,
+        redis,
+        db,
+        review,
         "1h",
         &[
             "resolve",
@@ -366,14 +428,14 @@ fn ten_ended_sales_are_archived_once_each_leaving_only_tombstones() {
     );
     assert_eq!(code, 0, "{out}");
     for _ in 0..2 {
-        let (code, out) = reconciler(&redis, &db, &review, "1h", &["run"]);
+        let (code, out) = reconciler(redis, db, review, "1h", &["run"]);
         assert_eq!(code, 0, "{out}");
         assert!(
             out.contains("observed [late_payment 1], 0 new, 0 reopened, 0 auto-fixed, 0 open"),
             "{out}"
         );
     }
-    let keys = all_keys(&redis);
+    let keys = all_keys(redis);
     for &(id, _) in &sales {
         assert_eq!(keys_of(&keys, id), [SaleKeys::new(id).meta()], "sale {id}");
     }
@@ -381,13 +443,23 @@ fn ten_ended_sales_are_archived_once_each_leaving_only_tombstones() {
         db.count("SELECT COUNT(*) FROM sales WHERE archived_at IS NOT NULL"),
         10
     );
+}
 
+/// Once each in the audit log, with the three refusals; a repeat by hand
+/// changes nothing and says so.
+fn each_archive_is_audited_once(t: &TenSales) {
+    let redis = &t.redis;
+    let db = &t.db;
+    let review = t.review.as_path();
+    let sales = t.sales.clone();
+    let first = t.first;
+    let late_sale = t.late_sale;
     // Once each in the audit log, with the three refusals; a repeat by hand
     // changes nothing and says so.
     let (code, out) = reconciler(
-        &redis,
-        &db,
-        &review,
+        redis,
+        db,
+        review,
         "off",
         &["sale", "archive", &first.to_string(), "--by", "op"],
     );
@@ -410,17 +482,19 @@ fn ten_ended_sales_are_archived_once_each_leaving_only_tombstones() {
             want.push(row("reconciler", "done"));
         }
     }
-    assert_eq!(archive_rows(&review), want);
+    assert_eq!(archive_rows(review), want);
+}
 
+/// `sale show` says archived, by whom.
+fn sale_show_says_archived_by_whom(t: &TenSales) {
+    let redis = &t.redis;
+    let db = &t.db;
+    let review = t.review.as_path();
+    let sales = t.sales.clone();
+    let first = t.first;
     // `sale show` says archived, by whom.
     for &(id, _) in &sales {
-        let (code, out) = reconciler(
-            &redis,
-            &db,
-            &review,
-            "off",
-            &["sale", "show", &id.to_string()],
-        );
+        let (code, out) = reconciler(redis, db, review, "off", &["sale", "show", &id.to_string()]);
         assert_eq!(code, 0, "{out}");
         let by = if id == first { "op" } else { "reconciler" };
         let line = out
@@ -429,6 +503,17 @@ fn ten_ended_sales_are_archived_once_each_leaving_only_tombstones() {
             .unwrap_or_default();
         assert!(line.ends_with(&format!(" by {by}: Redis keeps only its window (a late buyer hears sale_ended); MySQL and the review file keep the rest")), "sale {id}: {out}");
     }
+}
+
+#[test]
+fn ten_ended_sales_are_archived_once_each_leaving_only_tombstones() {
+    let t = ten_sales_bought_paid_and_expired();
+    archives_before_their_time_are_refused(&t);
+    archives_by_hand_and_by_run_leave_only_tombstones(&t);
+    late_buyers_hear_sale_ended(&t);
+    the_settled_finding_lets_run_archive_the_last(&t);
+    each_archive_is_audited_once(&t);
+    sale_show_says_archived_by_whom(&t);
 }
 
 /// An archive killed after MySQL's decision and before its Redis step (the
