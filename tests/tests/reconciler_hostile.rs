@@ -330,19 +330,15 @@ enum Kill {
     OnEffect,
 }
 
-#[test]
-fn every_killed_resolve_ends_with_exactly_one_done_row_and_its_effect_exactly_once() {
-    const EACH: usize = 15; // findings per action: 15 rollbacks, 15 reorders
-    let started = Instant::now();
-    let w = World::new(40);
+/// Findings per action of the kill test: 15 rollbacks, 15 reorders.
+const EACH: usize = 15;
+
+/// Each reservation's message dead-lettered as a worker does: two findings
+/// per reservation (flow_without_order and dead_letter).
+fn dead_letter_every_reservation(w: &World, rids: &[String]) {
     let k = SaleKeys::new(w.sale);
-    let users: Vec<String> = (0..2 * EACH).map(|i| format!("u{i}")).collect();
-    let refs: Vec<&str> = users.iter().map(String::as_str).collect();
-    let rids = w.reserve(&refs);
-    // Each message dead-lettered as a worker does: two findings per
-    // reservation (flow_without_order and dead_letter).
     let mut con = w.redis.con();
-    for rid in &rids {
+    for rid in rids {
         let raw: String = con.hget(k.flow(), rid).unwrap();
         let _: i64 = con.lrem(k.queue(), 0, &raw).unwrap();
         let _: i64 = con.hset(k.status(), rid, "failed").unwrap();
@@ -356,6 +352,154 @@ fn every_killed_resolve_ends_with_exactly_one_done_row_and_its_effect_exactly_on
         };
         let _: i64 = con.lpush(k.dead_letter(), entry.to_json()).unwrap();
     }
+}
+
+/// Whether `resolve ... action` of `rid` has its effect in Redis: the
+/// flow record gone (a rollback), or the message queued (a reorder).
+fn resolve_effect(con: &mut redis::Connection, sale: u64, rid: &str, action: &str) -> bool {
+    let k = SaleKeys::new(sale);
+    if action == "--rollback" {
+        !con.hexists::<_, _, bool>(k.flow(), rid).unwrap()
+    } else {
+        con.lrange::<_, Vec<String>>(k.queue(), 0, -1)
+            .unwrap()
+            .iter()
+            .any(|m| m.contains(rid))
+    }
+}
+
+/// One `resolve FINDING ACTION` killed as `how` says (`usual`: the
+/// command's usual duration), and where in the command the kill landed.
+fn kill_one_resolve(
+    w: &World,
+    (id, rid, action): (&str, &str, &str),
+    how: Kill,
+    usual: Duration,
+    rng: &mut Rng,
+) -> &'static str {
+    let review = w.review_path();
+    let actions_of = |finding: &str| -> i64 {
+        w.review_count(&format!(
+            "SELECT COUNT(*) FROM actions WHERE finding_id = {finding}"
+        ))
+    };
+    let mut con = w.redis.con();
+    let before = actions_of(id);
+    let mut child = seckill_tests::command("seckill-reconciler")
+        .args(["resolve", id, action, "--by", "alice"])
+        .env("SECKILL_MYSQL_URL", w.db.url())
+        .env("SECKILL_REDIS_URL", w.redis.url())
+        .env("SECKILL_REVIEW_DB", &review)
+        .env("RUST_LOG", "off")
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let sqlite = rusqlite::Connection::open(&review).unwrap();
+    let deadline = Instant::now() + usual * 4 + Duration::from_millis(500);
+    match how {
+        Kill::RandomDelay => {
+            let us = rng.below(usual.as_micros() as u64 + 1);
+            std::thread::sleep(Duration::from_micros(us));
+        }
+        Kill::OnStartedRow => {
+            while Instant::now() < deadline {
+                let n: i64 = sqlite
+                    .query_row(
+                        &format!("SELECT COUNT(*) FROM actions WHERE finding_id = {id}"),
+                        [],
+                        |r| r.get(0),
+                    )
+                    .unwrap_or(before);
+                if n > before {
+                    break;
+                }
+            }
+        }
+        Kill::OnEffect => {
+            while Instant::now() < deadline && !resolve_effect(&mut con, w.sale, rid, action) {}
+        }
+    }
+    let _ = child.kill();
+    let _ = child.wait();
+    let after = actions_of(id);
+    match (
+        after - before,
+        resolve_effect(&mut con, w.sale, rid, action),
+    ) {
+        (0, false) => "before the started row",
+        (0, true) => "impossible: an effect without a started row",
+        (1, false) => "between the started row and the effect",
+        (1, true) => "after the effect, before the done row",
+        (_, _) => "after the done row",
+    }
+}
+
+/// Exactly one `done` row per finding (the target and its dead-letter
+/// sibling), each naming the operator; every `started` row completed once.
+fn assert_one_done_row_per_finding(w: &World) {
+    assert_eq!(ids_of(w, "open").len(), 0);
+    assert_eq!(
+        w.review_count(
+            "SELECT COUNT(*) FROM (SELECT finding_id FROM actions WHERE result = 'done'
+               AND actor = 'alice' GROUP BY finding_id HAVING COUNT(*) = 1)"
+        ),
+        (4 * EACH) as i64
+    );
+    assert_eq!(
+        w.review_count("SELECT COUNT(*) FROM actions WHERE result = 'done'"),
+        (4 * EACH) as i64
+    );
+    assert_eq!(
+        w.review_count(
+            "SELECT COUNT(*) FROM actions s WHERE s.result = 'started' AND
+               (SELECT COUNT(*) FROM actions c WHERE c.completes = s.id) <> 1"
+        ),
+        0
+    );
+}
+
+/// Rollbacks moved the stock exactly once each; reorders queued exactly
+/// one copy each, which a worker turns into exactly one order each.
+fn assert_each_effect_once(w: &World, rids: &[String], stock_before: i64) {
+    let k = SaleKeys::new(w.sale);
+    let mut con = w.redis.con();
+    assert_eq!(w.redis_stock(), stock_before + EACH as i64);
+    let queued: Vec<String> = con.lrange(k.queue(), 0, -1).unwrap();
+    assert_eq!(queued.len(), EACH);
+    for rid in &rids[..EACH] {
+        assert!(!con.hexists::<_, _, bool>(k.flow(), rid).unwrap());
+    }
+    for rid in &rids[EACH..] {
+        assert_eq!(
+            queued.iter().filter(|m| m.contains(rid.as_str())).count(),
+            1
+        );
+    }
+    assert_eq!(con.llen::<_, usize>(k.dead_letter()).unwrap(), 0);
+    assert_eq!(
+        con.llen::<_, usize>(k.dead_letter_archive()).unwrap(),
+        2 * EACH
+    );
+    let _worker = worker::WorkerProc::start(&w.redis, &w.db, "w1", &worker::Opts::default());
+    worker::wait_orders(&w.db, w.sale, EACH as i64, Duration::from_secs(30));
+    worker::wait_drained(&w.redis, w.sale, Duration::from_secs(30));
+    assert_eq!(w.sql("SELECT COUNT(*) FROM orders"), EACH as i64);
+    assert_eq!(
+        w.sql("SELECT available_stock FROM sales WHERE id = {sale}"),
+        40 - EACH as i64
+    );
+    assert_eq!(w.run(), 0);
+}
+
+#[test]
+fn every_killed_resolve_ends_with_exactly_one_done_row_and_its_effect_exactly_once() {
+    let started = Instant::now();
+    let w = World::new(40);
+    let users: Vec<String> = (0..2 * EACH).map(|i| format!("u{i}")).collect();
+    let refs: Vec<&str> = users.iter().map(String::as_str).collect();
+    let rids = w.reserve(&refs);
+    dead_letter_every_reservation(&w, &rids);
     assert_eq!(w.run(), 1);
     let open = ids_of(&w, "open");
     assert_eq!(open.len(), 4 * EACH);
@@ -389,75 +533,13 @@ fn every_killed_resolve_ends_with_exactly_one_done_row_and_its_effect_exactly_on
     let seed = seckill_common::now_ms() | 1;
     eprintln!("kill delays: seed {seed}, usual duration {usual:?}");
     let mut rng = Rng(seed);
-    let review = w.review_path();
-    let actions_of = |finding: &str| -> i64 {
-        w.review_count(&format!(
-            "SELECT COUNT(*) FROM actions WHERE finding_id = {finding}"
-        ))
-    };
 
     let mut landed: BTreeMap<&str, usize> = BTreeMap::new();
     for (i, rid) in rids.iter().enumerate() {
         let action = if i < EACH { "--rollback" } else { "--reorder" };
         let how = [Kill::RandomDelay, Kill::OnStartedRow, Kill::OnEffect][i % 3];
         let id = target(rid);
-        let before = actions_of(&id);
-        let mut child = seckill_tests::command("seckill-reconciler")
-            .args(["resolve", &id, action, "--by", "alice"])
-            .env("SECKILL_MYSQL_URL", w.db.url())
-            .env("SECKILL_REDIS_URL", w.redis.url())
-            .env("SECKILL_REVIEW_DB", &review)
-            .env("RUST_LOG", "off")
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap();
-        let t = Instant::now();
-        let effect = |con: &mut redis::Connection| -> bool {
-            if action == "--rollback" {
-                !con.hexists::<_, _, bool>(k.flow(), rid).unwrap()
-            } else {
-                con.llen::<_, usize>(k.queue()).unwrap() > 0
-                    && con
-                        .lrange::<_, Vec<String>>(k.queue(), 0, -1)
-                        .unwrap()
-                        .iter()
-                        .any(|m| m.contains(rid.as_str()))
-            }
-        };
-        let sqlite = rusqlite::Connection::open(&review).unwrap();
-        let deadline = t + usual * 4 + Duration::from_millis(500);
-        match how {
-            Kill::RandomDelay => {
-                let us = rng.below(usual.as_micros() as u64 + 1);
-                std::thread::sleep(Duration::from_micros(us));
-            }
-            Kill::OnStartedRow => {
-                while Instant::now() < deadline {
-                    let n: i64 = sqlite
-                        .query_row(
-                            &format!("SELECT COUNT(*) FROM actions WHERE finding_id = {id}"),
-                            [],
-                            |r| r.get(0),
-                        )
-                        .unwrap_or(before);
-                    if n > before {
-                        break;
-                    }
-                }
-            }
-            Kill::OnEffect => while Instant::now() < deadline && !effect(&mut con) {},
-        }
-        let _ = child.kill();
-        let _ = child.wait();
-        let after = actions_of(&id);
-        let phase = match (after - before, effect(&mut con)) {
-            (0, false) => "before the started row",
-            (0, true) => "impossible: an effect without a started row",
-            (1, false) => "between the started row and the effect",
-            (1, true) => "after the effect, before the done row",
-            (_, _) => "after the done row",
-        };
+        let phase = kill_one_resolve(&w, (&id, rid, action), how, usual, &mut rng);
         *landed.entry(phase).or_default() += 1;
         // Half are completed by a rerun right away, half by the next `run`.
         if i % 2 == 0 {
@@ -473,55 +555,7 @@ fn every_killed_resolve_ends_with_exactly_one_done_row_and_its_effect_exactly_on
         let action = if i < EACH { "--rollback" } else { "--reorder" };
         ok(&w.cmd("0s", &["resolve", &target(rid), action, "--by", "alice"]));
     }
-
-    // Exactly one `done` row per finding (the target and its dead-letter
-    // sibling), each naming the operator; every `started` row completed once.
-    assert_eq!(ids_of(&w, "open").len(), 0);
-    assert_eq!(
-        w.review_count(
-            "SELECT COUNT(*) FROM (SELECT finding_id FROM actions WHERE result = 'done'
-               AND actor = 'alice' GROUP BY finding_id HAVING COUNT(*) = 1)"
-        ),
-        (4 * EACH) as i64
-    );
-    assert_eq!(
-        w.review_count("SELECT COUNT(*) FROM actions WHERE result = 'done'"),
-        (4 * EACH) as i64
-    );
-    assert_eq!(
-        w.review_count(
-            "SELECT COUNT(*) FROM actions s WHERE s.result = 'started' AND
-               (SELECT COUNT(*) FROM actions c WHERE c.completes = s.id) <> 1"
-        ),
-        0
-    );
-    // Rollbacks moved the stock exactly once each; reorders queued exactly
-    // one copy each, which a worker turns into exactly one order each.
-    assert_eq!(w.redis_stock(), stock_before + EACH as i64);
-    let queued: Vec<String> = con.lrange(k.queue(), 0, -1).unwrap();
-    assert_eq!(queued.len(), EACH);
-    for rid in &rids[..EACH] {
-        assert!(!con.hexists::<_, _, bool>(k.flow(), rid).unwrap());
-    }
-    for rid in &rids[EACH..] {
-        assert_eq!(
-            queued.iter().filter(|m| m.contains(rid.as_str())).count(),
-            1
-        );
-    }
-    assert_eq!(con.llen::<_, usize>(k.dead_letter()).unwrap(), 0);
-    assert_eq!(
-        con.llen::<_, usize>(k.dead_letter_archive()).unwrap(),
-        2 * EACH
-    );
-    let _worker = worker::WorkerProc::start(&w.redis, &w.db, "w1", &worker::Opts::default());
-    worker::wait_orders(&w.db, w.sale, EACH as i64, Duration::from_secs(30));
-    worker::wait_drained(&w.redis, w.sale, Duration::from_secs(30));
-    assert_eq!(w.sql("SELECT COUNT(*) FROM orders"), EACH as i64);
-    assert_eq!(
-        w.sql("SELECT available_stock FROM sales WHERE id = {sale}"),
-        40 - EACH as i64
-    );
-    assert_eq!(w.run(), 0);
+    assert_one_done_row_per_finding(&w);
+    assert_each_effect_once(&w, &rids, stock_before);
     eprintln!("wall time {:?}", started.elapsed());
 }
