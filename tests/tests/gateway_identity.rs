@@ -87,17 +87,12 @@ fn assert_401(r: &Resp, code: &str, what: &str) {
     );
 }
 
-#[test]
-fn every_bad_token_is_refused_and_changes_nothing_in_redis() {
-    let redis = RedisServer::start();
-    open_sale(&redis, SALE, 10);
-    let g = Gateway::start(&redis, &[]);
-    let p = g.port;
-    let before = everything(&redis);
-    let body = r#"{"user_id":"mallory"}"#;
+/// Every kind of bad token mallory might send, as (what, the
+/// `Authorization` header or none, the 401's error code); `good` is a
+/// valid token of mallory's, whose signature one case flips.
+fn bad_token_cases(good: &str) -> Vec<(&'static str, Option<String>, &'static str)> {
     let claims = |exp: u64| format!(r#"{{"sub":"mallory","aud":"seckill","exp":{exp}}}"#);
-    let good = token_for("mallory");
-    let mut sig_flipped = good.clone();
+    let mut sig_flipped = good.to_string();
     let last = sig_flipped.pop().unwrap();
     sig_flipped.push(if last == 'A' { 'B' } else { 'A' });
     // The Ed25519 public key of the tests' key file, used as an HS256 secret.
@@ -127,7 +122,7 @@ fn every_bad_token_is_refused_and_changes_nothing_in_redis() {
         .unwrap()
         .mint(&Claims::new("mallory", "seckill", 600))
         .unwrap();
-    let cases: Vec<(&str, Option<String>, &str)> = vec![
+    vec![
         ("no Authorization header", None, "invalid_token"),
         (
             "another scheme",
@@ -220,7 +215,19 @@ fn every_bad_token_is_refused_and_changes_nothing_in_redis() {
             Some(bearer(&mint(&|c| c.sub = "a b".into()))),
             "invalid_token",
         ),
-    ];
+    ]
+}
+
+#[test]
+fn every_bad_token_is_refused_and_changes_nothing_in_redis() {
+    let redis = RedisServer::start();
+    open_sale(&redis, SALE, 10);
+    let g = Gateway::start(&redis, &[]);
+    let p = g.port;
+    let before = everything(&redis);
+    let body = r#"{"user_id":"mallory"}"#;
+    let good = token_for("mallory");
+    let cases = bad_token_cases(&good);
     for (what, auth, code) in &cases {
         let r = buy_with(p, auth.as_deref(), body);
         assert_401(&r, code, what);

@@ -252,6 +252,31 @@ fn dashboard_exprs() -> Vec<String> {
     exprs
 }
 
+/// The sale-progress panel shows the run's exact figures: 20 units, 5
+/// sold, no payment window (so none paid).
+fn assert_sale_progress(p: &Prometheus, sale: u64) {
+    let progress: Vec<(String, f64)> = ["stock", "stock_left", "reserved", "ordered", "paid"]
+        .iter()
+        .map(|what| {
+            let r = p.query(&format!("max by (sale) (seckill_sale_{what})"));
+            assert_eq!(r.len(), 1, "{what}: one sale: {r:?}");
+            let v = r[0]["value"][1].as_str().and_then(|v| v.parse().ok());
+            assert_eq!(r[0]["metric"]["sale"], sale.to_string(), "{what}");
+            (what.to_string(), v.unwrap_or(f64::NAN))
+        })
+        .collect();
+    let want: Vec<(String, f64)> = [
+        ("stock", 20.0),
+        ("stock_left", 15.0),
+        ("reserved", 5.0),
+        ("ordered", 5.0),
+        ("paid", 0.0),
+    ]
+    .map(|(w, v)| (w.to_string(), v))
+    .to_vec();
+    assert_eq!(progress, want);
+}
+
 #[test]
 fn every_dashboard_and_rule_query_works_on_a_real_prometheus_and_a_dead_letter_fires_its_alert() {
     let redis = RedisServer::start();
@@ -290,28 +315,7 @@ fn every_dashboard_and_rule_query_works_on_a_real_prometheus_and_a_dead_letter_f
     for e in &exprs {
         wait_until(LONG, &format!("data for {e}"), || !p.query(e).is_empty());
     }
-    // The sale-progress panel shows the run's exact figures: 20 units, 5
-    // sold, no payment window (so none paid).
-    let progress: Vec<(String, f64)> = ["stock", "stock_left", "reserved", "ordered", "paid"]
-        .iter()
-        .map(|what| {
-            let r = p.query(&format!("max by (sale) (seckill_sale_{what})"));
-            assert_eq!(r.len(), 1, "{what}: one sale: {r:?}");
-            let v = r[0]["value"][1].as_str().and_then(|v| v.parse().ok());
-            assert_eq!(r[0]["metric"]["sale"], sale.to_string(), "{what}");
-            (what.to_string(), v.unwrap_or(f64::NAN))
-        })
-        .collect();
-    let want: Vec<(String, f64)> = [
-        ("stock", 20.0),
-        ("stock_left", 15.0),
-        ("reserved", 5.0),
-        ("ordered", 5.0),
-        ("paid", 0.0),
-    ]
-    .map(|(w, v)| (w.to_string(), v))
-    .to_vec();
-    assert_eq!(progress, want);
+    assert_sale_progress(&p, sale);
 
     // The rules: all loaded, each evaluated without error, each query valid.
     let mut rules: Vec<Value> = Vec::new();

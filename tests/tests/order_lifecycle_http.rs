@@ -188,6 +188,39 @@ fn paid_cancelled_and_expired_units_are_sold_again_and_the_books_balance() {
     assert_eq!(code, 0, "0 findings: {out}");
 }
 
+/// Cancellations of `sale`: no token (401), no purchase (404), then
+/// `pending`'s pending order, twice (202 each, one cancellation): one
+/// order cancelled beside the paid one, its unit back in Redis.
+fn cancellations_answer_as_documented(
+    redis: &RedisServer,
+    db: &TestDb,
+    port: u16,
+    sale: u64,
+    pending: &str,
+) {
+    assert_eq!(me(port, "DELETE", sale, None).status, 401);
+    assert_eq!(
+        me(port, "DELETE", sale, Some("nobody")).error(),
+        "purchase_not_found"
+    );
+    assert_eq!(me(port, "DELETE", sale, Some(pending)).status, 202);
+    wait_until(LONG, "the cancellation in Redis", || {
+        me(port, "GET", sale, Some(pending)).json()["status"] == "cancelled"
+    });
+    assert_eq!(me(port, "DELETE", sale, Some(pending)).status, 202);
+    assert_eq!(
+        order_counts(db, sale),
+        pairs(&[("cancelled", 1), ("paid", 1)])
+    );
+    assert_eq!(
+        redis
+            .con()
+            .get::<_, i64>(SaleKeys::new(sale).stock())
+            .unwrap(),
+        2
+    );
+}
+
 #[test]
 fn refused_payments_change_nothing_and_odd_ones_are_recorded() {
     let redis = RedisServer::start();
@@ -308,28 +341,7 @@ fn refused_payments_change_nothing_and_odd_ones_are_recorded() {
         "pending_payment"
     );
 
-    // Cancellations: no token, no purchase, then the pending one, twice.
-    assert_eq!(me(g.port, "DELETE", sale, None).status, 401);
-    assert_eq!(
-        me(g.port, "DELETE", sale, Some("nobody")).error(),
-        "purchase_not_found"
-    );
-    assert_eq!(me(g.port, "DELETE", sale, Some(&buyers[1])).status, 202);
-    wait_until(LONG, "the cancellation in Redis", || {
-        me(g.port, "GET", sale, Some(&buyers[1])).json()["status"] == "cancelled"
-    });
-    assert_eq!(me(g.port, "DELETE", sale, Some(&buyers[1])).status, 202);
-    assert_eq!(
-        order_counts(&db, sale),
-        pairs(&[("cancelled", 1), ("paid", 1)])
-    );
-    assert_eq!(
-        redis
-            .con()
-            .get::<_, i64>(SaleKeys::new(sale).stock())
-            .unwrap(),
-        2
-    );
+    cancellations_answer_as_documented(&redis, &db, g.port, sale, &buyers[1]);
     let dlq: i64 = redis.con().llen(payment::DEAD_LETTERS).unwrap();
     assert_eq!(dlq, 0);
 
