@@ -3,7 +3,7 @@
 //! (`tests/src/load/invariants.rs`), and each one's verdict.
 
 /// Every invariant `seckill-load` checks when it verifies Redis and MySQL,
-/// in report order (docs/OPERATIONS.md shows a report).
+/// in report order (docs/DEMO.md shows a report).
 pub const INVARIANTS: [&str; 13] = [
     "purchases_answered",
     "hostile_refused",
