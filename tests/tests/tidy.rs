@@ -650,3 +650,31 @@ fn the_new_checks_see_what_they_look_for() {
         ]
     );
 }
+
+#[test]
+fn the_operations_contents_list_every_section() {
+    let root = root();
+    let text = fs::read_to_string(root.join("docs/OPERATIONS.md")).expect("docs/OPERATIONS.md");
+    let first = text.find("\n## ").unwrap_or(text.len());
+    let contents = &text[..first];
+    let mut in_code = false;
+    let mut missing = Vec::new();
+    for line in text[first..].lines() {
+        if line.starts_with("```") {
+            in_code = !in_code;
+        }
+        let heading = line
+            .strip_prefix("## ")
+            .or_else(|| line.strip_prefix("### "));
+        if let Some(h) = heading.filter(|_| !in_code) {
+            if !contents.contains(&format!("(#{})", anchor_of(h))) {
+                missing.push(h.to_string());
+            }
+        }
+    }
+    assert!(
+        missing.is_empty(),
+        "docs/OPERATIONS.md's contents (above its first section) link no entry for:\n{}",
+        missing.join("\n")
+    );
+}
