@@ -678,3 +678,42 @@ fn the_operations_contents_list_every_section() {
         missing.join("\n")
     );
 }
+
+/// Every finding kind the reconciler stores (`Kind` in
+/// `reconciler/src/review/findings.rs`: its `Variant => "name"` lines).
+fn finding_kinds(root: &Path) -> Vec<String> {
+    let src = fs::read_to_string(root.join("reconciler/src/review/findings.rs"))
+        .expect("reconciler/src/review/findings.rs");
+    let start = src.find("pub enum Kind {").expect("the Kind enum");
+    let body = &src[start..];
+    let body = &body[..body.find("\n    }").unwrap_or(body.len())];
+    body.lines()
+        .filter_map(|l| l.split_once("=> \"").map(|(_, r)| r))
+        .filter_map(|r| r.split_once('"').map(|(name, _)| name.to_string()))
+        .collect()
+}
+
+#[test]
+fn every_finding_kind_has_its_settling_command_in_operations() {
+    let root = root();
+    let ops = fs::read_to_string(root.join("docs/OPERATIONS.md")).expect("docs/OPERATIONS.md");
+    let heading = "### Which command settles each finding";
+    let start = ops.find(heading).expect("the settling table's section");
+    let section = &ops[start + heading.len()..];
+    let section = &section[..section.find("\n#").unwrap_or(section.len())];
+    let kinds = finding_kinds(&root);
+    assert!(kinds.len() > 10, "the kinds are read: {kinds:?}");
+    let missing: Vec<&String> = kinds
+        .iter()
+        .filter(|k| {
+            !section
+                .lines()
+                .any(|l| l.starts_with('|') && l.contains(&format!("`{k}`")))
+        })
+        .collect();
+    assert!(
+        missing.is_empty(),
+        "finding kinds with no row in OPERATIONS.md's \"{heading}\" table (a row: the kind in \
+         backticks, then the command that settles it): {missing:?}"
+    );
+}
