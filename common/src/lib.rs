@@ -31,6 +31,8 @@
 //!   [`load_record`]: MySQL's record that a sale was loaded into Redis;
 //!   [`bucket_marks`]: the MySQL marks of each bucket of a split sale.
 //! - [`dead_letter`]: the entry the worker writes to a dead-letter list.
+//! - [`draw`]: the lottery of a draw sale as a pure computation anyone can
+//!   repeat (commitment, buyer hashes, entries digest, order, units).
 //! - [`metrics`]: bucket bounds and the Prometheus text rendering shared on top of `prometheus-client`.
 //! - [`schema`]: MySQL tables, migrations, connection options.
 //! - [`sale`]: a sale and the load script that never overwrites live stock;
@@ -88,6 +90,7 @@ pub mod buyer_units;
 pub mod config;
 pub mod data_loss;
 pub mod dead_letter;
+pub mod draw;
 pub mod early_payment;
 pub mod ids;
 pub mod in_flight;

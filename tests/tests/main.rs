@@ -98,6 +98,7 @@ mod sale_admin;
 mod sale_archive;
 mod sale_buckets;
 mod sale_buckets_lifecycle;
+mod sale_draw;
 mod schema_and_sales;
 mod script_guards;
 mod services_cli;
