@@ -11,6 +11,7 @@
 //! own reservation id, and the sale sells out to exactly 300 orders, no
 //! user with two.
 
+use crate::support::after_repair::holders_409_then_sells_out_exactly;
 use crate::support::gateway as gateway_support;
 use crate::support::worker as worker_support;
 
@@ -116,39 +117,10 @@ fn a_killed_master_of_the_sale_fails_over_and_every_lost_reservation_is_found_an
     );
     assert_eq!(code, 0, "{out}");
 
-    // Every user holding an order: 409 with their own reservation id.
-    for i in 0..150 {
-        let u = format!("u{i}");
-        let r = buy(g.port, sale, &u);
-        assert_eq!(r.status, 409, "{u}: {r:?}");
-        assert_eq!(r.json()["reservation_id"], rids[&u].as_str(), "{u}");
-    }
-    // The gateway took purchases again without a restart: the sale sells
-    // out to exactly its stock.
-    let mut sold = 0;
-    for i in 0..STOCK {
-        let r = buy(g.port, sale, &format!("v{i}"));
-        match r.status {
-            202 => sold += 1,
-            410 => break,
-            s => panic!("v{i}: {s} {r:?}"),
-        }
-    }
-    assert_eq!(sold, STOCK - 150);
-    wait_orders(&db, sale, STOCK as i64, Duration::from_secs(60));
-    assert_eq!(
-        db.count(&format!(
-            "SELECT COUNT(*) FROM orders WHERE sale_id = {sale}"
-        )),
-        STOCK as i64
-    );
-    assert_eq!(
-        db.count(&format!(
-            "SELECT COUNT(*) FROM (SELECT user_id FROM orders WHERE sale_id = {sale} \
-             GROUP BY user_id HAVING COUNT(*) > 1) t"
-        )),
-        0
-    );
+    // Every user holding an order: 409 with their own reservation id; the
+    // gateway took purchases again without a restart: the sale sells out
+    // to exactly its stock.
+    holders_409_then_sells_out_exactly(|u| buy(g.port, sale, u), &rids, 150, &db, (sale, STOCK));
     assert_eq!(
         db.count(&format!(
             "SELECT available_stock FROM sales WHERE id = {sale}"

@@ -19,8 +19,11 @@
 //! - `nginx_install`: nginx installed in a private prefix as
 //!   docs/OPERATIONS.md's Deployment step 6 says.
 //! - `browser`: headless Chromium rendering a local page.
+//! - `after_repair`: the check every repair test ends with (holders 409,
+//!   then the sale sells out exactly).
 //! - This file: [`crowd`], the one-crowd-at-a-time lock.
 
+pub mod after_repair;
 pub mod browser;
 pub mod gateway;
 pub mod lifecycle_http;
