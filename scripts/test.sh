@@ -19,6 +19,10 @@
 #   - prometheus-node-exporter (Debian; tests/tests/ops_prometheus.rs runs
 #     one privately to export the reconciler's metrics file; installed
 #     without starting the system's exporter);
+#   - prometheus-redis-exporter and prometheus-mysqld-exporter (Debian;
+#     tests/tests/ops_exporters.rs runs one of each privately against its
+#     own Redis and MariaDB; installed without starting the system's
+#     exporters);
 #   - nginx (for tests/tests/ops_nginx.rs and ops_nginx_crowd.rs, which
 #     copies Debian's /etc/nginx files into a private prefix; installed
 #     without starting the system's nginx);
@@ -48,6 +52,7 @@ ensure_package systemd-analyze systemd
 ensure_package setpriv util-linux
 ensure_promtool
 ensure_node_exporter
+ensure_store_exporters
 ensure_nginx
 ensure_chromium
 ensure_schemathesis

@@ -68,6 +68,17 @@ ensure_node_exporter() {
     --no-install-recommends prometheus-node-exporter
 }
 
+# ensure_store_exporters: installs Debian's `prometheus-redis-exporter` and
+# `prometheus-mysqld-exporter` (tests/tests/ops_exporters.rs runs one of each
+# privately against its own Redis and MariaDB) without starting the system's
+# exporters.
+ensure_store_exporters() {
+  ensure_package_unstarted prometheus-redis-exporter prometheus-redis-exporter \
+    --no-install-recommends prometheus-redis-exporter
+  ensure_package_unstarted prometheus-mysqld-exporter prometheus-mysqld-exporter \
+    --no-install-recommends prometheus-mysqld-exporter
+}
+
 # ensure_nginx: installs Debian's `nginx` (for tests/tests/ops_nginx.rs,
 # which runs its own private nginx) without starting the system's nginx.
 ensure_nginx() {

@@ -62,6 +62,7 @@ mod load_cli;
 mod load_quantities;
 mod load_state;
 mod metrics_promtool;
+mod ops_exporters;
 mod ops_nginx;
 mod ops_nginx_crowd;
 mod ops_prometheus;

@@ -1,7 +1,8 @@
 //! Runs the shipped monitoring for real: a private Prometheus (Debian's
 //! `prometheus` binary; free port, data in a temp dir, 1 s scrape and rule
 //! intervals) on `ops/prometheus/prometheus.yml` (only targets, intervals
-//! and the rule file's path replaced) with `ops/prometheus/seckill.rules.yml`,
+//! and the rule file's path replaced; without the stores' exporters, which
+//! `ops_exporters.rs` runs) with `ops/prometheus/seckill.rules.yml`,
 //! scraping a real gateway and worker during a small sale. Every expression
 //! of `ops/grafana/seckill.json` and every rule is asked through the HTTP
 //! API (`/api/v1/query`): each is valid, each panel query returns data,
@@ -49,6 +50,9 @@ impl Prometheus {
         let dir = TempDir::new();
         let shipped = std::fs::read_to_string(repo_file("ops/prometheus/prometheus.yml"))
             .expect("read ops/prometheus/prometheus.yml");
+        // Without the stores' exporters and their rules (ops_exporters.rs).
+        let (shipped, _stores) = ops_support::split_store_jobs(&shipped);
+        let shipped = replace_once(&shipped, "  - /etc/prometheus/stores.rules.yml\n", "");
         let rules = repo_file("ops/prometheus/seckill.rules.yml");
         let mut conf = replace_once(&shipped, "scrape_interval: 15s", "scrape_interval: 1s");
         conf = replace_once(&conf, "evaluation_interval: 15s", "evaluation_interval: 1s");
@@ -232,24 +236,12 @@ impl NodeExporter {
     }
 }
 
-/// Every panel expression of the shipped dashboard.
+/// Every panel expression of the shipped dashboard but the stores' rows
+/// (tests/tests/ops_exporters.rs asks those of the real exporters).
 fn dashboard_exprs() -> Vec<String> {
-    let text = std::fs::read_to_string(repo_file("ops/grafana/seckill.json"))
-        .expect("read ops/grafana/seckill.json");
-    let d: Value = serde_json::from_str(&text).expect("the dashboard is JSON");
-    let panels = d["panels"].as_array().expect("panels");
-    let exprs: Vec<String> = panels
-        .iter()
-        .flat_map(|p| p["targets"].as_array().cloned().unwrap_or_default())
-        .map(|t| {
-            t["expr"]
-                .as_str()
-                .expect("every target has an expr")
-                .to_string()
-        })
-        .collect();
+    let (panels, _stores) = ops_support::dashboard_panels();
     assert_eq!(panels.len(), 22);
-    exprs
+    ops_support::panel_exprs(&panels)
 }
 
 /// The sale-progress panel shows the run's exact figures: 20 units, 5

@@ -16,6 +16,7 @@
 //!   written as the reservation script writes them.
 //! - `ops`: shipped configuration files templated for a test, repository
 //!   paths, a plain HTTP/1.0 GET.
+//! - `prometheus`: a private Prometheus server and its HTTP API.
 //! - `nginx_install`: nginx installed in a private prefix as
 //!   docs/OPERATIONS.md's Deployment step 6 says.
 //! - `browser`: headless Chromium rendering a local page.
@@ -29,6 +30,7 @@ pub mod gateway;
 pub mod lifecycle_http;
 pub mod nginx_install;
 pub mod ops;
+pub mod prometheus;
 pub mod quantity;
 pub mod reconciler;
 pub mod worker;

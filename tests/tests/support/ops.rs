@@ -53,3 +53,48 @@ pub fn http_get(port: u16, path: &str) -> Option<(u16, String)> {
     let status = head.split(' ').nth(1)?.parse().ok()?;
     Some((status, body.to_string()))
 }
+
+/// Where `ops/prometheus/prometheus.yml`'s jobs of the stores' exporters
+/// start (after the seckill services' jobs).
+pub const STORE_JOBS: &str = "\n  # The stores themselves";
+
+/// The shipped `prometheus.yml` split at [`STORE_JOBS`]: (global settings,
+/// rule files and the services' jobs; the stores' jobs).
+pub fn split_store_jobs(shipped: &str) -> (String, String) {
+    assert_eq!(
+        shipped.matches(STORE_JOBS).count(),
+        1,
+        "expected exactly one {STORE_JOBS:?} in prometheus.yml"
+    );
+    let at = shipped.find(STORE_JOBS).unwrap_or(shipped.len());
+    (shipped[..at].to_string(), shipped[at..].to_string())
+}
+
+/// The panels of `ops/grafana/seckill.json` split at its first row: (the
+/// services' panels; the stores' rows and their panels).
+pub fn dashboard_panels() -> (Vec<serde_json::Value>, Vec<serde_json::Value>) {
+    let text = std::fs::read_to_string(repo_file("ops/grafana/seckill.json"))
+        .expect("read ops/grafana/seckill.json");
+    let d: serde_json::Value = serde_json::from_str(&text).expect("the dashboard is JSON");
+    let panels = d["panels"].as_array().cloned().expect("panels");
+    let first_row = panels
+        .iter()
+        .position(|p| p["type"] == "row")
+        .unwrap_or(panels.len());
+    let (services, stores) = panels.split_at(first_row);
+    (services.to_vec(), stores.to_vec())
+}
+
+/// Every target expression of `panels`.
+pub fn panel_exprs(panels: &[serde_json::Value]) -> Vec<String> {
+    panels
+        .iter()
+        .flat_map(|p| p["targets"].as_array().cloned().unwrap_or_default())
+        .map(|t| {
+            t["expr"]
+                .as_str()
+                .expect("every target has an expr")
+                .to_string()
+        })
+        .collect()
+}
