@@ -15,11 +15,12 @@
 
 use crate::support::gateway as gateway_support;
 use crate::support::ops as ops_support;
+use crate::support::prometheus::Prometheus;
 use crate::support::worker as support;
 
 use gateway_support::{buy, Gateway};
 use mysql::prelude::Queryable;
-use ops_support::{http_get, replace_once, repo_file, url_encode};
+use ops_support::{http_get, replace_once, repo_file};
 use redis::Commands;
 use seckill_common::keys::SaleKeys;
 use seckill_tests::{
@@ -35,132 +36,39 @@ const LONG: Duration = Duration::from_secs(60);
 /// Rules in `seckill.rules.yml` (recording and alerting), as promtool counts them.
 const RULES: usize = 32;
 
-/// A private Prometheus server, killed on drop.
-struct Prometheus {
-    port: u16,
-    child: Child,
-    dir: TempDir,
-}
-
-impl Prometheus {
-    /// Starts Prometheus on the shipped configuration, scraping the
-    /// gateway on `gateway`, the worker on `worker` (metrics ports) and
-    /// node_exporter on `textfile` (the reconciler's metrics file).
-    fn start(gateway: u16, worker: u16, textfile: u16) -> Prometheus {
-        let dir = TempDir::new();
-        let shipped = std::fs::read_to_string(repo_file("ops/prometheus/prometheus.yml"))
-            .expect("read ops/prometheus/prometheus.yml");
-        // Without the stores' exporters and their rules (ops_exporters.rs).
-        let (shipped, _stores) = ops_support::split_store_jobs(&shipped);
-        let shipped = replace_once(&shipped, "  - /etc/prometheus/stores.rules.yml\n", "");
-        let rules = repo_file("ops/prometheus/seckill.rules.yml");
-        let mut conf = replace_once(&shipped, "scrape_interval: 15s", "scrape_interval: 1s");
-        conf = replace_once(&conf, "evaluation_interval: 15s", "evaluation_interval: 1s");
-        conf = replace_once(
-            &conf,
-            "/etc/prometheus/seckill.rules.yml",
-            &rules.display().to_string(),
-        );
-        conf = replace_once(
-            &conf,
-            "['127.0.0.1:8080']",
-            &format!("['127.0.0.1:{gateway}']"),
-        );
-        conf = replace_once(
-            &conf,
-            "['127.0.0.1:9101', '127.0.0.1:9102']",
-            &format!("['127.0.0.1:{worker}']"),
-        );
-        conf = replace_once(
-            &conf,
-            "['127.0.0.1:9100']",
-            &format!("['127.0.0.1:{textfile}']"),
-        );
-        let conf_path = dir.path().join("prometheus.yml");
-        std::fs::write(&conf_path, conf).expect("write prometheus.yml");
-        let port = free_port();
-        let log = std::fs::File::create(dir.path().join("prometheus.log")).expect("log file");
-        let child = dies_with_test("prometheus")
-            .arg(format!("--config.file={}", conf_path.display()))
-            .arg(format!(
-                "--storage.tsdb.path={}",
-                dir.path().join("data").display()
-            ))
-            .arg(format!("--web.listen-address=127.0.0.1:{port}"))
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(log)
-            .spawn()
-            .unwrap_or_else(|e| {
-                panic!(
-                    "cannot run prometheus ({e}): install Debian's package `prometheus` \
-                     (./scripts/test.sh does this when promtool is missing)"
-                )
-            });
-        let mut p = Prometheus { port, child, dir };
-        wait_until(LONG, "Prometheus to be ready", || {
-            assert!(
-                p.child.try_wait().expect("try_wait").is_none(),
-                "prometheus exited: {}",
-                p.log()
-            );
-            matches!(http_get(port, "/-/ready"), Some((200, _)))
-        });
-        p
-    }
-
-    /// What Prometheus logged.
-    fn log(&self) -> String {
-        std::fs::read_to_string(self.dir.path().join("prometheus.log")).unwrap_or_default()
-    }
-
-    /// `GET /api/v1/PATH` as JSON; panics unless it answered 200 with
-    /// `"status": "success"`.
-    fn api(&self, path: &str) -> Value {
-        let (status, body) = http_get(self.port, &format!("/api/v1/{path}"))
-            .unwrap_or_else(|| panic!("no answer to /api/v1/{path}: {}", self.log()));
-        let v: Value = serde_json::from_str(&body)
-            .unwrap_or_else(|e| panic!("/api/v1/{path}: not JSON ({e}): {body}"));
-        assert_eq!(
-            (status, &v["status"]),
-            (200, &Value::from("success")),
-            "{path}: {body}"
-        );
-        v["data"].clone()
-    }
-
-    /// The result vector of the instant query `expr` (panics when invalid).
-    fn query(&self, expr: &str) -> Vec<Value> {
-        let data = self.api(&format!("query?query={}", url_encode(expr)));
-        data["result"].as_array().cloned().unwrap_or_default()
-    }
-
-    /// Active alerts as (name, state, worker label).
-    fn alerts(&self) -> Vec<(String, String, String)> {
-        let data = self.api("alerts");
-        let text = |v: &Value| v.as_str().unwrap_or("").to_string();
-        data["alerts"]
-            .as_array()
-            .map(|a| {
-                a.iter()
-                    .map(|x| {
-                        (
-                            text(&x["labels"]["alertname"]),
-                            text(&x["state"]),
-                            text(&x["labels"]["worker"]),
-                        )
-                    })
-                    .collect()
-            })
-            .unwrap_or_default()
-    }
-}
-
-impl Drop for Prometheus {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
+/// Prometheus on the shipped configuration, scraping the gateway on
+/// `gateway`, the worker on `worker` (metrics ports) and node_exporter on
+/// `textfile` (the reconciler's metrics file).
+fn start_prometheus(gateway: u16, worker: u16, textfile: u16) -> Prometheus {
+    let shipped = std::fs::read_to_string(repo_file("ops/prometheus/prometheus.yml"))
+        .expect("read ops/prometheus/prometheus.yml");
+    // Without the stores' exporters and their rules (ops_exporters.rs).
+    let (shipped, _stores) = ops_support::split_store_jobs(&shipped);
+    let shipped = replace_once(&shipped, "  - /etc/prometheus/stores.rules.yml\n", "");
+    let rules = repo_file("ops/prometheus/seckill.rules.yml");
+    let mut conf = replace_once(&shipped, "scrape_interval: 15s", "scrape_interval: 1s");
+    conf = replace_once(&conf, "evaluation_interval: 15s", "evaluation_interval: 1s");
+    conf = replace_once(
+        &conf,
+        "/etc/prometheus/seckill.rules.yml",
+        &rules.display().to_string(),
+    );
+    conf = replace_once(
+        &conf,
+        "['127.0.0.1:8080']",
+        &format!("['127.0.0.1:{gateway}']"),
+    );
+    conf = replace_once(
+        &conf,
+        "['127.0.0.1:9101', '127.0.0.1:9102']",
+        &format!("['127.0.0.1:{worker}']"),
+    );
+    conf = replace_once(
+        &conf,
+        "['127.0.0.1:9100']",
+        &format!("['127.0.0.1:{textfile}']"),
+    );
+    Prometheus::start(&conf)
 }
 
 /// `seckill-reconciler run` on the test's servers (grace 0), its review
@@ -290,7 +198,7 @@ fn every_dashboard_and_rule_query_works_on_a_real_prometheus_and_a_dead_letter_f
         "a clean run"
     );
     let exporter = NodeExporter::start(metrics_dir.path());
-    let p = Prometheus::start(g.port, w.metrics_port, exporter.port);
+    let p = start_prometheus(g.port, w.metrics_port, exporter.port);
 
     wait_until(LONG, "the three targets to be scraped", || {
         let up = p.query("up");
@@ -331,10 +239,10 @@ fn every_dashboard_and_rule_query_works_on_a_real_prometheus_and_a_dead_letter_f
     // reconciler's file found `absent(...)` and left SeckillReconcilerStale
     // pending until the next one, 1 s later: seen on a loaded machine).
     let deadline = std::time::Instant::now() + LONG;
-    let mut alerts = p.alerts();
+    let mut alerts = p.alerts_by("worker");
     while !alerts.is_empty() && std::time::Instant::now() < deadline {
         std::thread::sleep(Duration::from_millis(100));
-        alerts = p.alerts();
+        alerts = p.alerts_by("worker");
     }
     assert_eq!(alerts, vec![], "{}", p.log());
 
@@ -354,11 +262,11 @@ fn every_dashboard_and_rule_query_works_on_a_real_prometheus_and_a_dead_letter_f
         String::new(),
     );
     wait_until(LONG, "SeckillDeadLetters to fire", || {
-        let a = p.alerts();
+        let a = p.alerts_by("worker");
         a.contains(&("SeckillDeadLetters".into(), "firing".into(), "w1".into()))
             && a.contains(&growing)
     });
-    let mut now = p.alerts();
+    let mut now = p.alerts_by("worker");
     now.sort();
     assert_eq!(
         now,
@@ -385,10 +293,10 @@ fn every_dashboard_and_rule_query_works_on_a_real_prometheus_and_a_dead_letter_f
         "open findings"
     );
     wait_until(LONG, "SeckillOversold to fire", || {
-        p.alerts()
+        p.alerts_by("worker")
             .contains(&("SeckillOversold".into(), "firing".into(), String::new()))
     });
-    let mut firing = p.alerts();
+    let mut firing = p.alerts_by("worker");
     firing.sort();
     assert_eq!(
         firing,
