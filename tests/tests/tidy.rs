@@ -717,3 +717,45 @@ fn every_finding_kind_has_its_settling_command_in_operations() {
          backticks, then the command that settles it): {missing:?}"
     );
 }
+
+#[test]
+fn every_alert_names_its_runbook_entry() {
+    let root = root();
+    let ops = fs::read_to_string(root.join("docs/OPERATIONS.md")).expect("docs/OPERATIONS.md");
+    let entries = anchors(&ops);
+    let mut wrong = Vec::new();
+    let mut alerts = 0;
+    for file in files_under(&root, "ops/prometheus") {
+        if !file.ends_with(".rules.yml") {
+            continue;
+        }
+        let text = fs::read_to_string(root.join(&file)).expect("a rules file is readable");
+        let mut alert: Option<String> = None;
+        for line in text.lines() {
+            let t = line.trim();
+            if let Some(name) = t.strip_prefix("- alert: ") {
+                if let Some(a) = alert.replace(name.to_string()) {
+                    wrong.push(format!("{file}: {a} has no runbook_url"));
+                }
+                alerts += 1;
+            } else if let Some(url) = t.strip_prefix("runbook_url: ") {
+                let Some(a) = alert.take() else { continue };
+                let want = format!("docs/OPERATIONS.md#{}", a.to_lowercase());
+                if url != want || !entries.contains(&a.to_lowercase()) {
+                    wrong.push(format!(
+                        "{file}: {a}'s runbook_url is {url}: want {want}, a `#### {a}` entry"
+                    ));
+                }
+            }
+        }
+        if let Some(a) = alert {
+            wrong.push(format!("{file}: {a} has no runbook_url"));
+        }
+    }
+    assert!(alerts > 20, "the alerts are read ({alerts})");
+    assert!(
+        wrong.is_empty(),
+        "every alert's runbook_url names its entry in docs/OPERATIONS.md:\n{}",
+        wrong.join("\n")
+    );
+}
