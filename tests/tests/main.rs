@@ -56,6 +56,7 @@ mod gateway_units;
 mod gateway_winners;
 mod ha_mysql_failover;
 mod ha_mysql_replica;
+mod ha_mysql_replica_checked;
 mod ha_redis_sentinel;
 mod harness_isolation;
 mod hostile_buckets;
