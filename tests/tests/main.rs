@@ -55,6 +55,7 @@ mod gateway_token_rules;
 mod gateway_units;
 mod gateway_winners;
 mod ha_mysql_failover;
+mod ha_mysql_fencing;
 mod ha_mysql_replica;
 mod ha_mysql_replica_checked;
 mod ha_redis_sentinel;
