@@ -58,6 +58,7 @@ mod ha_mysql_failover;
 mod ha_mysql_fencing;
 mod ha_mysql_replica;
 mod ha_mysql_replica_checked;
+mod ha_mysql_semi_sync;
 mod ha_redis_sentinel;
 mod harness_isolation;
 mod hostile_buckets;
