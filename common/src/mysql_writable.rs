@@ -57,6 +57,17 @@ static HUNG: Mutex<Option<HashMap<String, Hung>>> = Mutex::new(None);
 /// The newest primary generation this process has connected to.
 static NEWEST: AtomicU64 = AtomicU64::new(0);
 
+/// Writable servers the last connect refused (see [`refused_writable`]).
+static REFUSED: AtomicU64 = AtomicU64::new(0);
+
+/// How many writable servers of `SECKILL_MYSQL_URL` this process's last
+/// connect refused: an old primary back writable, or both of two at one
+/// generation (0 when every server but the primary is read-only or down).
+/// The reconciler exports it for the alert `SeckillMysqlOldPrimaryWritable`.
+pub fn refused_writable() -> u64 {
+    REFUSED.load(Ordering::Relaxed)
+}
+
 struct Hung {
     probing: bool,
 }
@@ -147,6 +158,7 @@ fn choose(urls: &[String], probes: Vec<Probe>) -> Result<(Conn, String), SchemaE
     let newest_seen = NEWEST.load(Ordering::Relaxed);
     let mut rest = writable.into_iter();
     let Some((conn, generation, at)) = rest.next() else {
+        REFUSED.store(0, Ordering::Relaxed);
         return Err(refused(format!(
             "no writable server in SECKILL_MYSQL_URL ({}): promote the replica \
              (docs/OPERATIONS.md, \"A MySQL failover\")",
@@ -154,7 +166,9 @@ fn choose(urls: &[String], probes: Vec<Probe>) -> Result<(Conn, String), SchemaE
         )));
     };
     let others: Vec<(u64, String)> = rest.map(|(_, g, a)| (g, a)).collect();
+    REFUSED.store(others.len() as u64, Ordering::Relaxed);
     if let Some((_, tie)) = others.iter().find(|(g, _)| *g == generation) {
+        REFUSED.store(others.len() as u64 + 1, Ordering::Relaxed);
         return Err(refused(format!(
             "two writable servers in SECKILL_MYSQL_URL at the same primary generation \
              {generation}: {at} and {tie}; nothing is written until one is made read-only \
@@ -162,6 +176,7 @@ fn choose(urls: &[String], probes: Vec<Probe>) -> Result<(Conn, String), SchemaE
         )));
     }
     if generation < newest_seen {
+        REFUSED.store(others.len() as u64 + 1, Ordering::Relaxed);
         return Err(refused(format!(
             "the only writable server in SECKILL_MYSQL_URL, {at}, is at primary generation \
              {generation}, older than {newest_seen} this process wrote to: an old primary; \

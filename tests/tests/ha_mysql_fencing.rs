@@ -84,6 +84,10 @@ fn reconciler(redis: &RedisServer, url: &str, review: &Path, args: &[&str]) -> (
         .env("SECKILL_REVIEW_DB", review)
         .env("SECKILL_RECONCILE_GRACE", "0s")
         .env("SECKILL_MYSQL_TIMEOUT", "2s")
+        .env(
+            "SECKILL_RECONCILER_METRICS_FILE",
+            review.with_extension("prom"),
+        )
         .args(args)
         .output()
         .expect("run seckill-reconciler");
@@ -145,6 +149,15 @@ impl Pair {
         )
     }
 
+    /// The last run's `seckill_reconciler_mysql_refused_writable_servers`.
+    fn refused(&self) -> String {
+        let prom = std::fs::read_to_string(self.path("review.prom")).unwrap_or_default();
+        prom.lines()
+            .find_map(|l| l.strip_prefix("seckill_reconciler_mysql_refused_writable_servers "))
+            .unwrap_or_default()
+            .to_string()
+    }
+
     fn findings(&self) -> usize {
         let (code, listed) = reconciler(
             &self.redis,
@@ -182,6 +195,7 @@ fn an_old_primary_back_writable_is_never_read_nor_written() {
     println!("{out}");
     assert_eq!(code, 0, "{out}");
     assert_eq!(p.findings(), 0, "no false finding");
+    assert_eq!(p.refused(), "1.0", "paged");
     let old = format!("127.0.0.1:{}", p.primary.port);
     assert!(
         out.lines().any(|l| l.contains(&old)
@@ -216,6 +230,7 @@ fn an_old_primary_back_writable_is_never_read_nor_written() {
     let (code, out) = p.run();
     println!("{out}");
     assert_eq!(code, 2, "{out}");
+    assert_eq!(p.refused(), "2.0", "both refused");
     let new = format!("127.0.0.1:{}", p.replica.port);
     assert!(
         out.contains("two writable servers in SECKILL_MYSQL_URL at the same primary generation 2")
