@@ -50,8 +50,9 @@
 //! - [`redact`]: a service URL shown without its password.
 //! - [`mysql_error`]: a MySQL error as an operator reads it, with its remedy.
 //! - [`mysql_replica`]: reading from a MariaDB replica once it has caught up
-//!   with the primary's GTID position; [`mysql_writable`]: the writable
-//!   server of several named in `SECKILL_MYSQL_URL`.
+//!   with the primary's GTID position; [`mysql_writable`]: the promoted
+//!   primary of several servers named in `SECKILL_MYSQL_URL` (fencing an old
+//!   primary back writable, skipping a hung one).
 //! - [`process_metrics`]: the process figures of a `/metrics` page (memory,
 //!   descriptors, threads), read from `/proc/self` at each scrape.
 //! - [`redis_server`]: the check of the Redis server on every connect

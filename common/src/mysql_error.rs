@@ -48,7 +48,50 @@ pub fn describe(e: &mysql::Error) -> String {
         }
         mysql::Error::DriverError(d) => d.to_string(),
         mysql::Error::IoError(io) => io.to_string(),
+        mysql::Error::CodecError(c) => {
+            codec_io(c).map_or_else(|| c.to_string(), |io| io.to_string())
+        }
         other => other.to_string(),
+    }
+}
+
+/// The socket error inside a codec error, if that is what it is.
+fn codec_io<'a>(c: &'a (dyn std::error::Error + 'static)) -> Option<&'a std::io::Error> {
+    c.source()?.downcast_ref::<std::io::Error>()
+}
+
+/// Whether `e` is a timeout: the socket's read, write or connect timed
+/// out (`SECKILL_MYSQL_TIMEOUT`): a hung server, or a network that drops
+/// packets. The driver reports it as an I/O or codec error of kind
+/// `WouldBlock` ("Resource temporarily unavailable") or `TimedOut`.
+pub fn is_timeout(e: &mysql::Error) -> bool {
+    let slow = |io: &std::io::Error| {
+        matches!(
+            io.kind(),
+            std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+        )
+    };
+    match e {
+        mysql::Error::IoError(io) => slow(io),
+        mysql::Error::CodecError(c) => codec_io(c).is_some_and(slow),
+        mysql::Error::DriverError(mysql::DriverError::ConnectTimeout) => true,
+        _ => false,
+    }
+}
+
+/// [`describe`], a timeout said as one: `timeout: no answer within 10s
+/// (SECKILL_MYSQL_TIMEOUT; the server hangs or the network drops packets):
+/// Resource temporarily unavailable (os error 11)`.
+pub fn describe_within(e: &mysql::Error, timeout: std::time::Duration) -> String {
+    if is_timeout(e) {
+        format!(
+            "timeout: no answer within {} (SECKILL_MYSQL_TIMEOUT; the server hangs or the \
+             network drops packets): {}",
+            humantime::format_duration(timeout),
+            describe(e)
+        )
+    } else {
+        describe(e)
     }
 }
 

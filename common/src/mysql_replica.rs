@@ -4,6 +4,9 @@
 //! then the replica waits for it (`MASTER_GTID_WAIT`) within a bound. A
 //! replica that does not catch up in time, or cannot be reached, is not
 //! read: the caller reads from the primary and says why ([`NotCaughtUp`]).
+//! Nor is a replica whose position cannot be checked: a primary without a
+//! binary log (`log_bin` off, MariaDB's default) has an empty position,
+//! which every server has reached, however stale.
 //!
 //! The replica session is `READ ONLY`: a write sent to it by mistake fails
 //! (error 1792) instead of landing on the replica, whatever the user's
@@ -34,6 +37,9 @@ pub enum NotCaughtUp {
     },
     /// The primary's position could not be read.
     Primary(mysql::Error),
+    /// The primary's position is empty (no binary log): the replica's
+    /// cannot be compared with it.
+    NoPosition,
 }
 
 impl fmt::Display for NotCaughtUp {
@@ -49,6 +55,12 @@ impl fmt::Display for NotCaughtUp {
             NotCaughtUp::Unreachable { at, error } => write!(
                 f,
                 "the replica at {at} (SECKILL_MYSQL_REPLICA_URL) failed: {error}"
+            ),
+            NotCaughtUp::NoPosition => write!(
+                f,
+                "the primary has no GTID position (@@gtid_binlog_pos is empty: its binary log \
+                 is off), so whether the replica is current cannot be checked: turn on \
+                 log_bin on the primary (docs/OPERATIONS.md, \"A MySQL replica for reads\")"
             ),
             NotCaughtUp::Primary(e) => write!(
                 f,
@@ -88,6 +100,9 @@ pub fn catch_up(
         .query_first("SELECT @@gtid_binlog_pos")
         .map_err(NotCaughtUp::Primary)?
         .unwrap_or_default();
+    if position.trim().is_empty() {
+        return Err(NotCaughtUp::NoPosition);
+    }
     let unreachable = |error: String| NotCaughtUp::Unreachable {
         at: crate::redact::redacted(replica_url),
         error,

@@ -58,6 +58,12 @@
 //! reconciler (`buyer_over_limit`). `RTRIM` turns the `CHAR` id into text
 //! whose value no `sql_mode` changes, which a stored generated column needs.
 //!
+//! Migration 11 (`mysql_writable.rs`): `primary_generation`, one row
+//! whose `generation` the promotion of a replica raises (docs/OPERATIONS.md,
+//! "A MySQL failover"): of two writable servers in `SECKILL_MYSQL_URL`, the
+//! one with the higher generation is the primary and the other is never
+//! written to.
+//!
 //! Times are `DATETIME(3)` in UTC: every connection sets `time_zone` to
 //! `+00:00`, so `UNIX_TIMESTAMP`, `FROM_UNIXTIME` and `UTC_TIMESTAMP(3)` agree.
 
@@ -254,6 +260,19 @@ ALTER TABLE orders MODIFY COLUMN live_user_id VARCHAR(64)
 CREATE INDEX IF NOT EXISTS orders_sale_buyer ON orders (sale_id, user_id);
 "#,
     ),
+    (
+        11,
+        "the primary generation a promotion raises, fencing an old primary back writable",
+        r#"
+CREATE TABLE IF NOT EXISTS primary_generation (
+  id TINYINT UNSIGNED NOT NULL PRIMARY KEY,
+  generation BIGINT UNSIGNED NOT NULL,
+  promoted_at DATETIME(3) NOT NULL DEFAULT (UTC_TIMESTAMP(3)),
+  CONSTRAINT primary_generation_one_row CHECK (id = 1)
+) ENGINE=InnoDB;
+INSERT IGNORE INTO primary_generation (id, generation) VALUES (1, 1)
+"#,
+    ),
 ];
 
 /// Why the schema could not be applied or a connection opened.
@@ -327,15 +346,47 @@ pub fn ledger_deductions<Q: Queryable>(db: &mut Q, sale_id: u64) -> Result<i64, 
 
 /// Opens one MySQL connection (see [`mysql_opts`]); for a URL naming
 /// several servers, to the first writable one (`mysql_writable.rs`).
+/// A connect that times out fails with an I/O error of kind `TimedOut`
+/// naming the server and the timeout.
 pub fn connect(url: &str, timeout: Duration) -> Result<Conn, SchemaError> {
-    if let Some(urls) = crate::mysql_writable::servers(url) {
-        return crate::mysql_writable::connect_writable(&urls, timeout);
-    }
-    Ok(Conn::new(mysql_opts(url, timeout)?)?)
+    connect_at(url, timeout).map(|(c, _)| c)
 }
 
-/// The database named by `url`, if it names one.
+/// [`connect`], with the address of the server it reached (password
+/// hidden), for the errors of the connection's later statements.
+///
+/// Errors: as [`connect`].
+pub fn connect_at(url: &str, timeout: Duration) -> Result<(Conn, String), SchemaError> {
+    if let Some(urls) = crate::mysql_writable::servers(url) {
+        return crate::mysql_writable::connect_primary_at(&urls, timeout, false);
+    }
+    Conn::new(mysql_opts(url, timeout)?)
+        .map(|c| (c, crate::redact::redacted(url)))
+        .map_err(|e| SchemaError::Mysql(timed_out(url, e, timeout)))
+}
+
+/// `e` as an error of kind `TimedOut` saying the server and the timeout
+/// when it is a timeout; `e` otherwise.
+pub fn timed_out(url: &str, e: mysql::Error, timeout: Duration) -> mysql::Error {
+    if !crate::mysql_error::is_timeout(&e) {
+        return e;
+    }
+    mysql::Error::IoError(std::io::Error::new(
+        std::io::ErrorKind::TimedOut,
+        format!(
+            "{}: {}",
+            crate::redact::redacted(url),
+            crate::mysql_error::describe_within(&e, timeout)
+        ),
+    ))
+}
+
+/// The database named by `url` (the first server's, for a URL naming
+/// several), if it names one.
 pub fn database_name(url: &str) -> Option<String> {
+    if let Some(urls) = crate::mysql_writable::servers(url) {
+        return urls.first().and_then(|u| database_name(u));
+    }
     Opts::from_url(url).ok()?.get_db_name().map(str::to_string)
 }
 
@@ -353,13 +404,26 @@ pub fn migrate(url: &str, timeout: Duration) -> Result<Vec<u32>, SchemaError> {
                 "database name {db:?}: use A-Z a-z 0-9 _ $"
             )));
         }
-        let server = mysql_opts(url, timeout)?.db_name(None::<String>);
-        let mut c = Conn::new(server)?;
+        // The server level first: the database may not exist yet. With
+        // several servers, on the primary (`mysql_writable.rs`), never on a
+        // replica or an old primary.
+        let mut c = match crate::mysql_writable::servers(url) {
+            Some(urls) => crate::mysql_writable::connect_primary(&urls, timeout, true)?,
+            None => Conn::new(mysql_opts(url, timeout)?.db_name(None::<String>))
+                .map_err(|e| SchemaError::Mysql(timed_out(url, e, timeout)))?,
+        };
         c.query_drop(format!(
             "CREATE DATABASE IF NOT EXISTS `{db}` CHARACTER SET utf8mb4 COLLATE utf8mb4_bin"
         ))?;
+        c.query_drop(format!("USE `{db}`"))?;
+        return apply_migrations(&mut c);
     }
     let mut c = connect(url, timeout)?;
+    apply_migrations(&mut c)
+}
+
+/// Applies on `c` (its database selected) every migration not yet recorded.
+fn apply_migrations(c: &mut Conn) -> Result<Vec<u32>, SchemaError> {
     c.query_drop(
         "CREATE TABLE IF NOT EXISTS schema_migrations (
            version INT UNSIGNED NOT NULL PRIMARY KEY,

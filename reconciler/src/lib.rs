@@ -71,6 +71,7 @@ mod recreate;
 pub mod redis_read;
 mod repair_rebuild;
 mod replica_read;
+mod replica_rows;
 mod review;
 mod rules;
 mod sale_admin_cli;

@@ -16,6 +16,9 @@
 //! - `seckill_reconciler_last_run_duration_seconds`, `…_sales_checked`;
 //! - `seckill_reconciler_mysql_primary_up`: 0 when the last run reached no
 //!   writable MySQL server (the primary down, no replica promoted yet);
+//! - `seckill_reconciler_mysql_refused_writable_servers`: writable servers
+//!   of `SECKILL_MYSQL_URL` the last run's connect refused (an old primary
+//!   back writable, or two at one generation: `mysql_writable.rs`);
 //! - with `SECKILL_MYSQL_REPLICA_URL` (`replica_read.rs`):
 //!   `seckill_reconciler_replica_used` (0: the run fell back to the
 //!   primary), `…_replica_wait_seconds`, `…_replica_confirmed_sales`
@@ -81,6 +84,9 @@ pub struct RunFigures {
     /// Whether a writable MySQL primary answered (`false`: the run could
     /// not reach one, see `run`'s module doc).
     pub mysql_primary_up: bool,
+    /// Writable MySQL servers the run's last connect refused
+    /// (`seckill_common::mysql_writable::refused_writable`).
+    pub mysql_refused_writable: u64,
 }
 
 /// One sale's progress as one run's scan read it (see the module doc for
@@ -141,6 +147,7 @@ impl RunFigures {
             sales,
             replica: None,
             mysql_primary_up: true,
+            mysql_refused_writable: 0,
         })
     }
 }
@@ -200,6 +207,12 @@ fn register_run(r: &mut Registry, f: &RunFigures) {
         "seckill_reconciler_mysql_primary_up",
         "1 when the last run reached a writable MySQL primary, 0 when none answered",
         if f.mysql_primary_up { 1.0 } else { 0.0 },
+    );
+    gauge(
+        r,
+        "seckill_reconciler_mysql_refused_writable_servers",
+        "Writable MySQL servers of SECKILL_MYSQL_URL the last run refused: an old primary back writable, or two at one primary generation",
+        f.mysql_refused_writable as f64,
     );
     gauge(
         r,
@@ -405,6 +418,7 @@ mod tests {
                 cleared_by_primary: 0,
             }),
             mysql_primary_up: false,
+            mysql_refused_writable: 1,
         };
         let text = match render(&f) {
             Ok(t) => t,
@@ -419,6 +433,7 @@ mod tests {
             "seckill_reconciler_replica_used 0.0",
             "seckill_reconciler_replica_wait_seconds 1.5",
             "seckill_reconciler_mysql_primary_up 0.0",
+            "seckill_reconciler_mysql_refused_writable_servers 1.0",
             r#"seckill_reconciler_open_findings{kind="stock_mismatch",severity="critical"} 1"#,
             r#"seckill_reconciler_open_findings{kind="dead_letter",severity="normal"} 2"#,
             r#"seckill_reconciler_open_findings{kind="dead_letter",severity="critical"} 0"#,

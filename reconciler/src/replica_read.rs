@@ -8,9 +8,12 @@
 //! replica shows anything at all (a discrepancy, or something a rule would
 //! fix: an order without ledger row, a released order Redis still holds)
 //! is scanned again on the primary, and only the primary's result is
-//! recorded or acted on. A replica behind the primary can only make a sale
-//! look worse (an order it has not applied yet), and such a sale is re-read
-//! where it is current. A clean sale is recorded from the replica's scan.
+//! recorded or acted on. A sale the replica finds clean is recorded from
+//! its scan only when its rows there are the primary's (a fingerprint of
+//! each, `replica_rows.rs`): a replica that missed an event, and so reads
+//! clean where the primary does not, has the sale re-read on the primary.
+//! A replica whose position cannot be checked (a primary without a binary
+//! log) is not read at all (`mysql_replica::catch_up`).
 //!
 //! A sale split over buckets is read on the primary: its scan completes
 //! half-done transfers in Redis, an action. A replica that fails during the
@@ -108,7 +111,28 @@ impl Reads {
                 grace,
                 tick: &mut *tick,
             };
-            match screen(&mut ctx, sale_id) {
+            let screened = match screen(&mut ctx, sale_id) {
+                Ok(Screen::Clean(report)) => {
+                    // The primary's first, so that a row written meanwhile
+                    // makes them differ rather than agree; its failure is
+                    // the run's.
+                    let mine = crate::replica_rows::fingerprint(primary, sale_id)?;
+                    match crate::replica_rows::fingerprint(replica, sale_id) {
+                        Ok(theirs) if theirs == mine => Ok(Screen::Clean(report)),
+                        Ok(_) => {
+                            log::warn!(
+                                "sale {sale_id}: the replica's rows differ from the primary's \
+                                 (an event it missed, a row changed on one side, or a write \
+                                 since the run began): read on the primary"
+                            );
+                            Ok(Screen::Flagged(0))
+                        }
+                        Err(e) => Err(RunError::Mysql(e)),
+                    }
+                }
+                other => other,
+            };
+            match screened {
                 Ok(Screen::Clean(report)) => return Ok(Some(report)),
                 Ok(Screen::Flagged(seen)) => {
                     let report = on_primary(redis, primary, grace, tick, sale_id)?;

@@ -19,6 +19,8 @@ pub struct MariaDb {
     pub port: u16,
     /// Its `--server-id`.
     pub server_id: u32,
+    /// Whether it writes a binary log (`--log-bin`).
+    binlog: bool,
     dir: TempDir,
     child: Option<Child>,
 }
@@ -28,6 +30,15 @@ impl MariaDb {
     /// and a binary log, and waits until it answers (up to 60 s).
     pub fn start(server_id: u32) -> MariaDb {
         let mut m = MariaDb::init(server_id);
+        m.start_initialised();
+        m
+    }
+
+    /// [`MariaDb::start`] without a binary log (MariaDB's default): its
+    /// `@@gtid_binlog_pos` stays empty.
+    pub fn start_without_binlog(server_id: u32) -> MariaDb {
+        let mut m = MariaDb::init(server_id);
+        m.binlog = false;
         m.start_initialised();
         m
     }
@@ -72,6 +83,7 @@ impl MariaDb {
         MariaDb {
             port: 0,
             server_id,
+            binlog: true,
             dir,
             child: None,
         }
@@ -170,6 +182,27 @@ impl MariaDb {
         }
     }
 
+    /// Starts the killed server again on its port, with the same options
+    /// (as a reboot with its own config does: writable unless told).
+    pub fn restart(&mut self) {
+        self.kill();
+        if let Err(e) = self.launch() {
+            panic!("restart mariadbd on {}: {e}", self.port);
+        }
+    }
+
+    /// Sends `signal` (`STOP`, `CONT`) to the server: stopped, it accepts
+    /// TCP connections (the kernel's backlog) and never answers.
+    pub fn signal(&self, signal: &str) {
+        let pid = self.pid().expect("the server runs");
+        let ok = Command::new("kill")
+            .arg(format!("-{signal}"))
+            .arg(pid.to_string())
+            .status()
+            .is_ok_and(|s| s.success());
+        assert!(ok, "kill -{signal} {pid}");
+    }
+
     fn launch(&mut self) -> Result<(), String> {
         let d = self.dir.path();
         let log = std::fs::File::create(d.join("mariadbd.log")).map_err(|e| e.to_string())?;
@@ -181,10 +214,11 @@ impl MariaDb {
             .arg(format!("--pid-file={}", d.join("mysqld.pid").display()))
             .arg(format!("--port={}", self.port))
             .arg(format!("--server-id={}", self.server_id))
-            .arg(format!(
-                "--log-bin={}",
-                d.join("data").join("binlog").display()
-            ))
+            .arg(if self.binlog {
+                format!("--log-bin={}", d.join("data").join("binlog").display())
+            } else {
+                "--skip-log-bin".to_string()
+            })
             .arg(format!("--user={}", user()))
             .args([
                 "--bind-address=127.0.0.1",

@@ -251,7 +251,7 @@ fn the_units_migration_applies_to_a_database_with_orders() {
     )
     .unwrap();
     let applied = seckill_common::schema::migrate(&db.url(), Duration::from_secs(10)).unwrap();
-    assert_eq!(applied, [9, 10]);
+    assert_eq!(applied, [9, 10, 11]);
     assert_eq!(
         seckill_common::schema::migrate(&db.url(), Duration::from_secs(10)).unwrap(),
         Vec::<u32>::new()

@@ -53,7 +53,7 @@ fn migrating_twice_changes_nothing() {
         "schema is current; nothing to apply"
     );
     assert_eq!(before, schema_fingerprint(&db));
-    assert_eq!(db.count("SELECT COUNT(*) FROM schema_migrations"), 10);
+    assert_eq!(db.count("SELECT COUNT(*) FROM schema_migrations"), 11);
 }
 
 #[test]
@@ -63,7 +63,7 @@ fn migrate_creates_a_missing_database() {
     let fresh_db = db.sibling("_new");
     let (fresh, name) = (fresh_db.url(), fresh_db.name.clone());
     let applied = seckill_common::schema::migrate(&fresh, Duration::from_secs(5)).unwrap();
-    assert_eq!(applied, vec![1, 2, 3, 4, 5, 6, 7, 8, 9, 10]);
+    assert_eq!(applied, vec![1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11]);
     let mut c = db.conn();
     let n: Option<i64> = c
         .exec_first(
@@ -72,8 +72,9 @@ fn migrate_creates_a_missing_database() {
         )
         .unwrap();
     // sales, orders, stock_ledger, sale_redis_state, payments,
-    // sale_bucket_marks, payment_conflicts, sale_changes, schema_migrations
-    assert_eq!(n, Some(9));
+    // sale_bucket_marks, payment_conflicts, sale_changes, primary_generation,
+    // schema_migrations
+    assert_eq!(n, Some(10));
 }
 
 #[test]

@@ -147,6 +147,9 @@ impl Applied {
 /// One MySQL connection, opened lazily and dropped after a connection error.
 pub struct Db {
     url: String,
+    /// The server the connection reached (password hidden), named in the
+    /// errors of its statements.
+    at: String,
     timeout: Duration,
     limits: SessionLimits,
     conn: Option<Conn>,
@@ -162,6 +165,7 @@ impl Db {
         seckill_common::schema::mysql_opts(url, timeout).map_err(|e| e.to_string())?;
         Ok(Db {
             url: url.to_string(),
+            at: seckill_common::redact::redacted(url),
             timeout,
             limits,
             conn: None,
@@ -170,11 +174,13 @@ impl Db {
 
     fn conn(&mut self) -> Result<&mut Conn, ApplyError> {
         if self.conn.is_none() {
-            let mut c =
-                seckill_common::schema::connect(&self.url, self.timeout).map_err(|e| match e {
+            let (mut c, at) = seckill_common::schema::connect_at(&self.url, self.timeout).map_err(
+                |e| match e {
                     seckill_common::schema::SchemaError::Mysql(m) => ApplyError::from(m),
                     other => ApplyError::Permanent(other.to_string()),
-                })?;
+                },
+            )?;
+            self.at = at;
             set_limits(&mut c, self.limits)?;
             self.conn = Some(c);
         }
@@ -185,11 +191,14 @@ impl Db {
 
     /// Drops the connection when `r` failed with a connection error, so the
     /// next call opens a fresh one.
+    /// A live connection's error names its server.
     fn keep_if_usable<T>(&mut self, r: Result<T, ApplyError>) -> Result<T, ApplyError> {
-        if matches!(r, Err(ApplyError::Connection(_))) {
-            self.conn = None;
+        match r {
+            Err(ApplyError::Connection(d)) if self.conn.take().is_some() => {
+                Err(ApplyError::Connection(format!("{}: {d}", self.at)))
+            }
+            r => r,
         }
-        r
     }
 
     /// Opens the connection if there is none (no round trip when there is),

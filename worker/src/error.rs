@@ -126,8 +126,23 @@ impl From<mysql::Error> for ApplyError {
             mysql::Error::MySqlError(_)
             | mysql::Error::FromValueError(_)
             | mysql::Error::FromRowError(_) => ApplyError::Permanent(e.to_string()),
-            // I/O, codec and driver errors (closed socket, timeout, bad
-            // handshake) all mean "this connection is unusable".
+            // A timeout of the driver (a connect's timeout is already an
+            // I/O error of kind `TimedOut` naming the server).
+            mysql::Error::CodecError(_)
+            | mysql::Error::IoError(_)
+            | mysql::Error::DriverError(_)
+                if seckill_common::mysql_error::is_timeout(&e)
+                    && !matches!(&e, mysql::Error::IoError(io)
+                        if io.kind() == std::io::ErrorKind::TimedOut) =>
+            {
+                ApplyError::Connection(format!(
+                    "timeout: no answer within SECKILL_MYSQL_TIMEOUT (the server hangs or the \
+                 network drops packets): {}",
+                    seckill_common::mysql_error::describe(&e)
+                ))
+            }
+            // I/O, codec and driver errors (closed socket, bad handshake)
+            // all mean "this connection is unusable".
             _ => ApplyError::Connection(e.to_string()),
         }
     }

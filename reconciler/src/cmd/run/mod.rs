@@ -113,6 +113,7 @@ fn write_metrics(
         .map(|f| RunFigures {
             replica,
             mysql_primary_up: primary_up,
+            mysql_refused_writable: seckill_common::mysql_writable::refused_writable(),
             ..f
         })
         .map_err(|e| e.to_string())
