@@ -49,6 +49,7 @@ mod gateway_memory;
 mod gateway_pipelining;
 mod gateway_provider_keys;
 mod gateway_public_answers;
+mod gateway_pull_answers;
 mod gateway_raw_http;
 mod gateway_redis_timeout;
 mod gateway_token_rules;
