@@ -99,6 +99,7 @@ mod sale_admin;
 mod sale_archive;
 mod sale_buckets;
 mod sale_buckets_lifecycle;
+mod sale_end_exact;
 mod schema_and_sales;
 mod script_guards;
 mod services_cli;
