@@ -308,3 +308,73 @@ fn a_bucket_written_after_the_end_is_reported_with_each_order_it_took() {
     wait_orders(&db, sale, 3, Duration::from_secs(60));
     assert_eq!(outside_window(&redis, &db, &review), late);
 }
+
+/// `sale end` of a three-bucket sale killed (-9) after MySQL's commit and
+/// before any bucket is written (Redis's writes held by `CLIENT PAUSE
+/// WRITE`): MySQL records the new end while every bucket holds the old
+/// one; the next `run` completes the action, after which MySQL and every
+/// bucket hold the same end, and the audit log one started row and its
+/// `done`.
+#[test]
+fn sale_end_killed_between_mysql_and_redis_leaves_one_end_everywhere_after_run() {
+    let redis = RedisServer::start();
+    let db = TestDb::create();
+    let dir = TempDir::new();
+    let review = dir.path().join("review.sqlite3");
+    let (sale, _) =
+        seckill_tests::sale_created(&redis, &db, &review, "KILL", 30, &["--shards", "3"]);
+    let before = recorded_end(&db, sale);
+    let bucket_ends = || -> Vec<Option<u64>> {
+        (0..3)
+            .map(|b| {
+                redis
+                    .con()
+                    .hget(SaleKeys::bucket(sale, b).meta(), "ends_at_ms")
+                    .unwrap()
+            })
+            .collect()
+    };
+    let pause = |args: &[&str]| {
+        let _: () = redis::cmd("CLIENT")
+            .arg(args)
+            .query(&mut redis.con())
+            .unwrap();
+    };
+    pause(&["PAUSE", "60000", "WRITE"]);
+    let mut child = seckill_tests::command("seckill-reconciler")
+        .env("SECKILL_REDIS_URL", redis.url())
+        .env("SECKILL_MYSQL_URL", db.url())
+        .env("SECKILL_REVIEW_DB", &review)
+        .args(["sale", "end", &sale.to_string(), "--by", "op"])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let decided = format!("SELECT COUNT(*) FROM sale_changes WHERE sale_id = {sale}");
+    seckill_tests::wait_until(Duration::from_secs(30), "MySQL's decision", || {
+        db.count(&decided) == 1
+    });
+    child.kill().unwrap();
+    child.wait().unwrap();
+    pause(&["UNPAUSE"]);
+    let end = recorded_end(&db, sale);
+    assert!(end < before, "{end} {before}");
+    assert_eq!(
+        bucket_ends(),
+        vec![Some(before); 3],
+        "no bucket written yet"
+    );
+    let (code, out) = seckill_tests::reconciler(&redis, &db, &review, &["run"]);
+    assert!(code == 0 || code == 1, "{out}");
+    assert_eq!(bucket_ends(), vec![Some(end); 3], "{out}");
+    let c = rusqlite::Connection::open(&review).unwrap();
+    let rows: Vec<(String, String)> = c
+        .prepare("SELECT action, result FROM actions WHERE sale_id = ?1 ORDER BY id")
+        .unwrap()
+        .query_map([sale as i64], |r| Ok((r.get(0)?, r.get(1)?)))
+        .unwrap()
+        .collect::<Result<_, _>>()
+        .unwrap();
+    let want = [("end", "started"), ("end", "done")].map(|(a, r)| (a.to_string(), r.to_string()));
+    assert_eq!(rows, want);
+}
