@@ -2,9 +2,12 @@
 //! connections buys, `seckill-reconciler sale end` records one end in
 //! MySQL that every bucket's meta holds before it arrives, so no
 //! reservation (flow record or order) is at or after the recorded end, on
-//! a one-bucket and a three-bucket sale; and the `order_outside_window`
-//! rule reports exactly the orders reserved outside their sale's window
-//! (planted in MySQL), none inside it.
+//! a one-bucket and a three-bucket sale, and on a Redis Cluster; a bucket
+//! written after the end (the command held back) is named, and the
+//! `order_outside_window` rule reports exactly the orders reserved
+//! outside their sale's window (taken so, or planted in MySQL), none
+//! inside it; a command killed between MySQL's commit and the buckets is
+//! completed by `run` with one end everywhere.
 
 use crate::support::gateway::{Client, Gateway};
 use crate::support::worker::{wait_orders, Opts, WorkerProc};
@@ -377,4 +380,40 @@ fn sale_end_killed_between_mysql_and_redis_leaves_one_end_everywhere_after_run()
         .unwrap();
     let want = [("end", "started"), ("end", "done")].map(|(a, r)| (a.to_string(), r.to_string()));
     assert_eq!(rows, want);
+}
+
+/// On a real Redis Cluster, `sale end` of a three-bucket sale (buckets in
+/// different slots) reads Redis's clock there and writes one end, MySQL's,
+/// into every bucket, a second ahead.
+#[test]
+fn on_a_redis_cluster_sale_end_writes_mysqls_end_into_every_bucket_ahead_of_it() {
+    use seckill_tests::cluster::{RedisCluster, TestRedis};
+    let db = TestDb::create();
+    let cluster = RedisCluster::start();
+    let dir = TempDir::new();
+    let review = dir.path().join("review.sqlite3");
+    let (sale, _) =
+        seckill_tests::sale_created(&cluster, &db, &review, "CL-END", 30, &["--shards", "3"]);
+    let asked = seckill_common::now_ms();
+    let (code, out) = seckill_tests::reconciler(
+        &cluster,
+        &db,
+        &review,
+        &["sale", "end", &sale.to_string(), "--by", "op"],
+    );
+    assert_eq!(code, 0, "{out}");
+    assert!(out.contains("Redis follows in 3 bucket(s)"), "{out}");
+    assert!(!out.contains("after the end"), "{out}");
+    let end = recorded_end(&db, sale);
+    assert!(
+        end >= asked + seckill_common::sale_admin::END_MARGIN_MS,
+        "{end}"
+    );
+    let mut con = cluster.target_con();
+    for b in 0..3 {
+        let held: Option<u64> = con
+            .hget(SaleKeys::bucket(sale, b).meta(), "ends_at_ms")
+            .unwrap();
+        assert_eq!(held, Some(end), "bucket {b}");
+    }
 }
