@@ -10,10 +10,21 @@
 //! and changes nothing, so a change is made once however often it is
 //! retried. Redis follows, from MySQL's current row ([`follow`]): each
 //! bucket's meta `ends_at_ms` and [`OPERATOR_PAUSED`], which the reservation
-//! script reads on every purchase; for an add-stock, each bucket's units in
+//! script reads on every purchase (by Redis's clock, `TIME` in the
+//! script); for an add-stock, each bucket's units in
 //! one script that also writes the action's mark into the bucket's
 //! `stock_added` hash, so the units go in once. Both steps are safe to
 //! repeat: an interrupted command is completed by repeating them.
+//!
+//! An end set now (`sale end`) is never the moment of the command: it is
+//! Redis's `TIME` ([`redis_now_ms`]) plus [`END_MARGIN_MS`], recorded in MySQL
+//! and written into every bucket's meta before it arrives, so the end
+//! MySQL records is the one every bucket enforces and no reservation is at
+//! or after it. Each bucket's write checks it by that bucket's own `TIME`
+//! ([`Followed::late`]): a bucket that was still open when the end had
+//! passed (the command stalled past the margin, or was killed and
+//! completed later) is reported, and the reconciler's
+//! `order_outside_window` rule names any order it took meanwhile.
 //!
 //! An operator's pause is not the data-loss pause (`data_loss.rs`): it is
 //! its own meta field and its own MySQL columns, the workers go on applying
@@ -33,6 +44,12 @@ use std::sync::OnceLock;
 /// The meta field that holds an operator's pause reason while the sale is
 /// paused by `sale pause` (purchases answered 503 `sale_paused`).
 pub const OPERATOR_PAUSED: &str = "operator_paused";
+
+/// How far after Redis's `TIME` an end set now (`sale end`) lies: time
+/// for the audit row, MySQL's commit and one script per bucket, each of
+/// which then writes the end before it arrives (`tests/tests/sale_end_exact.rs`
+/// ends sales so while 64 connections buy).
+pub const END_MARGIN_MS: u64 = 1000;
 
 /// The `stock_ledger.reason` of units an operator added (`delta` +N).
 pub const ADD_STOCK_REASON: &str = "add_stock";
@@ -182,21 +199,32 @@ pub fn added_to_bucket(total_before: u64, units: u64, buckets: u32, bucket: u32)
 
 /// `KEYS`: a bucket's meta; `ARGV`: the window end (Unix ms) and the
 /// operator's pause reason (empty: not paused). Writes nothing and replies
-/// 0 for a bucket Redis does not hold (no `total_stock`) or holds as an
-/// archive's tombstone; else sets `ends_at_ms`, sets or clears
-/// `operator_paused` and replies 1.
-const FOLLOW_LUA: &str = r#"
-if redis.call('TYPE', KEYS[1])['ok'] ~= 'hash' then return 0 end
-local m = redis.call('HMGET', KEYS[1], 'total_stock', 'archived_at_ms')
-if not m[1] or m[2] then return 0 end
+/// `{0, 0}` for a bucket Redis does not hold (no `total_stock`) or holds as
+/// an archive's tombstone; else sets `ends_at_ms`, sets or clears
+/// `operator_paused` and replies `{1, late}`: `late` is 0 unless the
+/// bucket's end moves earlier to an end Redis's clock has reached (the
+/// bucket took purchases at or after the new end), then how late the
+/// write is, in ms, plus 1.
+const FOLLOW_LUA: &str = concat!(
+    r#"
+if redis.call('TYPE', KEYS[1])['ok'] ~= 'hash' then return {0, 0} end
+local m = redis.call('HMGET', KEYS[1], 'total_stock', 'archived_at_ms', 'ends_at_ms')
+if not m[1] or m[2] then return {0, 0} end"#,
+    crate::lua_now!(),
+    r#"
+local new = tonumber(ARGV[1])
+local old = tonumber(m[3] or '')
+local late = 0
+if old and old > new and now >= new then late = now - new + 1 end
 redis.call('HSET', KEYS[1], 'ends_at_ms', ARGV[1])
 if ARGV[2] == '' then
   redis.call('HDEL', KEYS[1], 'operator_paused')
 else
   redis.call('HSET', KEYS[1], 'operator_paused', ARGV[2])
 end
-return 1
-"#;
+return {1, late}
+"#
+);
 
 /// `KEYS`: a bucket's meta, stock and `stock_added`; `ARGV`: the action
 /// key and the units. Replies 0 when the action's mark is there already
@@ -257,8 +285,20 @@ pub fn settings<Q: Queryable>(db: &mut Q, sale_id: u64) -> Result<Option<Setting
     }))
 }
 
+/// What [`follow`] did.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Followed {
+    /// Buckets written (the others Redis does not hold).
+    pub held: u32,
+    /// Buckets whose end moved earlier to an end their Redis clock had
+    /// already reached when written: (bucket, ms late, at least 0). Such a
+    /// bucket took purchases at or after the end MySQL records.
+    pub late: Vec<(u32, u64)>,
+}
+
 /// Sets MySQL's window end and operator pause of sale `sale_id` in each of
-/// its `buckets` buckets that Redis holds; returns how many it wrote.
+/// its `buckets` buckets that Redis holds; says how many it wrote and
+/// which were written late.
 ///
 /// Errors: Redis failures.
 pub fn follow<C: ConnectionLike>(
@@ -266,18 +306,30 @@ pub fn follow<C: ConnectionLike>(
     sale_id: u64,
     buckets: u32,
     s: &Settings,
-) -> redis::RedisResult<u32> {
-    let mut n = 0;
+) -> redis::RedisResult<Followed> {
+    let mut f = Followed::default();
     for b in 0..buckets.max(1) {
         let k = SaleKeys::bucket(sale_id, b);
-        let wrote: i64 = follow_script()
+        let (wrote, late): (i64, u64) = follow_script()
             .key(k.meta())
             .arg(s.ends_at_ms)
             .arg(s.paused_reason.as_deref().unwrap_or(""))
             .invoke(con)?;
-        n += u32::from(wrote == 1);
+        f.held += u32::from(wrote == 1);
+        if late > 0 {
+            f.late.push((b, late - 1));
+        }
     }
-    Ok(n)
+    Ok(f)
+}
+
+/// Redis's clock (`TIME` on `con`), Unix ms: the clock the reservation
+/// script judges the window by, so the one a sale's end is set by.
+///
+/// Errors: Redis failures.
+pub fn redis_now_ms<C: ConnectionLike>(con: &mut C) -> redis::RedisResult<u64> {
+    let (secs, micros): (u64, u64) = redis::cmd("TIME").query(con)?;
+    Ok(secs * 1000 + micros / 1000)
 }
 
 /// What adding units did to one bucket.

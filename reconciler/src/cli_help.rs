@@ -145,10 +145,14 @@ not paused), 1 refused, 2 could not run.",
         args: &["ID"],
         summary: "end a sale now",
         options: "--by NAME [--dry-run]",
-        text: "Ends sale ID now (a sale not started yet: a millisecond after its start):
-later purchases get 403 sale_ended within a second; payments, cancellations
-and expiries of its orders go on. Audited in the review store. Exit 0 ended
-(or ended already), 1 refused, 2 could not run.",
+        text: "Ends sale ID one second from now by Redis's clock (a sale not started yet:
+a millisecond after its start): the same end in MySQL and in every bucket,
+each written before it arrives, so no purchase is taken at or after it;
+later purchases get 403 sale_ended. A sale that ends within that second
+anyway is left to end. A bucket written after the end had passed is named
+in the output, and `run` reports each order it took (order_outside_window).
+Payments, cancellations and expiries of its orders go on. Audited in the
+review store. Exit 0 ended (or ends already), 1 refused, 2 could not run.",
     },
     Help {
         path: "sale extend",

@@ -219,6 +219,7 @@ fn screen(ctx: &mut Ctx<'_>, sale_id: u64) -> Result<Screen, RunError> {
         + rules::payments::observe(sale_id, &s.odd_payments).len()
         + rules::stock_mismatch::observe(&s).len()
         + rules::buyer_over_limit::observe(ctx.mysql, sale_id, s.books.per_user_limit)?.len()
+        + rules::order_outside_window::observe(ctx.mysql, sale_id)?.len()
         + s.no_ledger.len()
         + s.released_held.len()
         + s.dead.entries.len()

@@ -964,7 +964,7 @@ mod tests {
             .chain([Resolution::NoLongerObserved])
             .collect();
         round(&resolutions, Resolution::as_str);
-        assert_eq!(Kind::ALL.len(), 16);
+        assert_eq!(Kind::ALL.len(), 17);
         assert_eq!(Kind::RedisDataLoss.index(), 6);
     }
 

@@ -85,11 +85,21 @@ fn follow(
     let Some(settings) = sale_admin::settings(db, sale_id)? else {
         return Ok("MySQL no longer holds the sale; Redis unchanged".into());
     };
-    let held = sale_admin::follow(redis, sale_id, buckets, &settings)?;
-    let mut text = match held {
+    let followed = sale_admin::follow(redis, sale_id, buckets, &settings)?;
+    let mut text = match followed.held {
         0 => "Redis does not hold the sale: `sale load` puts it there as MySQL says".to_string(),
         n => format!("Redis follows in {n} bucket(s)"),
     };
+    for (b, ms) in &followed.late {
+        log::warn!(
+            "sale {sale_id}: bucket {b} took its end {ms} ms after it had passed; \
+             `seckill-reconciler run` reports each order it took meanwhile (order_outside_window)"
+        );
+        text = format!(
+            "{text}; bucket {b} written {ms} ms after the end: `run` reports each order it took \
+             meanwhile (order_outside_window)"
+        );
+    }
     let Some(d) = sale_admin::decided(db, key)? else {
         return Ok(text);
     };

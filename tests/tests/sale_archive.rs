@@ -103,7 +103,8 @@ fn reconciler(
 }
 
 /// Moves sale `id`'s window `by_ms` into the past, in MySQL and in every
-/// bucket's Redis meta: the sale ended that long before it would have.
+/// bucket's Redis meta, and its orders' `reserved_at` with it
+/// ([`age_orders`]): the sale ended that long before it would have.
 fn age(db: &TestDb, redis: &RedisServer, id: u64, buckets: u32, by_ms: u64) {
     db.conn()
         .exec_drop(
@@ -113,6 +114,7 @@ fn age(db: &TestDb, redis: &RedisServer, id: u64, buckets: u32, by_ms: u64) {
             (by_ms / 1000, by_ms / 1000, id),
         )
         .unwrap();
+    age_orders(db, id, by_ms);
     let mut con = redis.con();
     for b in 0..buckets {
         let meta = SaleKeys::bucket(id, b).meta();
@@ -120,6 +122,20 @@ fn age(db: &TestDb, redis: &RedisServer, id: u64, buckets: u32, by_ms: u64) {
             let _: i64 = con.hincr(&meta, f, -(by_ms as i64)).unwrap();
         }
     }
+}
+
+/// Moves the `reserved_at` of sale `id`'s orders reserved at or after its
+/// (aged) end `by_ms` back, into the window they were reserved in (else
+/// they are `order_outside_window` findings and the sale is not clean).
+fn age_orders(db: &TestDb, id: u64, by_ms: u64) {
+    db.conn()
+        .exec_drop(
+            "UPDATE orders o JOIN sales s ON s.id = o.sale_id
+             SET o.reserved_at = o.reserved_at - INTERVAL ? SECOND
+             WHERE o.sale_id = ? AND o.reserved_at >= s.ends_at",
+            (by_ms / 1000, id),
+        )
+        .unwrap();
 }
 
 fn pay(redis: &RedisServer, rid: &str, payment_id: &str) {
@@ -613,6 +629,7 @@ fn a_sale_whose_reservations_are_still_queued_is_not_archived() {
     let _w = WorkerProc::start(&redis, &db, "w1", &Opts::default());
     wait_orders(&db, id, 2, LONG);
     wk::wait_drained(&redis, id, LONG);
+    age_orders(&db, id, 2 * 3_600_000);
     let (code, out) = reconciler(&redis, &db, &review, "1h", &["run"]);
     assert_eq!(code, 0, "{out}");
     assert_eq!(keys_of(&all_keys(&redis), id), [SaleKeys::new(id).meta()]);

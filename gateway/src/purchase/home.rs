@@ -223,9 +223,12 @@ impl BucketCounts {
 /// `sold_out` reply carries the sale's sequence. Any other outcome is
 /// returned as it is.
 ///
+/// The answer is always the last purchase's: a purchase made in the last
+/// round is answered as made, never 503 (which says nothing was reserved).
+///
 /// Errors: [`Unavailable`] when Redis cannot be reached, and when the
-/// buckets kept changing under [`PULL_ROUNDS`] attempts (never a false
-/// `sold_out`: the buyer retries).
+/// buckets kept changing under [`PULL_ROUNDS`] attempts with nothing
+/// reserved (never a false `sold_out`: the buyer retries).
 pub fn reach_stock(
     p: &Purchases,
     home: SaleKeys,
@@ -237,12 +240,8 @@ pub fn reach_stock(
         return outcome;
     }
     for _ in 0..PULL_ROUNDS {
-        match &outcome {
-            Ok(Replied {
-                outcome: ReserveOutcome::SoldOut,
-                ..
-            }) => {}
-            _ => return outcome,
+        if !short(&outcome, false) {
+            return outcome;
         }
         let pulled = p
             .links
@@ -261,7 +260,36 @@ pub fn reach_stock(
             Pull::NotEnough { .. } | Pull::Busy => return Err(Unavailable),
         }
     }
-    Err(Unavailable)
+    after_rounds(outcome, false)
+}
+
+/// Whether `outcome` asks for units to be pulled home: `sold_out`, and
+/// `not_enough` too when `units` (a purchase of the units script).
+fn short(outcome: &Result<Replied, Unavailable>, units: bool) -> bool {
+    match outcome {
+        Ok(Replied {
+            outcome: ReserveOutcome::SoldOut,
+            ..
+        }) => true,
+        Ok(Replied {
+            outcome: ReserveOutcome::NotEnoughStock(_),
+            ..
+        }) => units,
+        _ => false,
+    }
+}
+
+/// The answer once [`PULL_ROUNDS`] rounds are spent: the last purchase's
+/// outcome when it was anything but short (a reservation made in the last
+/// round is answered as made), else 503 with nothing reserved.
+fn after_rounds(
+    outcome: Result<Replied, Unavailable>,
+    units: bool,
+) -> Result<Replied, Unavailable> {
+    if short(&outcome, units) {
+        return Err(Unavailable);
+    }
+    outcome
 }
 
 /// A purchase of the units script (`reserve_units.rs`) in a sale split
@@ -285,7 +313,8 @@ pub struct UnitsAsked<'a> {
 /// part in one bucket and part in another. When the whole sale cannot
 /// cover the quantity the reply is `not_enough` with the sale's units
 /// left, or `sold_out` with the sale's sequence when none is left: the
-/// sold-out memory hears `sold_out` only then.
+/// sold-out memory hears `sold_out` only then. As with [`reach_stock`], a
+/// purchase made in the last round is answered as made.
 ///
 /// Errors: as [`reach_stock`].
 pub fn reach_units(
@@ -300,12 +329,8 @@ pub fn reach_units(
         return outcome;
     }
     for _ in 0..PULL_ROUNDS {
-        match &outcome {
-            Ok(Replied {
-                outcome: ReserveOutcome::SoldOut | ReserveOutcome::NotEnoughStock(_),
-                ..
-            }) => {}
-            _ => return outcome,
+        if !short(&outcome, true) {
+            return outcome;
         }
         let need = u64::from(asked.quantity);
         let pulled = p.links.with(|link| {
@@ -330,7 +355,7 @@ pub fn reach_units(
             Pull::Busy => return Err(Unavailable),
         }
     }
-    Err(Unavailable)
+    after_rounds(outcome, true)
 }
 
 /// The reply to a purchase whose units are only in buckets paused for a

@@ -13,7 +13,7 @@ use crate::sale_admin_settle::{complete_pending, written_ahead};
 use crate::sale_read::{sale_now, SaleNow};
 use crate::settle::Outcome;
 use seckill_common::now_ms;
-use seckill_common::sale_admin::{self, Change};
+use seckill_common::sale_admin::{self, Change, END_MARGIN_MS};
 use seckill_common::timefmt::format_ms;
 
 /// Longest sale window: as `sale create` allows.
@@ -57,7 +57,9 @@ pub fn run(config: &Config, a: &SaleAdminArgs) -> Result<u8, RunError> {
         )));
     };
     let buckets = seckill_common::data_loss::bucket_count(&mut redis, &mut db, a.sale_id)?;
-    let checked = check(&review, a, &s, buckets, now_ms())?;
+    // Redis's clock: the one the reservation script judges the window by.
+    let now = sale_admin::redis_now_ms(&mut redis)?;
+    let checked = check(&review, a, &s, buckets, now)?;
     let action = kind(&a.change);
     let outcome = match checked {
         Checked::Final(o) if a.dry_run => o,
@@ -162,8 +164,10 @@ fn check_resume(review: &Review, id: u64, s: &SaleNow) -> Result<Checked, RunErr
     }
 }
 
-/// Ending sale `id` at `now` (never before its start): nothing to do when
-/// it has ended.
+/// Ending sale `id` whose Redis clock reads `now`: at `now` plus
+/// [`END_MARGIN_MS`] (never before its start), so that every bucket holds
+/// the end before it arrives (`seckill_common::sale_admin`); nothing to do
+/// when it has ended or ends by then.
 fn check_end(id: u64, s: &SaleNow, now: u64) -> Result<Checked, RunError> {
     if s.ends_at_ms <= now {
         return no_change(format!(
@@ -171,11 +175,18 @@ fn check_end(id: u64, s: &SaleNow, now: u64) -> Result<Checked, RunError> {
             format_ms(s.ends_at_ms)
         ));
     }
-    let at = now.max(s.starts_at_ms + 1);
+    let at = (now + END_MARGIN_MS).max(s.starts_at_ms + 1);
+    if s.ends_at_ms <= at {
+        return no_change(format!(
+            "sale {id} ends at {} already, within {END_MARGIN_MS} ms",
+            format_ms(s.ends_at_ms)
+        ));
+    }
     Ok(Checked::Go {
         change: Change::EndAt { ends_at_ms: at },
         would: format!(
-            "end sale {id} at {} (was {}): later purchases answered 403 sale_ended",
+            "end sale {id} at {} (was {}; Redis's clock + {END_MARGIN_MS} ms, in every bucket \
+             before it arrives): later purchases answered 403 sale_ended",
             format_ms(at),
             format_ms(s.ends_at_ms)
         ),

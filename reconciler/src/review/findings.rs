@@ -69,6 +69,11 @@ stored_enum! {
         /// allowance was bypassed or lost (critical). A person decides which
         /// order to cancel and refund.
         BuyerOverLimit => "buyer_over_limit",
+        /// An order holding units whose reservation time is outside its
+        /// sale's window (`reserved_at` before `sales.starts_at`, or at or
+        /// after `sales.ends_at`): Redis took it while MySQL records the
+        /// sale closed. A person decides whether it stands.
+        OrderOutsideWindow => "order_outside_window",
     }
 }
 

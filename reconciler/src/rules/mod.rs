@@ -18,12 +18,14 @@
 //! | a payment not applied as `paid` | [`payments`] | open, one per payment id (`late_payment`, `payment_amount_mismatch`, ...) |
 //! | an entry of the payment queue's dead letters | [`payment_dead_letter`] | `dead_letter` of sale 0, open, one per entry; only `--dismiss` |
 //! | a buyer over the sale's per-buyer limit in MySQL | [`buyer_over_limit`] | open, critical, one per buyer |
+//! | an order reserved outside its sale's window | [`order_outside_window`] | open, one per order |
 //! | transfers between a sale's buckets | [`transfers`] | `stock_mismatch`: a half-done transfer completed (`auto_fixed`); unbalanced bucket books, one-sided transfers open |
 
 pub mod buyer_over_limit;
 pub mod dead_letter;
 pub mod flow_without_order;
 pub mod ledger_without_order;
+pub mod order_outside_window;
 pub mod order_without_flow;
 pub mod order_without_ledger;
 pub mod payment_dead_letter;
@@ -113,6 +115,7 @@ pub fn reconcile_sale(ctx: &mut Ctx<'_>, sale_id: u64) -> Result<Option<SaleRepo
         sale_id,
         s.books.per_user_limit,
     )?);
+    out.extend(order_outside_window::observe(ctx.mysql, sale_id)?);
     let SaleScan { dead, .. } = s;
     out.extend(dead_letter::observations(sale_id, dead));
     Ok(Some(report))
