@@ -529,6 +529,131 @@ fn wins(answers: &[Answer]) -> HashMap<String, (String, u32)> {
         .collect()
 }
 
+/// `run` opens one `redis_data_loss` finding, naming the lost buckets and
+/// exactly the lost orders.
+fn assert_one_loss_finding(
+    cluster: &RedisCluster,
+    db: &TestDb,
+    review: &Path,
+    lost: &BTreeSet<u32>,
+    expected_lost: &BTreeSet<String>,
+) {
+    let (code, out) = seckill_tests::reconciler(cluster, db, review, &["run"]);
+    assert_eq!(code, 1, "{out}");
+    let (_, listed) = seckill_tests::reconciler(cluster, db, review, &["findings", "--json"]);
+    let findings: serde_json::Value = serde_json::from_str(&listed).unwrap();
+    let loss: Vec<&serde_json::Value> = findings
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|f| f["kind"] == "redis_data_loss")
+        .collect();
+    assert_eq!(loss.len(), 1, "{listed}");
+    let behind = loss[0]["evidence"]["buckets_behind"].as_array().unwrap();
+    let named: BTreeSet<u32> = behind
+        .iter()
+        .map(|b| b["bucket"].as_u64().unwrap() as u32)
+        .collect();
+    assert_eq!(&named, lost, "{listed}");
+    let found: BTreeSet<String> = behind
+        .iter()
+        .flat_map(|b| b["lost_reservation_ids"].as_array().unwrap().iter())
+        .map(|r| r.as_str().unwrap().to_string())
+        .collect();
+    assert_eq!(&found, expected_lost);
+    assert!(!expected_lost.is_empty());
+    assert_eq!(loss[0]["evidence"]["lost_orders"], expected_lost.len());
+}
+
+/// `sale repair` of `sale`, retried while workers still hold its messages
+/// in processing lists (refused then), until it succeeds.
+fn repair_once_drained(cluster: &RedisCluster, db: &TestDb, review: &Path, sale: u64) {
+    let mut repaired = false;
+    for _ in 0..20 {
+        let (code, out) = seckill_tests::reconciler(
+            cluster,
+            db,
+            review,
+            &["sale", "repair", &sale.to_string(), "--by", "tester"],
+        );
+        if code == 0 {
+            repaired = true;
+            break;
+        }
+        assert!(out.contains("processing lists"), "{out}");
+        std::thread::sleep(Duration::from_millis(500));
+    }
+    assert!(repaired);
+}
+
+/// New buyers of one unit each take what purchases of more could not,
+/// until sold out; then every order is one acknowledged purchase of
+/// `holders` (user -> reservation id, units), its buyer's retry under the
+/// same key and quantity answered 202 with it (a lost one too: the repair
+/// restored it), and the books hold exactly the stock. The orders.
+fn sweep_then_check_every_order(
+    cluster: &RedisCluster,
+    db: &TestDb,
+    port: u16,
+    sale: u64,
+    holders: &mut HashMap<String, (String, u32)>,
+) -> Vec<(String, String, u32)> {
+    let sweep: Vec<String> = (0..C_STOCK).map(|i| format!("z{}", i * 3)).collect();
+    let mut b = Buyer::new(port);
+    'sweep: for u in &sweep {
+        loop {
+            let a = b.buy(sale, u, 1, "k");
+            match (a.status, a.error.as_str()) {
+                (202, _) => {
+                    holders.insert(u.clone(), (a.rid.unwrap(), 1));
+                    break;
+                }
+                (503, _) => std::thread::sleep(Duration::from_millis(5)),
+                (410, "sold_out") => break 'sweep,
+                _ => panic!("{a:?}"),
+            }
+        }
+    }
+    seckill_tests::wait_until(Duration::from_secs(120), "every unit ordered", || {
+        db.count(&format!(
+            "SELECT COALESCE(SUM(quantity), 0) FROM orders WHERE sale_id = {sale}"
+        )) >= C_STOCK
+    });
+    // Every order is one acknowledged purchase, and its buyer's retry under
+    // the same key and quantity is answered 202 with it (a lost one too:
+    // the repair restored it).
+    let orders: Vec<(String, String, u32)> = {
+        let mut c = db.conn();
+        mysql::prelude::Queryable::exec(
+            &mut c,
+            "SELECT user_id, reservation_id, quantity FROM orders WHERE sale_id = ?",
+            (sale,),
+        )
+        .unwrap()
+    };
+    for (u, rid, q) in &orders {
+        assert_eq!(holders.get(u), Some(&(rid.clone(), *q)), "{u}");
+        assert_eq!(rid, &keyed_reservation_id(sale, u, "k"));
+        let a = b.buy(sale, u, *q, "k");
+        assert_eq!(
+            (a.status, a.rid.as_deref()),
+            (202, Some(rid.as_str())),
+            "{u}"
+        );
+    }
+    assert_eq!(orders.len(), holders.len());
+    let (_, units, ledger, available) = quantity::books(db, sale);
+    assert_eq!((units, ledger, available), (C_STOCK, C_STOCK, 0));
+    assert!(
+        db.count(&format!(
+            "SELECT COALESCE(MAX(u), 0) FROM (SELECT SUM(quantity) u FROM orders \
+             WHERE sale_id = {sale} GROUP BY user_id) t"
+        )) <= 4
+    );
+    assert_eq!(stocks(cluster, sale).iter().sum::<i64>(), 0);
+    orders
+}
+
 #[test]
 fn a_killed_master_of_a_split_sale_of_units_pauses_it_every_lost_order_is_found_and_the_repair_sells_out(
 ) {
@@ -626,49 +751,9 @@ fn a_killed_master_of_a_split_sale_of_units_pauses_it_every_lost_order_is_found_
     assert!(others_sold >= 1, "{counts:?}");
     eprintln!("failover in units: paused {paused_after:?} after the kill; answers {counts:?}");
 
-    // One finding, naming the lost buckets and exactly the lost orders.
-    let (code, out) = seckill_tests::reconciler(&cluster, &db, &review, &["run"]);
-    assert_eq!(code, 1, "{out}");
-    let (_, listed) = seckill_tests::reconciler(&cluster, &db, &review, &["findings", "--json"]);
-    let findings: serde_json::Value = serde_json::from_str(&listed).unwrap();
-    let loss: Vec<&serde_json::Value> = findings
-        .as_array()
-        .unwrap()
-        .iter()
-        .filter(|f| f["kind"] == "redis_data_loss")
-        .collect();
-    assert_eq!(loss.len(), 1, "{listed}");
-    let behind = loss[0]["evidence"]["buckets_behind"].as_array().unwrap();
-    let named: BTreeSet<u32> = behind
-        .iter()
-        .map(|b| b["bucket"].as_u64().unwrap() as u32)
-        .collect();
-    assert_eq!(named, lost, "{listed}");
-    let found: BTreeSet<String> = behind
-        .iter()
-        .flat_map(|b| b["lost_reservation_ids"].as_array().unwrap().iter())
-        .map(|r| r.as_str().unwrap().to_string())
-        .collect();
-    assert_eq!(found, expected_lost);
-    assert!(!expected_lost.is_empty());
-    assert_eq!(loss[0]["evidence"]["lost_orders"], expected_lost.len());
+    assert_one_loss_finding(&cluster, &db, &review, &lost, &expected_lost);
 
-    let mut repaired = false;
-    for _ in 0..20 {
-        let (code, out) = seckill_tests::reconciler(
-            &cluster,
-            &db,
-            &review,
-            &["sale", "repair", &sale.to_string(), "--by", "tester"],
-        );
-        if code == 0 {
-            repaired = true;
-            break;
-        }
-        assert!(out.contains("processing lists"), "{out}");
-        std::thread::sleep(Duration::from_millis(500));
-    }
-    assert!(repaired);
+    repair_once_drained(&cluster, &db, &review, sale);
 
     // The same gateway sells the rest (a 503 is a pull that kept meeting
     // other transfers, retried with the same key), then new buyers of one
@@ -686,59 +771,7 @@ fn a_killed_master_of_a_split_sale_of_units_pauses_it_every_lost_order_is_found_
     }
     holders.extend(wins(&a3));
     holders.extend(wins(&a4));
-    let sweep: Vec<String> = (0..C_STOCK).map(|i| format!("z{}", i * 3)).collect();
-    let mut b = Buyer::new(g.port);
-    'sweep: for u in &sweep {
-        loop {
-            let a = b.buy(sale, u, 1, "k");
-            match (a.status, a.error.as_str()) {
-                (202, _) => {
-                    holders.insert(u.clone(), (a.rid.unwrap(), 1));
-                    break;
-                }
-                (503, _) => std::thread::sleep(Duration::from_millis(5)),
-                (410, "sold_out") => break 'sweep,
-                _ => panic!("{a:?}"),
-            }
-        }
-    }
-    seckill_tests::wait_until(Duration::from_secs(120), "every unit ordered", || {
-        db.count(&format!(
-            "SELECT COALESCE(SUM(quantity), 0) FROM orders WHERE sale_id = {sale}"
-        )) >= C_STOCK
-    });
-    // Every order is one acknowledged purchase, and its buyer's retry under
-    // the same key and quantity is answered 202 with it (a lost one too:
-    // the repair restored it).
-    let orders: Vec<(String, String, u32)> = {
-        let mut c = db.conn();
-        mysql::prelude::Queryable::exec(
-            &mut c,
-            "SELECT user_id, reservation_id, quantity FROM orders WHERE sale_id = ?",
-            (sale,),
-        )
-        .unwrap()
-    };
-    for (u, rid, q) in &orders {
-        assert_eq!(holders.get(u), Some(&(rid.clone(), *q)), "{u}");
-        assert_eq!(rid, &keyed_reservation_id(sale, u, "k"));
-        let a = b.buy(sale, u, *q, "k");
-        assert_eq!(
-            (a.status, a.rid.as_deref()),
-            (202, Some(rid.as_str())),
-            "{u}"
-        );
-    }
-    assert_eq!(orders.len(), holders.len());
-    let (_, units, ledger, available) = quantity::books(&db, sale);
-    assert_eq!((units, ledger, available), (C_STOCK, C_STOCK, 0));
-    assert!(
-        db.count(&format!(
-            "SELECT COALESCE(MAX(u), 0) FROM (SELECT SUM(quantity) u FROM orders \
-             WHERE sale_id = {sale} GROUP BY user_id) t"
-        )) <= 4
-    );
-    assert_eq!(stocks(&cluster, sale).iter().sum::<i64>(), 0);
+    let orders = sweep_then_check_every_order(&cluster, &db, g.port, sale, &mut holders);
     eprintln!(
         "{} orders of {C_STOCK} units, {} lost and found; test took {:?}",
         orders.len(),
