@@ -13,6 +13,7 @@
 //! sells the rest: exactly 3,000 orders, no user with two, MySQL never
 //! below 0, every holder 409 with their own reservation id.
 
+use crate::support::after_repair::{assert_one_loss_finding, repair_once_drained};
 use crate::support::gateway as gateway_support;
 use crate::support::worker as worker_support;
 
@@ -131,6 +132,65 @@ fn wins(answers: &[Answer]) -> HashMap<String, String> {
         .collect()
 }
 
+/// Every order's buyer buying again is answered 409 with their own
+/// reservation id; the sale holds exactly `STOCK` orders, one per buyer,
+/// and no unit is left in MySQL or in any bucket.
+fn check_every_holder_and_the_books(
+    cluster: &RedisCluster,
+    db: &TestDb,
+    port: u16,
+    sale: u64,
+    holders: &HashMap<String, String>,
+) {
+    let keys: Vec<SaleKeys> = (0..BUCKETS).map(|b| SaleKeys::bucket(sale, b)).collect();
+    let mut b = Buyer::new(port);
+    let mine: Vec<(String, String)> = {
+        let mut c = db.conn();
+        mysql::prelude::Queryable::exec(
+            &mut c,
+            "SELECT user_id, reservation_id FROM orders WHERE sale_id = ?",
+            (sale,),
+        )
+        .unwrap()
+    };
+    for (u, rid) in &mine {
+        let a = b.buy(sale, u);
+        assert_eq!(
+            (a.status, a.rid.as_deref()),
+            (409, Some(rid.as_str())),
+            "{u}"
+        );
+    }
+    let holder_orders = mine
+        .iter()
+        .filter(|(u, rid)| holders.get(u) == Some(rid))
+        .count();
+    eprintln!(
+        "{} orders, {} of them the buyer's acknowledged reservation",
+        mine.len(),
+        holder_orders
+    );
+    assert_eq!(mine.len() as u64, STOCK);
+    assert_eq!(
+        db.count(&format!(
+            "SELECT COUNT(DISTINCT user_id) FROM orders WHERE sale_id = {sale}"
+        )),
+        STOCK as i64
+    );
+    assert_eq!(
+        db.count(&format!(
+            "SELECT available_stock FROM sales WHERE id = {sale}"
+        )),
+        0
+    );
+    let mut con = cluster.target_con();
+    let left: i64 = keys
+        .iter()
+        .map(|k| redis::Commands::get::<_, i64>(&mut con, k.stock()).unwrap())
+        .sum();
+    assert_eq!(left, 0);
+}
+
 #[test]
 fn a_killed_master_of_a_split_sale_pauses_it_every_lost_order_is_found_and_the_repair_sells_out() {
     let started = Instant::now();
@@ -241,48 +301,8 @@ fn a_killed_master_of_a_split_sale_pauses_it_every_lost_order_is_found_and_the_r
          sold in the other buckets, {slipped} in the lost ones before the pause"
     );
 
-    // One finding, naming the lost buckets and exactly the lost orders.
-    let (code, out) = seckill_tests::reconciler(&cluster, &db, &review, &["run"]);
-    assert_eq!(code, 1, "{out}");
-    let (_, listed) = seckill_tests::reconciler(&cluster, &db, &review, &["findings", "--json"]);
-    let findings: serde_json::Value = serde_json::from_str(&listed).unwrap();
-    let loss: Vec<&serde_json::Value> = findings
-        .as_array()
-        .unwrap()
-        .iter()
-        .filter(|f| f["kind"] == "redis_data_loss")
-        .collect();
-    assert_eq!(loss.len(), 1, "{listed}");
-    let behind = loss[0]["evidence"]["buckets_behind"].as_array().unwrap();
-    let named: BTreeSet<u32> = behind
-        .iter()
-        .map(|b| b["bucket"].as_u64().unwrap() as u32)
-        .collect();
-    assert_eq!(named, lost, "{listed}");
-    let found: BTreeSet<String> = behind
-        .iter()
-        .flat_map(|b| b["lost_reservation_ids"].as_array().unwrap().iter())
-        .map(|r| r.as_str().unwrap().to_string())
-        .collect();
-    assert_eq!(found, expected_lost);
-    assert_eq!(loss[0]["evidence"]["lost_orders"], expected_lost.len());
-
-    let mut repaired = false;
-    for _ in 0..20 {
-        let (code, out) = seckill_tests::reconciler(
-            &cluster,
-            &db,
-            &review,
-            &["sale", "repair", &sale.to_string(), "--by", "tester"],
-        );
-        if code == 0 {
-            repaired = true;
-            break;
-        }
-        assert!(out.contains("processing lists"), "{out}");
-        std::thread::sleep(Duration::from_millis(500));
-    }
-    assert!(repaired);
+    assert_one_loss_finding(&cluster, &db, &review, &lost, &expected_lost);
+    repair_once_drained(&cluster, &db, &review, sale);
 
     // The same gateway sells the rest: the waiting buyers, then every
     // holder's retry is 409 with their own id.
@@ -295,51 +315,6 @@ fn a_killed_master_of_a_split_sale_pauses_it_every_lost_order_is_found_and_the_r
     holders.extend(wins(&a3));
     holders.extend(wins(&a4));
     wait_orders(&db, sale, STOCK as i64, Duration::from_secs(120));
-    let mut b = Buyer::new(g.port);
-    let mine: Vec<(String, String)> = {
-        let mut c = db.conn();
-        mysql::prelude::Queryable::exec(
-            &mut c,
-            "SELECT user_id, reservation_id FROM orders WHERE sale_id = ?",
-            (sale,),
-        )
-        .unwrap()
-    };
-    for (u, rid) in &mine {
-        let a = b.buy(sale, u);
-        assert_eq!(
-            (a.status, a.rid.as_deref()),
-            (409, Some(rid.as_str())),
-            "{u}"
-        );
-    }
-    let holder_orders = mine
-        .iter()
-        .filter(|(u, rid)| holders.get(u) == Some(rid))
-        .count();
-    eprintln!(
-        "{} orders, {} of them the buyer's acknowledged reservation; test took {:?}",
-        mine.len(),
-        holder_orders,
-        started.elapsed()
-    );
-    assert_eq!(mine.len() as u64, STOCK);
-    assert_eq!(
-        db.count(&format!(
-            "SELECT COUNT(DISTINCT user_id) FROM orders WHERE sale_id = {sale}"
-        )),
-        STOCK as i64
-    );
-    assert_eq!(
-        db.count(&format!(
-            "SELECT available_stock FROM sales WHERE id = {sale}"
-        )),
-        0
-    );
-    let mut con = cluster.target_con();
-    let left: i64 = keys
-        .iter()
-        .map(|k| redis::Commands::get::<_, i64>(&mut con, k.stock()).unwrap())
-        .sum();
-    assert_eq!(left, 0);
+    check_every_holder_and_the_books(&cluster, &db, g.port, sale, &holders);
+    eprintln!("test took {:?}", started.elapsed());
 }

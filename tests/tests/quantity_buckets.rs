@@ -9,6 +9,7 @@
 //! Cluster pauses the sale, the reconciler names every lost order, and the
 //! repair lets the sale sell out exactly, in units.
 
+use crate::support::after_repair::{assert_one_loss_finding, repair_once_drained};
 use crate::support::gateway::{get, Client, Gateway, Resp};
 use crate::support::quantity;
 use crate::support::worker::{wait_orders, Opts, WorkerProc};
@@ -527,63 +528,6 @@ fn wins(answers: &[Answer]) -> HashMap<String, (String, u32)> {
         .filter(|a| a.status == 202)
         .map(|a| (a.user.clone(), (a.rid.clone().unwrap(), a.quantity)))
         .collect()
-}
-
-/// `run` opens one `redis_data_loss` finding, naming the lost buckets and
-/// exactly the lost orders.
-fn assert_one_loss_finding(
-    cluster: &RedisCluster,
-    db: &TestDb,
-    review: &Path,
-    lost: &BTreeSet<u32>,
-    expected_lost: &BTreeSet<String>,
-) {
-    let (code, out) = seckill_tests::reconciler(cluster, db, review, &["run"]);
-    assert_eq!(code, 1, "{out}");
-    let (_, listed) = seckill_tests::reconciler(cluster, db, review, &["findings", "--json"]);
-    let findings: serde_json::Value = serde_json::from_str(&listed).unwrap();
-    let loss: Vec<&serde_json::Value> = findings
-        .as_array()
-        .unwrap()
-        .iter()
-        .filter(|f| f["kind"] == "redis_data_loss")
-        .collect();
-    assert_eq!(loss.len(), 1, "{listed}");
-    let behind = loss[0]["evidence"]["buckets_behind"].as_array().unwrap();
-    let named: BTreeSet<u32> = behind
-        .iter()
-        .map(|b| b["bucket"].as_u64().unwrap() as u32)
-        .collect();
-    assert_eq!(&named, lost, "{listed}");
-    let found: BTreeSet<String> = behind
-        .iter()
-        .flat_map(|b| b["lost_reservation_ids"].as_array().unwrap().iter())
-        .map(|r| r.as_str().unwrap().to_string())
-        .collect();
-    assert_eq!(&found, expected_lost);
-    assert!(!expected_lost.is_empty());
-    assert_eq!(loss[0]["evidence"]["lost_orders"], expected_lost.len());
-}
-
-/// `sale repair` of `sale`, retried while workers still hold its messages
-/// in processing lists (refused then), until it succeeds.
-fn repair_once_drained(cluster: &RedisCluster, db: &TestDb, review: &Path, sale: u64) {
-    let mut repaired = false;
-    for _ in 0..20 {
-        let (code, out) = seckill_tests::reconciler(
-            cluster,
-            db,
-            review,
-            &["sale", "repair", &sale.to_string(), "--by", "tester"],
-        );
-        if code == 0 {
-            repaired = true;
-            break;
-        }
-        assert!(out.contains("processing lists"), "{out}");
-        std::thread::sleep(Duration::from_millis(500));
-    }
-    assert!(repaired);
 }
 
 /// New buyers of one unit each take what purchases of more could not,
