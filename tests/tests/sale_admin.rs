@@ -118,8 +118,21 @@ fn op(redis: &RedisServer, db: &TestDb, review: &Path, args: &[&str]) -> (i32, S
     reconciler(redis, db, review, args)
 }
 
-#[test]
-fn each_change_takes_effect_in_mysql_redis_the_log_and_a_caching_gateway_within_a_second() {
+/// The sale of [`each_change_takes_effect_in_mysql_redis_the_log_and_a_caching_gateway_within_a_second`]
+/// and what serves it (the gateway and the worker stop first).
+struct LiveSale {
+    g: Gateway,
+    _w: WorkerProc,
+    id: u64,
+    s: String,
+    review: std::path::PathBuf,
+    _dir: TempDir,
+    db: TestDb,
+    redis: RedisServer,
+}
+
+/// A sale of 5 units with one order (buyer `a`), a worker and a gateway.
+fn a_sale_with_one_order() -> LiveSale {
     let redis = RedisServer::start();
     let db = TestDb::create();
     let dir = TempDir::new();
@@ -131,8 +144,29 @@ fn each_change_takes_effect_in_mysql_redis_the_log_and_a_caching_gateway_within_
     assert_eq!(buy(g.port, id, "a").status, 202);
     wait_orders(&db, id, 1, LONG);
 
+    LiveSale {
+        g,
+        _w,
+        id,
+        s,
+        review,
+        _dir: dir,
+        db,
+        redis,
+    }
+}
+
+/// `sale list` shows its figures; `sale pause` (dry run first, then for
+/// real, then again) pauses it in MySQL, Redis and the gateway.
+fn list_then_pause(t: &LiveSale) {
+    let redis = &t.redis;
+    let db = &t.db;
+    let review = t.review.as_path();
+    let g = &t.g;
+    let id = t.id;
+    let s = t.s.as_str();
     // list: one line with its figures.
-    let (code, out) = op(&redis, &db, &review, &["sale", "list"]);
+    let (code, out) = op(redis, db, review, &["sale", "list"]);
     assert_eq!(code, 0, "{out}");
     let line = out.lines().nth(1).unwrap_or_default().to_string();
     let words: Vec<&str> = line.split_whitespace().collect();
@@ -145,13 +179,13 @@ fn each_change_takes_effect_in_mysql_redis_the_log_and_a_caching_gateway_within_
 
     // pause --dry-run: nothing changes, nothing is logged.
     let (code, out) = op(
-        &redis,
-        &db,
-        &review,
+        redis,
+        db,
+        review,
         &[
             "sale",
             "pause",
-            &s,
+            s,
             "--reason",
             "fraud check",
             "--by",
@@ -164,26 +198,26 @@ fn each_change_takes_effect_in_mysql_redis_the_log_and_a_caching_gateway_within_
         out.starts_with("dry run, nothing changed: pause sale"),
         "{out}"
     );
-    assert_eq!(mysql_sale(&db, id).3, None);
-    assert!(!meta(&redis, id, 0).contains_key("operator_paused"));
-    assert!(rows(&review, id).is_empty());
+    assert_eq!(mysql_sale(db, id).3, None);
+    assert!(!meta(redis, id, 0).contains_key("operator_paused"));
+    assert!(rows(review, id).is_empty());
 
     // pause: purchases 503 sale_paused with Retry-After, reads served.
     let (code, out) = op(
-        &redis,
-        &db,
-        &review,
-        &["sale", "pause", &s, "--reason", "fraud check", "--by", "op"],
+        redis,
+        db,
+        review,
+        &["sale", "pause", s, "--reason", "fraud check", "--by", "op"],
     );
     let t = Instant::now();
     assert_eq!(code, 0, "{out}");
-    let m = mysql_sale(&db, id);
+    let m = mysql_sale(db, id);
     assert_eq!(
         (m.3.as_deref(), m.4.as_deref()),
         (Some("fraud check"), Some("op"))
     );
-    assert_eq!(meta(&redis, id, 0)["operator_paused"], "fraud check");
-    assert_written_ahead(&review, id, "pause");
+    assert_eq!(meta(redis, id, 0)["operator_paused"], "fraud check");
+    assert_written_ahead(review, id, "pause");
     let retry = answered_within(g.port, id, "b", (503, "sale_paused"), t);
     assert_eq!(retry.as_deref(), Some("1"));
     let r = get(g.port, &format!("/v1/sales/{id}"));
@@ -193,51 +227,61 @@ fn each_change_takes_effect_in_mysql_redis_the_log_and_a_caching_gateway_within_
     );
     // Again: nothing to change, one no_change row.
     let (code, out) = op(
-        &redis,
-        &db,
-        &review,
-        &["sale", "pause", &s, "--reason", "again", "--by", "op"],
+        redis,
+        db,
+        review,
+        &["sale", "pause", s, "--reason", "again", "--by", "op"],
     );
     assert_eq!(code, 0, "{out}");
     assert!(
         out.contains("no_change: sale") && out.contains("paused already (by op: fraud check)"),
         "{out}"
     );
-    assert_eq!(rows(&review, id).last().unwrap().2, "no_change");
-    let (_, out) = op(&redis, &db, &review, &["sale", "list"]);
+    assert_eq!(rows(review, id).last().unwrap().2, "no_change");
+    let (_, out) = op(redis, db, review, &["sale", "list"]);
     assert!(
         out.contains(" paused ") && out.ends_with("operator op: fraud check\n"),
         "{out}"
     );
 
-    let (_, out) = op(&redis, &db, &review, &["sale", "show", &s]);
+    let (_, out) = op(redis, db, review, &["sale", "show", s]);
     assert!(
         out.contains("PAUSED            by an operator (fraud check)"),
         "{out}"
     );
+}
 
+/// `sale resume`, `sale end` (at Redis's clock plus the margin) and
+/// `sale extend` each take effect within a second.
+fn resume_end_then_extend(t: &LiveSale) {
+    let redis = &t.redis;
+    let db = &t.db;
+    let review = t.review.as_path();
+    let g = &t.g;
+    let id = t.id;
+    let s = t.s.as_str();
     // resume: purchases again.
-    let (code, out) = op(&redis, &db, &review, &["sale", "resume", &s, "--by", "op"]);
+    let (code, out) = op(redis, db, review, &["sale", "resume", s, "--by", "op"]);
     let t = Instant::now();
     assert_eq!(code, 0, "{out}");
-    assert_eq!(mysql_sale(&db, id).3, None);
-    assert!(!meta(&redis, id, 0).contains_key("operator_paused"));
-    assert_written_ahead(&review, id, "resume");
+    assert_eq!(mysql_sale(db, id).3, None);
+    assert!(!meta(redis, id, 0).contains_key("operator_paused"));
+    assert_written_ahead(review, id, "resume");
     answered_within(g.port, id, "b", (202, ""), t);
 
     // end: 403 sale_ended once the end (Redis's clock + the margin every
     // bucket is written within) arrives, in MySQL and Redis the same end.
     let margin = seckill_common::sale_admin::END_MARGIN_MS;
     let asked = seckill_common::now_ms();
-    let (code, out) = op(&redis, &db, &review, &["sale", "end", &s, "--by", "op"]);
+    let (code, out) = op(redis, db, review, &["sale", "end", s, "--by", "op"]);
     assert_eq!(code, 0, "{out}");
-    let ends = mysql_sale(&db, id).2;
+    let ends = mysql_sale(db, id).2;
     assert!(
         (asked + margin..=seckill_common::now_ms() + margin).contains(&ends),
         "{ends}"
     );
-    assert_eq!(meta(&redis, id, 0)["ends_at_ms"], ends.to_string());
-    assert_written_ahead(&review, id, "end");
+    assert_eq!(meta(redis, id, 0)["ends_at_ms"], ends.to_string());
+    assert_written_ahead(review, id, "end");
     // "c" buys nothing before the end: the wait is for the end itself.
     std::thread::sleep(Duration::from_millis(
         ends - seckill_common::now_ms().min(ends),
@@ -246,30 +290,40 @@ fn each_change_takes_effect_in_mysql_redis_the_log_and_a_caching_gateway_within_
 
     // extend: open again.
     let (code, out) = op(
-        &redis,
-        &db,
-        &review,
-        &["sale", "extend", &s, "--ends-at", "now+1h", "--by", "op"],
+        redis,
+        db,
+        review,
+        &["sale", "extend", s, "--ends-at", "now+1h", "--by", "op"],
     );
     let t = Instant::now();
     assert_eq!(code, 0, "{out}");
-    let ends = mysql_sale(&db, id).2;
+    let ends = mysql_sale(db, id).2;
     assert!(ends > seckill_common::now_ms() + 3_500_000, "{ends}");
-    assert_eq!(meta(&redis, id, 0)["ends_at_ms"], ends.to_string());
-    assert_written_ahead(&review, id, "extend");
+    assert_eq!(meta(redis, id, 0)["ends_at_ms"], ends.to_string());
+    assert_written_ahead(review, id, "extend");
     answered_within(g.port, id, "c", (202, ""), t);
+}
 
+/// Sold out, then 3 units added: the gateway that remembers it sold
+/// out sells them within a second.
+fn add_stock_to_the_sold_out_sale(t: &LiveSale) {
+    let redis = &t.redis;
+    let db = &t.db;
+    let review = t.review.as_path();
+    let g = &t.g;
+    let id = t.id;
+    let s = t.s.as_str();
     // Sell out (5 units: a, b, c, d, e), then add 3: the gateway that
     // remembers the sale sold out sells them within a second.
     assert_eq!(buy(g.port, id, "d").status, 202);
     assert_eq!(buy(g.port, id, "e").status, 202);
     assert_eq!(buy(g.port, id, "f").status, 410);
-    wait_orders(&db, id, 5, LONG);
+    wait_orders(db, id, 5, LONG);
     let (code, out) = op(
-        &redis,
-        &db,
-        &review,
-        &["sale", "add-stock", &s, "3", "--by", "op"],
+        redis,
+        db,
+        review,
+        &["sale", "add-stock", s, "3", "--by", "op"],
     );
     let t = Instant::now();
     assert_eq!(code, 0, "{out}");
@@ -277,7 +331,7 @@ fn each_change_takes_effect_in_mysql_redis_the_log_and_a_caching_gateway_within_
         out.contains("add 3 unit(s) to sale") && out.contains("(total 5 -> 8)"),
         "{out}"
     );
-    let m = mysql_sale(&db, id);
+    let m = mysql_sale(db, id);
     assert_eq!((m.0, m.1), (8, 3));
     let ledger: Vec<(i64, String, String)> = db
         .conn()
@@ -289,8 +343,8 @@ fn each_change_takes_effect_in_mysql_redis_the_log_and_a_caching_gateway_within_
         .unwrap();
     assert_eq!(ledger.len(), 1);
     assert_eq!((ledger[0].0, ledger[0].1.as_str()), (3, "op"));
-    assert_eq!(meta(&redis, id, 0)["total_stock"], "8");
-    assert_eq!(stock(&redis, id, 0), 3);
+    assert_eq!(meta(redis, id, 0)["total_stock"], "8");
+    assert_eq!(stock(redis, id, 0), 3);
     let marks: HashMap<String, String> = redis
         .con()
         .hgetall(SaleKeys::new(id).stock_added())
@@ -299,15 +353,23 @@ fn each_change_takes_effect_in_mysql_redis_the_log_and_a_caching_gateway_within_
         marks,
         HashMap::from([(ledger[0].2.clone(), "3".to_string())])
     );
-    assert_written_ahead(&review, id, "add_stock");
+    assert_written_ahead(review, id, "add_stock");
     answered_within(g.port, id, "f", (202, ""), t);
-    wait_orders(&db, id, 6, LONG);
+    wait_orders(db, id, 6, LONG);
+}
 
+/// The reconciler's books and the workers' data-loss watch count the
+/// added units; every started row has exactly one completion.
+fn the_books_count_the_added_units(t: &LiveSale) {
+    let redis = &t.redis;
+    let db = &t.db;
+    let review = t.review.as_path();
+    let id = t.id;
     // The reconciler's books and the workers' data-loss watch count the
     // added units: a clean run, no pause.
-    seckill_tests::assert_reconciles_clean(&redis, &db, &review);
-    assert!(!meta(&redis, id, 0).contains_key("paused"));
-    let (_, out) = op(&redis, &db, &review, &["sale", "list"]);
+    seckill_tests::assert_reconciles_clean(redis, db, review);
+    assert!(!meta(redis, id, 0).contains_key("paused"));
+    let (_, out) = op(redis, db, review, &["sale", "list"]);
     let words: Vec<String> = out
         .lines()
         .nth(1)
@@ -321,7 +383,7 @@ fn each_change_takes_effect_in_mysql_redis_the_log_and_a_caching_gateway_within_
         "{out}"
     );
     // Every started row has exactly one completion.
-    let all = rows(&review, id);
+    let all = rows(review, id);
     let started: Vec<i64> = all
         .iter()
         .filter(|r| r.2 == "started")
@@ -335,6 +397,15 @@ fn each_change_takes_effect_in_mysql_redis_the_log_and_a_caching_gateway_within_
         );
     }
     assert_eq!(started.len(), 5);
+}
+
+#[test]
+fn each_change_takes_effect_in_mysql_redis_the_log_and_a_caching_gateway_within_a_second() {
+    let t = a_sale_with_one_order();
+    list_then_pause(&t);
+    resume_end_then_extend(&t);
+    add_stock_to_the_sold_out_sale(&t);
+    the_books_count_the_added_units(&t);
 }
 
 #[test]
