@@ -89,6 +89,7 @@ mod reconciler_run;
 mod redis_data_loss;
 mod redis_data_loss_buckets;
 mod redis_data_loss_unseen;
+mod redis_failover_loss_scope;
 mod redis_fitness;
 mod redis_partial_loss;
 mod redis_repair_lifecycle;
