@@ -61,6 +61,7 @@ mod harness_isolation;
 mod hostile_buckets;
 mod hostile_units;
 mod load_cli;
+mod load_outage;
 mod load_quantities;
 mod load_state;
 mod metrics_promtool;
