@@ -93,6 +93,7 @@ mod redis_data_loss_unseen;
 mod redis_failover_loss_scope;
 mod redis_fitness;
 mod redis_fitness_window;
+mod redis_master_change_hold;
 mod redis_partial_loss;
 mod redis_repair_lifecycle;
 mod reservation;
