@@ -46,11 +46,22 @@
 //! its transfers with the lost bucket are on both sides' books, and a
 //! lost buyer's second purchase is only seen against MySQL by the repair.
 //!
-//! Window: purchases can still slip through between the restart and the
-//! first check after it (at most [`WATCH_EVERY`] plus one Redis reconnect of
-//! the worker; measured in `tests/tests/redis_data_loss.rs`). Each is a
-//! second reservation of a user who may hold an order; the repair releases
-//! it. A loss of only reservations made after the last check (less than
+//! A master change holds purchases until the next check: each passing
+//! check stamps the bucket's meta twice, once replicated
+//! ([`STAMP_FIELD`]) and once on the server alone
+//! ([`LOCAL_STAMP_FIELD`]); a failover's promoted replica and a server
+//! restarted from its append-only file hold the first and not the second,
+//! so the reservation scripts take nothing in a bucket whose stamps differ
+//! (503 `sale_paused`) until a watch (or a `run`) has compared it with
+//! MySQL there. A lost buyer's retry is
+//! therefore never given a second reservation before the loss is seen,
+//! and the check on the new master is exact: with nothing sold since the
+//! change, a checkpoint behind its mark only says the watch's own writes
+//! were lost, and a sale is paused only when its sequence is behind its
+//! mark or its counts are short, i.e. when it lost purchases (an idle or
+//! sold-out sale is not). A restart from an RDB file (or from an
+//! append-only file rewritten after the last check) restores both stamps
+//! and is not seen as changed: the checkpoint rule then holds as above. A loss of only reservations made after the last check (less than
 //! [`WATCH_EVERY`] of sales) leaves Redis at or above the mark: the
 //! reconciler's `order_without_flow` rule reports those, and the
 //! `orders_sale_user` key keeps a user from a second order.
@@ -74,6 +85,44 @@ macro_rules! paused_field {
 /// The meta hash's field of a sale's data-loss pause (the reservation
 /// script refuses a sale that has it; [`watch_sale`] writes it).
 pub const PAUSED_FIELD: &str = paused_field!();
+
+/// The meta hash's field that [`WATCH_LUA`] stamps with each passing
+/// check of a bucket (the new checkpoint), replicated and persisted as
+/// every write, as a literal for the scripts' source; [`STAMP_FIELD`]
+/// everywhere else.
+#[macro_export]
+macro_rules! stamp_field {
+    () => {
+        "check_stamp"
+    };
+}
+
+/// The meta hash's field holding the same stamp written on this server
+/// only (`redis.set_repl(redis.REPL_NONE)`: neither sent to replicas nor
+/// appended to the append-only file), as a literal for the scripts'
+/// source; [`LOCAL_STAMP_FIELD`] everywhere else.
+#[macro_export]
+macro_rules! local_stamp_field {
+    () => {
+        "check_stamp_local"
+    };
+}
+
+/// See [`stamp_field`]. On the server the watch last checked a bucket on,
+/// the two stamps are equal. A replica promoted since, or a server
+/// restarted from its append-only file, has the replicated stamp but not
+/// the local one (or an older one, from a full copy of the data set), so
+/// the two differ exactly when the bucket's master changed since its last
+/// check, and either may have lost the bucket's last writes: the
+/// reservation scripts then take nothing (`paused 0 master_changed`, 503
+/// `sale_paused`) until a watch has compared the bucket with MySQL and
+/// stamped both again, so no purchase can cover a loss up before it is
+/// seen. A bucket never checked (no stamp) is not held. Free at purchase
+/// time: two more fields of the script's one `HMGET` of the meta.
+pub const STAMP_FIELD: &str = stamp_field!();
+
+/// See [`local_stamp_field`].
+pub const LOCAL_STAMP_FIELD: &str = local_stamp_field!();
 
 /// How often each worker compares every sale's Redis sequence with MySQL.
 pub const WATCH_EVERY: Duration = Duration::from_millis(200);
@@ -124,6 +173,10 @@ pub enum SaleState {
     Consistent {
         /// The sum of the buckets' reservation sequences now.
         redis_seq: u64,
+        /// The buckets found whole on another master than at their last
+        /// check (a failover or restart that lost none of their
+        /// purchases), in order: their purchases resume now.
+        moved: Vec<u32>,
     },
     /// The sale is not in Redis, and MySQL has no mark for it and no
     /// record of its load (never sold).
@@ -236,7 +289,18 @@ pub fn mysql_state<Q: Queryable>(db: &mut Q, sale_id: u64) -> Result<Marks, mysq
 ///   record `max_per_purchase`, so fewer than the units over those);
 ///   nothing written;
 /// - `ok`, after raising the checkpoint to one above the larger of Redis's
-///   and MySQL's (never down).
+///   and MySQL's (never down) and stamping it into [`STAMP_FIELD`] and,
+///   on this server only, [`LOCAL_STAMP_FIELD`] (which lets the
+///   reservation scripts sell again after a master change).
+///
+/// A bucket whose two stamps differ (another master than at its last
+/// check: a failover or a restart since) had its purchases held since the
+/// change ([`STAMP_FIELD`]): no new
+/// reservation can have covered a loss up, so a checkpoint behind its mark
+/// is not a loss by itself there (only the watch's own writes were lost);
+/// its sequence below the mark, or fewer buyer marks or flow records than
+/// units taken, still is. The reply's fifth element says `moved` for such
+/// a bucket, `same` otherwise (the shorter replies above: `same`).
 ///
 /// Error replies (nothing written, the marks do not move): a key of the
 /// wrong type; in a bucket not paused, a stock, `total_stock`, `releases`
@@ -244,12 +308,19 @@ pub fn mysql_state<Q: Queryable>(db: &mut Q, sale_id: u64) -> Result<Marks, mysq
 pub const WATCH_LUA: &str = concat!(
     crate::lua_expect_types!(),
     r#"
+-- Effects replication (the default from Redis 7): the local stamp below
+-- must not reach the replicas or the append-only file.
+redis.replicate_commands()
 local bad = expect_types({KEYS[1], 'hash', KEYS[2], 'string', KEYS[3], 'hash', KEYS[4], 'hash'})
 if bad then return bad end
 if redis.call('EXISTS', KEYS[1]) == 0 then return {'absent', '0', '0', 'behind'} end
 local m = redis.call('HMGET', KEYS[1], 'total_stock', 'releases', 'checkpoint', '"#,
     paused_field!(),
-    r#"', 'max_per_buyer', 'max_per_purchase')
+    r#"', 'max_per_buyer', 'max_per_purchase', '"#,
+    stamp_field!(),
+    r#"', '"#,
+    local_stamp_field!(),
+    r#"')
 local paused = m[4]
 local function int(v, what)
   if v == false or v == nil then return 0 end
@@ -280,14 +351,27 @@ local fseq = string.format('%d', seq)
 local held = total - stock
 local per_buyer = tonumber(m[5]) or 1
 local per_purchase = tonumber(m[6]) or per_buyer
-local behind = seq < tonumber(ARGV[1]) or ck < tonumber(ARGV[2])
+-- On a new master (the stamps differ) the purchases were held since, so
+-- nothing covered a loss up: a checkpoint behind is only the watch's own
+-- writes lost, and the sequence and counts say whether purchases were.
+local moved = m[7] and m[7] ~= m[8]
+local behind = seq < tonumber(ARGV[1]) or (ck < tonumber(ARGV[2]) and not moved)
    or redis.call('HLEN', KEYS[3]) * per_buyer < held
    or redis.call('HLEN', KEYS[4]) * per_purchase < held
-if paused then return {'paused', fseq, fck, behind and 'behind' or 'ok'} end
-if behind then return {'behind', fseq, fck, 'behind'} end
+local fmoved = moved and 'moved' or 'same'
+if paused then return {'paused', fseq, fck, behind and 'behind' or 'ok', fmoved} end
+if behind then return {'behind', fseq, fck, 'behind', fmoved} end
 local nextck = math.max(ck, tonumber(ARGV[2])) + 1
-redis.call('HSET', KEYS[1], 'checkpoint', string.format('%d', nextck))
-return {'ok', fseq, string.format('%d', nextck), 'ok'}
+local fnext = string.format('%d', nextck)
+redis.call('HSET', KEYS[1], 'checkpoint', fnext, '"#,
+    stamp_field!(),
+    r#"', fnext)
+redis.set_repl(redis.REPL_NONE)
+redis.call('HSET', KEYS[1], '"#,
+    local_stamp_field!(),
+    r#"', fnext)
+redis.set_repl(redis.REPL_ALL)
+return {'ok', fseq, fnext, 'ok', fmoved}
 "#
 );
 
@@ -350,6 +434,8 @@ struct BucketReply {
     seq: u64,
     checkpoint: u64,
     behind: bool,
+    /// Checked on another master than the last passing check.
+    moved: bool,
 }
 
 fn watch_bucket<C: ConnectionLike>(
@@ -366,14 +452,17 @@ fn watch_bucket<C: ConnectionLike>(
         .arg(marks.checkpoint_high)
         .invoke(con)?;
     let unexpected = || WatchError::UnexpectedReply(format!("{reply:?}"));
-    let [state, seq, ck, verdict] = reply.as_slice() else {
-        return Err(unexpected());
+    let (state, seq, ck, verdict, moved) = match reply.as_slice() {
+        [state, seq, ck, verdict] => (state, seq, ck, verdict, false),
+        [state, seq, ck, verdict, moved] => (state, seq, ck, verdict, moved == "moved"),
+        _ => return Err(unexpected()),
     };
     Ok(BucketReply {
         state: BucketState::parse(state).ok_or_else(unexpected)?,
         seq: seq.parse().map_err(|_| unexpected())?,
         checkpoint: ck.parse().map_err(|_| unexpected())?,
         behind: verdict == "behind",
+        moved,
     })
 }
 
@@ -473,6 +562,12 @@ pub fn watch_sale<C: ConnectionLike, Q: Queryable>(
     crate::bucket_marks::raise_split(db, sale_id, &ok)?;
     Ok(SaleState::Consistent {
         redis_seq: ok.iter().map(|m| m.1).sum(),
+        moved: replies
+            .iter()
+            .enumerate()
+            .filter(|(_, r)| r.state == BucketState::Ok && r.moved)
+            .map(|(b, _)| b as u32)
+            .collect(),
     })
 }
 

@@ -6,7 +6,7 @@
 //!
 //! | key | type | content |
 //! |---|---|---|
-//! | `seckill:{sale:ID}:meta` | hash | `total_stock`, `starts_at_ms`, `ends_at_ms` (Unix ms, UTC); `releases` (units released back, see `reservation::sequence`), `checkpoint` (the workers' watch, `data_loss.rs`), `paused` (why purchases are refused: Redis lost data), `operator_paused` (why purchases are refused: an operator's `sale pause`), `repaired_by` (the last `sale repair`'s action mark) |
+//! | `seckill:{sale:ID}:meta` | hash | `total_stock`, `starts_at_ms`, `ends_at_ms` (Unix ms, UTC); `releases` (units released back, see `reservation::sequence`), `checkpoint`, `check_stamp` and `check_stamp_local` (the workers' watch: its count, and its last passing check's stamp, replicated and on this server only, `data_loss.rs`), `paused` (why purchases are refused: Redis lost data), `operator_paused` (why purchases are refused: an operator's `sale pause`), `repaired_by` (the last `sale repair`'s action mark) |
 //! | `seckill:{sale:ID}:stock` | string | units left to reserve, never below 0 |
 //! | `seckill:{sale:ID}:buyers` | hash | user id -> reservation id (one purchase per user) |
 //! | `seckill:{sale:ID}:flow` | hash | reservation id -> order message JSON: the flow record |

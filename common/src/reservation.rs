@@ -60,7 +60,8 @@ use std::sync::OnceLock;
 /// came back),
 /// the pause reason (`paused`: the meta field `paused`, e.g.
 /// `redis_data_loss`, or `operator` for the field `operator_paused` that
-/// `sale pause` sets) or empty, and `SEQ` the sale's reservation
+/// `sale pause` sets, or `master_changed` while a bucket whose master
+/// changed waits for a watch's check, `data_loss::STAMP_FIELD`) or empty, and `SEQ` the sale's reservation
 /// sequence after that buyer's turn: units ever reserved, `total_stock − stock + releases` (see
 /// [`sequence`]; derived, so a reservation writes nothing for it). Since
 /// Redis runs scripts one at a time, `seq` orders the replies: a `reserved`
@@ -98,11 +99,18 @@ local function each(line)
 end
 local w = redis.pcall('HMGET', KEYS[1], 'starts_at_ms', 'ends_at_ms', 'total_stock', 'releases', '"#,
     crate::paused_field!(),
-    r#"', 'operator_paused', 'max_per_buyer')
+    r#"', 'operator_paused', 'max_per_buyer', '"#,
+    crate::stamp_field!(),
+    r#"', '"#,
+    crate::local_stamp_field!(),
+    r#"')
 if w['err'] then return refused(KEYS[1], w) end
 -- A pause wins over everything: a paused sale may have lost its meta too.
 if w[5] then return each('paused 0 ' .. w[5]) end
 if w[6] then return each('paused 0 operator') end
+-- Another master than the watch last checked on (its stamps differ):
+-- held until it has checked this one (data_loss.rs, STAMP_FIELD).
+if w[8] and w[8] ~= w[9] then return each('paused 0 master_changed') end
 local starts = tonumber(w[1])
 local ends = tonumber(w[2])
 local total = tonumber(w[3])

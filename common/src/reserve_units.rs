@@ -67,10 +67,15 @@ if not n or n ~= math.floor(n) or n < 1 or n > 100 then
 end
 local w = redis.pcall('HMGET', KEYS[1], 'starts_at_ms', 'ends_at_ms', 'total_stock', 'releases', '"#,
     crate::paused_field!(),
-    r#"', 'operator_paused', 'max_per_buyer', 'max_per_purchase')
+    r#"', 'operator_paused', 'max_per_buyer', 'max_per_purchase', '"#,
+    crate::stamp_field!(),
+    r#"', '"#,
+    crate::local_stamp_field!(),
+    r#"')
 if w['err'] then return refused(KEYS[1], w) end
 if w[5] then return 'paused 0 ' .. w[5] end
 if w[6] then return 'paused 0 operator' end
+if w[9] and w[9] ~= w[10] then return 'paused 0 master_changed' end
 local starts, ends, total = tonumber(w[1]), tonumber(w[2]), tonumber(w[3])
 if not starts or not ends or not total then return 'unknown_sale 0 ' end
 local releases = tonumber(w[4] or '0')

@@ -87,7 +87,8 @@ pub struct Listed {
 /// `TIME` (of bucket 0; for a sale split over buckets, `stock_remaining`
 /// adds the other buckets' stock). `state` is `paused` while the sale is paused (Redis lost data
 /// of it, until `sale repair`; or an operator's `sale pause`, until `sale
-/// resume`), else `upcoming` before the window, `ended`
+/// resume`; or bucket 0's master changed and the data-loss watch has not
+/// checked it there yet, `data_loss::STAMP_FIELD`), else `upcoming` before the window, `ended`
 /// after it, `sold_out` when no stock is left, else `active`; times are
 /// RFC 3339 UTC. An archived sale (bucket 0's meta is its tombstone,
 /// `seckill_common::archive`) is `ended`, as its purchases are 403
@@ -112,6 +113,8 @@ pub fn sale(reads: &Reads, sale_id: u64) -> Result<SaleView, Unavailable> {
                 .arg(archive::ARCHIVED_FIELD)
                 .arg(archive::STOCK_LEFT_FIELD)
                 .arg(seckill_common::sale_admin::OPERATOR_PAUSED)
+                .arg(seckill_common::data_loss::STAMP_FIELD)
+                .arg(seckill_common::data_loss::LOCAL_STAMP_FIELD)
                 .cmd("GET")
                 .arg(k.stock())
                 .cmd("TIME")
@@ -129,10 +132,12 @@ pub fn sale(reads: &Reads, sale_id: u64) -> Result<SaleView, Unavailable> {
             SaleView::NotFound
         });
     };
-    // Redis lost data of it (`paused`), or an operator paused it.
-    let paused = [3, 6]
-        .iter()
-        .any(|&i| meta.get(i).is_some_and(Option::is_some));
+    // Redis lost data of it (`paused`), or an operator paused it, or its
+    // master changed since the data-loss watch last checked it (the
+    // stamps differ: purchases are held until it has).
+    let field = |i: usize| meta.get(i).cloned().flatten();
+    let held = field(7).is_some() && field(7) != field(8);
+    let paused = held || [3, 6].iter().any(|&i| field(i).is_some());
     if let Some(archived_at) = num(4) {
         return Ok(SaleView::Archived {
             stock_left: num(5).unwrap_or(0),

@@ -44,6 +44,11 @@ pub const UNIT_INVARIANTS: [&str; 15] = [
     "mysql_stock",
 ];
 
+/// The invariant `seckill-load --outage` checks right after
+/// `purchases_answered` (which then allows 503 answers): no buyer answered
+/// only 503 holds a reservation or an order.
+pub const OUTAGE: &str = "unavailable_reserved_nothing";
+
 /// The invariants of the order-lifecycle phase (`--pay-share`), after
 /// [`INVARIANTS`] in the report (`tests/src/load/lifecycle.rs`).
 pub const LIFECYCLE: [&str; 4] = [

@@ -607,8 +607,22 @@ fn a_masked_redis_loss_never_takes_a_buyer_over_the_limit_in_mysql() {
     wait_orders(&w.db, sale, 2, long);
     w.lose_since(&snapshot, 4);
     let (redis, db, file) = (&w.redis, &w.db, w.file());
-    assert!(matches!(buy(redis, "c"), ReserveOutcome::Reserved(_)));
     let k = SaleKeys::new(sale);
+    // A restart the data-loss stamps cannot tell (an append-only file
+    // rewritten after the watch's last check carries the local stamp
+    // too): the purchase is not held, and the worker's sum in MySQL is
+    // what keeps b0 within the limit.
+    let stamp: Option<String> = redis
+        .con()
+        .hget(k.meta(), seckill_common::data_loss::STAMP_FIELD)
+        .unwrap();
+    if let Some(s) = stamp {
+        let _: () = redis
+            .con()
+            .hset(k.meta(), seckill_common::data_loss::LOCAL_STAMP_FIELD, s)
+            .unwrap();
+    }
+    assert!(matches!(buy(redis, "c"), ReserveOutcome::Reserved(_)));
     seckill_tests::wait_until(long, "the message taken or the sale paused", || {
         let queued: usize = redis.con().llen(k.queue()).unwrap();
         let dead: usize = redis.con().llen(k.dead_letter()).unwrap();

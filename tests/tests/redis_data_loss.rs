@@ -1,7 +1,9 @@
 //! Specifies what happens when Redis loses acknowledged reservations
 //! (docs/reliability.md §4): sell 200 of 500 with a worker draining, kill -9 Redis and restart
 //! it from an append-only file missing its last 100 reservations. The sale
-//! pauses (purchases 503 `sale_paused`) within the documented window,
+//! pauses (purchases 503 `sale_paused`; none of the lost users' retries
+//! is given a second reservation, as purchases are held from the restart
+//! until the watch's check),
 //! `seckill-reconciler sale repair` rebuilds it from MySQL, every user
 //! holding an order gets 409 with their original reservation id, no user
 //! has two orders, and the sale goes on to exactly 500 orders.
@@ -108,11 +110,16 @@ fn a_redis_that_lost_reservations_pauses_the_sale_until_repaired_from_mysql() {
          through, the last {window:?} after it",
         slipped.len()
     );
-    assert!(window <= Duration::from_secs(1), "window {window:?}");
-    // Paused for everyone, and said so.
+    // The restarted server has another replication id: the gateway holds
+    // purchases until the watch has checked the sale, so none slips through.
+    assert_eq!(slipped, Vec::new(), "window {window:?}");
+    // Paused for everyone, and said so (the first `sale_paused` may be the
+    // hold of a bucket whose master changed, before the watch's pause).
     assert_eq!(c.buy(sale, "someone-new").error(), "sale_paused");
-    let shown = gateway_support::get(g.port, &format!("/v1/sales/{sale}"));
-    assert_eq!(shown.json()["state"], "paused", "{shown:?}");
+    seckill_tests::wait_until(Duration::from_secs(10), "the page to say paused", || {
+        let shown = gateway_support::get(g.port, &format!("/v1/sales/{sale}"));
+        shown.json()["state"] == "paused"
+    });
 
     // The reconciler reports it: one critical finding, nothing else.
     let (code, out) = reconciler(&redis, &db, &dir, &["run"]);

@@ -39,7 +39,8 @@ fn all_keys(redis: &RedisServer) -> Vec<(String, String)> {
 }
 
 /// Every key of every sale, with its type, and the content of sale
-/// `id`'s keys of bucket 0 (its meta without the workers' `checkpoint`,
+/// `id`'s keys of bucket 0 (its meta without the workers' `checkpoint`
+/// and its stamps,
 /// which their data-loss watch moves while the sale is live): what a
 /// refused archive must leave as it was. (Processing lists come and go:
 /// a blocking take of an empty queue creates and drops one.)
@@ -57,7 +58,9 @@ fn sales_state(redis: &RedisServer, id: u64) -> (Vec<(String, String)>, Vec<Stri
         let v = match t.as_str() {
             "hash" => {
                 let mut h: BTreeMap<String, String> = con.hgetall(k).unwrap();
-                h.remove("checkpoint");
+                for watched in ["checkpoint", "check_stamp", "check_stamp_local"] {
+                    h.remove(watched);
+                }
                 format!("{h:?}")
             }
             "list" => format!("{:?}", con.lrange::<_, Vec<String>>(k, 0, -1).unwrap()),

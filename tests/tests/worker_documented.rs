@@ -81,6 +81,18 @@ fn a_worker_goes_on_after_its_redis_restarts() {
     redis.stop();
     std::thread::sleep(Duration::from_millis(500));
     redis.restart();
+    // A restarted server holds purchases until the worker's data-loss
+    // watch has checked the sale on it (its two stamps equal again).
+    let k = seckill_common::keys::SaleKeys::new(sale);
+    seckill_tests::wait_until(Duration::from_secs(20), "the watch's check", || {
+        let stamps: (Option<String>, Option<String>) = redis::cmd("HMGET")
+            .arg(k.meta())
+            .arg(seckill_common::data_loss::STAMP_FIELD)
+            .arg(seckill_common::data_loss::LOCAL_STAMP_FIELD)
+            .query(&mut redis.con())
+            .unwrap_or_default();
+        stamps.0 == stamps.1
+    });
     reserve_users(&redis, sale, "after", 5);
     wait_orders(&db, sale, 10, Duration::from_secs(30));
     worker_support::assert_exactly_once(&db, &redis, sale, 20);

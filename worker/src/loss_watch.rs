@@ -6,6 +6,11 @@
 //! loop skips ([`PausedSales`]); each pass also checks the server's eviction
 //! policy, so a policy changed at run time stops the consuming loop too.
 //!
+//! After a Redis master change (a failover, a restart) the gateways hold
+//! each bucket's purchases until this watch has checked it on the new
+//! master (`data_loss::STAMP_FIELD`): a sale that lost no purchase
+//! resumes at that pass (logged once), one that did is paused.
+//!
 //! A split sale is compared bucket by bucket and paused as a whole (every
 //! bucket's meta; `data_loss.rs`): the consuming loop skips all of a
 //! paused sale's buckets, as the gateways refuse purchases in all of them.
@@ -146,7 +151,17 @@ impl LossWatch {
                 Err(e) => return Err(e),
             };
             match state {
-                SaleState::Consistent { .. } | SaleState::Absent => self.paused.set(sale, false),
+                SaleState::Consistent { redis_seq, moved } => {
+                    if !moved.is_empty() {
+                        log::info!(
+                            "sale {sale}: checked on a new Redis master (buckets {moved:?}): \
+                             no purchase lost (reservation sequence {redis_seq}); purchases \
+                             resume"
+                        );
+                    }
+                    self.paused.set(sale, false)
+                }
+                SaleState::Absent => self.paused.set(sale, false),
                 SaleState::LossDetected { gaps } => {
                     self.metrics.data_loss_detected.inc();
                     let behind: Vec<String> = gaps

@@ -1,7 +1,9 @@
 //! Owns the check of the Redis server's fitness for purchases: once per
 //! [`CHECK_EVERY`], on a connection of its own, the eviction policy (and
 //! persistence) is read, so a `CONFIG SET maxmemory-policy` on a live
-//! Redis stops purchases within about a second ([`Fitness::unfit`]); a
+//! Redis stops purchases within about a tenth of a second
+//! ([`Fitness::unfit`]; a check is two `INFO` sections and one `CONFIG
+//! GET`, ten a second per gateway); a
 //! policy changed on a live connection would otherwise be seen only at the
 //! next reconnect.
 
@@ -11,8 +13,10 @@ use seckill_common::Shutdown;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
-/// How often the server is checked.
-pub const CHECK_EVERY: Duration = Duration::from_secs(1);
+/// How often the server is checked: every purchase answered 202 between
+/// a switch to an `allkeys-*` policy and the next check can be evicted
+/// (`redis_fitness_window.rs` measures that window).
+pub const CHECK_EVERY: Duration = Duration::from_millis(100);
 
 /// Whether the last check found a server that can delete the sale's keys.
 #[derive(Debug, Default)]

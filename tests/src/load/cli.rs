@@ -33,6 +33,12 @@ options:
   --timeout DUR         connect/read/write timeout of one request (default 10s)
   --baseline            the server is seckill-baseline: no Redis, orders written at once
   --no-verify           send and report, skip the Redis and MySQL checks
+  --outage              an outage is expected during the run (a failover, a paused
+                        Redis): purchases answered 503 are counted apart, not as
+                        failures of purchases_answered, and checked to have
+                        reserved nothing (unavailable_reserved_nothing: no buyer
+                        answered only 503 holds a reservation in Redis or an order
+                        in MySQL); every other invariant is checked as without it
   --json                print the report as JSON on stdout
   --report-json FILE    also write the JSON report to FILE (stdout keeps the text)
   --quantities W1:W2:.. a quantity mix: weights of 1, 2, 3, ... units per purchase
@@ -104,6 +110,9 @@ pub struct Options {
     pub quantities: Vec<u32>,
     /// `--retry-same-key F`: share of users retrying with the same key.
     pub retry_same_key: f64,
+    /// `--outage`: 503 answers are allowed, and checked to have reserved
+    /// nothing.
+    pub outage: bool,
     /// `--healthz-burst N`: health checks sent after the run (0: none).
     pub healthz_burst: u32,
 }
@@ -225,6 +234,7 @@ pub fn parse(
             Long("timeout") => o.timeout = duration(p.value()?, "timeout")?,
             Long("baseline") => o.baseline = true,
             Long("no-verify") => o.verify = false,
+            Long("outage") => o.outage = true,
             Long("json") => o.json = true,
             Long("report-json") => o.report_json = Some(text(p.value()?, "report-json")?.into()),
             Long("pay-share") => o.pay_share = Some(num(p.value()?, "pay-share")?),
@@ -270,6 +280,7 @@ fn defaults(default_listen: SocketAddr, now_s: u64) -> Options {
         key: None,
         quantities: Vec::new(),
         retry_same_key: 0.0,
+        outage: false,
         healthz_burst: 0,
     }
 }

@@ -52,6 +52,12 @@ pub struct Tally {
     pub not_enough_misanswered: u64,
     /// Purchases answered anything else, or not at all.
     pub unexpected: u64,
+    /// Of those, the purchases answered 503 (what `--outage` allows).
+    pub unavailable: u64,
+    /// Users answered 503 at least once and never given a reservation id
+    /// (no 202, no 409 naming one), in order: with `--outage`, each must
+    /// hold nothing.
+    pub unavailable_users: Vec<u32>,
     /// Hostile requests answered outside their documented statuses.
     pub hostile_misanswered: Vec<String>,
     /// Users who got more than one 202.
@@ -104,6 +110,8 @@ struct Seen {
     origin: HashMap<(u32, u8), String>,
     /// Each retry's (user, key), status and reservation id.
     retries: Vec<((u32, u8), u16, Option<String>)>,
+    /// Users answered 503 at least once.
+    unavailable: std::collections::BTreeSet<u32>,
 }
 
 /// Counts one purchase's answer `r` into `t`, keeping in `seen` what is
@@ -156,6 +164,11 @@ fn tally_purchase(t: &mut Tally, b: plan::Buy, r: &Record, seen: &mut Seen) {
                 t.not_enough_misanswered += u64::from(left == 0 || left >= u64::from(b.quantity));
             }
         }
+        (503, _) => {
+            t.unexpected += 1;
+            t.unavailable += 1;
+            seen.unavailable.insert(b.user);
+        }
         _ => t.unexpected += 1,
     }
 }
@@ -185,6 +198,13 @@ pub fn tally(plan: &[Step], records: &[Record]) -> Tally {
             None => t.unexpected += 1,
         }
     }
+    let named: std::collections::HashSet<u32> = seen.conflicts.iter().map(|c| c.0).collect();
+    t.unavailable_users = seen
+        .unavailable
+        .iter()
+        .copied()
+        .filter(|u| !t.reserved.contains_key(u) && !named.contains(u))
+        .collect();
     for (u, rid) in seen.conflicts {
         if t.reserved.get(&u).is_some_and(|mine| *mine != rid) {
             t.mismatched_409 += 1;
@@ -246,6 +266,9 @@ pub struct Facts<'a> {
     /// The crowd bought a quantity mix with keys (`--quantities`): the
     /// checks of [`crate::load_report::UNIT_INVARIANTS`].
     pub units: bool,
+    /// `--outage`: 503 answers allowed, and
+    /// [`crate::load_report::OUTAGE`] checked.
+    pub outage: bool,
     /// Whether the workers drained the queue before the timeout.
     pub drained: bool,
     /// Redis figures (gateway mode).
@@ -263,25 +286,31 @@ impl Facts<'_> {
 /// Every invariant, in report order.
 pub fn checks(t: &Tally, f: &Facts<'_>) -> Vec<Check> {
     let reserved = f.reserved_before + t.units_accepted;
-    let mut out = vec![
-        check(
-            "purchases_answered",
-            t.unexpected == 0,
-            answers_detail(t, f.units),
-        ),
-        check(
-            "hostile_refused",
-            t.hostile_misanswered.is_empty(),
-            if t.hostile_misanswered.is_empty() {
-                format!(
-                    "{} hostile requests, each with its documented 4xx",
-                    t.hostile
-                )
-            } else {
-                t.hostile_misanswered.join("; ")
-            },
-        ),
-    ];
+    let allowed = if f.outage { t.unavailable } else { 0 };
+    let mut answered = answers_detail(t, f.units);
+    if f.outage {
+        answered.push_str(&format!(" ({allowed} x 503 of them allowed: --outage)"));
+    }
+    let mut out = vec![check(
+        "purchases_answered",
+        t.unexpected == allowed,
+        answered,
+    )];
+    if f.outage {
+        out.push(outage_check(t, f));
+    }
+    out.extend([check(
+        "hostile_refused",
+        t.hostile_misanswered.is_empty(),
+        if t.hostile_misanswered.is_empty() {
+            format!(
+                "{} hostile requests, each with its documented 4xx",
+                t.hostile
+            )
+        } else {
+            t.hostile_misanswered.join("; ")
+        },
+    )]);
     if f.units {
         out.extend(key_checks(t, f));
     } else {
@@ -328,6 +357,42 @@ pub fn checks(t: &Tally, f: &Facts<'_>) -> Vec<Check> {
         mysql_checks(t, f, m, reserved, &mut out);
     }
     out
+}
+
+/// `unavailable_reserved_nothing` (`--outage`): no user answered 503 and
+/// never given a reservation id holds a buyer mark in Redis or an order in
+/// MySQL (a 503 says nothing was reserved). Without the Redis and MySQL
+/// figures (`--no-verify`) only the count is reported.
+fn outage_check(t: &Tally, f: &Facts<'_>) -> Check {
+    let ordered: std::collections::HashSet<&str> = f
+        .mysql
+        .map(|m| m.orders.values().map(|o| o.user_id.as_str()).collect())
+        .unwrap_or_default();
+    let holding: Vec<String> = t
+        .unavailable_users
+        .iter()
+        .map(|&u| f.user(u))
+        .filter(|u| {
+            f.redis.is_some_and(|r| r.buyers.contains_key(u)) || ordered.contains(u.as_str())
+        })
+        .collect();
+    let shown: Vec<&str> = holding.iter().take(5).map(String::as_str).collect();
+    check(
+        crate::load_report::OUTAGE,
+        holding.is_empty(),
+        format!(
+            "{} x 503 to {} users never given a reservation, {} of them holding one \
+             (a buyer mark or an order){}",
+            t.unavailable,
+            t.unavailable_users.len(),
+            holding.len(),
+            if shown.is_empty() {
+                String::new()
+            } else {
+                format!(": {}", shown.join(", "))
+            }
+        ),
+    )
 }
 
 /// `purchases_answered`'s detail: the answers by kind.
@@ -639,10 +704,52 @@ mod tests {
             user_prefix: "u",
             limits,
             units,
+            outage: false,
             drained: true,
             redis: None,
             mysql: None,
         }
+    }
+
+    /// `--outage`: 503 answers pass `purchases_answered` and are checked
+    /// against the books; a buyer answered only 503 who holds a buyer mark
+    /// fails `unavailable_reserved_nothing`.
+    #[test]
+    fn an_outage_allows_503_answers_that_reserved_nothing() {
+        let second = |u| Buy {
+            key: 1,
+            ..Buy::first(u)
+        };
+        let plan = [
+            Step::Purchase(Buy::first(0)),
+            Step::Purchase(second(0)),
+            Step::Purchase(Buy::first(1)),
+            Step::Purchase(Buy::first(2)),
+        ];
+        let records = [
+            refused(0, 503, "unavailable", None),
+            rec(1, 202, Some("a")),
+            refused(2, 503, "sale_paused", None),
+            rec(3, 202, Some("b")),
+        ];
+        let t = tally(&plan, &records);
+        assert_eq!((t.accepted, t.unavailable, t.unexpected), (2, 2, 2));
+        assert_eq!(t.unavailable_users, vec![1]);
+        let plain = checks(&t, &facts(10, Limits::default(), false));
+        assert_eq!(failed(&plain), vec!["purchases_answered"]);
+        let mut f = facts(10, Limits::default(), false);
+        f.outage = true;
+        let held = checks(&t, &f);
+        assert!(failed(&held).is_empty(), "{held:?}");
+        assert_eq!(held[1].name, crate::load_report::OUTAGE);
+        let redis = RedisState {
+            buyers: [("u-1".to_string(), "x".to_string())].into(),
+            ..RedisState::default()
+        };
+        f.redis = Some(&redis);
+        let c = outage_check(&t, &f);
+        assert!(!c.ok, "{c:?}");
+        assert!(c.detail.contains("1 of them holding one"), "{}", c.detail);
     }
 
     #[test]

@@ -312,6 +312,7 @@ fn verify(
         user_prefix: &o.user_prefix,
         limits: opening.limits,
         units: o.keyed(),
+        outage: o.outage,
         drained,
         redis: v.redis.as_ref(),
         mysql: v.mysql.as_ref(),

@@ -120,7 +120,7 @@ impl Report<'_> {
         let t = self.tally;
         let ms = |us: u32| us as f64 / 1000.0;
         let statuses = by_status(&t.by_status);
-        json!({
+        let mut v = json!({
             "ok": self.ok(),
             "sale_id": self.sale_id,
             "total_stock": self.total_stock,
@@ -184,7 +184,10 @@ impl Report<'_> {
                 "name": c.name, "ok": c.ok, "detail": c.detail,
             })).collect::<Vec<_>>(),
             "timeline": self.timeline,
-        })
+        });
+        // Apart: the one `json!` above is at the macro's recursion limit.
+        v["unavailable"] = json!(t.unavailable);
+        v
     }
 
     /// The text's `crowd` line: who bought, and how they repeated.
