@@ -66,6 +66,7 @@ mod load_state;
 mod metrics_promtool;
 mod ops_nginx;
 mod ops_nginx_crowd;
+mod ops_package;
 mod ops_prometheus;
 mod ops_rules;
 mod order_lifecycle;

@@ -19,6 +19,8 @@
 //! - `nginx_install`: nginx installed in a private prefix as
 //!   docs/OPERATIONS.md's Deployment step 6 says.
 //! - `browser`: headless Chromium rendering a local page.
+//! - `package`: the Debian package built, installed, upgraded, removed and
+//!   purged on this machine, and the guard that purges it at the end.
 //! - This file: [`crowd`], the one-crowd-at-a-time lock.
 
 pub mod browser;
@@ -26,6 +28,7 @@ pub mod gateway;
 pub mod lifecycle_http;
 pub mod nginx_install;
 pub mod ops;
+pub mod package;
 pub mod quantity;
 pub mod reconciler;
 pub mod worker;
