@@ -3,8 +3,9 @@
 # ${CARGO_TARGET_DIR:-target}/debian/seckill_<version>_amd64.deb, with
 # cargo-deb from `[package.metadata.deb]` in reconciler/Cargo.toml (what
 # goes where: docs/OPERATIONS.md, "Install the package"). Installs cargo-deb
-# (crates.io, the version pinned below, `cargo install --locked` into
-# cargo's own bin directory) when it is missing or another version.
+# (crates.io, the version scripts/lib/services.sh pins, `cargo install
+# --locked` into cargo's own bin directory) when it is missing or another
+# version, and Debian's dpkg-dev when dpkg-shlibdeps is missing.
 #
 # usage: scripts/package.sh [--no-build] [--deb-version VERSION] [--output DIR]
 #   --no-build             package the release binaries already in
@@ -36,6 +37,8 @@ while [ $# -gt 0 ]; do
 done
 
 ensure_cargo_deb
+# dpkg-shlibdeps (the Depends: line from the binaries' libraries) and strip.
+ensure_package dpkg-shlibdeps dpkg-dev
 if [ "$build" -eq 1 ]; then
   # The command scripts/demo.sh builds with: one set of release artefacts.
   cargo build --release -p seckill-gateway -p seckill-worker -p seckill-reconciler \
