@@ -15,6 +15,7 @@
 //! purged at the end, also on failure (`support::package::Machine`).
 
 use crate::support::gateway::Client;
+use crate::support::lifecycle_http::{self, PRICE};
 use crate::support::package::{self as pkg, Machine, ENV_FILE, STATE_DIR, WORKER_ENV};
 use crate::support::worker;
 use redis::Commands;
@@ -313,6 +314,43 @@ fn buy(port: u16, sale: u64, users: std::ops::Range<usize>) -> Vec<u16> {
         .collect()
 }
 
+/// The reservation id `user`'s purchase of `sale` was answered with (its
+/// second click is answered 409 with it).
+fn reservation_of(port: u16, sale: u64, user: &str) -> String {
+    let r = Client::connect(port).buy(sale, user);
+    assert_eq!(r.status, 409, "{r:?}");
+    let id = r.json()["reservation_id"].as_str().map(str::to_string);
+    id.expect("a reservation id")
+}
+
+/// The sale's books at the end: every reservation one order of one unit
+/// (`paid` paid, the others awaiting payment), one ledger row each, MySQL
+/// stock 0; no order message or payment queued, in flight or
+/// dead-lettered.
+fn assert_books(world: &World, sale: u64, paid: &str) {
+    let n = |sql: &str| world.db.count(&format!("{sql} WHERE sale_id = {sale}"));
+    assert_eq!(n("SELECT COUNT(*) FROM orders"), STOCK as i64);
+    assert_eq!(n("SELECT SUM(quantity) FROM orders"), STOCK as i64);
+    assert_eq!(n("SELECT COUNT(*) FROM stock_ledger"), STOCK as i64);
+    let paid_rows = world.db.count(&format!(
+        "SELECT COUNT(*) FROM orders WHERE sale_id = {sale} AND status = 'paid' \
+         AND reservation_id = '{paid}'"
+    ));
+    assert_eq!(paid_rows, 1);
+    let available = format!("SELECT available_stock FROM sales WHERE id = {sale}");
+    assert_eq!(world.db.count(&available), 0);
+    let flow: usize = world.redis.con().hlen(SaleKeys::new(sale).flow()).unwrap();
+    assert_eq!(flow, STOCK, "reservations in Redis");
+    worker::wait_drained(&world.redis, sale, Duration::from_secs(30));
+    assert!(worker::dead_letters(&world.redis, sale).is_empty());
+    let mut con = world.redis.con();
+    let payments: (usize, usize) = (
+        con.llen(seckill_common::payment::QUEUE).unwrap(),
+        con.llen(seckill_common::payment::DEAD_LETTERS).unwrap(),
+    );
+    assert_eq!(payments, (0, 0), "payments queued, dead-lettered");
+}
+
 impl World {
     /// The sale across the upgrade; returns the env file as the operator
     /// left it (a payment secret set), which the upgrade must keep.
@@ -331,6 +369,10 @@ impl World {
             "now",
             "--ends-at",
             "now+1h",
+            "--price-cents",
+            "1999",
+            "--payment-window",
+            "1h",
         ]);
         assert_eq!(code, 0, "{out}");
         let sale: u64 = out
@@ -350,7 +392,10 @@ impl World {
 
         // The operator sets the payment secret, then upgrades.
         let mut edited = std::fs::read_to_string(ENV_FILE).unwrap();
-        edited.push_str("SECKILL_PAYMENT_SECRET=pkgtest-0123456789abcdef\n");
+        edited.push_str(&format!(
+            "SECKILL_PAYMENT_SECRET={}\n",
+            lifecycle_http::SECRET
+        ));
         std::fs::write(ENV_FILE, &edited).unwrap();
         pkg::apt_ok(&["install", v2.to_str().unwrap()]);
         assert_installed_kept(&edited);
@@ -366,11 +411,17 @@ impl World {
         let rest = STOCK - BEFORE - QUEUED;
         assert_eq!(buy(port, sale, BEFORE + QUEUED..STOCK), vec![202; rest]);
         assert_eq!(buy(port, sale, STOCK..STOCK + 3), vec![410; 3]);
+        // A payment while no worker runs: queued, applied by the new worker.
+        let paid = reservation_of(port, sale, "pkg-0");
+        lifecycle_http::pay(port, &paid, "pkg-pay-0", PRICE);
         let w1 = self.worker();
         worker::wait_orders(&self.db, sale, STOCK as i64, Duration::from_secs(30));
-        worker::wait_drained(&self.redis, sale, Duration::from_secs(30));
-        worker::assert_exactly_once(&self.db, &self.redis, sale, STOCK as i64);
-        assert!(worker::dead_letters(&self.redis, sale).is_empty());
+        let paid_sql =
+            format!("SELECT COUNT(*) FROM orders WHERE sale_id = {sale} AND status = 'paid'");
+        seckill_tests::wait_until(Duration::from_secs(30), "the payment applied", || {
+            self.db.count(&paid_sql) == 1
+        });
+        assert_books(self, sale, &paid);
         let (code, out) = self.reconciler(&["run"]);
         assert_eq!(code, 0, "{out}");
         assert!(
