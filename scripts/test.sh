@@ -28,6 +28,10 @@
 #     without starting the system's nginx);
 #   - chromium (Debian; tests/tests/e2e_demo.rs renders the demo's
 #     report.html in it, headless);
+#   - cargo-deb (crates.io, the version services.sh pins, `cargo install
+#     --locked` into cargo's bin directory) and lintian (Debian): for
+#     tests/tests/ops_package.rs, which builds the package with
+#     scripts/package.sh, installs and purges it on this machine (as root);
 #   - schemathesis (PyPI, the version services.sh pins, for
 #     tests/tests/api_contract.rs) in a virtual environment under the build
 #     directory, `${CARGO_TARGET_DIR:-target}/venv-schemathesis`, with
@@ -55,6 +59,8 @@ ensure_node_exporter
 ensure_store_exporters
 ensure_nginx
 ensure_chromium
+ensure_package lintian lintian
+ensure_cargo_deb
 ensure_schemathesis
 ensure_pyjwt
 

@@ -94,10 +94,20 @@ pub fn describe_within(e: &mysql::Error, timeout: std::time::Duration) -> String
         describe(e)
     }
 }
+/// 1045 when the URL gave no password (the server says `using password:
+/// NO`): the env file the package installs names the user, not its password.
+const NO_PASSWORD: &str = "SECKILL_MYSQL_URL gives no password: set this user's password in it \
+     (mysql://USER:PASSWORD@HOST:PORT/DATABASE) in the env file, /etc/seckill/seckill.env \
+     for the installed units";
 
 /// What to do about `e` when waiting does not fix it; `None` otherwise.
 pub fn remedy(e: &mysql::Error) -> Option<&'static str> {
     match e {
+        mysql::Error::MySqlError(se)
+            if se.code == 1045 && se.message.contains("using password: NO") =>
+        {
+            Some(NO_PASSWORD)
+        }
         mysql::Error::MySqlError(se) => PERMANENT
             .iter()
             .find(|(c, _)| *c == se.code)
@@ -143,6 +153,25 @@ mod tests {
             message: message.into(),
             code,
         })
+    }
+
+    #[test]
+    fn access_denied_without_a_password_says_where_to_set_it() {
+        let e = server(
+            1045,
+            "Access denied for user 'seckill'@'localhost' (using password: NO)",
+        );
+        let r = remedy(&e).unwrap();
+        assert!(r.starts_with("SECKILL_MYSQL_URL gives no password"), "{r}");
+        assert!(r.contains("/etc/seckill/seckill.env"), "{r}");
+        let wrong = server(
+            1045,
+            "Access denied for user 'seckill'@'localhost' (using password: YES)",
+        );
+        assert_eq!(
+            remedy(&wrong),
+            Some("fix the user or password in SECKILL_MYSQL_URL")
+        );
     }
 
     #[test]

@@ -259,7 +259,8 @@ fn start_threads(
     Ok(())
 }
 
-/// The start's log lines: the links, the Redis mode and the limits.
+/// The start's log lines: the links, the Redis mode and the limits, and a
+/// warning while payments are not configured.
 fn log_start(s: &Settings, bound_at: std::net::SocketAddr, limits: &Limits) {
     log::info!(
         "seckill-gateway listening on {bound_at} ({} Redis links for reads, {})",
@@ -287,6 +288,13 @@ fn log_start(s: &Settings, bound_at: std::net::SocketAddr, limits: &Limits) {
             .join(", "),
         s.purchases_in_flight,
     );
+    if s.payments.secret.is_none() {
+        log::warn!(
+            "SECKILL_PAYMENT_SECRET is not set: POST /v1/payments answers 503 \
+             payments_not_configured; set it (at least 16 bytes, shared with the payment \
+             service) in the env file, /etc/seckill/seckill.env for the installed units"
+        );
+    }
 }
 
 /// Tells systemd `READY=1` once Redis first answers `PING` (retrying with

@@ -91,6 +91,20 @@ ensure_chromium() {
   ensure_package chromium chromium
 }
 
+# The cargo-deb release scripts/package.sh builds the package with
+# (crates.io).
+CARGO_DEB_VERSION=3.8.0
+
+# ensure_cargo_deb: installs cargo-deb $CARGO_DEB_VERSION with `cargo install
+# --locked` (into cargo's bin directory, ${CARGO_HOME:-~/.cargo}/bin, kept
+# across builds) when `cargo deb` is missing or another version.
+ensure_cargo_deb() {
+  if [ "$(cargo deb --version 2>/dev/null)" = "cargo-deb $CARGO_DEB_VERSION" ]; then return 0; fi
+  echo "installing cargo-deb $CARGO_DEB_VERSION (for scripts/package.sh)" >&2
+  # Its own build directory: not the workspace's CARGO_TARGET_DIR.
+  env -u CARGO_TARGET_DIR cargo install --locked --version "$CARGO_DEB_VERSION" cargo-deb >&2
+}
+
 # port_open HOST PORT: whether something accepts TCP connections there.
 port_open() {
   (exec 3<>"/dev/tcp/$1/$2") 2>/dev/null

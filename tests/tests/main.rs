@@ -70,6 +70,7 @@ mod metrics_promtool;
 mod ops_exporters;
 mod ops_nginx;
 mod ops_nginx_crowd;
+mod ops_package;
 mod ops_prometheus;
 mod ops_rules;
 mod order_lifecycle;

@@ -32,7 +32,7 @@ fn instance(name: &str) -> String {
 }
 
 /// Copies every unit into a temporary directory with
-/// `/usr/local/bin/seckill-X` replaced by the built binary.
+/// `/usr/bin/seckill-X` replaced by the built binary.
 fn units_with_built_binaries() -> TempDir {
     let dir = TempDir::new();
     for name in SERVICES.iter().chain(["seckill-reconciler.timer"].iter()) {
@@ -40,11 +40,11 @@ fn units_with_built_binaries() -> TempDir {
         for b in ["seckill-gateway", "seckill-worker", "seckill-reconciler"] {
             let built = bin(b);
             text = text.replace(
-                &format!("/usr/local/bin/{b}"),
+                &format!("/usr/bin/{b}"),
                 built.to_str().expect("utf-8 path"),
             );
         }
-        assert!(!text.contains("/usr/local/bin/"), "{name}: unknown binary");
+        assert!(!text.contains("/usr/bin/"), "{name}: unknown binary");
         std::fs::write(dir.path().join(name), text).unwrap();
     }
     dir
@@ -129,7 +129,7 @@ fn services_carry_the_required_hardening() {
     for line in [
         "Type=oneshot",
         "StateDirectory=seckill",
-        "ExecStart=/usr/local/bin/seckill-reconciler run",
+        "ExecStart=/usr/bin/seckill-reconciler run",
     ] {
         assert!(rec.lines().any(|l| l == line), "reconciler lacks {line}");
     }

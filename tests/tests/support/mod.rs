@@ -22,6 +22,8 @@
 //! - `browser`: headless Chromium rendering a local page.
 //! - `after_repair`: the check every repair test ends with (holders 409,
 //!   then the sale sells out exactly).
+//! - `package`: the Debian package built, installed, upgraded, removed and
+//!   purged on this machine, and the guard that purges it at the end.
 //! - This file: [`crowd`], the one-crowd-at-a-time lock.
 
 pub mod after_repair;
@@ -30,6 +32,7 @@ pub mod gateway;
 pub mod lifecycle_http;
 pub mod nginx_install;
 pub mod ops;
+pub mod package;
 pub mod prometheus;
 pub mod quantity;
 pub mod reconciler;
