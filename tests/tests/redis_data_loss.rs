@@ -8,6 +8,7 @@
 //! holding an order gets 409 with their original reservation id, no user
 //! has two orders, and the sale goes on to exactly 500 orders.
 
+use crate::support::after_repair::holders_409_then_sells_out_exactly;
 use crate::support::gateway as gateway_support;
 use crate::support::worker as worker_support;
 
@@ -158,32 +159,9 @@ fn a_redis_that_lost_reservations_pauses_the_sale_until_repaired_from_mysql() {
         assert_eq!(v["settled_by"]["actor"], "alice", "{a}");
     }
     eprintln!("{} dead letters archived by the repair", archived.len());
-    // Every user holding an order: 409 with the original id.
-    for i in 0..200 {
-        let u = format!("u{i}");
-        let r = c.buy(sale, &u);
-        assert_eq!(r.status, 409, "{u}: {r:?}");
-        assert_eq!(r.json()["reservation_id"], rids[&u].as_str(), "{u}");
-    }
-    // The sale goes on to exactly 500.
-    let mut sold = 0;
-    for i in 0..400 {
-        let r = c.buy(sale, &format!("v{i}"));
-        match r.status {
-            202 => sold += 1,
-            410 => break,
-            s => panic!("v{i}: {s} {r:?}"),
-        }
-    }
-    assert_eq!(sold, 300);
-    wait_orders(&db, sale, 500, Duration::from_secs(30));
-    assert_eq!(
-        db.count(&format!(
-            "SELECT COUNT(*) FROM (SELECT user_id FROM orders WHERE sale_id = {sale} \
-             GROUP BY user_id HAVING COUNT(*) > 1) t"
-        )),
-        0
-    );
+    // Every user holding an order: 409 with the original id; the sale goes
+    // on to exactly 500.
+    holders_409_then_sells_out_exactly(|u| c.buy(sale, u), &rids, 200, &db, (sale, 500));
     assert_eq!(
         db.count(&format!(
             "SELECT available_stock FROM sales WHERE id = {sale}"

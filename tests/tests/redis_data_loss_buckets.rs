@@ -23,6 +23,7 @@ use seckill_common::buckets::home_bucket;
 use seckill_common::keys::SaleKeys;
 use seckill_tests::{create_split_sale, RedisServer, TempDir, TestDb};
 use std::collections::{BTreeSet, HashMap};
+use std::path::Path;
 use std::time::Duration;
 use worker_support::{wait_orders, Opts, WorkerProc};
 
@@ -98,6 +99,64 @@ fn books_balance(con: &mut redis::Connection, sale: u64) {
     }
 }
 
+/// `run` opens one `redis_data_loss` finding naming bucket 2 only, behind
+/// at 80 of MySQL's 140, with exactly the reservations of `lost`.
+fn assert_bucket_2_lost(
+    redis: &RedisServer,
+    db: &TestDb,
+    review: &Path,
+    lost: &HashMap<String, String>,
+) {
+    let (code, out) = seckill_tests::reconciler(redis, db, review, &["run"]);
+    assert_eq!(code, 1, "{out}");
+    let (_, listed) = seckill_tests::reconciler(redis, db, review, &["findings", "--json"]);
+    let findings: serde_json::Value = serde_json::from_str(&listed).unwrap();
+    let loss: Vec<&serde_json::Value> = findings
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|f| f["kind"] == "redis_data_loss")
+        .collect();
+    assert_eq!(loss.len(), 1, "{listed}");
+    let behind = loss[0]["evidence"]["buckets_behind"].as_array().unwrap();
+    assert_eq!(behind.len(), 1, "{listed}");
+    assert_eq!(behind[0]["bucket"], 2);
+    assert_eq!(behind[0]["seq_high"], 140);
+    assert_eq!(behind[0]["redis_seq"], 80);
+    let found: BTreeSet<&str> = behind[0]["lost_reservation_ids"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r.as_str().unwrap())
+        .collect();
+    let expected: BTreeSet<&str> = lost.values().map(String::as_str).collect();
+    assert_eq!(found, expected);
+}
+
+/// Every holder buying again gets 409 with their own reservation id; new
+/// buyers then take exactly the 160 units left (410 after).
+fn holders_409_then_160_more(c: &mut Client, sale: u64, holders: &HashMap<String, String>) {
+    for (u, rid) in holders {
+        let r = c.buy(sale, u);
+        assert_eq!(
+            (r.status, r.json()["reservation_id"].as_str()),
+            (409, Some(rid.as_str())),
+            "{u}"
+        );
+    }
+    let mut sold = 0;
+    for i in 0..400 {
+        let u = format!("new-{i}");
+        let r = c.buy(sale, &u);
+        match r.status {
+            202 => sold += 1,
+            410 => {}
+            s => panic!("{u}: {s} {r:?}"),
+        }
+    }
+    assert_eq!(sold, 160);
+}
+
 #[test]
 fn a_bucket_put_back_to_an_older_copy_pauses_the_whole_sale_and_the_repair_rebuilds_every_bucket() {
     let redis = RedisServer::start();
@@ -162,30 +221,7 @@ fn a_bucket_put_back_to_an_older_copy_pauses_the_whole_sale_and_the_repair_rebui
         );
     }
 
-    let (code, out) = seckill_tests::reconciler(&redis, &db, &review, &["run"]);
-    assert_eq!(code, 1, "{out}");
-    let (_, listed) = seckill_tests::reconciler(&redis, &db, &review, &["findings", "--json"]);
-    let findings: serde_json::Value = serde_json::from_str(&listed).unwrap();
-    let loss: Vec<&serde_json::Value> = findings
-        .as_array()
-        .unwrap()
-        .iter()
-        .filter(|f| f["kind"] == "redis_data_loss")
-        .collect();
-    assert_eq!(loss.len(), 1, "{listed}");
-    let behind = loss[0]["evidence"]["buckets_behind"].as_array().unwrap();
-    assert_eq!(behind.len(), 1, "{listed}");
-    assert_eq!(behind[0]["bucket"], 2);
-    assert_eq!(behind[0]["seq_high"], 140);
-    assert_eq!(behind[0]["redis_seq"], 80);
-    let found: BTreeSet<&str> = behind[0]["lost_reservation_ids"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|r| r.as_str().unwrap())
-        .collect();
-    let expected: BTreeSet<&str> = lost.values().map(String::as_str).collect();
-    assert_eq!(found, expected);
+    assert_bucket_2_lost(&redis, &db, &review, &lost);
 
     let (code, out) = seckill_tests::reconciler(
         &redis,
@@ -217,25 +253,7 @@ fn a_bucket_put_back_to_an_older_copy_pauses_the_whole_sale_and_the_repair_rebui
     let fresh = dir.path().join("after-repair.sqlite3");
     seckill_tests::assert_reconciles_clean(&redis, &db, &fresh);
 
-    for (u, rid) in &holders {
-        let r = c.buy(sale, u);
-        assert_eq!(
-            (r.status, r.json()["reservation_id"].as_str()),
-            (409, Some(rid.as_str())),
-            "{u}"
-        );
-    }
-    let mut sold = 0;
-    for i in 0..400 {
-        let u = format!("new-{i}");
-        let r = c.buy(sale, &u);
-        match r.status {
-            202 => sold += 1,
-            410 => {}
-            s => panic!("{u}: {s} {r:?}"),
-        }
-    }
-    assert_eq!(sold, 160);
+    holders_409_then_160_more(&mut c, sale, &holders);
     wait_orders(&db, sale, 300, LONG);
     assert_eq!(
         db.count(&format!(
