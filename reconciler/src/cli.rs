@@ -367,7 +367,13 @@ fn command(path: &str, args: &[&str], opts: &mut Opts, now_ms: u64) -> Result<Co
         ("sale repair", [id]) => {
             let sale_id = parse_u64(id, "sale id")?;
             let (by, note) = by_and_note(opts.take("by"), opts.take("note"))?;
-            Command::SaleRepair(crate::cmd::repair::RepairArgs { sale_id, by, note })
+            let dry_run = opts.take("dry-run").is_some();
+            Command::SaleRepair(crate::cmd::repair::RepairArgs {
+                sale_id,
+                by,
+                note,
+                dry_run,
+            })
         }
         ("sale archive", [id]) => {
             let sale_id = parse_u64(id, "sale id")?;
@@ -602,7 +608,17 @@ mod tests {
             Command::SaleRepair(RepairArgs {
                 sale_id: 7,
                 by: "alice".into(),
-                note: None
+                note: None,
+                dry_run: false
+            })
+        );
+        assert_eq!(
+            p("sale repair 7 --by alice --dry-run").unwrap(),
+            Command::SaleRepair(RepairArgs {
+                sale_id: 7,
+                by: "alice".into(),
+                note: None,
+                dry_run: true
             })
         );
         assert_eq!(

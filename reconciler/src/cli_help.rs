@@ -193,17 +193,21 @@ exit 1: the sale is archived (refused, nothing changed).",
     Help {
         path: "sale repair",
         args: &["ID"],
-        summary: "rebuild a paused sale's Redis state from MySQL and resume it",
-        options: "--by NAME [--note TEXT]",
-        text: "Rebuilds paused sale ID's Redis state from MySQL and resumes it; audited in
-the review store.
+        summary: "rebuild a sale's Redis state from MySQL after Redis lost it",
+        options: "--by NAME [--note TEXT] [--dry-run]",
+        text: "Rebuilds sale ID's Redis state from MySQL after Redis lost data of it (an open
+redis_data_loss finding: a paused sale, or an ended one that lost its keys) and
+resumes it; writes an archived sale's tombstone again when Redis lost it.
+Audited in the review store.
 
 options:
   --by NAME     who acts: 1-64 characters of A-Z a-z 0-9 _ . - @
   --note TEXT   why, at most 1000 characters
+  --dry-run     print what the repair would write; change nothing, record nothing
 
-exit 1: refused (no open redis_data_loss finding yet, or a worker holds messages
-of the sale); nothing changed.",
+exit 1: refused (no open redis_data_loss finding yet: run first; or a worker
+holds messages of the sale), nothing changed; 2 could not run (no review file
+at SECKILL_REVIEW_DB, no such sale).",
     },
     Help {
         path: "sale archive",
