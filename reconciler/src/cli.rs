@@ -50,6 +50,8 @@ pub enum Command {
     FindingsShow(i64, bool),
     /// Act on a finding.
     Resolve(ResolveArgs),
+    /// `resolve all --kind KIND --sale ID ...`: every open finding of a kind.
+    ResolveAll(crate::cmd::resolve_all::ResolveAllArgs),
     /// The reliable queues of one sale (`Some`) or every sale, and of
     /// payments.
     QueueShow(Option<u64>),
@@ -386,6 +388,7 @@ fn command(path: &str, args: &[&str], opts: &mut Opts, now_ms: u64) -> Result<Co
             Command::FindingsShow(finding_id(id)?, opts.take("json").is_some())
         }
         ("resolve", [id]) => crate::cmd::resolve::parse(id, opts)?,
+        ("resolve all", []) => crate::cmd::resolve_all::parse(opts)?,
         ("token keygen", []) => crate::cmd::token::parse_keygen(opts)?,
         ("token issue", []) => crate::cmd::token::parse_issue(opts)?,
         ("queue show", []) => Command::QueueShow(None),

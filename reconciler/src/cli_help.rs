@@ -283,6 +283,26 @@ exit 1: refused (the line says why), nothing changed; 2 could not run (no such
 finding included).",
     },
     Help {
+        path: "resolve all",
+        args: &[],
+        summary: "act on every open finding of one kind of one sale",
+        options: "--kind KIND --sale ID (--reorder | --rollback | --recreate | --dismiss) \
+                  --by NAME [--note TEXT] [--dry-run]",
+        text: "Acts on every open finding of kind KIND of sale ID, oldest first, each exactly as
+`resolve FINDING_ID` does: its checks, its own audit rows (a started row before
+the effect, its completion after), its own line; then a total. Killed part-way,
+no finding is acted on twice: run it again for the rest.
+
+options:
+  --kind KIND   flow_without_order, dead_letter, ... (`findings` shows them)
+  --sale ID     the sale (0: the payment queue's findings)
+  --reorder, --rollback, --recreate, --dismiss, --by, --note, --dry-run
+                as for `resolve`
+
+exit 0: every finding acted on (or nothing open); 1: some refused (the others
+were acted on; their lines say which); 2 could not run.",
+    },
+    Help {
         path: "queue show",
         args: &["[SALE]"],
         summary: "queue lengths, processing lists, dead letters by reason",
