@@ -118,6 +118,7 @@ mod worker_crash;
 mod worker_documented;
 mod worker_fence;
 mod worker_frozen;
+mod worker_identity;
 mod worker_metrics;
 mod worker_mysql;
 mod worker_queue;
