@@ -125,7 +125,8 @@ paid. Changes nothing. Exit 0, 2 could not run.",
         options: "--reason TEXT --by NAME [--dry-run]",
         text: "Refuses every purchase of sale ID (503 sale_paused, Retry-After) on every
 gateway within a second, until `sale resume ID`. Reads, payments,
-cancellations, expiries and the workers go on. Audited in the review store.
+cancellations, expiries and the workers go on. Refused for a sale that has
+ended (its buyers hear 403 sale_ended). Audited in the review store.
 TEXT: 1-255 characters. Exit 0 paused (or paused already), 1 refused (nothing
 changed), 2 could not run.",
     },
