@@ -5,8 +5,9 @@
 /// Server error codes that waiting does not fix, with what to do: 1044
 /// access denied to a database, 1045 access denied for a user (wrong
 /// password), 1046 no database selected (a URL without one), 1049 unknown
-/// database, 1146 table doesn't exist (MySQL reference manual, "Server
-/// Error Message Reference"), 1698 access denied without a password check
+/// database, 1146 table doesn't exist, 1142 a command denied to the user
+/// on a table (a grant short of the database's every privilege) (MySQL
+/// reference manual, "Server Error Message Reference"), 1698 access denied without a password check
 /// (MariaDB: a user that does not exist, or one that logs in by
 /// `unix_socket` such as Debian's root). Every other error
 /// (connection refused, 1040 too many connections, 2013 lost connection, a
@@ -28,6 +29,11 @@ const PERMANENT: &[(u16, &str)] = &[
     (
         1146,
         "create the tables with `seckill-reconciler migrate` (same SECKILL_MYSQL_URL)",
+    ),
+    (
+        1142,
+        "grant the user of SECKILL_MYSQL_URL every privilege on its database: GRANT ALL \
+         PRIVILEGES ON database.* TO the user (docs/OPERATIONS.md, Install the units, step 2)",
     ),
     (
         1698,

@@ -50,6 +50,8 @@ pub enum Command {
     FindingsShow(i64, bool),
     /// Act on a finding.
     Resolve(ResolveArgs),
+    /// `resolve all --kind KIND --sale ID ...`: every open finding of a kind.
+    ResolveAll(crate::cmd::resolve_all::ResolveAllArgs),
     /// The reliable queues of one sale (`Some`) or every sale, and of
     /// payments.
     QueueShow(Option<u64>),
@@ -367,7 +369,13 @@ fn command(path: &str, args: &[&str], opts: &mut Opts, now_ms: u64) -> Result<Co
         ("sale repair", [id]) => {
             let sale_id = parse_u64(id, "sale id")?;
             let (by, note) = by_and_note(opts.take("by"), opts.take("note"))?;
-            Command::SaleRepair(crate::cmd::repair::RepairArgs { sale_id, by, note })
+            let dry_run = opts.take("dry-run").is_some();
+            Command::SaleRepair(crate::cmd::repair::RepairArgs {
+                sale_id,
+                by,
+                note,
+                dry_run,
+            })
         }
         ("sale archive", [id]) => {
             let sale_id = parse_u64(id, "sale id")?;
@@ -380,6 +388,7 @@ fn command(path: &str, args: &[&str], opts: &mut Opts, now_ms: u64) -> Result<Co
             Command::FindingsShow(finding_id(id)?, opts.take("json").is_some())
         }
         ("resolve", [id]) => crate::cmd::resolve::parse(id, opts)?,
+        ("resolve all", []) => crate::cmd::resolve_all::parse(opts)?,
         ("token keygen", []) => crate::cmd::token::parse_keygen(opts)?,
         ("token issue", []) => crate::cmd::token::parse_issue(opts)?,
         ("queue show", []) => Command::QueueShow(None),
@@ -602,7 +611,17 @@ mod tests {
             Command::SaleRepair(RepairArgs {
                 sale_id: 7,
                 by: "alice".into(),
-                note: None
+                note: None,
+                dry_run: false
+            })
+        );
+        assert_eq!(
+            p("sale repair 7 --by alice --dry-run").unwrap(),
+            Command::SaleRepair(RepairArgs {
+                sale_id: 7,
+                by: "alice".into(),
+                note: None,
+                dry_run: true
             })
         );
         assert_eq!(

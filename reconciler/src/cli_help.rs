@@ -125,7 +125,8 @@ paid. Changes nothing. Exit 0, 2 could not run.",
         options: "--reason TEXT --by NAME [--dry-run]",
         text: "Refuses every purchase of sale ID (503 sale_paused, Retry-After) on every
 gateway within a second, until `sale resume ID`. Reads, payments,
-cancellations, expiries and the workers go on. Audited in the review store.
+cancellations, expiries and the workers go on. Refused for a sale that has
+ended (its buyers hear 403 sale_ended). Audited in the review store.
 TEXT: 1-255 characters. Exit 0 paused (or paused already), 1 refused (nothing
 changed), 2 could not run.",
     },
@@ -197,17 +198,21 @@ exit 1: the sale is archived (refused, nothing changed).",
     Help {
         path: "sale repair",
         args: &["ID"],
-        summary: "rebuild a paused sale's Redis state from MySQL and resume it",
-        options: "--by NAME [--note TEXT]",
-        text: "Rebuilds paused sale ID's Redis state from MySQL and resumes it; audited in
-the review store.
+        summary: "rebuild a sale's Redis state from MySQL after Redis lost it",
+        options: "--by NAME [--note TEXT] [--dry-run]",
+        text: "Rebuilds sale ID's Redis state from MySQL after Redis lost data of it (an open
+redis_data_loss finding: a paused sale, or an ended one that lost its keys) and
+resumes it; writes an archived sale's tombstone again when Redis lost it.
+Audited in the review store.
 
 options:
   --by NAME     who acts: 1-64 characters of A-Z a-z 0-9 _ . - @
   --note TEXT   why, at most 1000 characters
+  --dry-run     print what the repair would write; change nothing, record nothing
 
-exit 1: refused (no open redis_data_loss finding yet, or a worker holds messages
-of the sale); nothing changed.",
+exit 1: refused (no open redis_data_loss finding yet: run first; or a worker
+holds messages of the sale), nothing changed; 2 could not run (no review file
+at SECKILL_REVIEW_DB, no such sale).",
     },
     Help {
         path: "sale archive",
@@ -281,6 +286,26 @@ options:
 
 exit 1: refused (the line says why), nothing changed; 2 could not run (no such
 finding included).",
+    },
+    Help {
+        path: "resolve all",
+        args: &[],
+        summary: "act on every open finding of one kind of one sale",
+        options: "--kind KIND --sale ID (--reorder | --rollback | --recreate | --dismiss) \
+                  --by NAME [--note TEXT] [--dry-run]",
+        text: "Acts on every open finding of kind KIND of sale ID, oldest first, each exactly as
+`resolve FINDING_ID` does: its checks, its own audit rows (a started row before
+the effect, its completion after), its own line; then a total. Killed part-way,
+no finding is acted on twice: run it again for the rest.
+
+options:
+  --kind KIND   flow_without_order, dead_letter, ... (`findings` shows them)
+  --sale ID     the sale (0: the payment queue's findings)
+  --reorder, --rollback, --recreate, --dismiss, --by, --note, --dry-run
+                as for `resolve`
+
+exit 0: every finding acted on (or nothing open); 1: some refused (the others
+were acted on; their lines say which); 2 could not run.",
     },
     Help {
         path: "queue show",

@@ -484,8 +484,8 @@ pub enum ReviewError {
     TooNew(i64),
     /// No finding has this id.
     NoSuchFinding(i64),
-    /// `findings` or `resolve` found no review file at this path (only `run`
-    /// creates one).
+    /// A command other than `run` found no review file at this path (only
+    /// `run` creates one).
     Missing(PathBuf),
     /// The file at this path exists but no `run` ever wrote a review store
     /// into it (SQLite `user_version` 0, e.g. an empty file).
@@ -577,7 +577,9 @@ pub struct Review {
 pub struct RunCounts {
     /// Sales reconciled.
     pub sales_checked: u64,
-    /// Observations of each kind in this run, in [`findings::Kind::ALL`] order.
+    /// Observations of each kind in this run, in [`findings::Kind::ALL`]
+    /// order; an observation of a finding an operator settled for good
+    /// (dismissed, a payment dropped: it stays closed) is not counted.
     pub by_kind: [u64; findings::Kind::ALL.len()],
     /// Findings seen for the first time.
     pub new_findings: u64,
@@ -585,6 +587,9 @@ pub struct RunCounts {
     pub reopened: u64,
     /// Compensations done in this run.
     pub auto_fixed: u64,
+    /// Flow records without an order skipped as younger than
+    /// `SECKILL_RECONCILE_GRACE` (their message may be on its way).
+    pub young: u64,
 }
 
 impl Review {
@@ -600,9 +605,10 @@ impl Review {
     }
 
     /// Opens the review file a `run` wrote at `path`, never creating one:
-    /// `findings` and `resolve` use it, so an operator who forgot
-    /// `SECKILL_REVIEW_DB` is told so instead of seeing "no findings" in a
-    /// new empty file. Applies missing migrations to an older store.
+    /// every command but `run` uses it (`findings` and every audited
+    /// command), so an operator who forgot `SECKILL_REVIEW_DB` is told so
+    /// instead of writing the audit to a stray file and seeing "no
+    /// findings" in it. Applies missing migrations to an older store.
     ///
     /// Errors: [`ReviewError::Missing`] when there is no file,
     /// [`ReviewError::NeverRun`] when it holds no review store (schema

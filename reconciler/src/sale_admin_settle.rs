@@ -11,7 +11,8 @@
 //! row.
 //!
 //! A `started` row without completion is completed by the next of these
-//! commands or `run`, before they act, under the same write lock (so no
+//! commands or `run` (one of `sale repair` of an archived sale too: its
+//! tombstone written again, which is repeatable), before they act, under the same write lock (so no
 //! command is then between its lock and its commit): MySQL's
 //! `sale_changes` row of the action says whether the change was decided.
 //! Decided: Redis's step is repeated (it follows MySQL's row, and an
@@ -165,6 +166,16 @@ fn observe(
     db: &mut mysql::Conn,
     p: &PendingSaleAction,
 ) -> Result<Outcome, RunError> {
+    if p.action == ActionKind::Repair {
+        // `sale repair` of an archived sale: writing its tombstone again
+        // is repeatable, so it is done now if it was not then.
+        crate::sale_archive::tombstone_again(redis, db, p.sale_id)?;
+        return Ok(Outcome::done(format!(
+            "sale {} {} (recorded after an interruption)",
+            p.sale_id,
+            crate::cmd::repair::TOMBSTONE_WRITTEN
+        )));
+    }
     let key = p.key();
     if sale_admin::decided(db, &key)?.is_none() {
         return Ok(Outcome::failed(format!(

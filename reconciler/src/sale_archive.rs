@@ -51,10 +51,12 @@ pub const RECONCILER: &str = "reconciler";
 
 /// Removes again the Redis keys of archived sale `id` when they came back
 /// (a Redis restored from a snapshot taken before the archive brings all of
-/// a sale's keys back, and nothing else would remove them), leaving its tombstone as
-/// the archive did; logged, as it is the archive's own decision carried
-/// out again. Nothing happens while Redis holds no stock counter of it.
-/// Returns whether it removed anything.
+/// a sale's keys back, and nothing else would remove them), and writes its
+/// tombstone again when Redis lost it (late buyers would hear 404 instead
+/// of 403 `sale_ended`), leaving Redis as the archive did; logged, as it
+/// is the archive's own decision carried out again. Nothing happens while
+/// Redis holds no stock counter of it and its tombstone. Returns whether
+/// it wrote anything.
 ///
 /// Errors: MySQL or Redis failures.
 pub fn remove_again(redis: &mut Con, db: &mut mysql::Conn, id: u64) -> Result<bool, RunError> {
@@ -64,15 +66,49 @@ pub fn remove_again(redis: &mut Con, db: &mut mysql::Conn, id: u64) -> Result<bo
     let Some(s) = sale_state(db, id)? else {
         return Ok(false);
     };
-    if stock.is_none() || s.archived_by.is_none() {
+    if s.archived_by.is_none() {
+        return Ok(false);
+    }
+    if stock.is_some() {
+        let recorded = seckill_common::buckets::recorded(db, id)?;
+        let buckets = archive::remove(redis, id, recorded, &s.tombstone)?;
+        log::warn!(
+            "sale {id} is archived but Redis held its keys again (restored from an older \
+             snapshot?): removed again ({buckets} bucket(s)), its tombstone kept"
+        );
+        return Ok(true);
+    }
+    if tombstone_again(redis, db, id)? {
+        log::warn!(
+            "sale {id} is archived but Redis lost its tombstone: written again (late buyers \
+             hear 403 sale_ended)"
+        );
+        return Ok(true);
+    }
+    Ok(false)
+}
+
+/// Writes archived sale `id`'s tombstone again (from MySQL's row) when
+/// Redis holds none (bucket 0's meta lacks `archived_at_ms`): Redis lost
+/// it. Returns whether it wrote it; `false` for a sale not archived.
+///
+/// Errors: Redis or MySQL failures.
+pub fn tombstone_again(redis: &mut Con, db: &mut mysql::Conn, id: u64) -> Result<bool, RunError> {
+    let Some(s) = sale_state(db, id)? else {
+        return Ok(false);
+    };
+    if s.archived_by.is_none() {
+        return Ok(false);
+    }
+    let kept: bool = redis::cmd("HEXISTS")
+        .arg(SaleKeys::new(id).meta())
+        .arg(archive::ARCHIVED_FIELD)
+        .query(redis)?;
+    if kept {
         return Ok(false);
     }
     let recorded = seckill_common::buckets::recorded(db, id)?;
-    let buckets = archive::remove(redis, id, recorded, &s.tombstone)?;
-    log::warn!(
-        "sale {id} is archived but Redis held its keys again (restored from an older \
-         snapshot?): removed again ({buckets} bucket(s)), its tombstone kept"
-    );
+    archive::remove(redis, id, recorded, &s.tombstone)?;
     Ok(true)
 }
 

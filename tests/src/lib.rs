@@ -495,15 +495,26 @@ pub fn sale_created(
     (id.expect("the new sale id"), out)
 }
 
+/// Makes the review file at `review` when missing, as an installed
+/// system's first `run` did: every audited command (`sale pause`, `sale
+/// repair`, ...) refuses without it.
+pub fn review_file(review: &Path) {
+    seckill_reconciler::cmd::run::create_review_file(review).expect("create the review file");
+}
+
 /// Runs `seckill-reconciler ARGS` ([`command`]) against the test's Redis
-/// and database, with the review file `review` and no grace period;
-/// returns the exit code and stdout followed by stderr.
+/// and database, with the review file `review` and no grace period
+/// (made first for a `sale` command, [`review_file`]); returns the exit
+/// code and stdout followed by stderr.
 pub fn reconciler(
     redis: &impl cluster::TestRedis,
     db: &TestDb,
     review: &Path,
     args: &[&str],
 ) -> (i32, String) {
+    if args.first() == Some(&"sale") {
+        review_file(review);
+    }
     let out = command("seckill-reconciler")
         .env("SECKILL_REDIS_URL", redis.url())
         .env("SECKILL_MYSQL_URL", db.url())

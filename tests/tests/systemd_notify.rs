@@ -122,6 +122,8 @@ fn the_worker_is_not_ready_while_mysql_is_down_and_stops_cleanly_on_sigterm() {
     let notify = NotifySocket::bind();
     let mut worker = worker(&redis, &notify, "notify-w2")
         .env("SECKILL_MYSQL_TIMEOUT", "1s")
+        // Session limits of 1 s: a 1 s client timeout is not below them.
+        .env("SECKILL_WORKER_HEARTBEAT_TTL", "2s")
         .spawn()
         .expect("start seckill-worker");
     // SECKILL_MYSQL_URL is the dead port `command` sets.

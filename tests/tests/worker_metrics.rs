@@ -130,6 +130,8 @@ fn every_documented_worker_metric_is_present_and_moves() {
     let opts = Opts {
         batch: 10,
         heartbeat_ttl: "20s",
+        // At least the 10 s session limits the TTL sets, else refused.
+        env: &[("SECKILL_MYSQL_TIMEOUT", "15s")],
         ..Opts::default()
     };
     let w = WorkerProc::start(&redis, &db, "w1", &opts);

@@ -3,7 +3,9 @@
 //! ([`Env`]). The worker reads nothing else, so a bad value of another
 //! binary's variable (the gateway's, the reconciler's) does not stop it.
 
-use seckill_common::config::{parse_addr, parse_duration, parse_int, ConfigError, Env, Services};
+use seckill_common::config::{
+    parse_addr, parse_duration, parse_int, short_duration, ConfigError, Env, Services,
+};
 use std::net::SocketAddr;
 use std::time::Duration;
 
@@ -121,7 +123,37 @@ impl Config {
             c.worker_expiry_every = parse_duration("SECKILL_WORKER_EXPIRY_EVERY", v)?;
         }
         c.consumers_from_env(env)?;
+        c.timeout_above_session_limits(env)?;
         Ok(c)
+    }
+
+    /// Refuses a `SECKILL_MYSQL_TIMEOUT` below the MySQL session limits
+    /// the heartbeat TTL sets (`session.rs`: half of it, in whole seconds):
+    /// the client would give up on a statement waiting for the sale row
+    /// before MySQL ends that wait with 1205 (retried), and take a busy
+    /// sale for a lost connection.
+    fn timeout_above_session_limits(&self, env: &Env) -> Result<(), ConfigError> {
+        let limits = crate::session::SessionLimits::for_heartbeat(self.worker_heartbeat_ttl);
+        let floor = Duration::from_secs(limits.lock_wait_s);
+        if self.services.mysql_timeout >= floor {
+            return Ok(());
+        }
+        let value = env.get("SECKILL_MYSQL_TIMEOUT").map_or_else(
+            || short_duration(self.services.mysql_timeout),
+            str::to_string,
+        );
+        Err(ConfigError::new(
+            "SECKILL_MYSQL_TIMEOUT",
+            value,
+            format!(
+                "at least {}, the worker's MySQL session limits (half of \
+                 SECKILL_WORKER_HEARTBEAT_TTL={}, whole seconds): a shorter client timeout \
+                 cuts a lock wait short before MySQL answers it; or lower \
+                 SECKILL_WORKER_HEARTBEAT_TTL",
+                short_duration(floor),
+                short_duration(self.worker_heartbeat_ttl)
+            ),
+        ))
     }
 
     /// The consumer-pool settings of `env` (`SECKILL_WORKER_CONSUMERS_*`,
@@ -191,7 +223,7 @@ mod tests {
             ("SECKILL_REDIS_URL", "redis://10.0.0.1:7000/2"),
             ("SECKILL_MYSQL_URL", "mysql://app:pw@db:3306/shop"),
             ("SECKILL_REDIS_TIMEOUT", "250ms"),
-            ("SECKILL_MYSQL_TIMEOUT", "3s"),
+            ("SECKILL_MYSQL_TIMEOUT", "15s"),
             ("SECKILL_WORKER_ID", "w-7"),
             ("SECKILL_WORKER_BATCH", "16"),
             ("SECKILL_WORKER_MAX_ATTEMPTS", "3"),
@@ -204,7 +236,7 @@ mod tests {
         assert_eq!(c.services.redis_url, "redis://10.0.0.1:7000/2");
         assert_eq!(c.services.mysql_url, "mysql://app:pw@db:3306/shop");
         assert_eq!(c.services.redis_timeout, Duration::from_millis(250));
-        assert_eq!(c.services.mysql_timeout, Duration::from_secs(3));
+        assert_eq!(c.services.mysql_timeout, Duration::from_secs(15));
         assert_eq!(c.worker_id, "w-7");
         assert_eq!(c.worker_batch, 16);
         assert_eq!(c.worker_max_attempts, 3);
@@ -344,5 +376,35 @@ mod tests {
         .unwrap();
         assert_eq!(c.worker_id, "w-2");
         assert_eq!(c.worker_batch, 256);
+    }
+
+    /// A client timeout below the session limits is refused, naming both
+    /// variables; at the limits it is taken.
+    #[test]
+    fn a_mysql_timeout_below_the_session_limits_is_refused_naming_both_variables() {
+        let err = Config::from_env(&Env::from_pairs(&[
+            ("SECKILL_MYSQL_TIMEOUT", "5s"),
+            ("SECKILL_WORKER_HEARTBEAT_TTL", "20s"),
+        ]))
+        .unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "invalid configuration: SECKILL_MYSQL_TIMEOUT=\"5s\": expected at least 10s, the \
+             worker's MySQL session limits (half of SECKILL_WORKER_HEARTBEAT_TTL=20s, whole \
+             seconds): a shorter client timeout cuts a lock wait short before MySQL answers \
+             it; or lower SECKILL_WORKER_HEARTBEAT_TTL"
+        );
+        let err = Config::from_env(&Env::from_pairs(&[("SECKILL_WORKER_HEARTBEAT_TTL", "30s")]))
+            .unwrap_err();
+        assert_eq!(
+            (err.variable, err.value.as_str()),
+            ("SECKILL_MYSQL_TIMEOUT", "10s")
+        );
+        let c = Config::from_env(&Env::from_pairs(&[
+            ("SECKILL_MYSQL_TIMEOUT", "10s"),
+            ("SECKILL_WORKER_HEARTBEAT_TTL", "21s"),
+        ]))
+        .unwrap();
+        assert_eq!(c.services.mysql_timeout, Duration::from_secs(10));
     }
 }

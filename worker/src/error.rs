@@ -25,6 +25,10 @@ pub enum WorkerError {
     /// address, the client's error and the remedy
     /// (`seckill_common::redis_error`).
     RedisRefused(String),
+    /// Another worker is live under this worker's id: its heartbeat was
+    /// refreshed while this one waited (`housekeeping::beaten_by_another`);
+    /// holds the id.
+    IdLive(String),
 }
 
 impl fmt::Display for WorkerError {
@@ -47,6 +51,12 @@ impl fmt::Display for WorkerError {
             WorkerError::Thread(d) => write!(f, "thread start: {d}"),
             WorkerError::MysqlRefused(d) => write!(f, "mysql at {d}"),
             WorkerError::RedisRefused(d) => write!(f, "redis at {d}"),
+            WorkerError::IdLive(id) => write!(
+                f,
+                "SECKILL_WORKER_ID={id}: another worker is live under this id (its heartbeat \
+                 was refreshed while this one waited); give each worker its own id (the unit \
+                 instance seckill-worker@ID), or stop the other one first"
+            ),
         }
     }
 }
@@ -67,6 +77,7 @@ impl WorkerError {
                 | WorkerError::MetricsListen(_)
                 | WorkerError::MysqlRefused(_)
                 | WorkerError::RedisRefused(_)
+                | WorkerError::IdLive(_)
         )
     }
 }

@@ -92,6 +92,38 @@ pub fn register(con: &mut Con, worker_id: &str, ttl: Duration) -> redis::RedisRe
     beat(con, worker_id, ttl)
 }
 
+/// Whether another live worker beats under `worker_id`: its heartbeat
+/// is present and changes within half a TTL (a live worker beats every
+/// third of one). A heartbeat left by a worker that died (kill -9) does not
+/// change and is not one: its successor waits at most half a TTL, then
+/// starts. `false` at once when there is no heartbeat (a clean stop
+/// deletes it).
+///
+/// Errors: Redis failures.
+pub fn beaten_by_another(
+    con: &mut Con,
+    worker_id: &str,
+    ttl: Duration,
+) -> redis::RedisResult<bool> {
+    let key = keys::worker_heartbeat(worker_id);
+    let first: Option<String> = con.get(&key)?;
+    let Some(first) = first else {
+        return Ok(false);
+    };
+    log::info!("worker {worker_id}: a heartbeat of this id is present; waiting up to {} ms to see whether its worker is live", (ttl / 2).as_millis());
+    let deadline = Instant::now() + ttl / 2;
+    while Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(50));
+        let now: Option<String> = con.get(&key)?;
+        match now {
+            None => return Ok(false),
+            Some(v) if v != first => return Ok(true),
+            Some(_) => {}
+        }
+    }
+    Ok(false)
+}
+
 /// Refreshes the heartbeat and the registration together: a Redis that
 /// lost data (restarted empty, an older AOF) lost `seckill:workers` too, and
 /// a worker missing from it would never have its lists reclaimed.

@@ -123,6 +123,9 @@ pub fn run(config: Config, shutdown: Shutdown) -> Result<(), WorkerError> {
         seckill_common::notify::stopping();
         return Ok(());
     }
+    // A live worker under this id keeps its lists: this one stops before
+    // registering, before it would move them back to the queues.
+    refuse_a_live_id(&client, &config)?;
     // Register before consuming so others know whose lists these are.
     if !register(&client, &config, &shutdown) {
         return Ok(());
@@ -179,6 +182,28 @@ pub fn run(config: Config, shutdown: Shutdown) -> Result<(), WorkerError> {
     let _ = sweep.join();
     let _ = pay.join();
     Ok(())
+}
+
+/// Stops with [`WorkerError::IdLive`] when another worker is live under
+/// this id ([`housekeeping::beaten_by_another`]); a Redis error here is
+/// logged and lets the start go on (registering retries it anyway).
+fn refuse_a_live_id(client: &Target, config: &Config) -> Result<(), WorkerError> {
+    let t = config.services.redis_timeout;
+    let live = queue::open(client, t, t).and_then(|mut c| {
+        housekeeping::beaten_by_another(&mut c, &config.worker_id, config.worker_heartbeat_ttl)
+    });
+    match live {
+        Ok(true) => Err(WorkerError::IdLive(config.worker_id.clone())),
+        Ok(false) => Ok(()),
+        Err(e) => {
+            log::warn!(
+                "checking worker {}'s heartbeat in redis at {}: {e}",
+                config.worker_id,
+                client.address()
+            );
+            Ok(())
+        }
+    }
 }
 
 /// Registers this worker in `seckill:workers` (see

@@ -2,7 +2,8 @@
 //! Exit codes: 0 stopped on SIGTERM/SIGINT, 1 runtime failure, 2 bad
 //! configuration (a metrics address that cannot be listened on, and MySQL
 //! refusing the user, lacking the database, its tables or a migration,
-//! and Redis refusing the password, included), 64 an argument (it takes none: `--help`).
+//! and Redis refusing the password, or another worker live under its id,
+//! included), 64 an argument (it takes none: `--help`).
 #![forbid(unsafe_code)]
 
 use std::process::ExitCode;
@@ -25,8 +26,8 @@ Exit codes: 0 stopped by SIGTERM/SIGINT, 1 failed while running, 2 bad
 configuration, a port that cannot be listened on, MySQL refusing the
 user or lacking the database, its tables or a migration, or Redis refusing
 the password (the message names
-the remedy; an unreachable Redis or MySQL is waited for), 64 bad command
-line.";
+the remedy; an unreachable Redis or MySQL is waited for), another worker
+live under the same SECKILL_WORKER_ID, 64 bad command line.";
 
 fn main() -> ExitCode {
     if let Some(code) = start::command_line("seckill-worker", USAGE) {

@@ -84,7 +84,7 @@ mod tests {
 
     #[test]
     fn access_denied_unknown_database_and_missing_tables_are_permanent_the_rest_transient() {
-        for code in [1044, 1045, 1046, 1049, 1146, 1698] {
+        for code in [1044, 1045, 1046, 1049, 1142, 1146, 1698] {
             assert!(
                 matches!(classify(&server_error(code)), StartCheck::Permanent(_)),
                 "{code}"

@@ -15,9 +15,9 @@ use crate::sale_archive::{archive, complete_interrupted};
 ///
 /// Errors: [`RunError`].
 pub fn run(config: &Config, id: u64, by: &str) -> Result<u8, RunError> {
+    let review = Review::open_existing(&config.review_db)?;
     let mut db = connect::mysql(&config.services)?;
     let mut redis = connect::redis(&config.services)?;
-    let review = Review::open(&config.review_db)?;
     let lock = RunLock::acquire(connect::redis(&config.services)?, LOCK_WAIT)?;
     let done = complete_interrupted(&review, &mut redis, &mut db).and_then(|_| {
         let grace = config.reconcile_grace;

@@ -15,6 +15,7 @@ pub mod queue;
 pub mod rebalance;
 pub mod repair;
 pub mod resolve;
+pub mod resolve_all;
 pub mod run;
 pub mod sale_admin;
 pub mod sale_create;
@@ -53,7 +54,8 @@ pub fn opens_services(cmd: &Command) -> bool {
         | Command::QueueShow(_)
         | Command::DeadLetterList(_)
         | Command::PaymentDeadLetter(_)
-        | Command::Resolve(_) => true,
+        | Command::Resolve(_)
+        | Command::ResolveAll(_) => true,
     }
 }
 
@@ -80,6 +82,7 @@ pub fn run(config: &Config, shutdown: &Shutdown, cmd: Command) -> Result<u8, Run
         Command::DeadLetterList(which) => dead_letter::run(config, which),
         Command::PaymentDeadLetter(args) => payment_dlq::run(config, &args),
         Command::Resolve(args) => resolve::run(config, &args),
+        Command::ResolveAll(args) => resolve_all::run(config, &args),
         Command::TokenKeygen(args) => Ok(token::keygen(&args)?),
         Command::TokenIssue(args) => Ok(token::issue(
             &args,

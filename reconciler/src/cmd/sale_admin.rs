@@ -44,7 +44,7 @@ fn kind(c: &AdminChange) -> ActionKind {
 /// Errors: Redis, MySQL or SQLite failures ([`RunError`], exit 2);
 /// [`RunError::Refused`] for a sale MySQL does not hold.
 pub fn run(config: &Config, a: &SaleAdminArgs) -> Result<u8, RunError> {
-    let review = Review::open(&config.review_db)?;
+    let review = Review::open_existing(&config.review_db)?;
     let mut db = connect::mysql(&config.services)?;
     let mut redis = connect::redis(&config.services)?;
     if !a.dry_run {
@@ -103,8 +103,8 @@ fn check(
         ));
     }
     match &a.change {
-        AdminChange::Pause(reason) => check_pause(id, s, reason),
-        AdminChange::Resume => check_resume(review, id, s),
+        AdminChange::Pause(reason) => check_pause(id, s, reason, now),
+        AdminChange::Resume => check_resume(review, id, s, now),
         AdminChange::End => check_end(id, s, now),
         AdminChange::Extend(t) => check_extend(id, s, *t),
         AdminChange::AddStock(n) => check_add_stock(review, id, s, *n, buckets, now),
@@ -121,8 +121,18 @@ fn no_change(t: String) -> Result<Checked, RunError> {
     Ok(Checked::Final(Outcome::no_change(t)))
 }
 
-/// Pausing sale `id` for `reason`: nothing to do when paused already.
-fn check_pause(id: u64, s: &SaleNow, reason: &str) -> Result<Checked, RunError> {
+/// Pausing sale `id` for `reason` at `now`: refused once it has ended
+/// (its buyers hear 403 sale_ended; a pause would turn that into 503
+/// sale_paused, which tells them to retry), nothing to do when paused
+/// already.
+fn check_pause(id: u64, s: &SaleNow, reason: &str, now: u64) -> Result<Checked, RunError> {
+    if s.ends_at_ms <= now {
+        return refused(format!(
+            "sale {id} ended at {}: its purchases are answered 403 sale_ended already \
+             (`sale extend {id} --ends-at T` opens it again)",
+            format_ms(s.ends_at_ms)
+        ));
+    }
     match (&s.paused_reason, &s.paused_by) {
         (Some(r), by) => no_change(format!(
             "sale {id} is paused already (by {}: {r})",
@@ -140,9 +150,11 @@ fn check_pause(id: u64, s: &SaleNow, reason: &str) -> Result<Checked, RunError> 
     }
 }
 
-/// Resuming sale `id`: refused while Redis's loss of its data is open (that
-/// pause ends by `sale repair`), nothing to do unless an operator paused it.
-fn check_resume(review: &Review, id: u64, s: &SaleNow) -> Result<Checked, RunError> {
+/// Resuming sale `id` at `now`: refused while Redis's loss of its data is
+/// open (that pause ends by `sale repair`), nothing to do unless an
+/// operator paused it; the answer of an ended sale says it takes no
+/// purchase.
+fn check_resume(review: &Review, id: u64, s: &SaleNow, now: u64) -> Result<Checked, RunError> {
     if let Some(f) = review.open_data_loss(id)? {
         return refused(format!(
             "sale {id} has an open redis_data_loss finding ({f}): `seckill-reconciler \
@@ -157,6 +169,14 @@ fn check_resume(review: &Review, id: u64, s: &SaleNow) -> Result<Checked, RunErr
     }
     match &s.paused_reason {
         None => no_change(format!("sale {id} is not paused by an operator")),
+        Some(r) if s.ends_at_ms <= now => Ok(Checked::Go {
+            change: Change::Resume,
+            would: format!(
+                "resume sale {id} (paused: {r}): it ended at {}, purchases answered 403 \
+                 sale_ended",
+                format_ms(s.ends_at_ms)
+            ),
+        }),
         Some(r) => Ok(Checked::Go {
             change: Change::Resume,
             would: format!("resume sale {id} (paused: {r}): purchases taken again"),

@@ -112,10 +112,10 @@ pub fn run(config: &Config, id: u64, shards: Option<u32>) -> Result<u8, RunError
 /// Why sale `id` must not be loaded: MySQL records its load
 /// (`load_record.rs`) and Redis has lost its stock counter or meta in a
 /// bucket since. Loading it would offer again the units of purchases
-/// acknowledged before the loss with nothing reported; `run` pauses such a
-/// sale and `sale repair` rebuilds it. Only for a sale that can still sell
-/// (its window not closed a minute ago), the ones the data-loss watch and
-/// `run` check: an ended sale reloaded sells nothing.
+/// acknowledged before the loss with nothing reported; `run` opens a
+/// `redis_data_loss` finding (and pauses a sale that can still sell) and
+/// `sale repair` rebuilds it. An ended sale too: a load would put back its
+/// stock without its flow records, leaving MySQL and Redis apart.
 ///
 /// Errors: Redis or MySQL failures.
 fn lost_since_loaded(
@@ -126,13 +126,6 @@ fn lost_since_loaded(
     let Some(at) = seckill_common::load_record::loaded_at_ms(db, id)? else {
         return Ok(None);
     };
-    let open: Option<i64> = db.exec_first(
-        "SELECT ends_at > UTC_TIMESTAMP(3) - INTERVAL 1 MINUTE FROM sales WHERE id = ?",
-        (id,),
-    )?;
-    if open != Some(1) {
-        return Ok(None);
-    }
     let k = seckill_common::data_loss::bucket_count(con, db, id)?;
     let gone = seckill_common::load_record::gone_buckets(con, id, k)?;
     if gone.is_empty() {
@@ -150,8 +143,8 @@ fn lost_since_loaded(
         "sale {id} was loaded into Redis at {} and Redis has lost its stock counter or \
          meta since{which}: the purchases it acknowledged that MySQL holds no order of are \
          lost, and a load would sell their units again; nothing loaded. Run \
-         `seckill-reconciler run` (it pauses the sale and opens a critical redis_data_loss \
-         finding), then `seckill-reconciler sale repair {id} --by NAME`",
+         `seckill-reconciler run` (it opens a critical redis_data_loss finding, and pauses \
+         the sale unless it has ended), then `seckill-reconciler sale repair {id} --by NAME`",
         format_ms(at)
     )))
 }

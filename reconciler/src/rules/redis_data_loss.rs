@@ -10,7 +10,11 @@
 //! and how many reservations Redis had acknowledged at the last marks
 //! that MySQL holds no order of: those buyers are lost with the keys, and
 //! nothing knows who they are (reservations after the last marks are
-//! counted nowhere; `sale repair` cannot restore them). The
+//! counted nowhere; `sale repair` cannot restore them). A sale closed for
+//! a minute is not paused (no purchase can come, and its buyers keep
+//! hearing 403 `sale_ended`), but one that lost its keys (sold, not
+//! archived, a bucket's stock counter or meta gone) is the same finding,
+//! which `sale repair` settles by rebuilding it. The
 //! per-record rules are not applied to a paused sale: its Redis state is
 //! known to be wrong, and the repair rebuilds it; the sale's other findings
 //! are left as they are.
@@ -38,22 +42,88 @@ pub fn observe(
     mysql: &mut mysql::Conn,
     sale_id: u64,
 ) -> Result<Option<Observation>, RunError> {
-    // A sale closed for a minute cannot sell again, and its Redis keys may
-    // be cleaned up on purpose: only a pause already decided is reported.
+    // A sale closed for a minute cannot sell again: it is not paused (its
+    // buyers keep hearing 403 sale_ended); only the loss of its keys is
+    // reported ([`ended_loss`]), or a pause already decided.
     let open: Option<i64> = mysql.exec_first(
         "SELECT ends_at > UTC_TIMESTAMP(3) - INTERVAL 1 MINUTE FROM sales WHERE id = ?",
         (sale_id,),
     )?;
     if open != Some(1) && data_loss::mysql_state(mysql, sale_id)?.paused.is_none() {
-        return Ok(None);
+        return ended_loss(redis, mysql, sale_id);
     }
     let state = data_loss::watch_sale(redis, mysql, sale_id)?;
-    let marks = data_loss::mysql_state(mysql, sale_id)?;
     let (detected_by, gaps) = match state {
         SaleState::Consistent { .. } | SaleState::Absent => return Ok(None),
         SaleState::LossDetected { gaps } => (Some("reconciler"), gaps),
         SaleState::Paused { gaps, .. } => (None, gaps),
     };
+    finding(redis, mysql, sale_id, detected_by, &gaps).map(Some)
+}
+
+/// The finding of ended sale `sale_id` (closed for a minute, not paused)
+/// whose keys Redis lost: it was sold (MySQL records its load, marks or
+/// orders), is not archived, and a bucket's stock counter or meta is gone.
+/// Nothing is paused (no purchase can come); `None` otherwise.
+///
+/// Errors: Redis or MySQL failures.
+fn ended_loss(
+    redis: &mut Con,
+    mysql: &mut mysql::Conn,
+    sale_id: u64,
+) -> Result<Option<Observation>, RunError> {
+    if crate::sale_read::is_archived(mysql, sale_id)? {
+        return Ok(None);
+    }
+    let marks = data_loss::mysql_state(mysql, sale_id)?;
+    let orders: Option<i64> =
+        mysql.exec_first("SELECT COUNT(*) FROM orders WHERE sale_id = ?", (sale_id,))?;
+    if !marks.loaded && marks.seq_high == 0 && orders.unwrap_or(0) == 0 {
+        return Ok(None);
+    }
+    let k = data_loss::bucket_count(redis, mysql, sale_id)?;
+    let gone = seckill_common::load_record::gone_buckets(redis, sale_id, k)?;
+    if gone.is_empty() {
+        return Ok(None);
+    }
+    let split = seckill_common::bucket_marks::read_split(mysql, sale_id, k)?;
+    let gaps: Vec<data_loss::Gap> = gone
+        .iter()
+        .map(|&b| {
+            let (seq_high, checkpoint_high) = match b {
+                0 => (marks.seq_high, marks.checkpoint_high),
+                _ => split
+                    .get(b as usize - 1)
+                    .map_or((0, 0), |m| (m.seq_high, m.checkpoint_high)),
+            };
+            data_loss::Gap {
+                bucket: b,
+                redis_seq: 0,
+                seq_high,
+                checkpoint: 0,
+                checkpoint_high,
+            }
+        })
+        .collect();
+    let mut found = finding(redis, mysql, sale_id, Some("reconciler"), &gaps)?;
+    found.evidence["ended"] = json!(true);
+    found.evidence["paused"] = json!(null);
+    Ok(Some(found))
+}
+
+/// The critical finding of sale `sale_id` with the buckets `gaps` behind;
+/// `detected_by`: this run found the loss (else the pause was decided
+/// before).
+///
+/// Errors: Redis or MySQL failures.
+fn finding(
+    redis: &mut Con,
+    mysql: &mut mysql::Conn,
+    sale_id: u64,
+    detected_by: Option<&str>,
+    gaps: &[data_loss::Gap],
+) -> Result<Observation, RunError> {
+    let marks = data_loss::mysql_state(mysql, sale_id)?;
     let lost = lost_reservations(redis, mysql, sale_id)?;
     let unseen = unordered_at_last_marks(redis, mysql, sale_id, marks.seq_high)?;
     let k = data_loss::bucket_count(redis, mysql, sale_id)?;
@@ -102,7 +172,7 @@ pub fn observe(
     }
     let mut found = obs(Kind::RedisDataLoss, sale_id, SUBJECT.to_string(), evidence);
     found.critical = true;
-    Ok(Some(found))
+    Ok(found)
 }
 
 /// Most lost reservation ids listed per bucket in the evidence (the count

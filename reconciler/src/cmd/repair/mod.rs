@@ -26,11 +26,20 @@
 //! Idempotent: a second repair finds every order restored and no duplicate,
 //! and writes the same state again. Audited: see [`run`].
 //!
+//! An ended sale (closed for a minute, so never paused) that lost its keys
+//! has the same open `redis_data_loss` finding (`rules/redis_data_loss.rs`)
+//! and is rebuilt the same way; an archived sale whose tombstone Redis lost
+//! has it written again ([`tombstone`]). `--dry-run` says what the repair
+//! would write and changes and records nothing.
+//!
 //! Steps: this file checks and audits; [`rebuild`] is the effect, one
 //! function per step; [`read`] reads the orders and the marks Redis holds.
 
 mod read;
 mod rebuild;
+mod tombstone;
+
+pub use tombstone::WRITTEN as TOMBSTONE_WRITTEN;
 
 use crate::config::Config;
 use crate::connect;
@@ -44,10 +53,13 @@ use redis::Commands;
 use seckill_common::data_loss;
 use seckill_common::redis_target::Con;
 
-/// `sale repair ID --by NAME`; returns the exit code: 0 repaired (or
-/// nothing to repair), 1 refused (no open `redis_data_loss` finding yet:
-/// run `run` first; or a worker holds messages of the sale), 2 no such sale
-/// in MySQL.
+/// `sale repair ID --by NAME [--dry-run]`; returns the exit code: 0
+/// repaired (or nothing to repair, or the dry run), 1 refused (paused but
+/// no open `redis_data_loss` finding yet: run `run` first; or a worker
+/// holds messages of the sale), 2 no review file or no such sale in MySQL.
+/// A sale neither paused nor with an open `redis_data_loss` finding (an
+/// ended sale that lost its keys has one) has nothing to repair; an
+/// archived one gets its tombstone back when Redis lost it.
 ///
 /// Audited like `resolve`: the `repair` action on the sale's
 /// `redis_data_loss` finding is written ahead (`settle.rs`); the rebuild,
@@ -59,26 +71,32 @@ use seckill_common::redis_target::Con;
 /// state was written; run it again).
 pub fn run(config: &Config, args: &RepairArgs) -> Result<u8, RunError> {
     let id = args.sale_id;
+    let review = Review::open_existing(&config.review_db)?;
     let mut db = connect::mysql(&config.services)?;
     let Some(sale) = fetch_sale(&mut db, id)? else {
         return Err(RunError::NoSuch(format!("no sale {id} in MySQL")));
     };
     let mut redis = connect::redis(&config.services)?;
-    let buckets = seckill_common::buckets::all(id, buckets_of(&mut redis, &mut db, id)?);
-    let mut paused_in_redis = false;
-    for k in &buckets {
-        paused_in_redis |= redis.hexists::<_, _, bool>(k.meta(), data_loss::PAUSED_FIELD)?;
+    if crate::sale_read::is_archived(&mut db, id)? {
+        return tombstone::run(&review, &mut redis, &mut db, args);
     }
-    if data_loss::mysql_state(&mut db, id)?.paused.is_none() && !paused_in_redis {
+    let buckets = seckill_common::buckets::all(id, buckets_of(&mut redis, &mut db, id)?);
+    let mut paused = data_loss::mysql_state(&mut db, id)?.paused.is_some();
+    for k in &buckets {
+        paused |= redis.hexists::<_, _, bool>(k.meta(), data_loss::PAUSED_FIELD)?;
+    }
+    let open = review.open_data_loss(id)?;
+    if !paused && open.is_none() {
         outln!("sale {id} is not paused; nothing to repair");
         return Ok(0);
     }
-    let review = Review::open(&config.review_db)?;
-    crate::settle::complete_pending(
-        &review,
-        || connect::redis(&config.services),
-        || connect::mysql(&config.services),
-    )?;
+    if !args.dry_run {
+        crate::settle::complete_pending(
+            &review,
+            || connect::redis(&config.services),
+            || connect::mysql(&config.services),
+        )?;
+    }
     let Some(finding) = review
         .list_findings(Some(FindingState::Open), Some(id))?
         .into_iter()
@@ -90,6 +108,12 @@ pub fn run(config: &Config, args: &RepairArgs) -> Result<u8, RunError> {
         );
         return Ok(EXIT_REFUSED);
     };
+    let would = format!("rebuild sale {id}'s Redis state from MySQL and resume it");
+    if args.dry_run {
+        let what = read::would(&mut redis, &mut db, &sale, &buckets)?;
+        outln!("dry run, nothing changed: rebuild sale {id}'s Redis state from MySQL: {what}");
+        return Ok(0);
+    }
     let lock = RunLock::acquire(connect::redis(&config.services)?, LOCK_WAIT)?;
     let outcome = crate::settle::written_ahead(
         &review,
@@ -98,7 +122,7 @@ pub fn run(config: &Config, args: &RepairArgs) -> Result<u8, RunError> {
         ActionKind::Repair,
         &args.by,
         args.note.as_deref(),
-        &format!("rebuild sale {id}'s Redis state from MySQL and resume it"),
+        &would,
         |con, started| rebuild::rebuild(con, &mut db, &sale, started),
     );
     let released = lock.release();
@@ -139,4 +163,7 @@ pub struct RepairArgs {
     pub by: String,
     /// Why (`--note`).
     pub note: Option<String>,
+    /// `--dry-run`: print what the repair would write; change and record
+    /// nothing.
+    pub dry_run: bool,
 }

@@ -1,5 +1,6 @@
 //! Owns what `sale repair` reads before it rebuilds: every order of the
-//! sale from MySQL, and each bucket's marks as Redis holds them now.
+//! sale from MySQL, each bucket's marks as Redis holds them now, and what
+//! `--dry-run` says the rebuild would write.
 
 use crate::error::RunError;
 use crate::repair_rebuild::OrderRow;
@@ -66,5 +67,39 @@ pub fn redis_marks(con: &mut Con, k: &SaleKeys) -> redis::RedisResult<(u64, Opti
         redis_seq,
         redis_ck,
         num(&moved_in).unwrap_or(0).max(0) as u64,
+    ))
+}
+
+/// What the rebuild of `sale` (its `buckets`) would write, for `--dry-run`:
+/// the orders MySQL holds, the units they hold, and the stock Redis would
+/// get (the reservations Redis still queues stay on their way).
+///
+/// Errors: Redis or MySQL failures.
+pub fn would(
+    con: &mut Con,
+    db: &mut mysql::Conn,
+    sale: &seckill_common::sale::Sale,
+    buckets: &[SaleKeys],
+) -> Result<String, RunError> {
+    let orders = read_orders(db, sale.id)?;
+    let held: u64 = orders
+        .iter()
+        .filter(|o| !o.status.is_released())
+        .map(|o| u64::from(o.quantity))
+        .sum();
+    let mut queued = 0u64;
+    for k in buckets {
+        queued += con.llen::<_, u64>(k.queue())?;
+    }
+    let total = sale.total_stock;
+    let stock = total.saturating_sub(held + queued);
+    let kept = match queued {
+        0 => String::new(),
+        q => format!(", {q} reservation(s) still queued kept"),
+    };
+    Ok(format!(
+        "{} orders ({held} units held), stock {stock} of {total} in {} bucket(s){kept}",
+        orders.len(),
+        buckets.len()
     ))
 }

@@ -125,7 +125,7 @@ fn write_metrics(
 }
 
 /// The run's one line for the journal (`open_after`: `None` when the pass
-/// failed).
+/// failed; `young`: flow records the grace period skipped).
 fn summary(run_id: i64, counts: &RunCounts, open_after: Option<u64>, seconds: f64) -> String {
     let by_kind: Vec<String> = Kind::ALL
         .iter()
@@ -134,13 +134,14 @@ fn summary(run_id: i64, counts: &RunCounts, open_after: Option<u64>, seconds: f6
         .map(|(k, n)| format!("{k} {n}"))
         .collect();
     format!(
-        "run {run_id}: {} sales checked, observed [{}], {} new, {} reopened, {} auto-fixed, {} open, {seconds:.2}s",
+        "run {run_id}: {} sales checked, observed [{}], {} new, {} reopened, {} auto-fixed, {} open, {} young, {seconds:.2}s",
         counts.sales_checked,
         by_kind.join(", "),
         counts.new_findings,
         counts.reopened,
         counts.auto_fixed,
         open_after.map_or_else(|| "?".to_string(), |n| n.to_string()),
+        counts.young,
     )
 }
 
@@ -154,4 +155,15 @@ fn replica_summary(r: &ReplicaFigures) -> String {
         r.confirmed_on_primary,
         r.cleared_by_primary
     )
+}
+
+/// What `run` does first, alone: creates the review file at `path` (mode
+/// 0600) when missing and applies its migrations. For the tests, which
+/// stand for an installed system where the timer's first `run` made it
+/// before any operator command.
+///
+/// Errors: as `run`'s opening of the file.
+pub fn create_review_file(path: &Path) -> Result<(), RunError> {
+    Review::open(path)?;
+    Ok(())
 }

@@ -215,6 +215,7 @@ fn check_sale(
         report.young,
         report.observations.len()
     );
+    p.counts.young += report.young;
     record(
         p.review,
         p.run_id,

@@ -3,7 +3,7 @@
 //! no longer seen closed, one SQLite transaction per sale.
 
 use crate::error::RunError;
-use crate::review::findings::Observation;
+use crate::review::findings::{FindingState, Observation};
 use crate::review::{ActionKind, ActionStatus, Review, RunCounts};
 use seckill_common::now_ms;
 use seckill_common::timefmt::format_ms;
@@ -23,7 +23,11 @@ pub fn record(
     review.immediate(|| -> Result<(), RunError> {
         for o in observations {
             let rec = review.record_observation(o, run_id, &now)?;
-            counts.by_kind[o.kind.index()] += 1;
+            // A finding settled for good (dismissed) stays closed: seen
+            // again, it is no news for the run's line.
+            if rec.state != FindingState::Resolved {
+                counts.by_kind[o.kind.index()] += 1;
+            }
             if rec.is_new {
                 counts.new_findings += 1;
             }
