@@ -70,6 +70,7 @@ mod ops_prometheus;
 mod ops_rules;
 mod order_lifecycle;
 mod order_lifecycle_deadline;
+mod order_lifecycle_dropped_payment;
 mod order_lifecycle_http;
 mod order_lifecycle_payments;
 mod order_lifecycle_race;

@@ -96,6 +96,9 @@ pub fn payment_outcome_index(o: seckill_common::lifecycle::PaymentOutcome) -> us
         PaymentOutcome::UnknownReservation => 3,
         PaymentOutcome::NotPayable => 4,
         PaymentOutcome::AfterCancellation => 9,
+        // Only ever found stored (a drop wrote it): a delivery of a
+        // payment id recorded before.
+        PaymentOutcome::Dropped => 5,
     }
 }
 

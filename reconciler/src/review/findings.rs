@@ -213,6 +213,8 @@ impl Resolution {
                     | ActionKind::Rollback
                     | ActionKind::Recreate
                     | ActionKind::Repair
+                    | ActionKind::RequeuePayment
+                    | ActionKind::DropPayment
             ) | Resolution::NoLongerObserved
         )
     }
