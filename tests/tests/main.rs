@@ -116,6 +116,7 @@ mod worker_frozen;
 mod worker_metrics;
 mod worker_mysql;
 mod worker_queue;
+mod worker_statement_retry;
 
 /// Every `.rs` file of this folder is a module of this binary: Cargo
 /// builds none alone, so a file no `mod` line names would never run.

@@ -342,6 +342,8 @@ fn a_message_mysql_keeps_refusing_is_dead_lettered_after_max_attempts_and_the_re
         "w1",
         &Opts {
             max_attempts: 3,
+            // Each attempt waits 1 s on the poisoned statement first.
+            retry_for: Some("1s"),
             ..Opts::default()
         },
     );

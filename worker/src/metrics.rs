@@ -140,6 +140,9 @@ pub struct Metrics {
     pub retries_transient: Counter,
     /// Transactions retried after a lost or refused MySQL connection.
     pub retries_connection: Counter,
+    /// Transactions retried after a statement error, within
+    /// `SECKILL_WORKER_RETRY_FOR`.
+    pub retries_statement: Counter,
     /// Messages moved to a dead-letter list, by reason
     /// ([`DEAD_LETTER_REASONS`] order).
     pub dead_lettered: Vec<Counter>,
@@ -204,7 +207,7 @@ fn by_label(
 
 /// Registers the MySQL retry counters, by cause, and returns the handles
 /// (deadlock or lock-wait timeout, lost or refused connection).
-fn retries(r: &mut Registry) -> (Counter, Counter) {
+fn retries(r: &mut Registry) -> (Counter, Counter, Counter) {
     let retries = Family::<[(&'static str, &'static str); 1], Counter>::default();
     r.register(
         "seckill_worker_retries",
@@ -215,7 +218,8 @@ fn retries(r: &mut Registry) -> (Counter, Counter) {
         .get_or_create(&[("cause", "deadlock_or_lock_wait")])
         .clone();
     let connection = retries.get_or_create(&[("cause", "connection")]).clone();
-    (transient, connection)
+    let statement = retries.get_or_create(&[("cause", "statement")]).clone();
+    (transient, connection, statement)
 }
 
 /// Registers the dead letters by reason ([`DEAD_LETTER_REASONS`] order).
@@ -336,7 +340,7 @@ impl Metrics {
         let sales = Arc::new(Mutex::new(None));
         root.register_collector(Box::new(SaleFigures(sales.clone())));
         let r = root.sub_registry_with_label(("worker".into(), worker_id.to_string().into()));
-        let (retries_transient, retries_connection) = retries(r);
+        let (retries_transient, retries_connection, retries_statement) = retries(r);
         let applied = counter(
             r,
             "seckill_worker_orders_applied",
@@ -407,6 +411,7 @@ impl Metrics {
             batch_seconds,
             retries_transient,
             retries_connection,
+            retries_statement,
             dead_lettered,
             fenced,
             requeued,
