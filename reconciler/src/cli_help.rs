@@ -318,6 +318,28 @@ exit 1: refused (a message the worker cannot read: drop it), nothing changed;
 2 could not run (no such entry, or several: name it by its entry).",
     },
     Help {
+        path: "dead-letter drop",
+        args: &["SALE", "ENTRY"],
+        summary: "remove a sale's dead letter that names no reservation (kept in its archive)",
+        options: "--by NAME --note TEXT [--dry-run]",
+        text: "Removes dead letter ENTRY of sale SALE (as `dead-letter list SALE` names it:
+entry:HEX, or HEX) when it names no reservation: a message that does not parse,
+one of another sale, anything pushed onto the list by hand. It moves to the
+bucket's seckill:{sale:ID}:dlq:archive, wrapped with the action, so it leaves
+`dead-letter list`, `queue show` and the dead-letter gauge. Audited in the review
+store as drop_dead_letter; its open dead_letter finding is resolved by NAME, with
+the note. An entry naming a reservation holds a unit: settle it with `resolve ID
+--reorder` or `--rollback` instead.
+
+options:
+  --by NAME     who acts: 1-64 characters of A-Z a-z 0-9 _ . - @
+  --note TEXT   why it is dropped (required), at most 1000 characters
+  --dry-run     print what would change; change nothing, record nothing
+
+exit 1: refused (the entry names a reservation), nothing changed; 2 could not run
+(no such entry in the sale, Redis, MySQL or the review file unreachable).",
+    },
+    Help {
         path: "dead-letter drop payments",
         args: &["ENTRY"],
         summary: "remove a payment dead letter (kept in the settled hash)",

@@ -87,6 +87,7 @@ mod reconciler_ledger;
 mod reconciler_queues;
 mod reconciler_resolve;
 mod reconciler_run;
+mod reconciler_sale_dead_letter_drop;
 mod redis_data_loss;
 mod redis_data_loss_buckets;
 mod redis_data_loss_unseen;

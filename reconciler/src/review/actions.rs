@@ -113,6 +113,26 @@ impl Review {
             .optional()?)
     }
 
+    /// The open `dead_letter` finding of sale `sale_id` named `subject`
+    /// (`entry:HEX` for an entry naming no reservation), if there is one.
+    ///
+    /// Errors: [`ReviewError::Sqlite`].
+    pub fn open_sale_dead_letter(
+        &self,
+        sale_id: u64,
+        subject: &str,
+    ) -> Result<Option<i64>, ReviewError> {
+        Ok(self
+            .db
+            .query_row(
+                "SELECT id FROM findings WHERE kind = 'dead_letter' AND sale_id = ?1
+                   AND subject = ?2 AND state = 'open'",
+                params![sale_id as i64, subject],
+                |r| r.get(0),
+            )
+            .optional()?)
+    }
+
     /// Every `started` action on the payment queue without its completion
     /// row, oldest first.
     ///

@@ -215,6 +215,7 @@ impl Resolution {
                     | ActionKind::Repair
                     | ActionKind::RequeuePayment
                     | ActionKind::DropPayment
+                    | ActionKind::DropDeadLetter
             ) | Resolution::NoLongerObserved
         )
     }
