@@ -2,7 +2,8 @@
 //! worker and MariaDB: the orders table unavailable for 5 s (renamed away,
 //! so every batch gets `ERROR 1146`) while a crowd buys leaves no dead
 //! letter and exactly one order per reservation; the worker names the
-//! remedy in its log at the first failure.
+//! remedy in its log at the first failure. The payments table away for
+//! 5 s while 3 payments wait dead-letters none of them.
 
 use crate::support::worker as support;
 
@@ -66,5 +67,51 @@ fn the_orders_table_away_for_5s_under_a_crowd_leaves_no_dead_letter() {
     assert!(
         log.contains("ERROR 1146") && log.contains("seckill-reconciler migrate"),
         "the remedy is not in the worker's log:\n{log}"
+    );
+}
+
+#[test]
+fn the_payments_table_away_for_5s_dead_letters_no_payment() {
+    use redis::Commands;
+    let redis = RedisServer::start();
+    let db = TestDb::create();
+    let review = seckill_tests::TempDir::new();
+    let file = review.path().join("review.sqlite3");
+    let sale = seckill_tests::create_windowed_sale(&redis, &db, &file, 3, "1h");
+    support::reserve_users(&redis, sale, "p", 3);
+    let _w = WorkerProc::start(&redis, &db, "w1", &Opts::default());
+    wait_orders(&db, sale, 3, LONG);
+    let rids: Vec<String> = db
+        .conn()
+        .query("SELECT reservation_id FROM orders ORDER BY user_id")
+        .unwrap();
+    db.conn()
+        .query_drop("RENAME TABLE payments TO payments_away")
+        .unwrap();
+    let away = Instant::now();
+    for (i, rid) in rids.iter().enumerate() {
+        support::pay(&redis, rid, &format!("pay-{i}"), 1999);
+    }
+    std::thread::sleep(Duration::from_secs(5).saturating_sub(away.elapsed()));
+    db.conn()
+        .query_drop("RENAME TABLE payments_away TO payments")
+        .unwrap();
+    let dead = || -> i64 {
+        redis
+            .con()
+            .llen(seckill_common::payment::DEAD_LETTERS)
+            .unwrap()
+    };
+    seckill_tests::wait_until(LONG, "3 payments applied or one dead-lettered", || {
+        db.count("SELECT COUNT(*) FROM payments") == 3 || dead() > 0
+    });
+    assert_eq!(dead(), 0);
+    assert_eq!(
+        db.count("SELECT COUNT(*) FROM orders WHERE status = 'paid'"),
+        3
+    );
+    assert_eq!(
+        db.count("SELECT COUNT(*) FROM payments WHERE outcome = 'paid'"),
+        3
     );
 }
