@@ -27,7 +27,7 @@
 //!
 //! A message whose buyer already holds an order of the sale from another
 //! reservation is dead-lettered (`user already holds order N from
-//! reservation R`, status `failed`), not confirmed; the same reservation id
+//! reservation R`, status `on_hold`), not confirmed; the same reservation id
 //! again is "already done" (idempotency). In a sale of several units per
 //! buyer, a message that would take its buyer over the sale's limit in
 //! MySQL is dead-lettered the same way ([`OVER_BUYER_LIMIT`]). A dead
@@ -110,7 +110,7 @@ enum Outcome {
     /// requeue; `final_now` dead-letters it whatever the count (unknown
     /// sale, stock gone, the buyer's other order).
     Refused { reason: String, final_now: bool },
-    /// Dead-lettered; status `failed` and attempts cleared when it names a
+    /// Dead-lettered; status `on_hold` and attempts cleared when it names a
     /// reservation.
     Dead(DeadLetter),
     /// Dead-lettered by the fence: status and attempts left alone.
