@@ -10,7 +10,7 @@
 //! | `seckill:{sale:ID}:stock` | string | units left to reserve, never below 0 |
 //! | `seckill:{sale:ID}:buyers` | hash | user id -> reservation id (one purchase per user) |
 //! | `seckill:{sale:ID}:flow` | hash | reservation id -> order message JSON: the flow record |
-//! | `seckill:{sale:ID}:status` | hash | reservation id -> `queued` / `confirmed` / `pending_payment` / `paid` / `failed` / `expired` / `cancelled` (the worker writes `confirmed` or `pending_payment` only over `queued` or nothing, so a later lifecycle status stands) |
+//! | `seckill:{sale:ID}:status` | hash | reservation id -> `queued` / `confirmed` / `pending_payment` / `paid` / `on_hold` (dead-lettered, an operator decides) / `failed` (released) / `expired` / `cancelled` (the worker writes `confirmed` or `pending_payment` only over `queued` or nothing, so a later lifecycle status stands) |
 //! | `seckill:{sale:ID}:pay_by` | hash | reservation id -> payment deadline, Unix ms (written with `pending_payment`, for the status route) |
 //! | `seckill:{sale:ID}:released` | hash | reservation id -> the flow record of an order whose unit went back on sale (expired or cancelled): the evidence, and what makes the release's Redis step happen once |
 //! | `seckill:{sale:ID}:queue` | list | order messages; `LPUSH` in, `BLMOVE RIGHT LEFT` out |
@@ -52,8 +52,14 @@ pub enum PurchaseStatus {
     PendingPayment,
     /// The payment service paid it in time (`paid`).
     Paid,
-    /// It will never be an order: dead-lettered or released (`failed`).
+    /// It will never be an order: released by an operator's rollback or a
+    /// repair (`failed`). Final.
     Failed,
+    /// The worker gave up on it (a dead letter naming the reservation),
+    /// and its unit is still held: an operator decides, and it becomes
+    /// `queued` then `confirmed` (`resolve --reorder`) or `failed`
+    /// (`--rollback`) (`on_hold`). Not final.
+    OnHold,
     /// Its order's payment deadline passed; the unit is back on sale (`expired`).
     Expired,
     /// Its buyer cancelled the unpaid order; the unit is back on sale (`cancelled`).
@@ -69,6 +75,7 @@ impl PurchaseStatus {
             PurchaseStatus::PendingPayment => "pending_payment",
             PurchaseStatus::Paid => "paid",
             PurchaseStatus::Failed => "failed",
+            PurchaseStatus::OnHold => "on_hold",
             PurchaseStatus::Expired => "expired",
             PurchaseStatus::Cancelled => "cancelled",
         }

@@ -70,7 +70,8 @@
 //!   [`receipt`]: the record of when a payment was received, which the
 //!   expiry sweep's closing of a reservation respects; [`early_payment`]:
 //!   a payment that came before its order, decided again once the order
-//!   exists.
+//!   exists; [`dropped_payment`]: the MySQL record of a payment an operator
+//!   dropped, which keeps every later path from applying it.
 //! - [`status_write`]: the worker's status write after its MySQL commit
 //!   (`confirmed` or `pending_payment`, never over a later status).
 //! - [`notify`]: systemd readiness (`sd_notify`) for `Type=notify` units.
@@ -92,6 +93,7 @@ pub mod config;
 pub mod data_loss;
 pub mod dead_letter;
 pub mod draw;
+pub mod dropped_payment;
 pub mod early_payment;
 pub mod ids;
 pub mod in_flight;

@@ -528,6 +528,11 @@ pub enum PaymentOutcome {
     /// The order is paid already by another payment id, or is final without
     /// a payment (`not_payable`): a finding (refund).
     NotPayable,
+    /// An operator dropped its dead letter (`dead-letter drop payments`,
+    /// `dropped_payment.rs`): never applied, whoever delivers it again;
+    /// the order goes its way without it. Written only by the drop, never
+    /// decided by [`pay`].
+    Dropped,
 }
 
 impl PaymentOutcome {
@@ -541,6 +546,7 @@ impl PaymentOutcome {
             PaymentOutcome::AfterCancellation => "payment_after_cancellation",
             PaymentOutcome::UnknownReservation => "unknown_reservation",
             PaymentOutcome::NotPayable => "not_payable",
+            PaymentOutcome::Dropped => "dropped",
         }
     }
 }
@@ -555,6 +561,7 @@ impl FromStr for PaymentOutcome {
             PaymentOutcome::AfterCancellation,
             PaymentOutcome::UnknownReservation,
             PaymentOutcome::NotPayable,
+            PaymentOutcome::Dropped,
         ]
         .into_iter()
         .find(|o| o.as_str() == s)

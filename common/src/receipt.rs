@@ -28,6 +28,10 @@
 //!   applies those payments in MySQL before it expires the order.
 //! - [`forget`] (after MySQL committed a payment, by the payment thread or
 //!   the sweep): removes that receipt, only if it is the same message.
+//! - An operator's drop of the payment's dead letter removes its [`field`]
+//!   in the script that removes the entry, and records the payment in
+//!   MySQL as `dropped` (`dropped_payment.rs`): MySQL then decides, so a
+//!   sweep that took the receipt a moment before changes nothing either.
 //!
 //! Why exact: both scripts run atomically on one master, so a payment is
 //! either received before the closing (its receipt is returned by
@@ -59,8 +63,9 @@ pub fn key(reservation_id: &str) -> String {
     format!("seckill:{{payments}}:receipt:{reservation_id}")
 }
 
-/// The field of a payment id's receipt.
-fn field(payment_id: &str) -> String {
+/// The field of a payment id's receipt (a drop of its dead letter removes
+/// it: `seckill-reconciler dead-letter drop payments`).
+pub fn field(payment_id: &str) -> String {
     format!("p:{payment_id}")
 }
 

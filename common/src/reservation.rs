@@ -34,7 +34,7 @@ use std::sync::OnceLock;
 /// rollback), and is answered `released` with nothing taken. So is the
 /// re-send of an id whose buyer's mark the release kept (a sale without
 /// `rebuy_after_release`) once its status is `expired`, `cancelled` or
-/// `failed`, and of a dead-lettered id (status `failed`, mark kept, nothing
+/// `failed`, and of a dead-lettered id (status `on_hold`, mark kept, nothing
 /// released; its status is read, one `HGET`, for a re-send of the buyer's
 /// own id when the sale has had no release). Why each check: without the
 /// status read, the retry would take a second unit under the same id once
@@ -170,11 +170,12 @@ for i = 1, n do
     local st = done[i]
     if prev == rid and releases == 0 then
       -- A re-send of the buyer's own id (rare) in a sale with no release:
-      -- its status still tells a dead letter ('failed', nothing released).
+      -- its status still tells a dead letter ('on_hold') or a rollback
+      -- ('failed'): answered as released, nothing taken again.
       st = redis.pcall('HGET', KEYS[5], rid)
       if type(st) == 'table' then return refused(KEYS[5], st) end
     end
-    local gone = st == 'expired' or st == 'cancelled' or st == 'failed'
+    local gone = st == 'expired' or st == 'cancelled' or st == 'failed' or st == 'on_hold'
     if prev and not (prev == rid and gone) then
       out[i] = 'already_purchased ' .. string.format('%d', total - stock + releases) .. ' ' ..
         prev .. ' ' .. string.format('%d', stock)
@@ -286,7 +287,8 @@ pub enum ReserveOutcome {
     /// `sale pause` holds it); holds the reason. Nothing changed.
     Paused(String),
     /// This reservation id was reserved before and released since (its
-    /// status is `expired`, `cancelled` or `failed`): the call is a retry
+    /// status is `expired`, `cancelled` or `failed`; or dead-lettered,
+    /// `on_hold`, its unit still held): the call is a retry
     /// of one whose reply was lost, and takes nothing again. Holds the id.
     Released(String),
     /// Fewer units left than asked for, but at least one (units script):

@@ -18,7 +18,8 @@
 //! purchase was made: the same quantity is answered `replayed` with the
 //! id (nothing taken), another quantity `key_reused`. A status
 //! `expired`, `cancelled` or `failed` is answered `released` as the
-//! one-unit script does (the flow record moved to `released`).
+//! one-unit script does (the flow record moved to `released`), and so is
+//! `on_hold` (a dead letter: the key bought once, an operator decides it).
 //!
 //! Why fewer than `N` units left is its own answer (`not_enough`, with the
 //! units left) and not `sold_out`: a smaller purchase that fits must still
@@ -99,7 +100,7 @@ if n > most then return 'above_max ' .. seq .. ' ' .. string.format('%d', most) 
 if rid == '' then return 'key_required ' .. seq .. ' ' end
 local st = redis.pcall('HGET', KEYS[5], rid)
 if type(st) == 'table' then return refused(KEYS[5], st) end
-if st == 'expired' or st == 'cancelled' or st == 'failed' then
+if st == 'expired' or st == 'cancelled' or st == 'failed' or st == 'on_hold' then
   return 'released ' .. seq .. ' ' .. rid
 end
 local flow = redis.pcall('HGET', KEYS[4], rid)

@@ -2,7 +2,7 @@
 //! status becomes `confirmed` (a sale without a payment window) or
 //! `pending_payment` with its deadline in the sale's `pay_by` hash, but
 //! only over `queued` or no status at all. A later lifecycle status
-//! (`expired`, `cancelled`, `paid`) or a `failed` stands: a reservation
+//! (`expired`, `cancelled`, `paid`), an `on_hold` or a `failed` stands: a reservation
 //! applied past its deadline may be expired by the sweep before its batch
 //! is settled, and a redelivered batch may be settled after its order was
 //! paid.

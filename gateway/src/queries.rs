@@ -204,7 +204,8 @@ fn other_buckets_stock(links: &LinkPool, sale_id: u64, k: u32) -> Result<i64, Un
 /// every one with its units and status (one `HMGET status` of the list's
 /// ids). The statuses: `queued`,
 /// `confirmed` (final at creation), `pending_payment`, `paid`, `expired`,
-/// `cancelled`, `failed`. `None`: the buyer never bought.
+/// `cancelled`, `on_hold` (dead-lettered: an operator decides), `failed`
+/// (released). `None`: the buyer never bought.
 ///
 /// Errors: [`Unavailable`] when Redis cannot be read in time.
 pub fn purchase_status(

@@ -59,6 +59,8 @@ pub enum Command {
     DeadLetterList(DeadLetterList),
     /// Requeue or drop a payment dead letter.
     PaymentDeadLetter(PaymentDeadLetterArgs),
+    /// Drop a sale's dead letter that names no reservation.
+    SaleDeadLetterDrop(crate::cmd::sale_dlq::SaleDeadLetterDropArgs),
     /// Add a new key to key files.
     TokenKeygen(TokenKeygen),
     /// Print a buyer token.
@@ -404,6 +406,11 @@ fn command(path: &str, args: &[&str], opts: &mut Opts, now_ms: u64) -> Result<Co
         ("dead-letter drop payments", [entry]) => {
             crate::cmd::payment_dlq::parse(PaymentDeadLetterAction::Drop, entry, opts)?
         }
+        ("dead-letter drop", [sale, entry]) => crate::cmd::sale_dlq::parse(
+            parse_u64(sale, "SALE (a sale id, or payments)")?,
+            entry,
+            opts,
+        )?,
         _ => return err(format!("{path}: no match arm for {args:?}")),
     })
 }

@@ -336,7 +336,7 @@ sale) says `not in Redis`. Changes nothing.",
         text: "Puts payment dead letter ENTRY (its entry, or its finding's subject such as
 payment:pay-7 when one entry has it) back on the payment queue with its failed
 attempts cleared, in one step with its removal; audited in the review store as
-requeue_payment. The next run closes its dead_letter finding.
+requeue_payment. Its open dead_letter finding is resolved by NAME, with the note.
 
 options:
   --by NAME     who acts: 1-64 characters of A-Z a-z 0-9 _ . - @
@@ -347,21 +347,50 @@ exit 1: refused (a message the worker cannot read: drop it), nothing changed;
 2 could not run (no such entry, or several: name it by its entry).",
     },
     Help {
+        path: "dead-letter drop",
+        args: &["SALE", "ENTRY"],
+        summary: "remove a sale's dead letter that names no reservation (kept in its archive)",
+        options: "--by NAME --note TEXT [--dry-run]",
+        text: "Removes dead letter ENTRY of sale SALE (as `dead-letter list SALE` names it:
+entry:HEX, or HEX) when it names no reservation: a message that does not parse,
+one of another sale, anything pushed onto the list by hand. It moves to the
+bucket's seckill:{sale:ID}:dlq:archive, wrapped with the action, so it leaves
+`dead-letter list`, `queue show` and the dead-letter gauge. Audited in the review
+store as drop_dead_letter; its open dead_letter finding is resolved by NAME, with
+the note. An entry naming a reservation holds a unit: settle it with `resolve ID
+--reorder` or `--rollback` instead.
+
+options:
+  --by NAME     who acts: 1-64 characters of A-Z a-z 0-9 _ . - @
+  --note TEXT   why it is dropped (required), at most 1000 characters
+  --dry-run     print what would change; change nothing, record nothing
+
+exit 1: refused (the entry names a reservation), nothing changed; 2 could not run
+(no such entry in the sale, Redis, MySQL or the review file unreachable).",
+    },
+    Help {
         path: "dead-letter drop payments",
         args: &["ENTRY"],
         summary: "remove a payment dead letter (kept in the settled hash)",
         options: "--by NAME --note TEXT [--dry-run]",
         text: "Removes payment dead letter ENTRY (its entry, or its finding's subject) once the
 money or the cancellation was settled by hand; the entry is kept in
-seckill:{payments}:dlq:settled under the action. Audited in the review store as
-drop_payment. The next run closes its dead_letter finding.
+seckill:{payments}:dlq:settled under the action. A payment's receipt is removed in
+the same step and the payment recorded in MySQL as `dropped`, so neither the
+expiry sweep at the order's pay_by nor a redelivery applies it; a payment MySQL
+had applied already is named with its outcome, which stands. Audited in the
+review store as drop_payment; its open dead_letter finding is resolved by NAME,
+with the note.
 
 options:
   --by NAME     who acts: 1-64 characters of A-Z a-z 0-9 _ . - @
   --note TEXT   why the payment is not applied (required)
   --dry-run     print what would change; change nothing, record nothing
 
-exit 2: no such entry, or several (name it by its entry), nothing changed.",
+exit 2: could not run (no such entry, or several: name it by its entry; Redis or
+MySQL unreachable), nothing changed; MySQL failing after the entry was removed
+also exits 2, and the next of these commands or run records the payment as
+dropped.",
     },
     Help {
         path: "token keygen",

@@ -9,7 +9,7 @@
 //! flow record (the order message: the buyer and the reservation time; no
 //! flow record means Redis no longer holds the unit, and an order now could
 //! sell it twice); the message is neither queued nor in a processing list
-//! (a worker would dead-letter it meanwhile and mark it `failed`); in a sale
+//! (a worker would dead-letter it meanwhile and mark it `on_hold`); in a sale
 //! of one unit per buyer, the buyer holds no other one-unit order of the
 //! sale (`multi_unit = 0`: the live key of an order of several units is its
 //! reservation id, which a user id may equal); in a sale of several, the

@@ -400,6 +400,10 @@ stored_enum! {
         /// queue's settled hash (`dead-letter drop payments`); names neither
         /// finding nor sale.
         DropPayment => "drop_payment",
+        /// An operator removed a sale's dead letter that names no
+        /// reservation, kept in the sale's archive (`dead-letter drop SALE
+        /// ENTRY`); names a sale.
+        DropDeadLetter => "drop_dead_letter",
         /// An operator paused a sale (`sale pause`); names a sale.
         Pause => "pause",
         /// An operator ended their pause of a sale (`sale resume`); names

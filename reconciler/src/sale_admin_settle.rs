@@ -134,7 +134,11 @@ pub fn complete_pending(
     review.immediate(|| -> Result<usize, RunError> {
         let pending = review.pending_sale_actions()?; // again, under the lock
         for p in &pending {
-            let o = observe(redis, db, p)?;
+            let o = if p.action == ActionKind::DropDeadLetter {
+                crate::cmd::sale_dlq::observe(redis, p)?
+            } else {
+                observe(redis, db, p)?
+            };
             let now = format_ms(now_ms());
             review.record_sale_action(
                 &now,

@@ -1,11 +1,11 @@
-//! Specifies the `failed` purchase status over HTTP as the real pipeline
+//! Specifies the `on_hold` purchase status over HTTP as the real pipeline
 //! writes it (README "HTTP API"): two buyers
 //! reserve the last two units in Redis through the gateway, MySQL holds only
 //! one, the real worker orders the first and dead-letters the second
 //! ("stock exhausted in MySQL"), and each buyer's
 //! `GET /v1/sales/{id}/purchases/me` (with their token) answers exactly
 //! `{"reservation_id", "status"}`: `queued` before the worker ran, then
-//! `confirmed` and `failed`.
+//! `confirmed` and `on_hold` (not final: an operator decides it).
 
 use crate::support::gateway as gateway_support;
 use crate::support::worker as worker_support;
@@ -82,7 +82,7 @@ fn a_purchase_the_worker_dead_lettered_reads_failed_on_purchases_me() {
         (s.status, s.json()),
         (
             200,
-            serde_json::json!({"reservation_id": bob, "status": "failed", "quantity": 1})
+            serde_json::json!({"reservation_id": bob, "status": "on_hold", "quantity": 1})
         )
     );
     assert_eq!(s.header("Content-Type"), Some("application/json"));

@@ -75,6 +75,7 @@ mod ops_prometheus;
 mod ops_rules;
 mod order_lifecycle;
 mod order_lifecycle_deadline;
+mod order_lifecycle_dropped_payment;
 mod order_lifecycle_http;
 mod order_lifecycle_payments;
 mod order_lifecycle_race;
@@ -96,6 +97,7 @@ mod reconciler_resolve_all;
 mod reconciler_review_file;
 mod reconciler_run;
 mod reconciler_run_line;
+mod reconciler_sale_dead_letter_drop;
 mod redis_data_loss;
 mod redis_data_loss_buckets;
 mod redis_data_loss_unseen;
@@ -134,6 +136,7 @@ mod worker_identity;
 mod worker_metrics;
 mod worker_mysql;
 mod worker_queue;
+mod worker_statement_retry;
 
 /// Every `.rs` file of this folder is a module of this binary: Cargo
 /// builds none alone, so a file no `mod` line names would never run.

@@ -579,7 +579,7 @@ fn a_redis_that_lost_units_repairs_to_exact_books_in_units() {
 /// taken refill the sequence to the workers' mark (4), so the data-loss
 /// watch sees nothing. The worker sums b0's units in MySQL (4) under the
 /// sale lock and dead-letters the message (`buyer over limit in MySQL`,
-/// status `failed`) instead of making a third order: b0 holds exactly 4
+/// status `on_hold`) instead of making a third order: b0 holds exactly 4
 /// units in MySQL. The reconciler reports the loss (`redis_data_loss`,
 /// which pauses the sale), and `sale repair` gives back the 2 units Redis
 /// took for the message (a duplicate over b0's limit) and settles its dead
@@ -664,7 +664,7 @@ fn a_masked_redis_loss_never_takes_a_buyer_over_the_limit_in_mysql() {
         )]
     );
     let status: Option<String> = redis.con().hget(k.status(), &rid_c).unwrap();
-    assert_eq!(status.as_deref(), Some("failed"));
+    assert_eq!(status.as_deref(), Some("on_hold"));
     // The reconciler sees the loss (MySQL holds b's order, Redis lost its
     // flow record) and pauses the sale; the repair gives back the 2 units
     // Redis took for c, a duplicate over b0's limit, and settles its dead

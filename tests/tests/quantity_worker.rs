@@ -164,7 +164,7 @@ fn a_message_mysql_stock_cannot_cover_is_refused_alone() {
 
 /// Buyer a's two messages of 3 units each (over the limit of 4: what
 /// Redis refuses, written here by hand): the worker makes the first an
-/// order and dead-letters the second with the figures (status `failed`,
+/// order and dead-letters the second with the figures (status `on_hold`,
 /// nothing written to MySQL), whether they share a batch or not; b's
 /// message beside them is applied.
 #[test]
@@ -197,7 +197,7 @@ fn a_message_over_the_buyers_limit_in_mysql_is_dead_lettered_not_applied() {
         .con()
         .hget(SaleKeys::new(sale).status(), &over)
         .unwrap();
-    assert_eq!(status.as_deref(), Some("failed"));
+    assert_eq!(status.as_deref(), Some("on_hold"));
     assert_eq!(books(&db, sale), (2, 5, 5, 5));
 }
 

@@ -167,6 +167,7 @@ fn rolled_back_dead_letters_are_archived_and_never_reopen() {
         .env("SECKILL_MYSQL_URL", account.url())
         .env("SECKILL_WORKER_ID", "w1")
         .env("SECKILL_WORKER_MAX_ATTEMPTS", "5")
+        .env("SECKILL_WORKER_RETRY_FOR", "0s")
         .env("SECKILL_WORKER_BLOCK", "200ms")
         .env("SECKILL_WORKER_HEARTBEAT_TTL", "3s")
         .env(

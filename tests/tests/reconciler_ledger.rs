@@ -215,7 +215,7 @@ fn an_order_lost_in_mysql_with_its_deduction_is_one_finding_that_recreate_fixes(
 
 /// The story as it went with the documented `--reorder`: the re-sent
 /// message is dead-lettered by the worker (MySQL's stock cannot cover a
-/// second deduction) and the buyer's status turns `failed`. A rollback of
+/// second deduction) and the buyer's status turns `on_hold`. A rollback of
 /// the `dead_letter` finding is refused (MySQL deducted the unit); the
 /// `--recreate` of the ledger finding settles both, and the buyer reads
 /// `confirmed` again.
@@ -231,8 +231,8 @@ fn a_reservation_mysql_deducted_is_never_rolled_back_even_from_its_dead_letter()
     });
     let dead = worker::dead_letters(&w.redis, w.sale);
     assert_eq!(dead[0].reservation_id.as_deref(), Some(rid.as_str()));
-    seckill_tests::wait_until(LONG, "u2 failed", || {
-        status_of(&g, w.sale, "u2") == (200, "failed".into())
+    seckill_tests::wait_until(LONG, "u2 on_hold", || {
+        status_of(&g, w.sale, "u2") == (200, "on_hold".into())
     });
 
     assert_eq!(w.run(), 1);

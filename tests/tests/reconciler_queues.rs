@@ -260,11 +260,26 @@ fn a_payment_dead_letter_is_requeued_or_dropped_once_with_its_action_rows() {
     assert_eq!(record["entry"], entry.as_str());
     assert_eq!(record["action"], "requeue_payment");
     assert_eq!(record["actor"], "alice");
+    // Its finding is resolved by alice, with a row naming the action.
+    let pay7 = w
+        .findings()
+        .into_iter()
+        .find(|f| f["subject"] == "payment:pay-7")
+        .unwrap()["id"]
+        .as_i64()
+        .unwrap();
     assert_eq!(
         actions(&w),
         vec![
             row("requeue_payment", "started", None),
             row("requeue_payment", "done", Some(1)),
+            (
+                "requeue_payment".into(),
+                "done".into(),
+                None,
+                Some(pay7),
+                None
+            ),
         ]
     );
 
@@ -286,7 +301,7 @@ fn a_payment_dead_letter_is_requeued_or_dropped_once_with_its_action_rows() {
         "seckill-reconciler: no payment dead letter \"payment:pay-7\": \
          `seckill-reconciler dead-letter list payments` lists them (entry or subject)\n"
     );
-    assert_eq!(actions(&w).len(), 2);
+    assert_eq!(actions(&w).len(), 3);
 
     // A cancellation dead letter dropped by its entry, with the note.
     let cancel = CancelMessage::new(w.sale, "bob", &rids[1], AT_MS).to_json();
@@ -330,15 +345,15 @@ fn a_payment_dead_letter_is_requeued_or_dropped_once_with_its_action_rows() {
         2
     );
     assert_eq!(
-        actions(&w)[2..],
+        actions(&w)[3..],
         [
             row("drop_payment", "started", None),
-            row("drop_payment", "done", Some(3)),
+            row("drop_payment", "done", Some(4)),
         ]
     );
 
-    // The next run closes the requeued entry's finding; `findings show`
-    // prints it whole with its actions.
+    // The requeue resolved the entry's finding, and the next run leaves it
+    // so; `findings show` prints it whole with its actions.
     assert_eq!(w.run(), 1);
     let f = w
         .findings()
@@ -373,7 +388,7 @@ fn a_payment_dead_letter_is_requeued_or_dropped_once_with_its_action_rows() {
         ("fix:", "-".into()),
         (
             "resolved:",
-            format!("{close_at} by reconciler (no_longer_observed)"),
+            format!("{close_at} by alice (requeue_payment)"),
         ),
         ("note:", "-".into()),
     ];
@@ -395,12 +410,15 @@ fn a_payment_dead_letter_is_requeued_or_dropped_once_with_its_action_rows() {
     ));
     let idw = close_id.to_string().len().max(2);
     want.push_str(&format!(
-        "  {:>idw$}  {:<24}  actor       action  result  completes  detail\n",
+        "  {:>idw$}  {:<24}  actor  action           result  completes  detail\n",
         "id", "at"
     ));
+    let requeued = format!(
+        "action 1: put payment:pay-7 back on seckill:{{payments}} (entry {hash} kept in \
+         seckill:{{payments}}:dlq:settled)"
+    );
     want.push_str(&format!(
-        "  {close_id:>idw$}  {close_at}  reconciler  close   done            -  a run no \
-         longer observed this discrepancy\n"
+        "  {close_id:>idw$}  {close_at}  alice  requeue_payment  done            -  {requeued}\n"
     ));
     assert_eq!(out, want);
     let json: serde_json::Value = serde_json::from_str(&ok(
@@ -410,9 +428,9 @@ fn a_payment_dead_letter_is_requeued_or_dropped_once_with_its_action_rows() {
     assert_eq!(json["finding"], f);
     assert_eq!(
         json["actions"],
-        serde_json::json!([{"id": close_id, "at": close_at, "actor": "reconciler",
-            "action": "close", "result": "done", "completes": null,
-            "detail": "a run no longer observed this discrepancy"}])
+        serde_json::json!([{"id": close_id, "at": close_at, "actor": "alice",
+            "action": "requeue_payment", "result": "done", "completes": null,
+            "detail": requeued}])
     );
     let out = w.cmd("0s", &["findings", "show", "999"]);
     assert_eq!(out.status.code(), Some(2));

@@ -622,7 +622,7 @@ fn a_dead_lettered_reservation_sent_again_is_released_whether_or_not_the_sale_ha
     );
     // What the worker writes for a dead letter (worker/src/queue.rs settle).
     let _: () = con
-        .hset(SaleKeys::new(id).status(), &dead, "failed")
+        .hset(SaleKeys::new(id).status(), &dead, "on_hold")
         .unwrap();
     let before = purchase_state(&mut con, id);
     let no_release = send(&mut con, id, "a", &dead).0;

@@ -43,7 +43,7 @@ fn a_message_in_another_sales_queue_is_dead_lettered_at_once() {
     let in_a: Option<String> = con.hget(SaleKeys::new(a).status(), rid).unwrap();
     assert_eq!(
         (in_b.as_deref(), in_a.as_deref()),
-        (Some("failed"), Some("queued"))
+        (Some("on_hold"), Some("queued"))
     );
 }
 

@@ -4,7 +4,7 @@
 //! pushed by hand, or one whose reservation was released while a paused
 //! worker held it, is dead-lettered and never becomes an order), and a second
 //! reservation of a buyer who already holds an order from another one is
-//! dead-lettered as `failed`, not confirmed.
+//! dead-lettered as `on_hold`, not confirmed.
 
 use crate::support::worker as support;
 
@@ -239,7 +239,7 @@ fn a_paused_worker_resuming_with_a_released_reservation_in_hand_does_not_apply_i
 }
 
 #[test]
-fn a_second_reservation_of_a_buyer_with_an_order_is_dead_lettered_as_failed() {
+fn a_second_reservation_of_a_buyer_with_an_order_is_dead_lettered_on_hold() {
     let redis = RedisServer::start();
     let db = TestDb::create();
     let sale = create_sale(&db, &redis, 10, -1000, 600_000);
@@ -322,8 +322,8 @@ fn a_second_reservation_of_a_buyer_with_an_order_is_dead_lettered_as_failed() {
         ))
     );
     let st = statuses(&redis, sale);
-    assert_eq!(st.get(&second).map(String::as_str), Some("failed"));
-    assert_eq!(st.get(t2).map(String::as_str), Some("failed"));
+    assert_eq!(st.get(&second).map(String::as_str), Some("on_hold"));
+    assert_eq!(st.get(t2).map(String::as_str), Some("on_hold"));
     assert_eq!(st.get(t1).map(String::as_str), Some("confirmed"));
     assert_eq!(
         st.values().filter(|s| *s == "confirmed").count(),

@@ -159,7 +159,7 @@ fn bad_messages_are_dead_lettered_with_reasons_and_the_worker_keeps_consuming() 
         Some(bad.reservation_id.as_str())
     );
     let status: String = con.hget(ku.status(), &bad.reservation_id).unwrap();
-    assert_eq!(status, "failed");
+    assert_eq!(status, "on_hold");
 
     assert_eq!(db.count("SELECT COUNT(*) FROM orders"), 10);
     assert_eq!(db.count("SELECT COUNT(*) FROM stock_ledger"), 10);
@@ -213,9 +213,9 @@ fn mysql_stock_below_redis_stock_dead_letters_the_excess_as_failed() {
     );
     let statuses: std::collections::HashMap<String, String> =
         redis.con().hgetall(SaleKeys::new(sale).status()).unwrap();
-    let failed = statuses.values().filter(|s| *s == "failed").count();
+    let on_hold = statuses.values().filter(|s| *s == "on_hold").count();
     let confirmed = statuses.values().filter(|s| *s == "confirmed").count();
-    assert_eq!((confirmed, failed), (3, 2));
+    assert_eq!((confirmed, on_hold), (3, 2));
 }
 
 #[test]
@@ -342,6 +342,8 @@ fn a_message_mysql_keeps_refusing_is_dead_lettered_after_max_attempts_and_the_re
         "w1",
         &Opts {
             max_attempts: 3,
+            // Each attempt waits 1 s on the poisoned statement first.
+            retry_for: Some("1s"),
             ..Opts::default()
         },
     );

@@ -27,7 +27,7 @@
 //!
 //! A message whose buyer already holds an order of the sale from another
 //! reservation is dead-lettered (`user already holds order N from
-//! reservation R`, status `failed`), not confirmed; the same reservation id
+//! reservation R`, status `on_hold`), not confirmed; the same reservation id
 //! again is "already done" (idempotency). In a sale of several units per
 //! buyer, a message that would take its buyer over the sale's limit in
 //! MySQL is dead-lettered the same way ([`OVER_BUYER_LIMIT`]). A dead
@@ -110,7 +110,7 @@ enum Outcome {
     /// requeue; `final_now` dead-letters it whatever the count (unknown
     /// sale, stock gone, the buyer's other order).
     Refused { reason: String, final_now: bool },
-    /// Dead-lettered; status `failed` and attempts cleared when it names a
+    /// Dead-lettered; status `on_hold` and attempts cleared when it names a
     /// reservation.
     Dead(DeadLetter),
     /// Dead-lettered by the fence: status and attempts left alone.
@@ -430,6 +430,9 @@ impl Batch {
 /// Handles one batch for the worker that took it, with the worker's
 /// clients borrowed for the time.
 pub struct Handler<'a> {
+    /// When MySQL first refused this batch with a statement error (the
+    /// start of its `SECKILL_WORKER_RETRY_FOR`).
+    refused_since: Option<Instant>,
     config: &'a Config,
     db: &'a mut Db,
     consumer: &'a mut Consumer,
@@ -449,6 +452,7 @@ impl<'a> Handler<'a> {
         crash: &'a mut CrashPoints,
     ) -> Handler<'a> {
         Handler {
+            refused_since: None,
             config,
             db,
             consumer,
@@ -571,7 +575,11 @@ impl<'a> Handler<'a> {
             };
             match r {
                 Ok(a) => break Ok(a),
-                Err(ApplyError::Permanent(e)) => break Err(e),
+                Err(ApplyError::Permanent(e)) => {
+                    if !self.retry_statement(sale_id, &e) {
+                        break Err(e);
+                    }
+                }
                 Err(e @ ApplyError::Transient(_)) => {
                     self.metrics.retries_transient.inc();
                     log::info!("sale {sale_id}: {e}; retrying");
@@ -593,6 +601,31 @@ impl<'a> Handler<'a> {
             .batch_seconds
             .observe(started.elapsed().as_secs_f64());
         Ok((live, answer))
+    }
+
+    /// Whether a statement error `e` of this batch is retried: yes within
+    /// `SECKILL_WORKER_RETRY_FOR` of the batch's first one (logged at
+    /// `error` the first time, with its remedy, then at `info`); no after,
+    /// and the error counts against the messages.
+    fn retry_statement(&mut self, sale_id: u64, e: &str) -> bool {
+        let budget = self.config.worker_retry_for;
+        let since = match self.refused_since {
+            Some(t) => t,
+            None => {
+                log::error!(
+                    "sale {sale_id}: mysql: {e}; retrying for up to {} s before counting \
+                     a failed attempt (SECKILL_WORKER_RETRY_FOR)",
+                    budget.as_secs_f64()
+                );
+                *self.refused_since.insert(Instant::now())
+            }
+        };
+        if since.elapsed() >= budget {
+            return false;
+        }
+        self.metrics.retries_statement.inc();
+        log::info!("sale {sale_id}: mysql: {e}; retrying");
+        true
     }
 
     /// Counts one failed attempt per refused message in Redis, decides

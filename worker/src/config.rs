@@ -4,7 +4,8 @@
 //! binary's variable (the gateway's, the reconciler's) does not stop it.
 
 use seckill_common::config::{
-    parse_addr, parse_duration, parse_int, short_duration, ConfigError, Env, Services,
+    parse_addr, parse_duration, parse_duration_or_zero, parse_int, short_duration, ConfigError,
+    Env, Services,
 };
 use std::net::SocketAddr;
 use std::time::Duration;
@@ -15,6 +16,10 @@ const INT_BATCH: &str = "an integer from 1 to 10000";
 const INT_ATTEMPTS: &str = "an integer from 1 to 1000";
 /// Most consumers one worker process runs.
 pub const MAX_CONSUMERS: usize = 64;
+/// The variable of [`Config::worker_retry_for`].
+const RETRY_FOR: &str = "SECKILL_WORKER_RETRY_FOR";
+/// Longest [`Config::worker_retry_for`].
+const MAX_RETRY_FOR: Duration = Duration::from_secs(600);
 /// What `SECKILL_WORKER_CONSUMERS_MIN` takes.
 const INT_CONSUMERS: &str = "an integer from 1 to 64";
 
@@ -62,6 +67,11 @@ pub struct Config {
     /// `SECKILL_WORKER_IDLE_AFTER`: a consumer above the minimum that found
     /// nothing to take for this long stops (default 30s).
     pub worker_idle_after: Duration,
+    /// `SECKILL_WORKER_RETRY_FOR`: how long a batch MySQL refuses with a
+    /// statement error (a table missing for a moment, a grant being
+    /// changed) is retried, with backoff, before each of its messages is
+    /// counted one failed attempt (0s to 10m; default 30s).
+    pub worker_retry_for: Duration,
 }
 
 impl Default for Config {
@@ -79,6 +89,7 @@ impl Default for Config {
             worker_consumers_max: 1,
             worker_scale_after: Duration::from_secs(2),
             worker_idle_after: Duration::from_secs(30),
+            worker_retry_for: Duration::from_secs(30),
         }
     }
 }
@@ -121,6 +132,12 @@ impl Config {
         }
         if let Some(v) = env.get("SECKILL_WORKER_EXPIRY_EVERY") {
             c.worker_expiry_every = parse_duration("SECKILL_WORKER_EXPIRY_EVERY", v)?;
+        }
+        if let Some(v) = env.get(RETRY_FOR) {
+            c.worker_retry_for = parse_duration_or_zero(RETRY_FOR, v)?;
+            if c.worker_retry_for > MAX_RETRY_FOR {
+                return Err(ConfigError::new(RETRY_FOR, v, "a duration from 0s to 10m"));
+            }
         }
         c.consumers_from_env(env)?;
         c.timeout_above_session_limits(env)?;
@@ -215,6 +232,24 @@ mod tests {
         assert_eq!(c.worker_heartbeat_ttl, Duration::from_secs(15));
         assert_eq!(c.worker_metrics_listen.to_string(), "127.0.0.1:9101");
         assert_eq!(c.worker_expiry_every, Duration::from_millis(200));
+        assert_eq!(c.worker_retry_for, Duration::from_secs(30));
+    }
+
+    #[test]
+    fn the_statement_retry_takes_0s_to_10m() {
+        for (v, want) in [("0s", 0), ("1s", 1), ("10m", 600)] {
+            let c = Config::from_env(&Env::from_pairs(&[("SECKILL_WORKER_RETRY_FOR", v)]));
+            assert_eq!(
+                c.unwrap().worker_retry_for,
+                Duration::from_secs(want),
+                "{v}"
+            );
+        }
+        for v in ["11m", "30", "soon"] {
+            let e =
+                Config::from_env(&Env::from_pairs(&[("SECKILL_WORKER_RETRY_FOR", v)])).unwrap_err();
+            assert_eq!(e.variable, "SECKILL_WORKER_RETRY_FOR", "{v}");
+        }
     }
 
     #[test]

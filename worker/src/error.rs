@@ -94,8 +94,12 @@ pub enum ApplyError {
     /// server shutdown, timeout): reconnect and retry, keeping the messages in
     /// the processing list. Never counted against the messages.
     Connection(String),
-    /// Any other server error: counted as one failed application of each
-    /// message involved (see `SECKILL_WORKER_MAX_ATTEMPTS`).
+    /// Any other server error (a statement error: a table missing, a
+    /// privilege refused, a trigger's refusal), as the operator reads it,
+    /// with its remedy when waiting does not fix it
+    /// (`seckill_common::mysql_error::explain`): retried with backoff for
+    /// `SECKILL_WORKER_RETRY_FOR`, then counted as one failed application
+    /// of each message involved (see `SECKILL_WORKER_MAX_ATTEMPTS`).
     Permanent(String),
 }
 
@@ -134,9 +138,12 @@ impl From<mysql::Error> for ApplyError {
             mysql::Error::MySqlError(se) if CONNECTION_CODES.contains(&se.code) => {
                 ApplyError::Connection(e.to_string())
             }
-            mysql::Error::MySqlError(_)
-            | mysql::Error::FromValueError(_)
-            | mysql::Error::FromRowError(_) => ApplyError::Permanent(e.to_string()),
+            mysql::Error::MySqlError(_) => {
+                ApplyError::Permanent(seckill_common::mysql_error::explain(&e))
+            }
+            mysql::Error::FromValueError(_) | mysql::Error::FromRowError(_) => {
+                ApplyError::Permanent(e.to_string())
+            }
             // A timeout of the driver (a connect's timeout is already an
             // I/O error of kind `TimedOut` naming the server).
             mysql::Error::CodecError(_)

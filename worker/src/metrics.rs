@@ -96,6 +96,9 @@ pub fn payment_outcome_index(o: seckill_common::lifecycle::PaymentOutcome) -> us
         PaymentOutcome::UnknownReservation => 3,
         PaymentOutcome::NotPayable => 4,
         PaymentOutcome::AfterCancellation => 9,
+        // Only ever found stored (a drop wrote it): a delivery of a
+        // payment id recorded before.
+        PaymentOutcome::Dropped => 5,
     }
 }
 
@@ -137,6 +140,9 @@ pub struct Metrics {
     pub retries_transient: Counter,
     /// Transactions retried after a lost or refused MySQL connection.
     pub retries_connection: Counter,
+    /// Transactions retried after a statement error, within
+    /// `SECKILL_WORKER_RETRY_FOR`.
+    pub retries_statement: Counter,
     /// Messages moved to a dead-letter list, by reason
     /// ([`DEAD_LETTER_REASONS`] order).
     pub dead_lettered: Vec<Counter>,
@@ -201,7 +207,7 @@ fn by_label(
 
 /// Registers the MySQL retry counters, by cause, and returns the handles
 /// (deadlock or lock-wait timeout, lost or refused connection).
-fn retries(r: &mut Registry) -> (Counter, Counter) {
+fn retries(r: &mut Registry) -> (Counter, Counter, Counter) {
     let retries = Family::<[(&'static str, &'static str); 1], Counter>::default();
     r.register(
         "seckill_worker_retries",
@@ -212,7 +218,8 @@ fn retries(r: &mut Registry) -> (Counter, Counter) {
         .get_or_create(&[("cause", "deadlock_or_lock_wait")])
         .clone();
     let connection = retries.get_or_create(&[("cause", "connection")]).clone();
-    (transient, connection)
+    let statement = retries.get_or_create(&[("cause", "statement")]).clone();
+    (transient, connection, statement)
 }
 
 /// Registers the dead letters by reason ([`DEAD_LETTER_REASONS`] order).
@@ -333,7 +340,7 @@ impl Metrics {
         let sales = Arc::new(Mutex::new(None));
         root.register_collector(Box::new(SaleFigures(sales.clone())));
         let r = root.sub_registry_with_label(("worker".into(), worker_id.to_string().into()));
-        let (retries_transient, retries_connection) = retries(r);
+        let (retries_transient, retries_connection, retries_statement) = retries(r);
         let applied = counter(
             r,
             "seckill_worker_orders_applied",
@@ -404,6 +411,7 @@ impl Metrics {
             batch_seconds,
             retries_transient,
             retries_connection,
+            retries_statement,
             dead_lettered,
             fenced,
             requeued,

@@ -3,9 +3,14 @@
 //! processing list, applies each in MySQL (`lifecycle::pay`, idempotent by
 //! `payment_id`) and only then removes it. On start it puts back what its
 //! processing list still holds from a previous run (a crash: applied or
-//! not, a repeat is one payment). A payment that fails
-//! `SECKILL_WORKER_MAX_ATTEMPTS` times, or does not parse, goes to the
-//! dead-letter list.
+//! not, a repeat is one payment). A failed application is put back on the
+//! queue and retried with backoff; it counts one failed attempt only once
+//! `SECKILL_WORKER_RETRY_FOR` passed since the message's first failure
+//! (the field `ID:since` of the attempts hash, Unix ms), so a short MySQL
+//! fault (a table renamed by a migration, a grant being changed, the
+//! server restarting) dead-letters no payment. A payment that fails
+//! `SECKILL_WORKER_MAX_ATTEMPTS` counted times, or does not parse, goes to
+//! the dead-letter list.
 //!
 //! After a payment that made its order `paid` (applied now, or found
 //! applied already, as a redelivery repairs a lost write) the reservation's
@@ -82,6 +87,7 @@ impl Consumer {
         let mut redis: Option<Con> = None;
         let mut db: Option<mysql::Conn> = None;
         let mut reclaimed = false;
+        let mut backoff = crate::RETRY;
         while !self.shutdown.is_triggered() {
             if redis.is_none() {
                 let read = self.config.services.redis_timeout + BLOCK;
@@ -103,13 +109,32 @@ impl Consumer {
             } else {
                 reclaim(con, &mine).map(|()| reclaimed = true)
             };
-            if let Err(e) = r {
-                log::warn!("payments: {e}");
-                redis = None;
-                db = None;
-                std::thread::sleep(BLOCK);
+            match r {
+                Ok(()) => backoff.reset(),
+                Err(e) => {
+                    log::warn!("payments: {e}");
+                    redis = None;
+                    db = None;
+                    backoff.sleep(&self.shutdown);
+                }
             }
         }
+    }
+
+    /// Whether a failure of the message whose first-failure field is
+    /// `since` counts as an attempt: only once `SECKILL_WORKER_RETRY_FOR`
+    /// passed since its first failure (recorded now when there is none).
+    fn counts(&self, con: &mut Con, since: &str) -> Result<bool, String> {
+        let now = seckill_common::now_ms();
+        let _: bool = con
+            .hset_nx(payment::ATTEMPTS, since, now)
+            .map_err(|e| e.to_string())?;
+        let first: u64 = con
+            .hget::<_, _, Option<u64>>(payment::ATTEMPTS, since)
+            .map_err(|e| e.to_string())?
+            .unwrap_or(now);
+        let window = u64::try_from(self.config.worker_retry_for.as_millis()).unwrap_or(u64::MAX);
+        Ok(now.saturating_sub(first) >= window)
     }
 
     /// Takes and applies at most one payment.
@@ -145,20 +170,25 @@ impl Consumer {
             Queued::Cancel(_) => (&self.metrics.cancellations, 3, 4),
         };
         let field = m.attempts_field();
+        let since = format!("{field}:since");
         match applied {
             Ok(()) => redis::pipe()
                 .atomic()
                 .lrem(mine, 1, &raw)
-                .hdel(payment::ATTEMPTS, &field)
+                .hdel(payment::ATTEMPTS, &[&field, &since])
                 .query::<()>(con)
                 .map_err(|e| e.to_string()),
             Err(e) => {
-                let n: u32 = con
-                    .hincr(payment::ATTEMPTS, &field, 1)
-                    .map_err(|e| e.to_string())?;
-                if n >= self.config.worker_max_attempts {
-                    count(failures, dead);
-                    return dead_letter(con, mine, &raw, &e);
+                if self.counts(con, &since)? {
+                    let n: u32 = con
+                        .hincr(payment::ATTEMPTS, &field, 1)
+                        .map_err(|e| e.to_string())?;
+                    if n >= self.config.worker_max_attempts {
+                        count(failures, dead);
+                        con.hdel::<_, _, ()>(payment::ATTEMPTS, &since)
+                            .map_err(|e| e.to_string())?;
+                        return dead_letter(con, mine, &raw, &e);
+                    }
                 }
                 redis::pipe()
                     .atomic()

@@ -280,7 +280,7 @@ impl Consumer {
     /// order: the `confirmed` / `pending_payment` statuses (over `queued`
     /// only, `status_write.rs`; their attempt counts cleared), the
     /// `fenced` dead letters (status and attempts left alone), the `dead`
-    /// ones (status `failed` and attempts cleared when they name a
+    /// ones (status `on_hold` and attempts cleared when they name a
     /// reservation), the `requeue`d messages back on the queue, and `LREM`
     /// of every `remove`d message from this worker's processing list.
     ///
@@ -302,7 +302,7 @@ impl Consumer {
         for d in &s.dead {
             p.lpush(k.dead_letter(), d.to_json()).ignore();
             if let Some(rid) = &d.reservation_id {
-                p.hset(k.status(), rid, PurchaseStatus::Failed.as_str())
+                p.hset(k.status(), rid, PurchaseStatus::OnHold.as_str())
                     .ignore();
                 p.hdel(k.attempts(), rid).ignore();
             }
@@ -329,7 +329,7 @@ pub struct Settlement<'a> {
     /// Dead letters the fence wrote: status and attempts left alone (the
     /// reservation was released, or never made).
     pub fenced: Vec<&'a DeadLetter>,
-    /// Dead letters whose reservation's status becomes `failed`.
+    /// Dead letters whose reservation's status becomes `on_hold`.
     pub dead: Vec<&'a DeadLetter>,
     /// Messages pushed back on the queue for another attempt.
     pub requeue: Vec<&'a [u8]>,

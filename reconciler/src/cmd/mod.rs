@@ -19,6 +19,7 @@ pub mod resolve_all;
 pub mod run;
 pub mod sale_admin;
 pub mod sale_create;
+pub mod sale_dlq;
 pub mod sale_list;
 pub mod sale_load;
 pub mod sale_show;
@@ -54,6 +55,7 @@ pub fn opens_services(cmd: &Command) -> bool {
         | Command::QueueShow(_)
         | Command::DeadLetterList(_)
         | Command::PaymentDeadLetter(_)
+        | Command::SaleDeadLetterDrop(_)
         | Command::Resolve(_)
         | Command::ResolveAll(_) => true,
     }
@@ -81,6 +83,7 @@ pub fn run(config: &Config, shutdown: &Shutdown, cmd: Command) -> Result<u8, Run
         Command::QueueShow(sale) => queue::run(config, sale),
         Command::DeadLetterList(which) => dead_letter::run(config, which),
         Command::PaymentDeadLetter(args) => payment_dlq::run(config, &args),
+        Command::SaleDeadLetterDrop(args) => sale_dlq::run(config, &args),
         Command::Resolve(args) => resolve::run(config, &args),
         Command::ResolveAll(args) => resolve_all::run(config, &args),
         Command::TokenKeygen(args) => Ok(token::keygen(&args)?),

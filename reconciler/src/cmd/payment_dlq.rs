@@ -14,9 +14,19 @@
 //! is completed by the next of these commands or `run`: `done` when the mark
 //! is there, `failed` (nothing changed) when it is not.
 //!
-//! The next `run` closes the entry's `dead_letter` finding as no longer
-//! observed; a requeued payment the worker gives up on again is a new dead
-//! letter and opens its finding again.
+//! A drop of a payment also removes its receipt (`seckill_common::receipt`)
+//! in that script, then records the payment in MySQL as `dropped`
+//! (`seckill_common::dropped_payment`), so that neither the expiry sweep at
+//! the order's `pay_by` nor a redelivery applies it; a drop that finds it
+//! applied already says so. A kill between the script and MySQL leaves the
+//! mark: the completion then records it in MySQL before writing `done`. A
+//! requeue keeps the receipt: the payment is to be applied, once, by
+//! whichever of the worker and the sweep comes first.
+//!
+//! The entry's open `dead_letter` finding is resolved by the operator, with
+//! the note, and gets an action row naming the command's; a requeued
+//! payment the worker gives up on again is a new dead letter and opens its
+//! finding again.
 
 use crate::cli::{by_and_note, err, Command, Opts, UsageError};
 use crate::config::Config;
@@ -25,29 +35,35 @@ use crate::error::RunError;
 use crate::output::outln;
 use crate::payment_dead_letters::{self, payment_entries, PaymentEntry};
 use crate::review::actions::PendingPaymentAction;
+use crate::review::findings::Resolution;
 use crate::review::{ActionKind, ActionStatus, Review};
 use crate::settle::{with_note, Outcome};
 use redis::Script;
 use seckill_common::now_ms;
 use seckill_common::payment::{self, Queued};
+use seckill_common::receipt;
 use seckill_common::redis_target::Con;
 use seckill_common::timefmt::format_ms;
 
-/// `KEYS`: dead letters, queue, attempts, settled; `ARGV`: the entry, the
-/// action's mark, the settled record, `requeue` or `drop`, the message, its
-/// attempts field. Replies 2 when the mark is already there (done before),
+/// `KEYS`: dead letters, queue, attempts, settled, the payment's receipt;
+/// `ARGV`: the entry, the action's mark, the settled record, `requeue` or
+/// `drop`, the message, its attempts field, its receipt field (empty: not
+/// a payment). Replies 2 when the mark is already there (done before),
 /// 1 when the entry moved, 0 when it was not there; an error reply, with
 /// nothing changed, when a key holds another type.
 const SETTLE_LUA: &str = concat!(
     seckill_common::lua_expect_types!(),
     r"
-local bad = expect_types({KEYS[1], 'list', KEYS[2], 'list', KEYS[3], 'hash', KEYS[4], 'hash'})
+local bad = expect_types({KEYS[1], 'list', KEYS[2], 'list', KEYS[3], 'hash', KEYS[4], 'hash',
+  KEYS[5], 'hash'})
 if bad then return bad end
 if redis.call('HEXISTS', KEYS[4], ARGV[2]) == 1 then return 2 end
 if redis.call('LREM', KEYS[1], 1, ARGV[1]) == 0 then return 0 end
 if ARGV[4] == 'requeue' then
   redis.call('LPUSH', KEYS[2], ARGV[5])
   redis.call('HDEL', KEYS[3], ARGV[6])
+elseif ARGV[7] ~= '' then
+  redis.call('HDEL', KEYS[5], ARGV[7])
 end
 redis.call('HSET', KEYS[4], ARGV[2], ARGV[3])
 return 1"
@@ -96,7 +112,9 @@ pub fn run(config: &Config, a: &PaymentDeadLetterArgs) -> Result<u8, RunError> {
     let review = Review::open_existing(&config.review_db)?;
     let mut con = connect::redis(&config.services)?;
     if !a.dry_run {
-        payment_dead_letters::complete_pending(&review, &mut con)?;
+        payment_dead_letters::complete_pending(&review, &mut con, || {
+            connect::mysql(&config.services)
+        })?;
     }
     let e = find(&mut con, &a.entry)?;
     if a.action == PaymentDeadLetterAction::Requeue {
@@ -120,6 +138,12 @@ pub fn run(config: &Config, a: &PaymentDeadLetterArgs) -> Result<u8, RunError> {
         outln!("dry run: would {intent}; nothing changed");
         return Ok(0);
     }
+    // A drop's MySQL step needs the primary: reached before anything is
+    // recorded, so an unreachable one changes nothing.
+    let mut db = match a.action {
+        PaymentDeadLetterAction::Drop => Some(connect::mysql(&config.services)?),
+        PaymentDeadLetterAction::Requeue => None,
+    };
     let at = format_ms(now_ms());
     let detail = with_note(&intent, a.note.as_deref());
     let kind = a.action.kind();
@@ -138,14 +162,43 @@ pub fn run(config: &Config, a: &PaymentDeadLetterArgs) -> Result<u8, RunError> {
                  effect; nothing done: run the command again"
             )));
         }
-        let o = effect(&mut con, &started, &e, a.action)?;
+        let mut o = effect(&mut con, &started, &e, a.action)?;
+        if let (ActionStatus::Done, Some(db)) = (o.status, db.as_mut()) {
+            if let Some(more) = payment_dead_letters::record_dropped(db, &e.raw)? {
+                o.text = format!("{}; {more}", o.text);
+            }
+        }
         let now = format_ms(now_ms());
         let text = with_note(&o.text, a.note.as_deref());
         review.record_payment_action(&now, &a.by, kind, &text, o.status, Some(id))?;
+        if o.status == ActionStatus::Done {
+            settle_finding(&review, &e, a, &now, &format!("action {id}: {text}"))?;
+        }
         Ok(o)
     })?;
     outln!("{}: {}", outcome.status, outcome.text);
     Ok(0)
+}
+
+/// Resolves the open `dead_letter` finding of entry `e`, if there is one,
+/// by the operator with their note, and appends a row naming it to the
+/// finding's actions (`findings show ID`).
+///
+/// Errors: SQLite failures.
+fn settle_finding(
+    review: &Review,
+    e: &PaymentEntry,
+    a: &PaymentDeadLetterArgs,
+    now: &str,
+    detail: &str,
+) -> Result<(), RunError> {
+    let Some(finding) = review.open_payment_dead_letter(&e.subject)? else {
+        return Ok(());
+    };
+    let kind = a.action.kind();
+    review.set_resolved(finding, &a.by, Resolution::By(kind), a.note.as_deref(), now)?;
+    review.record_action(now, &a.by, finding, kind, detail, ActionStatus::Done, None)?;
+    Ok(())
 }
 
 /// The one entry named `name` (16 hex digits, or a finding's subject).
@@ -188,6 +241,11 @@ fn effect(
         ),
         PaymentDeadLetterAction::Drop => ("drop", String::new()),
     };
+    // The receipt a drop removes: (reservation, field), none but for a payment.
+    let receipt_of = match Queued::parse(e.message.as_bytes()) {
+        Ok(Queued::Payment(m)) => (m.reservation_id.clone(), receipt::field(&m.payment_id)),
+        _ => (String::new(), String::new()),
+    };
     let record = serde_json::json!({
         "entry": String::from_utf8_lossy(&e.raw),
         "action": started.action.as_str(),
@@ -201,12 +259,14 @@ fn effect(
         .key(payment::QUEUE)
         .key(payment::ATTEMPTS)
         .key(payment::DEAD_LETTERS_SETTLED)
+        .key(receipt::key(&receipt_of.0))
         .arg(&e.raw)
         .arg(started.mark())
         .arg(record)
         .arg(what)
         .arg(&e.message)
         .arg(field)
+        .arg(&receipt_of.1)
         .invoke(con)?;
     Ok(match (n, action) {
         (0, _) => Outcome::no_change(format!(

@@ -4,7 +4,7 @@
 //! sale.
 
 use crate::review::{ActionKind, ActionStatus, Review, ReviewError};
-use rusqlite::params;
+use rusqlite::{params, OptionalExtension};
 use serde::Serialize;
 
 /// One row of `actions`, as stored (the action's and the result's names as
@@ -95,6 +95,42 @@ impl Review {
             result,
             completes,
         })
+    }
+
+    /// The open `dead_letter` finding of the payment queue's entry named
+    /// `subject` (`payment:ID`, `cancel:RESERVATION`), if there is one.
+    ///
+    /// Errors: [`ReviewError::Sqlite`].
+    pub fn open_payment_dead_letter(&self, subject: &str) -> Result<Option<i64>, ReviewError> {
+        Ok(self
+            .db
+            .query_row(
+                "SELECT id FROM findings WHERE kind = 'dead_letter' AND sale_id = 0
+                   AND subject = ?1 AND state = 'open'",
+                params![subject],
+                |r| r.get(0),
+            )
+            .optional()?)
+    }
+
+    /// The open `dead_letter` finding of sale `sale_id` named `subject`
+    /// (`entry:HEX` for an entry naming no reservation), if there is one.
+    ///
+    /// Errors: [`ReviewError::Sqlite`].
+    pub fn open_sale_dead_letter(
+        &self,
+        sale_id: u64,
+        subject: &str,
+    ) -> Result<Option<i64>, ReviewError> {
+        Ok(self
+            .db
+            .query_row(
+                "SELECT id FROM findings WHERE kind = 'dead_letter' AND sale_id = ?1
+                   AND subject = ?2 AND state = 'open'",
+                params![sale_id as i64, subject],
+                |r| r.get(0),
+            )
+            .optional()?)
     }
 
     /// Every `started` action on the payment queue without its completion

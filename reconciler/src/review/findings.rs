@@ -218,6 +218,9 @@ impl Resolution {
                     | ActionKind::Rollback
                     | ActionKind::Recreate
                     | ActionKind::Repair
+                    | ActionKind::RequeuePayment
+                    | ActionKind::DropPayment
+                    | ActionKind::DropDeadLetter
             ) | Resolution::NoLongerObserved
         )
     }

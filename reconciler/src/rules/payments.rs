@@ -24,7 +24,8 @@ use std::str::FromStr;
 /// The finding kind of a payment outcome; `None` for `paid`.
 fn kind(outcome: &str) -> Option<Kind> {
     match PaymentOutcome::from_str(outcome) {
-        Ok(PaymentOutcome::Paid) => None,
+        // Dropped: an operator's decision, on record in the audit log.
+        Ok(PaymentOutcome::Paid | PaymentOutcome::Dropped) => None,
         Ok(PaymentOutcome::Late) => Some(Kind::LatePayment),
         Ok(PaymentOutcome::AfterCancellation) => Some(Kind::PaymentAfterCancellation),
         Ok(PaymentOutcome::AmountMismatch) => Some(Kind::PaymentAmountMismatch),

@@ -32,6 +32,9 @@ pub struct Opts {
     pub crash_at: Option<&'static str>,
     /// `SECKILL_WORKER_EXPIRY_EVERY` (the expiry sweep's idle pause).
     pub expiry_every: &'static str,
+    /// `SECKILL_WORKER_RETRY_FOR` (how long a statement error is retried
+    /// before it counts an attempt); unset: the worker's default.
+    pub retry_for: Option<&'static str>,
     /// Further variables set for the worker (another binary's, say).
     pub env: &'static [(&'static str, &'static str)],
 }
@@ -44,6 +47,7 @@ impl Default for Opts {
             heartbeat_ttl: "3s",
             crash_at: None,
             expiry_every: "200ms",
+            retry_for: None,
             env: &[],
         }
     }
@@ -102,6 +106,9 @@ impl WorkerProc {
             );
         if let Some(p) = opts.crash_at {
             cmd.env("SECKILL_WORKER_CRASH_AT", p);
+        }
+        if let Some(d) = opts.retry_for {
+            cmd.env("SECKILL_WORKER_RETRY_FOR", d);
         }
         for (k, v) in opts.env {
             cmd.env(k, v);

@@ -135,7 +135,9 @@ fn complete_interrupted(p: &mut Pass<'_>) -> Result<(), RunError> {
         || connect::redis(&config.services),
         || connect::mysql(&config.services),
     )?;
-    crate::payment_dead_letters::complete_pending(p.review, &mut p.redis)?;
+    crate::payment_dead_letters::complete_pending(p.review, &mut p.redis, || {
+        connect::mysql(&config.services)
+    })?;
     crate::sale_archive::complete_interrupted(p.review, &mut p.redis, &mut p.mysql)?;
     crate::sale_admin_settle::complete_pending(p.review, &mut p.redis, &mut p.mysql)?;
     Ok(())
