@@ -68,6 +68,7 @@ use crate::session::set_limits;
 pub use crate::session::SessionLimits;
 use mysql::prelude::Queryable;
 use mysql::{Conn, Params, Transaction, TxOpts, Value};
+use seckill_common::connections::{Held, Slot, Store};
 use seckill_common::message::OrderMessage;
 use seckill_common::order::OrderStatus;
 use seckill_common::schema::placeholders;
@@ -149,7 +150,9 @@ pub struct Db {
     url: String,
     timeout: Duration,
     limits: SessionLimits,
-    conn: Option<Conn>,
+    /// Counted open while held (`seckill_common::connections`).
+    conn: Option<Held<Conn>>,
+    slot: Slot,
 }
 
 impl Db {
@@ -165,6 +168,7 @@ impl Db {
             timeout,
             limits,
             conn: None,
+            slot: Slot::new(Store::Mysql),
         })
     }
 
@@ -176,10 +180,10 @@ impl Db {
                     other => ApplyError::Permanent(other.to_string()),
                 })?;
             set_limits(&mut c, self.limits)?;
-            self.conn = Some(c);
+            self.conn = Some(self.slot.hold(c));
         }
         self.conn
-            .as_mut()
+            .as_deref_mut()
             .ok_or_else(|| ApplyError::Connection("not connected".into()))
     }
 
