@@ -14,6 +14,11 @@
 //!   their connections after a failed pass), while the expiry sweep,
 //!   which calls Redis only when orders are due, still holds its dead
 //!   connection (8 open, 7 in `CLIENT LIST`);
+//! - killing a worker's 3 MySQL sessions (`KILL`): the data-loss watch and
+//!   the expiry sweep, which read MySQL on every pass, reconnect both their
+//!   connections (2 MySQL and 2 Redis reconnects); the payments thread
+//!   reads MySQL only for a payment and still holds its dead connection
+//!   (3 open, 2 in the process list);
 //! - a gateway in round-trip mode with 6 links holds, after 6 reads, its
 //!   6 links and the fitness check's connection, as `CLIENT LIST` shows;
 //!   after `CLIENT KILL TYPE normal` and 6 reads (answered 200: a link
@@ -190,4 +195,50 @@ fn a_gateway_reports_its_links_open_in_use_and_reconnected() {
         (Some(0), Some(7)),
         "{page}"
     );
+}
+
+/// Kills every MySQL session of `db`'s database but the asking one; how
+/// many.
+fn kill_mysql_sessions(db: &TestDb) -> i64 {
+    let name = db.url().rsplit('/').next().unwrap_or_default().to_string();
+    let mut c = db.conn();
+    let ids: Vec<u64> = c
+        .exec(
+            "SELECT ID FROM information_schema.PROCESSLIST \
+             WHERE DB = ? AND ID <> CONNECTION_ID()",
+            (name,),
+        )
+        .expect("the process list");
+    for id in &ids {
+        c.query_drop(format!("KILL {id}")).expect("KILL");
+    }
+    ids.len() as i64
+}
+
+#[test]
+fn a_worker_counts_its_mysql_reconnects_after_its_sessions_are_killed() {
+    let redis = RedisServer::start();
+    let db = TestDb::create();
+    create_sale(&db, &redis, 10, -1000, 600_000);
+    let w = WorkerProc::start(&redis, &db, "w1", &Opts::default());
+    w.wait_metrics();
+    let mysql_open = r#"seckill_worker_connections{worker="w1",store="mysql"}"#;
+    let redis_again = r#"seckill_worker_reconnects_total{worker="w1",store="redis"}"#;
+    let mysql_again = r#"seckill_worker_reconnects_total{worker="w1",store="mysql"}"#;
+    wait_until(LONG, "the worker's 3 MySQL sessions", || {
+        sample(&w.metrics(), mysql_open) == Some(3) && mysql_sessions(&db) == 3
+    });
+    assert_eq!(kill_mysql_sessions(&db), 3);
+    let mut page = String::new();
+    wait_until(LONG, "the watch and the sweep to reconnect", || {
+        page = w.metrics();
+        (sample(&page, mysql_again), sample(&page, redis_again)) == (Some(2), Some(2))
+            && mysql_sessions(&db) == 2
+    });
+    std::thread::sleep(Duration::from_millis(1500));
+    let page = w.metrics();
+    assert_eq!(sample(&page, mysql_again), Some(2), "{page}");
+    assert_eq!(sample(&page, redis_again), Some(2), "{page}");
+    assert_eq!(sample(&page, mysql_open), Some(3), "{page}");
+    assert_eq!(mysql_sessions(&db), 2);
 }
