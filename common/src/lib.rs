@@ -34,6 +34,8 @@
 //! - [`draw`]: the lottery of a draw sale as a pure computation anyone can
 //!   repeat (commitment, buyer hashes, entries digest, order, units).
 //! - [`metrics`]: bucket bounds and the Prometheus text rendering shared on top of `prometheus-client`.
+//! - [`connections`]: the process's figures of its own Redis and MySQL
+//!   connections (open, in use, reconnects), by store.
 //! - [`schema`]: MySQL tables, migrations, connection options.
 //! - [`sale`]: a sale and the load script that never overwrites live stock;
 //!   [`archive`]: the Redis side of archiving an ended sale (every key
@@ -90,6 +92,7 @@ pub mod bucket_marks;
 pub mod buckets;
 pub mod buyer_units;
 pub mod config;
+pub mod connections;
 pub mod data_loss;
 pub mod dead_letter;
 pub mod draw;

@@ -4,7 +4,8 @@
 //! commit's pipelines, answers left to a finisher thread, requests refused
 //! by the limits and purchases shed, tokens refused by reason, the build's
 //! version and the process figures (memory, descriptors, threads: read at
-//! each scrape, `seckill_common::process_metrics`).
+//! each scrape, `seckill_common::process_metrics`), and the process's Redis
+//! connections open, in use and reconnected (`seckill_common::connections`).
 //! `prometheus-client` metrics in one registry, with a handle to each
 //! series kept here so that counting a request never looks a label set up;
 //! rendered by `/metrics`.
@@ -14,6 +15,7 @@ use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::Histogram;
 use prometheus_client::registry::Registry;
+use seckill_common::connections;
 use seckill_common::metrics::latency_histogram;
 use seckill_common::process_metrics::ProcessFigures;
 use std::sync::OnceLock;
@@ -372,6 +374,12 @@ fn labelled(r: &mut Registry) -> Labelled {
         .get_or_create(&[("version", env!("CARGO_PKG_VERSION"))])
         .set(1);
     r.register_collector(Box::new(ProcessFigures));
+    connections::register(
+        r,
+        "seckill_gateway",
+        &[connections::Store::Redis],
+        connections::Export::WithInUse,
+    );
     let durations =
         Family::<OneLabel, Histogram, fn() -> Histogram>::new_with_constructor(latency_histogram);
     r.register(

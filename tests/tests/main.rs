@@ -79,6 +79,7 @@ mod order_lifecycle_dropped_payment;
 mod order_lifecycle_http;
 mod order_lifecycle_payments;
 mod order_lifecycle_race;
+mod own_connections;
 mod quantity_buckets;
 mod quantity_buckets_hostile;
 mod quantity_cancel;

@@ -148,7 +148,7 @@ impl NodeExporter {
 /// (tests/tests/ops_exporters.rs asks those of the real exporters).
 fn dashboard_exprs() -> Vec<String> {
     let (panels, _stores) = ops_support::dashboard_panels();
-    assert_eq!(panels.len(), 22);
+    assert_eq!(panels.len(), 23);
     ops_support::panel_exprs(&panels)
 }
 
@@ -208,7 +208,7 @@ fn every_dashboard_and_rule_query_works_on_a_real_prometheus_and_a_dead_letter_f
     // The dashboard: every query valid at once, and each returns data once
     // its window holds enough samples.
     let exprs = dashboard_exprs();
-    assert_eq!(exprs.len(), 39);
+    assert_eq!(exprs.len(), 43);
     for e in &exprs {
         p.query(e);
     }

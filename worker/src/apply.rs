@@ -68,6 +68,7 @@ use crate::session::set_limits;
 pub use crate::session::SessionLimits;
 use mysql::prelude::Queryable;
 use mysql::{Conn, Params, Transaction, TxOpts, Value};
+use seckill_common::connections::{Held, Slot, Store};
 use seckill_common::message::OrderMessage;
 use seckill_common::order::OrderStatus;
 use seckill_common::schema::placeholders;
@@ -152,7 +153,9 @@ pub struct Db {
     at: String,
     timeout: Duration,
     limits: SessionLimits,
-    conn: Option<Conn>,
+    /// Counted open while held (`seckill_common::connections`).
+    conn: Option<Held<Conn>>,
+    slot: Slot,
 }
 
 impl Db {
@@ -169,6 +172,7 @@ impl Db {
             timeout,
             limits,
             conn: None,
+            slot: Slot::new(Store::Mysql),
         })
     }
 
@@ -182,10 +186,10 @@ impl Db {
             )?;
             self.at = at;
             set_limits(&mut c, self.limits)?;
-            self.conn = Some(c);
+            self.conn = Some(self.slot.hold(c));
         }
         self.conn
-            .as_mut()
+            .as_deref_mut()
             .ok_or_else(|| ApplyError::Connection("not connected".into()))
     }
 

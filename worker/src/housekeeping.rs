@@ -21,6 +21,7 @@
 use crate::metrics::{Metrics, SaleGauges, SharedGauges};
 use crate::queue;
 use redis::Commands;
+use seckill_common::connections::{Held, Slot, Store};
 use seckill_common::keys::{self, SaleKeys};
 use seckill_common::message::OrderMessage;
 use seckill_common::redis_target::{Con, Target};
@@ -349,11 +350,14 @@ impl Housekeeping {
         let reclaim_every = (self.ttl / 2).max(Duration::from_millis(100));
         let gauge_every = Duration::from_secs(1);
         let tick = beat_every.min(Duration::from_millis(200));
-        let mut con: Option<Con> = None;
+        let mut con: Option<Held<Con>> = None;
+        let mut slot = Slot::new(Store::Redis);
         let (mut last_beat, mut last_reclaim, mut last_gauge) = (None, None, None::<Instant>);
         while !self.shutdown.is_triggered() {
             if con.is_none() {
-                con = queue::open(&self.client, self.timeout, self.timeout).ok();
+                con = queue::open(&self.client, self.timeout, self.timeout)
+                    .ok()
+                    .map(|c| slot.hold(c));
             }
             if let Some(c) = con.as_mut() {
                 if let Err(e) = self.tick(

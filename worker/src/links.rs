@@ -5,6 +5,7 @@
 //! 200 ms must not repeat the same line five times a second).
 
 use crate::queue;
+use seckill_common::connections::{Held, Slot, Store};
 use seckill_common::redis_target::{Con, Target};
 use std::fmt::Display;
 use std::time::Duration;
@@ -17,8 +18,11 @@ pub struct Links {
     mysql_timeout: Duration,
     /// What the thread is, to start its log lines (`expiry sweep`).
     what: &'static str,
-    redis: Option<Con>,
-    db: Option<mysql::Conn>,
+    redis: Option<Held<Con>>,
+    db: Option<Held<mysql::Conn>>,
+    /// Count a connection after the first as a reconnect
+    /// (`seckill_common::connections`).
+    slots: (Slot, Slot),
     last_error: String,
 }
 
@@ -40,6 +44,7 @@ impl Links {
             what,
             redis: None,
             db: None,
+            slots: (Slot::new(Store::Redis), Slot::new(Store::Mysql)),
             last_error: String::new(),
         }
     }
@@ -52,12 +57,16 @@ impl Links {
         pass: impl FnOnce(&mut Con, &mut mysql::Conn) -> Result<T, E>,
     ) -> Option<T> {
         if self.redis.is_none() {
-            self.redis = queue::open(&self.client, self.redis_timeout, self.redis_timeout).ok();
+            self.redis = queue::open(&self.client, self.redis_timeout, self.redis_timeout)
+                .ok()
+                .map(|c| self.slots.0.hold(c));
         }
         if self.db.is_none() {
-            self.db = seckill_common::schema::connect(&self.mysql_url, self.mysql_timeout).ok();
+            self.db = seckill_common::schema::connect(&self.mysql_url, self.mysql_timeout)
+                .ok()
+                .map(|c| self.slots.1.hold(c));
         }
-        let (Some(con), Some(conn)) = (self.redis.as_mut(), self.db.as_mut()) else {
+        let (Some(con), Some(conn)) = (self.redis.as_deref_mut(), self.db.as_deref_mut()) else {
             return None;
         };
         match pass(con, conn) {

@@ -2,8 +2,9 @@
 //! format, like the gateway's): orders applied, batches and their sizes and
 //! durations, retries, dead letters by reason, reclaimed messages,
 //! payments, cancellations, expiries and releases by outcome, the
-//! consumers running and their maximum, the build's version and the
-//! process figures; and per sale the queue length, the
+//! consumers running and their maximum, the build's version, the
+//! process figures and its Redis and MySQL connections (open, reconnects:
+//! `seckill_common::connections`); and per sale the queue length, the
 //! processing-list length, the dead-letter list's length and the age of
 //! the oldest queued message, with the payments queue and its dead
 //! letters. `prometheus-client` metrics in one registry; the worker's own
@@ -401,6 +402,13 @@ impl Metrics {
         let gauge_reporter = exporter_gauge(r);
         let (consumers, consumers_max) = consumer_gauges(r);
         build_info(r);
+        use seckill_common::connections::{register, Export, Store};
+        register(
+            r,
+            "seckill_worker",
+            &[Store::Redis, Store::Mysql],
+            Export::OpenAndReconnects,
+        );
         root.register_collector(Box::new(ProcessFigures));
         Metrics {
             registry: root,

@@ -29,6 +29,7 @@ use crate::queue;
 use crate::WorkerError;
 use prometheus_client::metrics::counter::Counter;
 use redis::Commands;
+use seckill_common::connections::{Held, Slot, Store};
 use seckill_common::keys::PurchaseStatus;
 use seckill_common::lifecycle::{self, Cancelled, Paid, PaymentOutcome};
 use seckill_common::payment::{self, CancelMessage, PaymentMessage, Queued};
@@ -84,23 +85,27 @@ const BLOCK: Duration = Duration::from_millis(200);
 impl Consumer {
     fn run(self) {
         let mine = payment::processing(&self.config.worker_id);
-        let mut redis: Option<Con> = None;
-        let mut db: Option<mysql::Conn> = None;
+        let mut redis: Option<Held<Con>> = None;
+        let mut db: Option<Held<mysql::Conn>> = None;
+        let (mut redis_slot, mut db_slot) = (Slot::new(Store::Redis), Slot::new(Store::Mysql));
         let mut reclaimed = false;
         let mut backoff = crate::RETRY;
         while !self.shutdown.is_triggered() {
             if redis.is_none() {
                 let read = self.config.services.redis_timeout + BLOCK;
-                redis = queue::open(&self.client, self.config.services.redis_timeout, read).ok();
+                redis = queue::open(&self.client, self.config.services.redis_timeout, read)
+                    .ok()
+                    .map(|c| redis_slot.hold(c));
             }
             if db.is_none() {
                 db = seckill_common::schema::connect(
                     &self.config.services.mysql_url,
                     self.config.services.mysql_timeout,
                 )
-                .ok();
+                .ok()
+                .map(|c| db_slot.hold(c));
             }
-            let (Some(con), Some(conn)) = (redis.as_mut(), db.as_mut()) else {
+            let (Some(con), Some(conn)) = (redis.as_deref_mut(), db.as_deref_mut()) else {
                 std::thread::sleep(BLOCK);
                 continue;
             };

@@ -25,6 +25,7 @@ use crate::loss_watch::PausedSales;
 use crate::metrics::Metrics;
 use crate::{apply, housekeeping, queue};
 use redis::Commands;
+use seckill_common::connections::{Held, Slot, Store};
 use seckill_common::keys;
 use seckill_common::message::OrderMessage;
 use seckill_common::redis_target::{Con, Target};
@@ -90,7 +91,9 @@ pub struct Pool {
     pub members: Members,
     claims: Claims,
     slots: Vec<Option<Running>>,
-    con: Option<Con>,
+    /// Counted open while held (`seckill_common::connections`).
+    con: Option<Held<Con>>,
+    slot: Slot,
     at_max_logged: bool,
 }
 
@@ -116,6 +119,7 @@ impl Pool {
             claims: Claims::default(),
             slots: (0..max).map(|_| None).collect(),
             con: None,
+            slot: Slot::new(Store::Redis),
             at_max_logged: false,
         }
     }
@@ -207,7 +211,7 @@ impl Pool {
     fn backlog(&mut self) -> redis::RedisResult<(usize, u64)> {
         if self.con.is_none() {
             let t = self.config.services.redis_timeout;
-            self.con = Some(queue::open(&self.client, t, t)?);
+            self.con = Some(self.slot.hold(queue::open(&self.client, t, t)?));
         }
         let Some(con) = self.con.as_mut() else {
             return Ok((0, 0));

@@ -10,6 +10,7 @@
 //! end of `processing:WORKER`, so a message is always in exactly one list
 //! and a crash anywhere leaves it recoverable from the processing list.
 
+use seckill_common::connections::{Held, Slot, Store};
 use seckill_common::dead_letter::DeadLetter;
 use seckill_common::keys::{PurchaseStatus, SaleKeys, SALES};
 use seckill_common::redis_target::{Con, Target};
@@ -95,8 +96,11 @@ pub struct Consumer {
     timeout: Duration,
     block: Duration,
     lmove: bool,
-    con: Option<Con>,
-    blocking: Option<Con>,
+    con: Option<Held<Con>>,
+    blocking: Option<Held<Con>>,
+    /// Count a connection after the first as a reconnect
+    /// (`seckill_common::connections`).
+    slots: (Slot, Slot),
 }
 
 impl Consumer {
@@ -117,6 +121,7 @@ impl Consumer {
             lmove: true,
             con: None,
             blocking: None,
+            slots: (Slot::new(Store::Redis), Slot::new(Store::Redis)),
         })
     }
 
@@ -141,9 +146,9 @@ impl Consumer {
                 }
             }
             self.lmove = has_lmove(&mut c)?;
-            self.con = Some(c);
+            self.con = Some(self.slots.0.hold(c));
         }
-        match self.con.as_mut() {
+        match self.con.as_deref_mut() {
             Some(c) => Ok(c),
             None => Err(redis::RedisError::from((
                 redis::ErrorKind::Io,
@@ -176,7 +181,8 @@ impl Consumer {
         // Read the server version first (it decides the command).
         self.con()?;
         if self.blocking.is_none() {
-            self.blocking = Some(open(&self.client, self.timeout, self.block + self.timeout)?);
+            let b = open(&self.client, self.timeout, self.block + self.timeout)?;
+            self.blocking = Some(self.slots.1.hold(b));
         }
         let secs = self.block.as_secs_f64();
         let cmd = if self.lmove {
@@ -194,7 +200,7 @@ impl Consumer {
                 .arg(secs);
             c
         };
-        let r = match self.blocking.as_mut() {
+        let r = match self.blocking.as_deref_mut() {
             Some(b) => cmd.query(b),
             None => return Ok(None),
         };

@@ -8,6 +8,7 @@
 //! next reconnect.
 
 use crate::redis::Redis;
+use seckill_common::connections::{Held, Slot, Store};
 use seckill_common::redis_target::Con;
 use seckill_common::Shutdown;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -33,21 +34,28 @@ impl Fitness {
 
     /// Checks the server every [`CHECK_EVERY`] until `shutdown`.
     pub fn run(&self, redis: &Redis, shutdown: &Shutdown) {
-        let mut checker: Option<Con> = None;
+        let mut checker: Option<Held<Con>> = None;
+        let mut slot = Slot::new(Store::Redis);
         while !shutdown.is_triggered() {
-            self.check(redis, &mut checker);
+            self.check(redis, &mut checker, &mut slot);
             std::thread::sleep(CHECK_EVERY);
         }
     }
 
     /// One check, on `checker` (reopened after a failure): a link refuses
     /// to connect to an unfit server at all, which would hide the answer.
-    fn check(&self, redis: &Redis, checker: &mut Option<Con>) {
+    fn check(&self, redis: &Redis, checker: &mut Option<Held<Con>>, slot: &mut Slot) {
         use seckill_common::redis_server::{self, ServerError};
         if checker.is_none() {
-            *checker = redis.client.connect(redis.timeout).ok();
+            *checker = redis
+                .client
+                .connect(redis.timeout)
+                .ok()
+                .map(|c| slot.hold(c));
         }
-        let Some(con) = checker.as_mut() else { return };
+        let Some(con) = checker.as_deref_mut() else {
+            return;
+        };
         match redis_server::check(con) {
             Ok(p) => {
                 if self.unfit.swap(false, Ordering::AcqRel) {

@@ -14,6 +14,7 @@ use crate::metrics::Metrics;
 use crossbeam_channel::{Receiver, Sender};
 use redis::RedisError;
 use seckill_common::backoff::Backoff;
+use seckill_common::connections::{self, Held, Slot, Store};
 use seckill_common::redis_server::{self, ServerError};
 use seckill_common::redis_target::{Con, Target};
 use std::sync::Arc;
@@ -68,7 +69,10 @@ pub struct Link {
     client: Target,
     /// Connect, read and write timeout (`SECKILL_REDIS_TIMEOUT`).
     timeout: Duration,
-    con: Option<Con>,
+    /// The connection, counted open while held; `slot` counts a connect
+    /// after the first as a reconnect (`seckill_common::connections`).
+    con: Option<Held<Con>>,
+    slot: Slot,
     next_try: Instant,
     /// Wait after a failed connect: [`BACKOFF_MIN`] doubling to
     /// [`BACKOFF_MAX`], reset by a successful one.
@@ -88,6 +92,7 @@ impl Link {
             client,
             timeout,
             con: None,
+            slot: Slot::new(Store::Redis),
             next_try: Instant::now(),
             backoff: Backoff::new(BACKOFF_MIN, BACKOFF_MAX),
             connects_seen: 0,
@@ -133,7 +138,7 @@ impl Link {
             }
             match self.connect() {
                 Ok(c) => {
-                    self.con = Some(c);
+                    self.con = Some(self.slot.hold(c));
                     self.backoff.reset();
                     self.metrics.redis_connects.inc();
                 }
@@ -151,7 +156,7 @@ impl Link {
                 }
             }
         }
-        self.con.as_mut().ok_or(Unavailable)
+        self.con.as_deref_mut().ok_or(Unavailable)
     }
 
     /// Why Redis could not be used: the last connect's failure while no
@@ -201,6 +206,8 @@ impl Link {
     ) -> Result<T, Unavailable> {
         let was_open = self.con.is_some();
         let con = self.get()?;
+        // Counted in use while the call runs: two atomic adds per call.
+        let _busy = connections::using(Store::Redis);
         match f(con) {
             Ok(v) => Ok(v),
             Err(e) => {
