@@ -97,8 +97,8 @@ impl Alg {
 /// Smallest RSA modulus accepted, in bits (RFC 7518 §3.3 requires 2048).
 pub const MIN_RSA_BITS: usize = 2048;
 
-/// Largest RSA modulus accepted, in bits: the `rsa` crate's bound for a
-/// public key, which keeps each token's signature check cheap.
+/// Largest RSA modulus accepted, in bits: keeps each token's signature
+/// check cheap (a 4096-bit key costs about 4 times a 2048-bit one).
 pub const MAX_RSA_BITS: usize = 4096;
 
 /// Longest `kid` read from a key file, in characters.
@@ -128,6 +128,24 @@ enum Material {
     Rsa { n: Vec<u8>, e: Vec<u8> },
     /// A P-256 public key: the JWK's `x` and `y` (32 bytes each).
     P256 { x: [u8; 32], y: [u8; 32] },
+}
+
+/// What checks a signature of one key ([`Key::verifying_bytes`]).
+#[derive(Clone, Copy)]
+pub enum VerifyingBytes<'a> {
+    /// The HS256 secret.
+    Secret(&'a [u8]),
+    /// The Ed25519 public key.
+    Ed25519(&'a [u8; 32]),
+    /// An RSA public key.
+    Rsa {
+        /// The modulus, big-endian, without leading zeros.
+        n: &'a [u8],
+        /// The public exponent, big-endian, without leading zeros.
+        e: &'a [u8],
+    },
+    /// The P-256 point, uncompressed (SEC 1: `04 || x || y`).
+    P256([u8; 65]),
 }
 
 /// One key of a key file.
@@ -160,6 +178,23 @@ impl Key {
                 sec1.extend_from_slice(x);
                 sec1.extend_from_slice(y);
                 DecodingKey::from_ec_der(&sec1)
+            }
+        }
+    }
+
+    /// The bytes a signature is checked with: the HS256 secret or the
+    /// public key (the gateway parses them once per key file).
+    pub fn verifying_bytes(&self) -> VerifyingBytes<'_> {
+        match &self.material {
+            Material::Secret(s) => VerifyingBytes::Secret(s),
+            Material::Ed25519 { public, .. } => VerifyingBytes::Ed25519(public),
+            Material::Rsa { n, e } => VerifyingBytes::Rsa { n, e },
+            Material::P256 { x, y } => {
+                let mut sec1 = [0u8; 65];
+                sec1[0] = 0x04;
+                sec1[1..33].copy_from_slice(x);
+                sec1[33..].copy_from_slice(y);
+                VerifyingBytes::P256(sec1)
             }
         }
     }
@@ -591,15 +626,42 @@ fn rsa_public_key(j: RawJwk) -> Result<Material, KeyProblem> {
         )
         .into());
     }
-    rsa::RsaPublicKey::new(
-        rsa::BigUint::from_bytes_be(&n),
-        rsa::BigUint::from_bytes_be(&e),
-    )
-    .map_err(|err| format!("n and e are not an RSA public key: {err}"))?;
+    rsa_public_rules(&n, &e).map_err(|err| format!("n and e are not an RSA public key: {err}"))?;
     if j.d.is_some() {
         return Err("an RS256 key here is a public key: remove d (and p, q...)".into());
     }
     Ok(Material::Rsa { n, e })
+}
+
+/// Largest RSA public exponent accepted: 2^33 - 1, the bound of RSA
+/// verifiers (aws-lc, ring, RustCrypto's `rsa`).
+const MAX_RSA_EXPONENT: u64 = (1 << 33) - 1;
+
+/// Why `n` and `e` (big-endian, without leading zeros, `n` within the
+/// accepted sizes) are not an RSA public key: `e` over 2^33 - 1 or not
+/// below `n`, `n` even, `e` even or below 2. A key failing one would verify
+/// nothing.
+fn rsa_public_rules(n: &[u8], e: &[u8]) -> Result<(), &'static str> {
+    let too_large = "public exponent too large";
+    if e.len() > 8 {
+        return Err(too_large);
+    }
+    let e_value = e.iter().fold(0u64, |v, b| (v << 8) | u64::from(*b));
+    // Both without leading zeros: the longer is the larger.
+    let e_below_n = e.len() < n.len() || (e.len() == n.len() && e < n);
+    if !e_below_n || n.last().is_none_or(|b| b % 2 == 0) {
+        return Err("invalid modulus");
+    }
+    if e_value % 2 == 0 {
+        return Err("invalid exponent");
+    }
+    if e_value < 2 {
+        return Err("public exponent too small");
+    }
+    if e_value > MAX_RSA_EXPONENT {
+        return Err(too_large);
+    }
+    Ok(())
 }
 
 /// The ES256 public key of an `EC` JWK (a point of P-256; a private key is
@@ -618,8 +680,13 @@ fn p256_public_key(j: RawJwk) -> Result<Material, KeyProblem> {
     sec1[0] = 0x04;
     sec1[1..33].copy_from_slice(&x);
     sec1[33..].copy_from_slice(&y);
-    p256::PublicKey::from_sec1_bytes(&sec1)
-        .map_err(|_| "x and y are not a point of P-256".to_string())?;
+    // aws-lc parses the point as it verifies with it: on the curve, both
+    // coordinates below the field's prime.
+    aws_lc_rs::signature::ParsedPublicKey::new(
+        &aws_lc_rs::signature::ECDSA_P256_SHA256_FIXED,
+        sec1,
+    )
+    .map_err(|_| "x and y are not a point of P-256".to_string())?;
     if j.d.is_some() {
         return Err("an ES256 key here is a public key: remove d".into());
     }

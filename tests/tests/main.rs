@@ -52,6 +52,7 @@ mod gateway_public_answers;
 mod gateway_pull_answers;
 mod gateway_raw_http;
 mod gateway_redis_timeout;
+mod gateway_token_fuzz;
 mod gateway_token_rules;
 mod gateway_units;
 mod gateway_winners;

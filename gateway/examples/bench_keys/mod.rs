@@ -1,6 +1,6 @@
 //! Owns the keys the benchmarks sign RS256 and ES256 tokens with, as an
 //! identity provider would: a fixed 2048-bit RSA key and a fixed P-256 key
-//! (made for the benchmarks only), their public halves as a provider
+//! (made for the benchmarks only, with `openssl genrsa` and `openssl ecparam`), their public halves as a provider
 //! publishes them (a JWKS), and minting. Shared by `token_cost.rs` and
 //! `provider_tokens.rs` (`#[path]` modules; not an example of its own).
 
@@ -31,6 +31,14 @@ pub const BENCH_RSA_PKCS1_B64: &str = concat!(
     "QWIrq81MVHLIcpLTQc7cosz07nWxUhO0zj3m6Gh6wtuwW2BZFtdbHX1YQ=",
 );
 
+/// A P-256 private key (PKCS#8 DER, base64) made for this benchmark only:
+/// it signs the ES256 tokens an identity provider would.
+pub const BENCH_P256_PKCS8_B64: &str = concat!(
+    "MIGHAgEAMBMGByqGSM49AgEGCCqGSM49AwEHBG0wawIBAQQgupprce2PsJBIUNZX6VFK6v9NAWNmnF9prR2bL6kd+c",
+    "GhRANCAAS0ywXosSOqaLNraDfwmYyLp/EOwUot9YjfMYedCeLMIEOsLc0BBBp/83GjrN5BRc85a3AzKsa7+H1UY4pA",
+    "V45b",
+);
+
 /// The kid of the RSA key in [`Provider::jwks`].
 pub const RSA_KID: &str = "r";
 
@@ -49,23 +57,24 @@ pub struct Provider {
 
 /// The fixed RSA and P-256 keys.
 pub fn provider() -> Provider {
-    use rsa::pkcs1::DecodeRsaPrivateKey;
-    use rsa::traits::PublicKeyParts;
+    use aws_lc_rs::signature::{
+        EcdsaKeyPair, KeyPair, RsaKeyPair, ECDSA_P256_SHA256_FIXED_SIGNING,
+    };
     let der = STANDARD.decode(BENCH_RSA_PKCS1_B64).unwrap();
-    let rsa_key = rsa::RsaPrivateKey::from_pkcs1_der(&der).unwrap();
-    let ec_key = p256::ecdsa::SigningKey::from_slice(&[7u8; 32]).unwrap();
-    let point = ec_key.verifying_key().to_encoded_point(false);
+    let rsa_key = RsaKeyPair::from_der(&der).unwrap();
+    let ec_der = STANDARD.decode(BENCH_P256_PKCS8_B64).unwrap();
+    let ec_key = EcdsaKeyPair::from_pkcs8(&ECDSA_P256_SHA256_FIXED_SIGNING, &ec_der).unwrap();
+    // Uncompressed SEC 1: 04 || x || y.
+    let point = ec_key.public_key().as_ref();
     let b = |v: &[u8]| URL_SAFE_NO_PAD.encode(v);
+    let public = rsa_key.public_key();
     let jwks = serde_json::json!({"keys": [
         {"kty": "RSA", "kid": RSA_KID, "alg": "RS256", "use": "sig",
-         "n": b(&rsa_key.n().to_bytes_be()), "e": b(&rsa_key.e().to_bytes_be())},
+         "n": b(public.modulus().big_endian_without_leading_zero()),
+         "e": b(public.exponent().big_endian_without_leading_zero())},
         {"kty": "EC", "kid": EC_KID, "crv": "P-256", "alg": "ES256", "use": "sig",
-         "x": b(point.x().unwrap()), "y": b(point.y().unwrap())},
+         "x": b(&point[1..33]), "y": b(&point[33..65])},
     ]});
-    let ec_der = {
-        use p256::pkcs8::EncodePrivateKey;
-        ec_key.to_pkcs8_der().unwrap().as_bytes().to_vec()
-    };
     Provider {
         jwks,
         rsa: jsonwebtoken::EncodingKey::from_rsa_der(&der),

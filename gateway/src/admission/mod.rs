@@ -1,6 +1,7 @@
 //! Owns what a request must pass before anything is looked up for it:
-//! who it is from ([`identity`], with [`verifier`] for tokens and
-//! [`credentials`] for the words both share), the per-buyer and
+//! who it is from ([`identity`], with [`verifier`] for tokens,
+//! [`signature`] for their signatures and [`credentials`] for the words
+//! they share), the per-buyer and
 //! per-address shares ([`limits`]) and the bound on purchases waiting for
 //! Redis ([`shed`]). Nothing here talks to Redis or knows HTTP.
 
@@ -8,6 +9,7 @@ pub mod credentials;
 pub mod identity;
 pub mod limits;
 pub mod shed;
+pub mod signature;
 pub mod verifier;
 
 pub use credentials::Credentials;

@@ -6,6 +6,7 @@
 //! hash and a lookup, not a signature check.
 
 use crate::admission::credentials::{Credentials, Refused, MAX_TOKEN_BYTES};
+use crate::admission::signature::SignatureKey;
 use crate::metrics::{Metrics, Why};
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use base64::Engine;
@@ -80,8 +81,19 @@ struct Remembered {
     generation: u32,
 }
 
-/// The keys by `kid`, each pinned to its algorithm.
-type Keys = HashMap<String, (Alg, DecodingKey)>;
+/// One key of the key file, ready to verify with.
+struct KeyCheck {
+    /// The algorithm the key is pinned to.
+    alg: Alg,
+    /// Checks the signature (parsed once: `signature.rs`).
+    signature: SignatureKey,
+    /// What `jsonwebtoken` decodes the header and claims with (the
+    /// signature checked already).
+    decoding: DecodingKey,
+}
+
+/// The keys by `kid`.
+type Keys = HashMap<String, KeyCheck>;
 
 /// Verifies tokens against the keys of the key file.
 pub struct Verifier {
@@ -126,6 +138,12 @@ impl Verifier {
     ) -> Verifier {
         let validation = |alg: Alg| {
             let mut v = Validation::new(alg.jwt());
+            // The signature is checked by `SignatureKey::signs` first, with
+            // the key parsed once (`check`); `decode` then reads the header
+            // and checks the claims, its rules unchanged. Deprecated in
+            // favour of `dangerous::insecure_decode`, which checks no claim.
+            #[allow(deprecated)]
+            v.insecure_disable_signature_validation();
             v.leeway = leeway_s;
             v.validate_exp = true;
             v.validate_nbf = true;
@@ -243,17 +261,20 @@ impl Verifier {
         let header = KeyChoice::read(token)?;
         let kid = header.kid.as_deref().ok_or(Why::UnknownKid)?;
         let keys = Arc::clone(&self.keys.read().unwrap_or_else(|p| p.into_inner()));
-        let (alg, key) = keys.get(kid).ok_or(Why::UnknownKid)?;
+        let key = keys.get(kid).ok_or(Why::UnknownKid)?;
         // The key decides the algorithm, never the token (an HS256 token
         // "signed" with an Ed25519 or RSA public key as its secret is
         // refused here).
-        if header.alg != alg.as_str() {
+        if header.alg != key.alg.as_str() {
             return Err(Why::WrongAlgorithm);
         }
-        let validation = &self.validations[alg.index()];
+        let validation = &self.validations[key.alg.index()];
         metrics.signature_checks.inc();
-        let data =
-            jsonwebtoken::decode::<Claims>(token, key, validation).map_err(|e| match e.kind() {
+        if !key.signature.signs(token) {
+            return Err(Why::BadSignature);
+        }
+        let data = jsonwebtoken::decode::<Claims>(token, &key.decoding, validation).map_err(
+            |e| match e.kind() {
                 ErrorKind::ExpiredSignature => Why::Expired,
                 ErrorKind::InvalidSignature => Why::BadSignature,
                 ErrorKind::InvalidAudience => Why::WrongAudience,
@@ -261,7 +282,8 @@ impl Verifier {
                 ErrorKind::ImmatureSignature => Why::NotYetValid,
                 ErrorKind::InvalidAlgorithm => Why::WrongAlgorithm,
                 _ => Why::Malformed,
-            })?;
+            },
+        )?;
         let c = data.claims;
         if !seckill_common::is_valid_token(&c.sub) {
             return Err(Why::BadSubject);
@@ -312,11 +334,28 @@ pub fn claimed_sub(token: &str) -> Option<String> {
     seckill_common::is_valid_token(&sub).then_some(sub)
 }
 
-/// The verifying keys of `set` by `kid`.
+/// The verifying keys of `set` by `kid`. A key aws-lc refuses (never one
+/// `seckill_common::token::parse` took: it checks the same) verifies
+/// nothing and is logged.
 fn keys_of(set: &KeySet) -> Keys {
     set.keys
         .iter()
-        .map(|k| (k.kid.clone(), (k.alg, k.decoding_key())))
+        .filter_map(|k| {
+            let Some(signature) = SignatureKey::of(k) else {
+                log::error!(
+                    "key {:?} ({}): refused by aws-lc, verifies no token",
+                    k.kid,
+                    k.alg.as_str()
+                );
+                return None;
+            };
+            let check = KeyCheck {
+                alg: k.alg,
+                signature,
+                decoding: k.decoding_key(),
+            };
+            Some((k.kid.clone(), check))
+        })
         .collect()
 }
 
