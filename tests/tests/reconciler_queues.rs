@@ -195,6 +195,121 @@ fn row(action: &str, result: &str, completes: Option<i64>) -> Row {
     (action.into(), result.into(), completes, None, None)
 }
 
+/// Requeued already: nothing left, so a second requeue is refused (exit
+/// 2, naming the command that lists them) and records nothing.
+fn a_second_requeue_is_refused(w: &World) {
+    let out = w.cmd(
+        "0s",
+        &[
+            "dead-letter",
+            "requeue",
+            "payments",
+            "payment:pay-7",
+            "--by",
+            "alice",
+        ],
+    );
+    assert_eq!(out.status.code(), Some(2));
+    assert_eq!(
+        stderr(&out),
+        "seckill-reconciler: no payment dead letter \"payment:pay-7\": \
+         `seckill-reconciler dead-letter list payments` lists them (entry or subject)\n"
+    );
+    assert_eq!(actions(w).len(), 3);
+}
+
+/// The requeue resolved the entry's finding, and the next run leaves it
+/// so; `findings show` prints it whole with its actions (`rid`: the
+/// reservation paid for, `message`: the payment message, `hash`: the
+/// entry's).
+fn findings_show_prints_the_requeued_entry(w: &World, rid: &str, message: &str, hash: &str) {
+    assert_eq!(w.run(), 1);
+    let f = w
+        .findings()
+        .into_iter()
+        .find(|f| f["subject"] == "payment:pay-7")
+        .unwrap();
+    assert_eq!(f["state"], "resolved");
+    let id = f["id"].as_i64().unwrap();
+    let out = ok(&w.cmd("0s", &["findings", "show", &id.to_string()]));
+    let close_at: String = rusqlite::Connection::open(w.review_path())
+        .unwrap()
+        .query_row("SELECT at FROM actions WHERE finding_id = ?1", [id], |r| {
+            r.get(0)
+        })
+        .unwrap();
+    let close_id = w.review_count(&format!("SELECT id FROM actions WHERE finding_id = {id}"));
+    let fields = [
+        ("finding:", id.to_string()),
+        ("kind:", "dead_letter".into()),
+        ("severity:", "normal".into()),
+        ("state:", "resolved".into()),
+        ("sale:", "0".into()),
+        ("subject:", "payment:pay-7".into()),
+        ("reservation:", "-".into()),
+        ("user:", "-".into()),
+        ("order:", "-".into()),
+        ("first seen:", f["first_seen"].as_str().unwrap().into()),
+        (
+            "last seen:",
+            format!("{} (runs: 1)", f["last_seen"].as_str().unwrap()),
+        ),
+        ("fix:", "-".into()),
+        (
+            "resolved:",
+            format!("{close_at} by alice (requeue_payment)"),
+        ),
+        ("note:", "-".into()),
+    ];
+    let mut want: String = fields
+        .iter()
+        .map(|(n, v)| format!("{n:<12} {v}\n"))
+        .collect();
+    want.push_str(&format!(
+        "evidence:\n\
+         \x20 {{\n\
+         \x20   \"message\": {msg},\n\
+         \x20   \"queue\": \"seckill:{{payments}}:dlq\",\n\
+         \x20   \"reason\": \"mysql: gave up\",\n\
+         \x20   \"reservation_id\": \"{rid}\"\n\
+         \x20 }}\n\
+         actions:\n",
+        msg = serde_json::to_string(message).unwrap(),
+        rid = rid,
+    ));
+    let idw = close_id.to_string().len().max(2);
+    want.push_str(&format!(
+        "  {:>idw$}  {:<24}  actor  action           result  completes  detail\n",
+        "id", "at"
+    ));
+    let requeued = format!(
+        "action 1: put payment:pay-7 back on seckill:{{payments}} (entry {hash} kept in \
+         seckill:{{payments}}:dlq:settled)"
+    );
+    want.push_str(&format!(
+        "  {close_id:>idw$}  {close_at}  alice  requeue_payment  done            -  {requeued}\n"
+    ));
+    assert_eq!(out, want);
+    let json: serde_json::Value = serde_json::from_str(&ok(
+        &w.cmd("0s", &["findings", "show", &id.to_string(), "--json"])
+    ))
+    .unwrap();
+    assert_eq!(json["finding"], f);
+    assert_eq!(
+        json["actions"],
+        serde_json::json!([{"id": close_id, "at": close_at, "actor": "alice",
+            "action": "requeue_payment", "result": "done", "completes": null,
+            "detail": requeued}])
+    );
+    let out = w.cmd("0s", &["findings", "show", "999"]);
+    assert_eq!(out.status.code(), Some(2));
+    assert_eq!(
+        stderr(&out),
+        "seckill-reconciler: review store: no finding 999: `seckill-reconciler findings \
+         --state all` lists every finding of SECKILL_REVIEW_DB\n"
+    );
+}
+
 #[test]
 fn a_payment_dead_letter_is_requeued_or_dropped_once_with_its_action_rows() {
     let (w, rids, entry) = queues();
@@ -283,25 +398,7 @@ fn a_payment_dead_letter_is_requeued_or_dropped_once_with_its_action_rows() {
         ]
     );
 
-    // Again: nothing left; refused, nothing recorded.
-    let out = w.cmd(
-        "0s",
-        &[
-            "dead-letter",
-            "requeue",
-            "payments",
-            "payment:pay-7",
-            "--by",
-            "alice",
-        ],
-    );
-    assert_eq!(out.status.code(), Some(2));
-    assert_eq!(
-        stderr(&out),
-        "seckill-reconciler: no payment dead letter \"payment:pay-7\": \
-         `seckill-reconciler dead-letter list payments` lists them (entry or subject)\n"
-    );
-    assert_eq!(actions(&w).len(), 3);
+    a_second_requeue_is_refused(&w);
 
     // A cancellation dead letter dropped by its entry, with the note.
     let cancel = CancelMessage::new(w.sale, "bob", &rids[1], AT_MS).to_json();
@@ -352,93 +449,7 @@ fn a_payment_dead_letter_is_requeued_or_dropped_once_with_its_action_rows() {
         ]
     );
 
-    // The requeue resolved the entry's finding, and the next run leaves it
-    // so; `findings show` prints it whole with its actions.
-    assert_eq!(w.run(), 1);
-    let f = w
-        .findings()
-        .into_iter()
-        .find(|f| f["subject"] == "payment:pay-7")
-        .unwrap();
-    assert_eq!(f["state"], "resolved");
-    let id = f["id"].as_i64().unwrap();
-    let out = ok(&w.cmd("0s", &["findings", "show", &id.to_string()]));
-    let close_at: String = rusqlite::Connection::open(w.review_path())
-        .unwrap()
-        .query_row("SELECT at FROM actions WHERE finding_id = ?1", [id], |r| {
-            r.get(0)
-        })
-        .unwrap();
-    let close_id = w.review_count(&format!("SELECT id FROM actions WHERE finding_id = {id}"));
-    let fields = [
-        ("finding:", id.to_string()),
-        ("kind:", "dead_letter".into()),
-        ("severity:", "normal".into()),
-        ("state:", "resolved".into()),
-        ("sale:", "0".into()),
-        ("subject:", "payment:pay-7".into()),
-        ("reservation:", "-".into()),
-        ("user:", "-".into()),
-        ("order:", "-".into()),
-        ("first seen:", f["first_seen"].as_str().unwrap().into()),
-        (
-            "last seen:",
-            format!("{} (runs: 1)", f["last_seen"].as_str().unwrap()),
-        ),
-        ("fix:", "-".into()),
-        (
-            "resolved:",
-            format!("{close_at} by alice (requeue_payment)"),
-        ),
-        ("note:", "-".into()),
-    ];
-    let mut want: String = fields
-        .iter()
-        .map(|(n, v)| format!("{n:<12} {v}\n"))
-        .collect();
-    want.push_str(&format!(
-        "evidence:\n\
-         \x20 {{\n\
-         \x20   \"message\": {msg},\n\
-         \x20   \"queue\": \"seckill:{{payments}}:dlq\",\n\
-         \x20   \"reason\": \"mysql: gave up\",\n\
-         \x20   \"reservation_id\": \"{rid}\"\n\
-         \x20 }}\n\
-         actions:\n",
-        msg = serde_json::to_string(&message).unwrap(),
-        rid = rids[0],
-    ));
-    let idw = close_id.to_string().len().max(2);
-    want.push_str(&format!(
-        "  {:>idw$}  {:<24}  actor  action           result  completes  detail\n",
-        "id", "at"
-    ));
-    let requeued = format!(
-        "action 1: put payment:pay-7 back on seckill:{{payments}} (entry {hash} kept in \
-         seckill:{{payments}}:dlq:settled)"
-    );
-    want.push_str(&format!(
-        "  {close_id:>idw$}  {close_at}  alice  requeue_payment  done            -  {requeued}\n"
-    ));
-    assert_eq!(out, want);
-    let json: serde_json::Value = serde_json::from_str(&ok(
-        &w.cmd("0s", &["findings", "show", &id.to_string(), "--json"])
-    ))
-    .unwrap();
-    assert_eq!(json["finding"], f);
-    assert_eq!(
-        json["actions"],
-        serde_json::json!([{"id": close_id, "at": close_at, "actor": "alice",
-            "action": "requeue_payment", "result": "done", "completes": null,
-            "detail": requeued}])
-    );
-    let out = w.cmd("0s", &["findings", "show", "999"]);
-    assert_eq!(out.status.code(), Some(2));
-    assert_eq!(
-        stderr(&out),
-        "seckill-reconciler: review store: no finding 999: `seckill-reconciler findings \
-         --state all` lists every finding of SECKILL_REVIEW_DB\n"
-    );
+    findings_show_prints_the_requeued_entry(&w, &rids[0], &message, &hash);
 }
 
 #[test]

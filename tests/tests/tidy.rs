@@ -5,7 +5,8 @@
 //! comment tells the history of the work instead of the code (sessions of
 //! work, passes of review, issue numbers, the word before with a colon,
 //! what an earlier build did); every Rust source file opens with a `//!`
-//! line saying what it owns; no function of a crate's sources or examples
+//! line saying what it owns; no test function is over 150 lines; no
+//! function of a crate's sources or examples
 //! is over [`MAX_FN_LINES`] lines outside its tests.
 //!
 //! Each failure names the file, the line and what to fix.
@@ -649,6 +650,15 @@ fn the_new_checks_see_what_they_look_for() {
             (String::new(), "a-b".to_string())
         ]
     );
+    let body = "    x();\n".repeat(MAX_TEST_FN_LINES - 2);
+    assert!(functions_over(&format!("fn a() {{\n{body}}}\n"), MAX_TEST_FN_LINES).is_empty());
+    assert_eq!(
+        functions_over(
+            &format!("fn b() {{\n{body}    y();\n}}\n"),
+            MAX_TEST_FN_LINES
+        ),
+        [(1, MAX_TEST_FN_LINES + 1)]
+    );
 }
 
 #[test]
@@ -757,5 +767,47 @@ fn every_alert_names_its_runbook_entry() {
         wrong.is_empty(),
         "every alert's runbook_url names its entry in docs/OPERATIONS.md:\n{}",
         wrong.join("\n")
+    );
+}
+
+/// Longest test function, in lines: a test reads as a specification, its
+/// set-up and repeated checks in helpers.
+const MAX_TEST_FN_LINES: usize = 150;
+
+#[test]
+fn no_test_function_is_over_150_lines() {
+    let root = root();
+    let mut long = Vec::new();
+    for f in files_under(&root, "tests/tests") {
+        if f.ends_with(".rs") {
+            let text = fs::read_to_string(root.join(&f)).unwrap_or_default();
+            for (line, len) in functions_over(&text, MAX_TEST_FN_LINES) {
+                long.push((f.clone(), line, len));
+            }
+        }
+    }
+    for krate in ["common", "gateway", "worker", "reconciler", "tests"] {
+        for f in files_under(&root, &format!("{krate}/src"))
+            .into_iter()
+            .filter(|f| f.ends_with(".rs"))
+        {
+            let text = fs::read_to_string(root.join(&f)).unwrap_or_default();
+            if let Some(at) = text.find("#[cfg(test)]") {
+                let skipped_lines = text[..at].lines().count();
+                for (line, len) in functions_over(&text[at..], MAX_TEST_FN_LINES) {
+                    long.push((f.clone(), line + skipped_lines, len));
+                }
+            }
+        }
+    }
+    let long: Vec<String> = long
+        .into_iter()
+        .map(|(f, line, len)| format!("{f}:{line}: {len} lines"))
+        .collect();
+    assert!(
+        long.is_empty(),
+        "test functions over {MAX_TEST_FN_LINES} lines (move set-up and repeated checks into \
+         helpers, or split the behaviours into tests of their own):\n{}",
+        long.join("\n")
     );
 }
