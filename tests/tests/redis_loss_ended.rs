@@ -61,15 +61,24 @@ fn row(actor: &str, action: &str, result: &str) -> (String, String, String) {
 }
 
 /// Moves sale `id`'s window into the past in MySQL: it ended `ago_s`
-/// seconds ago (a sale ended that long before Redis lost it).
+/// seconds ago (a sale ended that long before Redis lost it); its orders
+/// move with it, to a second before the end, so that they stay reserved
+/// inside the window (else each is an `order_outside_window` finding).
 fn ended_ago(db: &TestDb, id: u64, ago_s: u64) {
-    db.conn()
-        .exec_drop(
-            "UPDATE sales SET starts_at = UTC_TIMESTAMP(3) - INTERVAL 2 HOUR,
-                    ends_at = UTC_TIMESTAMP(3) - INTERVAL ? SECOND WHERE id = ?",
-            (ago_s, id),
-        )
-        .unwrap();
+    let mut c = db.conn();
+    c.exec_drop(
+        "UPDATE sales SET starts_at = UTC_TIMESTAMP(3) - INTERVAL 2 HOUR,
+                ends_at = UTC_TIMESTAMP(3) - INTERVAL ? SECOND WHERE id = ?",
+        (ago_s, id),
+    )
+    .unwrap();
+    c.exec_drop(
+        "UPDATE orders o JOIN sales s ON s.id = o.sale_id
+         SET o.reserved_at = s.ends_at - INTERVAL 1 SECOND
+         WHERE o.sale_id = ? AND o.reserved_at >= s.ends_at",
+        (id,),
+    )
+    .unwrap();
 }
 
 /// Buys as `user` until the answer's (status, error) is `want`, for at most
