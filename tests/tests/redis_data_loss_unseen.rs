@@ -150,7 +150,14 @@ fn keys_evicted_before_any_worker_ran_pause_the_sale_and_sale_load_refuses_it() 
     buy(&mut c, sale, BOUGHT);
     evict_everything(&redis);
 
-    // No worker, no mark: until a run looks, the sale is unknown to Redis.
+    // No worker, no mark: until a run looks, the sale is unknown to Redis
+    // (once the gateway's fitness check, every 100 ms, has seen
+    // `noeviction` again: while it saw `allkeys-lru` it answered 503).
+    wait_until(
+        Duration::from_secs(5),
+        "the gateway to take purchases again",
+        || c.buy(sale, "early").error() != "unavailable",
+    );
     assert_eq!(c.buy(sale, "early").error(), "sale_not_found");
     assert_eq!(db.count("SELECT COUNT(*) FROM orders"), 0);
 
