@@ -13,55 +13,15 @@
 //! was told of is on the replica, the worker repeats the batch the kill
 //! cut short on the promoted replica, and the next run finds nothing.
 
+use crate::support::mysql_pair::{count, Worker};
 use crate::support::worker as worker_support;
 
 use redis::Commands;
 use seckill_common::keys::SaleKeys;
 use seckill_tests::mariadb::MariaDb;
 use seckill_tests::{create_sale, RedisServer, TempDir};
-use std::process::{Child, Stdio};
 use std::time::{Duration, Instant};
 use worker_support::reserve_users;
-
-/// A `seckill-worker` with `SECKILL_MYSQL_URL` = `url`, killed on drop.
-struct Worker(Child);
-
-impl Worker {
-    fn start(redis: &RedisServer, url: &str, log: &std::path::Path) -> Worker {
-        let child = seckill_tests::command("seckill-worker")
-            .env("RUST_LOG", "info")
-            .env("SECKILL_REDIS_URL", redis.url())
-            .env("SECKILL_MYSQL_URL", url)
-            .env("SECKILL_WORKER_ID", "w1")
-            .env("SECKILL_WORKER_BLOCK", "200ms")
-            .env("SECKILL_WORKER_HEARTBEAT_TTL", "3s")
-            .env("SECKILL_MYSQL_TIMEOUT", "2s")
-            .env(
-                "SECKILL_WORKER_METRICS_LISTEN",
-                format!("127.0.0.1:{}", seckill_tests::free_port()),
-            )
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(std::fs::File::create(log).map(Stdio::from).expect("log"))
-            .spawn()
-            .expect("start seckill-worker");
-        Worker(child)
-    }
-}
-
-impl Drop for Worker {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-fn count(server: &MariaDb, db: &str, sql: &str) -> i64 {
-    use mysql::prelude::Queryable;
-    let mut c =
-        seckill_common::schema::connect(&server.url(db), Duration::from_secs(5)).expect("connect");
-    c.query_first::<i64, _>(sql).expect("query").unwrap_or(0)
-}
 
 fn wait_count(server: &MariaDb, db: &str, sql: &str, n: i64, within: Duration) {
     seckill_tests::wait_until(within, &format!("{sql} = {n}"), || {
@@ -84,7 +44,7 @@ fn the_worker_follows_the_promoted_replica_and_lost_orders_are_found_and_reorder
         primary.port, replica.port
     );
     let log = dir.path().join("worker.log");
-    let _w = Worker::start(&redis, &both, &log);
+    let _w = Worker::start(&redis, &both, "2s", &log);
 
     reserve_users(&redis, sale, "a", 100);
     wait_count(&primary, &name, &orders, 100, Duration::from_secs(30));
@@ -289,7 +249,7 @@ fn with_semi_synchronous_replication_a_primary_killed_mid_drain_loses_no_order()
     // while it drains.
     reserve_users(&redis, sale, "a", total as usize);
     let log = dir.path().join("worker.log");
-    let _w = Worker::start(&redis, &both, &log);
+    let _w = Worker::start(&redis, &both, "2s", &log);
     seckill_tests::wait_until(Duration::from_secs(60), "the drain to be under way", || {
         count(&primary, &name, &orders) >= 300
     });

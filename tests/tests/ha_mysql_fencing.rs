@@ -9,54 +9,14 @@
 //! while the worker drains into the promoted replica. `migrate` on a fresh
 //! pair creates the database on the primary.
 
+use crate::support::mysql_pair::{count, Worker};
 use crate::support::worker as worker_support;
 
-use mysql::prelude::Queryable;
 use seckill_tests::mariadb::MariaDb;
 use seckill_tests::{create_sale, RedisServer, TempDir};
 use std::path::{Path, PathBuf};
-use std::process::{Child, Stdio};
 use std::time::{Duration, Instant};
 use worker_support::reserve_users;
-
-/// A `seckill-worker` with `SECKILL_MYSQL_URL` = `url`, killed on drop.
-struct Worker(Child);
-
-impl Worker {
-    fn start(redis: &RedisServer, url: &str, timeout: &str, log: &Path) -> Worker {
-        let child = seckill_tests::command("seckill-worker")
-            .env("RUST_LOG", "info")
-            .env("SECKILL_REDIS_URL", redis.url())
-            .env("SECKILL_MYSQL_URL", url)
-            .env("SECKILL_WORKER_ID", "w1")
-            .env("SECKILL_WORKER_BLOCK", "200ms")
-            .env("SECKILL_WORKER_HEARTBEAT_TTL", "3s")
-            .env("SECKILL_MYSQL_TIMEOUT", timeout)
-            .env(
-                "SECKILL_WORKER_METRICS_LISTEN",
-                format!("127.0.0.1:{}", seckill_tests::free_port()),
-            )
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(std::fs::File::create(log).map(Stdio::from).expect("log"))
-            .spawn()
-            .expect("start seckill-worker");
-        Worker(child)
-    }
-}
-
-impl Drop for Worker {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-fn count(server: &MariaDb, db: &str, sql: &str) -> i64 {
-    let mut c =
-        seckill_common::schema::connect(&server.url(db), Duration::from_secs(5)).expect("connect");
-    c.query_first::<i64, _>(sql).expect("query").unwrap_or(0)
-}
 
 fn wait_count(server: &MariaDb, db: &str, sql: &str, n: i64) {
     seckill_tests::wait_until(Duration::from_secs(60), &format!("{sql} = {n}"), || {

@@ -17,6 +17,8 @@
 //! - `ops`: shipped configuration files templated for a test, repository
 //!   paths, a plain HTTP/1.0 GET.
 //! - `prometheus`: a private Prometheus server and its HTTP API.
+//! - `mysql_pair`: a worker on a MySQL primary and replica, a count on one
+//!   server.
 //! - `nginx_install`: nginx installed in a private prefix as
 //!   docs/OPERATIONS.md's Deployment step 6 says.
 //! - `browser`: headless Chromium rendering a local page.
@@ -30,6 +32,7 @@ pub mod after_repair;
 pub mod browser;
 pub mod gateway;
 pub mod lifecycle_http;
+pub mod mysql_pair;
 pub mod nginx_install;
 pub mod ops;
 pub mod package;
