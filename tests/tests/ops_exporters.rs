@@ -15,14 +15,16 @@
 //! stopped fire exactly their three alerts, pending first and firing
 //! within their `for` (1 min) plus a margin.
 
-use crate::support::ops::{dashboard_panels, panel_exprs, replace_once, repo_file};
+use crate::support::ops::{
+    dashboard_panels, panel_exprs, prometheus_dir, promtool, replace_once, repo_file,
+};
 use crate::support::prometheus::Prometheus;
 use mysql::prelude::Queryable;
 use seckill_tests::cluster::TestRedis;
 use seckill_tests::mariadb::MariaDb;
 use seckill_tests::sentinel::SentinelSet;
 use seckill_tests::{create_sale, dies_with_test, free_port, wait_until, TempDir};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
@@ -35,31 +37,6 @@ const FOR: Duration = Duration::from_secs(60);
 const EXPORTER_GRANTS: &str = "CREATE USER 'exporter'@'127.0.0.1' IDENTIFIED BY 'exporter-secret' \
      WITH MAX_USER_CONNECTIONS 3; \
      GRANT PROCESS, REPLICATION CLIENT, SLAVE MONITOR ON *.* TO 'exporter'@'127.0.0.1'";
-
-/// The repository's `ops/prometheus` directory.
-fn prometheus_dir() -> PathBuf {
-    repo_file("ops/prometheus")
-}
-
-/// `promtool ARGS` in `ops/prometheus`: (exit code, what it printed).
-fn promtool(args: &[&str]) -> (Option<i32>, String) {
-    let out = Command::new("promtool")
-        .args(args)
-        .current_dir(prometheus_dir())
-        .output()
-        .unwrap_or_else(|e| {
-            panic!(
-                "cannot run promtool ({e}): install Debian's package `prometheus` \
-                 (./scripts/test.sh does this when promtool is missing)"
-            )
-        });
-    let said = format!(
-        "{}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    (out.status.code(), said)
-}
 
 /// The alert names of `stores.rules.yml`, in file order.
 fn store_alerts() -> Vec<String> {

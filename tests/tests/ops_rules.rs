@@ -6,35 +6,7 @@
 //! `prometheus` package, which `scripts/test.sh` installs; without it these
 //! tests fail.
 
-use std::path::{Path, PathBuf};
-use std::process::Command;
-
-/// The repository's `ops/prometheus` directory.
-fn prometheus_dir() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../ops/prometheus")
-}
-
-/// Runs `promtool ARGS` in `ops/prometheus` and returns (exit code, what it
-/// printed). Panics, saying how to install it, when promtool is missing.
-fn promtool(args: &[&str]) -> (Option<i32>, String) {
-    let out = match Command::new("promtool")
-        .args(args)
-        .current_dir(prometheus_dir())
-        .output()
-    {
-        Ok(o) => o,
-        Err(e) => panic!(
-            "cannot run promtool ({e}): install Debian's package `prometheus` \
-             (./scripts/test.sh does this when promtool is missing)"
-        ),
-    };
-    let said = format!(
-        "{}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    (out.status.code(), said)
-}
+use crate::support::ops::{prometheus_dir, promtool};
 
 /// The unit-test files, sorted (relative to `ops/prometheus`).
 fn test_files() -> Vec<String> {

@@ -98,3 +98,29 @@ pub fn panel_exprs(panels: &[serde_json::Value]) -> Vec<String> {
         })
         .collect()
 }
+
+/// The shipped Prometheus configuration's folder, `ops/prometheus`.
+pub fn prometheus_dir() -> PathBuf {
+    repo_file("ops/prometheus")
+}
+
+/// Runs `promtool ARGS` in `ops/prometheus` and returns (exit code, what it
+/// printed). Panics, saying how to install it, when promtool is missing.
+pub fn promtool(args: &[&str]) -> (Option<i32>, String) {
+    let out = std::process::Command::new("promtool")
+        .args(args)
+        .current_dir(prometheus_dir())
+        .output()
+        .unwrap_or_else(|e| {
+            panic!(
+                "cannot run promtool ({e}): install Debian's package `prometheus` \
+                 (./scripts/test.sh does this when promtool is missing)"
+            )
+        });
+    let said = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    (out.status.code(), said)
+}
