@@ -94,6 +94,33 @@ impl SentinelSet {
         ok.unwrap_or(false)
     }
 
+    /// Cuts the replica off once it holds every write so far (`WAIT 1`):
+    /// stopped (SIGSTOP), its link closed by the master (`CLIENT KILL TYPE
+    /// replica`); returns the replica's pid (SIGCONT it to let it be
+    /// promoted) and a connection to the master.
+    pub fn cut_off_replica(&self) -> (u32, redis::Connection) {
+        let mut m = self.master.con();
+        let acked: i64 = redis::cmd("WAIT")
+            .arg(1)
+            .arg(5000)
+            .query(&mut m)
+            .expect("WAIT");
+        assert_eq!(acked, 1, "the replica has every write");
+        let pid = self.replica.pid().expect("replica pid");
+        let stopped = std::process::Command::new("kill")
+            .args(["-STOP", &pid.to_string()])
+            .status()
+            .is_ok_and(|s| s.success());
+        assert!(stopped, "kill -STOP {pid}");
+        redis::cmd("CLIENT")
+            .arg("KILL")
+            .arg("TYPE")
+            .arg("replica")
+            .exec(&mut m)
+            .expect("CLIENT KILL TYPE replica");
+        (pid, m)
+    }
+
     /// The port of the master the first Sentinel names now.
     pub fn master_port(&self) -> Option<u16> {
         let (port, _) = self.sentinels.first()?;

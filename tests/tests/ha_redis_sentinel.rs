@@ -184,24 +184,9 @@ fn a_failover_that_lost_reservations_is_one_finding_and_the_repair_gives_one_ord
     let _w = WorkerProc::start(&set, &db, "w1", &Opts::default());
     let mut rids = buy_all(g.port, sale, (0..100).map(|i| format!("u{i}")));
     wait_orders(&db, sale, 100, Duration::from_secs(30));
-    let mut m = set.master.con();
-    let acked: i64 = redis::cmd("WAIT")
-        .arg(1)
-        .arg(5000)
-        .query(&mut m)
-        .expect("WAIT");
-    assert_eq!(acked, 1);
-
     // The replica cut off: stopped, its link closed by the master. The
     // next 50 are acknowledged and ordered, then lost with the master.
-    let replica_pid = set.replica.pid().expect("replica pid");
-    gateway_support::signal(replica_pid, "STOP");
-    redis::cmd("CLIENT")
-        .arg("KILL")
-        .arg("TYPE")
-        .arg("replica")
-        .exec(&mut m)
-        .expect("CLIENT KILL");
+    let (replica_pid, _master) = set.cut_off_replica();
     rids.extend(buy_all(g.port, sale, (100..150).map(|i| format!("u{i}"))));
     wait_orders(&db, sale, 150, Duration::from_secs(30));
     seckill_tests::wait_until(Duration::from_secs(10), "the watch to see 150", || {

@@ -52,27 +52,6 @@ fn paused_sales(db: &TestDb) -> Vec<u64> {
         .expect("paused sales")
 }
 
-/// Cuts the replica off (stopped, its link closed by the master) once it
-/// holds everything so far; returns its pid.
-fn cut_off_replica(set: &SentinelSet) -> u32 {
-    let mut m = set.master.con();
-    let acked: i64 = redis::cmd("WAIT")
-        .arg(1)
-        .arg(5000)
-        .query(&mut m)
-        .expect("WAIT");
-    assert_eq!(acked, 1);
-    let pid = set.replica.pid().expect("replica pid");
-    gateway_support::signal(pid, "STOP");
-    redis::cmd("CLIENT")
-        .arg("KILL")
-        .arg("TYPE")
-        .arg("replica")
-        .exec(&mut m)
-        .expect("CLIENT KILL");
-    pid
-}
-
 /// The lost buyers retry every 20 ms for `for_how_long`; returns the
 /// buyers answered 202 with an id other than their first, and every
 /// answer counted by (status, error).
@@ -132,7 +111,7 @@ fn a_lossy_failover_pauses_only_the_sale_that_lost_purchases_and_gives_no_second
     // Cut off: 50 more purchases of `lossy`, acknowledged, ordered and
     // seen by the watch, then lost with the master; the other two sales
     // lose only the watch's checkpoints raised meanwhile.
-    let replica_pid = cut_off_replica(&set);
+    let replica_pid = set.cut_off_replica().0;
     let cut = [checkpoint_high(&db, idle), checkpoint_high(&db, sold_out)];
     let lost = buy_each(g.port, lossy, &names("u", 100, 150));
     wait_orders(&db, lossy, 150, Duration::from_secs(30));
